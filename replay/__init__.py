@@ -1,0 +1,44 @@
+"""replay: a trace-driven replay analyzer for recommendation-model training.
+
+Python API (the CLI is a thin layer over it)::
+
+    import replay
+    path = replay.generate("tiny", "traces/tiny", batches=100, seed=1)
+    trace = replay.open_trace(path)
+    for chunk in trace.iter_lookups():
+        ...  # chunk.batch, chunk.table, chunk.row are numpy arrays
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from replay.errors import ReplayError
+from replay.trace.reader import Trace, open_trace
+
+
+def __getattr__(name: str):  # lazy: keep `import replay` light (numba compiles on use)
+    if name == "generate":
+        from replay.workload.generator import generate
+
+        return generate
+    if name == "ingest":
+        from replay.ingest import ingest
+
+        return ingest
+    if name == "inspect_trace":
+        from replay.stats import inspect_trace
+
+        return inspect_trace
+    raise AttributeError(f"module 'replay' has no attribute {name!r}")
+
+
+__all__ = [
+    "ReplayError",
+    "Trace",
+    "__version__",
+    "generate",
+    "ingest",
+    "inspect_trace",
+    "open_trace",
+]

@@ -1,0 +1,31 @@
+"""The typer application object; each sub-command lives in its own module of this package."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+app = typer.Typer(
+    name="replay",
+    help="Trace-driven replay analyzer for the memory and fault tolerance of "
+    "recommendation-model training.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def default_workers() -> int:
+    """All cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def show_progress() -> bool:
+    """A progress bar only on a terminal; quiet in pipes, files and CI logs."""
+    return sys.stderr.isatty()

@@ -1,0 +1,77 @@
+"""`replay generate`: write a synthetic trace from a preset or a TOML workload spec."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from replay.cli.app import app, default_workers, show_progress
+from replay.errors import ConfigError
+
+
+@app.command("generate")
+def generate_command(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output trace folder.")],
+    preset: Annotated[str | None, typer.Option(help="Workload preset name.")] = None,
+    spec: Annotated[Path | None, typer.Option(help="Workload spec TOML file.")] = None,
+    batches: Annotated[int | None, typer.Option(help="Number of batches.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Samples per batch.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
+    alpha: Annotated[float | None, typer.Option(help="Power-law exponent for every table.")] = None,
+    drift: Annotated[
+        float | None,
+        typer.Option(help="Popularity drift for every table (share of rows per batch; 0 = off)."),
+    ] = None,
+    reuse: Annotated[
+        float | None,
+        typer.Option(help="Probability of repeating a recent lookup, every table (0 = off)."),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Parallel workers (default: all cores).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing output.")] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Finish an interrupted generation.")
+    ] = False,
+) -> None:
+    """Generate an embedding access and update trace (Parquet + manifest.json)."""
+    from replay.workload.generator import generate
+    from replay.workload.spec import resolve_spec
+
+    if preset is None and spec is None:
+        raise ConfigError("give --preset NAME or --spec FILE.toml (see `replay presets`)")
+    base = resolve_spec(preset, spec)
+    resolved = base.with_overrides(
+        batches=batches, batch_size=batch_size, seed=seed, alpha=alpha, drift=drift, reuse=reuse
+    )
+    workers = default_workers() if workers is None else workers
+    started = time.perf_counter()
+    if show_progress():
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        columns = (
+            TextColumn("generating"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+            TimeRemainingColumn(),
+        )  # fmt: skip
+        with Progress(*columns, transient=True) as bar:
+            task = bar.add_task("generate", total=resolved.lookups)
+            path = generate(
+                resolved, out, workers=workers, force=force, resume=resume,
+                progress=lambda n: bar.advance(task, n),
+            )  # fmt: skip
+    else:
+        path = generate(
+            resolved,
+            out,
+            workers=workers,
+            force=force,
+            resume=resume,
+        )
+    elapsed = time.perf_counter() - started
+    typer.echo(
+        f"wrote {path}: {resolved.batches:,} batches, {resolved.lookups:,} lookups "
+        f"in {elapsed:.1f} s ({resolved.lookups / max(elapsed, 1e-9) / 1e6:.1f} M lookups/s)"
+    )

@@ -1,0 +1,614 @@
+"""Access statistics of a trace: what `replay inspect` reports (DESIGN sections 4 and 9).
+
+Definitions. A lookup is one (batch, table, row) record; a *pair* is a (table, row) pair
+and the row space is the union of every table's rows, R = Σ_t rows_t. U_n is the set of
+distinct pairs looked up by batch n and L_n the number of lookups of batch n; U_n,t and
+L_n,t are the same restricted to table t. B is the number of batches in the manifest
+(batches without lookups count in B and in the curve, and are skipped by the means).
+
+- ``lookups``: number of lookups (overall, and per table).
+- ``distinct_rows``: number of distinct pairs ever looked up (per table: distinct rows).
+  ``touched_fraction`` = distinct_rows / R (per table: / rows_t).
+- ``top1pct_share``: the share of the lookups taken by the k most looked-up rows, where
+  k = ceil(rows_t / 100) for a table (the table's cardinality, not its touched rows) and
+  k = ceil(R / 100) over all rows of all tables overall; rows never looked up count as 0.
+  0 when there are no lookups.
+- ``distinct_per_batch_mean``: mean over the batches with L_n > 0 of |U_n| / L_n (per
+  table: over the batches with L_n,t > 0 of |U_n,t| / L_n,t).
+- ``consecutive_reuse_mean``: mean over the batches n >= 1 with U_n non-empty of
+  |U_n ∩ U_n-1| / |U_n| (per table: over n >= 1 with U_n,t non-empty, of
+  |U_n,t ∩ U_n-1,t| / |U_n,t|). An empty U_n-1 gives 0 for batch n.
+- ``touched_curve``: pairs [x, |U_0 ∪ ... ∪ U_x-1| / R] for about ``curve_points``
+  log-spaced batch counts x in [1, B], always with x = 1 and x = B (empty when B = 0).
+  It is the curve that sizes incremental checkpoints.
+
+Means with nothing to average over are 0.0, so an empty trace gives zeros.
+
+Memory is bounded by per-row state, whatever the trace length: an int32 "last batch
+seen" and a uint32 lookup count per row of the flat row space (8 bytes per row), plus
+per-table counters. A row's count that wraps past 2^32 is recorded (at most
+lookups / 2^32 such events, so a handful at most) and added back when the top-1% is
+taken. The kernel folds each batch into float64 running sums in batch order, so the
+results do not depend on how the trace is chunked.
+
+`inspect_trace` streams a trace folder; `inspect_arrays` runs the same kernel on
+in-memory arrays; `inspect_reference` is the slow, obviously correct version (sets and
+dicts) that the tests compare both with.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from replay.errors import TraceError
+from replay.trace.reader import Trace, open_trace
+
+DEFAULT_CURVE_POINTS = 64
+DEFAULT_MIN_LOOKUPS = 1 << 20
+
+# int64 per-table state, shape (tables, _TI_WIDTH)
+_T_LOOK_CUR = 0  # lookups of the table in the current batch
+_T_DIST_CUR = 1  # distinct rows of the table in the current batch
+_T_REUSE_CUR = 2  # of those, rows also seen in the batch before
+_T_LOOKUPS = 3  # lookups so far
+_T_DISTINCT = 4  # distinct rows so far
+_T_DPB_N = 5  # batches averaged in distinct_per_batch
+_T_REUSE_N = 6  # batches averaged in consecutive_reuse
+_TI_WIDTH = 7
+# float64 per-table state, shape (tables, 2)
+_T_DPB_SUM = 0
+_T_REUSE_SUM = 1
+# int64 global state
+_G_CUR = 0  # batch being accumulated, -1 before the first lookup
+_G_TOUCHED = 1  # distinct pairs so far
+_G_CURVE_POS = 2  # next curve point to fill
+_G_WRAPS = 3  # count wraps recorded by the last kernel call
+_G_DPB_N = 4
+_G_REUSE_N = 5
+_GI_WIDTH = 6
+# float64 global state
+_G_DPB_SUM = 0
+_G_REUSE_SUM = 1
+
+# kernel return codes
+_OK = 0
+_BAD_TABLE = 1
+_BAD_ROW = 2
+_UNSORTED = 3
+_BAD_BATCH = 4
+_WRAP_OVERFLOW = 5
+
+_MAX_BATCHES = 2**31 - 2  # "last batch seen" is an int32 with -1 for never
+
+
+@njit(cache=True, nogil=True)
+def _flush_batch(b: int, ti: np.ndarray, tf: np.ndarray, gi: np.ndarray, gf: np.ndarray) -> None:
+    """Fold the counters of batch b into the running sums, in table order."""
+    look = 0
+    dist = 0
+    reuse = 0
+    for t in range(ti.shape[0]):
+        lt = ti[t, _T_LOOK_CUR]
+        if lt == 0:
+            continue
+        dt = ti[t, _T_DIST_CUR]
+        rt = ti[t, _T_REUSE_CUR]
+        tf[t, _T_DPB_SUM] += dt / lt
+        ti[t, _T_DPB_N] += 1
+        if b >= 1:
+            tf[t, _T_REUSE_SUM] += rt / dt
+            ti[t, _T_REUSE_N] += 1
+        ti[t, _T_LOOKUPS] += lt
+        look += lt
+        dist += dt
+        reuse += rt
+        ti[t, _T_LOOK_CUR] = 0
+        ti[t, _T_DIST_CUR] = 0
+        ti[t, _T_REUSE_CUR] = 0
+    if look > 0:
+        gf[_G_DPB_SUM] += dist / look
+        gi[_G_DPB_N] += 1
+        if b >= 1:
+            gf[_G_REUSE_SUM] += reuse / dist
+            gi[_G_REUSE_N] += 1
+
+
+@njit(cache=True, nogil=True)
+def _fill_curve(upto: int, gi: np.ndarray, curve_x: np.ndarray, curve_val: np.ndarray) -> None:
+    """Record the touched count for every curve point x <= upto (batches 0..x-1 done)."""
+    pos = gi[_G_CURVE_POS]
+    while pos < len(curve_x) and curve_x[pos] <= upto:
+        curve_val[pos] = gi[_G_TOUCHED]
+        pos += 1
+    gi[_G_CURVE_POS] = pos
+
+
+@njit(cache=True, nogil=True)
+def _inspect_kernel(
+    batch: np.ndarray,
+    table: np.ndarray,
+    row: np.ndarray,
+    num_batches: int,
+    table_rows: np.ndarray,
+    offsets: np.ndarray,
+    last: np.ndarray,
+    count: np.ndarray,
+    ti: np.ndarray,
+    tf: np.ndarray,
+    gi: np.ndarray,
+    gf: np.ndarray,
+    curve_x: np.ndarray,
+    curve_val: np.ndarray,
+    wraps: np.ndarray,
+) -> tuple[int, int]:
+    """Fold a chunk of lookups (in trace order) into the state; (code, index of a bad one).
+
+    `table_rows` is uint64, `offsets` int64 (first flat row of each table), `last` int32
+    (last batch that looked the row up, -1 never), `count` an unsigned integer array
+    (lookups per row, wrapping; each wrap's flat row goes to `wraps`). The per-table
+    counters of the current batch live in local arrays while the loop runs (no aliasing
+    with the state arrays, so they stay in cache and registers) and go back at the end.
+    """
+    num_tables = len(table_rows)
+    look = np.empty(num_tables, dtype=np.int64)
+    dist = np.empty(num_tables, dtype=np.int64)
+    reuse = np.empty(num_tables, dtype=np.int64)
+    new = np.empty(num_tables, dtype=np.int64)
+    for t in range(num_tables):
+        look[t] = ti[t, _T_LOOK_CUR]
+        dist[t] = ti[t, _T_DIST_CUR]
+        reuse[t] = ti[t, _T_REUSE_CUR]
+        new[t] = 0
+    cur = gi[_G_CUR]
+    nwraps = 0
+    code = _OK
+    bad = -1
+    for i in range(len(row)):
+        b = np.int64(batch[i])
+        if b != cur:
+            if b < cur:
+                code, bad = _UNSORTED, i
+                break
+            if b >= num_batches:
+                code, bad = _BAD_BATCH, i
+                break
+            if cur >= 0:
+                for t in range(num_tables):
+                    ti[t, _T_LOOK_CUR] = look[t]
+                    ti[t, _T_DIST_CUR] = dist[t]
+                    ti[t, _T_REUSE_CUR] = reuse[t]
+                    look[t] = 0
+                    dist[t] = 0
+                    reuse[t] = 0
+                _flush_batch(cur, ti, tf, gi, gf)
+            for t in range(num_tables):
+                ti[t, _T_DISTINCT] += new[t]
+                gi[_G_TOUCHED] += new[t]
+                new[t] = 0
+            _fill_curve(b, gi, curve_x, curve_val)
+            cur = b
+        t = np.int64(table[i])
+        if t >= num_tables:
+            code, bad = _BAD_TABLE, i
+            break
+        r = np.uint64(row[i])
+        if r >= table_rows[t]:
+            code, bad = _BAD_ROW, i
+            break
+        f = offsets[t] + np.int64(r)
+        look[t] += 1
+        count[f] += 1
+        if count[f] == 0:
+            if nwraps >= len(wraps):
+                code, bad = _WRAP_OVERFLOW, i
+                break
+            wraps[nwraps] = f
+            nwraps += 1
+        seen = last[f]
+        if seen != b:
+            dist[t] += 1
+            if seen < 0:
+                new[t] += 1
+            elif seen == b - 1:
+                reuse[t] += 1
+            last[f] = b
+    gi[_G_CUR] = cur
+    gi[_G_WRAPS] = nwraps
+    for t in range(num_tables):
+        ti[t, _T_LOOK_CUR] = look[t]
+        ti[t, _T_DIST_CUR] = dist[t]
+        ti[t, _T_REUSE_CUR] = reuse[t]
+        ti[t, _T_DISTINCT] += new[t]
+        gi[_G_TOUCHED] += new[t]
+    return code, bad
+
+
+@njit(cache=True, nogil=True)
+def _finish_kernel(
+    ti: np.ndarray,
+    tf: np.ndarray,
+    gi: np.ndarray,
+    gf: np.ndarray,
+    curve_x: np.ndarray,
+    curve_val: np.ndarray,
+) -> None:
+    if gi[_G_CUR] >= 0:
+        _flush_batch(gi[_G_CUR], ti, tf, gi, gf)
+    _fill_curve(np.iinfo(np.int64).max, gi, curve_x, curve_val)
+
+
+def curve_batches(num_batches: int, points: int = DEFAULT_CURVE_POINTS) -> np.ndarray:
+    """About `points` log-spaced batch counts in [1, num_batches], with 1 and num_batches."""
+    if num_batches <= 0:
+        return np.empty(0, dtype=np.int64)
+    xs = np.rint(np.geomspace(1, num_batches, max(int(points), 2))).astype(np.int64)
+    xs = np.unique(np.concatenate([[1], xs, [num_batches]]))
+    return xs[(xs >= 1) & (xs <= num_batches)]
+
+
+def _top_k_sum(counts: np.ndarray, k: int) -> int:
+    """Sum of the k largest values; partitions `counts` in place."""
+    n = len(counts)
+    if k <= 0 or n == 0:
+        return 0
+    if k >= n:
+        return int(counts.sum(dtype=np.uint64))
+    counts.partition(n - k)
+    return int(counts[n - k :].sum(dtype=np.uint64))
+
+
+def _top1pct_rows(rows: int) -> int:
+    """k = ceil(rows / 100), in integers (0.01 * rows is not exact in floating point)."""
+    return -(-int(rows) // 100)
+
+
+def _ratio(num: float, den: float) -> float:
+    return float(num) / float(den) if den else 0.0
+
+
+class _Inspector:
+    """Streaming state of the statistics; feed chunks in trace order, then `result()`."""
+
+    def __init__(
+        self,
+        table_rows: Sequence[int] | np.ndarray,
+        num_batches: int,
+        *,
+        curve_points: int = DEFAULT_CURVE_POINTS,
+        where: str = "trace",
+        count_dtype: np.dtype | type = np.uint32,
+    ) -> None:
+        rows = np.asarray(table_rows, dtype=np.int64)
+        if rows.ndim != 1 or len(rows) == 0 or np.any(rows < 1):
+            raise TraceError(f"{where}: table cardinalities must be positive")
+        if num_batches > _MAX_BATCHES:
+            raise TraceError(f"{where}: {num_batches} batches is more than inspect supports")
+        if curve_points < 1:
+            raise ValueError("curve_points must be at least 1")
+        self.where = where
+        self.num_batches = int(num_batches)
+        self.rows = rows
+        self.rows_u = rows.astype(np.uint64)
+        self.offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
+        total = int(rows.sum())
+        self.last = np.full(total, -1, dtype=np.int32)
+        self.count = np.zeros(total, dtype=count_dtype)
+        self.count_bits = 8 * self.count.dtype.itemsize
+        self.ti = np.zeros((len(rows), _TI_WIDTH), dtype=np.int64)
+        self.tf = np.zeros((len(rows), 2), dtype=np.float64)
+        self.gi = np.zeros(_GI_WIDTH, dtype=np.int64)
+        self.gi[_G_CUR] = -1
+        self.gf = np.zeros(2, dtype=np.float64)
+        self.curve_x = curve_batches(self.num_batches, curve_points)
+        self.curve_val = np.zeros(len(self.curve_x), dtype=np.int64)
+        self.fed = 0
+        self.wrapped: dict[int, int] = defaultdict(int)
+        self.done = False
+
+    def feed(self, batch: np.ndarray, table: np.ndarray, row: np.ndarray) -> None:
+        if self.done:
+            raise RuntimeError("inspector already finished")
+        n = len(row)
+        if n == 0:
+            return
+        # every wrap of a row's count needs 2^bits lookups of that row, so the whole
+        # trace holds at most lookups >> bits of them
+        room = ((self.fed + n) >> self.count_bits) - sum(self.wrapped.values()) + 1
+        wraps = np.empty(max(room, 1), dtype=np.int64)
+        code, index = _inspect_kernel(
+            batch,
+            table,
+            row,
+            self.num_batches,
+            self.rows_u,
+            self.offsets,
+            self.last,
+            self.count,
+            self.ti,
+            self.tf,
+            self.gi,
+            self.gf,
+            self.curve_x,
+            self.curve_val,
+            wraps,
+        )
+        for f in wraps[: self.gi[_G_WRAPS]]:
+            self.wrapped[int(f)] += 1
+        self.fed += n
+        if code != _OK:
+            self.done = True
+            self._raise(code, int(index), batch, table, row)
+
+    def _raise(
+        self, code: int, i: int, batch: np.ndarray, table: np.ndarray, row: np.ndarray
+    ) -> None:
+        b, t, r = int(batch[i]), int(table[i]), int(row[i])
+        at = f"lookup (batch {b}, table {t}, row {r})"
+        if code == _BAD_TABLE:
+            msg = f"{at}: table index {t} is out of range (the trace has {len(self.rows)} tables)"
+        elif code == _BAD_ROW:
+            msg = f"{at}: row id {r} is out of range (table {t} has {int(self.rows[t])} rows)"
+        elif code == _UNSORTED:
+            msg = f"{at}: lookups are not sorted by batch (batch {int(self.gi[_G_CUR])} came first)"
+        elif code == _BAD_BATCH:
+            msg = f"{at}: batch {b} is beyond the manifest's {self.num_batches} batches"
+        else:  # pragma: no cover - the bound on wraps makes this unreachable
+            msg = f"{at}: internal error (lookup-count wrap buffer full)"
+        raise TraceError(f"{self.where}: {msg}")
+
+    def _top_shares(self) -> tuple[list[int], int]:
+        """Top-1% lookup sums per table and overall; consumes `count`."""
+        big = 1 << self.count_bits
+        by_table: list[list[int]] = [[] for _ in self.rows]
+        every: list[int] = []
+        for f, nwrap in self.wrapped.items():
+            true = int(self.count[f]) + nwrap * big
+            t = int(np.searchsorted(self.offsets, f, side="right")) - 1
+            by_table[t].append(true)
+            every.append(true)
+            self.count[f] = 0  # wrapped rows outrank every other row: take them apart
+        per_table = []
+        for t, rows in enumerate(self.rows):
+            k = _top1pct_rows(int(rows))
+            lo = int(self.offsets[t])
+            per_table.append(_top_with_wrapped(self.count[lo : lo + int(rows)], k, by_table[t]))
+        overall = _top_with_wrapped(self.count, _top1pct_rows(int(self.rows.sum())), every)
+        return per_table, overall
+
+    def result(self, names: Sequence[str] | None = None) -> dict[str, Any]:
+        if self.done:
+            raise RuntimeError("inspector already finished")
+        self.done = True
+        _finish_kernel(self.ti, self.tf, self.gi, self.gf, self.curve_x, self.curve_val)
+        top_t, top_all = self._top_shares()
+        total_rows = int(self.rows.sum())
+        names = list(names) if names is not None else [f"t{i}" for i in range(len(self.rows))]
+        ti, tf, gi, gf = self.ti, self.tf, self.gi, self.gf
+        tables = []
+        for t, rows in enumerate(self.rows):
+            lookups = int(ti[t, _T_LOOKUPS])
+            distinct = int(ti[t, _T_DISTINCT])
+            tables.append(
+                {
+                    "name": names[t],
+                    "rows": int(rows),
+                    "lookups": lookups,
+                    "distinct_rows": distinct,
+                    "touched_fraction": _ratio(distinct, int(rows)),
+                    "top1pct_rows": _top1pct_rows(int(rows)),
+                    "top1pct_share": _ratio(top_t[t], lookups),
+                    "distinct_per_batch_mean": _ratio(tf[t, _T_DPB_SUM], ti[t, _T_DPB_N]),
+                    "consecutive_reuse_mean": _ratio(tf[t, _T_REUSE_SUM], ti[t, _T_REUSE_N]),
+                }
+            )
+        lookups = int(ti[:, _T_LOOKUPS].sum())
+        distinct = int(gi[_G_TOUCHED])
+        return {
+            "batches": self.num_batches,
+            "lookups": lookups,
+            "rows": total_rows,
+            "distinct_rows": distinct,
+            "touched_fraction": _ratio(distinct, total_rows),
+            "top1pct_rows": _top1pct_rows(total_rows),
+            "top1pct_share": _ratio(top_all, lookups),
+            "distinct_per_batch_mean": _ratio(gf[_G_DPB_SUM], gi[_G_DPB_N]),
+            "consecutive_reuse_mean": _ratio(gf[_G_REUSE_SUM], gi[_G_REUSE_N]),
+            "tables": tables,
+            "touched_curve": [
+                [int(x), v / total_rows]
+                for x, v in zip(self.curve_x.tolist(), self.curve_val.tolist(), strict=True)
+            ],
+        }
+
+
+def _top_with_wrapped(counts: np.ndarray, k: int, wrapped: list[int]) -> int:
+    """Top-k sum when the `wrapped` rows (zeroed in `counts`) hold counts >= 2^bits."""
+    wrapped = sorted(wrapped, reverse=True)
+    if len(wrapped) >= k:
+        return sum(wrapped[:k])
+    return sum(wrapped) + _top_k_sum(counts, k - len(wrapped))
+
+
+def _whole_batch_chunks(
+    batch: np.ndarray, table: np.ndarray, row: np.ndarray, min_lookups: int
+) -> Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Split arrays into chunks of >= min_lookups lookups that never split a batch."""
+    n = len(row)
+    lo = 0
+    while lo < n:
+        hi = min(lo + max(int(min_lookups), 1), n)
+        if hi < n:
+            hi = int(np.searchsorted(batch, batch[hi - 1], side="right"))
+            hi = max(hi, lo + 1)
+        yield batch[lo:hi], table[lo:hi], row[lo:hi]
+        lo = hi
+
+
+def inspect_arrays(
+    batch: np.ndarray,
+    table: np.ndarray,
+    row: np.ndarray,
+    table_rows: Sequence[int] | np.ndarray,
+    *,
+    num_batches: int | None = None,
+    names: Sequence[str] | None = None,
+    curve_points: int = DEFAULT_CURVE_POINTS,
+    min_lookups: int = DEFAULT_MIN_LOOKUPS,
+    count_dtype: np.dtype | type = np.uint32,
+) -> dict[str, Any]:
+    """The statistics of in-memory lookups (trace order), with the streaming kernel.
+
+    `num_batches` defaults to the last batch + 1; `min_lookups` sets the chunk size the
+    kernel sees (results do not depend on it); `count_dtype` is the per-row counter
+    (narrow ones exercise the wrap handling in tests).
+    """
+    batch = np.ascontiguousarray(batch, dtype=np.uint32)
+    table = np.ascontiguousarray(table, dtype=np.uint16)
+    row = np.ascontiguousarray(row)
+    if row.dtype not in (np.uint32, np.uint64):
+        row = row.astype(np.uint64)
+    if num_batches is None:
+        num_batches = int(batch.max()) + 1 if len(batch) else 0
+    inspector = _Inspector(
+        table_rows, num_batches, curve_points=curve_points, where="arrays",
+        count_dtype=count_dtype,
+    )
+    for b, t, r in _whole_batch_chunks(batch, table, row, min_lookups):
+        inspector.feed(b, t, r)
+    return inspector.result(names)
+
+
+def inspect_trace(
+    trace_or_path: Trace | str | Path,
+    *,
+    curve_points: int = DEFAULT_CURVE_POINTS,
+    min_lookups: int = DEFAULT_MIN_LOOKUPS,
+) -> dict[str, Any]:
+    """The statistics of a trace (see the module docstring), streamed chunk by chunk.
+
+    Raises TraceError for a missing or corrupt trace, or a lookup whose table or row is
+    out of range. `min_lookups` is the chunk size read at a time (results do not depend
+    on it). The result also holds `trace` (the folder) and `updates` (update rows).
+    """
+    trace = trace_or_path if isinstance(trace_or_path, Trace) else open_trace(trace_or_path)
+    inspector = _Inspector(
+        trace.table_rows, trace.num_batches, curve_points=curve_points, where=str(trace.path)
+    )
+    for chunk in trace.iter_lookups(min_lookups=min_lookups):
+        inspector.feed(chunk.batch, chunk.table, chunk.row)
+    result = inspector.result(trace.table_names)
+    result = {"trace": str(trace.path), **result}
+    result["updates"] = trace.num_updates
+    return result
+
+
+def inspect_reference(
+    batch: np.ndarray,
+    table: np.ndarray,
+    row: np.ndarray,
+    table_rows: Sequence[int] | np.ndarray,
+    *,
+    num_batches: int | None = None,
+    names: Sequence[str] | None = None,
+    curve_points: int = DEFAULT_CURVE_POINTS,
+) -> dict[str, Any]:
+    """Slow, obviously correct `inspect_arrays` with sets and dicts (for tests)."""
+    rows = [int(r) for r in table_rows]
+    num_tables = len(rows)
+    total_rows = sum(rows)
+    lookups_of: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for b, t, r in zip(batch.tolist(), table.tolist(), row.tolist(), strict=True):
+        lookups_of[b].append((t, r))
+    if num_batches is None:
+        num_batches = max(lookups_of) + 1 if lookups_of else 0
+
+    counts: dict[tuple[int, int], int] = defaultdict(int)
+    seen: set[tuple[int, int]] = set()
+    touched_after: list[int] = []
+    dpb = [0.0, 0]
+    reuse = [0.0, 0]
+    dpb_t = [[0.0, 0] for _ in rows]
+    reuse_t = [[0.0, 0] for _ in rows]
+    previous: set[tuple[int, int]] = set()
+    for b in range(num_batches):
+        pairs = lookups_of.get(b, [])
+        for p in pairs:
+            counts[p] += 1
+        current = set(pairs)
+        if pairs:
+            dpb[0] += len(current) / len(pairs)
+            dpb[1] += 1
+        if b >= 1 and current:
+            reuse[0] += len(current & previous) / len(current)
+            reuse[1] += 1
+        for t in range(num_tables):
+            looked = [p for p in pairs if p[0] == t]
+            cur_t = {p for p in current if p[0] == t}
+            prev_t = {p for p in previous if p[0] == t}
+            if looked:
+                dpb_t[t][0] += len(cur_t) / len(looked)
+                dpb_t[t][1] += 1
+            if b >= 1 and cur_t:
+                reuse_t[t][0] += len(cur_t & prev_t) / len(cur_t)
+                reuse_t[t][1] += 1
+        seen |= current
+        touched_after.append(len(seen))
+        previous = current
+
+    def top(values: list[int], k: int) -> int:
+        return sum(sorted(values, reverse=True)[:k])  # rows never looked up add 0
+
+    tables = []
+    for t, n in enumerate(rows):
+        mine = [c for (tt, _), c in counts.items() if tt == t]
+        lookups = sum(mine)
+        distinct = len(mine)
+        tables.append(
+            {
+                "name": names[t] if names is not None else f"t{t}",
+                "rows": n,
+                "lookups": lookups,
+                "distinct_rows": distinct,
+                "touched_fraction": distinct / n,
+                "top1pct_rows": -(-n // 100),
+                "top1pct_share": top(mine, -(-n // 100)) / lookups if lookups else 0.0,
+                "distinct_per_batch_mean": dpb_t[t][0] / dpb_t[t][1] if dpb_t[t][1] else 0.0,
+                "consecutive_reuse_mean": (
+                    reuse_t[t][0] / reuse_t[t][1] if reuse_t[t][1] else 0.0
+                ),
+            }
+        )
+    lookups = sum(counts.values())
+    return {
+        "batches": num_batches,
+        "lookups": lookups,
+        "rows": total_rows,
+        "distinct_rows": len(seen),
+        "touched_fraction": len(seen) / total_rows,
+        "top1pct_rows": -(-total_rows // 100),
+        "top1pct_share": (
+            top(list(counts.values()), -(-total_rows // 100)) / lookups if lookups else 0.0
+        ),
+        "distinct_per_batch_mean": dpb[0] / dpb[1] if dpb[1] else 0.0,
+        "consecutive_reuse_mean": reuse[0] / reuse[1] if reuse[1] else 0.0,
+        "tables": tables,
+        "touched_curve": [
+            [int(x), touched_after[x - 1] / total_rows]
+            for x in curve_batches(num_batches, curve_points).tolist()
+        ],
+    }
+
+
+__all__ = [
+    "DEFAULT_CURVE_POINTS",
+    "curve_batches",
+    "inspect_arrays",
+    "inspect_reference",
+    "inspect_trace",
+]

@@ -1,0 +1,230 @@
+"""Trace format version 1: constants, Parquet settings and manifest validation.
+
+Layout of a trace folder (DESIGN section 3)::
+
+    manifest.json                 format_version, tool, workload, layout, files with SHA-256
+    lookups/part-NNNNN.parquet    batch uint32, table uint16, row uint32|uint64
+    updates/part-NNNNN.parquet    batch uint32, table uint16, row uint32|uint64, count uint32
+
+Lookups are sorted by (batch, table) and in sample order inside a group; updates are
+sorted by (batch, table, row). Files cover contiguous batch ranges and every Parquet row
+group holds whole batches, so a reader can stream any batch range.
+
+Parquet settings: zstd everywhere; `batch` and `table` PLAIN-encoded (long runs that zstd
+folds to almost nothing, and cheaper to encode than dictionary+RLE); `row` and `count`
+BYTE_STREAM_SPLIT, which zstd then compresses to ~1.7 B per row id at about twice the
+speed of PLAIN (measured with pyarrow 26: 107 vs 58 M values/s on one core). Every
+reader we promise (polars, pyarrow, DuckDB, pandas) reads these encodings with no option.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from replay.errors import TraceError
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+LOOKUPS_DIR = "lookups"
+UPDATES_DIR = "updates"
+KINDS = (LOOKUPS_DIR, UPDATES_DIR)
+
+# The largest row id a uint32 column can hold; tables with more rows use uint64.
+UINT32_ROWS = 2**32
+
+PARQUET_WRITE_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "use_dictionary": False,
+    "column_encoding": {
+        "batch": "PLAIN",
+        "table": "PLAIN",
+        "row": "BYTE_STREAM_SPLIT",
+        "count": "BYTE_STREAM_SPLIT",
+    },
+    # min/max of `batch` per row group lets readers skip to a batch range
+    "write_statistics": ["batch"],
+    "write_page_index": False,
+    "store_schema": False,
+}
+
+
+def part_name(index: int) -> str:
+    return f"part-{index:05d}.parquet"
+
+
+def row_dtype_for(max_rows: int) -> np.dtype:
+    """uint32 row ids, or uint64 where a table has more than 2^32 rows."""
+    return np.dtype(np.uint32) if max_rows <= UINT32_ROWS else np.dtype(np.uint64)
+
+
+def lookups_schema(row_dtype: np.dtype) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("batch", pa.uint32(), nullable=False),
+            pa.field("table", pa.uint16(), nullable=False),
+            pa.field("row", pa.from_numpy_dtype(row_dtype), nullable=False),
+        ]
+    )
+
+
+def updates_schema(row_dtype: np.dtype) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("batch", pa.uint32(), nullable=False),
+            pa.field("table", pa.uint16(), nullable=False),
+            pa.field("row", pa.from_numpy_dtype(row_dtype), nullable=False),
+            pa.field("count", pa.uint32(), nullable=False),
+        ]
+    )
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON to `path` through a temporary name in the same folder."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    tmp.replace(path)
+
+
+def safe_member(root: Path, relative: str) -> Path:
+    """Resolve a manifest path, refusing anything that points outside the trace folder."""
+    pure = PurePosixPath(relative)
+    if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+        raise TraceError(f"{root / MANIFEST_NAME}: file path {relative!r} leaves the trace folder")
+    return root.joinpath(*pure.parts)
+
+
+def _require(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: Path) -> Any:
+    if key not in obj:
+        raise TraceError(f"{where}: manifest has no {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise TraceError(f"{where}: manifest field {key!r} has the wrong type")
+    return value
+
+
+def load_manifest(root: Path) -> dict[str, Any]:
+    """Read and check `manifest.json`; raise TraceError with a clear reason otherwise."""
+    where = root / MANIFEST_NAME
+    if not root.exists():
+        raise TraceError(f"{root}: no such trace folder")
+    if not root.is_dir():
+        raise TraceError(f"{root}: not a folder (a trace is a folder with manifest.json)")
+    if not where.exists():
+        partial = root.parent / f".{root.name}.partial"
+        hint = (
+            " (an interrupted generation is beside it: finish it with --resume)"
+            if (partial.exists())
+            else ""
+        )
+        raise TraceError(f"{root}: no manifest.json, not a trace folder{hint}")
+    try:
+        manifest = json.loads(where.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TraceError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise TraceError(f"{where}: not a JSON object")
+    version = _require(manifest, "format_version", int, where)
+    if version != FORMAT_VERSION:
+        raise TraceError(
+            f"{where}: trace format version {version} is not supported "
+            f"(this replay reads version {FORMAT_VERSION})"
+        )
+    tables = _require(manifest, "tables", list, where)
+    if not tables:
+        raise TraceError(f"{where}: manifest lists no tables")
+    for i, table in enumerate(tables):
+        if not isinstance(table, dict):
+            raise TraceError(f"{where}: tables[{i}] is not an object")
+        _require(table, "name", str, where)
+        rows = _require(table, "rows", int, where)
+        if rows < 1:
+            raise TraceError(f"{where}: tables[{i}].rows must be positive")
+    batches = _require(manifest, "batches", int, where)
+    if batches < 0:
+        raise TraceError(f"{where}: batches must be non-negative")
+    _require(manifest, "row_dtype", str, where)
+    if manifest["row_dtype"] not in ("uint32", "uint64"):
+        raise TraceError(f"{where}: row_dtype must be uint32 or uint64")
+    files = _require(manifest, "files", dict, where)
+    for kind in KINDS:
+        entries = files.get(kind)
+        if not isinstance(entries, list):
+            raise TraceError(f"{where}: files.{kind} is missing or not a list")
+        expected_start = 0
+        for entry in entries:
+            if not isinstance(entry, dict):
+                raise TraceError(f"{where}: files.{kind} holds a non-object entry")
+            path = _require(entry, "path", str, where)
+            safe_member(root, path)
+            start = _require(entry, "batch_start", int, where)
+            stop = _require(entry, "batch_stop", int, where)
+            _require(entry, "rows", int, where)
+            _require(entry, "sha256", str, where)
+            if start != expected_start or stop < start:
+                raise TraceError(f"{where}: files.{kind} batch ranges are not contiguous")
+            expected_start = stop
+        if entries and expected_start != batches:
+            raise TraceError(f"{where}: files.{kind} cover {expected_start} of {batches} batches")
+    return manifest
+
+
+def build_manifest(
+    *,
+    created_by: str,
+    workload: dict[str, Any],
+    tables: list[dict[str, Any]],
+    batches: int,
+    batch_size: int,
+    row_dtype: np.dtype,
+    layout: dict[str, Any],
+    files: dict[str, list[dict[str, Any]]],
+    source: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The manifest of a finished trace. Deterministic: no timestamps, no worker count.
+
+    `files[kind]` entries carry path, batch_start, batch_stop, rows and sha256.
+    """
+    from replay import __version__
+
+    manifest: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "tool": {"name": "replay", "version": __version__},
+        "created_by": created_by,
+        "batches": batches,
+        "batch_size": batch_size,
+        "lookups": sum(int(e["rows"]) for e in files[LOOKUPS_DIR]),
+        "updates": sum(int(e["rows"]) for e in files[UPDATES_DIR]),
+        "row_dtype": np.dtype(row_dtype).name,
+        "tables": [{"name": t["name"], "rows": int(t["rows"])} for t in tables],
+        "layout": layout,
+        "workload": workload,
+    }
+    if source is not None:
+        manifest["source"] = source
+    manifest["files"] = files
+    return manifest
+
+
+# Target sizes of the file layout: a row group of about 1 M lookups (what readers stream
+# at a time) and files of 4 row groups, small enough that all cores write in parallel.
+ROW_GROUP_TARGET_LOOKUPS = 1 << 20
+ROW_GROUPS_PER_FILE = 4
+
+
+def plan_layout(lookups_per_batch: int, accumulate_batches: int = 1) -> dict[str, int]:
+    """Batches per row group and per file; a function of the workload shape only.
+
+    Row groups hold whole batches and whole gradient-accumulation windows, so each row
+    group's update sets can be computed from its own lookups.
+    """
+    per_group = max(1, round(ROW_GROUP_TARGET_LOOKUPS / max(lookups_per_batch, 1)))
+    per_group = -(-per_group // accumulate_batches) * accumulate_batches
+    return {
+        "batches_per_row_group": per_group,
+        "batches_per_file": per_group * ROW_GROUPS_PER_FILE,
+    }

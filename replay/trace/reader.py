@@ -1,0 +1,225 @@
+"""Streaming reader of trace folders.
+
+`open_trace(path)` checks the manifest and returns a `Trace`; `Trace.iter_lookups()` and
+`Trace.iter_updates()` yield whole batches as numpy arrays, row group by row group, so
+memory is bounded by the batch range in flight and never by the trace length. Chunks
+come in trace order (files in name order, rows in file order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from replay.errors import TraceError
+from replay.trace.format import KINDS, LOOKUPS_DIR, UPDATES_DIR, load_manifest, safe_member
+from replay.trace.writer import sha256_file
+
+
+@dataclass(frozen=True)
+class LookupChunk:
+    """Lookups of the batches [batch_start, batch_stop), in trace order."""
+
+    batch_start: int
+    batch_stop: int
+    batch: np.ndarray  # uint32
+    table: np.ndarray  # uint16
+    row: np.ndarray  # uint32 or uint64
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+
+@dataclass(frozen=True)
+class UpdateChunk:
+    """Embedding rows updated by the optimizer steps of [batch_start, batch_stop)."""
+
+    batch_start: int
+    batch_stop: int
+    batch: np.ndarray
+    table: np.ndarray
+    row: np.ndarray
+    count: np.ndarray  # uint32: gradient contributions folded into the update
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+
+_COLUMNS = {LOOKUPS_DIR: ("batch", "table", "row"), UPDATES_DIR: ("batch", "table", "row", "count")}
+
+
+class Trace:
+    """A trace folder opened for reading (see `replay.trace.format`)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.manifest: dict[str, Any] = load_manifest(self.path)
+        for kind in KINDS:
+            for entry in self.manifest["files"][kind]:
+                member = safe_member(self.path, entry["path"])
+                if not member.is_file():
+                    raise TraceError(f"{member}: listed in the manifest but missing")
+
+    # -- description ------------------------------------------------------------------
+    @property
+    def num_batches(self) -> int:
+        return int(self.manifest["batches"])
+
+    @property
+    def num_lookups(self) -> int:
+        return sum(int(e["rows"]) for e in self.manifest["files"][LOOKUPS_DIR])
+
+    @property
+    def num_updates(self) -> int:
+        return sum(int(e["rows"]) for e in self.manifest["files"][UPDATES_DIR])
+
+    @property
+    def table_names(self) -> list[str]:
+        return [t["name"] for t in self.manifest["tables"]]
+
+    @cached_property
+    def table_rows(self) -> np.ndarray:
+        return np.array([int(t["rows"]) for t in self.manifest["tables"]], dtype=np.int64)
+
+    @property
+    def row_dtype(self) -> np.dtype:
+        return np.dtype(self.manifest["row_dtype"])
+
+    @property
+    def workload(self) -> dict[str, Any]:
+        return self.manifest.get("workload", {})
+
+    def __repr__(self) -> str:
+        return (
+            f"Trace({str(self.path)!r}, batches={self.num_batches}, "
+            f"lookups={self.num_lookups}, tables={len(self.table_names)})"
+        )
+
+    # -- integrity ----------------------------------------------------------------------
+    def verify(self) -> None:
+        """Compare every file's SHA-256 with the manifest; raise TraceError on a mismatch."""
+        for kind in KINDS:
+            for entry in self.manifest["files"][kind]:
+                member = safe_member(self.path, entry["path"])
+                if sha256_file(member) != entry["sha256"]:
+                    raise TraceError(f"{member}: checksum does not match the manifest")
+
+    # -- streaming ----------------------------------------------------------------------
+    def _row_groups(self, kind: str, start: int, stop: int) -> Iterator[tuple[pq.ParquetFile, int]]:
+        """(file, row group index) pairs that may hold batches in [start, stop)."""
+        for entry in self.manifest["files"][kind]:
+            if entry["batch_stop"] <= start or entry["batch_start"] >= stop or entry["rows"] == 0:
+                continue
+            member = safe_member(self.path, entry["path"])
+            try:
+                handle = pq.ParquetFile(member)
+            except (OSError, pa.ArrowException) as exc:
+                raise TraceError(f"{member}: not a readable Parquet file ({exc})") from None
+            meta = handle.metadata
+            names = handle.schema_arrow.names
+            if tuple(names) != _COLUMNS[kind]:
+                raise TraceError(f"{member}: columns {names} are not {list(_COLUMNS[kind])}")
+            batch_col = names.index("batch")
+            for index in range(meta.num_row_groups):
+                stats = meta.row_group(index).column(batch_col).statistics
+                skip = stats is not None and stats.has_min_max and (
+                    stats.max < start or stats.min >= stop
+                )
+                if skip:
+                    continue
+                yield handle, index
+
+    def _iter(self, kind: str, start: int, stop: int | None) -> Iterator[dict[str, np.ndarray]]:
+        stop = self.num_batches if stop is None else min(stop, self.num_batches)
+        if start < 0 or start > stop:
+            raise TraceError(f"{self.path}: bad batch range [{start}, {stop})")
+        for handle, index in self._row_groups(kind, start, stop):
+            try:
+                table = handle.read_row_group(index)
+            except (OSError, pa.ArrowException) as exc:
+                raise TraceError(f"{handle.metadata}: unreadable row group ({exc})") from None
+            columns = {name: table.column(name).to_numpy() for name in _COLUMNS[kind]}
+            batch = columns["batch"]
+            if len(batch) and (batch[0] < start or batch[-1] >= stop):
+                lo, hi = np.searchsorted(batch, [start, stop])
+                columns = {name: col[lo:hi] for name, col in columns.items()}
+            if len(columns["batch"]):
+                yield columns
+
+    def iter_lookups(
+        self, start: int = 0, stop: int | None = None, *, min_lookups: int = 1 << 20
+    ) -> Iterator[LookupChunk]:
+        """Lookups of batches [start, stop) in trace order, in chunks of whole batches.
+
+        Row groups are concatenated until a chunk holds at least `min_lookups` lookups.
+        """
+        for cols in _gather(self._iter(LOOKUPS_DIR, start, stop), min_lookups):
+            yield LookupChunk(int(cols["batch"][0]), int(cols["batch"][-1]) + 1, **cols)
+
+    def iter_updates(
+        self, start: int = 0, stop: int | None = None, *, min_rows: int = 1 << 20
+    ) -> Iterator[UpdateChunk]:
+        """Update rows of batches [start, stop), in chunks of whole batches."""
+        for cols in _gather(self._iter(UPDATES_DIR, start, stop), min_rows):
+            yield UpdateChunk(int(cols["batch"][0]), int(cols["batch"][-1]) + 1, **cols)
+
+    def lookups(self, start: int = 0, stop: int | None = None) -> LookupChunk:
+        """All lookups of batches [start, stop) in one chunk (mind the memory)."""
+        chunks = list(self.iter_lookups(start, stop, min_lookups=1 << 62))
+        if chunks:
+            return chunks[0]
+        empty = np.empty(0, dtype=np.uint32)
+        return LookupChunk(
+            start, start, empty, empty.astype(np.uint16), empty.astype(self.row_dtype)
+        )
+
+    def updates(self, start: int = 0, stop: int | None = None) -> UpdateChunk:
+        """All update rows of batches [start, stop) in one chunk."""
+        chunks = list(self.iter_updates(start, stop, min_rows=1 << 62))
+        if chunks:
+            return chunks[0]
+        empty = np.empty(0, dtype=np.uint32)
+        return UpdateChunk(
+            start, start, empty, empty.astype(np.uint16), empty.astype(self.row_dtype), empty
+        )
+
+
+def _gather(
+    pieces: Iterator[dict[str, np.ndarray]], min_rows: int
+) -> Iterator[dict[str, np.ndarray]]:
+    """Concatenate pieces into chunks of >= min_rows that never split a batch."""
+    pending: list[dict[str, np.ndarray]] = []
+    size = 0
+    for piece in pieces:
+        pending.append(piece)
+        size += len(piece["batch"])
+        if size >= min_rows:
+            merged = _concat(pending)
+            # keep the last batch back: the next piece may continue it
+            last = merged["batch"][-1]
+            cut = int(np.searchsorted(merged["batch"], last))
+            if cut == 0:
+                continue
+            yield {k: v[:cut] for k, v in merged.items()}
+            pending = [{k: v[cut:] for k, v in merged.items()}]
+            size = len(pending[0]["batch"])
+    if pending and size:
+        yield _concat(pending)
+
+
+def _concat(pieces: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    if len(pieces) == 1:
+        return pieces[0]
+    return {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
+
+
+def open_trace(path: str | Path) -> Trace:
+    """Open a trace folder for streaming; raises TraceError if it is not a valid trace."""
+    return Trace(path)

@@ -1,0 +1,258 @@
+"""Trace generation: a workload spec in, a trace folder out (DESIGN sections 3 and 4).
+
+The work is cut by the file layout (`plan_layout`: row groups of ~1 M lookups, files of
+4 row groups), which depends on the workload's shape only. Files are written in
+parallel by `workers` threads; inside a file, the next row group is sampled (numba,
+GIL released) while the current one is compressed and written (pyarrow, GIL released),
+so sampling hides behind writing. Because every draw is a pure function of
+(spec, seed, batch, table, position), the bytes do not depend on the number of workers.
+
+Memory: each file in flight holds at most two row groups (lookups + updates), so peak
+memory is bounded by `workers` x a few row groups, never by the number of batches.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from replay import __version__
+from replay.errors import ConfigError, ReplayError
+from replay.trace.format import (
+    FORMAT_VERSION,
+    LOOKUPS_DIR,
+    MANIFEST_NAME,
+    UPDATES_DIR,
+    build_manifest,
+    lookups_schema,
+    plan_layout,
+    row_dtype_for,
+    updates_schema,
+)
+from replay.trace.updates import update_sets
+from replay.trace.writer import TraceFolderWriter
+from replay.workload import sampler
+from replay.workload.presets import PRESETS, get_preset
+from replay.workload.spec import WorkloadSpec, load_spec
+
+
+@dataclass(frozen=True)
+class CompiledWorkload:
+    """A spec turned into the flat arrays the sampling kernel takes."""
+
+    spec: WorkloadSpec
+    root: np.uint64
+    tables: sampler.SamplerTables
+    rows: np.ndarray
+    frozen: np.ndarray
+    row_dtype: np.dtype
+
+    @classmethod
+    def from_spec(cls, spec: WorkloadSpec) -> CompiledWorkload:
+        root = sampler.root_key(spec.seed)
+        rows = np.array([t.rows for t in spec.tables], dtype=np.int64)
+        return cls(
+            spec=spec,
+            root=np.uint64(root),
+            tables=sampler.build_sampler_tables(spec.tables, root),
+            rows=rows,
+            frozen=np.array([t.frozen for t in spec.tables], dtype=np.bool_),
+            row_dtype=row_dtype_for(int(rows.max())),
+        )
+
+    def lookups(
+        self, batch_start: int, batch_stop: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(batch, table, row) arrays of batches [batch_start, batch_stop) in trace order."""
+        n = (batch_stop - batch_start) * self.spec.lookups_per_batch
+        out_batch = np.empty(n, dtype=np.uint32)
+        out_table = np.empty(n, dtype=np.uint16)
+        out_row = np.empty(n, dtype=self.row_dtype)
+        st = self.tables
+        sampler.generate_lookups(
+            self.root, batch_start, batch_stop, self.spec.batch_size, st.iparams, st.fparams,
+            st.round_keys, st.alias_prob, st.alias_index, st.perm, out_batch, out_table, out_row,
+        )  # fmt: skip
+        return out_batch, out_table, out_row
+
+    def updates(
+        self,
+        batch: np.ndarray,
+        table: np.ndarray,
+        row: np.ndarray,
+        batch_start: int,
+        batch_stop: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return update_sets(
+            batch, table, row, batch_start, batch_stop, self.rows, self.frozen,
+            self.spec.update.accumulate_batches,
+        )  # fmt: skip
+
+    def row_group(self, batch_start: int, batch_stop: int) -> dict[str, pa.Table]:
+        """The lookups and updates tables of one row group."""
+        b, t, r = self.lookups(batch_start, batch_stop)
+        ub, ut, ur, uc = self.updates(b, t, r, batch_start, batch_stop)
+        return {
+            LOOKUPS_DIR: pa.table({"batch": b, "table": t, "row": r}, schema=self.lookups_schema),
+            UPDATES_DIR: pa.table(
+                {"batch": ub, "table": ut, "row": ur, "count": uc}, schema=self.updates_schema
+            ),
+        }
+
+    @property
+    def lookups_schema(self) -> pa.Schema:
+        return lookups_schema(self.row_dtype)
+
+    @property
+    def updates_schema(self) -> pa.Schema:
+        return updates_schema(self.row_dtype)
+
+
+def resolve_workload(workload: WorkloadSpec | str | Path) -> WorkloadSpec:
+    """A spec object, a preset name, or a path to a TOML spec."""
+    if isinstance(workload, WorkloadSpec):
+        return workload
+    text = str(workload)
+    if text in PRESETS:
+        return get_preset(text)
+    if text.endswith(".toml") or Path(text).exists():
+        return load_spec(text)
+    return get_preset(text)  # raises the unknown-preset error
+
+
+@dataclass(frozen=True)
+class FileTask:
+    index: int
+    batch_start: int
+    batch_stop: int
+    row_groups: tuple[tuple[int, int], ...]
+
+
+def plan_files(spec: WorkloadSpec) -> tuple[dict[str, int], list[FileTask]]:
+    layout = plan_layout(spec.lookups_per_batch, spec.update.accumulate_batches)
+    per_file, per_group = layout["batches_per_file"], layout["batches_per_row_group"]
+    tasks = []
+    for index, start in enumerate(range(0, spec.batches, per_file)):
+        stop = min(start + per_file, spec.batches)
+        groups = tuple((g, min(g + per_group, stop)) for g in range(start, stop, per_group))
+        tasks.append(FileTask(index, start, stop, groups))
+    return layout, tasks
+
+
+def generate(
+    workload: WorkloadSpec | str | Path,
+    out: str | Path,
+    *,
+    batches: int | None = None,
+    batch_size: int | None = None,
+    seed: int | None = None,
+    alpha: float | None = None,
+    drift: float | None = None,
+    reuse: float | None = None,
+    workers: int | None = None,
+    force: bool = False,
+    resume: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> Path:
+    """Generate a trace folder at `out` and return its path.
+
+    `workload` is a WorkloadSpec, a preset name or a TOML path; the keyword overrides
+    replace the spec's values (alpha, drift and reuse for every table). `progress`, if
+    given, is called with the number of lookups of each row group written.
+    """
+    spec = resolve_workload(workload).with_overrides(
+        batches=batches, batch_size=batch_size, seed=seed, alpha=alpha, drift=drift, reuse=reuse
+    )
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    out = Path(out)
+    layout, tasks = plan_files(spec)
+    plan = {
+        "created_by": "generate",
+        "format_version": FORMAT_VERSION,
+        "tool_version": __version__,
+        "workload": spec.to_dict(),
+        "layout": layout,
+    }
+    if (
+        resume
+        and (out / MANIFEST_NAME).exists()
+        and not (out.parent / f".{out.name}.partial").exists()
+    ):
+        from replay.trace.reader import open_trace
+
+        if open_trace(out).workload == spec.to_dict():
+            return out  # already complete: resuming is a no-op
+    writer = TraceFolderWriter(out, plan, force=force, resume=resume)
+    compiled = CompiledWorkload.from_spec(spec)
+    schemas = {LOOKUPS_DIR: compiled.lookups_schema, UPDATES_DIR: compiled.updates_schema}
+    lock = threading.Lock()
+
+    def report(n: int) -> None:
+        if progress is not None:
+            with lock:
+                progress(n)
+
+    try:
+        with (
+            ThreadPoolExecutor(workers, thread_name_prefix="sample") as sample_pool,
+            ThreadPoolExecutor(workers, thread_name_prefix="write") as write_pool,
+        ):
+
+            def write_file(task: FileTask) -> dict[str, dict[str, Any]]:
+                done = {kind: writer.done_part(kind, task.index) for kind in schemas}
+                if all(done.values()):
+                    report((task.batch_stop - task.batch_start) * spec.lookups_per_batch)
+                    return done  # type: ignore[return-value]
+
+                def groups() -> Iterator[dict[str, pa.Table]]:
+                    pending: deque[Future[dict[str, pa.Table]]] = deque()
+                    for g0, g1 in task.row_groups:
+                        pending.append(sample_pool.submit(compiled.row_group, g0, g1))
+                        if len(pending) >= 2:
+                            group = pending.popleft().result()
+                            yield group
+                            report(group[LOOKUPS_DIR].num_rows)
+                    while pending:
+                        group = pending.popleft().result()
+                        yield group
+                        report(group[LOOKUPS_DIR].num_rows)
+
+                return writer.write_parts(task.index, schemas, groups())
+
+            results = list(write_pool.map(write_file, tasks))
+    except KeyboardInterrupt:
+        raise ReplayError(
+            f"{out}: interrupted; finish it with the same command and --resume"
+        ) from None
+    except BaseException:
+        writer.abort()
+        raise
+    files: dict[str, list[dict[str, Any]]] = {kind: [] for kind in schemas}
+    for task, entries in zip(tasks, results, strict=True):
+        for kind, entry in entries.items():
+            files[kind].append(
+                {**entry, "batch_start": task.batch_start, "batch_stop": task.batch_stop}
+            )
+    manifest = build_manifest(
+        created_by="generate",
+        workload=spec.to_dict(),
+        tables=[{"name": t.name, "rows": t.rows} for t in spec.tables],
+        batches=spec.batches,
+        batch_size=spec.batch_size,
+        row_dtype=compiled.row_dtype,
+        layout=layout,
+        files=files,
+    )
+    return writer.finish(manifest)

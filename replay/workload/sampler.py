@@ -1,0 +1,488 @@
+"""The access model's kernels: random streams, the bounded power law, rank -> row.
+
+Random numbers are counter-based: every uniform is `mix64(key + i * GAMMA)` (SplitMix64,
+Steele et al., OOPSLA 2014) for a stream key derived from the spec's seed sequence, the
+batch index, the table and a purpose. So any draw of any batch can be computed on its
+own, in any order, on any thread: batch b depends only on (spec, seed, b), and the
+output is identical whatever the number of workers.
+
+Assumptions and sources of each model:
+
+- Popularity rank k in [1, rows] follows the bounded power law p(k) ~ k^-alpha, sampled
+  exactly by rejection inversion (Hörmann & Derflinger, "Rejection-inversion to generate
+  variates from monotone discrete distributions", ACM TOMACS 6(3), 1996; the variant of
+  Apache Commons RNG's RejectionInversionZipfSampler). alpha = 0 is the uniform law.
+- Rank -> row is a keyed pseudo-random permutation of [0, rows): a 4-round Feistel
+  network on the smallest bit width holding `rows`, with cycle walking (Black & Rogaway,
+  "Ciphers with arbitrary finite domains", CT-RSA 2002). No per-table array: a 40 M-row
+  table costs nothing. `contiguous` mapping uses row = rank - 1.
+- Drift: the ranking rotates by s_b = floor(drift * rows * P * floor(b / P)) places at
+  batch b (P = drift_period_batches): rank k maps to position (k - 1 - s_b) mod rows. Old
+  hot rows cool by s_b ranks, while rows from the cold tail become the new hottest ids.
+- Reuse: with probability `reuse` a lookup repeats the lookup at a uniformly chosen
+  position of the same table in one of the previous `reuse_window_batches` batches
+  (uniform over the window); that lookup may itself be a repeat, followed back until a
+  fresh draw. Batch 0 has no history and draws fresh.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+GAMMA = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64 increment (golden ratio)
+MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+MIX2 = np.uint64(0x94D049BB133111EB)
+TABLE_MULT = np.uint64(0xD1B54A32D192ED03)
+PURPOSE_MULT = np.uint64(0xAEF17502108EF2D9)
+S30 = np.uint64(30)
+S27 = np.uint64(27)
+S31 = np.uint64(31)
+S11 = np.uint64(11)
+MASK64 = (1 << 64) - 1
+INV_2_53 = 1.0 / 9007199254740992.0
+
+PURPOSE_FRESH = 0  # the power-law draw
+PURPOSE_REUSE = 1  # reuse coin, window offset, position
+PURPOSE_PERM = 2  # Feistel round keys (per table, per seed; not per batch)
+FEISTEL_ROUNDS = 4
+
+
+@njit(cache=True, nogil=True, inline="always")
+def mix64(z: np.uint64) -> np.uint64:
+    """SplitMix64's output function: a bijective 64-bit mixer."""
+    z = (z ^ (z >> S30)) * MIX1
+    z = (z ^ (z >> S27)) * MIX2
+    return z ^ (z >> S31)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def stream_key(root: np.uint64, batch: np.int64, table: np.int64, purpose: np.int64) -> np.uint64:
+    k = mix64(root + np.uint64(batch) * GAMMA)
+    k = mix64(k + np.uint64(table) * TABLE_MULT)
+    return mix64(k + np.uint64(purpose) * PURPOSE_MULT)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def uniform(key: np.uint64, counter: np.int64) -> float:
+    """The counter-th uniform in [0, 1) of the stream `key` (53 random bits)."""
+    return np.float64(mix64(key + np.uint64(counter + 1) * GAMMA) >> S11) * INV_2_53
+
+
+# -- bounded power law: rejection inversion -------------------------------------------
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _helper1(x: float) -> float:  # log1p(x) / x, stable near 0
+    if abs(x) > 1e-8:
+        return math.log1p(x) / x
+    return 1.0 - x * (0.5 - x * (1.0 / 3.0 - 0.25 * x))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _helper2(x: float) -> float:  # expm1(x) / x, stable near 0
+    if abs(x) > 1e-8:
+        return math.expm1(x) / x
+    return 1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + 0.25 * x))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _h(x: float, alpha: float) -> float:
+    return math.exp(-alpha * math.log(x))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _h_integral(x: float, alpha: float) -> float:
+    log_x = math.log(x)
+    return _helper2((1.0 - alpha) * log_x) * log_x
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _h_integral_inverse(x: float, alpha: float) -> float:
+    t = x * (1.0 - alpha)
+    if t < -1.0:
+        t = -1.0  # guards round-off at the upper end
+    return math.exp(_helper1(t) * x)
+
+
+@njit(cache=True, nogil=True)
+def zipf_constants(rows: np.int64, alpha: float) -> tuple[float, float, float]:
+    """(H(1.5) - 1, H(rows + 0.5), s) of the rejection-inversion sampler."""
+    h_x1 = _h_integral(1.5, alpha) - 1.0
+    h_n = _h_integral(rows + 0.5, alpha)
+    s = 2.0 - _h_integral_inverse(_h_integral(2.5, alpha) - _h(2.0, alpha), alpha)
+    return h_x1, h_n, s
+
+
+@njit(cache=True, nogil=True, inline="always")
+def zipf_rank(
+    key: np.uint64, rows: np.int64, alpha: float, h_x1: float, h_n: float, s: float
+) -> np.int64:
+    """An exact draw from p(k) ~ k^-alpha, k in [1, rows]; key is this draw's own stream."""
+    if alpha == 0.0:
+        return np.int64(uniform(key, 0) * rows) + 1
+    attempt = 0
+    while True:
+        u = h_n + uniform(key, attempt) * (h_x1 - h_n)
+        x = _h_integral_inverse(u, alpha)
+        k = np.int64(x + 0.5)
+        if k < 1:
+            k = 1
+        elif k > rows:
+            k = rows
+        if k - x <= s or u >= _h_integral(k + 0.5, alpha) - _h(np.float64(k), alpha):
+            return k
+        attempt += 1
+
+
+# -- rank -> row: keyed Feistel permutation with cycle walking -------------------------
+
+
+@njit(cache=True, nogil=True, inline="always")
+def feistel_permute(x: np.uint64, bits: np.int64, round_keys: np.ndarray) -> np.uint64:
+    """One pass of an unbalanced Feistel network over [0, 2^bits); a bijection."""
+    wa = bits // 2  # width of the left part a
+    wb = bits - wa  # width of the right part b
+    a = x >> np.uint64(wb)
+    b = x & ((np.uint64(1) << np.uint64(wb)) - np.uint64(1))
+    for r in range(FEISTEL_ROUNDS):
+        # multiply-shift round function: the top wa bits of (b + key) * odd constant
+        f = ((b + round_keys[r]) * MIX1) >> np.uint64(64 - wa)
+        a, b = b, a ^ f  # (a: wb bits, b: wa bits) after the swap
+        wa, wb = wb, wa
+    return (a << np.uint64(wb)) | b
+
+
+@njit(cache=True, nogil=True, inline="always")
+def permute_index(p: np.int64, rows: np.int64, bits: np.int64, round_keys: np.ndarray) -> np.int64:
+    """A keyed bijection of [0, rows) (cycle walking keeps the image inside)."""
+    x = feistel_permute(np.uint64(p), bits, round_keys)
+    while x >= np.uint64(rows):
+        x = feistel_permute(x, bits, round_keys)
+    return np.int64(x)
+
+
+def permutation_bits(rows: int) -> int:
+    """Feistel width: the bits of rows - 1, at least 2 (so both halves exist)."""
+    return max(2, int(rows - 1).bit_length())
+
+
+def feistel_round_keys(root: int, table: int) -> np.ndarray:
+    """Round keys of table `table`'s permutation (fixed for the whole trace)."""
+    key = int(_stream_key_py(root, 0, table, PURPOSE_PERM))
+    return np.array(
+        [_mix64_py((key + (r + 1) * int(GAMMA)) & MASK64) for r in range(FEISTEL_ROUNDS)],
+        dtype=np.uint64,
+    )
+
+
+# -- exact bounded power law, fast: alias head + rejection-inversion tail ------------
+#
+# Ranks 1..K ("head") are drawn from an alias table (Walker 1977, Vose 1991) built from
+# the exact pmf; ranks K+1..rows ("tail") by rejection inversion restricted to the tail
+# (its hat starts at H(K + 0.5), so no rank needs special care). The head is chosen with
+# its exact probability S_K / S_rows, where the tail sum comes from Euler-Maclaurin (error
+# below 1e-20 relative for K >= 4096). Tables of up to FULL_ALIAS_ROWS rows are all head.
+
+HEAD_RANKS = 4096
+FULL_ALIAS_ROWS = 1 << 16
+# iparams columns
+(
+    I_ROWS,
+    I_POOLING,
+    I_HEAD,
+    I_ALIAS_OFF,
+    I_DRIFT_PERIOD,
+    I_REUSE_WINDOW,
+    I_CONTIGUOUS,
+    I_BITS,
+    I_PERM_OFF,
+) = range(9)
+# fparams columns
+F_ALPHA, F_P_HEAD, F_TAIL_LO, F_TAIL_HI, F_TAIL_S, F_DRIFT, F_REUSE = range(7)
+
+
+def tail_sum(first: int, last: int, alpha: float) -> float:
+    """sum_{k=first}^{last} k^-alpha by Euler-Maclaurin (first >= HEAD_RANKS + 1)."""
+    if last < first:
+        return 0.0
+    a, b = float(first), float(last)
+    integral = _h_integral(b, alpha) - _h_integral(a, alpha)
+
+    def d1(x: float) -> float:
+        return -alpha * x ** (-alpha - 1.0)
+
+    def d3(x: float) -> float:
+        return -alpha * (alpha + 1.0) * (alpha + 2.0) * x ** (-alpha - 3.0)
+
+    return (
+        integral + (a**-alpha + b**-alpha) / 2.0 + (d1(b) - d1(a)) / 12.0 - (d3(b) - d3(a)) / 720.0
+    )
+
+
+@njit(cache=True, nogil=True)
+def build_alias(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Vose's alias method: (prob, alias) so that a uniform slot i keeps i with prob[i]."""
+    n = len(weights)
+    scaled = weights * (n / weights.sum())
+    prob = np.ones(n, dtype=np.float64)
+    alias = np.arange(n).astype(np.int32)
+    small = np.empty(n, dtype=np.int64)
+    large = np.empty(n, dtype=np.int64)
+    ns = 0
+    nl = 0
+    for i in range(n):
+        if scaled[i] < 1.0:
+            small[ns] = i
+            ns += 1
+        else:
+            large[nl] = i
+            nl += 1
+    while ns > 0 and nl > 0:
+        ns -= 1
+        s_i = small[ns]
+        l_i = large[nl - 1]
+        prob[s_i] = scaled[s_i]
+        alias[s_i] = l_i
+        scaled[l_i] = (scaled[l_i] + scaled[s_i]) - 1.0
+        if scaled[l_i] < 1.0:
+            nl -= 1
+            small[ns] = l_i
+            ns += 1
+    return prob, alias
+
+
+@dataclass(frozen=True)
+class SamplerTables:
+    """Per-table parameters of the access model, flattened for the kernels."""
+
+    iparams: np.ndarray  # int64 [tables, 9]
+    fparams: np.ndarray  # float64 [tables, 7]
+    round_keys: np.ndarray  # uint64 [tables, FEISTEL_ROUNDS]
+    alias_prob: np.ndarray  # float64, all tables' head tables end to end
+    alias_index: np.ndarray  # int32
+    perm: np.ndarray  # uint32: explicit permutations of the small tables, end to end
+
+
+def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
+    """Flatten TableSpec-like objects (rows, pooling, alpha, drift, ...) for the kernels."""
+    n = len(tables)
+    iparams = np.zeros((n, 9), dtype=np.int64)
+    fparams = np.zeros((n, 7), dtype=np.float64)
+    round_keys = np.zeros((n, FEISTEL_ROUNDS), dtype=np.uint64)
+    probs: list[np.ndarray] = []
+    aliases: list[np.ndarray] = []
+    perms: list[np.ndarray] = []
+    alias_off = perm_off = 0
+    for t, spec in enumerate(tables):
+        rows, alpha = int(spec.rows), float(spec.alpha)
+        head = rows if rows <= FULL_ALIAS_ROWS else HEAD_RANKS
+        if alpha == 0.0:
+            head = 0  # uniform: no table needed
+        bits = permutation_bits(rows)
+        keys = feistel_round_keys(root, t)
+        round_keys[t] = keys
+        iparams[t] = (
+            rows, spec.pooling, head, alias_off, spec.drift_period_batches,
+            spec.reuse_window_batches, spec.mapping == "contiguous", bits, -1,
+        )  # fmt: skip
+        p_head, lo, hi, sq = 1.0, 0.0, 0.0, 0.0
+        if head:
+            weights = np.arange(1, head + 1, dtype=np.float64) ** -alpha
+            prob, alias = build_alias(weights)
+            probs.append(prob)
+            aliases.append(alias)
+            alias_off += head
+            if head < rows:
+                s_head = math.fsum(weights.tolist())
+                p_head = s_head / (s_head + tail_sum(head + 1, rows, alpha))
+                lo = _h_integral(head + 0.5, alpha)
+                hi = _h_integral(rows + 0.5, alpha)
+                sq = zipf_constants(rows, alpha)[2]
+        fparams[t] = (alpha, p_head, lo, hi, sq, spec.drift, spec.reuse)
+        if rows <= FULL_ALIAS_ROWS and spec.mapping != "contiguous":
+            iparams[t, I_PERM_OFF] = perm_off
+            perms.append(_explicit_permutation(rows, bits, keys))
+            perm_off += rows
+
+    def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+        return np.concatenate(parts).astype(dtype) if parts else np.zeros(1, dtype=dtype)
+
+    return SamplerTables(
+        iparams, fparams, round_keys,
+        cat(probs, np.float64), cat(aliases, np.int32), cat(perms, np.uint32),
+    )  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def _explicit_permutation(rows: np.int64, bits: np.int64, keys: np.ndarray) -> np.ndarray:
+    out = np.empty(rows, dtype=np.uint32)
+    for p in range(rows):
+        out[p] = permute_index(p, rows, bits, keys)
+    return out
+
+
+@njit(cache=True, nogil=True, inline="always")
+def draw_rank(
+    key: np.uint64, t: np.int64, ip: np.ndarray, fp: np.ndarray,
+    alias_prob: np.ndarray, alias_index: np.ndarray,
+) -> np.int64:  # fmt: skip
+    """An exact draw from p(k) ~ k^-alpha, k in [1, rows], from the stream `key`."""
+    rows = ip[t, I_ROWS]
+    head = ip[t, I_HEAD]
+    if head == 0:
+        return np.int64(uniform(key, 0) * rows) + 1
+    u = uniform(key, 0)
+    if u < fp[t, F_P_HEAD]:
+        v = uniform(key, 1) * head
+        slot = np.int64(v)
+        off = ip[t, I_ALIAS_OFF]
+        if v - slot < alias_prob[off + slot]:
+            return slot + 1
+        return np.int64(alias_index[off + slot]) + 1
+    alpha = fp[t, F_ALPHA]
+    lo = fp[t, F_TAIL_LO]
+    hi = fp[t, F_TAIL_HI]
+    s = fp[t, F_TAIL_S]
+    attempt = 2
+    while True:
+        w = hi + uniform(key, attempt) * (lo - hi)
+        x = _h_integral_inverse(w, alpha)
+        k = np.int64(x + 0.5)
+        if k <= head:
+            k = head + 1
+        elif k > rows:
+            k = rows
+        if k - x <= s or w >= _h_integral(k + 0.5, alpha) - _h(np.float64(k), alpha):
+            return k
+        attempt += 1
+
+
+# -- the whole access model of one lookup ---------------------------------------------
+
+
+@njit(cache=True, nogil=True, inline="always")
+def drift_shift(batch: np.int64, rows: np.int64, drift: float, period: np.int64) -> np.int64:
+    if drift == 0.0:
+        return 0
+    epoch_start = (batch // period) * period
+    return np.int64(math.floor(drift * rows * epoch_start)) % rows
+
+
+@njit(cache=True, nogil=True, inline="always")
+def rank_to_row(
+    rank: np.int64, batch: np.int64, t: np.int64, ip: np.ndarray, fp: np.ndarray,
+    round_keys: np.ndarray, perm: np.ndarray,
+) -> np.int64:  # fmt: skip
+    rows = ip[t, I_ROWS]
+    p = (rank - 1 - drift_shift(batch, rows, fp[t, F_DRIFT], ip[t, I_DRIFT_PERIOD])) % rows
+    if ip[t, I_CONTIGUOUS]:
+        return p
+    off = ip[t, I_PERM_OFF]
+    if off >= 0:
+        return np.int64(perm[off + p])
+    return permute_index(p, rows, ip[t, I_BITS], round_keys[t])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def source_of(
+    root: np.uint64, batch: np.int64, t: np.int64, position: np.int64, n_t: np.int64,
+    reuse: float, window: np.int64,
+) -> tuple[np.int64, np.int64]:  # fmt: skip
+    """Follow reuse back to the (batch, position) whose fresh draw this lookup repeats."""
+    b = batch
+    j = position
+    while b > 0:
+        draw = mix64(stream_key(root, b, t, PURPOSE_REUSE) + np.uint64(j + 1) * GAMMA)
+        if uniform(draw, 0) >= reuse:
+            break
+        w = window if window < b else b
+        back = 1 + np.int64(uniform(draw, 1) * w)
+        j = np.int64(uniform(draw, 2) * n_t)
+        b = b - back
+    return b, j
+
+
+@njit(cache=True, nogil=True)
+def generate_lookups(
+    root: np.uint64,
+    batch_start: np.int64,
+    batch_stop: np.int64,
+    batch_size: np.int64,
+    ip: np.ndarray,
+    fp: np.ndarray,
+    round_keys: np.ndarray,
+    alias_prob: np.ndarray,
+    alias_index: np.ndarray,
+    perm: np.ndarray,
+    out_batch: np.ndarray,
+    out_table: np.ndarray,
+    out_row: np.ndarray,
+) -> None:
+    """Fill the lookups of batches [batch_start, batch_stop), sorted by (batch, table).
+
+    Within a (batch, table) group lookups are in sample order: sample i's pooling
+    lookups sit at positions i * pooling ... i * pooling + pooling - 1.
+    """
+    num_tables = ip.shape[0]
+    out = 0
+    for b in range(batch_start, batch_stop):
+        for t in range(num_tables):
+            n_t = batch_size * ip[t, I_POOLING]
+            fresh_key = stream_key(root, b, t, PURPOSE_FRESH)
+            reuse = fp[t, F_REUSE]
+            for j in range(n_t):
+                src_b = b
+                src_j = j
+                key = fresh_key
+                if reuse > 0.0:
+                    src_b, src_j = source_of(root, b, t, j, n_t, reuse, ip[t, I_REUSE_WINDOW])
+                    if src_b != b:
+                        key = stream_key(root, src_b, t, PURPOSE_FRESH)
+                draw_key = mix64(key + np.uint64(src_j + 1) * GAMMA)
+                rank = draw_rank(draw_key, t, ip, fp, alias_prob, alias_index)
+                out_batch[out] = b
+                out_table[out] = t
+                out_row[out] = rank_to_row(rank, src_b, t, ip, fp, round_keys, perm)
+                out += 1
+
+
+# -- pure-Python twins (key derivation here; whole-model reference in tests) ----------
+
+
+def _mix64_py(z: int) -> int:
+    z &= MASK64
+    z = ((z ^ (z >> 30)) * int(MIX1)) & MASK64
+    z = ((z ^ (z >> 27)) * int(MIX2)) & MASK64
+    return z ^ (z >> 31)
+
+
+def _stream_key_py(root: int, batch: int, table: int, purpose: int) -> int:
+    k = _mix64_py(root + batch * int(GAMMA))
+    k = _mix64_py(k + table * int(TABLE_MULT))
+    return _mix64_py(k + purpose * int(PURPOSE_MULT))
+
+
+def root_key(seed: int) -> int:
+    """The trace's root key: the first word of numpy's SeedSequence(seed)."""
+    return int(np.random.SeedSequence(seed).generate_state(1, dtype=np.uint64)[0])
+
+
+@njit(cache=True, nogil=True)
+def sample_ranks(
+    root: np.uint64, t: np.int64, n: np.int64, ip: np.ndarray, fp: np.ndarray,
+    alias_prob: np.ndarray, alias_index: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """n independent rank draws of table t (for distribution tests and benchmarks)."""
+    out = np.empty(n, dtype=np.int64)
+    key = stream_key(root, 0, t, PURPOSE_FRESH)
+    for j in range(n):
+        out[j] = draw_rank(
+            mix64(key + np.uint64(j + 1) * GAMMA), t, ip, fp, alias_prob, alias_index
+        )
+    return out

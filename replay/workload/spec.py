@@ -1,0 +1,312 @@
+"""Workload specifications: frozen dataclasses, loaded from TOML or presets, validated.
+
+A workload is a set of embedding tables, each with its own access model (DESIGN
+section 4), a batch size, a number of batches, a seed and an update rule.
+
+TOML layout (every key optional except `tables`; `[defaults]` applies to every table
+that does not set the key itself)::
+
+    name = "my-workload"
+    batch_size = 2048          # samples per batch
+    batches = 1000
+    seed = 0
+    embedding_dim = 16
+
+    [defaults]
+    alpha = 1.05               # bounded power law p(k) ~ k^-alpha over ranks 1..rows
+    drift = 0.0                # share of a table's rows the popularity ranking moves per batch
+    drift_period_batches = 1   # apply the drift in steps of this many batches (e.g. a day)
+    reuse = 0.0                # probability that a lookup repeats one of the recent window
+    reuse_window_batches = 1
+    pooling = 1                # lookups per sample (multi-hot size)
+    mapping = "permuted"       # rank -> row: "permuted" (hashed ids) or "contiguous"
+
+    [update]
+    rule = "sgd"               # every optimizer step writes the rows its batches looked up
+    accumulate_batches = 1     # gradient accumulation: a step every k batches
+
+    [[tables]]
+    name = "C1"
+    rows = 1460
+    frozen = false             # a frozen table is looked up but never updated
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from replay.errors import ConfigError
+
+MAPPINGS = ("permuted", "contiguous")
+UPDATE_RULES = ("sgd",)
+MAX_ROWS = 2**63 - 1
+MAX_ALPHA = 10.0
+MAX_POOLING = 1 << 20
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One embedding table and its access model."""
+
+    name: str
+    rows: int
+    alpha: float = 1.05
+    drift: float = 0.0
+    drift_period_batches: int = 1
+    reuse: float = 0.0
+    reuse_window_batches: int = 1
+    pooling: int = 1
+    mapping: str = "permuted"
+    frozen: bool = False
+
+
+@dataclass(frozen=True)
+class UpdateRule:
+    """How optimizer steps turn lookups into row updates."""
+
+    rule: str = "sgd"
+    accumulate_batches: int = 1
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A whole workload: tables, batch shape, seed and update rule."""
+
+    name: str
+    tables: tuple[TableSpec, ...]
+    batch_size: int = 128
+    batches: int = 100
+    seed: int = 0
+    embedding_dim: int = 16
+    update: UpdateRule = field(default_factory=UpdateRule)
+    source: str = ""  # where the numbers come from (presets cite their origin)
+
+    @property
+    def lookups_per_batch(self) -> int:
+        return self.batch_size * sum(t.pooling for t in self.tables)
+
+    @property
+    def lookups(self) -> int:
+        return self.batches * self.lookups_per_batch
+
+    @property
+    def total_rows(self) -> int:
+        return sum(t.rows for t in self.tables)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON/TOML-ready) that `spec_from_dict` turns back into this spec."""
+        data = asdict(self)
+        data["tables"] = [asdict(t) for t in self.tables]
+        return data
+
+    def with_overrides(
+        self,
+        *,
+        batches: int | None = None,
+        batch_size: int | None = None,
+        seed: int | None = None,
+        alpha: float | None = None,
+        drift: float | None = None,
+        reuse: float | None = None,
+    ) -> WorkloadSpec:
+        """A validated copy with the CLI's overrides applied (per-table knobs to every table)."""
+        data = self.to_dict()
+        for key, value in (("batches", batches), ("batch_size", batch_size), ("seed", seed)):
+            if value is not None:
+                data[key] = value
+        for key, value in (("alpha", alpha), ("drift", drift), ("reuse", reuse)):
+            if value is not None:
+                for table in data["tables"]:
+                    table[key] = value
+        return spec_from_dict(data, where="overrides")
+
+
+# -- validation -----------------------------------------------------------------------
+
+
+def _check_keys(data: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def _int(value: Any, where: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if not lo <= value <= hi:
+        raise ConfigError(f"{where}: {value} is out of range [{lo}, {hi}]")
+    return value
+
+
+def _float(value: Any, where: str, lo: float, hi: float, *, hi_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    value = float(value)
+    if math.isnan(value) or math.isinf(value):
+        raise ConfigError(f"{where}: must be a finite number, got {value}")
+    if value < lo or value > hi or (hi_open and value >= hi):
+        bracket = ")" if hi_open else "]"
+        raise ConfigError(f"{where}: {value} is out of range [{lo}, {hi}{bracket}")
+    return value
+
+
+def _str(value: Any, where: str, choices: tuple[str, ...] | None = None) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+_TABLE_KEYS = {f.name for f in fields(TableSpec)}
+_DEFAULT_KEYS = _TABLE_KEYS - {"name", "rows", "frozen"}
+_UPDATE_KEYS = {f.name for f in fields(UpdateRule)}
+_SPEC_KEYS = {f.name for f in fields(WorkloadSpec)} | {"defaults"}
+
+
+def _table(data: Any, defaults: dict[str, Any], where: str) -> TableSpec:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a table of keys")
+    _check_keys(data, _TABLE_KEYS, where)
+    merged = {**defaults, **data}
+    for required in ("name", "rows"):
+        if required not in merged:
+            raise ConfigError(f"{where}: missing required key {required!r}")
+    frozen = merged.get("frozen", False)
+    if not isinstance(frozen, bool):
+        raise ConfigError(f"{where}.frozen: expected true or false, got {frozen!r}")
+    return TableSpec(
+        name=_str(merged["name"], f"{where}.name"),
+        rows=_int(merged["rows"], f"{where}.rows", 1, MAX_ROWS),
+        alpha=_float(merged.get("alpha", 1.05), f"{where}.alpha", 0.0, MAX_ALPHA),
+        drift=_float(merged.get("drift", 0.0), f"{where}.drift", 0.0, 1.0),
+        drift_period_batches=_int(
+            merged.get("drift_period_batches", 1), f"{where}.drift_period_batches", 1, 2**40
+        ),
+        reuse=_float(merged.get("reuse", 0.0), f"{where}.reuse", 0.0, 1.0, hi_open=True),
+        reuse_window_batches=_int(
+            merged.get("reuse_window_batches", 1), f"{where}.reuse_window_batches", 1, 1 << 20
+        ),
+        pooling=_int(merged.get("pooling", 1), f"{where}.pooling", 1, MAX_POOLING),
+        mapping=_str(merged.get("mapping", "permuted"), f"{where}.mapping", MAPPINGS),
+        frozen=frozen,
+    )
+
+
+def spec_from_dict(data: Any, where: str = "spec") -> WorkloadSpec:
+    """Validate plain data into a WorkloadSpec (unknown keys and bad ranges are errors)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a table of keys")
+    _check_keys(data, _SPEC_KEYS, where)
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"{where}.defaults: expected a table of keys")
+    _check_keys(defaults, _DEFAULT_KEYS, f"{where}.defaults")
+    tables_data = data.get("tables")
+    if not isinstance(tables_data, list) or not tables_data:
+        raise ConfigError(f"{where}: needs a non-empty list of [[tables]]")
+    if len(tables_data) > 65535:
+        raise ConfigError(f"{where}: at most 65535 tables (the table column is uint16)")
+    tables = tuple(_table(t, defaults, f"{where}.tables[{i}]") for i, t in enumerate(tables_data))
+    names = [t.name for t in tables]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise ConfigError(f"{where}: table name {dup!r} appears twice")
+    update_data = data.get("update", {})
+    if isinstance(update_data, UpdateRule):
+        update_data = asdict(update_data)
+    if not isinstance(update_data, dict):
+        raise ConfigError(f"{where}.update: expected a table of keys")
+    _check_keys(update_data, _UPDATE_KEYS, f"{where}.update")
+    update = UpdateRule(
+        rule=_str(update_data.get("rule", "sgd"), f"{where}.update.rule", UPDATE_RULES),
+        accumulate_batches=_int(
+            update_data.get("accumulate_batches", 1),
+            f"{where}.update.accumulate_batches",
+            1,
+            1 << 20,
+        ),
+    )
+    spec = WorkloadSpec(
+        name=_str(data.get("name", "custom"), f"{where}.name"),
+        tables=tables,
+        batch_size=_int(data.get("batch_size", 128), f"{where}.batch_size", 1, 1 << 26),
+        batches=_int(data.get("batches", 100), f"{where}.batches", 1, (1 << 32) - 1),
+        seed=_int(data.get("seed", 0), f"{where}.seed", 0, 2**64 - 1),
+        embedding_dim=_int(data.get("embedding_dim", 16), f"{where}.embedding_dim", 1, 1 << 16),
+        update=update,
+        source=_str(data.get("source", ""), f"{where}.source"),
+    )
+    if spec.lookups_per_batch > 1 << 31:
+        raise ConfigError(f"{where}: {spec.lookups_per_batch} lookups per batch is too many")
+    return spec
+
+
+def load_spec(path: str | Path) -> WorkloadSpec:
+    """Load a workload spec from a TOML file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such spec file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read ({exc})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    return spec_from_dict(data, where=str(path))
+
+
+def resolve_spec(preset: str | None = None, spec_file: str | Path | None = None) -> WorkloadSpec:
+    """A spec from a preset name or a TOML file (exactly one of them)."""
+    from replay.workload.presets import get_preset
+
+    if (preset is None) == (spec_file is None):
+        raise ConfigError("give exactly one of --preset NAME or --spec FILE.toml")
+    if preset is not None:
+        return get_preset(preset)
+    assert spec_file is not None
+    return load_spec(spec_file)
+
+
+def spec_to_toml(spec: WorkloadSpec) -> str:
+    """TOML text for a spec (round-trips through `load_spec`)."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int | float):
+            return repr(v)
+        escaped = str(v).replace("\\", "\\\\").replace('"', '\\"')
+        return f'"{escaped}"'
+
+    lines = []
+    data = spec.to_dict()
+    for key in ("name", "source", "batch_size", "batches", "seed", "embedding_dim"):
+        lines.append(f"{key} = {value(data[key])}")
+    lines.append("\n[update]")
+    for key, v in data["update"].items():
+        lines.append(f"{key} = {value(v)}")
+    for table in data["tables"]:
+        lines.append("\n[[tables]]")
+        lines.extend(f"{key} = {value(v)}" for key, v in table.items())
+    return "\n".join(lines) + "\n"
+
+
+__all__ = [
+    "TableSpec",
+    "UpdateRule",
+    "WorkloadSpec",
+    "load_spec",
+    "replace",
+    "resolve_spec",
+    "spec_from_dict",
+    "spec_to_toml",
+]

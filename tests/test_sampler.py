@@ -1,0 +1,125 @@
+"""The access model's kernels: exact distribution, bijection, and kernel == reference."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.workload import reference, sampler
+from replay.workload.spec import TableSpec
+
+
+def _tables(specs: list[TableSpec], seed: int = 7) -> tuple[int, sampler.SamplerTables]:
+    root = sampler.root_key(seed)
+    return root, sampler.build_sampler_tables(specs, root)
+
+
+def _log_buckets(rows: int, count: int = 40) -> np.ndarray:
+    edges = np.unique(np.geomspace(1, rows + 1, count).astype(np.int64))
+    return np.unique(np.concatenate([edges, [rows + 1]]))
+
+
+@pytest.mark.parametrize("alpha", [0.9, 1.05, 1.3])
+@pytest.mark.parametrize("rows", [50_000, 10_000_000])
+def test_rank_draws_match_exact_pmf(alpha: float, rows: int) -> None:
+    """Total-variation distance to the exact pmf over log-spaced rank buckets <= 0.002."""
+    root, tables = _tables([TableSpec(name="t", rows=rows, alpha=alpha)])
+    n = 8_000_000
+    draws = sampler.sample_ranks(
+        np.uint64(root), 0, n, tables.iparams, tables.fparams, tables.alias_prob,
+        tables.alias_index,
+    )  # fmt: skip
+    assert draws.min() >= 1 and draws.max() <= rows
+    edges = _log_buckets(rows)
+    cdf = np.concatenate([[0.0], np.cumsum(reference.exact_pmf(rows, alpha))])
+    expected = cdf[edges[1:] - 1] - cdf[edges[:-1] - 1]
+    observed = np.histogram(draws, bins=edges)[0] / n
+    tv = 0.5 * np.abs(observed - expected).sum()
+    assert tv <= 0.002, tv
+    # the very top ranks carry the most mass: each within 1% of its exact probability
+    for k in (1, 2, 3):
+        p = reference.exact_pmf(rows, alpha)[k - 1]
+        assert abs(np.mean(draws == k) - p) <= 0.01 * p + 3 * math.sqrt(p / n)
+
+
+def test_uniform_when_alpha_zero() -> None:
+    root, tables = _tables([TableSpec(name="t", rows=10, alpha=0.0)])
+    draws = sampler.sample_ranks(
+        np.uint64(root), 0, 100_000, tables.iparams, tables.fparams, tables.alias_prob,
+        tables.alias_index,
+    )  # fmt: skip
+    counts = np.bincount(draws, minlength=11)[1:]
+    assert counts.min() > 9_500 and counts.max() < 10_500
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.9, 1.0, 1.05, 1.3, 2.0])
+def test_rejection_squeeze_is_valid_beyond_the_head(alpha: float) -> None:
+    """The quick accept `k - x <= s` only accepts what the exact test accepts (k >= 2)."""
+    _, _, s = sampler.zipf_constants(10**9, alpha)
+    for k in np.unique(np.geomspace(2, 10**9, 400).astype(np.int64)):
+        k = float(k)
+        lowest_accepted = reference.h_integral(k + 0.5, alpha) - k**-alpha
+        assert reference.h_integral(k - s, alpha) >= lowest_accepted - 1e-12 * abs(lowest_accepted)
+
+
+def test_tail_sum_matches_direct_sum() -> None:
+    for alpha in (0.9, 1.0, 1.3):
+        direct = math.fsum((np.arange(4097, 300_001, dtype=np.float64) ** -alpha).tolist())
+        assert sampler.tail_sum(4097, 300_000, alpha) == pytest.approx(direct, rel=1e-12)
+
+
+@given(rows=st.integers(1, 5000), seed=st.integers(0, 2**32))
+@settings(max_examples=60, deadline=None)
+def test_feistel_permutation_is_a_bijection(rows: int, seed: int) -> None:
+    keys = sampler.feistel_round_keys(sampler.root_key(seed), 3)
+    bits = sampler.permutation_bits(rows)
+    image = [int(sampler.permute_index(p, rows, bits, keys)) for p in range(rows)]
+    assert sorted(image) == list(range(rows))
+    assert image == [reference.permute(p, rows, bits, keys) for p in range(rows)]
+
+
+def test_hot_rows_are_scattered_not_contiguous() -> None:
+    rows = 10_000_000
+    keys = sampler.feistel_round_keys(sampler.root_key(1), 0)
+    bits = sampler.permutation_bits(rows)
+    hot = np.array([sampler.permute_index(p, rows, bits, keys) for p in range(1000)])
+    # the 1000 hottest rows land all over the table, not in the first chunk
+    assert hot.max() - hot.min() > rows // 2
+    assert len(np.unique(hot // (rows // 100))) > 90
+
+
+MODEL_TABLES = [
+    TableSpec(name="big", rows=200_003, alpha=1.1, drift=0.001, reuse=0.3, reuse_window_batches=3),
+    TableSpec(name="multi", rows=5000, alpha=0.9, pooling=3, reuse=0.5),
+    TableSpec(name="flat", rows=7, alpha=0.0, drift=0.05, drift_period_batches=2),
+    TableSpec(name="ordered", rows=100_000, alpha=1.3, mapping="contiguous", drift=0.0001),
+    TableSpec(name="one", rows=1),
+]
+
+
+def test_generate_kernel_matches_reference() -> None:
+    root, tables = _tables(MODEL_TABLES, seed=11)
+    batch_size = 6
+    per_batch = batch_size * sum(t.pooling for t in MODEL_TABLES)
+    start, stop = 3, 7
+    n = (stop - start) * per_batch
+    out_b = np.empty(n, np.uint32)
+    out_t = np.empty(n, np.uint16)
+    out_r = np.empty(n, np.uint32)
+    sampler.generate_lookups(
+        np.uint64(root), start, stop, batch_size, tables.iparams, tables.fparams,
+        tables.round_keys, tables.alias_prob, tables.alias_index, tables.perm, out_b, out_t, out_r,
+    )  # fmt: skip
+    expected = [
+        (b, t, r)
+        for b in range(start, stop)
+        for t, r in reference.batch_lookups(root, b, batch_size, tables)
+    ]
+    got = list(zip(out_b.tolist(), out_t.tolist(), out_r.tolist(), strict=True))
+    assert got == expected
+    for t, spec in enumerate(MODEL_TABLES):
+        assert out_r[out_t == t].max() < spec.rows
