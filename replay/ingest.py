@@ -41,11 +41,15 @@ rules that the tests compare the kernels with.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
+import queue
 import re
+import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -81,6 +85,9 @@ BLOCK_BYTES = 32 << 20  # bytes read (decompressed) per block
 PARSE_LINES = 1 << 17  # lines parsed per kernel call (size of the hash buffer)
 MAX_LINE_BYTES = 1 << 20  # a longer line is malformed (and bounds the buffer)
 DICT_INITIAL_SLOTS = 1 << 16
+ROW_DTYPE = np.dtype(np.uint32)
+_LOOKUPS_SCHEMA = lookups_schema(ROW_DTYPE)
+_UPDATES_SCHEMA = updates_schema(ROW_DTYPE)
 
 # Reasons a line is malformed (codes returned by the parse kernel).
 OK = 0
@@ -272,15 +279,15 @@ def _map_modulo(
     hashes: np.ndarray, missing: np.ndarray, lo: int, hi: int, m: int, out: np.ndarray, at: int
 ) -> None:
     """out[at + i - lo, t] = 0 if missing else 1 + hash % m, for lines lo..hi-1."""
-    mm = np.uint64(m)
-    one = np.uint64(1)
+    mm = np.uint32(m)  # m <= 2^32 - 2, so 1 + hash % m fits uint32
+    one = np.uint32(1)
     for i in range(lo, hi):
         k = at + i - lo
         for t in range(hashes.shape[1]):
             if missing[i, t]:
                 out[k, t] = 0
             else:
-                out[k, t] = np.uint64(hashes[i, t]) % mm + one
+                out[k, t] = hashes[i, t] % mm + one
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -594,70 +601,142 @@ class _BadLines:
         self.count += count
 
 
-class _PartWriter:
-    """Collects mapped samples and writes part files of whole batches as they fill."""
+@dataclass(frozen=True)
+class _Group:
+    """One Parquet row group: its lookups and update tables and its batch range."""
 
-    def __init__(self, writer: TraceFolderWriter, batch_size: int, layout: dict[str, int],
-                 table_rows: Callable[[], np.ndarray]) -> None:
-        self.writer = writer
+    batch_start: int
+    batch_stop: int
+    samples: int
+    lookups: pa.Table
+    updates: pa.Table
+
+
+def _build_group(
+    samples: np.ndarray, n: int, batch_size: int, first_batch: int, table_rows: np.ndarray
+) -> _Group:
+    """Lookups (in trace order) and SGD update sets of samples[:n], whole batches from
+    `first_batch` (the last one may be partial)."""
+    stop = first_batch + -(-n // batch_size)
+    size = n * NUM_CAT
+    batch = np.empty(size, dtype=np.uint32)
+    table = np.empty(size, dtype=np.uint16)
+    row = np.empty(size, dtype=ROW_DTYPE)
+    _to_lookups(samples, 0, n, batch_size, first_batch, batch, table, row)
+    frozen = np.zeros(NUM_CAT, dtype=np.bool_)
+    ub, ut, ur, uc = update_sets(batch, table, row, first_batch, stop, table_rows, frozen, 1)
+    return _Group(
+        first_batch,
+        stop,
+        n,
+        pa.table({"batch": batch, "table": table, "row": row}, schema=_LOOKUPS_SCHEMA),
+        pa.table({"batch": ub, "table": ut, "row": ur, "count": uc}, schema=_UPDATES_SCHEMA),
+    )
+
+
+class _Stopped(Exception):
+    """The consumer gave up (after an error); the producer thread just ends."""
+
+
+_END = object()
+
+
+class _Producer:
+    """Reads, parses and maps the input in a thread of its own; hands row groups (futures
+    of `_build_group` on a thread pool) to the writing thread through a bounded queue."""
+
+    def __init__(
+        self,
+        paths: list[Path],
+        *,
+        batch_size: int,
+        group_batches: int,
+        max_ind_range: int | None,
+        skip_bad_lines: bool,
+        block_bytes: int,
+        pool: ThreadPoolExecutor,
+        depth: int,
+        on_progress: Callable[[int], None],
+    ) -> None:
+        self.paths = paths
         self.batch_size = batch_size
-        self.per_group = layout["batches_per_row_group"]
-        self.per_file = layout["batches_per_file"]
-        self.table_rows = table_rows
-        self.row_dtype = np.dtype(np.uint32)
-        self.samples = np.empty((self.per_file * batch_size, NUM_CAT), dtype=np.uint32)
-        self.fill = 0
-        self.next_batch = 0
-        self.part = 0
-        self.lookups = 0
-        self.files: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+        self.group_samples = group_batches * batch_size
+        self.group_batches = group_batches
+        self.max_ind_range = max_ind_range
+        self.dictionary = _Dictionary() if max_ind_range is None else None
+        self.skip_bad_lines = skip_bad_lines
+        self.block_bytes = block_bytes
+        self.pool = pool
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.on_progress = on_progress
+        self.bad = _BadLines()
+        self.samples = 0
+        self.thread = threading.Thread(target=self._run, name="ingest-parse", daemon=True)
 
-    def room(self) -> int:
-        return len(self.samples) - self.fill
+    def table_rows(self) -> np.ndarray:
+        if self.dictionary is None:
+            return np.full(NUM_CAT, int(self.max_ind_range or 0) + 1, dtype=np.int64)
+        return self.dictionary.counts + 1
 
-    def added(self, n: int) -> None:
-        self.fill += n
-        if self.fill == len(self.samples):
-            self.flush()
+    def _put(self, item: Any) -> None:
+        while True:
+            try:
+                self.queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                if self.stop.is_set():
+                    raise _Stopped from None
 
-    def flush(self) -> None:
-        """Write the buffered samples as one part file (the last batch may be partial)."""
-        if not self.fill:
-            return
-        bs = self.batch_size
-        first = self.next_batch
-        nb = -(-self.fill // bs)
-        stop = first + nb
-        rows = self.table_rows()
-        frozen = np.zeros(NUM_CAT, dtype=bool)
-        look_schema = lookups_schema(self.row_dtype)
-        upd_schema = updates_schema(self.row_dtype)
-        upd_tables: list[pa.Table] = []
+    def _progress(self, n: int) -> None:
+        if self.stop.is_set():
+            raise _Stopped
+        self.on_progress(n)
 
-        def groups() -> Iterator[pa.Table]:
-            for g0 in range(first, stop, self.per_group):
-                g1 = min(g0 + self.per_group, stop)
-                lo = (g0 - first) * bs
-                hi = min((g1 - first) * bs, self.fill)
-                n = (hi - lo) * NUM_CAT
-                ob = np.empty(n, dtype=np.uint32)
-                ot = np.empty(n, dtype=np.uint16)
-                orow = np.empty(n, dtype=self.row_dtype)
-                _to_lookups(self.samples, lo, hi, bs, g0, ob, ot, orow)
-                ub, ut, ur, uc = update_sets(ob, ot, orow, g0, g1, rows, frozen, 1)
-                upd_tables.append(
-                    pa.table({"batch": ub, "table": ut, "row": ur, "count": uc}, schema=upd_schema)
-                )
-                yield pa.table({"batch": ob, "table": ot, "row": orow}, schema=look_schema)
+    def _submit(self, samples: np.ndarray, n: int, first_batch: int) -> None:
+        rows = self.table_rows()  # a snapshot: every row id in `samples` is below it
+        self._put(self.pool.submit(_build_group, samples, n, self.batch_size, first_batch, rows))
 
-        entry = self.writer.write_part(LOOKUPS_DIR, self.part, look_schema, groups())
-        self.files[LOOKUPS_DIR].append({**entry, "batch_start": first, "batch_stop": stop})
-        entry = self.writer.write_part(UPDATES_DIR, self.part, upd_schema, upd_tables)
-        self.files[UPDATES_DIR].append({**entry, "batch_start": first, "batch_stop": stop})
-        self.lookups += self.fill * NUM_CAT
-        self.part += 1
-        self.next_batch = stop
-        self.fill = 0
+    def _run(self) -> None:
+        try:
+            self._produce()
+            self._put(_END)
+        except _Stopped:
+            pass
+        except BaseException as exc:  # handed to the writing thread, which raises it
+            with contextlib.suppress(_Stopped):
+                self._put(exc)
+
+    def _produce(self) -> None:
+        hashes = np.empty((PARSE_LINES, NUM_CAT), dtype=np.uint32)
+        missing = np.empty((PARSE_LINES, NUM_CAT), dtype=np.bool_)
+        size = self.group_samples
+        group = np.empty((size, NUM_CAT), dtype=ROW_DTYPE)
+        fill = 0
+        first_batch = 0
+        for path in self.paths:
+            for good in _iter_parsed(
+                path, skip_bad_lines=self.skip_bad_lines, block_bytes=self.block_bytes,
+                hashes=hashes, missing=missing, on_bad=self.bad.add, on_progress=self._progress,
+            ):
+                done = 0
+                while done < good:
+                    k = min(good - done, size - fill)
+                    if self.dictionary is None:
+                        _map_modulo(hashes, missing, done, done + k, int(self.max_ind_range or 1),
+                                    group, fill)
+                    else:
+                        self.dictionary.map(hashes, missing, done, done + k, group, fill)
+                    done += k
+                    fill += k
+                    if fill == size:
+                        self._submit(group, fill, first_batch)
+                        group = np.empty((size, NUM_CAT), dtype=ROW_DTYPE)
+                        fill = 0
+                        first_batch += self.group_batches
+                self.samples += good
+        if fill:
+            self._submit(group, fill, first_batch)
 
 
 def _check_options(batch_size: int, max_ind_range: int | None, dictionary: bool) -> None:
@@ -675,6 +754,13 @@ def _check_options(batch_size: int, max_ind_range: int | None, dictionary: bool)
                 f"--max-ind-range must be between 1 and {MAX_IND_RANGE} "
                 f"(row ids are uint32; hashes are 32-bit), not {max_ind_range}"
             )
+
+
+def _default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _check_files(files: list[Path]) -> None:
@@ -700,6 +786,7 @@ def ingest(
     force: bool = False,
     progress: bool = False,
     block_bytes: int = BLOCK_BYTES,
+    workers: int | None = None,
 ) -> IngestResult:
     """Stream Criteo TSV files (plain or gzipped) into the trace folder `out`.
 
@@ -707,12 +794,17 @@ def ingest(
     order) must be given; row 0 is the missing value (see the module docstring). Raises
     ConfigError for bad options, InputError for missing or malformed input (naming the
     file and line) and OutputError when `out` exists (unless `force`). On error nothing
-    is left at `out` or beside it. `block_bytes` is the read size (a tuning knob).
+    is left at `out` or beside it. `block_bytes` (the read size) and `workers` (threads
+    that build row groups; default: all cores) change the speed, never the output.
     """
     paths = [Path(files)] if isinstance(files, str | Path) else [Path(f) for f in files]
     _check_options(batch_size, max_ind_range, dictionary)
     if block_bytes < 1:
         raise ConfigError("block_bytes must be positive")
+    if workers is None:
+        workers = _default_workers()
+    if workers < 1:
+        raise ConfigError(f"workers must be positive, not {workers}")
     _check_files(paths)
     out = Path(out)
     rule = "dictionary" if dictionary else "max-ind-range"
@@ -731,11 +823,42 @@ def ingest(
         return _ingest_into(
             writer, paths, batch_size=batch_size, max_ind_range=max_ind_range,
             skip_bad_lines=skip_bad_lines, progress=progress, block_bytes=block_bytes,
-            layout=layout, rule=rule,
+            workers=workers, layout=layout, rule=rule,
         )
     except BaseException:
         writer.abort()
         raise
+
+
+class _GroupStream:
+    """The producer's row groups in order, for the writing thread."""
+
+    def __init__(self, source: queue.Queue[Any]) -> None:
+        self.source = source
+        self.head: Any = None
+        self.fetched = False
+
+    def peek(self) -> _Group | None:
+        """The next row group (None at the end); raises the producer's error."""
+        if not self.fetched:
+            self.head = self.source.get()
+            self.fetched = True
+        item = self.head
+        if item is _END:
+            return None
+        if isinstance(item, BaseException):
+            raise item
+        return item.result()
+
+    def take(self, limit: int, spans: list[_Group]) -> Iterator[dict[str, pa.Table]]:
+        """Up to `limit` row groups for one part file; each is appended to `spans`."""
+        while len(spans) < limit:
+            group = self.peek()
+            if group is None:
+                return
+            self.fetched = False
+            spans.append(group)
+            yield {LOOKUPS_DIR: group.lookups, UPDATES_DIR: group.updates}
 
 
 def _ingest_into(
@@ -747,52 +870,48 @@ def _ingest_into(
     skip_bad_lines: bool,
     progress: bool,
     block_bytes: int,
+    workers: int,
     layout: dict[str, int],
     rule: str,
 ) -> IngestResult:
-    dictionary = _Dictionary() if max_ind_range is None else None
+    per_group = layout["batches_per_row_group"]
+    groups_per_file = layout["batches_per_file"] // per_group
+    bar, advance = _progress_bar(paths) if progress else (None, _no_progress)
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="ingest-build")
+    producer = _Producer(
+        paths, batch_size=batch_size, group_batches=per_group, max_ind_range=max_ind_range,
+        skip_bad_lines=skip_bad_lines, block_bytes=block_bytes, pool=pool,
+        depth=workers + 2, on_progress=advance,
+    )
+    schemas = {LOOKUPS_DIR: _LOOKUPS_SCHEMA, UPDATES_DIR: _UPDATES_SCHEMA}
+    files: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+    lookups = batches = 0
 
-    def table_rows() -> np.ndarray:
-        if dictionary is None:
-            return np.full(NUM_CAT, int(max_ind_range) + 1, dtype=np.int64)  # type: ignore[arg-type]
-        return dictionary.counts + 1
-
-    parts = _PartWriter(writer, batch_size, layout, table_rows)
-    hashes = np.empty((PARSE_LINES, NUM_CAT), dtype=np.uint32)
-    missing = np.empty((PARSE_LINES, NUM_CAT), dtype=np.bool_)
-    bad = _BadLines()
-
-    bar, advance = _progress_bar(paths) if progress else (None, lambda n: None)
-    samples = 0
+    stream = _GroupStream(producer.queue)
+    producer.thread.start()
     try:
-        for path in paths:
-            for good in _iter_parsed(
-                path, skip_bad_lines=skip_bad_lines, block_bytes=block_bytes, hashes=hashes,
-                missing=missing, on_bad=bad.add, on_progress=advance,
-            ):
-                done = 0
-                while done < good:
-                    k = min(good - done, parts.room())
-                    if dictionary is None:
-                        _map_modulo(hashes, missing, done, done + k, int(max_ind_range),
-                                    parts.samples, parts.fill)
-                    else:
-                        dictionary.map(hashes, missing, done, done + k, parts.samples, parts.fill)
-                    done += k
-                    parts.added(k)
-                samples += good
-        if samples == 0:
-            detail = f" ({bad.count} malformed lines skipped)" if bad.count else ""
-            raise InputError(
-                f"{', '.join(map(str, paths))}: no samples in the input{detail}"
-            )
-        parts.flush()
+        part = 0
+        while stream.peek() is not None:
+            spans: list[_Group] = []
+            entries = writer.write_parts(part, schemas, stream.take(groups_per_file, spans))
+            start, stop = spans[0].batch_start, spans[-1].batch_stop
+            for kind in KINDS:
+                files[kind].append({**entries[kind], "batch_start": start, "batch_stop": stop})
+            lookups += sum(g.samples for g in spans) * NUM_CAT
+            batches = stop
+            part += 1
     finally:
+        producer.stop.set()
+        producer.thread.join()
+        pool.shutdown(wait=True, cancel_futures=True)
         if bar is not None:
             bar.stop()
+    samples, bad = producer.samples, producer.bad
+    if samples == 0:
+        detail = f" ({bad.count} malformed lines skipped)" if bad.count else ""
+        raise InputError(f"{', '.join(map(str, paths))}: no samples in the input{detail}")
 
-    rows = [int(r) for r in table_rows()]
-    batches = parts.next_batch
+    rows = [int(r) for r in producer.table_rows()]
     tables = [{"name": name, "rows": r} for name, r in zip(TABLE_NAMES, rows, strict=True)]
     workload = {
         "name": "criteo-ingest",
@@ -817,7 +936,7 @@ def _ingest_into(
         batch_size=batch_size,
         row_dtype=row_dtype_for(max(rows)),
         layout=layout,
-        files=parts.files,
+        files=files,
         source=source,
     )
     path = writer.finish(manifest)
@@ -825,11 +944,15 @@ def _ingest_into(
         path=path,
         samples=samples,
         batches=batches,
-        lookups=parts.lookups,
+        lookups=lookups,
         bad_lines=bad.count,
         table_rows=tuple(rows),
         first_bad_line=bad.first,
     )
+
+
+def _no_progress(n: int) -> None:
+    pass
 
 
 def _progress_bar(paths: list[Path]) -> tuple[Any, Callable[[int], None]]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sys
 
-import click
+import typer
+from typer.exceptions import TyperException
 
 # Importing a command module registers its sub-command on `app`.
 from replay.cli import bench, generate, ingest, inspect, presets  # noqa: F401
@@ -22,12 +23,16 @@ def main(argv: list[str] | None = None) -> int:
     except ReplayError as exc:
         print(f"replay: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
+    except TyperException as exc:  # usage errors of the (vendored) click parser
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()  # type: ignore[attr-defined]
+            return 2
+        message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
+        print(f"replay: error: {message} (see --help)", file=sys.stderr)
         return 2
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):
         print("replay: interrupted", file=sys.stderr)
         return 130
     return 0

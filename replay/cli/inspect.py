@@ -1,0 +1,108 @@
+"""`replay inspect TRACE`: access statistics of a trace (definitions in `replay.stats`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from replay.cli.app import app
+from replay.stats import DEFAULT_CURVE_POINTS
+
+# touched-curve points shown in the human-readable output
+_SHOWN_CURVE_POINTS = 6
+
+
+@app.command("inspect")
+def inspect_command(
+    trace: Annotated[
+        Path, typer.Argument(metavar="TRACE", help="Trace folder (with manifest.json).")
+    ],
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
+    ] = False,
+    verify: Annotated[
+        bool,
+        typer.Option("--verify", help="Check every file's SHA-256 against the manifest first."),
+    ] = False,
+    curve_points: Annotated[
+        int,
+        typer.Option(
+            "--curve-points", min=2, help="About how many log-spaced points the touched curve has."
+        ),
+    ] = DEFAULT_CURVE_POINTS,
+) -> None:
+    """Lookups, distinct rows, top-1% share, per-batch distinct fraction, consecutive-batch
+    reuse and the rows-touched curve, per table and overall."""
+    from replay.stats import inspect_trace
+    from replay.trace.reader import open_trace
+
+    opened = open_trace(trace)
+    if verify:
+        opened.verify()
+    result = inspect_trace(opened, curve_points=curve_points)
+    result["checksums_verified"] = verify
+    if json_output:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        print_report(result)
+
+
+def _pct(value: float) -> str:
+    return f"{100.0 * value:.2f}%"
+
+
+def print_report(result: dict[str, Any], console: Console | None = None) -> None:
+    """The human-readable form: one table (per table and overall) and a few lines."""
+    # a terminal's own width; 120 columns in pipes and files, where rich would take 80
+    console = console or Console(width=None if sys.stdout.isatty() else 120)
+    table = Table(title=f"trace {result.get('trace', '')}", title_justify="left")
+    table.add_column("table")
+    for name in ("rows", "lookups", "distinct rows", "touched"):
+        table.add_column(name, justify="right")
+    table.add_column("top 1% share", justify="right")
+    table.add_column("distinct/batch", justify="right")
+    table.add_column("reuse n-1", justify="right")
+
+    def add(name: str, stats: dict[str, Any], *, end: bool = False) -> None:
+        table.add_row(
+            name,
+            f"{stats['rows']:,}",
+            f"{stats['lookups']:,}",
+            f"{stats['distinct_rows']:,}",
+            _pct(stats["touched_fraction"]),
+            _pct(stats["top1pct_share"]),
+            _pct(stats["distinct_per_batch_mean"]),
+            _pct(stats["consecutive_reuse_mean"]),
+            end_section=end,
+        )
+
+    for i, stats in enumerate(result["tables"]):
+        add(stats["name"], stats, end=i == len(result["tables"]) - 1)
+    add("all", result)
+    console.print(table)
+    lines = [
+        f"batches: {result['batches']:,}   lookups: {result['lookups']:,}   "
+        f"updates: {result.get('updates', 0):,}"
+        + ("   checksums: verified" if result.get("checksums_verified") else ""),
+        "top 1% share: share of lookups taken by the ceil(rows/100) hottest rows",
+        "distinct/batch: mean of |U_n| / lookups of batch n; reuse n-1: mean of "
+        "|U_n ∩ U_n-1| / |U_n| (U_n: distinct rows of batch n)",
+    ]
+    curve = result["touched_curve"]
+    if curve:
+        picks = sorted(
+            {
+                round(i * (len(curve) - 1) / (_SHOWN_CURVE_POINTS - 1))
+                for i in range(_SHOWN_CURVE_POINTS)
+            }
+        )
+        points = ", ".join(f"{curve[i][0]:,}: {_pct(curve[i][1])}" for i in picks)
+        lines.append(f"rows touched after N batches (N: share of all rows): {points}")
+    for line in lines:
+        console.print(line, highlight=False, markup=False)

@@ -1,0 +1,439 @@
+"""`replay inspect`: the numba kernel against the reference, golden values, the CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replay.cli import main
+from replay.errors import TraceError
+from replay.stats import (
+    _top_k_sum,
+    curve_batches,
+    inspect_arrays,
+    inspect_reference,
+    inspect_trace,
+)
+from replay.trace.writer import write_trace_from_arrays
+
+INT_KEYS = ("batches", "lookups", "rows", "distinct_rows", "top1pct_rows")
+FLOAT_KEYS = (
+    "touched_fraction",
+    "top1pct_share",
+    "distinct_per_batch_mean",
+    "consecutive_reuse_mean",
+)
+
+
+def assert_same(got: dict[str, Any], want: dict[str, Any], tol: float = 1e-12) -> None:
+    """Integer counts exactly equal, ratios within `tol`."""
+    for key in INT_KEYS:
+        assert got[key] == want[key], key
+    for key in FLOAT_KEYS:
+        assert got[key] == pytest.approx(want[key], abs=tol, rel=0), key
+    assert len(got["tables"]) == len(want["tables"])
+    for g, w in zip(got["tables"], want["tables"], strict=True):
+        for key in ("name", "rows", "lookups", "distinct_rows", "top1pct_rows"):
+            assert g[key] == w[key], (g["name"], key)
+        for key in FLOAT_KEYS:
+            assert g[key] == pytest.approx(w[key], abs=tol, rel=0), (g["name"], key)
+    assert [x for x, _ in got["touched_curve"]] == [x for x, _ in want["touched_curve"]]
+    for (_, g), (_, w) in zip(got["touched_curve"], want["touched_curve"], strict=True):
+        assert g == pytest.approx(w, abs=tol, rel=0)
+
+
+def assert_invariants(res: dict[str, Any]) -> None:
+    assert res["distinct_rows"] <= res["lookups"]
+    assert res["distinct_rows"] <= res["rows"]
+    assert res["lookups"] == sum(t["lookups"] for t in res["tables"])
+    assert res["distinct_rows"] == sum(t["distinct_rows"] for t in res["tables"])
+    for stats in [res, *res["tables"]]:
+        assert stats["distinct_rows"] <= stats["lookups"]
+        for key in FLOAT_KEYS:
+            assert 0.0 <= stats[key] <= 1.0, key
+        if stats["lookups"]:
+            assert stats["distinct_per_batch_mean"] > 0.0
+            assert stats["top1pct_share"] > 0.0
+    curve = res["touched_curve"]
+    if res["batches"] == 0:
+        assert curve == []
+        return
+    xs = [x for x, _ in curve]
+    fractions = [f for _, f in curve]
+    assert xs[0] == 1
+    assert xs[-1] == res["batches"]
+    assert all(a < b for a, b in itertools.pairwise(xs))
+    assert all(a <= b for a, b in itertools.pairwise(fractions))
+    assert fractions[-1] == res["distinct_rows"] / res["rows"]
+
+
+# -- a tiny trace with every value computed by hand ------------------------------------
+#
+# tables: t0 with 4 rows (top 1%: k = 1), t1 with 150 rows (k = 2); 154 rows (k = 2)
+#   batch 0: t0 rows 0 0 1   t1 row 5
+#   batch 1: t0 rows 1 2     t1 rows 5 5 7
+#   batch 2: t0 row 3
+TINY_TABLES = [("t0", 4), ("t1", 150)]
+TINY_BATCH = np.array([0, 0, 0, 0, 1, 1, 1, 1, 1, 2], dtype=np.uint32)
+TINY_TABLE = np.array([0, 0, 0, 1, 0, 0, 1, 1, 1, 0], dtype=np.uint16)
+TINY_ROW = np.array([0, 0, 1, 5, 1, 2, 5, 5, 7, 3], dtype=np.uint32)
+
+
+def tiny_golden() -> dict[str, Any]:
+    return {
+        "batches": 3,
+        "lookups": 10,
+        "rows": 154,
+        "distinct_rows": 6,  # t0: 0 1 2 3, t1: 5 7
+        "touched_fraction": 6 / 154,
+        "top1pct_rows": 2,
+        "top1pct_share": (3 + 2) / 10,  # t1 row 5 (3 lookups), then a t0 row with 2
+        # |U_n| / L_n: 3/4, 4/5, 1/1
+        "distinct_per_batch_mean": (3 / 4 + 4 / 5 + 1) / 3,
+        # batch 1: U_1 ∩ U_0 = {t0:1, t1:5} of 4; batch 2: {t0:3} shares nothing
+        "consecutive_reuse_mean": (2 / 4 + 0) / 2,
+        "tables": [
+            {
+                "name": "t0",
+                "rows": 4,
+                "lookups": 6,
+                "distinct_rows": 4,
+                "touched_fraction": 1.0,
+                "top1pct_rows": 1,
+                "top1pct_share": 2 / 6,
+                "distinct_per_batch_mean": (2 / 3 + 2 / 2 + 1 / 1) / 3,
+                "consecutive_reuse_mean": (1 / 2 + 0) / 2,
+            },
+            {
+                "name": "t1",
+                "rows": 150,
+                "lookups": 4,
+                "distinct_rows": 2,
+                "touched_fraction": 2 / 150,
+                "top1pct_rows": 2,
+                "top1pct_share": (3 + 1) / 4,
+                "distinct_per_batch_mean": (1 / 1 + 2 / 3) / 2,  # t1 has no lookup in batch 2
+                "consecutive_reuse_mean": 1 / 2,  # batch 1 only: {5, 7} ∩ {5}
+            },
+        ],
+        "touched_curve": [[1, 3 / 154], [2, 5 / 154], [3, 6 / 154]],
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("inspect") / "tiny"
+    return write_trace_from_arrays(
+        out, tables=TINY_TABLES, batch=TINY_BATCH, table=TINY_TABLE, row=TINY_ROW, batch_size=2
+    )
+
+
+def test_golden_tiny_trace(tiny_trace: Path) -> None:
+    res = inspect_trace(tiny_trace)
+    assert_same(res, tiny_golden(), tol=1e-15)
+    assert res["updates"] == 3 + 4 + 1  # SGD: the distinct rows of each batch, per table
+    assert res["trace"] == str(tiny_trace)
+    assert_invariants(res)
+
+
+def test_golden_reference_and_arrays() -> None:
+    rows = [n for _, n in TINY_TABLES]
+    names = [n for n, _ in TINY_TABLES]
+    assert_same(inspect_reference(TINY_BATCH, TINY_TABLE, TINY_ROW, rows), tiny_golden(), 1e-15)
+    for min_lookups in (1, 4, 5, 100):
+        got = inspect_arrays(
+            TINY_BATCH, TINY_TABLE, TINY_ROW, rows, names=names, min_lookups=min_lookups
+        )
+        assert_same(got, tiny_golden(), 1e-15)
+
+
+# -- property tests against the reference ----------------------------------------------
+@st.composite
+def small_traces(draw: st.DrawFn) -> dict[str, Any]:
+    num_tables = draw(st.integers(1, 4))
+    rows = [draw(st.sampled_from([1, 2, 3, 7, 50, 99, 100, 101, 250])) for _ in range(num_tables)]
+    num_batches = draw(st.integers(0, 10))
+    # a small pool of hot rows per table makes repeats and cross-batch reuse likely
+    pools = [
+        draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=5, unique=True)) for n in rows
+    ]
+    batch: list[int] = []
+    table: list[int] = []
+    row: list[int] = []
+    for b in range(num_batches):
+        for t in range(num_tables):
+            k = draw(st.integers(0, 8))
+            for _ in range(k):
+                r = (
+                    draw(st.sampled_from(pools[t]))
+                    if draw(st.booleans())
+                    else draw(st.integers(0, rows[t] - 1))
+                )
+                batch.append(b)
+                table.append(t)
+                row.append(r)
+    extra = draw(st.integers(0, 2))  # empty batches at the end still count
+    return {
+        "batch": np.array(batch, dtype=np.uint32),
+        "table": np.array(table, dtype=np.uint16),
+        "row": np.array(row, dtype=draw(st.sampled_from([np.uint32, np.uint64]))),
+        "rows": rows,
+        "num_batches": num_batches + extra,
+        "min_lookups": draw(st.integers(1, 40)),
+        "count_dtype": draw(st.sampled_from([np.uint8, np.uint32])),
+        "curve_points": draw(st.integers(2, 6)),
+    }
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_traces())
+def test_kernel_matches_reference(case: dict[str, Any]) -> None:
+    want = inspect_reference(
+        case["batch"],
+        case["table"],
+        case["row"],
+        case["rows"],
+        num_batches=case["num_batches"],
+        curve_points=case["curve_points"],
+    )
+    got = inspect_arrays(
+        case["batch"],
+        case["table"],
+        case["row"],
+        case["rows"],
+        num_batches=case["num_batches"],
+        curve_points=case["curve_points"],
+        min_lookups=case["min_lookups"],
+        count_dtype=case["count_dtype"],
+    )
+    assert_same(got, want)
+    assert_invariants(got)
+    assert_invariants(want)
+    # one chunk or many: running sums in batch order give bit-identical results
+    whole = inspect_arrays(
+        case["batch"],
+        case["table"],
+        case["row"],
+        case["rows"],
+        num_batches=case["num_batches"],
+        curve_points=case["curve_points"],
+        min_lookups=1 << 30,
+    )
+    assert whole == got
+
+
+def test_count_wraps_are_added_back() -> None:
+    """Narrow per-row counters wrap; the top-1% must still see the true counts."""
+    rng = np.random.default_rng(7)
+    rows = [300, 5]  # k = 3 and 1; overall 305 rows, k = 4
+    counts = {(0, 0): 700, (0, 1): 256, (0, 2): 255, (0, 3): 513, (0, 9): 3, (1, 4): 1000}
+    pairs = [p for p, c in counts.items() for _ in range(c)]
+    order = rng.permutation(len(pairs))
+    num_batches = 40
+    batch = np.sort(rng.integers(0, num_batches, len(pairs))).astype(np.uint32)
+    per_batch: list[tuple[int, int, int]] = []
+    for b, i in zip(batch.tolist(), order.tolist(), strict=True):
+        per_batch.append((b, *pairs[i]))
+    per_batch.sort(key=lambda x: (x[0], x[1]))
+    arr = np.array(per_batch, dtype=np.int64)
+    args = (arr[:, 0], arr[:, 1], arr[:, 2].astype(np.uint32), rows)
+    want = inspect_reference(*args, num_batches=num_batches)
+    assert want["tables"][0]["top1pct_share"] == (700 + 513 + 256) / (700 + 256 + 255 + 513 + 3)
+    for dtype in (np.uint8, np.uint16):
+        for min_lookups in (1, 100, 1 << 20):
+            got = inspect_arrays(
+                *args, num_batches=num_batches, count_dtype=dtype, min_lookups=min_lookups
+            )
+            assert_same(got, want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=60),
+    st.integers(0, 70),
+    st.sampled_from([np.uint8, np.uint16, np.uint32]),
+)
+def test_top_k_sum_matches_sort(values: list[int], k: int, dtype: type) -> None:
+    bits = 8 * np.dtype(dtype).itemsize
+    arr = np.array([v % (1 << bits) for v in values], dtype=dtype)
+    assert _top_k_sum(arr, k) == sum(sorted(arr.tolist(), reverse=True)[:k])
+
+
+def test_curve_batches_bounded_and_log_spaced() -> None:
+    assert curve_batches(0, 64).tolist() == []
+    assert curve_batches(1, 64).tolist() == [1]
+    assert curve_batches(3, 64).tolist() == [1, 2, 3]
+    for n in (10, 1000, 10**7, 2**31 - 2):
+        xs = curve_batches(n, 64)
+        assert xs[0] == 1 and xs[-1] == n
+        assert len(xs) <= 64
+        assert np.all(np.diff(xs) > 0)
+    assert len(curve_batches(10**7, 64)) >= 60  # about the asked number of points
+
+
+# -- streaming over a real trace -------------------------------------------------------
+@pytest.fixture(scope="module")
+def two_group_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """~1.2 M lookups: two Parquet row groups, so the reader's chunks vary."""
+    rng = np.random.default_rng(3)
+    tables = [("small", 40), ("mid", 5000), ("big", 2_000_000)]
+    num_batches, per_table = 600, 700
+    batch = np.repeat(np.arange(num_batches, dtype=np.uint32), per_table * len(tables))
+    table = np.tile(np.repeat(np.arange(len(tables), dtype=np.uint16), per_table), num_batches)
+    cards = np.array([n for _, n in tables])[table]
+    # skewed: squared uniform draws favour low ids, scattered by a multiplicative hash
+    rank = (rng.random(len(batch)) ** 3 * cards).astype(np.int64)
+    row = ((rank * 2654435761) % cards).astype(np.uint32)
+    path = write_trace_from_arrays(
+        tmp_path_factory.mktemp("inspect") / "two",
+        tables=tables,
+        batch=batch,
+        table=table,
+        row=row,
+        batch_size=per_table,
+    )
+    want = inspect_arrays(batch, table, row, [n for _, n in tables], names=[n for n, _ in tables])
+    return path, want
+
+
+def test_trace_chunking_does_not_change_results(two_group_trace: tuple[Path, Any]) -> None:
+    path, want = two_group_trace
+    results = [inspect_trace(path, min_lookups=m) for m in (1, 300_000, 1 << 20, 1 << 24)]
+    for res in results:
+        res.pop("trace")
+        res.pop("updates")
+        assert res == results[0]
+    assert_same(results[0], want, tol=0.0)
+    assert_invariants(results[0])
+    assert results[0]["top1pct_share"] > 0.2  # the skew shows
+
+
+def test_empty_trace_gives_zeros(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = np.empty(0, dtype=np.uint32)
+    path = write_trace_from_arrays(
+        tmp_path / "empty", tables=[("a", 10)], batch=empty, table=empty, row=empty, batch_size=1
+    )
+    res = inspect_trace(path)
+    assert res["batches"] == 0 and res["lookups"] == 0 and res["distinct_rows"] == 0
+    assert res["top1pct_share"] == 0.0 and res["consecutive_reuse_mean"] == 0.0
+    assert res["touched_curve"] == []
+    assert_invariants(res)
+    assert main(["inspect", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["lookups"] == 0
+    assert main(["inspect", str(path)]) == 0
+    assert "all" in capsys.readouterr().out
+
+
+def _rewrite_manifest(path: Path, edit: Any) -> None:
+    manifest_path = path / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    edit(manifest)
+    manifest_path.write_text(json.dumps(manifest))
+
+
+def test_row_out_of_range_is_a_trace_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_trace_from_arrays(
+        tmp_path / "bad",
+        tables=TINY_TABLES,
+        batch=TINY_BATCH,
+        table=TINY_TABLE,
+        row=TINY_ROW,
+        batch_size=2,
+    )
+    _rewrite_manifest(path, lambda m: m["tables"][1].update(rows=6))  # row 7 no longer fits
+    with pytest.raises(TraceError, match=r"row id 7 is out of range \(table 1 't1' has 6 rows\)"):
+        inspect_trace(path)
+    assert main(["inspect", str(path), "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert str(path) in err and "row id 7" in err
+
+
+def test_table_out_of_range_is_a_trace_error(tmp_path: Path) -> None:
+    path = write_trace_from_arrays(
+        tmp_path / "bad",
+        tables=TINY_TABLES,
+        batch=TINY_BATCH,
+        table=TINY_TABLE,
+        row=TINY_ROW,
+        batch_size=2,
+    )
+    _rewrite_manifest(path, lambda m: m["tables"].pop())
+    with pytest.raises(TraceError, match=r"table index 1 is out of range \(the trace has 1"):
+        inspect_trace(path)
+
+
+def test_array_order_errors() -> None:
+    rows = [10]
+    with pytest.raises(TraceError, match="not sorted by batch"):
+        inspect_arrays(np.array([1, 0]), np.array([0, 0]), np.array([1, 1]), rows)
+    with pytest.raises(TraceError, match="beyond the manifest's 1 batches"):
+        inspect_arrays(np.array([0, 1]), np.array([0, 0]), np.array([1, 1]), rows, num_batches=1)
+
+
+# -- the command line ------------------------------------------------------------------
+def test_cli_json(tiny_trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(tiny_trace), "--json", "--verify"]) == 0
+    out = capsys.readouterr().out
+    res = json.loads(out)
+    for key in (
+        "batches",
+        "lookups",
+        "distinct_rows",
+        "distinct_per_batch_mean",
+        "consecutive_reuse_mean",
+        "top1pct_share",
+        "tables",
+        "touched_curve",
+        "updates",
+    ):
+        assert key in res, key
+    assert_same(res, tiny_golden(), tol=1e-15)
+    assert res["checksums_verified"] is True
+    assert res["updates"] == 8
+    assert math.isclose(res["touched_curve"][-1][1], 6 / 154)
+
+
+def test_cli_table_output(tiny_trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(tiny_trace)]) == 0
+    out = capsys.readouterr().out
+    for text in ("t0", "t1", "all", "batches: 3", "lookups: 10", "33.33%", "rows touched"):
+        assert text in out, text
+
+
+def test_cli_missing_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope"
+    assert main(["inspect", str(missing)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1
+    assert str(missing) in lines[0]
+    assert captured.out == ""
+
+
+def test_cli_verify_catches_corruption(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_trace_from_arrays(
+        tmp_path / "t",
+        tables=TINY_TABLES,
+        batch=TINY_BATCH,
+        table=TINY_TABLE,
+        row=TINY_ROW,
+        batch_size=2,
+    )
+    part = next((path / "updates").glob("*.parquet"))
+    part.write_bytes(part.read_bytes() + b"\0")
+    assert main(["inspect", str(path), "--json"]) == 0  # lookups intact, not checked
+    capsys.readouterr()
+    assert main(["inspect", str(path), "--json", "--verify"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checksum" in err[0]
