@@ -46,7 +46,9 @@ import gzip
 import os
 import queue
 import re
+import sys
 import threading
+import types
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -81,7 +83,7 @@ TABLE_NAMES = tuple(f"C{i + 1}" for i in range(NUM_CAT))
 DEFAULT_BATCH_SIZE = 2048
 MAX_BATCH_SIZE = 1 << 26  # the workload spec's limit
 MAX_IND_RANGE = 2**32 - 2  # row ids 0..M must fit uint32
-BLOCK_BYTES = 32 << 20  # bytes read (decompressed) per block
+BLOCK_BYTES = 16 << 20  # bytes read (decompressed) per block
 PARSE_LINES = 1 << 17  # lines parsed per kernel call (size of the hash buffer)
 MAX_LINE_BYTES = 1 << 20  # a longer line is malformed (and bounds the buffer)
 DICT_INITIAL_SLOTS = 1 << 16
@@ -347,8 +349,9 @@ def _map_dictionary(
 
 
 @njit(cache=True, nogil=True)
-def _rehash(keys: np.ndarray, vals: np.ndarray, new_keys: np.ndarray, new_vals: np.ndarray,
-            shift: int) -> None:
+def _rehash(
+    keys: np.ndarray, vals: np.ndarray, new_keys: np.ndarray, new_vals: np.ndarray, shift: int
+) -> None:
     mask = np.uint64(len(new_keys) - 1)
     sh = np.uint64(shift)
     one = np.uint64(1)
@@ -416,12 +419,21 @@ class _Dictionary:
         _rehash(self.keys, self.vals, keys, vals, int(state[2]))
         self.keys, self.vals, self.state = keys, vals, state
 
-    def map(self, hashes: np.ndarray, missing: np.ndarray, lo: int, hi: int,
-            out: np.ndarray, at: int) -> None:
+    def map(
+        self, hashes: np.ndarray, missing: np.ndarray, lo: int, hi: int, out: np.ndarray, at: int
+    ) -> None:
         i = lo
         while True:
             i = _map_dictionary(
-                hashes, missing, i, hi, self.keys, self.vals, self.counts, self.state, out,
+                hashes,
+                missing,
+                i,
+                hi,
+                self.keys,
+                self.vals,
+                self.counts,
+                self.state,
+                out,
                 at + i - lo,
             )
             if i >= hi:
@@ -455,16 +467,72 @@ def _open_input(path: Path) -> tuple[BinaryIO, BinaryIO]:
     return raw, raw
 
 
-def _read_errors() -> tuple[type[BaseException], ...]:
-    return (OSError, EOFError, zlib.error)
+_READ_ERRORS = (OSError, EOFError, zlib.error)
+
+
+def _read_chunks(
+    path: Path, stream: BinaryIO, raw: BinaryIO, size: int
+) -> Iterator[tuple[bytes, int]]:
+    """(decompressed chunk, position in the file on disk) until the end of the stream."""
+    try:
+        while chunk := stream.read(size):
+            yield chunk, raw.tell()
+    except _READ_ERRORS as exc:
+        detail = getattr(exc, "strerror", None) or str(exc)
+        if isinstance(exc, EOFError | zlib.error | gzip.BadGzipFile):
+            detail = f"corrupt or truncated gzip data: {exc}"
+        raise InputError(f"{path}: cannot read ({detail})") from None
+
+
+class _Prefetch:
+    """Runs an iterator in a thread of its own, up to `depth` items ahead (reading and
+    gzip decompression release the GIL, so they overlap with parsing)."""
+
+    def __init__(self, items: Iterator[Any], depth: int = 2) -> None:
+        self.items = items
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="ingest-read", daemon=True)
+        self.thread.start()
+
+    def _put(self, item: Any) -> bool:
+        while not self.stop.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def _run(self) -> None:
+        try:
+            for item in self.items:
+                if not self._put(item):
+                    return
+            self._put(_END)
+        except BaseException as exc:
+            self._put(exc)
+
+    def next(self) -> Any:
+        """The next item, or None at the end; raises the iterator's error."""
+        item = self.queue.get()
+        if item is _END:
+            self.queue.put(_END)
+            return None
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 class _BlockReader:
-    """Fills a growable numpy byte buffer from a stream, keeping unconsumed bytes in front."""
+    """A growable numpy byte buffer of unparsed input, unconsumed bytes kept in front."""
 
-    def __init__(self, stream: BinaryIO, block_bytes: int) -> None:
-        self.stream = stream
-        self.buf = np.empty(max(block_bytes, 64), dtype=np.uint8)
+    def __init__(self, block_bytes: int) -> None:
+        self.buf = np.empty(2 * max(block_bytes, 64), dtype=np.uint8)
         self.fill = 0
         self.eof = False
 
@@ -475,18 +543,14 @@ class _BlockReader:
             self.buf[:rest] = self.buf[pos : self.fill]
             self.fill = rest
 
-    def read(self) -> int:
-        """Read more bytes (at least half a buffer's room); 0 at the end of the stream."""
-        if self.fill > len(self.buf) // 2:
-            bigger = np.empty(2 * len(self.buf), dtype=np.uint8)
+    def append(self, chunk: bytes) -> None:
+        need = self.fill + len(chunk)
+        if need > len(self.buf):
+            bigger = np.empty(max(need, 2 * len(self.buf)), dtype=np.uint8)
             bigger[: self.fill] = self.buf[: self.fill]
             self.buf = bigger
-        n = self.stream.readinto(memoryview(self.buf)[self.fill :])  # type: ignore[attr-defined]
-        if not n:
-            self.eof = True
-            return 0
-        self.fill += n
-        return n
+        self.buf[self.fill : need] = np.frombuffer(chunk, dtype=np.uint8)
+        self.fill = need
 
 
 def _describe(code: int, field: int, value: bytes) -> str:
@@ -524,19 +588,19 @@ def _iter_parsed(
     """
     stream, raw = _open_input(path)
     status = np.zeros(_STATUS_LEN, dtype=np.int64)
-    reader = _BlockReader(stream, block_bytes)
+    reader = _BlockReader(block_bytes)
     line_base = 0  # lines of this file before reader.buf[0]
     discarding = False  # skipping the rest of an over-long line
     last_raw = 0
+    chunks = _Prefetch(_read_chunks(path, stream, raw, block_bytes))
     try:
         while not reader.eof:
-            try:
-                reader.read()
-                raw_pos = raw.tell()
-            except _read_errors() as exc:
-                detail = getattr(exc, "strerror", None) or str(exc)
-                raise InputError(f"{path}: cannot read ({detail})") from None
-            if raw_pos != last_raw:
+            item = chunks.next()
+            if item is None:
+                reader.eof = True
+            else:
+                chunk, raw_pos = item
+                reader.append(chunk)
                 on_progress(raw_pos - last_raw)
                 last_raw = raw_pos
             if discarding:
@@ -549,8 +613,16 @@ def _iter_parsed(
                 discarding = False
             pos = 0
             while True:
-                _parse_block(reader.buf, pos, reader.fill, reader.eof, skip_bad_lines,
-                             hashes, missing, status)
+                _parse_block(
+                    reader.buf,
+                    pos,
+                    reader.fill,
+                    reader.eof,
+                    skip_bad_lines,
+                    hashes,
+                    missing,
+                    status,
+                )
                 lines = int(status[_S_LINES])
                 good = int(status[_S_GOOD])
                 first_bad = int(status[_S_FIRST_BAD])
@@ -581,6 +653,7 @@ def _iter_parsed(
         if discarding:  # the over-long line ran to the end of the file
             line_base += 1
     finally:
+        chunks.close()
         stream.close()
         raw.close()
 
@@ -716,15 +789,27 @@ class _Producer:
         first_batch = 0
         for path in self.paths:
             for good in _iter_parsed(
-                path, skip_bad_lines=self.skip_bad_lines, block_bytes=self.block_bytes,
-                hashes=hashes, missing=missing, on_bad=self.bad.add, on_progress=self._progress,
+                path,
+                skip_bad_lines=self.skip_bad_lines,
+                block_bytes=self.block_bytes,
+                hashes=hashes,
+                missing=missing,
+                on_bad=self.bad.add,
+                on_progress=self._progress,
             ):
                 done = 0
                 while done < good:
                     k = min(good - done, size - fill)
                     if self.dictionary is None:
-                        _map_modulo(hashes, missing, done, done + k, int(self.max_ind_range or 1),
-                                    group, fill)
+                        _map_modulo(
+                            hashes,
+                            missing,
+                            done,
+                            done + k,
+                            int(self.max_ind_range or 1),
+                            group,
+                            fill,
+                        )
                     else:
                         self.dictionary.map(hashes, missing, done, done + k, group, fill)
                     done += k
@@ -821,9 +906,16 @@ def ingest(
     writer = TraceFolderWriter(out, plan, force=force, resume=False)
     try:
         return _ingest_into(
-            writer, paths, batch_size=batch_size, max_ind_range=max_ind_range,
-            skip_bad_lines=skip_bad_lines, progress=progress, block_bytes=block_bytes,
-            workers=workers, layout=layout, rule=rule,
+            writer,
+            paths,
+            batch_size=batch_size,
+            max_ind_range=max_ind_range,
+            skip_bad_lines=skip_bad_lines,
+            progress=progress,
+            block_bytes=block_bytes,
+            workers=workers,
+            layout=layout,
+            rule=rule,
         )
     except BaseException:
         writer.abort()
@@ -879,9 +971,15 @@ def _ingest_into(
     bar, advance = _progress_bar(paths) if progress else (None, _no_progress)
     pool = ThreadPoolExecutor(workers, thread_name_prefix="ingest-build")
     producer = _Producer(
-        paths, batch_size=batch_size, group_batches=per_group, max_ind_range=max_ind_range,
-        skip_bad_lines=skip_bad_lines, block_bytes=block_bytes, pool=pool,
-        depth=workers + 2, on_progress=advance,
+        paths,
+        batch_size=batch_size,
+        group_batches=per_group,
+        max_ind_range=max_ind_range,
+        skip_bad_lines=skip_bad_lines,
+        block_bytes=block_bytes,
+        pool=pool,
+        depth=workers + 1,
+        on_progress=advance,
     )
     schemas = {LOOKUPS_DIR: _LOOKUPS_SCHEMA, UPDATES_DIR: _UPDATES_SCHEMA}
     files: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
@@ -1075,3 +1173,17 @@ def reference_lookups(
         np.array(table, dtype=np.uint16),
         np.array(row, dtype=np.uint32),
     )
+
+
+# -- `replay.ingest` is both this module and the function ----------------------------------------
+
+
+class _CallableModule(types.ModuleType):
+    """Importing `replay.ingest` makes the package attribute `replay.ingest` this module,
+    hiding the lazily exported function of the same name; calling the module calls it."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> IngestResult:
+        return ingest(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

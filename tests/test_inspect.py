@@ -437,3 +437,19 @@ def test_cli_verify_catches_corruption(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["inspect", str(path), "--json", "--verify"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "checksum" in err[0]
+
+
+def test_unreadable_lookups_file_is_a_trace_error(tmp_path: Path) -> None:
+    """Reader errors come out of the read-ahead thread as they are."""
+    path = write_trace_from_arrays(
+        tmp_path / "t",
+        tables=TINY_TABLES,
+        batch=TINY_BATCH,
+        table=TINY_TABLE,
+        row=TINY_ROW,
+        batch_size=2,
+    )
+    part = next((path / "lookups").glob("*.parquet"))
+    part.write_bytes(b"not parquet")
+    with pytest.raises(TraceError, match="not a readable Parquet file"):
+        inspect_trace(path)

@@ -129,8 +129,10 @@ class Trace:
             batch_col = names.index("batch")
             for index in range(meta.num_row_groups):
                 stats = meta.row_group(index).column(batch_col).statistics
-                skip = stats is not None and stats.has_min_max and (
-                    stats.max < start or stats.min >= stop
+                skip = (
+                    stats is not None
+                    and stats.has_min_max
+                    and (stats.max < start or stats.min >= stop)
                 )
                 if skip:
                     continue

@@ -5,7 +5,9 @@ distinct rows b looked up, and `count` is the number of lookups of that row (gra
 contributions folded into one update). With gradient accumulation over k batches the
 step lands on batches b with (b + 1) % k == 0 and covers batches b-k+1..b; batches after
 the last full window take no step (training would not step on a partial window).
-Frozen tables produce no updates. Output is sorted by (batch, table, row).
+Frozen tables produce no updates. Output is sorted by (batch, table); inside a group,
+rows come in the order the window first looked them up (deterministic, and O(1) per
+lookup, where sorting would cost O(log n)).
 
 `update_sets` is the numba kernel; `update_sets_reference` the slow, obviously correct
 version the tests compare it with.
@@ -16,9 +18,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# Count distinct rows with a dense scratch array when the table is this small and no
-# larger than 4x the lookups being folded; otherwise sort.
+# Tables of up to this many rows find a row's output slot in a dense array; larger ones
+# in an open-addressing hash table sized 2x the lookups of the chunk.
 DENSE_ROWS_LIMIT = 1 << 16
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing multiplier
 
 
 @njit(cache=True, nogil=True)
@@ -56,8 +59,22 @@ def _update_sets_kernel(
     for t in range(num_tables):
         if table_rows[t] <= DENSE_ROWS_LIMIT and table_rows[t] > dense_size:
             dense_size = table_rows[t]
-    scratch = np.zeros(dense_size, dtype=np.uint32)
-    buf = np.empty(n, dtype=row.dtype)
+    dense_slot = np.full(dense_size, -1, dtype=np.int64)  # row -> output index
+    # open addressing for large tables: slot -> output index (-1 empty), sized 2x the
+    # largest window of one table, so it stays in cache
+    largest = 0
+    for t in range(num_tables):
+        for b0 in range(0, nb, accumulate):
+            total = 0
+            for bb in range(b0, min(b0 + accumulate, nb)):
+                total += group_hi[bb, t] - group_lo[bb, t]
+            largest = max(largest, total)
+    capacity = 16
+    while capacity < 2 * largest:
+        capacity *= 2
+    hash_slot = np.full(capacity, -1, dtype=np.int64)
+    mask = np.uint64(capacity - 1)
+    shift = np.uint64(64 - int(np.log2(capacity)))
 
     out = 0
     for b in range(batch_start, batch_stop):
@@ -69,44 +86,42 @@ def _update_sets_kernel(
         for t in range(num_tables):
             if frozen[t]:
                 continue
-            total = 0
+            begin = out
+            dense = table_rows[t] <= DENSE_ROWS_LIMIT
             for bb in range(first - batch_start, b - batch_start + 1):
-                total += group_hi[bb, t] - group_lo[bb, t]
-            if total == 0:
-                continue
-            rows_t = table_rows[t]
-            if rows_t <= DENSE_ROWS_LIMIT and rows_t <= 4 * total:
-                for bb in range(first - batch_start, b - batch_start + 1):
-                    for k in range(group_lo[bb, t], group_hi[bb, t]):
-                        scratch[row[k]] += 1
-                for r in range(rows_t):
-                    c = scratch[r]
-                    if c != 0:
-                        out_batch[out] = b
-                        out_table[out] = t
-                        out_row[out] = r
-                        out_count[out] = c
-                        out += 1
-                        scratch[r] = 0
-            else:
-                m = 0
-                for bb in range(first - batch_start, b - batch_start + 1):
-                    for k in range(group_lo[bb, t], group_hi[bb, t]):
-                        buf[m] = row[k]
-                        m += 1
-                sorted_rows = np.sort(buf[:m])
-                k = 0
-                while k < m:
-                    r = sorted_rows[k]
-                    e = k + 1
-                    while e < m and sorted_rows[e] == r:
-                        e += 1
+                for k in range(group_lo[bb, t], group_hi[bb, t]):
+                    r = row[k]
+                    if dense:
+                        at = dense_slot[r]
+                    else:
+                        h = ((np.uint64(r) * GOLDEN) >> shift) & mask
+                        while True:
+                            at = hash_slot[h]
+                            if at < 0 or out_row[at] == r:
+                                break
+                            h = (h + np.uint64(1)) & mask
+                    if at >= 0:
+                        out_count[at] += 1
+                        continue
                     out_batch[out] = b
                     out_table[out] = t
                     out_row[out] = r
-                    out_count[out] = e - k
+                    out_count[out] = 1
+                    if dense:
+                        dense_slot[r] = out
+                    else:
+                        hash_slot[h] = out
                     out += 1
-                    k = e
+            # reset only the slots this group used
+            for at in range(begin, out):
+                r = out_row[at]
+                if dense:
+                    dense_slot[r] = -1
+                else:
+                    h = ((np.uint64(r) * GOLDEN) >> shift) & mask
+                    while hash_slot[h] != at:  # skips slots already cleared
+                        h = (h + np.uint64(1)) & mask
+                    hash_slot[h] = -1
     return out
 
 
@@ -167,8 +182,10 @@ def update_sets_reference(
         for t in range(len(table_rows)):
             if frozen[t]:
                 continue
-            rows, counts = np.unique(row[window & (table == t)], return_counts=True)
-            records.extend((b, t, int(r), int(c)) for r, c in zip(rows, counts, strict=True))
+            counts: dict[int, int] = {}  # insertion-ordered: first-seen order
+            for r in row[window & (table == t)].tolist():
+                counts[r] = counts.get(r, 0) + 1
+            records.extend((b, t, r, c) for r, c in counts.items())
     arr = np.array(records, dtype=np.int64).reshape(-1, 4)
     return (
         arr[:, 0].astype(np.uint32),

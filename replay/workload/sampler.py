@@ -71,7 +71,8 @@ def stream_key(root: np.uint64, batch: np.int64, table: np.int64, purpose: np.in
 @njit(cache=True, nogil=True, inline="always")
 def uniform(key: np.uint64, counter: np.int64) -> float:
     """The counter-th uniform in [0, 1) of the stream `key` (53 random bits)."""
-    return np.float64(mix64(key + np.uint64(counter + 1) * GAMMA) >> S11) * INV_2_53
+    # via int64: a signed conversion is one instruction, an unsigned one is not
+    return np.float64(np.int64(mix64(key + np.uint64(counter + 1) * GAMMA) >> S11)) * INV_2_53
 
 
 # -- bounded power law: rejection inversion -------------------------------------------
@@ -144,18 +145,27 @@ def zipf_rank(
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _feistel_round(a: np.uint64, b: np.uint64, key: np.uint64, wa: np.uint64) -> np.uint64:
+    # multiply-shift round function: the top wa bits of (b + key) * odd constant
+    return a ^ (((b + key) * MIX1) >> (np.uint64(64) - wa))
+
+
+@njit(cache=True, nogil=True, inline="always")
 def feistel_permute(x: np.uint64, bits: np.int64, round_keys: np.ndarray) -> np.uint64:
-    """One pass of an unbalanced Feistel network over [0, 2^bits); a bijection."""
-    wa = bits // 2  # width of the left part a
-    wb = bits - wa  # width of the right part b
-    a = x >> np.uint64(wb)
-    b = x & ((np.uint64(1) << np.uint64(wb)) - np.uint64(1))
-    for r in range(FEISTEL_ROUNDS):
-        # multiply-shift round function: the top wa bits of (b + key) * odd constant
-        f = ((b + round_keys[r]) * MIX1) >> np.uint64(64 - wa)
-        a, b = b, a ^ f  # (a: wb bits, b: wa bits) after the swap
-        wa, wb = wb, wa
-    return (a << np.uint64(wb)) | b
+    """One pass of a 4-round unbalanced Feistel network over [0, 2^bits); a bijection.
+
+    State (a: wa bits, b: wb bits), x = a << wb | b; a round maps it to
+    (b, a ^ F(b)) and swaps the widths, so four rounds restore them.
+    """
+    wa = np.uint64(bits // 2)
+    wb = np.uint64(bits) - wa
+    a = x >> wb
+    b = x & ((np.uint64(1) << wb) - np.uint64(1))
+    a, b = b, _feistel_round(a, b, round_keys[0], wa)  # now (wb bits, wa bits)
+    a, b = b, _feistel_round(a, b, round_keys[1], wb)  # back to (wa, wb)
+    a, b = b, _feistel_round(a, b, round_keys[2], wa)
+    a, b = b, _feistel_round(a, b, round_keys[3], wb)
+    return (a << wb) | b
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -202,7 +212,8 @@ FULL_ALIAS_ROWS = 1 << 16
     I_CONTIGUOUS,
     I_BITS,
     I_PERM_OFF,
-) = range(9)
+    I_PERM_LEN,
+) = range(10)
 # fparams columns
 F_ALPHA, F_P_HEAD, F_TAIL_LO, F_TAIL_HI, F_TAIL_S, F_DRIFT, F_REUSE = range(7)
 
@@ -261,18 +272,18 @@ def build_alias(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class SamplerTables:
     """Per-table parameters of the access model, flattened for the kernels."""
 
-    iparams: np.ndarray  # int64 [tables, 9]
+    iparams: np.ndarray  # int64 [tables, 10]
     fparams: np.ndarray  # float64 [tables, 7]
     round_keys: np.ndarray  # uint64 [tables, FEISTEL_ROUNDS]
     alias_prob: np.ndarray  # float64, all tables' head tables end to end
     alias_index: np.ndarray  # int32
-    perm: np.ndarray  # uint32: explicit permutations of the small tables, end to end
+    perm: np.ndarray  # uint32: permute_index(p) for p < perm_len, all tables end to end
 
 
 def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
     """Flatten TableSpec-like objects (rows, pooling, alpha, drift, ...) for the kernels."""
     n = len(tables)
-    iparams = np.zeros((n, 9), dtype=np.int64)
+    iparams = np.zeros((n, 10), dtype=np.int64)
     fparams = np.zeros((n, 7), dtype=np.float64)
     round_keys = np.zeros((n, FEISTEL_ROUNDS), dtype=np.uint64)
     probs: list[np.ndarray] = []
@@ -289,7 +300,7 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
         round_keys[t] = keys
         iparams[t] = (
             rows, spec.pooling, head, alias_off, spec.drift_period_batches,
-            spec.reuse_window_batches, spec.mapping == "contiguous", bits, -1,
+            spec.reuse_window_batches, spec.mapping == "contiguous", bits, -1, 0,
         )  # fmt: skip
         p_head, lo, hi, sq = 1.0, 0.0, 0.0, 0.0
         if head:
@@ -305,10 +316,14 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
                 hi = _h_integral(rows + 0.5, alpha)
                 sq = zipf_constants(rows, alpha)[2]
         fparams[t] = (alpha, p_head, lo, hi, sq, spec.drift, spec.reuse)
-        if rows <= FULL_ALIAS_ROWS and spec.mapping != "contiguous":
+        if spec.mapping != "contiguous":
+            # the permutation of the first positions, precomputed: all of a small table,
+            # the hottest HEAD_RANKS positions of a large one (most draws land there)
+            length = rows if rows <= FULL_ALIAS_ROWS else HEAD_RANKS
             iparams[t, I_PERM_OFF] = perm_off
-            perms.append(_explicit_permutation(rows, bits, keys))
-            perm_off += rows
+            iparams[t, I_PERM_LEN] = length
+            perms.append(_explicit_permutation(length, rows, bits, keys))
+            perm_off += length
 
     def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
         return np.concatenate(parts).astype(dtype) if parts else np.zeros(1, dtype=dtype)
@@ -320,35 +335,30 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
 
 
 @njit(cache=True, nogil=True)
-def _explicit_permutation(rows: np.int64, bits: np.int64, keys: np.ndarray) -> np.ndarray:
-    out = np.empty(rows, dtype=np.uint32)
-    for p in range(rows):
+def _explicit_permutation(
+    length: np.int64, rows: np.int64, bits: np.int64, keys: np.ndarray
+) -> np.ndarray:
+    out = np.empty(length, dtype=np.uint32)
+    for p in range(length):
         out[p] = permute_index(p, rows, bits, keys)
     return out
 
 
 @njit(cache=True, nogil=True, inline="always")
-def draw_rank(
-    key: np.uint64, t: np.int64, ip: np.ndarray, fp: np.ndarray,
+def draw_rank_scalar(
+    key: np.uint64, rows: np.int64, head: np.int64, p_head: float, alias_off: np.int64,
+    alpha: float, lo: float, hi: float, s: float,
     alias_prob: np.ndarray, alias_index: np.ndarray,
 ) -> np.int64:  # fmt: skip
     """An exact draw from p(k) ~ k^-alpha, k in [1, rows], from the stream `key`."""
-    rows = ip[t, I_ROWS]
-    head = ip[t, I_HEAD]
     if head == 0:
         return np.int64(uniform(key, 0) * rows) + 1
-    u = uniform(key, 0)
-    if u < fp[t, F_P_HEAD]:
+    if uniform(key, 0) < p_head:
         v = uniform(key, 1) * head
         slot = np.int64(v)
-        off = ip[t, I_ALIAS_OFF]
-        if v - slot < alias_prob[off + slot]:
+        if v - slot < alias_prob[alias_off + slot]:
             return slot + 1
-        return np.int64(alias_index[off + slot]) + 1
-    alpha = fp[t, F_ALPHA]
-    lo = fp[t, F_TAIL_LO]
-    hi = fp[t, F_TAIL_HI]
-    s = fp[t, F_TAIL_S]
+        return np.int64(alias_index[alias_off + slot]) + 1
     attempt = 2
     while True:
         w = hi + uniform(key, attempt) * (lo - hi)
@@ -363,6 +373,18 @@ def draw_rank(
         attempt += 1
 
 
+@njit(cache=True, nogil=True, inline="always")
+def draw_rank(
+    key: np.uint64, t: np.int64, ip: np.ndarray, fp: np.ndarray,
+    alias_prob: np.ndarray, alias_index: np.ndarray,
+) -> np.int64:  # fmt: skip
+    """`draw_rank_scalar` with table t's parameters."""
+    return draw_rank_scalar(
+        key, ip[t, I_ROWS], ip[t, I_HEAD], fp[t, F_P_HEAD], ip[t, I_ALIAS_OFF], fp[t, F_ALPHA],
+        fp[t, F_TAIL_LO], fp[t, F_TAIL_HI], fp[t, F_TAIL_S], alias_prob, alias_index,
+    )  # fmt: skip
+
+
 # -- the whole access model of one lookup ---------------------------------------------
 
 
@@ -372,21 +394,6 @@ def drift_shift(batch: np.int64, rows: np.int64, drift: float, period: np.int64)
         return 0
     epoch_start = (batch // period) * period
     return np.int64(math.floor(drift * rows * epoch_start)) % rows
-
-
-@njit(cache=True, nogil=True, inline="always")
-def rank_to_row(
-    rank: np.int64, batch: np.int64, t: np.int64, ip: np.ndarray, fp: np.ndarray,
-    round_keys: np.ndarray, perm: np.ndarray,
-) -> np.int64:  # fmt: skip
-    rows = ip[t, I_ROWS]
-    p = (rank - 1 - drift_shift(batch, rows, fp[t, F_DRIFT], ip[t, I_DRIFT_PERIOD])) % rows
-    if ip[t, I_CONTIGUOUS]:
-        return p
-    off = ip[t, I_PERM_OFF]
-    if off >= 0:
-        return np.int64(perm[off + p])
-    return permute_index(p, rows, ip[t, I_BITS], round_keys[t])
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -433,22 +440,50 @@ def generate_lookups(
     out = 0
     for b in range(batch_start, batch_stop):
         for t in range(num_tables):
+            # table parameters as locals: the compiler cannot prove the output stores
+            # leave them unchanged, so reading them per lookup would reload them
+            rows = ip[t, I_ROWS]
             n_t = batch_size * ip[t, I_POOLING]
-            fresh_key = stream_key(root, b, t, PURPOSE_FRESH)
+            head = ip[t, I_HEAD]
+            alias_off = ip[t, I_ALIAS_OFF]
+            window = ip[t, I_REUSE_WINDOW]
+            contiguous = ip[t, I_CONTIGUOUS] != 0
+            bits = ip[t, I_BITS]
+            perm_off = ip[t, I_PERM_OFF]
+            perm_len = ip[t, I_PERM_LEN]
+            alpha = fp[t, F_ALPHA]
+            p_head = fp[t, F_P_HEAD]
+            lo = fp[t, F_TAIL_LO]
+            hi = fp[t, F_TAIL_HI]
+            sq = fp[t, F_TAIL_S]
             reuse = fp[t, F_REUSE]
+            drift = fp[t, F_DRIFT]
+            period = ip[t, I_DRIFT_PERIOD]
+            keys = round_keys[t]
+            fresh_key = stream_key(root, b, t, PURPOSE_FRESH)
             for j in range(n_t):
                 src_b = b
                 src_j = j
                 key = fresh_key
                 if reuse > 0.0:
-                    src_b, src_j = source_of(root, b, t, j, n_t, reuse, ip[t, I_REUSE_WINDOW])
+                    src_b, src_j = source_of(root, b, t, j, n_t, reuse, window)
                     if src_b != b:
                         key = stream_key(root, src_b, t, PURPOSE_FRESH)
                 draw_key = mix64(key + np.uint64(src_j + 1) * GAMMA)
-                rank = draw_rank(draw_key, t, ip, fp, alias_prob, alias_index)
+                p = draw_rank_scalar(
+                    draw_key, rows, head, p_head, alias_off, alpha, lo, hi, sq,
+                    alias_prob, alias_index,
+                ) - 1  # fmt: skip
+                if drift != 0.0:  # an integer modulo costs more than the rest
+                    p = (p - drift_shift(src_b, rows, drift, period)) % rows
+                if not contiguous:
+                    if p < perm_len:
+                        p = np.int64(perm[perm_off + p])
+                    else:
+                        p = permute_index(p, rows, bits, keys)
                 out_batch[out] = b
                 out_table[out] = t
-                out_row[out] = rank_to_row(rank, src_b, t, ip, fp, round_keys, perm)
+                out_row[out] = p
                 out += 1
 
 
