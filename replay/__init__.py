@@ -23,7 +23,7 @@ def __getattr__(name: str):  # lazy: keep `import replay` light (numba compiles 
 
         return generate
     if name == "ingest":
-        from replay.ingest import ingest
+        from replay.criteo import ingest
 
         return ingest
     if name == "inspect_trace":

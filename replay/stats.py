@@ -154,8 +154,8 @@ def _inspect_kernel(
     `table_rows` is uint64, `offsets` int64 (first flat row of each table), `last` int32
     (last batch that looked the row up, -1 never), `count` an unsigned integer array
     (lookups per row, wrapping; each wrap's flat row goes to `wraps`). The per-table
-    counters of the current batch live in local arrays while the loop runs (no aliasing
-    with the state arrays, so they stay in cache and registers) and go back at the end.
+    counters of the current batch live in small local arrays while the loop runs and go
+    back to `ti` at each batch end and at the end of the chunk (a batch may span chunks).
     """
     num_tables = len(table_rows)
     look = np.empty(num_tables, dtype=np.int64)
@@ -704,8 +704,68 @@ def inspect_reference(
     }
 
 
+KAGGLE_ROWS = (
+    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
+    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+)  # fmt: skip
+
+
+def bench_inspect_kernel(
+    lookups: int = 50_000_000,
+    batch_size: int = 2048,
+    skewed: bool = True,
+    repeats: int = 3,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Lookups per second of the inspect kernel alone, one thread, from memory.
+
+    A synthetic trace shaped like Criteo Kaggle (26 tables, 33.8 M rows, one lookup per
+    table and sample, `batch_size` samples per batch). Skewed: log-uniform ranks (a power
+    law with alpha = 1) scattered over the table by a multiplicative hash; otherwise
+    uniform rows. Each repeat starts from fresh per-row state; the best repeat counts.
+    """
+    import time
+
+    rows = np.array(KAGGLE_ROWS, dtype=np.int64)
+    per_batch = batch_size * len(rows)
+    num_batches = max(1, lookups // per_batch)
+    n = num_batches * per_batch
+    rng = np.random.default_rng(seed)
+    batch = np.repeat(np.arange(num_batches, dtype=np.uint32), per_batch)
+    table = np.tile(np.repeat(np.arange(len(rows), dtype=np.uint16), batch_size), num_batches)
+    cards = rows[table]
+    if skewed:
+        rank = np.exp(rng.random(n) * np.log(cards + 1.0)).astype(np.int64) - 1
+        rank = np.minimum(rank, cards - 1)
+        row = ((rank * 2654435761) % cards).astype(np.uint32)
+    else:
+        row = (rng.random(n) * cards).astype(np.uint32)
+    del cards
+    _Inspector(rows, 1).feed(batch[:1], table[:1], row[:1])  # compile or load outside timing
+    seconds = []
+    for _ in range(repeats):
+        inspector = _Inspector(rows, num_batches)
+        started = time.perf_counter()
+        inspector.feed(batch, table, row)
+        seconds.append(time.perf_counter() - started)
+    started = time.perf_counter()
+    result = inspector.result()
+    finish_s = time.perf_counter() - started
+    return {
+        "lookups": n,
+        "batches": num_batches,
+        "skewed": skewed,
+        "kernel_lookups_per_s": n / min(seconds),
+        "kernel_seconds": seconds,
+        "finish_seconds": finish_s,
+        "top1pct_share": result["top1pct_share"],
+        "distinct_rows": result["distinct_rows"],
+    }
+
+
 __all__ = [
     "DEFAULT_CURVE_POINTS",
+    "bench_inspect_kernel",
     "curve_batches",
     "inspect_arrays",
     "inspect_reference",

@@ -40,8 +40,25 @@ def test_generate_then_inspect(tmp_path: Path, capsys) -> None:
 def test_generate_from_spec_file_with_overrides(tmp_path: Path, capsys) -> None:
     spec = Path(__file__).parents[1] / "traces" / "example.toml"
     out = tmp_path / "e"
-    args = ["generate", "--spec", str(spec), "--batches", "3", "--batch-size", "10",
-            "--alpha", "1.2", "--reuse", "0", "--drift", "0", "--seed", "9", "--out", str(out)]
+    args = [
+        "generate",
+        "--spec",
+        str(spec),
+        "--batches",
+        "3",
+        "--batch-size",
+        "10",
+        "--alpha",
+        "1.2",
+        "--reuse",
+        "0",
+        "--drift",
+        "0",
+        "--seed",
+        "9",
+        "--out",
+        str(out),
+    ]
     code, _, err = run(args, capsys)
     assert code == 0, err
     manifest = json.loads((out / "manifest.json").read_text())
@@ -100,8 +117,8 @@ def test_unwritable_output(tmp_path: Path, capsys) -> None:
 
 
 def test_console_script_entry_point(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "replay", "generate", "--preset", "nope",
-                           "--out", str(tmp_path / "x")], capture_output=True, text=True)  # fmt: skip
+    cmd = [sys.executable, "-m", "replay", "generate", "--preset", "nope", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
 

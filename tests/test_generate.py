@@ -52,8 +52,9 @@ def test_tiny_trace_layout_and_content(tmp_path: Path) -> None:
     ref = update_sets_reference(
         look.batch, look.table, look.row, 0, 30, trace.table_rows, np.zeros(4, bool)
     )
-    got = sorted(zip(upd.batch.tolist(), upd.table.tolist(), upd.row.tolist(), upd.count.tolist()))
-    assert got == sorted(zip(*(a.tolist() for a in ref)))
+    columns = (upd.batch, upd.table, upd.row, upd.count)
+    got = sorted(zip(*(c.tolist() for c in columns), strict=True))
+    assert got == sorted(zip(*(a.tolist() for a in ref), strict=True))
     assert upd.count.sum() == trace.num_lookups
 
 

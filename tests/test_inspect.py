@@ -453,3 +453,14 @@ def test_unreadable_lookups_file_is_a_trace_error(tmp_path: Path) -> None:
     part.write_bytes(b"not parquet")
     with pytest.raises(TraceError, match="not a readable Parquet file"):
         inspect_trace(path)
+
+
+@pytest.mark.bench
+@pytest.mark.parametrize("skewed", [True, False])
+def test_bench_inspect_kernel(skewed: bool) -> None:
+    """About 50 M lookups through the kernel on one core: well above 50 M lookups/s."""
+    from replay.stats import bench_inspect_kernel
+
+    res = bench_inspect_kernel(50_000_000, skewed=skewed)
+    print(res)
+    assert res["kernel_lookups_per_s"] > 50e6

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def test_batch_ranges_stream_exactly(tmp_path: Path) -> None:
     assert all(len(c) >= 25 for c in chunks[:-1])
     assert np.array_equal(np.concatenate([c.row for c in chunks]), everything.row)
     # chunks never split a batch
-    for a, b in zip(chunks, chunks[1:], strict=False):
+    for a, b in itertools.pairwise(chunks):
         assert a.batch[-1] < b.batch[0]
 
 
@@ -98,7 +99,9 @@ def test_existing_output_needs_force(tmp_path: Path) -> None:
 
 
 @given(
-    data=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2), st.integers(0, 80)), max_size=300),
+    data=st.lists(
+        st.tuples(st.integers(0, 5), st.integers(0, 2), st.integers(0, 80)), max_size=300
+    ),
     accumulate=st.integers(1, 3),
     frozen=st.lists(st.booleans(), min_size=3, max_size=3),
 )

@@ -25,15 +25,20 @@ lookups are sorted by table and in sample order inside a table. Update sets foll
 `replay.trace.updates` with plain SGD (no accumulation, nothing frozen). Row ids are
 uint32, so ``M`` must be at most 2^32 - 2.
 
-Implementation: the input is read in blocks of `BLOCK_BYTES` into one numpy buffer; a
-numba kernel (`_parse_block`) validates every field of the complete lines in it and writes
-the 26 hashes and a missing mask per line; a second kernel maps them to rows (a modulo, or
-an open-addressing hash table in numpy arrays for the dictionary, grown from Python at
-load factor 1/2). Rows go into a buffer of one part file's samples, which is written as
-Parquet row groups of whole batches exactly like `write_trace_from_arrays` lays them out.
-Memory is bounded by a block, one part file of lookups and the dictionary. The output is
-built in ``.NAME.partial/`` and moved into place only when complete; on any error it is
-removed, so no partial output remains.
+Implementation (no per-line Python): a reader thread reads the input in blocks of
+`BLOCK_BYTES` (decompressing .gz; zlib releases the GIL); a parser thread copies them into
+one numpy byte buffer, where a numba kernel (`_parse_block`) validates every field of the
+complete lines and writes the 26 hashes and a missing mask per line, and a second kernel
+maps them to rows (a modulo, or first-seen ids from an open-addressing hash table in numpy
+arrays, grown from Python at load factor 1/2). Each full Parquet row group of samples
+(`plan_layout` whole batches) goes to a thread pool that builds its lookups and update
+sets; the calling thread writes the row groups in order into part files of
+`batches_per_file` batches, exactly as `write_trace_from_arrays` lays them out, so the
+bytes do not depend on block size, thread count, gzip or file splits. Memory is bounded
+by a few blocks, `workers + 3` row groups and the dictionary (about 12 bytes per slot,
+2 to 4 slots per distinct value), whatever the input size. The output is built in
+``.NAME.partial/`` and moved into place only when complete; on any error it is removed,
+so no partial output remains.
 
 `ingest_reference_rows` and `reference_lookups` are slow pure-Python versions of the same
 rules that the tests compare the kernels with.
@@ -46,9 +51,7 @@ import gzip
 import os
 import queue
 import re
-import sys
 import threading
-import types
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -1173,17 +1176,3 @@ def reference_lookups(
         np.array(table, dtype=np.uint16),
         np.array(row, dtype=np.uint32),
     )
-
-
-# -- `replay.ingest` is both this module and the function ----------------------------------------
-
-
-class _CallableModule(types.ModuleType):
-    """Importing `replay.ingest` makes the package attribute `replay.ingest` this module,
-    hiding the lazily exported function of the same name; calling the module calls it."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> IngestResult:
-        return ingest(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
