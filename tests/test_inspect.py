@@ -464,3 +464,25 @@ def test_bench_inspect_kernel(skewed: bool) -> None:
     res = bench_inspect_kernel(50_000_000, skewed=skewed)
     print(res)
     assert res["kernel_lookups_per_s"] > 50e6
+
+
+@pytest.mark.parametrize("count_dtype", [np.uint8, np.uint32])
+@pytest.mark.parametrize("first_bad", [0, 5, 399, 599])
+def test_first_bad_row_is_reported(count_dtype: type, first_bad: int) -> None:
+    """Both kernel loops (with and without wrap checks) name the first bad lookup."""
+    rng = np.random.default_rng(first_bad)
+    batch = np.repeat(np.arange(20), 30)
+    table = np.tile(np.repeat(np.arange(3), 10), 20)
+    rows = [50, 60, 70]
+    row = rng.integers(0, 50, len(batch))
+    row[first_bad] = rows[table[first_bad]] + 3
+    row[first_bad + 1 :: 7] = 10**6
+    expected = (
+        f"lookup \\(batch {batch[first_bad]}, table {table[first_bad]}, "
+        f"row {row[first_bad]}\\): row id {row[first_bad]} is out of range"
+    )
+    for min_lookups in (1, 100, 1 << 20):
+        with pytest.raises(TraceError, match=expected):
+            inspect_arrays(
+                batch, table, row, rows, count_dtype=count_dtype, min_lookups=min_lookups
+            )

@@ -112,7 +112,9 @@ class Trace:
                     raise TraceError(f"{member}: checksum does not match the manifest")
 
     # -- streaming ----------------------------------------------------------------------
-    def _row_groups(self, kind: str, start: int, stop: int) -> Iterator[tuple[pq.ParquetFile, int]]:
+    def _row_groups(
+        self, kind: str, start: int, stop: int
+    ) -> Iterator[tuple[Path, pq.ParquetFile, int]]:
         """(file, row group index) pairs that may hold batches in [start, stop)."""
         for entry in self.manifest["files"][kind]:
             if entry["batch_stop"] <= start or entry["batch_start"] >= stop or entry["rows"] == 0:
@@ -136,17 +138,17 @@ class Trace:
                 )
                 if skip:
                     continue
-                yield handle, index
+                yield member, handle, index
 
     def _iter(self, kind: str, start: int, stop: int | None) -> Iterator[dict[str, np.ndarray]]:
         stop = self.num_batches if stop is None else min(stop, self.num_batches)
         if start < 0 or start > stop:
             raise TraceError(f"{self.path}: bad batch range [{start}, {stop})")
-        for handle, index in self._row_groups(kind, start, stop):
+        for member, handle, index in self._row_groups(kind, start, stop):
             try:
                 table = handle.read_row_group(index)
             except (OSError, pa.ArrowException) as exc:
-                raise TraceError(f"{handle.metadata}: unreadable row group ({exc})") from None
+                raise TraceError(f"{member}: unreadable row group {index} ({exc})") from None
             columns = {name: table.column(name).to_numpy() for name in _COLUMNS[kind]}
             batch = columns["batch"]
             if len(batch) and (batch[0] < start or batch[-1] >= stop):
