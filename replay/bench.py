@@ -30,7 +30,7 @@ def peak_rss_bytes() -> int:
 
 def bench_generate(
     preset: str = "criteo-kaggle",
-    batches: int = 200,
+    batches: int = 1000,
     batch_size: int = 2048,
     workers: int | None = None,
     seed: int = 0,
@@ -44,9 +44,12 @@ def bench_generate(
     - sampling-only: the sampling and update-set kernels alone, one thread.
     The acceptance ratio is generation / write-only (>= 0.8: sampling hides behind writing).
     """
+    from replay._malloc import retain_freed_memory
     from replay.trace.writer import TraceFolderWriter
     from replay.workload.generator import CompiledWorkload, generate, plan_files
     from replay.workload.presets import get_preset
+
+    retain_freed_memory()
 
     spec = get_preset(preset).with_overrides(batches=batches, batch_size=batch_size, seed=seed)
     workers = workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
@@ -60,8 +63,12 @@ def bench_generate(
         generate_s = time.perf_counter() - started
 
         started = time.perf_counter()
-        groups = [[compiled.row_group(g0, g1) for g0, g1 in task.row_groups] for task in tasks]
+        for task in tasks:
+            for g0, g1 in task.row_groups:
+                compiled.row_group(g0, g1)  # made and dropped, as in generation
         sample_s = time.perf_counter() - started
+
+        groups = [[compiled.row_group(g0, g1) for g0, g1 in task.row_groups] for task in tasks]
         update_rows = sum(g[UPDATES_DIR].num_rows for file in groups for g in file)
 
         writer = TraceFolderWriter(tmp / "write-only", {"bench": True}, force=False, resume=False)

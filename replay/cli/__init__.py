@@ -11,6 +11,8 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
+from replay._malloc import retain_freed_memory
+
 # Importing a command module registers its sub-command on `app`.
 from replay.cli import bench, generate, ingest, inspect, presets  # noqa: F401
 from replay.cli.app import app
@@ -18,6 +20,7 @@ from replay.errors import ReplayError
 
 
 def main(argv: list[str] | None = None) -> int:
+    retain_freed_memory()
     try:
         app(args=argv, prog_name="replay", standalone_mode=False)
     except ReplayError as exc:

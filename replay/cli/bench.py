@@ -16,7 +16,7 @@ app.add_typer(bench_app, name="bench")
 @bench_app.command("generate")
 def bench_generate_command(
     preset: Annotated[str, typer.Option(help="Workload preset.")] = "criteo-kaggle",
-    batches: Annotated[int, typer.Option(help="Number of batches.")] = 200,
+    batches: Annotated[int, typer.Option(help="Number of batches.")] = 1000,
     batch_size: Annotated[int, typer.Option(help="Samples per batch.")] = 2048,
     workers: Annotated[int | None, typer.Option(help="Workers (default: all cores).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,

@@ -49,10 +49,11 @@ def h_integral_inverse(x: float, alpha: float) -> float:
 def draw_rank(key: int, t: int, tables: s.SamplerTables) -> int:
     ip, fp = tables.iparams[t], tables.fparams[t]
     rows, head = int(ip[s.I_ROWS]), int(ip[s.I_HEAD])
+    first = (key >> 11) * s.INV_2_53  # the key's own bits are the first uniform
     if head == 0:
-        return int(uniform(key, 0) * rows) + 1
-    if uniform(key, 0) < fp[s.F_P_HEAD]:
-        v = uniform(key, 1) * head
+        return int(first * rows) + 1
+    if head == rows or first < fp[s.F_P_HEAD]:
+        v = (first if head == rows else uniform(key, 1)) * head
         slot = int(v)
         off = int(ip[s.I_ALIAS_OFF])
         if v - slot < tables.alias_prob[off + slot]:

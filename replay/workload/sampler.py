@@ -72,7 +72,14 @@ def stream_key(root: np.uint64, batch: np.int64, table: np.int64, purpose: np.in
 def uniform(key: np.uint64, counter: np.int64) -> float:
     """The counter-th uniform in [0, 1) of the stream `key` (53 random bits)."""
     # via int64: a signed conversion is one instruction, an unsigned one is not
-    return np.float64(np.int64(mix64(key + np.uint64(counter + 1) * GAMMA) >> S11)) * INV_2_53
+    return unit(mix64(key + np.uint64(counter + 1) * GAMMA))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def unit(bits: np.uint64) -> float:
+    """Random 64 bits (a mix64 output) to a uniform in [0, 1) (their top 53 bits)."""
+    # via int64: a signed conversion is one instruction, an unsigned one is not
+    return np.float64(np.int64(bits >> S11)) * INV_2_53
 
 
 # -- bounded power law: rejection inversion -------------------------------------------
@@ -350,15 +357,23 @@ def draw_rank_scalar(
     alpha: float, lo: float, hi: float, s: float,
     alias_prob: np.ndarray, alias_index: np.ndarray,
 ) -> np.int64:  # fmt: skip
-    """An exact draw from p(k) ~ k^-alpha, k in [1, rows], from the stream `key`."""
+    """An exact draw from p(k) ~ k^-alpha, k in [1, rows], from the stream `key`.
+
+    `key` is itself a mix64 output, so its own bits are the first uniform.
+    """
     if head == 0:
-        return np.int64(uniform(key, 0) * rows) + 1
-    if uniform(key, 0) < p_head:
+        return np.int64(unit(key) * rows) + 1
+    if head == rows:  # all head: one uniform picks the alias slot and flips its coin
+        v = unit(key) * head
+    elif unit(key) < p_head:
         v = uniform(key, 1) * head
+    else:
+        v = -1.0
+    if v >= 0.0:
         slot = np.int64(v)
-        if v - slot < alias_prob[alias_off + slot]:
-            return slot + 1
-        return np.int64(alias_index[alias_off + slot]) + 1
+        other = np.int64(alias_index[alias_off + slot])
+        # a select, not a branch: the coin is unpredictable
+        return (slot if v - slot < alias_prob[alias_off + slot] else other) + 1
     attempt = 2
     while True:
         w = hi + uniform(key, attempt) * (lo - hi)
@@ -481,10 +496,10 @@ def generate_lookups(
                         p = np.int64(perm[perm_off + p])
                     else:
                         p = permute_index(p, rows, bits, keys)
-                out_batch[out] = b
-                out_table[out] = t
-                out_row[out] = p
-                out += 1
+                out_row[out + j] = p
+            out_batch[out : out + n_t] = b
+            out_table[out : out + n_t] = t
+            out += n_t
 
 
 # -- pure-Python twins (key derivation here; whole-model reference in tests) ----------

@@ -1,0 +1,39 @@
+"""Process-level allocator tuning for the tool's large, short-lived arrays.
+
+Each row group allocates ~10-25 MB of numpy arrays that live until pyarrow has written
+them. glibc hands such blocks back to the OS on free (mmap threshold, heap trimming), so
+the next row group page-faults its memory in again; on the 2-core VM that cost ~12 ns per
+lookup, a third of the sampling time (measured: kaggle generation 40 -> 46 M lookups/s at
+200 batches, 50 -> 54 M at 1000, with the settings below). Keeping freed memory in the
+heap makes the next row group reuse it. Peak memory is unchanged: it is still bounded by
+the row groups in flight.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_KEEP_BYTES = 1 << 30
+_done = False
+
+
+def retain_freed_memory() -> bool:
+    """Ask glibc to keep freed blocks up to 1 GiB for reuse; no-op elsewhere. Idempotent."""
+    global _done
+    if _done or not sys.platform.startswith("linux"):
+        return _done
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        ok = libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_BYTES) == 1
+        ok = libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES) == 1 and ok
+    except (OSError, AttributeError):  # not glibc (e.g. musl has no mallopt)
+        return False
+    _done = ok
+    return ok
