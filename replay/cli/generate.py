@@ -73,5 +73,5 @@ def generate_command(
     elapsed = time.perf_counter() - started
     typer.echo(
         f"wrote {path}: {resolved.batches:,} batches, {resolved.lookups:,} lookups "
-        f"in {elapsed:.1f} s ({resolved.lookups / max(elapsed, 1e-9) / 1e6:.1f} M lookups/s)"
+        f"in {elapsed:.1f} s ({resolved.lookups / max(elapsed, 1e-9):,.0f} lookups/s)"
     )
