@@ -127,27 +127,6 @@ def zipf_constants(rows: np.int64, alpha: float) -> tuple[float, float, float]:
     return h_x1, h_n, s
 
 
-@njit(cache=True, nogil=True, inline="always")
-def zipf_rank(
-    key: np.uint64, rows: np.int64, alpha: float, h_x1: float, h_n: float, s: float
-) -> np.int64:
-    """An exact draw from p(k) ~ k^-alpha, k in [1, rows]; key is this draw's own stream."""
-    if alpha == 0.0:
-        return np.int64(uniform(key, 0) * rows) + 1
-    attempt = 0
-    while True:
-        u = h_n + uniform(key, attempt) * (h_x1 - h_n)
-        x = _h_integral_inverse(u, alpha)
-        k = np.int64(x + 0.5)
-        if k < 1:
-            k = 1
-        elif k > rows:
-            k = rows
-        if k - x <= s or u >= _h_integral(k + 0.5, alpha) - _h(np.float64(k), alpha):
-            return k
-        attempt += 1
-
-
 # -- rank -> row: keyed Feistel permutation with cycle walking -------------------------
 
 
