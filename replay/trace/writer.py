@@ -29,9 +29,15 @@ from replay.trace.format import (
     MANIFEST_NAME,
     PARQUET_WRITE_OPTIONS,
     UPDATES_DIR,
+    build_manifest,
+    lookups_schema,
     part_name,
+    plan_layout,
+    row_dtype_for,
+    updates_schema,
     write_json_atomic,
 )
+from replay.trace.updates import update_sets
 
 PLAN_NAME = ".plan.json"
 
@@ -218,9 +224,6 @@ def write_trace_from_arrays(
     Update sets follow `replay.trace.updates`. Meant for small traces: tests, examples,
     and tools that already hold the lookups; `generate` and `ingest` stream instead.
     """
-    from replay.trace.format import build_manifest, lookups_schema, plan_layout, row_dtype_for
-    from replay.trace.updates import update_sets
-
     out = Path(out)
     batch = np.asarray(batch, dtype=np.uint32)
     table = np.asarray(table, dtype=np.uint16)
@@ -236,8 +239,6 @@ def write_trace_from_arrays(
     plan = {"created_by": created_by, "layout": layout, "batches": num_batches}
     writer = TraceFolderWriter(out, plan, force=force, resume=False)
     files: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
-    from replay.trace.format import updates_schema
-
     per_file = layout["batches_per_file"]
     per_group = layout["batches_per_row_group"]
     try:

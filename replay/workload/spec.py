@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -305,7 +305,6 @@ __all__ = [
     "UpdateRule",
     "WorkloadSpec",
     "load_spec",
-    "replace",
     "resolve_spec",
     "spec_from_dict",
     "spec_to_toml",
