@@ -1,4 +1,4 @@
-"""`replay presets`: list the built-in workload presets, one line each, with sources."""
+"""`replay presets`: list the built-in workload and system presets, one line each."""
 
 from __future__ import annotations
 
@@ -9,10 +9,21 @@ from replay.cli.app import app
 
 @app.command("presets")
 def presets_command() -> None:
-    """List the built-in workload presets (and, later, system presets)."""
+    """List the built-in workload presets and system presets (with their sources)."""
+    from replay.system.presets import system_preset_summary
     from replay.workload.presets import PRESETS, preset_summary
 
     typer.echo("Workload presets:")
     width = max(len(name) for name in PRESETS)
     for name, spec in PRESETS.items():
         typer.echo(f"  {name:<{width}}  {preset_summary(spec)}")
+    rows = system_preset_summary()
+    typer.echo(
+        "\nSystem presets (numbers and sources: replay/system/devices.toml, presets/*.toml):"
+    )
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        typer.echo(
+            f"  {r['name']:<{width}}  policy {r['policy']}, lookups on {r['lookup']}: "
+            f"{r['description']}"
+        )

@@ -152,7 +152,9 @@ class Trace:
             columns = {name: table.column(name).to_numpy() for name in _COLUMNS[kind]}
             batch = columns["batch"]
             if len(batch) and (batch[0] < start or batch[-1] >= stop):
-                lo, hi = np.searchsorted(batch, [start, stop])
+                lo, hi = np.searchsorted(
+                    batch, np.array([start, stop], dtype=np.int64).astype(batch.dtype)
+                )
                 columns = {name: col[lo:hi] for name, col in columns.items()}
             if len(columns["batch"]):
                 yield columns

@@ -1,0 +1,94 @@
+"""`replay run TRACE --system NAME_OR_FILE [--set key=value ...] --out DIR`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from replay.cli.app import app, show_progress
+
+
+@app.command("run")
+def run_command(
+    trace: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace folder.")],
+    system: Annotated[str, typer.Option("--system", "-s", help="System preset name or TOML file.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Run folder to write.")],
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Override a system field by dotted path, e.g. policy.capacity_rows=150000 "
+            "(repeatable).",
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing run folder.")] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print summary.json instead of a table.")
+    ] = False,
+) -> None:
+    """Replay a trace on a system: per-batch hits, traffic, time and energy into DIR."""
+    from replay.engine.replay import replay_trace
+    from replay.results import check_output_folder, write_run
+    from replay.system.spec import load_system_data, resolve_system
+    from replay.trace.reader import open_trace
+
+    sets = list(overrides or [])
+    spec = resolve_system(system, sets)
+    _, origin = load_system_data(system)
+    check_output_folder(out, force=force)
+    opened = open_trace(trace)
+    if show_progress():
+        from rich.progress import Progress
+
+        with Progress(transient=True) as progress:
+            task = progress.add_task(f"replay {spec.name}", total=opened.num_batches)
+            result = replay_trace(
+                opened, spec, on_progress=lambda done, total: progress.update(task, completed=done)
+            )
+    else:
+        result = replay_trace(opened, spec)
+    write_run(out, result, overrides=sets, origin=origin, force=force)
+    if json_output:
+        typer.echo(json.dumps({"system": spec.name, **result.summary}, indent=2))
+    else:
+        print_summary(spec.name, result.summary, result.meta, out)
+
+
+def _si(value: float, unit: str) -> str:
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out: Path) -> None:
+    pol = summary["policy"]
+    t = summary["time"]
+    typer.echo(
+        f"{name}: {summary['lookups']:,} lookups in {summary['batches']:,} batches; "
+        f"policy {pol['name']}: hit ratio {pol['hit_ratio']:.4f} "
+        f"({pol['misses']:,} misses, {pol['evictions']:,} evictions, "
+        f"{pol['writebacks']:,} write-backs)"
+    )
+    typer.echo(
+        f"  time {summary['time_s']:.4g} s (compute {t['compute_s']:.4g}, embedding exposed "
+        f"{t['embedding_exposed_s']:.4g}, other {t['other_s']:.4g}); "
+        f"energy {_si(summary['energy_j'], 'J')}"
+    )
+    for name_, tier in summary["tiers"].items():
+        if tier["read_bytes"] or tier["write_bytes"]:
+            typer.echo(
+                f"  tier {name_}: read {_si(tier['read_bytes'], 'B')}, "
+                f"write {_si(tier['write_bytes'], 'B')}"
+            )
+    for name_, link in summary["links"].items():
+        if link["h2d_bytes"] or link["d2h_bytes"]:
+            typer.echo(
+                f"  link {name_}: h2d {_si(link['h2d_bytes'], 'B')}, "
+                f"d2h {_si(link['d2h_bytes'], 'B')}"
+            )
+    rate = meta["timings"]["lookups_per_s"]
+    typer.echo(f"  replayed at {rate / 1e6:.1f} M lookups/s; wrote {out}")

@@ -1,0 +1,1 @@
+"""The replay engine: flat keys, trace streaming, policies' driver, time and energy."""

@@ -1,0 +1,187 @@
+"""Stream a trace as aligned batch ranges of lookups and update rows, read ahead.
+
+`iter_batch_ranges` yields `BatchRange` objects that cover consecutive batch ranges of
+the trace in order; each carries the flat keys of its lookups and of its update rows with
+per-batch bounds, so a kernel can walk batch by batch. A background thread reads and
+decodes the next ranges (pyarrow and the key kernel release the GIL) while the caller's
+kernel runs on the current one, so reading costs little wall time on two cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from replay.engine.keys import batch_bounds, flat_keys, table_offsets
+from replay.trace.reader import Trace
+
+DEFAULT_MIN_LOOKUPS = 1  # one row group (~1 M lookups) per range: no concatenation
+READ_AHEAD = 4
+
+
+@dataclass(frozen=True)
+class BatchRange:
+    """Lookups and update rows of batches [batch_start, batch_stop), as flat keys."""
+
+    batch_start: int
+    batch_stop: int
+    keys: np.ndarray  # int64 flat key per lookup, trace order
+    bounds: np.ndarray  # int64, len batches + 1: lookups of batch start+i are keys[b[i]:b[i+1]]
+    update_keys: np.ndarray  # int64 flat key per update row
+    update_bounds: np.ndarray  # int64, len batches + 1
+    distinct: np.ndarray | None = None  # int64 distinct keys per batch (when asked for)
+
+    @property
+    def batches(self) -> int:
+        return self.batch_stop - self.batch_start
+
+
+@njit(cache=True, nogil=True)
+def distinct_kernel(
+    keys: np.ndarray, bounds: np.ndarray, first_batch: np.int64, stamp: np.ndarray, out: np.ndarray
+) -> None:
+    """out[b] = distinct keys of batch first_batch + b; stamp holds (last batch seen) + 1."""
+    for b in range(len(bounds) - 1):
+        tag = np.uint32(first_batch + b + 1)
+        n = 0
+        for i in range(bounds[b], bounds[b + 1]):
+            k = keys[i]
+            if stamp[k] != tag:
+                stamp[k] = tag
+                n += 1
+        out[b] = n
+
+
+class _UpdateCursor:
+    """Update rows of consecutive batch ranges, from one streaming pass over the files."""
+
+    def __init__(self, trace: Trace, start: int, stop: int, min_rows: int) -> None:
+        self._chunks = trace.iter_updates(start, stop, min_rows=min_rows)
+        self._batch = np.empty(0, dtype=np.uint32)
+        self._table = np.empty(0, dtype=np.uint16)
+        self._row = np.empty(0, dtype=trace.row_dtype)
+        self._exhausted = False
+
+    def take(self, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(batch, table, row) of every buffered or upcoming update of batches < stop."""
+        while not self._exhausted and (len(self._batch) == 0 or self._batch[-1] < stop):
+            try:
+                chunk = next(self._chunks)
+            except StopIteration:
+                self._exhausted = True
+                break
+            if len(self._batch):
+                self._batch = np.concatenate([self._batch, chunk.batch])
+                self._table = np.concatenate([self._table, chunk.table])
+                self._row = np.concatenate([self._row, chunk.row])
+            else:
+                self._batch, self._table, self._row = chunk.batch, chunk.table, chunk.row
+        cut = int(np.searchsorted(self._batch, self._batch.dtype.type(min(stop, 2**32 - 1))))
+        taken = self._batch[:cut], self._table[:cut], self._row[:cut]
+        self._batch, self._table, self._row = (
+            self._batch[cut:],
+            self._table[cut:],
+            self._row[cut:],
+        )
+        return taken
+
+
+def _ranges(
+    trace: Trace,
+    start: int,
+    stop: int,
+    min_lookups: int,
+    with_updates: bool,
+    with_distinct: bool = False,
+) -> Iterator[BatchRange]:
+    offsets = table_offsets(trace.table_rows)
+    # per-key state for distinct counting: 4 bytes per key (batches < 2^32 - 1)
+    stamp = np.zeros(int(offsets[-1]) if with_distinct else 0, dtype=np.uint32)
+    updates = _UpdateCursor(trace, start, stop, min_lookups // 2) if with_updates else None
+    empty = np.empty(0, dtype=np.int64)
+
+    def make(lo: int, hi: int, batch: np.ndarray, keys: np.ndarray) -> BatchRange:
+        bounds = batch_bounds(batch, lo, hi)
+        if updates is not None:
+            ubatch, utable, urow = updates.take(hi)
+            ukeys = flat_keys(utable, urow, offsets)
+            ubounds = batch_bounds(ubatch, lo, hi)
+        else:
+            ukeys, ubounds = empty, np.zeros(hi - lo + 1, dtype=np.int64)
+        distinct = None
+        if with_distinct:
+            distinct = np.zeros(hi - lo, dtype=np.int64)
+            distinct_kernel(keys, bounds, np.int64(lo), stamp, distinct)
+        return BatchRange(lo, hi, keys, bounds, ukeys, ubounds, distinct)
+
+    cursor = start
+    for chunk in trace.iter_lookups(start, stop, min_lookups=min_lookups):
+        # a range starts where the previous one stopped, so batches without lookups
+        # (possible in ingested traces) still belong to exactly one range
+        yield make(
+            cursor, chunk.batch_stop, chunk.batch, flat_keys(chunk.table, chunk.row, offsets)
+        )
+        cursor = chunk.batch_stop
+    if cursor < stop:  # trailing batches without lookups
+        yield make(cursor, stop, np.empty(0, dtype=np.uint32), empty)
+
+
+def iter_batch_ranges(
+    trace: Trace,
+    start: int = 0,
+    stop: int | None = None,
+    *,
+    min_lookups: int = DEFAULT_MIN_LOOKUPS,
+    with_updates: bool = True,
+    with_distinct: bool = False,
+    read_ahead: int = READ_AHEAD,
+) -> Iterator[BatchRange]:
+    """Consecutive `BatchRange`s covering [start, stop), decoded in a background thread.
+
+    Errors raised while reading (a corrupt file) are re-raised in the caller's thread.
+    """
+    stop = trace.num_batches if stop is None else min(stop, trace.num_batches)
+    if read_ahead <= 0:
+        yield from _ranges(trace, start, stop, min_lookups, with_updates, with_distinct)
+        return
+    slots: queue.Queue = queue.Queue(maxsize=read_ahead)
+    done = object()
+    cancel = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in _ranges(trace, start, stop, min_lookups, with_updates, with_distinct):
+                while not cancel.is_set():
+                    try:
+                        slots.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if cancel.is_set():
+                    return
+            slots.put(done)
+        except BaseException as exc:  # handed to the consumer
+            slots.put(exc)
+
+    worker = threading.Thread(target=produce, name="replay-reader", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = slots.get()
+            if item is done:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        cancel.set()
+        while worker.is_alive():
+            with contextlib.suppress(queue.Empty):
+                slots.get(timeout=0.05)
+        worker.join()

@@ -1,0 +1,156 @@
+"""The placement-policy plug-in interface, its registry and its counters.
+
+A policy sees every lookup, in trace order, as one request for the flat key (table, row)
+(`replay.engine.keys`); a lookup is a hit when its row is resident in the fast tier. After
+a batch's lookups come its update rows (the optimizer step): an updated row that is
+resident becomes dirty (written back when evicted); one that is not resident is updated
+where it lives, in the backing tier.
+
+`process` fills one row of integer counters per batch (columns below). Counters are the
+ground truth; bytes, time and energy are derived from them by `replay.engine.account`.
+Units: *lookups* for HITS, MISSES and BYPASS; *units* (rows, or chunks for `chunk`) for
+FILLS, EVICTIONS, WRITEBACKS and the RESIDENT columns; *rows* for UPDATES_* and NEEDED_ROWS.
+
+Every policy module defines its numba kernel and a slow, obviously correct pure-Python
+reference (`reference_*`) that the tests compare the kernel with on random traces.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from replay.errors import ConfigError
+
+if TYPE_CHECKING:
+    from replay.engine.stream import BatchRange
+    from replay.system.spec import PolicySpec, SystemSpec
+    from replay.trace.reader import Trace
+
+# per-batch counter columns (int64)
+HITS = 0  # lookups whose row was resident in the fast tier
+MISSES = 1  # lookups whose row was not
+BYPASS = 2  # misses served straight from the backing tier, nothing cached
+FILLS = 3  # units copied into the fast tier
+EVICTIONS = 4  # units dropped from the fast tier
+WRITEBACKS = 5  # evicted units that were dirty (copied back to the backing tier)
+UPDATES_FAST = 6  # updated rows resident in the fast tier after the batch's lookups
+UPDATES_BACKING = 7  # updated rows updated in the backing tier
+RESIDENT = 8  # units resident at the end of the batch
+RESIDENT_MAX = 9  # most units resident at any time during the batch
+NEEDED_ROWS = 10  # distinct rows used from the units filled (amplification's denominator)
+NUM_COUNTERS = 11
+COUNTER_NAMES = (
+    "hits",
+    "misses",
+    "bypass",
+    "fills",
+    "evictions",
+    "writebacks",
+    "updates_fast",
+    "updates_backing",
+    "resident",
+    "resident_max",
+    "needed_rows",
+)
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a policy needs to know about the trace and the system."""
+
+    total_keys: int  # Σ rows over tables: keys are in [0, total_keys)
+    table_rows: np.ndarray  # int64 rows per table
+    offsets: np.ndarray  # int64 key offset per table (len tables + 1)
+    num_batches: int
+    row_state_bytes: int  # one row plus its optimizer state
+    capacity_units: int  # rows (or chunks) the fast tier may hold; 0 for static
+    unit_rows: int = 1  # rows per unit (chunk_rows for chunk)
+
+
+class Policy(ABC):
+    """A placement policy: fills per-batch counters for consecutive batch ranges."""
+
+    name: ClassVar[str]
+    cached: ClassVar[bool] = True  # False: no fast tier (static)
+    #: documented per-key state, bytes (the memory a run needs besides the batches in flight)
+    state_bytes_per_key: ClassVar[int] = 0
+
+    def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
+        self.spec = spec
+        self.ctx = ctx
+
+    @classmethod
+    def check_spec(cls, system: SystemSpec, tier_names: set[str], where: str) -> None:
+        """Validate the policy's knobs against the system (names, capacities)."""
+        p = system.policy
+        for key in ("fast_tier", "backing_tier"):
+            value = getattr(p, key)
+            if value not in tier_names:
+                raise ConfigError(f"{where}.{key}: no tier named {value!r}")
+        if p.fast_tier == p.backing_tier:
+            raise ConfigError(f"{where}: fast_tier and backing_tier must differ")
+        if system.lookup.location != "gpu":
+            raise ConfigError(
+                f"{where}.name: policy {p.name!r} caches rows beside the GPU; it needs "
+                f'lookup.location = "gpu" (got {system.lookup.location!r})'
+            )
+
+    @classmethod
+    def unit_rows(cls, spec: PolicySpec) -> int:
+        return 1
+
+    def prepare(self, trace: Trace | None) -> None:  # noqa: B027 - optional hook
+        """An optional pass over the whole trace before `process` (oracles)."""
+
+    @abstractmethod
+    def process(self, batch_range: BatchRange, out: np.ndarray) -> None:
+        """Fill out[i, :] for batch batch_range.batch_start + i (out is zeroed)."""
+
+    def needs_prepare(self) -> bool:
+        return False
+
+
+POLICIES: dict[str, type[Policy]] = {}
+
+
+def register_policy(name: str) -> Callable[[type[Policy]], type[Policy]]:
+    """Class decorator: register a policy under `name` (a duplicate name is an error)."""
+
+    def deco(cls: type[Policy]) -> type[Policy]:
+        if name in POLICIES:
+            raise ValueError(f"policy {name!r} is registered twice")
+        cls.name = name
+        POLICIES[name] = cls
+        return cls
+
+    return deco
+
+
+def capacity_units(system: SystemSpec, unit_rows: int, row_state_bytes: int) -> int:
+    """How many units the fast tier holds: capacity_rows if given, else the byte budget
+    (or the whole fast tier) over the unit's bytes, rounded down."""
+    p = system.policy
+    if p.capacity_rows > 0:
+        rows = p.capacity_rows
+        units = rows // unit_rows
+        budget = rows * row_state_bytes
+    else:
+        budget = p.capacity_bytes or system.tier(p.fast_tier).capacity_bytes
+        units = int(budget // (unit_rows * row_state_bytes))
+    fast = system.tier(p.fast_tier)
+    if budget > fast.capacity_bytes:
+        raise ConfigError(
+            f"policy: a cache of {budget:.4g} bytes does not fit tier {fast.name!r} "
+            f"({fast.capacity_bytes:.4g} bytes)"
+        )
+    if units < 1:
+        raise ConfigError(
+            f"policy: the capacity holds no {'chunk' if unit_rows > 1 else 'row'} "
+            f"({unit_rows * row_state_bytes} bytes each)"
+        )
+    return units

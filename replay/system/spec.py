@@ -1,0 +1,474 @@
+"""System specifications: memory tiers, links, lookup placement, policy, compute, model.
+
+A system spec is data (DESIGN section 5): frozen dataclasses loaded from TOML, with the
+unit in every numeric field's name. Unknown keys, wrong types, NaN and out-of-range values
+are `ConfigError`s naming the dotted path of the offending key.
+
+TOML layout (presets live in `replay/system/presets/*.toml`)::
+
+    name = "hbm-lru"
+    description = "..."
+    extends = "other-preset"        # optional: start from another preset, deep-merged
+    [tiers.hbm]                     # any number of named tiers
+    device = "h100-hbm3"            # optional: defaults from replay/system/devices.toml
+    capacity_bytes = 80e9
+    [links.pcie]
+    device = "pcie5-x16"
+    [lookup]
+    location = "gpu"                # gpu | host | near-memory
+    link = "pcie"
+    [policy]
+    name = "lru"
+    fast_tier = "hbm"
+    backing_tier = "dram"
+    capacity_bytes = 268435456      # or capacity_rows = 150000 (wins when > 0)
+    [compute]
+    seconds_per_batch = 0.0005      # or flops_per_sample with flops_per_s
+    [model]
+    optimizer = "sgd"
+
+`--set key=value` overrides act on the raw data before validation, by dotted path.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from replay.errors import ConfigError
+
+LOCATIONS = ("gpu", "host", "near-memory")
+OPTIMIZERS = ("sgd", "rowwise-adagrad", "adagrad", "adam")
+CHUNK_EVICTIONS = ("furthest", "lru")
+BYTES_PER_VALUE = 4  # fp32 embeddings and optimizer state
+MAX_BYTES = 1e18
+MAX_RATE = 1e18
+MAX_NS = 1e12  # 1000 s
+
+
+def _range(lo: float, hi: float, *, lo_open: bool = False) -> dict[str, Any]:
+    return {"range": (lo, hi, lo_open)}
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """One memory tier. Sizes in bytes, bandwidths in bytes/s, latencies in ns."""
+
+    name: str
+    capacity_bytes: float = field(default=0.0, metadata=_range(0, MAX_BYTES, lo_open=True))
+    read_bw_bytes_per_s: float = field(default=0.0, metadata=_range(0, MAX_RATE, lo_open=True))
+    write_bw_bytes_per_s: float = field(default=0.0, metadata=_range(0, MAX_RATE, lo_open=True))
+    read_latency_ns: float = field(default=0.0, metadata=_range(0, MAX_NS))
+    write_latency_ns: float = field(default=0.0, metadata=_range(0, MAX_NS))
+    access_bytes: int = field(default=64, metadata=_range(1, 1 << 30))
+    # accesses in flight at once (memory-level parallelism): latency term = n × lat / this
+    parallelism: int = field(default=1, metadata=_range(1, 1 << 30))
+    energy_read_pj_per_byte: float = field(default=0.0, metadata=_range(0, 1e9))
+    energy_write_pj_per_byte: float = field(default=0.0, metadata=_range(0, 1e9))
+    static_power_w: float = field(default=0.0, metadata=_range(0, 1e6))
+    persistent: bool = False
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A link between the device that trains (GPU) and the host side.
+
+    h2d: toward the training device (fetches, pooled vectors); d2h: back toward the host
+    side (write-backs, gradients, checkpoint data).
+    """
+
+    name: str
+    h2d_bw_bytes_per_s: float = field(default=0.0, metadata=_range(0, MAX_RATE, lo_open=True))
+    d2h_bw_bytes_per_s: float = field(default=0.0, metadata=_range(0, MAX_RATE, lo_open=True))
+    latency_ns: float = field(default=0.0, metadata=_range(0, MAX_NS))
+    energy_pj_per_byte: float = field(default=0.0, metadata=_range(0, 1e9))
+    # software cost of one host-driven transfer (copy + synchronize); 0 for coherent access
+    transfer_cost_ns: float = field(default=0.0, metadata=_range(0, MAX_NS))
+    static_power_w: float = field(default=0.0, metadata=_range(0, 1e6))
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class LookupSpec:
+    """Where embedding lookups (gather and pooling) run, and over which link."""
+
+    location: str = field(default="gpu", metadata={"choices": LOCATIONS})
+    link: str = ""  # empty: no link (everything on the training device)
+    # prefetch the next batch's rows while this batch computes (pipelined training)
+    overlap_with_compute: bool = False
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """Placement policy and its knobs (each knob names the policies it applies to)."""
+
+    name: str = "static"
+    tier: str = ""  # static: the tier that holds every table
+    fast_tier: str = ""  # caches, hot, chunk
+    backing_tier: str = ""
+    capacity_bytes: float = field(default=0.0, metadata=_range(0, MAX_BYTES))  # 0: whole tier
+    capacity_rows: int = field(default=0, metadata=_range(0, 1 << 62))  # wins when > 0
+    warmup_batches: int = field(default=0, metadata=_range(0, 1 << 40))  # hot; 0 = oracle
+    bypass: bool = True  # belady: a miss may be served without caching (optimal with bypass)
+    chunk_rows: int = field(default=1024, metadata=_range(1, 1 << 40))  # chunk
+    chunk_eviction: str = field(default="furthest", metadata={"choices": CHUNK_EVICTIONS})
+    # chunk, the "tide": share of the cache budget left to embeddings in each phase
+    forward_budget_fraction: float = field(default=1.0, metadata=_range(0, 1, lo_open=True))
+    backward_budget_fraction: float = field(default=1.0, metadata=_range(0, 1, lo_open=True))
+    optimizer_budget_fraction: float = field(default=1.0, metadata=_range(0, 1, lo_open=True))
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    """Dense compute per batch: a given time, or FLOPs at a stated rate; and its power."""
+
+    seconds_per_batch: float = field(default=0.0, metadata=_range(0, 1e6))
+    flops_per_sample: float = field(default=0.0, metadata=_range(0, 1e18))
+    flops_per_s: float = field(default=0.0, metadata=_range(0, 1e21))
+    other_seconds_per_batch: float = field(default=0.0, metadata=_range(0, 1e6))
+    active_power_w: float = field(default=0.0, metadata=_range(0, 1e6))
+    idle_power_w: float = field(default=0.0, metadata=_range(0, 1e6))
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What one embedding row weighs: fp32 values plus optimizer state."""
+
+    embedding_dim: int = field(default=0, metadata=_range(0, 1 << 16))  # 0: the trace's
+    optimizer: str = field(default="sgd", metadata={"choices": OPTIMIZERS})
+    dense_params: int = field(default=0, metadata=_range(0, 1 << 50))
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    name: str
+    tiers: tuple[TierSpec, ...]
+    links: tuple[LinkSpec, ...] = ()
+    lookup: LookupSpec = field(default_factory=LookupSpec)
+    policy: PolicySpec = field(default_factory=PolicySpec)
+    compute: ComputeSpec = field(default_factory=ComputeSpec)
+    model: ModelSpec = field(default_factory=ModelSpec)
+    description: str = ""
+    source: str = ""
+
+    def tier(self, name: str) -> TierSpec:
+        for t in self.tiers:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def link(self, name: str) -> LinkSpec:
+        for link in self.links:
+            if link.name == name:
+                return link
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data; `system_from_dict` turns it back into this spec."""
+        data = asdict(self)
+        data["tiers"] = {
+            t["name"]: {k: v for k, v in t.items() if k != "name"} for t in data["tiers"]
+        }
+        data["links"] = {
+            lk["name"]: {k: v for k, v in lk.items() if k != "name"} for lk in data["links"]
+        }
+        return data
+
+
+def optimizer_bytes_per_row(optimizer: str, dim: int) -> int:
+    """Optimizer state per row (DESIGN section 6): SGD none, row-wise Adagrad one fp32,
+    Adagrad one fp32 per value, Adam two."""
+    return {"sgd": 0, "rowwise-adagrad": 4, "adagrad": 4 * dim, "adam": 8 * dim}[optimizer]
+
+
+# -- validation -----------------------------------------------------------------------
+
+
+def _check_number(value: Any, where: str, spec: tuple[float, float, bool], integer: bool) -> Any:
+    lo, hi, lo_open = spec
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(f"{where}: expected {kind}, got {value!r}")
+    if integer and not isinstance(value, int):
+        if not float(value).is_integer():
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        value = int(value)
+    if not integer:
+        value = float(value)
+        if math.isnan(value) or math.isinf(value):
+            raise ConfigError(f"{where}: must be a finite number, got {value}")
+    if value < lo or value > hi or (lo_open and value <= lo):
+        low = f"({lo}" if lo_open else f"[{lo}"
+        raise ConfigError(f"{where}: {value} is out of range {low}, {hi:g}]")
+    return value
+
+
+def _build(cls: type, data: Any, where: str, **fixed: Any) -> Any:
+    """Validate a dict against a flat dataclass (numbers, strings, bools)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a table of keys, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    allowed = {f.name for f in fields(cls)} - set(fixed)
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})"
+        )
+    values: dict[str, Any] = dict(fixed)
+    for f in fields(cls):
+        if f.name in fixed:
+            continue
+        path = f"{where}.{f.name}"
+        if f.name not in data:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise ConfigError(f"{where}: missing required key {f.name!r}")
+            continue
+        value = data[f.name]
+        kind = hints[f.name]
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{path}: expected true or false, got {value!r}")
+        elif kind is str:
+            if not isinstance(value, str):
+                raise ConfigError(f"{path}: expected a string, got {value!r}")
+            choices = f.metadata.get("choices")
+            if choices and value not in choices:
+                raise ConfigError(f"{path}: {value!r} is not one of {', '.join(choices)}")
+        elif kind in (int, float):
+            value = _check_number(
+                value, path, f.metadata.get("range", (0, 1e18, False)), kind is int
+            )
+        values[f.name] = value
+    return cls(**values)
+
+
+_DEVICES_FILE = Path(__file__).with_name("devices.toml")
+
+
+def _devices() -> dict[str, Any]:
+    with _DEVICES_FILE.open("rb") as fh:
+        return tomllib.load(fh)
+
+
+def _named(data: Any, cls: type, kind: str, where: str) -> tuple[Any, ...]:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected named tables like [{kind}.NAME]")
+    devices = _devices().get(kind, {})
+    out = []
+    for name, body in data.items():
+        path = f"{where}.{name}"
+        if not isinstance(body, dict):
+            raise ConfigError(f"{path}: expected a table of keys, got {body!r}")
+        body = dict(body)
+        device = body.pop("device", None)
+        if device is not None:
+            if not isinstance(device, str) or device not in devices:
+                known = ", ".join(sorted(devices))
+                raise ConfigError(f"{path}.device: unknown device {device!r} (known: {known})")
+            body = {**devices[device], **body}
+        out.append(_build(cls, body, path, name=name))
+    return tuple(out)
+
+
+_TOP_KEYS = {
+    "name",
+    "description",
+    "source",
+    "tiers",
+    "links",
+    "lookup",
+    "policy",
+    "compute",
+    "model",
+}
+
+
+def system_from_dict(data: Any, where: str = "system") -> SystemSpec:
+    """Validate plain data into a SystemSpec, cross-checking the names it refers to."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a table of keys")
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(_TOP_KEYS))})"
+        )
+    for key in ("name", "description", "source"):
+        if key in data and not isinstance(data[key], str):
+            raise ConfigError(f"{where}.{key}: expected a string, got {data[key]!r}")
+    tiers = _named(data.get("tiers", {}), TierSpec, "tiers", f"{where}.tiers")
+    if not tiers:
+        raise ConfigError(f"{where}: needs at least one [tiers.NAME]")
+    links = _named(data.get("links", {}), LinkSpec, "links", f"{where}.links")
+    spec = SystemSpec(
+        name=data.get("name", "custom"),
+        tiers=tiers,
+        links=links,
+        lookup=_build(LookupSpec, data.get("lookup", {}), f"{where}.lookup"),
+        policy=_build(PolicySpec, data.get("policy", {}), f"{where}.policy"),
+        compute=_build(ComputeSpec, data.get("compute", {}), f"{where}.compute"),
+        model=_build(ModelSpec, data.get("model", {}), f"{where}.model"),
+        description=data.get("description", ""),
+        source=data.get("source", ""),
+    )
+    _cross_check(spec, where)
+    return spec
+
+
+def _cross_check(spec: SystemSpec, where: str) -> None:
+    from replay.policies import POLICIES
+
+    tier_names = {t.name for t in spec.tiers}
+    link_names = {lk.name for lk in spec.links}
+    if spec.lookup.link and spec.lookup.link not in link_names:
+        raise ConfigError(f"{where}.lookup.link: no link named {spec.lookup.link!r}")
+    policy = spec.policy
+    if policy.name not in POLICIES:
+        raise ConfigError(
+            f"{where}.policy.name: unknown policy {policy.name!r} "
+            f"(known: {', '.join(sorted(POLICIES))})"
+        )
+    POLICIES[policy.name].check_spec(spec, tier_names, f"{where}.policy")
+    c = spec.compute
+    if c.seconds_per_batch > 0 and c.flops_per_sample > 0:
+        raise ConfigError(f"{where}.compute: give seconds_per_batch or flops_per_sample, not both")
+    if c.flops_per_sample > 0 and c.flops_per_s <= 0:
+        raise ConfigError(f"{where}.compute.flops_per_s: must be > 0 with flops_per_sample")
+
+
+# -- loading, presets and overrides ----------------------------------------------------
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def parse_toml(text: str, where: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: not valid TOML ({exc})") from None
+
+
+def _resolve_extends(
+    data: dict[str, Any], where: str, seen: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    from replay.system.presets import preset_data
+
+    parent = data.get("extends")
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise ConfigError(f"{where}.extends: expected a preset name, got {parent!r}")
+    if parent in seen:
+        raise ConfigError(f"{where}.extends: preset {parent!r} extends itself")
+    base = _resolve_extends(preset_data(parent), parent, (*seen, parent))
+    merged = _deep_merge(base, {k: v for k, v in data.items() if k != "extends"})
+    if "name" not in data:
+        merged.pop("name", None)
+    return merged
+
+
+def parse_value(text: str) -> Any:
+    """A `--set` value: a TOML literal (number, bool, string, array), else a bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `key.path=value` strings to raw spec data (a new dict; the input is kept)."""
+    out = _deep_merge({}, data)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected key.path=value")
+        parts = key.split(".")
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif not isinstance(child, dict):
+                raise ConfigError(f"--set {key}: {'.'.join(parts[: i + 1])} is not a table")
+            else:
+                child = node[part] = dict(child)
+            node = child
+        node[parts[-1]] = parse_value(raw.strip())
+    return out
+
+
+def load_system_data(name_or_file: str | Path) -> tuple[dict[str, Any], str]:
+    """Raw data of a preset name or a TOML file, with `extends` resolved; and its origin."""
+    from replay.system.presets import SYSTEM_PRESETS, preset_data
+
+    text = str(name_or_file)
+    path = Path(text)
+    if text in SYSTEM_PRESETS and not path.suffix:
+        data = preset_data(text)
+        origin = f"preset {text}"
+    elif path.suffix == ".toml" or path.exists():
+        try:
+            raw = path.read_text()
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such system file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read ({exc})") from None
+        data = parse_toml(raw, str(path))
+        origin = str(path)
+    else:
+        raise ConfigError(
+            f"unknown system {text!r}: not a preset ({', '.join(sorted(SYSTEM_PRESETS))}) "
+            "nor a .toml file"
+        )
+    data = _resolve_extends(data, origin)
+    data.setdefault("name", path.stem if origin == str(path) else text)
+    return data, origin
+
+
+def resolve_system(name_or_file: str | Path, overrides: list[str] | None = None) -> SystemSpec:
+    """A validated system spec from a preset or TOML file plus `--set` overrides."""
+    data, origin = load_system_data(name_or_file)
+    if overrides:
+        data = apply_overrides(data, overrides)
+        origin = f"{origin} with --set"
+    return system_from_dict(data, where=origin)
+
+
+# dataclass helpers used by tests and docs
+SECTION_TYPES: dict[str, type] = {
+    "tiers": TierSpec,
+    "links": LinkSpec,
+    "lookup": LookupSpec,
+    "policy": PolicySpec,
+    "compute": ComputeSpec,
+    "model": ModelSpec,
+}
+
+__all__ = [
+    "BYTES_PER_VALUE",
+    "ComputeSpec",
+    "LinkSpec",
+    "LookupSpec",
+    "ModelSpec",
+    "PolicySpec",
+    "SystemSpec",
+    "TierSpec",
+    "apply_overrides",
+    "optimizer_bytes_per_row",
+    "resolve_system",
+    "system_from_dict",
+]
