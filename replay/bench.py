@@ -97,3 +97,106 @@ def bench_generate(
         "machine": machine_description(),
         "layout": layout,
     }
+
+
+def _run_with_rusage(args: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of one child process, from wait4."""
+    import subprocess
+
+    started = time.perf_counter()
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed: {err.strip()}")
+    return wall, usage.ru_maxrss * 1024
+
+
+def bench_replay(
+    trace: Path | None = None,
+    *,
+    batches: int = 1000,
+    batch_size: int = 2048,
+    systems: tuple[str, ...] = ("hbm-lru", "hbm-hot"),
+    capacity_rows: int = 150_000,
+    repeats: int = 3,
+    mrc_sample_rate: float = 0.01,
+) -> dict[str, Any]:
+    """Speed of `replay run` per system preset, whole process, and of `replay mrc`.
+
+    The trace is a criteo-kaggle trace of `batches` x `batch_size` (generated into a
+    temporary folder unless `trace` is given). Each `replay run` is a fresh process (the
+    way a user runs it, numba kernels loaded from the on-disk cache after a first warm-up
+    run); `lookups_per_s` is over the whole process, `stream_lookups_per_s` over the
+    replay loop alone (meta.json timings: reading Parquet included).
+    """
+    import json
+    import sys
+
+    from replay.trace.reader import open_trace
+    from replay.workload.generator import generate
+    from replay.workload.presets import get_preset
+
+    tmp = Path(tempfile.mkdtemp(prefix="replay-bench-"))
+    try:
+        if trace is None:
+            spec = get_preset("criteo-kaggle").with_overrides(
+                batches=batches, batch_size=batch_size
+            )
+            trace = tmp / "trace"
+            generate(spec, trace)
+        opened = open_trace(trace)
+        lookups = opened.num_lookups
+        results: dict[str, Any] = {
+            "trace": str(trace),
+            "lookups": lookups,
+            "capacity_rows": capacity_rows,
+            "machine": machine_description(),
+            "runs": {},
+        }
+        for system in systems:
+            out = tmp / f"run-{system}"
+            args = [
+                sys.executable,
+                "-m",
+                "replay",
+                "run",
+                str(trace),
+                "--system",
+                system,
+                "--set",
+                f"policy.capacity_rows={capacity_rows}",
+                "--out",
+                str(out),
+                "--force",
+            ]
+            _run_with_rusage(args)  # warm-up: compile or load the kernels' disk cache
+            walls, peaks, streams = [], [], []
+            for _ in range(repeats):
+                wall, peak = _run_with_rusage(args)
+                meta = json.loads((out / "meta.json").read_text())
+                walls.append(wall)
+                peaks.append(peak)
+                streams.append(meta["timings"]["replay_s"] + meta["timings"]["prepare_s"])
+            summary = json.loads((out / "summary.json").read_text())
+            best = min(walls)
+            results["runs"][system] = {
+                "process_s_min": best,
+                "process_s_median": sorted(walls)[len(walls) // 2],
+                "lookups_per_s": lookups / best,
+                "stream_lookups_per_s": lookups / min(streams),
+                "peak_rss_bytes": max(peaks),
+                "misses": summary["policy"]["misses"],
+            }
+        try:
+            from replay.mrc import bench_mrc
+        except ImportError:  # pragma: no cover - mrc not built
+            bench_mrc = None
+        if bench_mrc is not None:
+            results["mrc_exact"] = bench_mrc(trace, None)
+            results["mrc_sampled"] = bench_mrc(trace, mrc_sample_rate)
+        return results
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -14,7 +14,7 @@ from typer.exceptions import TyperException
 from replay._malloc import retain_freed_memory
 
 # Importing a command module registers its sub-command on `app`.
-from replay.cli import bench, generate, ingest, inspect, presets  # noqa: F401
+from replay.cli import bench, generate, ingest, inspect, mrc, presets, run  # noqa: F401
 from replay.cli.app import app
 from replay.errors import ReplayError
 

@@ -50,3 +50,49 @@ def bench_generate_command(
         f"{result['parquet_bytes_per_lookup']:8.2f}"
     )
     typer.echo(f"  {'peak RSS':<50} {result['peak_rss_bytes'] / 2**20:8.0f} MiB")
+
+
+@bench_app.command("replay")
+def bench_replay_command(
+    trace: Annotated[
+        str | None, typer.Option(help="Trace folder (default: generate criteo-kaggle).")
+    ] = None,
+    batches: Annotated[int, typer.Option(help="Batches of the generated trace.")] = 1000,
+    batch_size: Annotated[int, typer.Option(help="Samples per batch.")] = 2048,
+    capacity_rows: Annotated[int, typer.Option(help="Cache capacity in rows.")] = 150_000,
+    repeats: Annotated[int, typer.Option(help="Timed runs per system.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Lookups/s of whole `replay run` processes (hbm-lru, hbm-hot) and of `replay mrc`."""
+    from pathlib import Path
+
+    from replay.bench import bench_replay
+    from replay.errors import ConfigError
+
+    if batches < 1 or batch_size < 1 or capacity_rows < 1 or repeats < 1:
+        raise ConfigError("--batches, --batch-size, --capacity-rows and --repeats must be > 0")
+    result = bench_replay(
+        Path(trace) if trace else None,
+        batches=batches,
+        batch_size=batch_size,
+        capacity_rows=capacity_rows,
+        repeats=repeats,
+    )
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    typer.echo(
+        f"bench replay: {result['lookups']:,} lookups, cache {capacity_rows:,} rows, "
+        f"on {result['machine']}"
+    )
+    for system, r in result["runs"].items():
+        typer.echo(
+            f"  replay run --system {system:<10} whole process {r['lookups_per_s'] / 1e6:6.1f} "
+            f"M lookups/s ({r['process_s_min']:.2f} s), streaming "
+            f"{r['stream_lookups_per_s'] / 1e6:6.1f} M/s, peak RSS "
+            f"{r['peak_rss_bytes'] / 2**20:.0f} MiB"
+        )
+    for key, label in (("mrc_exact", "mrc exact"), ("mrc_sampled", "mrc SHARDS")):
+        if key in result:
+            r = result[key]
+            typer.echo(f"  {label:<28} {r['lookups_per_s'] / 1e6:6.1f} M lookups/s")

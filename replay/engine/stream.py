@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
 from replay.engine.keys import batch_bounds, flat_keys, table_offsets
 from replay.trace.reader import Trace
 
@@ -47,10 +48,13 @@ def distinct_kernel(
     keys: np.ndarray, bounds: np.ndarray, first_batch: np.int64, stamp: np.ndarray, out: np.ndarray
 ) -> None:
     """out[b] = distinct keys of batch first_batch + b; stamp holds (last batch seen) + 1."""
+    n_keys = len(keys)
     for b in range(len(bounds) - 1):
         tag = np.uint32(first_batch + b + 1)
         n = 0
         for i in range(bounds[b], bounds[b + 1]):
+            if i + PREFETCH_AHEAD < n_keys:
+                prefetch(stamp, keys[i + PREFETCH_AHEAD])
             k = keys[i]
             if stamp[k] != tag:
                 stamp[k] = tag

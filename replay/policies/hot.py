@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numba import njit
 
+from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
 from replay.engine.stream import BatchRange, iter_batch_ranges
 from replay.policies.base import (
     BYPASS,
@@ -45,7 +46,10 @@ if TYPE_CHECKING:
 
 @njit(cache=True, nogil=True)
 def count_kernel(keys: np.ndarray, counts: np.ndarray) -> None:
-    for i in range(len(keys)):
+    n = len(keys)
+    for i in range(n):
+        if i + PREFETCH_AHEAD < n:
+            prefetch(counts, keys[i + PREFETCH_AHEAD])
         c = counts[keys[i]]
         if c < 0xFFFFFFFF:  # saturate rather than wrap
             counts[keys[i]] = c + 1
@@ -61,9 +65,12 @@ def hot_kernel(
     resident: np.int64,
     out: np.ndarray,
 ) -> None:
+    n = len(keys)
     for b in range(len(bounds) - 1):
         hits = 0
         for i in range(bounds[b], bounds[b + 1]):
+            if i + PREFETCH_AHEAD < n:
+                prefetch(pinned, keys[i + PREFETCH_AHEAD])
             hits += pinned[keys[i]]
         upd_fast = 0
         for j in range(ubounds[b], ubounds[b + 1]):

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
+from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
 from replay.engine.stream import BatchRange
 from replay.policies.base import (
     BYPASS,
@@ -58,12 +59,15 @@ def lru_kernel(
     tail = meta[_TAIL]
     size = meta[_SIZE]
     cap = meta[_CAP]
+    n_keys = len(keys)
     for b in range(len(bounds) - 1):
         hits = 0
         misses = 0
         evictions = 0
         writebacks = 0
         for i in range(bounds[b], bounds[b + 1]):
+            if i + PREFETCH_AHEAD < n_keys:
+                prefetch(slot_of, keys[i + PREFETCH_AHEAD])
             k = keys[i]
             s = slot_of[k]
             if s >= 0:
