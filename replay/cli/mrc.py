@@ -1,0 +1,254 @@
+"""`replay mrc TRACE`: the LRU miss-ratio curve of a trace (algorithms in `replay.mrc`).
+
+`--out DIR` writes mrc.parquet, mrc.json and mrc.png atomically: everything is built in a
+temporary folder beside DIR (`.DIR.partial-PID`) and renamed into place, so after an
+error no output folder (and no half-written one) remains.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from replay.cli.app import app
+from replay.errors import ConfigError, OutputError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from replay.mrc import MrcResult
+
+OUTPUT_FILES = ("mrc.parquet", "mrc.json", "mrc.png")
+_SHOWN_POINTS = 12  # curve points in the human-readable table
+
+
+@app.command("mrc")
+def mrc_command(
+    trace: Annotated[
+        Path, typer.Argument(metavar="TRACE", help="Trace folder (with manifest.json).")
+    ],
+    sizes: Annotated[
+        str | None,
+        typer.Option(
+            "--sizes",
+            metavar="A,B,C",
+            help="Cache sizes in rows, comma-separated (default: ~64 log-spaced sizes).",
+        ),
+    ] = None,
+    sample_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--sample-rate",
+            metavar="R",
+            help="SHARDS spatial sampling rate in (0, 1] (default: the exact curve).",
+        ),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of a table.")
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", metavar="DIR", help="Write mrc.parquet, mrc.json and mrc.png."),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an earlier output folder.")
+    ] = False,
+) -> None:
+    """LRU miss ratio against cache size in rows, from one pass over the lookups (exact
+    stack distances) or from a SHARDS sample with its expected error."""
+    from replay.mrc import mrc_trace, validate_options
+    from replay.trace.reader import open_trace
+
+    chosen = parse_sizes(sizes) if sizes is not None else None
+    validate_options(chosen, sample_rate)
+    if out is not None:
+        check_target(out, force)
+    opened = open_trace(trace)
+    result = mrc_trace(opened, chosen, sample_rate)
+    document = {**result.to_json(), "trace": str(trace)}
+    if out is not None:
+        write_outputs(result, document, out, force)
+    if json_output:
+        typer.echo(json.dumps(document, indent=2))
+    else:
+        print_report(result, str(trace), out)
+
+
+def parse_sizes(text: str) -> list[int]:
+    """'1000,20000' -> [1000, 20000]; ConfigError for anything that is not an integer."""
+    values = []
+    for part in text.split(","):
+        item = part.strip()
+        try:
+            values.append(int(item))
+        except ValueError:
+            raise ConfigError(
+                f"--sizes: {item!r} is not an integer number of rows (give e.g. 1000,50000)"
+            ) from None
+    return values
+
+
+# -- output folder ------------------------------------------------------------------------
+
+
+def _replaceable(out: Path) -> bool:
+    """--force replaces an empty folder or an earlier `replay mrc` output, nothing else."""
+    return all(entry.name in OUTPUT_FILES for entry in out.iterdir())
+
+
+def check_target(out: Path, force: bool) -> None:
+    """OutputError unless `out` can become the output folder (checked before the work)."""
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise OutputError(f"{out}: exists and is not a folder")
+        if any(out.iterdir()):
+            if not force:
+                raise OutputError(f"{out}: already exists and is not empty (use --force)")
+            if not _replaceable(out):
+                raise OutputError(
+                    f"{out}: --force replaces only an earlier `replay mrc` output or an "
+                    "empty folder; this one holds other files"
+                )
+    probe = out.parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(f"{out}: cannot write there (permission denied)")
+
+
+def write_outputs(result: MrcResult, document: dict[str, Any], out: Path, force: bool) -> None:
+    """Build the three files beside `out`, then move them into place in one rename."""
+    check_target(out, force)  # again: the folder may have changed during the run
+    created = out.parent
+    while not created.parent.exists():
+        created = created.parent
+    created = created if not created.exists() else None  # topmost folder we make
+    partial = out.parent / f".{out.name}.partial-{os.getpid()}"
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if partial.exists():
+            shutil.rmtree(partial)
+        partial.mkdir()
+        _write_parquet(result, partial / "mrc.parquet")
+        (partial / "mrc.json").write_text(json.dumps(document, indent=2) + "\n")
+        _write_png(result, partial / "mrc.png", document.get("trace", ""))
+        if out.is_dir() and any(out.iterdir()):
+            out.replace(old)
+            try:
+                partial.replace(out)
+            except OSError:
+                old.replace(out)  # put the earlier output back
+                raise
+            shutil.rmtree(old)
+        else:
+            if out.is_dir():
+                out.rmdir()
+            partial.replace(out)
+    except OSError as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise OutputError(f"{out}: cannot write the output ({exc.strerror or exc})") from None
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+
+
+def _write_parquet(result: MrcResult, path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "cache_rows": pa.array(result.sizes, type=pa.int64()),
+            "miss_ratio": pa.array(result.miss_ratios, type=pa.float64()),
+        }
+    )
+    pq.write_table(table, path)
+
+
+def _write_png(result: MrcResult, path: Path, trace: str) -> None:
+    # the object API with the Agg canvas: no pyplot global state, no display needed
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    x, y = result.sizes, result.miss_ratios
+    ax.plot(x, y, marker=".", color="tab:blue", label="LRU miss ratio")
+    if result.exact:
+        how = "exact (stack distances)"
+    else:
+        how = f"SHARDS, sample rate {result.sample_rate:.4g}"
+        err = result.point_errors
+        ax.fill_between(
+            x, (y - err).clip(0, 1), (y + err).clip(0, 1), color="tab:blue", alpha=0.15,
+            label="expected error (about 95%)",
+        )  # fmt: skip
+    ax.set_xscale("log")
+    top = float((y + result.point_errors).max(initial=0.0))
+    ax.set_ylim(0.0, min(1.0, top * 1.05 + 0.01))
+    ax.set_xlabel("cache size (rows)")
+    ax.set_ylabel("miss ratio")
+    ax.set_title(f"LRU miss-ratio curve, {how}\n{trace}", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper right")
+    fig.savefig(path, dpi=120)
+
+
+# -- human-readable output ----------------------------------------------------------------
+
+
+def print_report(
+    result: MrcResult, trace: str, out: Path | None, console: Console | None = None
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(width=None if sys.stdout.isatty() else 120)
+    kind = "exact" if result.exact else f"SHARDS {result.sample_rate:.4g}"
+    table = Table(title=f"LRU miss ratio ({kind})", title_justify="left")
+    table.add_column("cache rows", justify="right")
+    table.add_column("miss ratio", justify="right")
+    table.add_column("hit ratio", justify="right")
+    if not result.exact:
+        table.add_column("± error", justify="right")
+    n = len(result.sizes)
+    picks = (
+        range(n)
+        if n <= _SHOWN_POINTS
+        else sorted({round(i * (n - 1) / (_SHOWN_POINTS - 1)) for i in range(_SHOWN_POINTS)})
+    )
+    for i in picks:
+        miss = float(result.miss_ratios[i])
+        cells = [f"{int(result.sizes[i]):,}", f"{miss:.4f}", f"{1 - miss:.4f}"]
+        if not result.exact:
+            cells.append(f"{float(result.point_errors[i]):.4f}")
+        table.add_row(*cells)
+    console.print(table)
+    distinct = "distinct rows" if result.exact else "distinct rows (estimated)"
+    lines = [f"trace: {trace}   lookups: {result.lookups:,}   {distinct}: {result.distinct_keys:,}"]
+    if not result.exact:
+        lines.append(
+            f"sampled lookups: {result.sampled_lookups:,}   expected error: "
+            f"±{result.expected_error:.4f} (about 95%, largest over the curve)"
+        )
+        lines.append(
+            f"smallest size a sample at this rate resolves: {result.resolution_rows:,} rows"
+        )
+    if n > len(picks):
+        lines.append(f"{len(picks)} of {n} points shown; --json or --out for all")
+    if out is not None:
+        lines.append(f"wrote {out}/: {', '.join(OUTPUT_FILES)}")
+    for line in lines:
+        console.print(line, highlight=False, markup=False)
