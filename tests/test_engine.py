@@ -290,3 +290,22 @@ def test_run_is_deterministic(small_trace: Path, tmp_path: Path) -> None:
         assert main(["run", str(small_trace), "-s", "hbm-hot", "-o", str(tmp_path / name)]) == 0
     for file in ("summary.json", "config.json", "batches.parquet"):
         assert (tmp_path / "a" / file).read_bytes() == (tmp_path / "b" / file).read_bytes()
+
+
+def test_mrc_matches_lru_runs_on_a_generated_trace(tmp_path: Path) -> None:
+    import replay
+    from replay.mrc import mrc_trace
+
+    path = replay.generate("tiny", tmp_path / "tiny", batches=40)
+    trace = open_trace(path)
+    sizes = [10, 300, 3000]
+    curve = mrc_trace(trace, sizes=sizes)
+    for size, ratio in zip(sizes, curve.miss_ratios, strict=True):
+        system = resolve_system("hbm-lru", [f"policy.capacity_rows={size}"])
+        misses = replay_trace(trace, system).summary["policy"]["misses"]
+        assert misses == round(float(ratio) * trace.num_lookups)
+    belady = resolve_system("hbm-belady", ["policy.capacity_rows=300"])
+    lfu = resolve_system("hbm-lfu", ["policy.capacity_rows=300"])
+    best = replay_trace(trace, belady).summary["policy"]["misses"]
+    assert best <= replay_trace(trace, lfu).summary["policy"]["misses"]
+    assert best <= round(float(curve.miss_ratios[1]) * trace.num_lookups)

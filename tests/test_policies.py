@@ -425,7 +425,9 @@ def test_policies_on_a_generated_trace(
     tiny_trace: Path, name: str, knobs: dict[str, Any], capacity: int
 ) -> None:
     trace = replay.open_trace(tiny_trace)
-    ranges = list(iter_batch_ranges(trace, min_lookups=1000))
+    # three ranges, so the policy carries its state across range boundaries
+    edges = [0, 2, 5, trace.num_batches]
+    ranges = [r for lo, hi in itertools.pairwise(edges) for r in iter_batch_ranges(trace, lo, hi)]
     assert len(ranges) > 1
     batches: Batches = [
         (
@@ -504,3 +506,20 @@ def test_oracles_refuse_to_run_unprepared() -> None:
         assert policy.needs_prepare()
         with pytest.raises(RuntimeError):
             policy.process(batch_range(trace, 0, 1), np.zeros((1, NUM_COUNTERS), np.int64))
+
+
+# -- the miss-ratio curve and the LRU kernel agree ------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(trace=traces(max_keys=30, max_batches=8), capacity=st.integers(1, 35))
+def test_mrc_at_size_c_equals_lru_at_capacity_c(trace: Batches, capacity: int) -> None:
+    from replay.mrc import mrc_keys
+
+    keys = batch_range(trace, 0, len(trace)).keys
+    if len(keys) == 0:
+        return
+    total = int(keys.max()) + 1
+    curve = mrc_keys(keys, total, sizes=[capacity], min_window=4)
+    lru_misses = int(run_policy("lru", trace, capacity)[:, MISSES].sum())
+    assert round(float(curve.miss_ratios[0]) * len(keys)) == lru_misses

@@ -60,6 +60,7 @@ def lru_kernel(
     size = meta[_SIZE]
     cap = meta[_CAP]
     n_keys = len(keys)
+    n_updates = len(ukeys)
     for b in range(len(bounds) - 1):
         hits = 0
         misses = 0
@@ -112,6 +113,8 @@ def lru_kernel(
             head = s
         upd_fast = 0
         for j in range(ubounds[b], ubounds[b + 1]):
+            if j + PREFETCH_AHEAD < n_updates:
+                prefetch(slot_of, ukeys[j + PREFETCH_AHEAD])
             s = slot_of[ukeys[j]]
             if s >= 0:
                 dirty[s] = 1

@@ -121,7 +121,7 @@ class Trace:
                 continue
             member = safe_member(self.path, entry["path"])
             try:
-                handle = pq.ParquetFile(member)
+                handle = pq.ParquetFile(member, memory_map=True)
             except (OSError, pa.ArrowException) as exc:
                 raise TraceError(f"{member}: not a readable Parquet file ({exc})") from None
             meta = handle.metadata
@@ -140,13 +140,15 @@ class Trace:
                     continue
                 yield member, handle, index
 
-    def _iter(self, kind: str, start: int, stop: int | None) -> Iterator[dict[str, np.ndarray]]:
+    def _iter(
+        self, kind: str, start: int, stop: int | None, use_threads: bool = True
+    ) -> Iterator[dict[str, np.ndarray]]:
         stop = self.num_batches if stop is None else min(stop, self.num_batches)
         if start < 0 or start > stop:
             raise TraceError(f"{self.path}: bad batch range [{start}, {stop})")
         for member, handle, index in self._row_groups(kind, start, stop):
             try:
-                table = handle.read_row_group(index)
+                table = handle.read_row_group(index, use_threads=use_threads)
             except (OSError, pa.ArrowException) as exc:
                 raise TraceError(f"{member}: unreadable row group {index} ({exc})") from None
             columns = {name: table.column(name).to_numpy() for name in _COLUMNS[kind]}
@@ -160,20 +162,32 @@ class Trace:
                 yield columns
 
     def iter_lookups(
-        self, start: int = 0, stop: int | None = None, *, min_lookups: int = 1 << 20
+        self,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        min_lookups: int = 1 << 20,
+        use_threads: bool = True,
     ) -> Iterator[LookupChunk]:
         """Lookups of batches [start, stop) in trace order, in chunks of whole batches.
 
         Row groups are concatenated until a chunk holds at least `min_lookups` lookups.
+        `use_threads=False` decodes on the calling thread only (for callers that keep the
+        other cores busy themselves).
         """
-        for cols in _gather(self._iter(LOOKUPS_DIR, start, stop), min_lookups):
+        for cols in _gather(self._iter(LOOKUPS_DIR, start, stop, use_threads), min_lookups):
             yield LookupChunk(int(cols["batch"][0]), int(cols["batch"][-1]) + 1, **cols)
 
     def iter_updates(
-        self, start: int = 0, stop: int | None = None, *, min_rows: int = 1 << 20
+        self,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        min_rows: int = 1 << 20,
+        use_threads: bool = True,
     ) -> Iterator[UpdateChunk]:
         """Update rows of batches [start, stop), in chunks of whole batches."""
-        for cols in _gather(self._iter(UPDATES_DIR, start, stop), min_rows):
+        for cols in _gather(self._iter(UPDATES_DIR, start, stop, use_threads), min_rows):
             yield UpdateChunk(int(cols["batch"][0]), int(cols["batch"][-1]) + 1, **cols)
 
     def lookups(self, start: int = 0, stop: int | None = None) -> LookupChunk:
@@ -200,18 +214,26 @@ class Trace:
 def _gather(
     pieces: Iterator[dict[str, np.ndarray]], min_rows: int
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Concatenate pieces into chunks of >= min_rows that never split a batch."""
+    """Concatenate pieces into chunks of >= min_rows that never split a batch.
+
+    Pieces are held until the next one shows whether it continues their last batch; row
+    groups written by this tool end on batch boundaries, so they pass through uncopied.
+    """
     pending: list[dict[str, np.ndarray]] = []
     size = 0
     for piece in pieces:
+        if pending and size >= min_rows and piece["batch"][0] != pending[-1]["batch"][-1]:
+            yield _concat(pending)  # the next piece starts a new batch
+            pending, size = [], 0
         pending.append(piece)
         size += len(piece["batch"])
-        if size >= min_rows:
+        if size >= min_rows and len(pending) > 1:
             merged = _concat(pending)
             # keep the last batch back: the next piece may continue it
             last = merged["batch"][-1]
             cut = int(np.searchsorted(merged["batch"], last))
             if cut == 0:
+                pending = [merged]
                 continue
             yield {k: v[:cut] for k, v in merged.items()}
             pending = [{k: v[cut:] for k, v in merged.items()}]
