@@ -108,6 +108,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.core.extending import intrinsic
 
+from replay._malloc import state_array
 from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
 from replay.engine.keys import table_offsets
 from replay.errors import ConfigError, TraceError
@@ -389,7 +390,7 @@ class StackDistances:
         small = 4 * self.total_keys + self.min_window + 64 < 2**31
         self.index_dtype = np.dtype(np.int32 if small else np.int64)
         if direct:
-            self.last = np.full(self.total_keys, -1, dtype=self.index_dtype)
+            self.last = state_array(self.total_keys, self.index_dtype, -1)
             self.map_keys = np.empty(0, dtype=np.int64)
             self.map_ids = np.empty(0, dtype=self.index_dtype)
         else:

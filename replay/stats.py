@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from replay._malloc import state_array
 from replay.errors import TraceError
 from replay.trace.reader import Trace, open_trace
 
@@ -382,8 +383,8 @@ class _Inspector:
         self.rows_u = rows.astype(np.uint64)
         self.offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
         total = int(rows.sum())
-        self.last = np.full(total, -1, dtype=np.int32)
-        self.count = np.zeros(total, dtype=count_dtype)
+        self.last = state_array(total, np.int32, -1)
+        self.count = state_array(total, count_dtype)
         self.count_bits = 8 * self.count.dtype.itemsize
         self.ti = np.zeros((len(rows), _TI_WIDTH), dtype=np.int64)
         self.tf = np.zeros((len(rows), 2), dtype=np.float64)

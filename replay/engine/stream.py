@@ -78,7 +78,9 @@ class _UpdateCursor:
     """Update rows of consecutive batch ranges, from one streaming pass over the files."""
 
     def __init__(self, trace: Trace, start: int, stop: int, min_rows: int) -> None:
-        self._chunks = trace.iter_updates(start, stop, min_rows=min_rows, use_threads=False)
+        self._chunks = trace.iter_updates(
+            start, stop, min_rows=min_rows, use_threads=False, with_count=False
+        )
         self._batch = np.empty(0, dtype=np.uint32)
         self._table = np.empty(0, dtype=np.uint16)
         self._row = np.empty(0, dtype=trace.row_dtype)
@@ -121,18 +123,26 @@ def _ranges(
     updates = _UpdateCursor(trace, start, stop, max(1, min_lookups // 2)) if with_updates else None
     empty = np.empty(0, dtype=key_dtype(int(offsets[-1])))
 
-    def make(lo: int, hi: int, batch: np.ndarray, keys: np.ndarray) -> BatchRange:
+    def make(
+        lo: int, hi: int, batch: np.ndarray, table: np.ndarray | None, row: np.ndarray | None
+    ) -> BatchRange:
         bounds = batch_bounds(batch, lo, hi)
+        distinct = None
+        if table is None or row is None:
+            keys = empty
+            if with_distinct:
+                distinct = np.zeros(hi - lo, dtype=np.int64)
+        else:
+            keys = flat_keys(table, row, offsets)
+            if with_distinct:
+                distinct = np.zeros(hi - lo, dtype=np.int64)
+                distinct_kernel(keys, bounds, seen, distinct)
         if updates is not None:
             ubatch, utable, urow = updates.take(hi)
             ukeys = flat_keys(utable, urow, offsets)
             ubounds = batch_bounds(ubatch, lo, hi)
         else:
             ukeys, ubounds = empty, np.zeros(hi - lo + 1, dtype=np.int64)
-        distinct = None
-        if with_distinct:
-            distinct = np.zeros(hi - lo, dtype=np.int64)
-            distinct_kernel(keys, bounds, seen, distinct)
         return BatchRange(lo, hi, keys, bounds, ukeys, ubounds, distinct)
 
     cursor = start
@@ -140,12 +150,10 @@ def _ranges(
     for chunk in trace.iter_lookups(start, stop, min_lookups=min_lookups, use_threads=False):
         # a range starts where the previous one stopped, so batches without lookups
         # (possible in ingested traces) still belong to exactly one range
-        yield make(
-            cursor, chunk.batch_stop, chunk.batch, flat_keys(chunk.table, chunk.row, offsets)
-        )
+        yield make(cursor, chunk.batch_stop, chunk.batch, chunk.table, chunk.row)
         cursor = chunk.batch_stop
     if cursor < stop:  # trailing batches without lookups
-        yield make(cursor, stop, np.empty(0, dtype=np.uint32), empty)
+        yield make(cursor, stop, np.empty(0, dtype=np.uint32), None, None)
 
 
 def iter_batch_ranges(

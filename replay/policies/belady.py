@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 from numba import njit
 
+from replay._malloc import state_array
 from replay.engine.stream import BatchRange, iter_batch_ranges
 from replay.policies.base import (
     BYPASS,
@@ -238,7 +239,7 @@ class BeladyPolicy(Policy):
         cap = ctx.capacity_units
         if cap < 1:
             raise ValueError("belady: capacity_units must be at least 1")
-        self.slot_of = np.full(ctx.total_keys, -1, dtype=np.int32)
+        self.slot_of = state_array(ctx.total_keys, np.int32, -1)
         self.slot_key = np.zeros(cap, dtype=np.int64)
         self.hp = np.zeros(cap, dtype=np.int64)
         self.hs = np.zeros(cap, dtype=np.int32)
@@ -269,7 +270,7 @@ class BeladyPolicy(Policy):
         self._set_next(np.array(keys, dtype=np.int64, copy=True))
 
     def _set_next(self, seq: np.ndarray) -> None:
-        last = np.full(self.ctx.total_keys, len(seq), dtype=np.int64)
+        last = state_array(self.ctx.total_keys, np.int64, len(seq))
         if len(seq):
             next_use_inplace(seq, last)
         del last

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 from numba import njit
 
+from replay._malloc import state_array
 from replay.engine.stream import BatchRange, iter_batch_ranges
 from replay.policies.base import (
     EVICTIONS,
@@ -284,7 +285,7 @@ class ChunkPolicy(Policy):
         self.pos = np.full(self.num_chunks, -1, dtype=np.int32)
         self.dirty = np.zeros(self.num_chunks, dtype=np.uint8)
         self.rn = np.zeros(self.num_chunks, dtype=np.uint32)
-        self.stamp = np.zeros(ctx.total_keys, dtype=np.uint32)
+        self.stamp = state_array(ctx.total_keys, np.uint32)
         self.meta = np.array([0, 0, 0, int(self.lru), rows, *self.budgets], dtype=np.int64)
         self.nxt: np.ndarray = np.zeros(0, dtype=np.int64)
         self.prepared = False

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numba import njit
 
+from replay._malloc import state_array
 from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
 from replay.engine.stream import BatchRange, iter_batch_ranges
 from replay.policies.base import (
@@ -103,8 +104,8 @@ class HotPolicy(Policy):
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         super().__init__(spec, ctx)
-        self.counts = np.zeros(ctx.total_keys, dtype=np.uint32)
-        self.pinned = np.zeros(ctx.total_keys, dtype=np.uint8)
+        self.counts = state_array(ctx.total_keys, np.uint32)
+        self.pinned = state_array(ctx.total_keys, np.uint8)
         self.resident = 0
         # the batch before which the hot set is copied in (never when W >= batches)
         self.pin_batch = spec.warmup_batches

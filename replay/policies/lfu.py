@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
+from replay._malloc import state_array
 from replay.engine.stream import BatchRange
 from replay.policies.base import (
     BYPASS,
@@ -195,7 +196,7 @@ class LFUPolicy(Policy):
         cap = ctx.capacity_units
         if cap < 1:
             raise ValueError("lfu: capacity_units must be at least 1")
-        self.slot_of = np.full(ctx.total_keys, -1, dtype=np.int32)
+        self.slot_of = state_array(ctx.total_keys, np.int32, -1)
         self.slot_key = np.zeros(cap, dtype=np.int64)
         self.hf = np.zeros(cap, dtype=np.int64)
         self.ht = np.zeros(cap, dtype=np.int64)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
+from replay._malloc import state_array
 from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
 from replay.engine.stream import BatchRange
 from replay.policies.base import (
@@ -142,7 +143,7 @@ class LRUPolicy(Policy):
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         super().__init__(spec, ctx)
         cap = ctx.capacity_units
-        self.slot_of = np.full(ctx.total_keys, -1, dtype=np.int32)
+        self.slot_of = state_array(ctx.total_keys, np.int32, -1)
         self.slot_key = np.zeros(cap, dtype=np.int64)
         self.prev = np.full(cap, -1, dtype=np.int32)
         self.nxt = np.full(cap, -1, dtype=np.int32)

@@ -141,17 +141,23 @@ class Trace:
                 yield member, handle, index
 
     def _iter(
-        self, kind: str, start: int, stop: int | None, use_threads: bool = True
+        self,
+        kind: str,
+        start: int,
+        stop: int | None,
+        use_threads: bool = True,
+        names: tuple[str, ...] | None = None,
     ) -> Iterator[dict[str, np.ndarray]]:
+        names = names or _COLUMNS[kind]
         stop = self.num_batches if stop is None else min(stop, self.num_batches)
         if start < 0 or start > stop:
             raise TraceError(f"{self.path}: bad batch range [{start}, {stop})")
         for member, handle, index in self._row_groups(kind, start, stop):
             try:
-                table = handle.read_row_group(index, use_threads=use_threads)
+                table = handle.read_row_group(index, columns=list(names), use_threads=use_threads)
             except (OSError, pa.ArrowException) as exc:
                 raise TraceError(f"{member}: unreadable row group {index} ({exc})") from None
-            columns = {name: table.column(name).to_numpy() for name in _COLUMNS[kind]}
+            columns = {name: table.column(name).to_numpy() for name in names}
             batch = columns["batch"]
             if len(batch) and (batch[0] < start or batch[-1] >= stop):
                 lo, hi = np.searchsorted(
@@ -185,9 +191,16 @@ class Trace:
         *,
         min_rows: int = 1 << 20,
         use_threads: bool = True,
+        with_count: bool = True,
     ) -> Iterator[UpdateChunk]:
-        """Update rows of batches [start, stop), in chunks of whole batches."""
-        for cols in _gather(self._iter(UPDATES_DIR, start, stop, use_threads), min_rows):
+        """Update rows of batches [start, stop), in chunks of whole batches.
+
+        `with_count=False` skips decoding the `count` column (the chunks' `count` is then
+        an empty array), for callers that need only which rows were updated.
+        """
+        names = None if with_count else ("batch", "table", "row")
+        for cols in _gather(self._iter(UPDATES_DIR, start, stop, use_threads, names), min_rows):
+            cols.setdefault("count", np.empty(0, dtype=np.uint32))
             yield UpdateChunk(int(cols["batch"][0]), int(cols["batch"][-1]) + 1, **cols)
 
     def lookups(self, start: int = 0, stop: int | None = None) -> LookupChunk:
