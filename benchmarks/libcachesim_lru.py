@@ -56,7 +56,6 @@ def _sidecar(out: Path) -> Path:
 
 def export(trace_dir: Path, out: Path) -> dict[str, Any]:
     """Write the flat key of every lookup, in trace order, as uint64 to `out`."""
-    import numpy as np
 
     from replay.engine.keys import flat_keys, table_offsets
     from replay.trace.reader import open_trace
@@ -69,8 +68,8 @@ def export(trace_dir: Path, out: Path) -> dict[str, Any]:
     written = 0
     with open(partial, "wb") as fh:
         for chunk in trace.iter_lookups():
-            keys = flat_keys(chunk.table, chunk.row, offsets)  # int64, non-negative
-            keys.view(np.uint64).astype("<u8", copy=False).tofile(fh)
+            keys = flat_keys(chunk.table, chunk.row, offsets)  # uint32 or int64, non-negative
+            keys.astype("<u8", copy=False).tofile(fh)
             written += len(keys)
     os.replace(partial, out)
     meta = {

@@ -30,6 +30,18 @@ def __getattr__(name: str):  # lazy: keep `import replay` light (numba compiles 
         from replay.stats import inspect_trace
 
         return inspect_trace
+    if name == "resolve_system":
+        from replay.system.spec import resolve_system
+
+        return resolve_system
+    if name == "replay_trace":
+        from replay.engine.replay import replay_trace
+
+        return replay_trace
+    if name == "mrc_trace":
+        from replay.mrc import mrc_trace
+
+        return mrc_trace
     raise AttributeError(f"module 'replay' has no attribute {name!r}")
 
 
@@ -40,5 +52,8 @@ __all__ = [
     "generate",
     "ingest",
     "inspect_trace",
+    "mrc_trace",
     "open_trace",
+    "replay_trace",
+    "resolve_system",
 ]

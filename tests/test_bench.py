@@ -13,3 +13,16 @@ def test_generation_hides_sampling_behind_writing() -> None:
     result = bench_generate("criteo-kaggle", batches=1000, batch_size=2048)
     assert result["lookups"] == 53_248_000
     assert result["ratio_generate_to_write_only"] >= 0.8, result
+
+
+@pytest.mark.bench
+def test_replay_streams_at_25m_lookups_per_s() -> None:
+    """Issue 3: hbm-lru and hbm-hot stream >= 25 M lookups/s including Parquet reads, and
+    SHARDS at rate 0.01 runs >= 100 M lookups/s (criteo-kaggle, 1000 x 2048)."""
+    from replay.bench import bench_replay
+
+    result = bench_replay(batches=1000, batch_size=2048, repeats=2)
+    assert result["lookups"] == 53_248_000
+    for system in ("hbm-lru", "hbm-hot"):
+        assert result["runs"][system]["stream_lookups_per_s"] >= 25e6, result
+    assert result["mrc_sampled"]["lookups_per_s"] >= 100e6, result
