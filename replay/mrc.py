@@ -91,16 +91,13 @@ slow, obviously correct versions the tests compare with.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import queue
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -109,6 +106,7 @@ from numba import njit, types
 from numba.core.extending import intrinsic
 
 from replay._malloc import state_array
+from replay._threads import read_ahead
 from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
 from replay.engine.keys import table_offsets
 from replay.errors import ConfigError, TraceError
@@ -972,51 +970,6 @@ def _checked_keys(trace: Trace, offsets: np.ndarray, rows: np.ndarray) -> Iterat
         yield keys
 
 
-_Item = TypeVar("_Item")
-
-
-def _read_ahead(items: Iterator[_Item], depth: int = 2) -> Iterator[_Item]:
-    """`items` produced by a background thread, up to `depth` ahead; errors re-raised here.
-
-    pyarrow's decoding releases the GIL, so reading overlaps the caller's kernels.
-    """
-    slots: queue.Queue = queue.Queue(maxsize=depth)
-    done = object()
-    cancel = threading.Event()
-
-    def produce() -> None:
-        try:
-            for item in items:
-                while not cancel.is_set():
-                    try:
-                        slots.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if cancel.is_set():
-                    return
-            slots.put(done)
-        except BaseException as exc:  # handed to the consumer
-            slots.put(exc)
-
-    worker = threading.Thread(target=produce, name="replay-mrc-reader", daemon=True)
-    worker.start()
-    try:
-        while True:
-            item = slots.get()
-            if item is done:
-                break
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        cancel.set()
-        while worker.is_alive():
-            with contextlib.suppress(queue.Empty):
-                slots.get(timeout=0.05)
-        worker.join()
-
-
 def mrc_trace(
     trace: Trace | str | Path,
     sizes: Sequence[int] | np.ndarray | None = None,
@@ -1035,9 +988,9 @@ def mrc_trace(
     offsets = table_offsets(rows)[:-1]
     total = int(rows.sum())
     if sample_rate is None:
-        return mrc_keys(_read_ahead(_checked_keys(opened, offsets, rows)), total, chosen)
+        return mrc_keys(read_ahead(_checked_keys(opened, offsets, rows)), total, chosen)
     sampler = ShardsSampler(total, sample_rate)
-    for table, row in _read_ahead(_lookup_columns(opened)):
+    for table, row in read_ahead(_lookup_columns(opened)):
         sampler.feed_columns(table, row, offsets, rows, where=str(opened.path))
     return _sampled_result(sampler, chosen)
 

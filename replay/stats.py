@@ -40,10 +40,8 @@ dicts) that the tests compare both with.
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +49,7 @@ import numpy as np
 from numba import njit
 
 from replay._malloc import state_array
+from replay._threads import read_ahead
 from replay.errors import TraceError
 from replay.trace.reader import Trace, open_trace
 
@@ -578,53 +577,6 @@ def inspect_arrays(
     return inspector.result()
 
 
-_END = object()
-
-
-def _read_ahead(chunks: Iterator[Any], depth: int = 2) -> Iterator[Any]:
-    """Yield from `chunks`, read by a background thread up to `depth` chunks ahead.
-
-    Parquet decoding and the kernel both release the GIL, so reading the next chunk
-    overlaps the kernel's pass over this one. Exceptions of the reader come out here;
-    a consumer that stops early stops the thread.
-    """
-    box: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                box.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def work() -> None:
-        try:
-            for chunk in chunks:
-                if not put(chunk):
-                    return
-        except BaseException as exc:  # handed to the consumer, raised there
-            put(exc)
-            return
-        put(_END)
-
-    thread = threading.Thread(target=work, name="replay-inspect-reader", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = box.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        thread.join()
-
-
 def inspect_trace(
     trace_or_path: Trace | str | Path,
     *,
@@ -645,7 +597,7 @@ def inspect_trace(
         names=trace.table_names,
         where=str(trace.path),
     )
-    for chunk in _read_ahead(trace.iter_lookups(min_lookups=min_lookups)):
+    for chunk in read_ahead(trace.iter_lookups(min_lookups=min_lookups)):
         inspector.feed(chunk.batch, chunk.table, chunk.row)
     result = inspector.result()
     result = {"trace": str(trace.path), **result}

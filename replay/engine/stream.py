@@ -9,15 +9,13 @@ kernel runs on the current one, so reading costs little wall time on two cores.
 
 from __future__ import annotations
 
-import contextlib
-import queue
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 
+from replay._threads import read_ahead as read_ahead_items
 from replay.engine.keys import batch_bounds, flat_keys, key_dtype, table_offsets
 from replay.trace.reader import Trace
 
@@ -171,41 +169,8 @@ def iter_batch_ranges(
     Errors raised while reading (a corrupt file) are re-raised in the caller's thread.
     """
     stop = trace.num_batches if stop is None else min(stop, trace.num_batches)
+    ranges = _ranges(trace, start, stop, min_lookups, with_updates, with_distinct)
     if read_ahead <= 0:
-        yield from _ranges(trace, start, stop, min_lookups, with_updates, with_distinct)
-        return
-    slots: queue.Queue = queue.Queue(maxsize=read_ahead)
-    done = object()
-    cancel = threading.Event()
-
-    def produce() -> None:
-        try:
-            for item in _ranges(trace, start, stop, min_lookups, with_updates, with_distinct):
-                while not cancel.is_set():
-                    try:
-                        slots.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if cancel.is_set():
-                    return
-            slots.put(done)
-        except BaseException as exc:  # handed to the consumer
-            slots.put(exc)
-
-    worker = threading.Thread(target=produce, name="replay-reader", daemon=True)
-    worker.start()
-    try:
-        while True:
-            item = slots.get()
-            if item is done:
-                break
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        cancel.set()
-        while worker.is_alive():
-            with contextlib.suppress(queue.Empty):
-                slots.get(timeout=0.05)
-        worker.join()
+        yield from ranges
+    else:
+        yield from read_ahead_items(ranges, read_ahead, "replay-stream")
