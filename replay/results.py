@@ -25,45 +25,76 @@ import replay
 from replay.errors import OutputError
 
 
-def check_output_folder(out: Path, *, force: bool) -> None:
-    """Fail early (before any work) if `out` cannot become a result folder."""
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"{out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise OutputError(f"{out}: already holds files (use --force to replace it)")
-    parent = out.parent if str(out.parent) else Path(".")
-    if parent.exists() and not parent.is_dir():
-        raise OutputError(f"{parent}: is not a folder")
-    if parent.exists() and not os.access(parent, os.W_OK):
-        raise OutputError(f"{parent}: not writable")
+def check_output_folder(
+    out: Path, *, force: bool, owned: frozenset[str] | None = None, what: str = "output"
+) -> None:
+    """Fail early (before any work) if `out` cannot become a result folder.
+
+    An existing non-empty folder is replaced only with `force`, and, when `owned` names
+    the files a folder of this kind holds, only if it holds nothing else (so --force never
+    wipes an unrelated folder).
+    """
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise OutputError(f"{out}: exists and is not a folder")
+        entries = list(out.iterdir())
+        if entries and not force:
+            raise OutputError(f"{out}: already holds files (use --force to replace it)")
+        if entries and owned is not None and not all(e.name in owned for e in entries):
+            raise OutputError(
+                f"{out}: --force replaces only an earlier {what} or an empty folder; "
+                "this one holds other files"
+            )
+    probe = out.parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(f"{out}: cannot write there (permission denied)")
 
 
 @contextmanager
-def atomic_folder(out: Path, *, force: bool) -> Iterator[Path]:
-    """Yield a temporary folder beside `out`; on success it replaces `out`."""
-    check_output_folder(out, force=force)
+def atomic_folder(
+    out: Path, *, force: bool, owned: frozenset[str] | None = None, what: str = "output"
+) -> Iterator[Path]:
+    """Yield a temporary folder beside `out`; on success it replaces `out` in one rename.
+
+    On any error the temporary folder and any parent folders made for it are removed and
+    an earlier `out` is left as it was.
+    """
+    check_output_folder(out, force=force, owned=owned, what=what)
     out = out.absolute()
+    created = out.parent
+    while not created.parent.exists():
+        created = created.parent
+    made: Path | None = None if created.exists() else created  # topmost folder we make
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"{out.parent}: cannot create ({exc.strerror})") from None
-    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+        shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-    except OSError as exc:
-        raise OutputError(f"{out.parent}: cannot write ({exc.strerror})") from None
-    try:
         yield tmp
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
+        if out.is_dir() and any(out.iterdir()):
             out.rename(old)
-            tmp.rename(out)
+            try:
+                tmp.rename(out)
+            except OSError:
+                old.rename(out)  # put the earlier output back
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
+            if out.is_dir():
+                out.rmdir()
             tmp.rename(out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        raise OutputError(f"{out}: cannot write the output ({exc.strerror or exc})") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
         raise
 
 

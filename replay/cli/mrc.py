@@ -8,8 +8,6 @@ error no output folder (and no half-written one) remains.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -17,14 +15,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from replay.cli.app import app
-from replay.errors import ConfigError, OutputError
+from replay.errors import ConfigError
+from replay.results import atomic_folder, check_output_folder
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from replay.mrc import MrcResult
 
-OUTPUT_FILES = ("mrc.parquet", "mrc.json", "mrc.png")
+OUTPUT_FILES = frozenset({"mrc.parquet", "mrc.json", "mrc.png"})
 _SHOWN_POINTS = 12  # curve points in the human-readable table
 
 
@@ -97,70 +96,18 @@ def parse_sizes(text: str) -> list[int]:
 # -- output folder ------------------------------------------------------------------------
 
 
-def _replaceable(out: Path) -> bool:
-    """--force replaces an empty folder or an earlier `replay mrc` output, nothing else."""
-    return all(entry.name in OUTPUT_FILES for entry in out.iterdir())
-
-
 def check_target(out: Path, force: bool) -> None:
     """OutputError unless `out` can become the output folder (checked before the work)."""
-    if out.exists() or out.is_symlink():
-        if not out.is_dir():
-            raise OutputError(f"{out}: exists and is not a folder")
-        if any(out.iterdir()):
-            if not force:
-                raise OutputError(f"{out}: already exists and is not empty (use --force)")
-            if not _replaceable(out):
-                raise OutputError(
-                    f"{out}: --force replaces only an earlier `replay mrc` output or an "
-                    "empty folder; this one holds other files"
-                )
-    probe = out.parent
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise OutputError(f"{out}: cannot write there (permission denied)")
+    check_output_folder(out, force=force, owned=OUTPUT_FILES, what="`replay mrc` output")
 
 
 def write_outputs(result: MrcResult, document: dict[str, Any], out: Path, force: bool) -> None:
     """Build the three files beside `out`, then move them into place in one rename."""
-    check_target(out, force)  # again: the folder may have changed during the run
-    created = out.parent
-    while not created.parent.exists():
-        created = created.parent
-    created = created if not created.exists() else None  # topmost folder we make
-    partial = out.parent / f".{out.name}.partial-{os.getpid()}"
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if partial.exists():
-            shutil.rmtree(partial)
-        partial.mkdir()
-        _write_parquet(result, partial / "mrc.parquet")
-        (partial / "mrc.json").write_text(json.dumps(document, indent=2) + "\n")
-        _write_png(result, partial / "mrc.png", document.get("trace", ""))
-        if out.is_dir() and any(out.iterdir()):
-            out.replace(old)
-            try:
-                partial.replace(out)
-            except OSError:
-                old.replace(out)  # put the earlier output back
-                raise
-            shutil.rmtree(old)
-        else:
-            if out.is_dir():
-                out.rmdir()
-            partial.replace(out)
-    except OSError as exc:
-        shutil.rmtree(partial, ignore_errors=True)
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
-        raise OutputError(f"{out}: cannot write the output ({exc.strerror or exc})") from None
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
-        raise
+    # checked again inside: the folder may have changed during the run
+    with atomic_folder(out, force=force, owned=OUTPUT_FILES, what="`replay mrc` output") as tmp:
+        _write_parquet(result, tmp / "mrc.parquet")
+        (tmp / "mrc.json").write_text(json.dumps(document, indent=2) + "\n")
+        _write_png(result, tmp / "mrc.png", document.get("trace", ""))
 
 
 def _write_parquet(result: MrcResult, path: Path) -> None:
@@ -249,6 +196,6 @@ def print_report(
     if n > len(picks):
         lines.append(f"{len(picks)} of {n} points shown; --json or --out for all")
     if out is not None:
-        lines.append(f"wrote {out}/: {', '.join(OUTPUT_FILES)}")
+        lines.append(f"wrote {out}/: {', '.join(sorted(OUTPUT_FILES))}")
     for line in lines:
         console.print(line, highlight=False, markup=False)

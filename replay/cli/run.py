@@ -32,12 +32,11 @@ def run_command(
     """Replay a trace on a system: per-batch hits, traffic, time and energy into DIR."""
     from replay.engine.replay import replay_trace
     from replay.results import check_output_folder, write_run
-    from replay.system.spec import load_system_data, resolve_system
+    from replay.system.spec import resolve_system_with_origin
     from replay.trace.reader import open_trace
 
     sets = list(overrides or [])
-    spec = resolve_system(system, sets)
-    _, origin = load_system_data(system)
+    spec, origin = resolve_system_with_origin(system, sets)
     check_output_folder(out, force=force)
     opened = open_trace(trace)
     if show_progress():

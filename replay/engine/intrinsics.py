@@ -3,8 +3,8 @@
 `prefetch(arr, i)` asks the CPU to start loading arr[i] into cache. The kernels walk a
 trace whose keys index per-key arrays of 100+ MB at random, so nearly every access
 misses the cache; issuing the load of the key 16 requests ahead overlaps those misses
-instead of paying them one after another (measured 1.9x on the stack-distance kernel and
-the LRU kernel on a criteo-kaggle trace).
+instead of paying them one after another (measured 1.9x on the stack-distance kernel on
+a criteo-kaggle trace).
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ TOML layout (presets live in `replay/system/presets/*.toml`)::
 
 from __future__ import annotations
 
+import functools
 import math
 import tomllib
 import typing
@@ -251,6 +252,7 @@ def _build(cls: type, data: Any, where: str, **fixed: Any) -> Any:
 _DEVICES_FILE = Path(__file__).with_name("devices.toml")
 
 
+@functools.cache
 def _devices() -> dict[str, Any]:
     with _DEVICES_FILE.open("rb") as fh:
         return tomllib.load(fh)
@@ -439,24 +441,22 @@ def load_system_data(name_or_file: str | Path) -> tuple[dict[str, Any], str]:
     return data, origin
 
 
-def resolve_system(name_or_file: str | Path, overrides: list[str] | None = None) -> SystemSpec:
-    """A validated system spec from a preset or TOML file plus `--set` overrides."""
+def resolve_system_with_origin(
+    name_or_file: str | Path, overrides: list[str] | None = None
+) -> tuple[SystemSpec, str]:
+    """The validated spec and where it came from (a preset name or a file path)."""
     data, origin = load_system_data(name_or_file)
+    where = origin
     if overrides:
         data = apply_overrides(data, overrides)
-        origin = f"{origin} with --set"
-    return system_from_dict(data, where=origin)
+        where = f"{origin} with --set"
+    return system_from_dict(data, where=where), origin
 
 
-# dataclass helpers used by tests and docs
-SECTION_TYPES: dict[str, type] = {
-    "tiers": TierSpec,
-    "links": LinkSpec,
-    "lookup": LookupSpec,
-    "policy": PolicySpec,
-    "compute": ComputeSpec,
-    "model": ModelSpec,
-}
+def resolve_system(name_or_file: str | Path, overrides: list[str] | None = None) -> SystemSpec:
+    """A validated system spec from a preset or TOML file plus `--set` overrides."""
+    return resolve_system_with_origin(name_or_file, overrides)[0]
+
 
 __all__ = [
     "BYTES_PER_VALUE",
