@@ -137,6 +137,7 @@ def write_run(
         meta = {"tool": "replay", "version": replay.__version__, **result.meta}
         write_json(tmp / "meta.json", meta)
         write_columns(tmp / "batches.parquet", result.columns)
+        write_columns(tmp / "checkpoints.parquet", result.checkpoints)
         write_json(tmp / "summary.json", {"system": result.system.name, **result.summary})
         if extra is not None:
             extra(tmp)

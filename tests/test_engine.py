@@ -215,6 +215,7 @@ def test_cli_run_writes_a_run_folder(
     printed = json.loads(capsys.readouterr().out)
     assert sorted(p.name for p in out.iterdir()) == [
         "batches.parquet",
+        "checkpoints.parquet",
         "config.json",
         "meta.json",
         "summary.json",

@@ -74,7 +74,8 @@ def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
     )
     typer.echo(
         f"  time {summary['time_s']:.4g} s (compute {t['compute_s']:.4g}, embedding exposed "
-        f"{t['embedding_exposed_s']:.4g}, other {t['other_s']:.4g}); "
+        f"{t['embedding_exposed_s']:.4g}, checkpoint {t['checkpoint_s']:.4g}, "
+        f"other {t['other_s']:.4g}); "
         f"energy {_si(summary['energy_j'], 'J')}"
     )
     for name_, tier in summary["tiers"].items():
@@ -89,5 +90,25 @@ def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
                 f"  link {name_}: h2d {_si(link['h2d_bytes'], 'B')}, "
                 f"d2h {_si(link['d2h_bytes'], 'B')}"
             )
+    ck = summary.get("checkpoint")
+    if ck and ck["strategy"] != "none":
+        typer.echo(
+            f"  checkpoint {ck['strategy']}: {ck['count']:,} written "
+            f"({_si(ck['bytes_written'], 'B')}, at most {_si(ck['max_bytes_retained'], 'B')} "
+            f"kept), stall {ck['stall_s']:.4g} s = {100 * ck['overhead']:.2f}% overhead"
+        )
+        for warning in ck.get("warnings", []):
+            typer.echo(f"  warning: {warning}")
+    fail = summary.get("failures")
+    if fail:
+        yd = fail["young_daly_interval_s"]
+        used = fail["interval_s_used"]
+        typer.echo(
+            f"  failures: goodput {fail['goodput_mean']:.4f} mean, {fail['goodput_p5']:.4f} p5 "
+            f"over {fail['draws']:,} draws; lost work {fail['lost_work_s_mean']:.4g} s and "
+            f"restore {fail['restore_s_mean']:.4g} s per failure"
+            + (f"; Young/Daly interval {yd:.4g} s" if yd is not None else "")
+            + (f" (used {used:.4g} s)" if used is not None else "")
+        )
     rate = meta["timings"]["lookups_per_s"]
     typer.echo(f"  replayed at {rate / 1e6:.1f} M lookups/s; wrote {out}")

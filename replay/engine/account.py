@@ -35,8 +35,11 @@ Time per batch (seconds):
   near-memory pooling gather first, then copy: tier time + link time.
   With `lookup.overlap_with_compute` (the next batch's rows are fetched during this
   batch's compute) only max(0, embedding − compute) is exposed; otherwise all of it.
-- batch time = compute + exposed embedding + checkpoint stall (0 until a checkpoint
-  strategy is set) + other.
+- batch time = compute + exposed embedding + checkpoint stall + other. The stall and the
+  checkpoint's own traffic come from the checkpoint strategy (`replay.checkpoint`), run
+  on a first pass of these columns without them; checkpoint bytes are added to the tiers'
+  and links' byte columns (so to their energy) but not to their `_time_s` columns, which
+  time the embedding traffic only.
 - compute = `compute.seconds_per_batch`, or flops_per_sample × batch_size / flops_per_s.
 
 Energy per batch (joules): bytes × pJ/byte for every tier (reads and writes) and link
@@ -47,7 +50,7 @@ compute device's active power × compute time and idle power × the rest of the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -62,6 +65,9 @@ from replay.policies.base import (
     WRITEBACKS,
 )
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, TierSpec, optimizer_bytes_per_row
+
+if TYPE_CHECKING:
+    from replay.checkpoint.base import CheckpointLog
 
 PJ = 1e-12
 NS = 1e-9
@@ -88,8 +94,11 @@ def account(
     distinct: np.ndarray,
     updates: np.ndarray,
     unit_rows: int,
+    checkpoint: CheckpointLog | None = None,
 ) -> dict[str, np.ndarray]:
-    """Per-batch columns (name -> array) for `batches.parquet`, in a stable order."""
+    """Per-batch columns (name -> array) for `batches.parquet`, in a stable order.
+
+    `checkpoint`: the strategy's stall and traffic per batch (None: no checkpoint pass)."""
     nb = len(lookups)
     dim = shape.embedding_dim
     row_bytes = BYTES_PER_VALUE * dim
@@ -214,7 +223,18 @@ def account(
     else:
         t_compute = np.zeros(nb)
     exposed = np.maximum(embedding - t_compute, 0.0) if lookup.overlap_with_compute else embedding
-    t_checkpoint = np.zeros(nb)
+    t_checkpoint = checkpoint.stall_s if checkpoint is not None else np.zeros(nb)
+    checkpoint_bytes = np.zeros(nb, dtype=i64)
+    if checkpoint is not None:
+        for name, nbytes in checkpoint.tier_write_bytes.items():
+            tier_io[name]["write_bytes"] = tier_io[name]["write_bytes"] + nbytes
+        logged = checkpoint.columns()
+        if len(logged["batch"]):
+            np.add.at(checkpoint_bytes, np.maximum(logged["batch"], 0), logged["bytes"])
+        for name, nbytes in checkpoint.tier_read_bytes.items():
+            tier_io[name]["read_bytes"] = tier_io[name]["read_bytes"] + nbytes
+        for name, nbytes in checkpoint.link_d2h_bytes.items():
+            link_io[name]["d2h_bytes"] = link_io[name]["d2h_bytes"] + nbytes
     t_other = np.full(nb, comp.other_seconds_per_batch)
     t_batch = t_compute + exposed + t_checkpoint + t_other
 
@@ -248,6 +268,7 @@ def account(
     cols["time_embedding_s"] = embedding
     cols["time_embedding_exposed_s"] = exposed
     cols["time_checkpoint_s"] = t_checkpoint
+    cols["checkpoint_bytes"] = checkpoint_bytes
     cols["time_other_s"] = t_other
     cols["time_s"] = t_batch
     cols["energy_dynamic_j"] = dynamic

@@ -1,8 +1,9 @@
 """The replay driver: stream a trace through a system's placement policy and account it.
 
 Pure: it returns a `RunResult` and writes nothing (`replay.results` writes run folders).
-Memory: the policy's per-key state (its `state_bytes_per_key`) + 4 bytes per key for the
-distinct-row count + the batch ranges in flight + one row of counters per batch.
+Memory: the per-key state of the policy and of the checkpoint strategy (each class's
+`state_bytes_per_key`) + 1 bit per key for the distinct-row count + the batch ranges in
+flight + one row of counters per batch.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from replay.checkpoint import STRATEGIES, CheckpointContext, CheckpointStrategy, Timing
+from replay.checkpoint.summarize import checkpoint_summary, failures_summary
 from replay.engine.account import Shape, account, summarize
 from replay.engine.keys import table_offsets
 from replay.engine.stream import iter_batch_ranges
@@ -31,6 +34,7 @@ class RunResult:
 
     system: SystemSpec
     columns: dict[str, np.ndarray]  # batches.parquet
+    checkpoints: dict[str, np.ndarray]  # checkpoints.parquet
     summary: dict[str, Any]  # summary.json
     meta: dict[str, Any]  # meta.json
 
@@ -72,6 +76,22 @@ def make_policy(system: SystemSpec, trace: Trace, shape: Shape) -> Policy:
     return cls(system.policy, ctx)
 
 
+def make_strategy(system: SystemSpec, trace: Trace, shape: Shape) -> CheckpointStrategy:
+    dim = shape.embedding_dim
+    rows = np.asarray(trace.table_rows, dtype=np.int64)
+    ctx = CheckpointContext(
+        system=system,
+        total_rows=int(rows.sum()),
+        table_rows=rows,
+        num_batches=trace.num_batches,
+        embedding_dim=dim,
+        row_state_bytes=BYTES_PER_VALUE * dim
+        + optimizer_bytes_per_row(system.model.optimizer, dim),
+        dense_bytes=BYTES_PER_VALUE * system.model.dense_params,
+    )
+    return STRATEGIES[system.checkpoint.strategy](ctx)
+
+
 def replay_trace(
     trace: Trace,
     system: SystemSpec,
@@ -82,6 +102,7 @@ def replay_trace(
     started = time.perf_counter()
     shape = workload_shape(trace, system)
     policy = make_policy(system, trace, shape)
+    strategy = make_strategy(system, trace, shape)
     nb = trace.num_batches
     prepare_s = 0.0
     if policy.needs_prepare():
@@ -92,6 +113,7 @@ def replay_trace(
     distinct = np.zeros(nb, dtype=np.int64)
     updates = np.zeros(nb, dtype=np.int64)
     replay_start = time.perf_counter()
+    observe_s = 0.0  # the checkpoint strategy's share of the replay loop
     # two threads on numba kernels that release the GIL: the reader decodes ahead and
     # counts distinct rows (1 bit per key), the caller runs the policy. (A third thread
     # for the distinct count measured slower on 2 cores: it preempts the policy.)
@@ -102,13 +124,35 @@ def replay_trace(
         updates[window] = np.diff(br.update_bounds)
         assert br.distinct is not None
         distinct[window] = br.distinct
+        if strategy.needs_updates:
+            observe_start = time.perf_counter()
+            strategy.observe(
+                br, _base_times(system, shape, policy, counters, lookups, distinct, updates, window)
+            )
+            observe_s += time.perf_counter() - observe_start
         if on_progress is not None:
             on_progress(br.batch_stop, nb)
     replay_s = time.perf_counter() - replay_start
     account_start = time.perf_counter()
     ctx = policy.ctx
-    columns = account(system, shape, counters, lookups, distinct, updates, ctx.unit_rows)
+    first = account(system, shape, counters, lookups, distinct, updates, ctx.unit_rows)
+    checkpoint_start = time.perf_counter()
+    timing = Timing(
+        base_s=first["time_s"],
+        compute_s=first["time_compute_s"],
+        forward_backward_s=first["time_s"]
+        - system.compute.optimizer_fraction * first["time_compute_s"],
+    )
+    checkpointed = strategy.run(timing)
+    columns = account(
+        system, shape, counters, lookups, distinct, updates, ctx.unit_rows, checkpointed.log
+    )
     summary = summarize(system, columns, ctx.unit_rows, ctx.capacity_units)
+    summary["checkpoint"] = checkpoint_summary(strategy.ctx, timing, checkpointed)
+    summary["failures"] = failures_summary(
+        strategy.ctx, timing, checkpointed, summary["checkpoint"]
+    )
+    checkpoint_s = time.perf_counter() - checkpoint_start
     summary["row_bytes"] = BYTES_PER_VALUE * shape.embedding_dim
     summary["row_state_bytes"] = ctx.row_state_bytes
     account_s = time.perf_counter() - account_start
@@ -131,11 +175,47 @@ def replay_trace(
             "prepare_s": prepare_s,
             "replay_s": replay_s,
             "account_s": account_s,
+            # the checkpoint and failure models: in the loop (observe) and after it
+            "checkpoint_s": observe_s + checkpoint_s,
             "total_s": total_s,
             "lookups_per_s": total_lookups / total_s if total_s > 0 else 0.0,
         },
     }
-    return RunResult(system, columns, summary, meta)
+    return RunResult(system, columns, checkpointed.log.columns(), summary, meta)
 
 
-__all__ = ["RunResult", "make_policy", "replay_trace", "trace_digest", "workload_shape"]
+def _base_times(
+    system: SystemSpec,
+    shape: Shape,
+    policy: Policy,
+    counters: np.ndarray,
+    lookups: np.ndarray,
+    distinct: np.ndarray,
+    updates: np.ndarray,
+    window: slice,
+) -> Callable[[], np.ndarray]:
+    """Failure-free batch times of one range, computed only if a strategy asks."""
+
+    def base() -> np.ndarray:
+        cols = account(
+            system,
+            shape,
+            counters[window],
+            lookups[window],
+            distinct[window],
+            updates[window],
+            policy.ctx.unit_rows,
+        )
+        return cols["time_s"]
+
+    return base
+
+
+__all__ = [
+    "RunResult",
+    "make_policy",
+    "make_strategy",
+    "replay_trace",
+    "trace_digest",
+    "workload_shape",
+]

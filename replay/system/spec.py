@@ -43,6 +43,8 @@ from typing import Any
 from replay.errors import ConfigError
 
 LOCATIONS = ("gpu", "host", "near-memory")
+INCREMENTS = ("one-shot", "consecutive", "intermittent")
+QUANTIZE_BITS = (0, 2, 3, 4, 8)  # 0: no quantization (Check-N-Run's b in 2, 3, 4, 8)
 OPTIMIZERS = ("sgd", "rowwise-adagrad", "adagrad", "adam")
 CHUNK_EVICTIONS = ("furthest", "lru")
 BYTES_PER_VALUE = 4  # fp32 embeddings and optimizer state
@@ -134,7 +136,52 @@ class ComputeSpec:
     other_seconds_per_batch: float = field(default=0.0, metadata=_range(0, 1e6))
     active_power_w: float = field(default=0.0, metadata=_range(0, 1e6))
     idle_power_w: float = field(default=0.0, metadata=_range(0, 1e6))
+    # share of the compute time that is the optimizer step; the rest is forward + backward
+    # (what an overlapped checkpoint write can hide behind)
+    optimizer_fraction: float = field(default=0.0, metadata=_range(0, 1))
     source: str = ""
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """Checkpoint strategy and its knobs (DESIGN section 6; `replay.checkpoint`)."""
+
+    strategy: str = "none"
+    # every k batches; 0: the strategy's own rule (checkfreq) or interval_s
+    interval_batches: int = field(default=0, metadata=_range(0, 1 << 40))
+    # after this much failure-free training time (batches without stalls) since the last one
+    interval_s: float = field(default=0.0, metadata=_range(0, 1e12))
+    target: str = ""  # persistent tier written to; "": the first persistent tier
+    link: str = ""  # link the data leaves the training device over ("": none)
+    writers: int = field(default=1, metadata=_range(1, 1 << 20))
+    writer_bw_bytes_per_s: float = field(default=0.0, metadata=_range(0, MAX_RATE))  # 0: no cap
+    drives: int = field(default=0, metadata=_range(0, 1 << 20))  # 0: the target tier as is
+    drive_write_bw_bytes_per_s: float = field(default=0.0, metadata=_range(0, MAX_RATE))
+    snapshot_tier: str = ""  # checkfreq, check-n-run: "": first volatile non-fast tier
+    max_overhead_fraction: float = field(default=0.05, metadata=_range(0, 1, lo_open=True))
+    increment: str = field(default="consecutive", metadata={"choices": INCREMENTS})
+    full_threshold_fraction: float = field(default=0.5, metadata=_range(0, 1, lo_open=True))
+    quantize_bits: int = field(default=0, metadata={"choices_int": QUANTIZE_BITS})
+    dense_interval_batches: int = field(default=1, metadata=_range(1, 1 << 40))  # trainingcxl K
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class FailureSpec:
+    """Failure model: exponential draws with a mean time between failures, or given times."""
+
+    mtbf_s: float = field(default=0.0, metadata=_range(0, 1e15, lo_open=True))  # unset: off
+    draws: int = field(default=1000, metadata=_range(1, 10_000_000))
+    seed: int = field(default=0, metadata=_range(0, 2**63 - 1))
+    times_s: tuple[float, ...] = ()  # explicit failure times on the wall clock
+    # ASSUMPTION: a minute to reschedule the job and reload the framework (set yours)
+    restart_s: float = field(default=60.0, metadata=_range(0, 1e9))
+    horizon_s: float = field(default=0.0, metadata=_range(0, 1e15))  # 0: the replayed time
+    source: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return self.mtbf_s > 0 or bool(self.times_s)
 
 
 @dataclass(frozen=True)
@@ -155,6 +202,8 @@ class SystemSpec:
     policy: PolicySpec = field(default_factory=PolicySpec)
     compute: ComputeSpec = field(default_factory=ComputeSpec)
     model: ModelSpec = field(default_factory=ModelSpec)
+    checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+    failures: FailureSpec = field(default_factory=FailureSpec)
     description: str = ""
     source: str = ""
 
@@ -241,9 +290,21 @@ def _build(cls: type, data: Any, where: str, **fixed: Any) -> Any:
             choices = f.metadata.get("choices")
             if choices and value not in choices:
                 raise ConfigError(f"{path}: {value!r} is not one of {', '.join(choices)}")
+        elif kind is int and "choices_int" in f.metadata:
+            choices = f.metadata["choices_int"]
+            if isinstance(value, bool) or value not in choices:
+                listed = ", ".join(str(c) for c in choices)
+                raise ConfigError(f"{path}: {value!r} is not one of {listed}")
         elif kind in (int, float):
             value = _check_number(
                 value, path, f.metadata.get("range", (0, 1e18, False)), kind is int
+            )
+        elif kind == tuple[float, ...]:
+            if not isinstance(value, list | tuple):
+                raise ConfigError(f"{path}: expected a list of numbers, got {value!r}")
+            value = tuple(
+                _check_number(v, f"{path}[{i}]", (0, 1e15, False), False)
+                for i, v in enumerate(value)
             )
         values[f.name] = value
     return cls(**values)
@@ -288,6 +349,8 @@ _TOP_KEYS = {
     "policy",
     "compute",
     "model",
+    "checkpoint",
+    "failures",
 }
 
 
@@ -315,6 +378,8 @@ def system_from_dict(data: Any, where: str = "system") -> SystemSpec:
         policy=_build(PolicySpec, data.get("policy", {}), f"{where}.policy"),
         compute=_build(ComputeSpec, data.get("compute", {}), f"{where}.compute"),
         model=_build(ModelSpec, data.get("model", {}), f"{where}.model"),
+        checkpoint=_build(CheckpointSpec, data.get("checkpoint", {}), f"{where}.checkpoint"),
+        failures=_build(FailureSpec, data.get("failures", {}), f"{where}.failures"),
         description=data.get("description", ""),
         source=data.get("source", ""),
     )
@@ -341,6 +406,21 @@ def _cross_check(spec: SystemSpec, where: str) -> None:
         raise ConfigError(f"{where}.compute: give seconds_per_batch or flops_per_sample, not both")
     if c.flops_per_sample > 0 and c.flops_per_s <= 0:
         raise ConfigError(f"{where}.compute.flops_per_s: must be > 0 with flops_per_sample")
+    from replay.checkpoint import STRATEGIES
+
+    ck = spec.checkpoint
+    if ck.strategy not in STRATEGIES:
+        raise ConfigError(
+            f"{where}.checkpoint.strategy: unknown strategy {ck.strategy!r} "
+            f"(known: {', '.join(sorted(STRATEGIES))})"
+        )
+    if ck.link and ck.link not in link_names:
+        raise ConfigError(f"{where}.checkpoint.link: no link named {ck.link!r}")
+    for key in ("target", "snapshot_tier"):
+        name = getattr(ck, key)
+        if name and name not in tier_names:
+            raise ConfigError(f"{where}.checkpoint.{key}: no tier named {name!r}")
+    STRATEGIES[ck.strategy].check_spec(spec, f"{where}.checkpoint")
 
 
 # -- loading, presets and overrides ----------------------------------------------------
@@ -460,7 +540,9 @@ def resolve_system(name_or_file: str | Path, overrides: list[str] | None = None)
 
 __all__ = [
     "BYTES_PER_VALUE",
+    "CheckpointSpec",
     "ComputeSpec",
+    "FailureSpec",
     "LinkSpec",
     "LookupSpec",
     "ModelSpec",

@@ -1,0 +1,31 @@
+"""`sync-full`: a plain `torch.save` of the full state every k batches, from one writer.
+
+Training stops while the whole state is written: stall = state bytes / write bandwidth +
+the target's write latency (`CheckpointContext.write_s`); durable when the write ends.
+"One writer" is `checkpoint.writers` (default 1) at `checkpoint.writer_bw_bytes_per_s`
+when a per-writer cap is given; without one the target tier's bandwidth applies.
+"""
+
+from __future__ import annotations
+
+from replay.checkpoint.base import (
+    CheckpointResult,
+    CheckpointStrategy,
+    Timing,
+    full_checkpoints,
+    register_strategy,
+    schedule,
+)
+from replay.system.spec import SystemSpec
+
+
+@register_strategy("sync-full")
+class SyncFull(CheckpointStrategy):
+    @classmethod
+    def check_spec(cls, system: SystemSpec, where: str) -> None:
+        super().check_spec(system, where)
+        cls.check_interval(system, where)
+
+    def run(self, timing: Timing) -> CheckpointResult:
+        batches = schedule(self.ctx.spec, timing.base_s)
+        return full_checkpoints(self.ctx, timing, batches, overlap=False)
