@@ -200,3 +200,87 @@ def bench_replay(
         return results
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+CHECKPOINT_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "none": ("hbm-lru", ("checkpoint.strategy=none",)),
+    "sync-full": ("hbm-lru", ("checkpoint.strategy=sync-full", "checkpoint.interval_batches=100")),
+    "checkfreq": ("hbm-lru", ("checkpoint.strategy=checkfreq", "checkpoint.interval_batches=50")),
+    "check-n-run consecutive": (
+        "hbm-lru",
+        ("checkpoint.strategy=check-n-run", "checkpoint.interval_batches=10"),
+    ),
+    "check-n-run intermittent, 4 bits": (
+        "hbm-lru",
+        (
+            "checkpoint.strategy=check-n-run",
+            "checkpoint.interval_batches=10",
+            "checkpoint.increment=intermittent",
+            "checkpoint.quantize_bits=4",
+        ),
+    ),
+    "fastpersist": (
+        "hbm-lru",
+        ("checkpoint.strategy=fastpersist", "checkpoint.interval_batches=1"),
+    ),
+    "trainingcxl": ("pmem-host", ("checkpoint.strategy=trainingcxl",)),
+}
+
+
+def bench_checkpoint(
+    trace: Path | None = None,
+    *,
+    batches: int = 1000,
+    batch_size: int = 2048,
+    mtbf_s: float = 14400.0,
+    horizon_s: float = 86400.0,
+    draws: int = 1000,
+) -> dict[str, Any]:
+    """Share of a replay's run time spent in the checkpoint and failure models.
+
+    In-process runs (kernels compiled by a warm-up run) of each strategy in
+    `CHECKPOINT_CASES` on a criteo-kaggle trace, with failure draws (MTBF `mtbf_s`, a
+    `horizon_s` day of training); the share is meta.json's `checkpoint_s` (strategy work
+    during the replay loop plus after it, failures included) over `total_s`.
+    """
+    from replay.engine.replay import replay_trace
+    from replay.system.spec import resolve_system
+    from replay.trace.reader import open_trace
+    from replay.workload.generator import generate
+    from replay.workload.presets import get_preset
+
+    tmp = Path(tempfile.mkdtemp(prefix="replay-bench-"))
+    try:
+        if trace is None:
+            spec = get_preset("criteo-kaggle").with_overrides(
+                batches=batches, batch_size=batch_size
+            )
+            trace = tmp / "trace"
+            generate(spec, trace)
+        opened = open_trace(trace)
+        failures = (f"failures.mtbf_s={mtbf_s}", f"failures.horizon_s={horizon_s}")
+        failures += (f"failures.draws={draws}",)
+        results: dict[str, Any] = {
+            "trace": str(trace),
+            "lookups": opened.num_lookups,
+            "machine": machine_description(),
+            "cases": {},
+        }
+        for label, (system, sets) in CHECKPOINT_CASES.items():
+            spec_ = resolve_system(system, [*sets, *failures])
+            replay_trace(opened, spec_)  # warm-up
+            result = replay_trace(opened, spec_)
+            timings = result.meta["timings"]
+            ck = result.summary["checkpoint"]
+            results["cases"][label] = {
+                "system": system,
+                "total_s": timings["total_s"],
+                "checkpoint_s": timings["checkpoint_s"],
+                "share": timings["checkpoint_s"] / timings["total_s"],
+                "checkpoints": ck["count"],
+                "overhead": ck["overhead"],
+                "goodput_mean": result.summary["failures"]["goodput_mean"],
+            }
+        return results
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -26,3 +26,13 @@ def test_replay_streams_at_25m_lookups_per_s() -> None:
     for system in ("hbm-lru", "hbm-hot"):
         assert result["runs"][system]["stream_lookups_per_s"] >= 25e6, result
     assert result["mrc_sampled"]["lookups_per_s"] >= 100e6, result
+
+
+@pytest.mark.bench
+def test_checkpoint_models_cost_under_a_fifth_of_the_replay() -> None:
+    """Issue 4: checkpoint and failure models < 20% of the replay's run time (kaggle)."""
+    from replay.bench import bench_checkpoint
+
+    result = bench_checkpoint(batches=1000, batch_size=2048)
+    for label, case in result["cases"].items():
+        assert case["share"] < 0.2, (label, case)

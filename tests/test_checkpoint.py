@@ -388,3 +388,36 @@ def test_bad_checkpoint_values(
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "r").exists()
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(
+    strategy=st.sampled_from(["sync-full", "checkfreq", "check-n-run", "fastpersist"]),
+    interval=st.integers(2, 10),
+    nvme_bw=st.floats(1e8, 1e9),
+)
+def test_goodput_rises_with_mtbf_and_cheaper_checkpoints(
+    tiny: Path, strategy: str, interval: int, nvme_bw: float
+) -> None:
+    common = [
+        f"checkpoint.strategy={strategy}",
+        f"checkpoint.interval_batches={interval}",
+        "failures.restart_s=0.001",
+        "failures.horizon_s=0.5",
+        "failures.draws=400",
+    ]
+    speed = [
+        f"tiers.nvme.write_bw_bytes_per_s={nvme_bw}",
+        f"tiers.nvme.read_bw_bytes_per_s={nvme_bw}",
+    ]
+    faster = [
+        f"tiers.nvme.write_bw_bytes_per_s={10 * nvme_bw}",
+        f"tiers.nvme.read_bw_bytes_per_s={10 * nvme_bw}",
+    ]
+
+    def goodput(*sets: str) -> float:
+        return run(tiny, *common, *sets).summary["failures"]["goodput_mean"]
+
+    base = goodput(*speed, "failures.mtbf_s=0.01")
+    assert goodput(*speed, "failures.mtbf_s=0.1") > base
+    assert goodput(*faster, "failures.mtbf_s=0.01") > base

@@ -96,3 +96,35 @@ def bench_replay_command(
         if key in result:
             r = result[key]
             typer.echo(f"  {label:<28} {r['lookups_per_s'] / 1e6:6.1f} M lookups/s")
+
+
+@bench_app.command("checkpoint")
+def bench_checkpoint_command(
+    trace: Annotated[
+        str | None, typer.Option(help="Trace folder (default: generate criteo-kaggle).")
+    ] = None,
+    batches: Annotated[int, typer.Option(help="Batches of the generated trace.")] = 1000,
+    batch_size: Annotated[int, typer.Option(help="Samples per batch.")] = 2048,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Share of the replay's run time taken by the checkpoint and failure models."""
+    from pathlib import Path
+
+    from replay.bench import bench_checkpoint
+    from replay.errors import ConfigError
+
+    if batches < 1 or batch_size < 1:
+        raise ConfigError("--batches and --batch-size must be > 0")
+    result = bench_checkpoint(
+        Path(trace) if trace else None, batches=batches, batch_size=batch_size
+    )
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    typer.echo(f"bench checkpoint: {result['lookups']:,} lookups on {result['machine']}")
+    for label, r in result["cases"].items():
+        typer.echo(
+            f"  {label:<34} {r['checkpoint_s']:7.3f} s of {r['total_s']:6.2f} s "
+            f"({100 * r['share']:5.1f}%), {r['checkpoints']:>5} checkpoints, "
+            f"goodput {r['goodput_mean']:.3f}"
+        )

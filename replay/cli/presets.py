@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from replay.cli.app import app
@@ -27,3 +29,11 @@ def presets_command() -> None:
             f"  {r['name']:<{width}}  policy {r['policy']}, lookups on {r['lookup']}: "
             f"{r['description']}"
         )
+    from replay.checkpoint import STRATEGIES
+
+    typer.echo("\nCheckpoint strategies (--set checkpoint.strategy=NAME; replay/checkpoint/):")
+    width = max(len(name) for name in STRATEGIES)
+    for name, cls in sorted(STRATEGIES.items()):
+        doc = (sys.modules[cls.__module__].__doc__ or "").strip()  # its first paragraph
+        summary = " ".join(doc.split("\n\n")[0].split()).split(": ", 1)[-1]
+        typer.echo(f"  {name:<{width}}  {summary}")
