@@ -446,7 +446,8 @@ def snapshot_persist(
     before the last persist has (one snapshot buffer): stall = max(t_snapshot, last
     persist end − ready). Durable when the persist ends. CheckFreq's rule for k is exactly
     the spacing that leaves only t_snapshot. A baseline (batch −1) is the initial state,
-    snapshotted during job set-up (no training stall) and persisted as training starts."""
+    snapshotted during job set-up (no training stall) and persisted as training starts.
+    With `checkpoint.synchronous` there is no snapshot: training waits for the write."""
     nb = timing.num_batches
     log = CheckpointLog(nb)
     ends = np.cumsum(timing.base_s)
@@ -456,9 +457,13 @@ def snapshot_persist(
     persist_end = 0.0
     prev_needed = 0
     durable, resume, restores = [], [], []
+    synchronous = ctx.spec.synchronous
     for p in planned:
         if p.batch < 0:
             ready = stall = 0.0
+        elif synchronous:  # written straight to the target while training waits
+            ready = float(ends[p.batch]) + extra
+            stall = max(0.0, persist_end - ready) + ctx.write_s(p.nbytes)
         else:
             ready = float(ends[p.batch]) + extra
             stall = max(ctx.snapshot_s(p.nbytes), persist_end - ready)
@@ -466,9 +471,12 @@ def snapshot_persist(
         log.stall_s[at] += stall
         extra += stall
         snap_end = ready + stall
-        persist_end = snap_end + ctx.write_s(p.nbytes)
-        log.traffic("write", snap_tier, at, p.nbytes)
-        log.traffic("read", snap_tier, at, p.nbytes)
+        if synchronous and p.batch >= 0:
+            persist_end = snap_end
+        else:
+            persist_end = snap_end + ctx.write_s(p.nbytes)
+            log.traffic("write", snap_tier, at, p.nbytes)
+            log.traffic("read", snap_tier, at, p.nbytes)
         log.traffic("write", target, at, p.nbytes)
         if ctx.spec.link:
             log.traffic("d2h", ctx.spec.link, at, p.nbytes)

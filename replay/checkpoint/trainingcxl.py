@@ -8,10 +8,12 @@ tier; every `dense_interval_batches` (K) batches it also logs the dense paramete
 logging time is the tier's (U_n × state bytes read + written, at its bandwidths, plus
 U_n accesses each way × latency / parallelism, plus the dense bytes written) and runs
 in the memory's idle time beside the GPU's dense compute: stall = max(0, t_log −
-compute of batch n). Durable at every batch end: a failure loses only the batch in
-flight (its undo log rolls it back); the dense parameters restored may lag by up to
-K − 1 batches (TrainingCXL's relaxed dense logging). Restore reads one undo log and the
-dense log. `checkpoint.target` does not apply: the log region is in the rows' own tier.
+compute of batch n); with `beside_compute = false` the log is written after the batch
+and all of it stalls (the ladder's PCIe-NDP and CXL-D steps). Durable at every batch
+end: a failure loses only the batch in flight (its undo log rolls it back); the dense
+parameters restored may lag by up to K − 1 batches (TrainingCXL's relaxed dense
+logging). Restore reads one undo log and the dense log. `checkpoint.target` does not
+apply: the log region is in the rows' own tier.
 """
 
 from __future__ import annotations
@@ -89,7 +91,9 @@ class TrainingCxl(CheckpointStrategy):
             + (self.updated * moved + dense) / tier.write_bw_bytes_per_s
             + self.updated * (tier.read_latency_ns + tier.write_latency_ns) * NS / tier.parallelism
         )
-        stall = np.maximum(0.0, t_log - timing.compute_s)
+        # beside compute only the excess stalls; logged after the batch, all of it does
+        beside = ctx.spec.beside_compute
+        stall = np.maximum(0.0, t_log - timing.compute_s) if beside else t_log
         log = CheckpointLog(nb)
         log.stall_s = stall
         log.tier_read_bytes[tier.name] = self.updated * moved

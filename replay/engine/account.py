@@ -35,6 +35,9 @@ Time per batch (seconds):
   near-memory pooling gather first, then copy: tier time + link time.
   With `lookup.overlap_with_compute` (the next batch's rows are fetched during this
   batch's compute) only max(0, embedding − compute) is exposed; otherwise all of it.
+- read-after-write: lookups of rows the previous batch updated wait the home tier's
+  `write_to_read_ns` / parallelism each (TrainingCXL); added to the embedding time
+  (0 with `lookup.relaxed` or a tier without the turnaround).
 - batch time = compute + exposed embedding + checkpoint stall + other. The stall and the
   checkpoint's own traffic come from the checkpoint strategy (`replay.checkpoint`), run
   on a first pass of these columns without them; checkpoint bytes are added to the tiers'
@@ -95,10 +98,12 @@ def account(
     updates: np.ndarray,
     unit_rows: int,
     checkpoint: CheckpointLog | None = None,
+    raw_lookups: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-batch columns (name -> array) for `batches.parquet`, in a stable order.
 
-    `checkpoint`: the strategy's stall and traffic per batch (None: no checkpoint pass)."""
+    `checkpoint`: the strategy's stall and traffic per batch (None: no checkpoint pass).
+    `raw_lookups`: lookups of rows the previous batch updated (`replay.engine.raw`)."""
     nb = len(lookups)
     dim = shape.embedding_dim
     row_bytes = BYTES_PER_VALUE * dim
@@ -215,6 +220,10 @@ def account(
         embedding = np.maximum(tier_t, link_t) if lookup.location == "gpu" else tier_t + link_t
     else:
         embedding = tier_time[policy.fast_tier] + np.maximum(tier_time[policy.backing_tier], link_t)
+    home = system.tier(policy.tier if policy.name == "static" else policy.backing_tier)
+    raw = np.zeros(nb, dtype=i64) if raw_lookups is None else raw_lookups.astype(i64)
+    t_raw = raw * home.write_to_read_ns * NS / home.parallelism
+    embedding = embedding + t_raw
     comp = system.compute
     if comp.seconds_per_batch > 0:
         t_compute = np.full(nb, comp.seconds_per_batch)
@@ -264,6 +273,8 @@ def account(
         cols[f"{lk.name}_h2d_bytes"] = link_io[lk.name]["h2d_bytes"]
         cols[f"{lk.name}_d2h_bytes"] = link_io[lk.name]["d2h_bytes"]
         cols[f"{lk.name}_time_s"] = link_time[lk.name]
+    cols["raw_lookups"] = raw
+    cols["time_raw_stall_s"] = t_raw
     cols["time_compute_s"] = t_compute
     cols["time_embedding_s"] = embedding
     cols["time_embedding_exposed_s"] = exposed

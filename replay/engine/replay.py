@@ -19,7 +19,8 @@ import numpy as np
 from replay.checkpoint import STRATEGIES, CheckpointContext, CheckpointStrategy, Timing
 from replay.checkpoint.summarize import checkpoint_summary, failures_summary
 from replay.engine.account import Shape, account, summarize
-from replay.engine.keys import table_offsets
+from replay.engine.keys import key_dtype, table_offsets
+from replay.engine.raw import RawState, count_raw
 from replay.engine.stream import iter_batch_ranges
 from replay.errors import ConfigError
 from replay.policies import POLICIES
@@ -114,6 +115,8 @@ def replay_trace(
     updates = np.zeros(nb, dtype=np.int64)
     replay_start = time.perf_counter()
     observe_s = 0.0  # the checkpoint strategy's share of the replay loop
+    raw_state = _raw_state(system, policy)
+    raw = np.zeros(nb, dtype=np.int64) if raw_state is not None else None
     # two threads on numba kernels that release the GIL: the reader decodes ahead and
     # counts distinct rows (1 bit per key), the caller runs the policy. (A third thread
     # for the distinct count measured slower on 2 cores: it preempts the policy.)
@@ -124,10 +127,15 @@ def replay_trace(
         updates[window] = np.diff(br.update_bounds)
         assert br.distinct is not None
         distinct[window] = br.distinct
+        if raw_state is not None and raw is not None:
+            raw[window] = count_raw(br.keys, br.bounds, br.update_keys, br.update_bounds, raw_state)
         if strategy.needs_updates:
             observe_start = time.perf_counter()
             strategy.observe(
-                br, _base_times(system, shape, policy, counters, lookups, distinct, updates, window)
+                br,
+                _base_times(
+                    system, shape, policy, counters, lookups, distinct, updates, raw, window
+                ),
             )
             observe_s += time.perf_counter() - observe_start
         if on_progress is not None:
@@ -135,7 +143,9 @@ def replay_trace(
     replay_s = time.perf_counter() - replay_start
     account_start = time.perf_counter()
     ctx = policy.ctx
-    first = account(system, shape, counters, lookups, distinct, updates, ctx.unit_rows)
+    first = account(
+        system, shape, counters, lookups, distinct, updates, ctx.unit_rows, raw_lookups=raw
+    )
     checkpoint_start = time.perf_counter()
     timing = Timing(
         base_s=first["time_s"],
@@ -145,7 +155,15 @@ def replay_trace(
     )
     checkpointed = strategy.run(timing)
     columns = account(
-        system, shape, counters, lookups, distinct, updates, ctx.unit_rows, checkpointed.log
+        system,
+        shape,
+        counters,
+        lookups,
+        distinct,
+        updates,
+        ctx.unit_rows,
+        checkpointed.log,
+        raw_lookups=raw,
     )
     summary = summarize(system, columns, ctx.unit_rows, ctx.capacity_units)
     summary["checkpoint"] = checkpoint_summary(strategy.ctx, timing, checkpointed)
@@ -184,6 +202,16 @@ def replay_trace(
     return RunResult(system, columns, checkpointed.log.columns(), summary, meta)
 
 
+def _raw_state(system: SystemSpec, policy: Policy) -> RawState | None:
+    """Read-after-write counting, when the rows' home tier has a turnaround to wait."""
+    p = system.policy
+    home = system.tier(p.tier if p.name == "static" else p.backing_tier)
+    if home.write_to_read_ns <= 0 or system.lookup.relaxed:
+        return None
+    total = policy.ctx.total_keys
+    return RawState(total, key_dtype(total))
+
+
 def _base_times(
     system: SystemSpec,
     shape: Shape,
@@ -192,6 +220,7 @@ def _base_times(
     lookups: np.ndarray,
     distinct: np.ndarray,
     updates: np.ndarray,
+    raw: np.ndarray | None,
     window: slice,
 ) -> Callable[[], np.ndarray]:
     """Failure-free batch times of one range, computed only if a strategy asks."""
@@ -205,6 +234,7 @@ def _base_times(
             distinct[window],
             updates[window],
             policy.ctx.unit_rows,
+            raw_lookups=None if raw is None else raw[window],
         )
         return cols["time_s"]
 

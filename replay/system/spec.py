@@ -74,6 +74,9 @@ class TierSpec:
     energy_write_pj_per_byte: float = field(default=0.0, metadata=_range(0, 1e9))
     static_power_w: float = field(default=0.0, metadata=_range(0, 1e6))
     persistent: bool = False
+    # a lookup of a row the previous batch updated waits this long (media write-to-read
+    # turnaround), over `parallelism`; 0: no read-after-write stall (replay/engine/raw.py)
+    write_to_read_ns: float = field(default=0.0, metadata=_range(0, MAX_NS))
     source: str = ""
 
 
@@ -104,6 +107,9 @@ class LookupSpec:
     link: str = ""  # empty: no link (everything on the training device)
     # prefetch the next batch's rows while this batch computes (pipelined training)
     overlap_with_compute: bool = False
+    # TrainingCXL's relaxed lookup: read rows before the previous batch's updates land
+    # (no read-after-write stall)
+    relaxed: bool = False
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,11 @@ class CheckpointSpec:
     full_threshold_fraction: float = field(default=0.5, metadata=_range(0, 1, lo_open=True))
     quantize_bits: int = field(default=0, metadata={"choices_int": QUANTIZE_BITS})
     dense_interval_batches: int = field(default=1, metadata=_range(1, 1 << 40))  # trainingcxl K
+    # check-n-run: write each increment synchronously to the target (no snapshot)
+    synchronous: bool = False
+    # trainingcxl: log beside the dense compute (only the excess stalls); false: after
+    # the batch, all of it stalls (TrainingCXL's PCIe-NDP and CXL-D steps)
+    beside_compute: bool = True
     source: str = ""
 
 
