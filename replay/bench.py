@@ -114,6 +114,14 @@ def _run_with_rusage(args: list[str]) -> tuple[float, int]:
     return wall, usage.ru_maxrss * 1024
 
 
+def _kaggle_trace(out: Path, batches: int, batch_size: int) -> Path:
+    from replay.workload.generator import generate
+    from replay.workload.presets import get_preset
+
+    spec = get_preset("criteo-kaggle").with_overrides(batches=batches, batch_size=batch_size)
+    return generate(spec, out)
+
+
 def bench_replay(
     trace: Path | None = None,
     *,
@@ -136,17 +144,11 @@ def bench_replay(
     import sys
 
     from replay.trace.reader import open_trace
-    from replay.workload.generator import generate
-    from replay.workload.presets import get_preset
 
     tmp = Path(tempfile.mkdtemp(prefix="replay-bench-"))
     try:
         if trace is None:
-            spec = get_preset("criteo-kaggle").with_overrides(
-                batches=batches, batch_size=batch_size
-            )
-            trace = tmp / "trace"
-            generate(spec, trace)
+            trace = _kaggle_trace(tmp / "trace", batches, batch_size)
         opened = open_trace(trace)
         lookups = opened.num_lookups
         results: dict[str, Any] = {
@@ -246,17 +248,11 @@ def bench_checkpoint(
     from replay.engine.replay import replay_trace
     from replay.system.spec import resolve_system
     from replay.trace.reader import open_trace
-    from replay.workload.generator import generate
-    from replay.workload.presets import get_preset
 
     tmp = Path(tempfile.mkdtemp(prefix="replay-bench-"))
     try:
         if trace is None:
-            spec = get_preset("criteo-kaggle").with_overrides(
-                batches=batches, batch_size=batch_size
-            )
-            trace = tmp / "trace"
-            generate(spec, trace)
+            trace = _kaggle_trace(tmp / "trace", batches, batch_size)
         opened = open_trace(trace)
         failures = (f"failures.mtbf_s={mtbf_s}", f"failures.horizon_s={horizon_s}")
         failures += (f"failures.draws={draws}",)

@@ -347,6 +347,22 @@ class CheckpointStrategy(ABC):
         """Walk the checkpoints on the failure-free timeline."""
 
 
+class FullStateStrategy(CheckpointStrategy):
+    """Writes the full state on the schedule; `overlap` picks the stall rule of
+    `full_checkpoints` (sync-full: False, fastpersist: True)."""
+
+    overlap: ClassVar[bool] = False
+
+    @classmethod
+    def check_spec(cls, system: SystemSpec, where: str) -> None:
+        super().check_spec(system, where)
+        cls.check_interval(system, where)
+
+    def run(self, timing: Timing) -> CheckpointResult:
+        batches = schedule(self.ctx.spec, timing.base_s)
+        return full_checkpoints(self.ctx, timing, batches, overlap=self.overlap)
+
+
 STRATEGIES: dict[str, type[CheckpointStrategy]] = {}
 
 

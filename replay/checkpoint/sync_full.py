@@ -8,24 +8,9 @@ when a per-writer cap is given; without one the target tier's bandwidth applies.
 
 from __future__ import annotations
 
-from replay.checkpoint.base import (
-    CheckpointResult,
-    CheckpointStrategy,
-    Timing,
-    full_checkpoints,
-    register_strategy,
-    schedule,
-)
-from replay.system.spec import SystemSpec
+from replay.checkpoint.base import FullStateStrategy, register_strategy
 
 
 @register_strategy("sync-full")
-class SyncFull(CheckpointStrategy):
-    @classmethod
-    def check_spec(cls, system: SystemSpec, where: str) -> None:
-        super().check_spec(system, where)
-        cls.check_interval(system, where)
-
-    def run(self, timing: Timing) -> CheckpointResult:
-        batches = schedule(self.ctx.spec, timing.base_s)
-        return full_checkpoints(self.ctx, timing, batches, overlap=False)
+class SyncFull(FullStateStrategy):
+    overlap = False
