@@ -14,7 +14,17 @@ from typer.exceptions import TyperException
 from replay._malloc import retain_freed_memory
 
 # Importing a command module registers its sub-command on `app`.
-from replay.cli import bench, generate, ingest, inspect, mrc, presets, run  # noqa: F401
+from replay.cli import (  # noqa: F401
+    bench,
+    compare,
+    generate,
+    ingest,
+    inspect,
+    mrc,
+    presets,
+    run,
+    sweep,
+)
 from replay.cli.app import app
 from replay.errors import ReplayError
 

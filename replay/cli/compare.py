@@ -1,0 +1,224 @@
+"""`replay compare TRACE --systems a,b,c [--set key=value ...] --out DIR`.
+
+Every system is resolved (and checked against the trace) before anything runs; the runs
+go in parallel over `--workers` processes (`replay.compare`). DIR gets one run folder
+per system, named by the system's `name`, exactly as `replay run` writes it, plus
+`comparison.parquet` (one row per system, in the order given) and `compare.json`. DIR
+is built beside its final place and renamed when complete, so after an error there is
+no DIR (and an earlier one is left as it was).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from replay.cli.app import app, default_workers, show_progress
+
+if TYPE_CHECKING:
+    from replay.compare import RunJob
+    from replay.engine.replay import RunResult
+
+WHAT = "`replay compare` or `replay sweep` output"
+_MARKERS = ("compare.json", "sweep.json")
+
+SetsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a system field by dotted path, e.g. policy.capacity_rows=150000 "
+        "(repeatable; applies to every run).",
+    ),
+]
+WorkersOption = Annotated[
+    int | None,
+    typer.Option("--workers", "-j", help="Runs at once, one process each (default: all cores)."),
+]
+OutOption = Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Folder to write.")]
+ForceOption = Annotated[
+    bool, typer.Option("--force", help="Replace an earlier compare or sweep output.")
+]
+
+
+@app.command("compare")
+def compare_command(
+    trace: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace folder.")],
+    systems: Annotated[
+        str,
+        typer.Option(
+            "--systems",
+            metavar="A,B,C",
+            help="System presets or TOML files, comma-separated; the first is the baseline "
+            "of speedup and energy saving.",
+        ),
+    ],
+    out: OutOption,
+    overrides: SetsOption = None,
+    workers: WorkersOption = None,
+    force: ForceOption = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the comparison rows as JSON.")
+    ] = False,
+) -> None:
+    """Replay one trace on several systems (in parallel): a run folder each and a table."""
+    from replay.compare import (
+        COMPARE_COLUMNS,
+        COMPARE_FILES,
+        comparison_rows,
+        resolve_systems,
+        split_list,
+        to_columns,
+    )
+    from replay.results import write_columns, write_json
+
+    sets = list(overrides or [])
+    given = split_list(systems, "--systems")
+    jobs = resolve_systems(given, sets)
+    document = {
+        "kind": "compare",
+        "trace": str(trace),
+        "systems": [
+            {"name": job.system.name, "given": name, "origin": job.origin}
+            for job, name in zip(jobs, given, strict=True)
+        ],
+        "overrides": sets,
+    }
+
+    def finish(tmp: Path, metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        rows = comparison_rows(metrics)
+        write_columns(tmp / "comparison.parquet", to_columns(rows, COMPARE_COLUMNS))
+        write_json(tmp / "compare.json", document)
+        return rows
+
+    rows = run_and_write(
+        trace, jobs, out, own_files=COMPARE_FILES, workers=workers, force=force, finish=finish
+    )
+    if json_output:
+        typer.echo(json.dumps(rows, indent=2))
+    else:
+        print_table(
+            "comparison",
+            rows,
+            [("system", "system")],
+            speedup=True,
+            footer=f"wrote {out}/: comparison.parquet, compare.json and {folders_text(len(rows))}",
+        )
+
+
+# -- shared with `replay sweep` -----------------------------------------------------------
+
+
+def owned_entries(out: Path, own_files: frozenset[str]) -> frozenset[str]:
+    """What `--force` may replace: everything in an earlier compare or sweep output, or
+    (in any other folder) nothing but this command's own files."""
+    if out.is_dir() and any((out / marker).is_file() for marker in _MARKERS):
+        return frozenset(entry.name for entry in out.iterdir())
+    return own_files
+
+
+def run_and_write(
+    trace: Path,
+    jobs: Sequence[RunJob],
+    out: Path,
+    *,
+    own_files: frozenset[str],
+    workers: int | None,
+    force: bool,
+    finish: Callable[[Path, list[dict[str, Any]]], list[dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    """Check DIR and the trace, run every job and write its run folder as it finishes;
+    then `finish(tmp, metrics rows in job order)` writes the tables and returns its rows.
+    DIR appears, complete, at the end."""
+    from replay.compare import check_workers, iter_runs, metrics_row, preflight
+    from replay.results import atomic_folder, check_output_folder, write_run
+
+    n = check_workers(default_workers() if workers is None else workers)
+    check_output_folder(out, force=force, owned=owned_entries(out, own_files), what=WHAT)
+    preflight(trace, jobs)
+    metrics: dict[int, dict[str, Any]] = {}
+    # the ownership is checked again inside: DIR may have changed during the runs
+    owned = owned_entries(out, own_files)
+    with atomic_folder(out, force=force, owned=owned, what=WHAT) as tmp:
+
+        def write(index: int, result: RunResult) -> None:
+            job = jobs[index]
+            write_run(tmp / job.folder, result, overrides=list(job.overrides), origin=job.origin)
+            metrics[index] = metrics_row(result)
+
+        runs = iter_runs(trace, jobs, workers=n)
+        if show_progress():
+            from rich.progress import Progress
+
+            with Progress(transient=True) as progress:
+                task = progress.add_task(f"{len(jobs)} runs", total=len(jobs))
+                for index, result in runs:
+                    write(index, result)
+                    progress.advance(task)
+        else:
+            for index, result in runs:
+                write(index, result)
+        return finish(tmp, [metrics[i] for i in range(len(jobs))])
+
+
+def folders_text(n: int) -> str:
+    return f"{n} run folder" if n == 1 else f"{n} run folders"
+
+
+def _si(value: float, unit: str) -> str:
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")):
+        if abs(value) >= factor:
+            return f"{value / factor:.4g} {prefix}{unit}"
+    for factor, prefix in ((1e-3, "m"), (1e-6, "µ"), (1e-9, "n")):
+        if abs(value) >= factor:
+            return f"{value / factor:.4g} {prefix}{unit}"
+    return f"{value:.4g} {unit}"
+
+
+def print_table(
+    title: str,
+    rows: Sequence[dict[str, Any]],
+    label_columns: Sequence[tuple[str, str]],
+    *,
+    speedup: bool,
+    footer: str,
+) -> None:
+    """A small table: the label columns, then time, (speedup,) energy, hit ratio (and
+    checkpoint overhead and goodput when any row has them)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    table = Table(title=title, title_justify="left")
+    for _, header in label_columns:
+        table.add_column(header)
+    table.add_column("time", justify="right")
+    if speedup:
+        table.add_column("speedup", justify="right")
+    table.add_column("energy", justify="right")
+    table.add_column("hit ratio", justify="right")
+    checkpoints = any(row["checkpoint_strategy"] != "none" for row in rows)
+    goodput = any(row["goodput_mean"] is not None for row in rows)
+    if checkpoints:
+        table.add_column("checkpoint overhead", justify="right")
+    if goodput:
+        table.add_column("goodput", justify="right")
+    for row in rows:
+        cells = [str(row[key]) for key, _ in label_columns]
+        cells.append(_si(row["time_s"], "s"))
+        if speedup:
+            cells.append("-" if row["speedup"] is None else f"{row['speedup']:.3g}x")
+        cells.append(_si(row["energy_j"], "J"))
+        cells.append(f"{row['hit_ratio']:.4f}")
+        if checkpoints:
+            cells.append(f"{100 * row['checkpoint_overhead']:.2f}%")
+        if goodput:
+            cells.append("-" if row["goodput_mean"] is None else f"{row['goodput_mean']:.4f}")
+        table.add_row(*cells)
+    console.print(table)
+    console.print(footer, highlight=False, soft_wrap=True)

@@ -1,0 +1,109 @@
+"""`replay sweep TRACE --system S --grid key=v1,v2 [--grid ...] [--set ...] --out DIR`.
+
+One run per point of the cross product of the grids (the last `--grid` varies fastest),
+in parallel over `--workers` processes. Values are parsed like `--set` values, and every
+point is validated before anything runs. DIR gets a run folder per point,
+`<index>-<key=value,...>` (zero-padded index, filesystem-safe), `sweep.parquet` (one row
+per point: `point`, a string column per grid key, then the metrics of
+`comparison.parquet`) and `sweep.json`; it is written atomically like `replay compare`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from replay.cli.app import app
+from replay.cli.compare import (
+    ForceOption,
+    OutOption,
+    SetsOption,
+    WorkersOption,
+    folders_text,
+    print_table,
+    run_and_write,
+)
+
+
+@app.command("sweep")
+def sweep_command(
+    trace: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace folder.")],
+    system: Annotated[str, typer.Option("--system", "-s", help="System preset or TOML file.")],
+    grid: Annotated[
+        list[str],
+        typer.Option(
+            "--grid",
+            metavar="KEY=V1,V2,...",
+            help="A system key by dotted path and its values, e.g. "
+            "policy.capacity_rows=1000,10000 (repeatable: the cross product is run).",
+        ),
+    ],
+    out: OutOption,
+    overrides: SetsOption = None,
+    workers: WorkersOption = None,
+    force: ForceOption = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the sweep's rows as JSON.")
+    ] = False,
+) -> None:
+    """Replay one trace on a system over a grid of settings: a run folder per point."""
+    from replay.compare import (
+        SWEEP_FILES,
+        parse_grid,
+        resolve_sweep,
+        sweep_columns,
+        sweep_rows,
+        to_columns,
+    )
+    from replay.results import write_columns, write_json
+
+    sets = list(overrides or [])
+    parsed = parse_grid(grid)
+    points = resolve_sweep(system, parsed, sets)
+    first = points[0].job
+    document = {
+        "kind": "sweep",
+        "trace": str(trace),
+        "system": {"name": first.system.name, "given": system, "origin": first.origin},
+        "overrides": sets,
+        "grid": {key: [value for _, value in values] for key, values in parsed.items()},
+        "points": [
+            {
+                "index": p.index,
+                "folder": p.job.folder,
+                "values": p.values,
+                "overrides": list(p.job.overrides),
+            }
+            for p in points
+        ],
+    }
+
+    def finish(tmp: Path, metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        rows = sweep_rows(points, metrics)
+        write_columns(tmp / "sweep.parquet", to_columns(rows, sweep_columns(points)))
+        write_json(tmp / "sweep.json", document)
+        return rows
+
+    rows = run_and_write(
+        trace,
+        [p.job for p in points],
+        out,
+        own_files=SWEEP_FILES,
+        workers=workers,
+        force=force,
+        finish=finish,
+    )
+    if json_output:
+        typer.echo(json.dumps(rows, indent=2))
+    else:
+        shown = [{**row, "#": row["point"].partition("-")[0]} for row in rows]
+        print_table(
+            f"sweep of {first.system.name}",
+            shown,
+            [("#", "#"), *((key, key) for key in parsed)],
+            speedup=False,
+            footer=f"wrote {out}/: sweep.parquet, sweep.json and {folders_text(len(rows))}",
+        )

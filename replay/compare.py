@@ -1,0 +1,433 @@
+"""Many runs over one trace: the runner behind `replay compare` and `replay sweep`.
+
+Pure: it resolves systems, runs them (in parallel across processes) and returns
+`RunResult`s and table rows; `replay.results` writes the folders. Every run is
+deterministic and results come back keyed by their position in the job list, so the
+output does not depend on the number of workers or on which run finishes first.
+
+Workers are processes of a `ProcessPoolExecutor` started with `forkserver` (`spawn`
+where there is none): a clean, single-threaded server that has imported the engine once
+forks each worker, so no thread or numba state of the caller is copied into a child.
+Each worker opens the trace itself; only the system spec goes out and the `RunResult`
+comes back. With one worker (or one job) everything runs in this process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from replay.engine.replay import RunResult, replay_trace, workload_shape
+from replay.errors import ConfigError
+from replay.policies import POLICIES
+from replay.policies.base import capacity_units
+from replay.system.spec import (
+    BYTES_PER_VALUE,
+    SystemSpec,
+    apply_overrides,
+    load_system_data,
+    optimizer_bytes_per_row,
+    parse_value,
+    resolve_system_with_origin,
+    system_from_dict,
+)
+from replay.trace.reader import open_trace
+
+COMPARE_FILES = frozenset({"comparison.parquet", "compare.json"})
+SWEEP_FILES = frozenset({"sweep.parquet", "sweep.json"})
+_MAX_FOLDER_CHARS = 120  # well under the 255-byte name limit of common filesystems
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+=,-]*")
+_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._+=,-]")
+
+Kind = Literal["str", "int", "float"]
+
+# the metric columns of comparison.parquet and sweep.parquet, in order, with their types
+METRIC_COLUMNS: tuple[tuple[str, Kind], ...] = (
+    ("system", "str"),
+    ("lookups", "int"),
+    ("batches", "int"),
+    ("time_s", "float"),
+    ("energy_j", "float"),
+    ("time_compute_s", "float"),
+    ("time_embedding_exposed_s", "float"),
+    ("time_checkpoint_s", "float"),
+    ("time_other_s", "float"),
+    ("hit_ratio", "float"),
+    ("misses", "int"),
+    ("checkpoint_strategy", "str"),
+    ("checkpoint_overhead", "float"),
+    ("checkpoint_bytes_written", "int"),
+    ("goodput_mean", "float"),  # null without a failure model
+)
+COMPARE_COLUMNS: tuple[tuple[str, Kind], ...] = (
+    *METRIC_COLUMNS,
+    ("speedup", "float"),  # time_s of the first system / this one's
+    ("energy_saving", "float"),  # 1 - energy_j / the first system's
+)
+
+_RESERVED_COLUMNS = frozenset({"point", *(name for name, _ in METRIC_COLUMNS)})
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """One run: a resolved system, where it came from, and the run folder it goes to."""
+
+    folder: str  # the run folder's name inside the output folder
+    system: SystemSpec
+    origin: str  # "preset NAME" or a TOML path (config.json's `origin`)
+    overrides: tuple[str, ...]  # every key=value applied (config.json's `overrides`)
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of a sweep's grid, with its run."""
+
+    index: int
+    values: dict[str, Any]  # grid key -> parsed value
+    labels: dict[str, str]  # grid key -> the value as a string (sweep.parquet's columns)
+    job: RunJob
+
+
+# -- resolving ------------------------------------------------------------------------
+
+
+def check_workers(workers: int) -> int:
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    return workers
+
+
+def check_folder_name(name: str, what: str) -> str:
+    """`name` if it can name a run folder inside an output folder, else ConfigError."""
+    if (
+        not _SAFE_NAME.fullmatch(name)
+        or len(name) > _MAX_FOLDER_CHARS
+        or name in COMPARE_FILES | SWEEP_FILES
+    ):
+        raise ConfigError(
+            f"{what}: system name {name!r} cannot name a run folder (use letters, digits "
+            f"and ._+=,- only, at most {_MAX_FOLDER_CHARS} characters)"
+        )
+    return name
+
+
+def split_list(text: str, what: str) -> list[str]:
+    """'a,b,c' -> ['a', 'b', 'c']; commas inside [...], {...} or quotes do not split."""
+    items: list[str] = []
+    depth = 0
+    quote = ""
+    start = 0
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(text[start:i].strip())
+            start = i + 1
+    items.append(text[start:].strip())
+    if any(not item for item in items):
+        raise ConfigError(f"{what}: an empty item in {text!r}")
+    return items
+
+
+def resolve_systems(names: Sequence[str], overrides: Sequence[str]) -> list[RunJob]:
+    """Every system of a comparison, validated before anything runs; a run folder each.
+
+    A system is a preset name or a TOML file; its folder is the resolved spec's `name`,
+    so two systems with one name are an error.
+    """
+    if not names:
+        raise ConfigError("--systems: name at least one system")
+    jobs: list[RunJob] = []
+    seen: dict[str, str] = {}
+    for given in names:
+        spec, origin = resolve_system_with_origin(given, list(overrides))
+        folder = check_folder_name(spec.name, f"--systems {given}")
+        if folder in seen:
+            raise ConfigError(
+                f"--systems: {given!r} and {seen[folder]!r} are both named {folder!r}; "
+                "each system needs its own name (set `name` in the TOML file)"
+            )
+        seen[folder] = given
+        jobs.append(RunJob(folder, spec, origin, tuple(overrides)))
+    return jobs
+
+
+def value_label(value: Any) -> str:
+    """A grid value as a string: TOML spelling for booleans, repr for numbers."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def parse_grid(items: Sequence[str]) -> dict[str, list[tuple[str, Any]]]:
+    """`key=v1,v2,...` strings -> {key: [(text, parsed value), ...]} in the order given.
+
+    Values are parsed like `--set` values (numbers, booleans, strings, arrays).
+    """
+    if not items:
+        raise ConfigError("--grid: give at least one key=v1,v2,...")
+    grid: dict[str, list[tuple[str, Any]]] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not raw.strip() or any(not p for p in key.split(".")):
+            raise ConfigError(f"--grid {item!r}: expected key.path=v1,v2,...")
+        if key in grid:
+            raise ConfigError(f"--grid {key}: given twice (list every value in one --grid)")
+        if key in _RESERVED_COLUMNS:
+            raise ConfigError(f"--grid {key}: not a system key (a column of sweep.parquet)")
+        values: list[tuple[str, Any]] = []
+        labels: set[str] = set()
+        for text in split_list(raw, f"--grid {key}"):
+            value = parse_value(text)
+            label = value_label(value)
+            if label in labels:
+                raise ConfigError(f"--grid {key}: value {label!r} given twice")
+            labels.add(label)
+            values.append((text, value))
+        grid[key] = values
+    return grid
+
+
+def point_folder(index: int, width: int, labels: dict[str, str]) -> str:
+    """`<index>-<key=value,...>`, zero-padded and filesystem-safe (the index keeps it unique)."""
+    text = ",".join(f"{key}={label}" for key, label in labels.items())
+    name = f"{index:0{width}d}-{_UNSAFE_CHARS.sub('_', text)}"
+    return name[:_MAX_FOLDER_CHARS]
+
+
+def resolve_sweep(
+    system: str, grid: dict[str, list[tuple[str, Any]]], overrides: Sequence[str]
+) -> list[SweepPoint]:
+    """Every point of the cross product of `grid` (the last key varies fastest), resolved.
+
+    A key or value the spec rejects is a ConfigError before anything runs.
+    """
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        if key in grid:
+            raise ConfigError(f"--grid {key}: also given with --set")
+    data, origin = load_system_data(system)
+    sets = list(overrides)
+    base = apply_overrides(data, sets)
+    system_from_dict(base, where=f"{origin} with --set" if sets else origin)
+    keys = list(grid)
+    combos = list(itertools.product(*(grid[key] for key in keys)))
+    width = len(str(len(combos) - 1))
+    points = []
+    for index, combo in enumerate(combos):
+        point_sets = [f"{key}={text}" for key, (text, _) in zip(keys, combo, strict=True)]
+        spec = system_from_dict(apply_overrides(base, point_sets), where=f"{origin} with --grid")
+        labels = {key: value_label(value) for key, (_, value) in zip(keys, combo, strict=True)}
+        values = {key: value for key, (_, value) in zip(keys, combo, strict=True)}
+        job = RunJob(point_folder(index, width, labels), spec, origin, (*sets, *point_sets))
+        points.append(SweepPoint(index, values, labels, job))
+    return points
+
+
+def preflight(trace: Path, jobs: Sequence[RunJob]) -> None:
+    """Open the trace and check each system fits it (embedding dim, cache capacity), before
+    any worker starts; the checks a run makes again, without allocating its state."""
+    opened = open_trace(trace)
+    for job in jobs:
+        spec = job.system
+        dim = workload_shape(opened, spec).embedding_dim
+        cls = POLICIES[spec.policy.name]
+        if cls.cached:
+            state = BYTES_PER_VALUE * dim + optimizer_bytes_per_row(spec.model.optimizer, dim)
+            capacity_units(spec, cls.unit_rows(spec.policy), state)
+
+
+# -- running --------------------------------------------------------------------------
+
+
+def _start_worker(cwd: str) -> None:
+    from replay._malloc import retain_freed_memory
+
+    os.chdir(cwd)  # the caller's: relative paths mean the same in every worker
+    retain_freed_memory()
+
+
+def _run_one(trace: str, system: SystemSpec) -> RunResult:
+    return replay_trace(open_trace(trace), system)
+
+
+def _pool_context() -> multiprocessing.context.BaseContext:
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["replay.compare"])  # imported once, in the server
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+def iter_runs(
+    trace: Path, jobs: Sequence[RunJob], *, workers: int
+) -> Iterator[tuple[int, RunResult]]:
+    """(job index, result) for every job, as runs finish (in job order with one worker).
+
+    The first error (a `ReplayError` of a worker included) cancels the runs not started
+    and is raised here.
+    """
+    check_workers(workers)
+    workers = min(workers, len(jobs))
+    if workers <= 1:
+        for index, job in enumerate(jobs):
+            yield index, _run_one(str(trace), job.system)
+        return
+    pool = ProcessPoolExecutor(
+        workers, mp_context=_pool_context(), initializer=_start_worker, initargs=(os.getcwd(),)
+    )
+    try:
+        pending: dict[Future[RunResult], int] = {
+            pool.submit(_run_one, str(trace), job.system): index for index, job in enumerate(jobs)
+        }
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=pending.__getitem__):
+                index = pending.pop(future)
+                yield index, future.result()
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+def run_jobs(
+    trace: Path,
+    jobs: Sequence[RunJob],
+    *,
+    workers: int,
+    on_done: Callable[[int, RunResult], None] | None = None,
+) -> list[RunResult]:
+    """Every job's result, in job order. on_done(index, result) as each run finishes."""
+    results: dict[int, RunResult] = {}
+    for index, result in iter_runs(trace, jobs, workers=workers):
+        results[index] = result
+        if on_done is not None:
+            on_done(index, result)
+    return [results[i] for i in range(len(jobs))]
+
+
+# -- tables ---------------------------------------------------------------------------
+
+
+def metrics_row(result: RunResult) -> dict[str, Any]:
+    """One row of METRIC_COLUMNS from a run's summary."""
+    s = result.summary
+    t = s["time"]
+    pol = s["policy"]
+    ck = s.get("checkpoint") or {}
+    fail = s.get("failures")
+    return {
+        "system": result.system.name,
+        "lookups": int(s["lookups"]),
+        "batches": int(s["batches"]),
+        "time_s": float(s["time_s"]),
+        "energy_j": float(s["energy_j"]),
+        "time_compute_s": float(t["compute_s"]),
+        "time_embedding_exposed_s": float(t["embedding_exposed_s"]),
+        "time_checkpoint_s": float(t["checkpoint_s"]),
+        "time_other_s": float(t["other_s"]),
+        "hit_ratio": float(pol["hit_ratio"]),
+        "misses": int(pol["misses"]),
+        "checkpoint_strategy": str(ck.get("strategy", "none")),
+        "checkpoint_overhead": float(ck.get("overhead", 0.0)),
+        "checkpoint_bytes_written": int(ck.get("bytes_written", 0)),
+        "goodput_mean": None if not fail else float(fail["goodput_mean"]),
+    }
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den > 0 and math.isfinite(num / den) else None
+
+
+def comparison_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`metrics_row`s plus speedup and energy saving against the first row's system."""
+    out = [dict(row) for row in rows]
+    if not out:
+        return out
+    first = out[0]
+    for row in out:
+        row["speedup"] = _ratio(first["time_s"], row["time_s"])
+        saved = _ratio(row["energy_j"], first["energy_j"])
+        row["energy_saving"] = None if saved is None else 1.0 - saved
+    return out
+
+
+def sweep_rows(
+    points: Sequence[SweepPoint], rows: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Per point: its folder, a string column per grid key, then its `metrics_row`."""
+    return [
+        {"point": point.job.folder, **point.labels, **row}
+        for point, row in zip(points, rows, strict=True)
+    ]
+
+
+def sweep_columns(points: Sequence[SweepPoint]) -> tuple[tuple[str, Kind], ...]:
+    keys = list(points[0].labels) if points else []
+    return (("point", "str"), *((key, "str") for key in keys), *METRIC_COLUMNS)
+
+
+def to_columns(
+    rows: Sequence[dict[str, Any]], kinds: Sequence[tuple[str, Kind]]
+) -> dict[str, np.ndarray]:
+    """Typed columns for `replay.results.write_columns`; None becomes a null."""
+    columns: dict[str, np.ndarray] = {}
+    for name, kind in kinds:
+        values = [row[name] for row in rows]
+        if kind == "str":
+            columns[name] = np.array(values, dtype=object)
+            continue
+        mask = np.array([v is None for v in values], dtype=bool)
+        dtype = np.int64 if kind == "int" else np.float64
+        data = np.array([0 if v is None else v for v in values], dtype=dtype)
+        columns[name] = np.ma.masked_array(data, mask=mask) if mask.any() else data
+    return columns
+
+
+__all__ = [
+    "COMPARE_COLUMNS",
+    "COMPARE_FILES",
+    "METRIC_COLUMNS",
+    "SWEEP_FILES",
+    "RunJob",
+    "SweepPoint",
+    "check_workers",
+    "comparison_rows",
+    "iter_runs",
+    "metrics_row",
+    "parse_grid",
+    "point_folder",
+    "preflight",
+    "resolve_sweep",
+    "resolve_systems",
+    "run_jobs",
+    "split_list",
+    "sweep_columns",
+    "sweep_rows",
+    "to_columns",
+    "value_label",
+]
