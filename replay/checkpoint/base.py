@@ -274,16 +274,17 @@ def schedule(spec: CheckpointSpec, base_s: np.ndarray, default_every: int = 0) -
 def schedule_in_range(
     spec: CheckpointSpec,
     batch_start: int,
+    batches: int,
     base_s: Callable[[], np.ndarray],
     state: dict[str, float],
 ) -> np.ndarray:
     """The same rule as `schedule`, one batch range at a time (for the streaming kernels):
-    the batches of [batch_start, batch_start + n) after which a checkpoint is taken.
-    `state` carries the time since the last checkpoint between ranges."""
+    offsets of the batches of [batch_start, batch_start + batches) after which a
+    checkpoint is taken. `base_s` (the range's batch times) is only called for
+    `interval_s`; `state` carries the time since the last checkpoint between ranges."""
     if spec.interval_batches > 0:
         k = spec.interval_batches
-        times = base_s()
-        b = np.arange(batch_start, batch_start + len(times), dtype=np.int64)
+        b = np.arange(batch_start, batch_start + batches, dtype=np.int64)
         return b[(b + 1) % k == 0] - batch_start
     if spec.interval_s <= 0:
         return np.zeros(0, dtype=np.int64)

@@ -79,7 +79,9 @@ class CheckNRun(CheckpointStrategy):
 
     def observe(self, batch_range: BatchRange, base_s: Callable[[], np.ndarray]) -> None:
         br = batch_range
-        cuts = schedule_in_range(self.ctx.spec, br.batch_start, base_s, self._schedule_state)
+        cuts = schedule_in_range(
+            self.ctx.spec, br.batch_start, br.batches, base_s, self._schedule_state
+        )
         if len(cuts) == 0 and len(br.update_keys) == 0:
             return
         n = len(cuts)
