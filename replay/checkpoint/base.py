@@ -161,7 +161,7 @@ class CheckpointLog:
     """Rows of `checkpoints.parquet`, appended in order, plus per-batch traffic."""
 
     num_batches: int
-    rows_: dict[str, list[Any]] = field(default_factory=dict)
+    rows_: dict[str, list[Any]] = field(init=False)
     stall_s: np.ndarray = field(init=False)
     tier_write_bytes: dict[str, np.ndarray] = field(default_factory=dict)
     tier_read_bytes: dict[str, np.ndarray] = field(default_factory=dict)
@@ -210,9 +210,6 @@ class CheckpointLog:
             out[c] = np.asarray(self.rows_[c], dtype=dtypes.get(c, np.int64))
         return out
 
-    def __len__(self) -> int:
-        return len(self.rows_["index"])
-
 
 @dataclass(frozen=True)
 class CheckpointResult:
@@ -228,20 +225,17 @@ class CheckpointResult:
         return self.log.stall_s
 
 
-def no_points() -> RecoveryPoints:
-    empty = np.zeros(0, dtype=np.float64)
-    return RecoveryPoints(durable_s=empty, resume_s=empty.copy(), restore_s=empty.copy())
-
-
 def points_from(durable: list[float], resume: list[float], restore: list[float]) -> RecoveryPoints:
     """Recovery points in durable order (stable: equal durable times keep their order)."""
+    if not durable:
+        return RecoveryPoints.empty()
     d = np.asarray(durable, dtype=np.float64)
     order = np.argsort(d, kind="stable")
     resume_arr = np.asarray(resume, dtype=np.float64)[order]
     # a later-durable point never resumes earlier than one before it
     return RecoveryPoints(
         durable_s=d[order],
-        resume_s=np.maximum.accumulate(resume_arr) if len(resume_arr) else resume_arr,
+        resume_s=np.maximum.accumulate(resume_arr),
         restore_s=np.asarray(restore, dtype=np.float64)[order],
     )
 
@@ -434,7 +428,7 @@ def full_checkpoints(
         durable.append(start + t_write)
         resume.append(resume_at)
         restores.append(restore)
-    points = points_from(durable, resume, restores) if durable else no_points()
+    points = points_from(durable, resume, restores)
     return CheckpointResult(
         log,
         points,
@@ -514,7 +508,7 @@ def snapshot_persist(
         durable.append(persist_end)
         resume.append(snap_end)
         restores.append(ctx.restore_s(p.restore_bytes))
-    points = points_from(durable, resume, restores) if durable else no_points()
+    points = points_from(durable, resume, restores)
     extras = {
         "snapshot_tier": snap_tier,
         "write_bw_bytes_per_s": ctx.write_bw(),

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from replay.checkpoint.base import (
     CheckpointLog,
     CheckpointResult,
     CheckpointStrategy,
     Timing,
-    no_points,
     register_strategy,
 )
+from replay.failures import RecoveryPoints
 from replay.system.spec import SystemSpec
 
 
@@ -23,5 +21,4 @@ class NoCheckpoint(CheckpointStrategy):
 
     def run(self, timing: Timing) -> CheckpointResult:
         log = CheckpointLog(timing.num_batches)
-        log.stall_s = np.zeros(timing.num_batches)
-        return CheckpointResult(log, no_points(), self.ctx.system.failures.restart_s, {})
+        return CheckpointResult(log, RecoveryPoints.empty(), self.ctx.system.failures.restart_s, {})

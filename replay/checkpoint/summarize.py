@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -79,6 +78,4 @@ def failures_summary(
         young_daly_interval_s(cost, mtbf) if mtbf > 0 and checkpoint["count"] else None
     )
     out["interval_s_used"] = checkpoint["interval_s_used"]
-    if out["young_daly_interval_s"] is not None and not math.isfinite(out["young_daly_interval_s"]):
-        out["young_daly_interval_s"] = None
     return out
