@@ -260,6 +260,48 @@ def preflight(trace: Path, jobs: Sequence[RunJob]) -> None:
             capacity_units(spec, cls.unit_rows(spec.policy), state)
 
 
+def compare_document(
+    trace: Path | str, jobs: Sequence[RunJob], given: Sequence[str], overrides: Sequence[str]
+) -> dict[str, Any]:
+    """compare.json: the trace, each system (name, as given, origin) and the --set list."""
+    return {
+        "kind": "compare",
+        "trace": str(trace),
+        "systems": [
+            {"name": job.system.name, "given": name, "origin": job.origin}
+            for job, name in zip(jobs, given, strict=True)
+        ],
+        "overrides": list(overrides),
+    }
+
+
+def sweep_document(
+    trace: Path | str,
+    system: str,
+    grid: dict[str, list[tuple[str, Any]]],
+    points: Sequence[SweepPoint],
+    overrides: Sequence[str],
+) -> dict[str, Any]:
+    """sweep.json: the trace, the system, the --set list, the grid and every point."""
+    first = points[0].job
+    return {
+        "kind": "sweep",
+        "trace": str(trace),
+        "system": {"name": first.system.name, "given": system, "origin": first.origin},
+        "overrides": list(overrides),
+        "grid": {key: [value for _, value in values] for key, values in grid.items()},
+        "points": [
+            {
+                "index": p.index,
+                "folder": p.job.folder,
+                "values": p.values,
+                "overrides": list(p.job.overrides),
+            }
+            for p in points
+        ],
+    }
+
+
 # -- running --------------------------------------------------------------------------
 
 
@@ -416,6 +458,7 @@ __all__ = [
     "RunJob",
     "SweepPoint",
     "check_workers",
+    "compare_document",
     "comparison_rows",
     "iter_runs",
     "metrics_row",
@@ -427,6 +470,7 @@ __all__ = [
     "run_jobs",
     "split_list",
     "sweep_columns",
+    "sweep_document",
     "sweep_rows",
     "to_columns",
     "value_label",

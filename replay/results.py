@@ -2,9 +2,11 @@
 
 A run folder holds `config.json` (the resolved system spec and the overrides given),
 `meta.json` (tool version, trace manifest digest, seed, timings), `batches.parquet` (one
-row per batch) and `summary.json`. Folders are built under a temporary name beside the
-target and renamed into place when complete, so a reader never sees half a result; an
-existing target is replaced only with `force`.
+row per batch), `checkpoints.parquet` (one row per checkpoint), `summary.json`, and, unless
+the caller skipped it, `workload.json` (the trace's statistics, `replay inspect --json`,
+so that `replay report` can describe the workload without the trace). Folders are built
+under a temporary name beside the target and renamed into place when complete, so a
+reader never sees half a result; an existing target is replaced only with `force`.
 """
 
 from __future__ import annotations
@@ -125,6 +127,7 @@ def write_run(
     origin: str,
     force: bool = False,
     extra: Callable[[Path], None] | None = None,
+    workload: dict[str, Any] | None = None,
 ) -> Path:
     """Write a `RunResult` as a run folder at `out` (atomically)."""
     with atomic_folder(out, force=force) as tmp:
@@ -139,6 +142,8 @@ def write_run(
         write_columns(tmp / "batches.parquet", result.columns)
         write_columns(tmp / "checkpoints.parquet", result.checkpoints)
         write_json(tmp / "summary.json", {"system": result.system.name, **result.summary})
+        if workload is not None:
+            write_json(tmp / "workload.json", workload)
         if extra is not None:
             extra(tmp)
     return out

@@ -23,7 +23,14 @@ from replay.compare import (
 from replay.errors import ConfigError, TraceError
 
 SYSTEMS = ["hbm-lru", "dram", "pmem-host"]
-RUN_FILES = ["batches.parquet", "checkpoints.parquet", "config.json", "meta.json", "summary.json"]
+RUN_FILES = [
+    "batches.parquet",
+    "checkpoints.parquet",
+    "config.json",
+    "meta.json",
+    "summary.json",
+    "workload.json",
+]
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,8 @@ from replay.cli import (  # noqa: F401
     inspect,
     mrc,
     presets,
+    quickstart,
+    report,
     run,
     sweep,
 )

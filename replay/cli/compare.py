@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from replay.cli.app import app, default_workers, show_progress
+from replay.cli.run import InspectOption
 
 if TYPE_CHECKING:
     from replay.compare import RunJob
@@ -65,11 +66,13 @@ def compare_command(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the comparison rows as JSON.")
     ] = False,
+    inspect: InspectOption = True,
 ) -> None:
     """Replay one trace on several systems (in parallel): a run folder each and a table."""
     from replay.compare import (
         COMPARE_COLUMNS,
         COMPARE_FILES,
+        compare_document,
         comparison_rows,
         resolve_systems,
         split_list,
@@ -80,15 +83,7 @@ def compare_command(
     sets = list(overrides or [])
     given = split_list(systems, "--systems")
     jobs = resolve_systems(given, sets)
-    document = {
-        "kind": "compare",
-        "trace": str(trace),
-        "systems": [
-            {"name": job.system.name, "given": name, "origin": job.origin}
-            for job, name in zip(jobs, given, strict=True)
-        ],
-        "overrides": sets,
-    }
+    document = compare_document(trace, jobs, given, sets)
 
     def finish(tmp: Path, metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows = comparison_rows(metrics)
@@ -97,7 +92,14 @@ def compare_command(
         return rows
 
     rows = run_and_write(
-        trace, jobs, out, own_files=COMPARE_FILES, workers=workers, force=force, finish=finish
+        trace,
+        jobs,
+        out,
+        own_files=COMPARE_FILES,
+        workers=workers,
+        force=force,
+        finish=finish,
+        inspect=inspect,
     )
     if json_output:
         typer.echo(json.dumps(rows, indent=2))
@@ -131,16 +133,23 @@ def run_and_write(
     workers: int | None,
     force: bool,
     finish: Callable[[Path, list[dict[str, Any]]], list[dict[str, Any]]],
+    inspect: bool = True,
 ) -> list[dict[str, Any]]:
     """Check DIR and the trace, run every job and write its run folder as it finishes;
     then `finish(tmp, metrics rows in job order)` writes the tables and returns its rows.
-    DIR appears, complete, at the end."""
+    With `inspect`, the trace's statistics (computed once) go in every run folder as
+    workload.json. DIR appears, complete, at the end."""
     from replay.compare import check_workers, iter_runs, metrics_row, preflight
     from replay.results import atomic_folder, check_output_folder, write_run
 
     n = check_workers(default_workers() if workers is None else workers)
     check_output_folder(out, force=force, owned=owned_entries(out, own_files), what=WHAT)
     preflight(trace, jobs)
+    workload = None
+    if inspect:
+        from replay.stats import inspect_trace
+
+        workload = inspect_trace(trace)
     metrics: dict[int, dict[str, Any]] = {}
     # the ownership is checked again inside: DIR may have changed during the runs
     owned = owned_entries(out, own_files)
@@ -148,7 +157,13 @@ def run_and_write(
 
         def write(index: int, result: RunResult) -> None:
             job = jobs[index]
-            write_run(tmp / job.folder, result, overrides=list(job.overrides), origin=job.origin)
+            write_run(
+                tmp / job.folder,
+                result,
+                overrides=list(job.overrides),
+                origin=job.origin,
+                workload=workload,
+            )
             metrics[index] = metrics_row(result)
 
         runs = iter_runs(trace, jobs, workers=n)

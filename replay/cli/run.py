@@ -10,6 +10,15 @@ import typer
 
 from replay.cli.app import app, show_progress
 
+InspectOption = Annotated[
+    bool,
+    typer.Option(
+        "--inspect/--no-inspect",
+        help="Also write workload.json, the trace's statistics for `replay report` "
+        "(one more pass over the trace).",
+    ),
+]
+
 
 @app.command("run")
 def run_command(
@@ -28,10 +37,12 @@ def run_command(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print summary.json instead of a table.")
     ] = False,
+    inspect: InspectOption = True,
 ) -> None:
     """Replay a trace on a system: per-batch hits, traffic, time and energy into DIR."""
     from replay.engine.replay import replay_trace
     from replay.results import check_output_folder, write_run
+    from replay.stats import inspect_trace
     from replay.system.spec import resolve_system_with_origin
     from replay.trace.reader import open_trace
 
@@ -49,7 +60,8 @@ def run_command(
             )
     else:
         result = replay_trace(opened, spec)
-    write_run(out, result, overrides=sets, origin=origin, force=force)
+    workload = inspect_trace(opened) if inspect else None
+    write_run(out, result, overrides=sets, origin=origin, force=force, workload=workload)
     if json_output:
         typer.echo(json.dumps({"system": spec.name, **result.summary}, indent=2))
     else:

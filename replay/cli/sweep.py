@@ -26,6 +26,7 @@ from replay.cli.compare import (
     print_table,
     run_and_write,
 )
+from replay.cli.run import InspectOption
 
 
 @app.command("sweep")
@@ -48,6 +49,7 @@ def sweep_command(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the sweep's rows as JSON.")
     ] = False,
+    inspect: InspectOption = True,
 ) -> None:
     """Replay one trace on a system over a grid of settings: a run folder per point."""
     from replay.compare import (
@@ -55,6 +57,7 @@ def sweep_command(
         parse_grid,
         resolve_sweep,
         sweep_columns,
+        sweep_document,
         sweep_rows,
         to_columns,
     )
@@ -63,23 +66,7 @@ def sweep_command(
     sets = list(overrides or [])
     parsed = parse_grid(grid)
     points = resolve_sweep(system, parsed, sets)
-    first = points[0].job
-    document = {
-        "kind": "sweep",
-        "trace": str(trace),
-        "system": {"name": first.system.name, "given": system, "origin": first.origin},
-        "overrides": sets,
-        "grid": {key: [value for _, value in values] for key, values in parsed.items()},
-        "points": [
-            {
-                "index": p.index,
-                "folder": p.job.folder,
-                "values": p.values,
-                "overrides": list(p.job.overrides),
-            }
-            for p in points
-        ],
-    }
+    document = sweep_document(trace, system, parsed, points, sets)
 
     def finish(tmp: Path, metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows = sweep_rows(points, metrics)
@@ -95,13 +82,14 @@ def sweep_command(
         workers=workers,
         force=force,
         finish=finish,
+        inspect=inspect,
     )
     if json_output:
         typer.echo(json.dumps(rows, indent=2))
     else:
         shown = [{**row, "#": row["point"].partition("-")[0]} for row in rows]
         print_table(
-            f"sweep of {first.system.name}",
+            f"sweep of {points[0].job.system.name}",
             shown,
             [("#", "#"), *((key, key) for key in parsed)],
             speedup=False,

@@ -1,0 +1,87 @@
+"""`replay quickstart [--out DIR]`: the README's main command (`replay.quickstart`).
+
+Generates a small `criteo-kaggle` trace into traces/quickstart, runs the seeds'
+comparisons on it and writes a report to DIR (default reports/quickstart), replacing an
+earlier quickstart output there (never a folder holding anything else).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from replay.cli.app import app, default_workers, show_progress
+from replay.quickstart import DEFAULT_BATCH_SIZE, DEFAULT_BATCHES, DEFAULT_SEED, DEFAULT_WORKLOAD
+
+
+@app.command("quickstart")
+def quickstart_command(
+    out: Annotated[
+        Path, typer.Option("--out", "-o", metavar="DIR", help="Report folder to write.")
+    ] = Path("reports/quickstart"),
+    trace: Annotated[
+        Path, typer.Option("--trace", metavar="DIR", help="Where to generate the trace.")
+    ] = Path("traces/quickstart"),
+    batches: Annotated[
+        int, typer.Option("--batches", help="Batches of the generated trace.")
+    ] = DEFAULT_BATCHES,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", help="Samples per batch.")
+    ] = DEFAULT_BATCH_SIZE,
+    seed: Annotated[int, typer.Option("--seed", help="Generator seed.")] = DEFAULT_SEED,
+    workers: Annotated[
+        int | None,
+        typer.Option("--workers", "-j", help="Runs at once (default: all cores)."),
+    ] = None,
+) -> None:
+    """Run the seeds' comparisons on a small built-in trace and write a report."""
+    import replay
+    from replay.compare import check_workers
+    from replay.quickstart import REPORT_ENTRIES, run_quickstart
+    from replay.report.build import REPORT_FILES
+    from replay.results import check_output_folder
+
+    n = check_workers(default_workers() if workers is None else workers)
+    check_output_folder(
+        out, force=True, owned=REPORT_ENTRIES | REPORT_FILES, what="quickstart output"
+    )
+    start = time.perf_counter()
+
+    def step(message: str) -> None:
+        typer.echo(f"[{time.perf_counter() - start:5.1f} s] {message}")
+
+    step(f"generating {DEFAULT_WORKLOAD}: {batches} batches of {batch_size} into {trace}")
+    replay.generate(
+        DEFAULT_WORKLOAD, trace, batches=batches, batch_size=batch_size, seed=seed, force=True,
+        workers=n,
+    )  # fmt: skip
+    if show_progress():
+        from rich.progress import Progress
+
+        with Progress(transient=True) as progress:
+            task = progress.add_task("runs", total=None)
+
+            def advance(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
+
+            summary = run_quickstart(
+                out, trace, workers=n, force=True, on_step=step, on_run=advance
+            )
+    else:
+        last = [0.0]
+
+        def report_runs(done: int, total: int) -> None:
+            now = time.perf_counter()
+            if done == total or now - last[0] > 5.0:
+                last[0] = now
+                step(f"  {done}/{total} runs done")
+
+        summary = run_quickstart(
+            out, trace, workers=n, force=True, on_step=step, on_run=report_runs
+        )
+    step(f"wrote {out}/report.md, report.html and {len(summary['figures'])} figures")
+    for claim in summary["claims"]:
+        typer.echo(f"  {claim['source']}: {claim['model']}")

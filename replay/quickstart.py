@@ -1,0 +1,248 @@
+"""`replay quickstart`: the seeds' comparisons on a small built-in trace, and a report.
+
+One call generates a `criteo-kaggle` trace (200 batches of 2,048 samples by default,
+about 10.6 M lookups), runs every study below in one process pool (so the cores stay
+busy across studies), writes their result folders exactly as `replay compare`,
+`replay sweep`, `replay run` and `replay mrc` would, and builds the report from them:
+
+- `ladder`: TrainingCXL's ladder ssd → pmem-host → pcie-ndp → cxl-d → cxl-b → cxl;
+- `fastpersist`: torch-save against FastPersist on 1, 4 and 8 drives, and
+  `fastpersist-grid`, a sweep of writers × drives (each writer capped at
+  `WRITER_BW_BYTES_PER_S`, an ASSUMPTION stated below);
+- `caches`: PatrickStar's `chunk` against the row caches `hbm-lru` and `hbm-belady`, all
+  holding 100,000 rows, with the trace's exact LRU miss-ratio curve in `mrc`;
+- `check-n-run`: increment modes × bit widths every 20 batches, against `sync-full`
+  (the run folder `sync-full`) at the same interval; `checkfreq` at its own interval;
+- `interval`: sync-full and CheckFreq overhead and goodput against the checkpoint
+  interval; `mtbf`: Check-N-Run (8-bit) goodput against the mean time between failures;
+- `sens-*`: sensitivity sweeps of the ladder's headline to the assumptions it leans on
+  most (the per-copy software cost of host-driven PCIe copies; the persistent memory's
+  write-to-read turnaround).
+
+The result folders go in OUT/results, the report in OUT. Everything is deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from replay.compare import (
+    COMPARE_COLUMNS,
+    RunJob,
+    SweepPoint,
+    compare_document,
+    comparison_rows,
+    iter_runs,
+    metrics_row,
+    parse_grid,
+    preflight,
+    resolve_sweep,
+    resolve_systems,
+    sweep_columns,
+    sweep_document,
+    sweep_rows,
+    to_columns,
+)
+from replay.results import atomic_folder, write_columns, write_json, write_run
+
+DEFAULT_WORKLOAD = "criteo-kaggle"
+DEFAULT_BATCHES = 200
+DEFAULT_BATCH_SIZE = 2048
+DEFAULT_SEED = 0
+LADDER_SYSTEMS = ("ssd", "pmem-host", "pcie-ndp", "cxl-d", "cxl-b", "cxl")
+FASTPERSIST_SYSTEMS = ("torch-save", "fastpersist-1", "fastpersist", "fastpersist-8")
+# ASSUMPTION: one FastPersist writer (pinned double buffer, direct I/O) sustains about
+# 2 GB/s, more than a Gen4 drive's 1.25 GB/s share, so drives bound small writer counts.
+WRITER_BW_BYTES_PER_S = 2e9
+CHECKPOINT_INTERVAL_BATCHES = 20
+# smaller than the ~800 k rows the default trace touches, so placement matters (the
+# presets' 256 MiB budget holds them all; the miss-ratio curve shows the whole range)
+CACHE_ROWS = "policy.capacity_rows=100000"
+# a failure every hour on average over a week of training (DESIGN section 6's model)
+FAILURE_SETS = ("failures.mtbf_s=3600", "failures.horizon_s=604800")
+REPORT_ENTRIES = frozenset({"report.md", "report.html", "summary.json", "figures", "results"})
+
+Kind = Literal["compare", "sweep", "run"]
+
+
+@dataclass
+class Study:
+    """One result folder of the quickstart: a comparison, a sweep or a single run."""
+
+    folder: str
+    kind: Kind
+    jobs: list[RunJob]
+    document: dict[str, Any] = field(default_factory=dict)
+    points: list[SweepPoint] = field(default_factory=list)
+
+
+def _compare(folder: str, trace: Path, systems: list[str], sets: list[str]) -> Study:
+    jobs = resolve_systems(systems, sets)
+    return Study(folder, "compare", jobs, compare_document(trace, jobs, systems, sets))
+
+
+def _sweep(folder: str, trace: Path, system: str, grid: list[str], sets: list[str]) -> Study:
+    parsed = parse_grid(grid)
+    points = resolve_sweep(system, parsed, sets)
+    return Study(
+        folder,
+        "sweep",
+        [p.job for p in points],
+        sweep_document(trace, system, parsed, points, sets),
+        points,
+    )
+
+
+def _run(folder: str, system: str, sets: list[str]) -> Study:
+    return Study(folder, "run", resolve_systems([system], sets))
+
+
+def studies(trace: Path) -> list[Study]:
+    """Every study of the quickstart, resolved (so a bad preset fails before any run)."""
+    every = f"checkpoint.interval_batches={CHECKPOINT_INTERVAL_BATCHES}"
+    return [
+        _compare("ladder", trace, list(LADDER_SYSTEMS), []),
+        _compare("fastpersist", trace, list(FASTPERSIST_SYSTEMS), []),
+        _sweep(
+            "fastpersist-grid",
+            trace,
+            "fastpersist",
+            ["checkpoint.drives=1,4,8", "checkpoint.writers=1,2,8"],
+            [f"checkpoint.writer_bw_bytes_per_s={WRITER_BW_BYTES_PER_S:g}"],
+        ),
+        _compare("caches", trace, ["hbm-lru", "hbm-belady", "chunk"], [CACHE_ROWS]),
+        _sweep(
+            "check-n-run",
+            trace,
+            "hbm-lru",
+            [
+                "checkpoint.increment=consecutive,one-shot,intermittent",
+                "checkpoint.quantize_bits=0,2,4,8",
+            ],
+            ["checkpoint.strategy=check-n-run", every],
+        ),
+        _run("sync-full", "hbm-lru", ["checkpoint.strategy=sync-full", every]),
+        _run("checkfreq", "hbm-lru", ["checkpoint.strategy=checkfreq"]),
+        _sweep(
+            "interval",
+            trace,
+            "hbm-lru",
+            ["checkpoint.interval_batches=2,5,20,100", "checkpoint.strategy=sync-full,checkfreq"],
+            list(FAILURE_SETS),
+        ),
+        _sweep(
+            "mtbf",
+            trace,
+            "hbm-lru",
+            ["failures.mtbf_s=600,1800,3600,14400,86400"],
+            [
+                "checkpoint.strategy=check-n-run",
+                "checkpoint.quantize_bits=8",
+                every,
+                "failures.horizon_s=604800",
+            ],
+        ),
+        *(
+            _sweep(f"sens-copy-{system}", trace, system, [
+                "links.pcie.transfer_cost_ns=2500,5000,10000,20000"], [])
+            for system in ("pmem-host", "cxl")
+        ),
+        *(
+            _sweep(f"sens-raw-{system}", trace, system, [
+                "tiers.pmem.write_to_read_ns=0,315,630,1260"], [])
+            for system in ("cxl-b", "cxl")
+        ),
+    ]  # fmt: skip
+
+
+def run_quickstart(
+    out: Path,
+    trace: Path,
+    *,
+    workers: int,
+    force: bool = False,
+    on_step: Callable[[str], None] | None = None,
+    on_run: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Run every study on `trace` into OUT/results and write the report in OUT.
+
+    on_step(message) at each stage; on_run(done, total) as runs finish. Returns the
+    report's summary.
+    """
+    from replay.mrc import mrc_trace
+    from replay.report.build import REPORT_FILES, build_report
+    from replay.stats import inspect_trace
+    from replay.trace.reader import open_trace
+
+    step = on_step or (lambda message: None)
+    plan = studies(trace)
+    jobs = [job for study in plan for job in study.jobs]
+    owned = REPORT_ENTRIES | REPORT_FILES
+    with atomic_folder(out, force=force, owned=owned, what="quickstart output") as tmp:
+        preflight(trace, jobs)
+        step("measuring the trace (skew, reuse, rows touched) and its miss-ratio curve")
+        workload = inspect_trace(trace)
+        results = tmp / "results"
+        results.mkdir()
+        curve = mrc_trace(open_trace(trace))
+        _write_mrc(results / "mrc", curve, str(trace))
+        step(f"replaying {len(jobs)} runs in {len(plan)} studies on {workers} workers")
+        where: list[tuple[Study, int]] = [
+            (study, i) for study in plan for i in range(len(study.jobs))
+        ]
+        metrics: dict[int, dict[str, Any]] = {}
+        for done, (index, result) in enumerate(iter_runs(trace, jobs, workers=workers), 1):
+            study, i = where[index]
+            job = study.jobs[i]
+            folder = results / study.folder
+            if study.kind != "run":
+                folder = folder / job.folder
+            write_run(
+                folder, result, overrides=list(job.overrides), origin=job.origin, workload=workload
+            )
+            metrics[index] = metrics_row(result)
+            if on_run is not None:
+                on_run(done, len(jobs))
+        first = 0
+        for study in plan:
+            rows = [metrics[first + i] for i in range(len(study.jobs))]
+            first += len(study.jobs)
+            folder = results / study.folder
+            if study.kind == "compare":
+                table = comparison_rows(rows)
+                write_columns(folder / "comparison.parquet", to_columns(table, COMPARE_COLUMNS))
+                write_json(folder / "compare.json", study.document)
+            elif study.kind == "sweep":
+                table = sweep_rows(study.points, rows)
+                write_columns(
+                    folder / "sweep.parquet", to_columns(table, sweep_columns(study.points))
+                )
+                write_json(folder / "sweep.json", study.document)
+        step("writing the report")
+        # the report is built in its own temporary folder, then its files join OUT's
+        staging = tmp / ".report"
+        summary = build_report([results], staging, names=[f"{out.name}/results"])
+        for entry in staging.iterdir():
+            entry.rename(tmp / entry.name)
+        staging.rmdir()
+    return summary
+
+
+def _write_mrc(out: Path, curve: Any, trace: str) -> None:
+    from replay.cli.mrc import write_outputs
+
+    write_outputs(curve, {**curve.to_json(), "trace": trace}, out, force=False)
+
+
+__all__ = [
+    "DEFAULT_BATCHES",
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_WORKLOAD",
+    "LADDER_SYSTEMS",
+    "WRITER_BW_BYTES_PER_S",
+    "run_quickstart",
+    "studies",
+]
