@@ -219,6 +219,7 @@ def test_cli_run_writes_a_run_folder(
         "config.json",
         "meta.json",
         "summary.json",
+        "workload.json",
     ]
     summary = json.loads((out / "summary.json").read_text())
     assert summary == printed
