@@ -232,9 +232,15 @@ def resolve_sweep(
     data, origin = load_system_data(system)
     sets = list(overrides)
     base = apply_overrides(data, sets)
-    system_from_dict(base, where=f"{origin} with --set" if sets else origin)
     keys = list(grid)
     combos = list(itertools.product(*(grid[key] for key in keys)))
+    try:
+        system_from_dict(base, where=f"{origin} with --set" if sets else origin)
+    except ConfigError:
+        # the grid may supply what --set alone leaves invalid (a strategy's interval):
+        # then every point must validate, below; otherwise this is the error to show
+        if not all(_point_valid(base, keys, combo) for combo in combos):
+            raise
     width = len(str(len(combos) - 1))
     points = []
     for index, combo in enumerate(combos):
@@ -245,6 +251,15 @@ def resolve_sweep(
         job = RunJob(point_folder(index, width, labels), spec, origin, (*sets, *point_sets))
         points.append(SweepPoint(index, values, labels, job))
     return points
+
+
+def _point_valid(base: dict[str, Any], keys: list[str], combo: tuple[Any, ...]) -> bool:
+    point_sets = [f"{key}={text}" for key, (text, _) in zip(keys, combo, strict=True)]
+    try:
+        system_from_dict(apply_overrides(base, point_sets), where="")
+    except ConfigError:
+        return False
+    return True
 
 
 def preflight(trace: Path, jobs: Sequence[RunJob]) -> None:

@@ -16,6 +16,7 @@ from replay.compare import (
     iter_runs,
     parse_grid,
     point_folder,
+    resolve_sweep,
     resolve_systems,
     split_list,
     value_label,
@@ -295,3 +296,14 @@ def test_a_worker_error_reaches_the_caller(tmp_path: Path) -> None:
     jobs = resolve_systems(["hbm-lru", "dram"], [])
     with pytest.raises(TraceError, match="no such trace"):
         list(iter_runs(tmp_path / "nope", jobs, workers=2))
+
+
+def test_sweep_grid_may_supply_what_set_leaves_invalid() -> None:
+    # sync-full needs an interval: given by the grid, not by --set
+    grid = parse_grid(["checkpoint.interval_batches=10,50"])
+    points = resolve_sweep("hbm-lru", grid, ["checkpoint.strategy=sync-full"])
+    assert [p.job.system.checkpoint.interval_batches for p in points] == [10, 50]
+    # a grid that does not supply it leaves the --set error
+    with pytest.raises(ConfigError, match="needs interval_batches"):
+        resolve_sweep("hbm-lru", parse_grid(["policy.capacity_rows=10,50"]),
+                      ["checkpoint.strategy=sync-full"])  # fmt: skip

@@ -26,13 +26,15 @@ Figures (file name, section):
   `static`) per batch, smoothed by a rolling mean over ~2% of the batches; one line per
   run label (runs of one system with identical counters are drawn once), at most 10.
 - ``hierarchy_traffic.png`` (hierarchy): bytes per batch over each link and direction
-  (h2d, d2h) per run, horizontal grouped bars, for the runs that move bytes over a link.
+  (h2d, d2h) per run, horizontal grouped bars with their values, for the runs that move
+  bytes over a link (at most 12; log x when the values span more than 100×).
 - ``mrc.png`` (hierarchy): each miss-ratio curve given (`replay mrc --out`; exact or
   SHARDS-sampled) against cache rows (log x), with a marker per cached run at its
   capacity in rows and its miss ratio; the runs of one policy at two or more capacities
   are joined by a line (so a sweep over `policy.capacity_rows` alone draws it too).
 - ``time_<group>.png`` (time): for every comparison (group = its folder name) and for the
-  runs given alone (group "runs"): stacked bars of the mean time per batch (ms) per
+  runs given alone (group "runs"): stacked bars of the mean time per batch (ms; µs or s
+  when the totals call for it) per
   system, split into compute, memory access, link transfers, read-after-write stall,
   checkpoint stall and other; totals on the bars. When the totals span more than 10× a
   second panel shows each system's split in %.
@@ -40,23 +42,31 @@ Figures (file name, section):
   memory and link dynamic energy, static power, compute device; totals on the bars (and
   the % panel when the totals span more than 10×).
 - ``checkpoint_bytes.png`` (checkpoints): bytes of each checkpoint or log write against
-  its batch (log y, MB), one series per run with a checkpoint strategy, at most 10.
+  its batch (MB; log y when the sizes span more than 10×), one series per run with a
+  checkpoint strategy, at most 10.
 - ``sweep_<folder>.png`` (sweeps, checkpoints, failures or hierarchy): for every sweep, a
-  metric against its first numeric grid key, one line per value of the other keys:
+  metric against its first numeric grid key with two or more values (log x past 20×),
+  one line per value of the other keys that vary:
   `checkpoint.interval*` → checkpoint overhead (%) with the Young/Daly interval as a
   dashed vertical line (checkpoints); `failures.*` → mean goodput with its 5th percentile
   dashed (failures); `policy.capacity_*` → miss ratio (hierarchy); any other key → time
   per batch (ms). A sweep with no numeric key gets bars of time per batch per point.
 
+Runs whose plotted data are identical are drawn once, under the joined labels ("hbm-lru =
+hbm-belady"); sweep points that change nothing shown (same system, same data) are dropped.
+A sweep point is named by its system and the grid values that vary (`display_names`).
+
 `generic_figures(results, out_dir)` draws them all and returns their `FigureOut`s (name,
-title, caption with the computed facts to read, section). `new_figure`, `save` and
-`system_colors` are shared with the other report modules.
+title, caption with the computed facts to read, section). `new_figure`, `save`,
+`system_colors`, `display_names`, `time_parts` and `energy_parts` are shared with the other
+report modules.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +149,14 @@ def system_colors(labels: Sequence[str]) -> dict[str, str]:
     return {label: to_hex(cmap(order[i % len(order)])) for i, label in enumerate(unique)}
 
 
+def _wrap(label: str, width: int = 24, lines: int = 3) -> str:
+    """A long label on up to `lines` lines (sweep keys shortened first)."""
+    parts = textwrap.wrap(_short(label, 10_000), width, break_on_hyphens=False)
+    if len(parts) > lines:
+        parts = [*parts[: lines - 1], _short(" ".join(parts[lines - 1 :]), width)]
+    return "\n".join(parts) or label
+
+
 def _sanitise(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", name).strip("_") or "group"
 
@@ -193,6 +211,13 @@ def _count(value: float) -> str:
     return f"{value:.3g}"
 
 
+def _value(value: Any) -> str:
+    """A grid value as written on a command line: 1e13 not 10000000000000.0."""
+    if isinstance(value, float) and not isinstance(value, bool):
+        return f"{value:g}"
+    return str(value)
+
+
 def _rows(value: float) -> str:
     return f"{_count(value)} row{'' if value == 1 else 's'}"
 
@@ -226,7 +251,7 @@ def _bytes_unit(largest: float) -> tuple[float, str]:
 def _time_unit(largest_s: float) -> tuple[float, str]:
     if largest_s >= 10.0:
         return 1.0, "s"
-    if largest_s >= 0.01e-3:
+    if largest_s >= 0.1e-3:
         return 1e3, "ms"
     return 1e6, "µs"
 
@@ -271,7 +296,7 @@ def _category_ticks(ax: Axes, labels: Sequence[str], *, width: int = 24) -> None
     longest = max((len(s) for s in short), default=0)
     if len(short) > 12:
         ax.set_xticklabels(short, rotation=90, fontsize=8)
-    elif longest * len(short) > 60 or longest > 10:
+    elif longest * len(short) > 48 or longest > 10:
         ax.set_xticklabels(short, rotation=30, ha="right", rotation_mode="anchor", fontsize=8)
     else:
         ax.set_xticklabels(short, fontsize=9)
@@ -503,16 +528,22 @@ def _workload_touched(workload: dict[str, Any], out: Path) -> FigureOut | None:
 # -- hierarchy ----------------------------------------------------------------------------
 
 
-def _display(run: RunData) -> str:
-    """A run's label for legends and ticks: a sweep point as `system key=value ...` with
-    the keys' last parts."""
-    if not run.values:
-        return run.label
-    values = " ".join(f"{k.split('.')[-1]}={v}" for k, v in run.values.items())
-    return f"{run.system} {values}"
+def display_names(results: Results) -> dict[Path, str]:
+    """A short name per run folder for legends and ticks: a sweep point is its system and
+    the grid values that vary in its sweep, with the keys' last parts
+    (`hbm-lru interval_batches=5`); any other run is its label."""
+    names = {run.path: run.label for run in results.all_runs()}
+    for sweep in results.sweeps:
+        varying = _varying(list(sweep.keys), sweep.runs) or list(sweep.keys)
+        for run in sweep.runs:
+            values = " ".join(f"{k.split('.')[-1]}={_value(run.values.get(k))}" for k in varying)
+            names[run.path] = f"{run.system} {values}".strip()
+    return names
 
 
-def _merge_runs(runs: Sequence[RunData], key: Any) -> list[tuple[RunData, str]]:
+def _merge_runs(
+    runs: Sequence[RunData], key: Any, names: dict[Path, str]
+) -> list[tuple[RunData, str]]:
     """(run, label) for each run with new data (`key(run)`), in order. A run with a label
     already seen is dropped (the first wins); one with the same data as an earlier run
     adds its label to that run's ("a = b"), unless a run of its system is already named
@@ -526,17 +557,17 @@ def _merge_runs(runs: Sequence[RunData], key: Any) -> list[tuple[RunData, str]]:
         labels.add(run.label)
         data = key(run)
         if data in groups:
-            _, names, systems = groups[data]
+            _, shown, systems = groups[data]
             if run.system not in systems:
-                names.append(_display(run))
+                shown.append(names.get(run.path, run.label))
                 systems.add(run.system)
             continue
-        groups[data] = (run, [_display(run)], {run.system})
+        groups[data] = (run, [names.get(run.path, run.label)], {run.system})
         order.append(data)
     merged = []
     for data in order:
-        first, names, _ = groups[data]
-        label = " = ".join(names[:3]) + (f" (+{len(names) - 3})" if len(names) > 3 else "")
+        first, shown, _ = groups[data]
+        label = " = ".join(shown[:3]) + (f" (+{len(shown) - 3})" if len(shown) > 3 else "")
         merged.append((first, label))
     return merged
 
@@ -548,13 +579,15 @@ def _hits_key(run: RunData) -> Any:
     return (frame["hits"].to_numpy().tobytes(), frame["misses"].to_numpy().tobytes())
 
 
-def _hierarchy_hits(runs: Sequence[RunData], colors: dict[str, str], out: Path) -> FigureOut | None:
+def _hierarchy_hits(
+    runs: Sequence[RunData], colors: dict[str, str], names: dict[Path, str], out: Path
+) -> FigureOut | None:
     cached = [
         r
         for r in runs
         if _is_cache(r) and r.batches.height > 0 and {"hits", "misses"} <= set(r.batches.columns)
     ]
-    merged = _merge_runs(cached, _hits_key)
+    merged = _merge_runs(cached, _hits_key, names)
     if not merged:
         return None
     total = len(merged)
@@ -565,7 +598,7 @@ def _hierarchy_hits(runs: Sequence[RunData], colors: dict[str, str], out: Path) 
     style = _Styler(colors)
     windows = []
     ratios: list[tuple[float, str]] = []
-    for run, names in chosen:
+    for run, shown in chosen:
         frame = run.batches
         hits = frame["hits"].to_numpy().astype(float)
         misses = frame["misses"].to_numpy().astype(float)
@@ -579,22 +612,22 @@ def _hierarchy_hits(runs: Sequence[RunData], colors: dict[str, str], out: Path) 
         x, y = _thin(x.astype(float), y)
         color, linestyle = style(run.label)
         policy = str(_policy(run).get("name", ""))
-        label = _short(names, 48)
-        if policy and policy not in names and " = " not in names:
+        label = _short(shown, 48)
+        if policy and policy not in shown and " = " not in shown:
             label = f"{label} ({policy})"
         ax.plot(x, 100 * y, color=color, linestyle=linestyle, linewidth=1.3, label=label)
         overall = _num(_policy(run).get("hit_ratio"))
         if overall is None:
             sums = float(hits.sum() + misses.sum())
             overall = float(hits.sum()) / sums if sums else 0.0
-        ratios.append((overall, names))
+        ratios.append((overall, shown))
     ax.set_xlabel("batch")
-    ax.set_ylabel("hit ratio (%), rolling mean")
+    win = max(windows)
+    ax.set_ylabel("hit ratio (%)" + (", rolling mean" if win > 1 else ""))
     ax.yaxis.set_major_formatter(PercentFormatter(100, decimals=0))
     top = ax.get_ylim()[1]
     ax.set_ylim(max(0.0, ax.get_ylim()[0]), min(100.5, max(top, 1.0)))
-    win = max(windows)
-    ax.set_title(f"{title} (rolling mean over {win} batch{'es' if win > 1 else ''})")
+    ax.set_title(f"{title} (rolling mean over {win} batches)" if win > 1 else title)
     ax.grid(True, alpha=0.3)
     _legend(ax, outside_from=5)
     save(fig, out / name)
@@ -632,9 +665,11 @@ def _link_traffic(run: RunData) -> list[tuple[str, float]]:
     return rows
 
 
-def _hierarchy_traffic(runs: Sequence[RunData], out: Path) -> FigureOut | None:
+def _hierarchy_traffic(
+    runs: Sequence[RunData], names: dict[Path, str], out: Path
+) -> FigureOut | None:
     moving = [r for r in runs if _link_traffic(r)]
-    merged = _merge_runs(moving, lambda r: tuple(_link_traffic(r)))
+    merged = _merge_runs(moving, lambda r: tuple(_link_traffic(r)), names)
     if not merged:
         return None
     total_runs = len(merged)
@@ -651,7 +686,7 @@ def _hierarchy_traffic(runs: Sequence[RunData], out: Path) -> FigureOut | None:
     largest = max(v for rows in traffic for _, v in rows)
     scale, unit = _bytes_unit(largest)
     bars = sum(len(rows) for rows in traffic)
-    ticks = [" =\n".join(_short(n, 30) for n in names.split(" = ")) for _, names in chosen]
+    ticks = [" =\n".join(_wrap(n) for n in shown.split(" = ")) for _, shown in chosen]
     lines = sum(t.count("\n") + 1 for t in ticks)
     fig = new_figure(WIDTH, min(9.0, max(HEIGHT, 0.9 + 0.2 * bars + 0.15 * lines)))
     ax = fig.add_subplot()
@@ -659,9 +694,9 @@ def _hierarchy_traffic(runs: Sequence[RunData], out: Path) -> FigureOut | None:
     log = _spans(values, 100.0)
     labelled: set[str] = set()
     for g, rows in enumerate(traffic):
-        height = 0.8 / len(rows)
+        height = min(0.8 / len(rows), 0.4)
         for i, (kind, value) in enumerate(rows):
-            y = g - 0.4 + height * (i + 0.5)
+            y = g + height * (i + 0.5 - len(rows) / 2)
             ax.barh(
                 y,
                 value / scale,
@@ -689,13 +724,14 @@ def _hierarchy_traffic(runs: Sequence[RunData], out: Path) -> FigureOut | None:
     ax.set_xlabel(f"{unit} per batch{' (log scale)' if log else ''}")
     ax.set_title(title)
     ax.grid(True, axis="x", alpha=0.3)
-    if len(kinds) > 1:
-        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+    ax.legend(  # even for one kind: it says which link and direction
+        loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False
+    )
     save(fig, out / name)
     per_run = sorted(
         (
-            (sum(v for _, v in rows), names)
-            for rows, (_, names) in zip(traffic, chosen, strict=True)
+            (sum(v for _, v in rows), shown)
+            for rows, (_, shown) in zip(traffic, chosen, strict=True)
         ),
         key=lambda t: t[0],
     )
@@ -714,13 +750,20 @@ def _hierarchy_traffic(runs: Sequence[RunData], out: Path) -> FigureOut | None:
     return FigureOut(name, title, caption, "hierarchy")
 
 
+def _with_policy(label: str, policy: str) -> str:
+    """`label (policy)` unless the label names the policy already."""
+    return label if not policy or policy in label else f"{label} ({policy})"
+
+
 def _mrc_label(document: dict[str, Any]) -> str:
     if document.get("exact", True) or not document.get("sample_rate"):
         return "LRU miss-ratio curve (exact)"
-    return f"LRU, SHARDS sampled at {float(document['sample_rate']):g}"
+    return f"LRU, SHARDS sampled at {float(document['sample_rate']):.3g}"
 
 
-def _mrc(results: Results, colors: dict[str, str], out: Path) -> FigureOut | None:
+def _mrc(
+    results: Results, colors: dict[str, str], names: dict[Path, str], out: Path
+) -> FigureOut | None:
     points: list[tuple[str, str, float, float, str]] = []  # policy, label, rows, miss, color key
     seen: set[tuple[str, float, float]] = set()
     for run in results.all_runs():
@@ -735,7 +778,7 @@ def _mrc(results: Results, colors: dict[str, str], out: Path) -> FigureOut | Non
         if key in seen:
             continue
         seen.add(key)
-        points.append((policy, run.label, rows, miss, run.label))
+        points.append((policy, names.get(run.path, run.label), rows, miss, run.label))
     by_policy: dict[str, list[tuple[float, float]]] = {}
     for policy, _label, rows, miss, _ in points:
         by_policy.setdefault(policy, []).append((rows, miss))
@@ -763,7 +806,7 @@ def _mrc(results: Results, colors: dict[str, str], out: Path) -> FigureOut | Non
                 f"The LRU miss ratio falls from {_pct(y[0])} at {_rows(x[0])} to "
                 f"{_pct(y[-1])} at {_rows(x[-1])}"
             )
-            if len(half):
+            if len(half) and y[0] > 0.5:
                 fact += f"; a cache of {_rows(half[0])} hits half the lookups"
             facts.append(fact + ".")
     style = _Styler(colors)
@@ -781,15 +824,13 @@ def _mrc(results: Results, colors: dict[str, str], out: Path) -> FigureOut | Non
         )
         entries += 1
         facts.append(
-            f"{policy}: miss ratio {_pct(ys[0])} at {_rows(xs[0])}, "
+            f"The {policy} runs miss {_pct(ys[0])} at {_rows(xs[0])} and "
             f"{_pct(ys[-1])} at {_rows(xs[-1])}."
         )
     singles = [p for p in points if p[0] not in swept]
     for m_i, (policy, label, rows, miss, key) in enumerate(singles[:MAX_MARKERS]):
         color, _ = style(key)
-        text = _short(label, 30)
-        if policy and policy not in label:
-            text = f"{text} ({policy})"
+        text = _short(_with_policy(label, policy), 36)
         ax.plot(
             [rows],
             [miss],
@@ -803,7 +844,8 @@ def _mrc(results: Results, colors: dict[str, str], out: Path) -> FigureOut | Non
         entries += 1
     if singles:
         first = singles[0]
-        facts.append(f"{first[1]} ({first[0]}) misses {_pct(first[3])} with {_rows(first[2])}.")
+        who = _with_policy(first[1], first[0])
+        facts.append(f"{who} misses {_pct(first[3])} with {_rows(first[2])}.")
     ax.set_xscale("log")
     ax.set_xlabel("cache size (rows, log scale)")
     ax.set_ylabel("miss ratio")
@@ -980,13 +1022,17 @@ def _energy_figure(group: str, runs: Sequence[RunData], out: Path) -> FigureOut 
 # -- checkpoints --------------------------------------------------------------------------
 
 
+def _writes(count: int) -> str:
+    return f"{count:,} write{'' if count == 1 else 's'}"
+
+
 def _checkpoint_key(run: RunData) -> Any:
     frame = run.checkpoints
     return (run.strategy, frame["batch"].to_numpy().tobytes(), frame["bytes"].to_numpy().tobytes())
 
 
 def _checkpoint_bytes(
-    runs: Sequence[RunData], colors: dict[str, str], out: Path
+    runs: Sequence[RunData], colors: dict[str, str], names: dict[Path, str], out: Path
 ) -> FigureOut | None:
     usable = [
         r
@@ -996,7 +1042,7 @@ def _checkpoint_bytes(
         and {"batch", "bytes"} <= set(r.checkpoints.columns)
         and float(r.checkpoints["bytes"].max() or 0) > 0
     ]
-    merged = _merge_runs(usable, _checkpoint_key)
+    merged = _merge_runs(usable, _checkpoint_key, names)
     if not merged:
         return None
     total = len(merged)
@@ -1006,14 +1052,15 @@ def _checkpoint_bytes(
     ax = fig.add_subplot()
     style = _Styler(colors)
     means: list[tuple[float, str, int]] = []
-    for i, (run, names) in enumerate(chosen):
+    levels: list[float] = []
+    for i, (run, shown) in enumerate(chosen):
         frame = run.checkpoints.filter(pl.col("bytes") > 0).sort("batch")
         x = frame["batch"].to_numpy().astype(float)
         y = frame["bytes"].to_numpy().astype(float) / 1e6
         color, linestyle = style(run.label)
         few = len(x) <= 60
-        label = _short(names, 48)
-        if run.strategy not in names:
+        label = _short(shown, 48)
+        if run.strategy not in shown:
             label = f"{label} [{run.strategy}]"
         ax.plot(
             x,
@@ -1025,21 +1072,32 @@ def _checkpoint_bytes(
             markersize=4,
             label=label,
         )
-        means.append((float(y.mean()), names, len(x)))
-    ax.set_yscale("log")
+        means.append((float(y.mean()), shown, len(x)))
+        levels.extend((float(y.min()), float(y.max())))
+    if _spans(levels, 10.0):
+        ax.set_yscale("log")
+        ax.set_ylabel("bytes per checkpoint (MB, log scale)")
+    else:  # within one decade a log axis has no labelled tick to read
+        ax.set_ylim(0, max(levels) * 1.15)
+        ax.set_ylabel("bytes per checkpoint (MB)")
     ax.set_xlabel("batch (−1: baseline before training)")
-    ax.set_ylabel("bytes per checkpoint (MB, log scale)")
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.3)
     _legend(ax, outside_from=4)
     save(fig, out / name)
     lo, hi = min(means), max(means)
     if len(means) == 1:
-        caption = f"{hi[1]} writes {hi[2]} checkpoints of {_g(hi[0])} MB on average."
+        caption = f"{hi[1]} writes {_writes(hi[2])} of {_g(hi[0])} MB on average."
+    elif _g(lo[0]) == _g(hi[0]):
+        counts = sorted(m[2] for m in means)
+        caption = (
+            f"Every run writes {_g(hi[0])} MB per checkpoint on average; they differ in how "
+            f"often ({_writes(counts[0])} to {_writes(counts[-1])})."
+        )
     else:
         caption = (
-            f"Mean bytes per checkpoint range from {_g(lo[0])} MB ({lo[1]}, {lo[2]} writes) "
-            f"to {_g(hi[0])} MB ({hi[1]}, {hi[2]} writes)."
+            f"Mean bytes per checkpoint range from {_g(lo[0])} MB ({lo[1]}, {_writes(lo[2])}) "
+            f"to {_g(hi[0])} MB ({hi[1]}, {_writes(hi[2])})."
         )
     if total > len(chosen):
         caption += f" The first {len(chosen)} of {total} runs are shown."
@@ -1119,14 +1177,38 @@ def _young_daly(runs: Sequence[RunData], x_key: str) -> float | None:
     return float(np.median(values)) if values else None
 
 
+KEY_UNITS = (
+    ("_bytes_per_s", "bytes/s"),
+    ("_per_s", "per s"),
+    ("_pj_per_byte", "pJ/byte"),
+    ("_ns", "ns"),
+    ("_s", "s"),
+    ("_rows", "rows"),
+    ("_bytes", "bytes"),
+    ("_batches", "batches"),
+    ("_w", "W"),
+)
+
+
+def _key_unit(key: str) -> str:
+    """The unit a system key's name ends with ("" when none)."""
+    return next((unit for suffix, unit in KEY_UNITS if key.endswith(suffix)), "")
+
+
+def _varying(keys: Sequence[str], runs: Sequence[RunData]) -> list[str]:
+    """The grid keys with more than one value among `runs`."""
+    return [k for k in keys if len({repr(r.values.get(k)) for r in runs}) > 1]
+
+
 def _sweep_bars(sweep: SweepData, name: str, out: Path) -> FigureOut | None:
     points = [(r, _time_per_batch_ms(r)) for r in sweep.runs]
     points = [(r, v) for r, v in points if v is not None]
     if not points:
         return None
     title = f"Sweep {sweep.path.name}: time per batch"
+    varying = _varying(list(sweep.keys), [r for r, _ in points])
     labels = [
-        ", ".join(f"{k.split('.')[-1]}={v}" for k, v in r.values.items()) or r.label
+        ", ".join(f"{k.split('.')[-1]}={_value(r.values.get(k))}" for k in varying) or r.label
         for r, _ in points
     ]
     fig = new_figure()
@@ -1158,11 +1240,16 @@ def _sweep_figure(sweep: SweepData, name: str, out: Path) -> FigureOut | None:
     if not runs:
         return None
     keys = list(sweep.keys) or list(dict.fromkeys(k for r in runs for k in r.values))
-    numeric = [k for k in keys if all(_num(r.values.get(k)) is not None for r in runs)]
+    numeric = [
+        k
+        for k in keys
+        if all(_num(r.values.get(k)) is not None for r in runs)
+        and len({_num(r.values.get(k)) for r in runs}) >= 2
+    ]
     if not numeric:
         return _sweep_bars(sweep, name, out)
     x_key = numeric[0]
-    others = [k for k in keys if k != x_key]
+    others = [k for k in _varying(keys, runs) if k != x_key]
     metric = _metric_for(x_key)
     if all(_METRICS[metric][0](r) is None for r in runs):
         metric = "time"
@@ -1172,7 +1259,7 @@ def _sweep_figure(sweep: SweepData, name: str, out: Path) -> FigureOut | None:
         y = func(run)
         if y is None:
             continue
-        label = ", ".join(f"{k.split('.')[-1]}={run.values.get(k)}" for k in others)
+        label = ", ".join(f"{k.split('.')[-1]}={_value(run.values.get(k))}" for k in others)
         p5 = _goodput_p5(run) if metric == "goodput" else None
         series.setdefault(label, []).append((float(_num(run.values[x_key]) or 0.0), y, p5))
     if not series:
@@ -1225,13 +1312,12 @@ def _sweep_figure(sweep: SweepData, name: str, out: Path) -> FigureOut | None:
         ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=None))
     else:
         ax.set_ylim(0, max(ys_all) * 1.15 or 1.0)
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.4g}"))
-    unit = " (s)" if x_key.endswith("_s") else ""
-    unit = " (rows)" if x_key.endswith("_rows") else unit
-    unit = " (bytes)" if x_key.endswith("_bytes") else unit
-    if log_x:
-        unit = f" ({unit[2:-1]}, log scale)" if unit else " (log scale)"
-    ax.set_xlabel(f"{x_key}{unit}")
+        ax.yaxis.set_major_formatter(
+            FuncFormatter(lambda v, _pos: f"{v:,.0f}" if abs(v) >= 100 else f"{v:g}")
+        )
+    unit = _key_unit(x_key)
+    notes = ", ".join(n for n in (unit, "log scale" if log_x else "") if n)
+    ax.set_xlabel(f"{x_key} ({notes})" if notes else x_key)
     ax.set_ylabel(ylabel + (" (log scale)" if log_y else ""))
     ax.set_title(title, fontsize=11)
     ax.grid(True, which="both" if log_x or log_y else "major", alpha=0.3)
@@ -1255,15 +1341,19 @@ def _sweep_figure(sweep: SweepData, name: str, out: Path) -> FigureOut | None:
                 facts.append(f"The Young/Daly interval, {_g(yd)} {unit_word}, lies off this axis.")
     _legend(ax, outside_from=5)
     save(fig, out / name)
-    for label, pts in list(series.items())[:3]:
+    trends = []
+    for i, (label, pts) in enumerate(list(series.items())[:3]):
         (x0, y0, _), (x1, y1, _) = pts[0], pts[-1]
         where = f" for {label}" if label else ""
-        facts.insert(
-            len(facts) - (1 if facts and facts[-1].startswith("The Young") else 0),
-            f"{titles[metric].capitalize()} goes from {_fmt_metric(metric, y0)} at "
-            f"{short_key}={_g(x0)} to {_fmt_metric(metric, y1)} at {short_key}={_g(x1)}{where}.",
-        )
-    return FigureOut(name, title, " ".join(facts), section)
+        if i == 0:
+            trends.append(
+                f"{titles[metric].capitalize()} goes from {_fmt_metric(metric, y0)} at "
+                f"{short_key}={_g(x0)} to {_fmt_metric(metric, y1)} at "
+                f"{short_key}={_g(x1)}{where}."
+            )
+        else:
+            trends.append(f"For {label}: {_fmt_metric(metric, y0)} to {_fmt_metric(metric, y1)}.")
+    return FigureOut(name, title, " ".join([*trends, *facts]), section)
 
 
 # -- all ----------------------------------------------------------------------------------
@@ -1276,6 +1366,7 @@ def generic_figures(results: Results, out_dir: Path) -> list[FigureOut]:
     out = Path(out_dir)
     runs = results.all_runs()
     colors = system_colors([r.label for r in runs])
+    names = display_names(results)
     figures: list[FigureOut | None] = []
     workload = results.workload()
     if workload is not None:
@@ -1286,9 +1377,9 @@ def generic_figures(results: Results, out_dir: Path) -> list[FigureOut]:
         figures.append(_workload_distinct(first, out))
     if workload is not None:
         figures.append(_workload_touched(workload, out))
-    figures.append(_hierarchy_hits(runs, colors, out))
-    figures.append(_hierarchy_traffic(runs, out))
-    figures.append(_mrc(results, colors, out))
+    figures.append(_hierarchy_hits(runs, colors, names, out))
+    figures.append(_hierarchy_traffic(runs, names, out))
+    figures.append(_mrc(results, colors, names, out))
 
     used: set[str] = set()
     groups: list[tuple[str, Sequence[RunData]]] = []
@@ -1298,7 +1389,7 @@ def generic_figures(results: Results, out_dir: Path) -> list[FigureOut]:
         groups.append((_unique(_sanitise(compare.path.name), used), compare.runs))
     figures.extend(_time_figure(group, members, out) for group, members in groups)
     figures.extend(_energy_figure(group, members, out) for group, members in groups)
-    figures.append(_checkpoint_bytes(runs, colors, out))
+    figures.append(_checkpoint_bytes(runs, colors, names, out))
 
     sweep_names: set[str] = set()
     for sweep in results.sweeps:
@@ -1312,6 +1403,7 @@ __all__ = [
     "SECTIONS",
     "TIME_PARTS",
     "FigureOut",
+    "display_names",
     "energy_parts",
     "generic_figures",
     "new_figure",
