@@ -68,6 +68,29 @@ REPORT_ENTRIES = frozenset({"report.md", "report.html", "summary.json", "figures
 Kind = Literal["compare", "sweep", "run"]
 
 
+def check_quickstart_folder(out: Path) -> None:
+    """OutputError unless `out` is missing, empty, or an earlier quickstart output: only
+    the report's files, `figures/` of PNGs and `results/` of this module's studies (so
+    replacing it never deletes anything a person put there)."""
+    from replay.errors import OutputError
+    from replay.report.build import REPORT_FILES, check_report_folder
+    from replay.results import check_output_folder
+
+    check_output_folder(
+        out, force=True, owned=REPORT_ENTRIES | REPORT_FILES, what="quickstart output"
+    )
+    check_report_folder(out)
+    results = out / "results"
+    if results.is_dir():
+        known = {study.folder for study in studies(Path("."))} | {"mrc"}
+        stray = sorted(p.name for p in results.iterdir() if p.name not in known)
+        if stray:
+            raise OutputError(
+                f"{out}: results/ holds {stray[0]!r}, not from replay quickstart; "
+                "choose another --out"
+            )
+
+
 @dataclass
 class Study:
     """One result folder of the quickstart: a comparison, a sweep or a single run."""
@@ -181,6 +204,7 @@ def run_quickstart(
     plan = studies(trace)
     jobs = [job for study in plan for job in study.jobs]
     owned = REPORT_ENTRIES | REPORT_FILES
+    check_quickstart_folder(out)
     with atomic_folder(out, force=force, owned=owned, what="quickstart output") as tmp:
         preflight(trace, jobs)
         step("measuring the trace (skew, reuse, rows touched) and its miss-ratio curve")
@@ -243,6 +267,7 @@ __all__ = [
     "DEFAULT_WORKLOAD",
     "LADDER_SYSTEMS",
     "WRITER_BW_BYTES_PER_S",
+    "check_quickstart_folder",
     "run_quickstart",
     "studies",
 ]

@@ -40,14 +40,10 @@ def quickstart_command(
     """Run the seeds' comparisons on a small built-in trace and write a report."""
     import replay
     from replay.compare import check_workers
-    from replay.quickstart import REPORT_ENTRIES, run_quickstart
-    from replay.report.build import REPORT_FILES
-    from replay.results import check_output_folder
+    from replay.quickstart import check_quickstart_folder, run_quickstart
 
     n = check_workers(default_workers() if workers is None else workers)
-    check_output_folder(
-        out, force=True, owned=REPORT_ENTRIES | REPORT_FILES, what="quickstart output"
-    )
+    check_quickstart_folder(out)
     start = time.perf_counter()
 
     def step(message: str) -> None:

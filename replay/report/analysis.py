@@ -466,14 +466,17 @@ def _fmt_x(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3g}×"
 
 
-def _spec_value(runs: Sequence[RunData], system: str, *path: str) -> Any:
+def _spec_value(runs: Sequence[RunData], system: str, *path: str) -> str:
+    """A field of `system`'s spec as text (`%g`), or "n/a" when that run is missing."""
     for run in runs:
         if run.system == system:
             value: Any = run.spec
             for key in path:
                 value = value.get(key, {}) if isinstance(value, dict) else {}
-            return value if value != {} else None
-    return None
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return f"{value:g}"
+            return "n/a" if value in ({}, None) else str(value)
+    return "n/a"
 
 
 def claims(results: Results, sections: dict[str, Any]) -> list[dict[str, str]]:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import replay
+from replay.errors import OutputError
 from replay.report.analysis import LADDER, PAPER, analyse, energy_per_batch, time_terms
 from replay.report.document import (
     Block,
@@ -465,6 +467,36 @@ def build_blocks(
     return blocks
 
 
+def check_report_folder(out: Path) -> None:
+    """OutputError if `out/figures` holds anything but PNG files (--force replaces only
+    an earlier report's figures)."""
+    figures = out / "figures"
+    if figures.is_dir():
+        stray = sorted(p.name for p in figures.iterdir() if p.suffix != ".png" or p.is_dir())
+        if stray:
+            raise OutputError(
+                f"{out}: figures/ holds {stray[0]!r}, not a report figure; choose another --out"
+            )
+
+
+def _mathtext_safe(results: Results) -> Results:
+    """A copy whose labels draw as written: matplotlib reads $...$ as math."""
+
+    def fix(run: RunData) -> RunData:
+        summary = dict(run.summary)
+        if isinstance(summary.get("system"), str):
+            summary["system"] = summary["system"].replace("$", r"\$")
+        return replace(run, label=run.label.replace("$", r"\$"), summary=summary)
+
+    return Results(
+        runs=[fix(r) for r in results.runs],
+        compares=[replace(c, runs=tuple(fix(r) for r in c.runs)) for c in results.compares],
+        sweeps=[replace(s, runs=tuple(fix(r) for r in s.runs)) for s in results.sweeps],
+        mrcs=list(results.mrcs),
+        sources=list(results.sources),
+    )
+
+
 def build_report(
     paths: list[Path], out: Path, *, force: bool = False, names: list[str] | None = None
 ) -> dict[str, Any]:
@@ -475,13 +507,16 @@ def build_report(
     where the results lie.
     """
     results = load_results(paths)
+    check_report_folder(out)
     shown = names if names is not None else [str(p) for p in paths]
     results.sources = [Path(n) for n in shown]
     analysis = analyse(results)
     with atomic_folder(out, force=force, owned=REPORT_FILES, what="report") as tmp:
         fig_dir = tmp / "figures"
         fig_dir.mkdir()
-        figures = generic_figures(results, fig_dir) + scenario_figures(analysis, fig_dir)
+        figures = generic_figures(_mathtext_safe(results), fig_dir) + scenario_figures(
+            analysis, fig_dir
+        )
         blocks = build_blocks(results, analysis, figures)
         (tmp / "report.md").write_text(to_markdown(blocks))
         (tmp / "report.html").write_text(to_html(blocks, fig_dir, title=TITLE))
@@ -532,4 +567,4 @@ def _workload_summary(results: Results) -> dict[str, Any] | None:
     return {k: work.get(k) for k in keys}
 
 
-__all__ = ["REPORT_FILES", "build_report"]
+__all__ = ["REPORT_FILES", "build_report", "check_report_folder"]

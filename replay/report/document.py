@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&])")
 _MD_LINE_START = re.compile(r"^(?:([#+\-=>])|(\d+)([.)]))")
 
 
@@ -90,7 +90,8 @@ margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
 h1{border-bottom:2px solid #4c72b0;padding-bottom:.2em}
 h2{margin-top:1.8em;border-bottom:1px solid #ccc}
 table{border-collapse:collapse;margin:1em 0;font-size:.9em}
-th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}
+th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top;
+overflow-wrap:anywhere}
 th{background:#f0f3f8}
 figure{margin:1.2em 0}
 figure img{max-width:100%;border:1px solid #eee}

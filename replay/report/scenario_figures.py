@@ -246,8 +246,9 @@ def _sensitivity(study: dict[str, Any], index: int, out_dir: Path) -> FigureOut 
         label="speedup (×)",
     )
     ax.set_xlabel(key)
-    ax.set_ylabel(f"{study['system']} speedup over {study['baseline']} (×)")
-    if max(xs_sorted) > 20 * max(min(xs_sorted), 1e-300):
+    system, baseline = (str(study[k]).replace("$", r"\$") for k in ("system", "baseline"))
+    ax.set_ylabel(f"{system} speedup over {baseline} (×)")
+    if min(xs_sorted) > 0 and max(xs_sorted) > 20 * min(xs_sorted):
         ax.set_xscale("log")
     ax2 = ax.twinx()
     ax2.plot(
@@ -262,7 +263,7 @@ def _sensitivity(study: dict[str, Any], index: int, out_dir: Path) -> FigureOut 
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="best")
-    ax.set_title(f"Sensitivity: {study['system']} vs {study['baseline']} as {key} changes")
+    ax.set_title(f"Sensitivity: {system} vs {baseline} as {key} changes")
     name = f"sensitivity_{index}.png"
     save(fig, out_dir / name)
     speeds = [p["speedup"] for p in points]
