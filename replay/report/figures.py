@@ -81,6 +81,7 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, PercentFormatter
 
+from replay.report.analysis import TERMS, time_terms
 from replay.report.load import Results, RunData, SweepData
 
 SECTIONS = ("workload", "hierarchy", "time", "energy", "checkpoints", "failures", "sweeps")
@@ -861,18 +862,10 @@ def _mrc(
 
 
 def time_parts(run: RunData) -> list[float]:
-    """Mean seconds per batch of each `TIME_PARTS` component (column sums / batches)."""
-    frame = run.batches
-    batches = max(frame.height, 1)
-    compute = _col_sum(frame, "time_compute_s")
-    exposed = _col_sum(frame, "time_embedding_exposed_s")
-    raw = min(_col_sum(frame, "time_raw_stall_s"), exposed)
-    link_total = sum(_col_sum(frame, f"{link}_time_s") for link in _names(run, "links"))
-    link = max(0.0, min(link_total, exposed - raw))
-    memory = max(0.0, exposed - raw - link)
-    checkpoint = _col_sum(frame, "time_checkpoint_s")
-    other = _col_sum(frame, "time_other_s")
-    return [v / batches for v in (compute, memory, link, raw, checkpoint, other)]
+    """Mean seconds per batch of each `TIME_PARTS` component, over all batches (the
+    split is `replay.report.analysis.time_terms`'s)."""
+    terms = time_terms(run, steady=False)
+    return [terms[term] for term in TERMS]
 
 
 def energy_parts(run: RunData) -> list[float]:

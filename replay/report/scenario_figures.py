@@ -20,25 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from replay.report.analysis import PAPER, TERM_PHRASES, TERMS
-from replay.report.figures import FigureOut, new_figure, save
+from replay.report.analysis import PAPER, TERMS
+from replay.report.figures import TIME_PARTS, FigureOut, new_figure, save
 
-TERM_COLORS = {
-    "compute": "#4c72b0",
-    "memory": "#dd8452",
-    "link": "#55a868",
-    "raw_stall": "#c44e52",
-    "checkpoint": "#8172b3",
-    "other": "#937860",
-}
-TERM_LABELS = {
-    "compute": "dense compute",
-    "memory": "memory access",
-    "link": "link transfers (copies, syncs)",
-    "raw_stall": "read-after-write stall",
-    "checkpoint": "checkpoint / logging stall",
-    "other": "other",
-}
+# the component colours and names of every time figure (TERMS order)
+TERM_COLORS = dict(zip(TERMS, (color for _, color in TIME_PARTS), strict=True))
+TERM_LABELS = dict(zip(TERMS, (label for label, _ in TIME_PARTS), strict=True))
 
 
 def _ladder_time(lad: dict[str, Any], out_dir: Path) -> FigureOut:
@@ -293,4 +280,4 @@ def scenario_figures(analysis: dict[str, Any], out_dir: Path) -> list[FigureOut]
     return [f for f in figures if f is not None]
 
 
-__all__ = ["TERM_COLORS", "TERM_LABELS", "TERM_PHRASES", "scenario_figures"]
+__all__ = ["TERM_COLORS", "TERM_LABELS", "scenario_figures"]
