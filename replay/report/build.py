@@ -116,9 +116,7 @@ def _compare_table(runs: tuple[RunData, ...]) -> Table:
     )
 
 
-def _hierarchy_blocks(
-    results: Results, analysis: dict[str, Any], figures: list[FigureOut]
-) -> list[Block]:
+def _hierarchy_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> list[Block]:
     blocks: list[Block] = [Heading("Memory hierarchy")]
     caches = analysis.get("caches")
     if caches:
@@ -236,9 +234,7 @@ def _ladder_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> list[B
     return blocks
 
 
-def _checkpoint_blocks(
-    results: Results, analysis: dict[str, Any], figures: list[FigureOut]
-) -> list[Block]:
+def _checkpoint_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> list[Block]:
     blocks: list[Block] = [Heading("Checkpoints")]
     fp = analysis.get("fastpersist")
     if fp and fp.get("max_speedup") is not None:
@@ -446,10 +442,10 @@ def build_blocks(
         ),
     ]
     blocks += _workload_blocks(results, figures)
-    blocks += _hierarchy_blocks(results, analysis, figures)
+    blocks += _hierarchy_blocks(analysis, figures)
     blocks += _time_blocks(results, figures)
     blocks += _ladder_blocks(analysis, figures)
-    blocks += _checkpoint_blocks(results, analysis, figures)
+    blocks += _checkpoint_blocks(analysis, figures)
     blocks += _failure_blocks(results, figures)
     energy = _images(figures, "energy")
     if energy:
