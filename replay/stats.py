@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numba import njit
@@ -52,6 +52,9 @@ from replay._malloc import state_array
 from replay._threads import read_ahead
 from replay.errors import TraceError
 from replay.trace.reader import Trace, open_trace
+
+if TYPE_CHECKING:
+    from replay.workload.onthefly import GeneratedTrace
 
 DEFAULT_CURVE_POINTS = 64
 DEFAULT_MIN_LOOKUPS = 1 << 20
@@ -578,7 +581,7 @@ def inspect_arrays(
 
 
 def inspect_trace(
-    trace_or_path: Trace | str | Path,
+    trace_or_path: Trace | GeneratedTrace | str | Path,
     *,
     curve_points: int = DEFAULT_CURVE_POINTS,
     min_lookups: int = DEFAULT_MIN_LOOKUPS,
@@ -589,7 +592,9 @@ def inspect_trace(
     out of range. `min_lookups` is the chunk size read at a time (results do not depend
     on it). The result also holds `trace` (the folder) and `updates` (update rows).
     """
-    trace = trace_or_path if isinstance(trace_or_path, Trace) else open_trace(trace_or_path)
+    trace = (
+        open_trace(trace_or_path) if isinstance(trace_or_path, str | Path) else trace_or_path
+    )
     inspector = _Inspector(
         trace.table_rows,
         trace.num_batches,

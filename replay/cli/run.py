@@ -9,20 +9,34 @@ from typing import Annotated, Any
 import typer
 
 from replay.cli.app import app, show_progress
+from replay.cli.source import (
+    AlphaOption,
+    BatchesOption,
+    BatchSizeOption,
+    DriftOption,
+    ReuseOption,
+    SeedOption,
+    TraceArgument,
+    WorkloadOption,
+    inspect_default,
+    resolve_source,
+)
 
 InspectOption = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         "--inspect/--no-inspect",
         help="Also write workload.json, the trace's statistics for `replay report` "
-        "(one more pass over the trace).",
+        "(one more pass over the trace; default: on for a TRACE, off for --workload).",
+        show_default=False,
     ),
 ]
 
 
 @app.command("run")
 def run_command(
-    trace: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace folder.")],
+    trace: TraceArgument = None,
+    *,
     system: Annotated[str, typer.Option("--system", "-s", help="System preset name or TOML file.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder to write.")],
     overrides: Annotated[
@@ -37,19 +51,31 @@ def run_command(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print summary.json instead of a table.")
     ] = False,
-    inspect: InspectOption = True,
+    inspect: InspectOption = None,
+    workload: WorkloadOption = None,
+    batches: BatchesOption = None,
+    batch_size: BatchSizeOption = None,
+    seed: SeedOption = None,
+    alpha: AlphaOption = None,
+    drift: DriftOption = None,
+    reuse: ReuseOption = None,
 ) -> None:
-    """Replay a trace on a system: per-batch hits, traffic, time and energy into DIR."""
+    """Replay a trace (or a workload generated on the fly) on a system: per-batch hits,
+    traffic, time and energy into DIR."""
     from replay.engine.replay import replay_trace
     from replay.results import check_output_folder, write_run
     from replay.stats import inspect_trace
     from replay.system.spec import resolve_system_with_origin
-    from replay.trace.reader import open_trace
+    from replay.source import open_source
 
+    ref = resolve_source(
+        trace, workload, batches=batches, batch_size=batch_size, seed=seed,
+        alpha=alpha, drift=drift, reuse=reuse,
+    )  # fmt: skip
     sets = list(overrides or [])
     spec, origin = resolve_system_with_origin(system, sets)
     check_output_folder(out, force=force)
-    opened = open_trace(trace)
+    opened = open_source(ref)
     if show_progress():
         from rich.progress import Progress
 
@@ -60,8 +86,8 @@ def run_command(
             )
     else:
         result = replay_trace(opened, spec)
-    workload = inspect_trace(opened) if inspect else None
-    write_run(out, result, overrides=sets, origin=origin, force=force, workload=workload)
+    stats = inspect_trace(opened) if inspect_default(ref, inspect) else None
+    write_run(out, result, overrides=sets, origin=origin, force=force, workload=stats)
     if json_output:
         typer.echo(json.dumps({"system": spec.name, **result.summary}, indent=2))
     else:

@@ -26,7 +26,8 @@ from replay.errors import ConfigError
 from replay.policies import POLICIES
 from replay.policies.base import NUM_COUNTERS, Policy, PolicyContext, capacity_units
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
-from replay.trace.reader import Trace
+from replay.source import Source
+from replay.workload.onthefly import GeneratedTrace
 
 
 @dataclass(frozen=True)
@@ -40,12 +41,34 @@ class RunResult:
     meta: dict[str, Any]  # meta.json
 
 
-def trace_digest(trace: Trace) -> str:
-    """SHA-256 of the trace's manifest (which holds every data file's SHA-256)."""
+def trace_digest(trace: Source) -> str:
+    """SHA-256 of the trace's manifest (which holds every data file's SHA-256); for an
+    on-the-fly workload, of the spec's canonical JSON."""
+    if isinstance(trace, GeneratedTrace):
+        return trace.digest()
     return hashlib.sha256((trace.path / "manifest.json").read_bytes()).hexdigest()
 
 
-def workload_shape(trace: Trace, system: SystemSpec) -> Shape:
+def trace_meta(trace: Source, lookups: int) -> dict[str, Any]:
+    """meta.json's `trace`: what was replayed."""
+    workload = trace.workload
+    meta: dict[str, Any] = {"path": str(trace.path)}
+    if isinstance(trace, GeneratedTrace):
+        meta["on_the_fly"] = True
+        meta["workload_sha256"] = trace.digest()
+    else:
+        meta["manifest_sha256"] = trace_digest(trace)
+    meta.update(
+        format_version=trace.manifest.get("format_version"),
+        workload=workload.get("name"),
+        seed=workload.get("seed"),
+        batches=trace.num_batches,
+        lookups=lookups,
+    )
+    return meta
+
+
+def workload_shape(trace: Source, system: SystemSpec) -> Shape:
     workload = trace.workload
     dim = system.model.embedding_dim or int(workload.get("embedding_dim", 0))
     if dim <= 0:
@@ -57,7 +80,7 @@ def workload_shape(trace: Trace, system: SystemSpec) -> Shape:
     )
 
 
-def make_policy(system: SystemSpec, trace: Trace, shape: Shape) -> Policy:
+def make_policy(system: SystemSpec, trace: Source, shape: Shape) -> Policy:
     cls = POLICIES[system.policy.name]
     dim = shape.embedding_dim
     state = BYTES_PER_VALUE * dim + optimizer_bytes_per_row(system.model.optimizer, dim)
@@ -77,7 +100,7 @@ def make_policy(system: SystemSpec, trace: Trace, shape: Shape) -> Policy:
     return cls(system.policy, ctx)
 
 
-def make_strategy(system: SystemSpec, trace: Trace, shape: Shape) -> CheckpointStrategy:
+def make_strategy(system: SystemSpec, trace: Source, shape: Shape) -> CheckpointStrategy:
     dim = shape.embedding_dim
     rows = np.asarray(trace.table_rows, dtype=np.int64)
     ctx = CheckpointContext(
@@ -94,7 +117,7 @@ def make_strategy(system: SystemSpec, trace: Trace, shape: Shape) -> CheckpointS
 
 
 def replay_trace(
-    trace: Trace,
+    trace: Source,
     system: SystemSpec,
     *,
     on_progress: Callable[[int, int], None] | None = None,
@@ -176,17 +199,8 @@ def replay_trace(
     account_s = time.perf_counter() - account_start
     total_s = time.perf_counter() - started
     total_lookups = int(lookups.sum())
-    workload = trace.workload
     meta = {
-        "trace": {
-            "path": str(trace.path),
-            "manifest_sha256": trace_digest(trace),
-            "format_version": trace.manifest.get("format_version"),
-            "workload": workload.get("name"),
-            "seed": workload.get("seed"),
-            "batches": nb,
-            "lookups": total_lookups,
-        },
+        "trace": trace_meta(trace, total_lookups),
         "system": system.name,
         "policy_state_bytes_per_key": type(policy).state_bytes_per_key,
         "timings": {
@@ -246,6 +260,8 @@ __all__ = [
     "make_policy",
     "make_strategy",
     "replay_trace",
+    "Source",
     "trace_digest",
+    "trace_meta",
     "workload_shape",
 ]

@@ -72,6 +72,43 @@ def distinct_bitmap(total_keys: int) -> np.ndarray:
     return np.zeros((total_keys + 63) // 64, dtype=np.uint64)
 
 
+def build_range(
+    lo: int,
+    hi: int,
+    offsets: np.ndarray,
+    batch: np.ndarray,
+    table: np.ndarray | None,
+    row: np.ndarray | None,
+    update_batch: np.ndarray | None,
+    update_table: np.ndarray | None,
+    update_row: np.ndarray | None,
+    seen: np.ndarray | None,
+) -> BatchRange:
+    """The `BatchRange` of batches [lo, hi) from its lookup and update columns.
+
+    `table`/`row` None means no lookups; `update_*` None means no update rows asked for;
+    `seen` (a zeroed `distinct_bitmap`, left zeroed) asks for the distinct counts.
+    """
+    empty = np.empty(0, dtype=key_dtype(int(offsets[-1])))
+    bounds = batch_bounds(batch, lo, hi)
+    distinct = None
+    if table is None or row is None:
+        keys = empty
+        if seen is not None:
+            distinct = np.zeros(hi - lo, dtype=np.int64)
+    else:
+        keys = flat_keys(table, row, offsets)
+        if seen is not None:
+            distinct = np.zeros(hi - lo, dtype=np.int64)
+            distinct_kernel(keys, bounds, seen, distinct)
+    if update_batch is not None and update_table is not None and update_row is not None:
+        ukeys = flat_keys(update_table, update_row, offsets)
+        ubounds = batch_bounds(update_batch, lo, hi)
+    else:
+        ukeys, ubounds = empty, np.zeros(hi - lo + 1, dtype=np.int64)
+    return BatchRange(lo, hi, keys, bounds, ukeys, ubounds, distinct)
+
+
 class _UpdateCursor:
     """Update rows of consecutive batch ranges, from one streaming pass over the files."""
 
@@ -119,29 +156,18 @@ def _ranges(
     offsets = table_offsets(trace.table_rows)
     seen = distinct_bitmap(int(offsets[-1]) if with_distinct else 0)
     updates = _UpdateCursor(trace, start, stop, max(1, min_lookups // 2)) if with_updates else None
-    empty = np.empty(0, dtype=key_dtype(int(offsets[-1])))
 
     def make(
         lo: int, hi: int, batch: np.ndarray, table: np.ndarray | None, row: np.ndarray | None
     ) -> BatchRange:
-        bounds = batch_bounds(batch, lo, hi)
-        distinct = None
-        if table is None or row is None:
-            keys = empty
-            if with_distinct:
-                distinct = np.zeros(hi - lo, dtype=np.int64)
-        else:
-            keys = flat_keys(table, row, offsets)
-            if with_distinct:
-                distinct = np.zeros(hi - lo, dtype=np.int64)
-                distinct_kernel(keys, bounds, seen, distinct)
         if updates is not None:
             ubatch, utable, urow = updates.take(hi)
-            ukeys = flat_keys(utable, urow, offsets)
-            ubounds = batch_bounds(ubatch, lo, hi)
         else:
-            ukeys, ubounds = empty, np.zeros(hi - lo + 1, dtype=np.int64)
-        return BatchRange(lo, hi, keys, bounds, ukeys, ubounds, distinct)
+            ubatch = utable = urow = None
+        return build_range(
+            lo, hi, offsets, batch, table, row, ubatch, utable, urow,
+            seen if with_distinct else None,
+        )  # fmt: skip
 
     cursor = start
     # decode on this thread only: the caller's kernels use the other core
@@ -169,6 +195,10 @@ def iter_batch_ranges(
     Errors raised while reading (a corrupt file) are re-raised in the caller's thread.
     """
     stop = trace.num_batches if stop is None else min(stop, trace.num_batches)
+    generated = getattr(trace, "generated_ranges", None)
+    if generated is not None:  # an on-the-fly workload makes its ranges in its own threads
+        yield from generated(start, stop, with_updates=with_updates, with_distinct=with_distinct)
+        return
     ranges = _ranges(trace, start, stop, min_lookups, with_updates, with_distinct)
     if read_ahead <= 0:
         yield from ranges

@@ -1,0 +1,93 @@
+"""The options that choose what a command replays: a TRACE folder or `--workload`.
+
+`run`, `mrc`, `compare` and `sweep` take either a trace folder or `--workload
+PRESET_OR_SPEC` with `replay generate`'s shape overrides, in which case the batches are
+generated in memory as they are replayed (`replay.workload.onthefly`), with results
+identical to generating the trace first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from replay.errors import ConfigError
+from replay.source import SourceRef
+
+_PANEL = "On-the-fly workload (instead of TRACE)"
+
+TraceArgument = Annotated[
+    Path | None,
+    typer.Argument(metavar="[TRACE]", help="Trace folder (or give --workload)."),
+]
+WorkloadOption = Annotated[
+    str | None,
+    typer.Option(
+        "--workload",
+        metavar="PRESET_OR_SPEC",
+        help="Generate this workload preset or TOML spec in memory instead of reading a "
+        "trace (same results as `replay generate` then TRACE).",
+        rich_help_panel=_PANEL,
+    ),
+]
+BatchesOption = Annotated[
+    int | None, typer.Option(help="Number of batches.", rich_help_panel=_PANEL)
+]
+BatchSizeOption = Annotated[
+    int | None, typer.Option(help="Samples per batch.", rich_help_panel=_PANEL)
+]
+SeedOption = Annotated[int | None, typer.Option(help="Random seed.", rich_help_panel=_PANEL)]
+AlphaOption = Annotated[
+    float | None,
+    typer.Option(help="Power-law exponent for every table.", rich_help_panel=_PANEL),
+]
+DriftOption = Annotated[
+    float | None,
+    typer.Option(help="Popularity drift for every table (0 = off).", rich_help_panel=_PANEL),
+]
+ReuseOption = Annotated[
+    float | None,
+    typer.Option(help="Probability of repeating a recent lookup (0 = off).", rich_help_panel=_PANEL),
+]
+
+
+def resolve_source(
+    trace: Path | None,
+    workload: str | None,
+    *,
+    batches: int | None = None,
+    batch_size: int | None = None,
+    seed: int | None = None,
+    alpha: float | None = None,
+    drift: float | None = None,
+    reuse: float | None = None,
+) -> SourceRef:
+    """A trace folder path, or the workload spec with its overrides (validated)."""
+    overrides = {
+        "--batches": batches, "--batch-size": batch_size, "--seed": seed,
+        "--alpha": alpha, "--drift": drift, "--reuse": reuse,
+    }  # fmt: skip
+    if workload is None:
+        if trace is None:
+            raise ConfigError("give a TRACE folder or --workload PRESET_OR_SPEC")
+        given = [name for name, value in overrides.items() if value is not None]
+        if given:
+            raise ConfigError(f"{given[0]} applies only with --workload (a trace is fixed)")
+        return str(trace)
+    if trace is not None:
+        raise ConfigError("give a TRACE folder or --workload, not both")
+    from replay.workload.generator import resolve_workload
+
+    return resolve_workload(workload).with_overrides(
+        batches=batches, batch_size=batch_size, seed=seed, alpha=alpha, drift=drift, reuse=reuse
+    )
+
+
+def inspect_default(ref: SourceRef, inspect: bool | None) -> bool:
+    """workload.json by default for a trace; for an on-the-fly workload only when asked,
+    since it costs another generation pass and 8 bytes per row of the model."""
+    if inspect is not None:
+        return inspect
+    return isinstance(ref, str)

@@ -1,0 +1,255 @@
+"""On-the-fly workloads: a workload spec read like a trace folder, generated as it is read.
+
+`GeneratedTrace(spec)` offers what the engine, `replay mrc` and the statistics read from
+a `replay.trace.reader.Trace` (shape, `iter_lookups`, `iter_updates`, the replay
+stream's batch ranges) without writing anything: each row group of the layout that
+`replay generate` would write (`plan_files`) is sampled in memory when it is read.
+Because every draw is a pure function of (spec, seed, batch, table, position) and row
+groups hold whole gradient-accumulation windows, the lookups and update rows are exactly
+those of the generated trace, so a replay gives the same results (tests check it).
+
+Threads: row groups are made by a pool of `threads` threads (numba kernels that release
+the GIL), in order, up to `threads + AHEAD` row groups ahead of the consumer. For the
+replay stream a task also makes the flat keys, batch bounds and distinct counts (with a
+per-thread bitmap), so the caller's thread only runs the policy.
+
+Memory: the row groups in flight (about 1 M lookups each, ~40 MB with their keys and
+update rows) plus one bitmap of 1 bit per row per thread; never the number of batches.
+An oracle policy (`hot` without warm-up, `belady`, `chunk` with furthest-next-use)
+generates the workload twice: once for its pass over the future, once to replay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from replay.engine.keys import table_offsets
+from replay.trace.format import FORMAT_VERSION
+from replay.trace.reader import LookupChunk, UpdateChunk
+from replay.workload.generator import CompiledWorkload, plan_files
+from replay.workload.spec import WorkloadSpec
+
+if TYPE_CHECKING:
+    from replay.engine.stream import BatchRange
+
+AHEAD = 2  # row groups made beyond one per thread, so no thread waits on the consumer
+Item = TypeVar("Item")
+
+
+class GeneratedTrace:
+    """A workload spec, read as a trace whose batches are generated when read."""
+
+    def __init__(self, spec: WorkloadSpec, *, threads: int | None = None) -> None:
+        if threads is None:
+            threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        self.spec = spec
+        self.threads = max(1, int(threads))
+        self.compiled = CompiledWorkload.from_spec(spec)
+        self.layout, tasks = plan_files(spec)
+        self.row_groups: list[tuple[int, int]] = [g for t in tasks for g in t.row_groups]
+        self.manifest: dict[str, Any] = {
+            "format_version": FORMAT_VERSION,
+            "created_by": "on-the-fly",
+            "batches": spec.batches,
+            "batch_size": spec.batch_size,
+            "lookups": spec.lookups,
+            "row_dtype": self.compiled.row_dtype.name,
+            "tables": [{"name": t.name, "rows": t.rows} for t in spec.tables],
+            "layout": self.layout,
+            "workload": spec.to_dict(),
+        }
+
+    # -- description (as `Trace`) ---------------------------------------------------------
+    @property
+    def path(self) -> Path:
+        """A label in place of a folder (nothing is written): `workload:NAME`."""
+        return Path(f"workload:{self.spec.name}")
+
+    @property
+    def num_batches(self) -> int:
+        return self.spec.batches
+
+    @property
+    def num_lookups(self) -> int:
+        return self.spec.lookups
+
+    @cached_property
+    def num_updates(self) -> int:
+        """Update rows: counted by generating the workload once (only oracles ask)."""
+        return sum(len(u) for _, u in self._chunks(0, self.num_batches, updates=True) if u)
+
+    @property
+    def table_names(self) -> list[str]:
+        return [t.name for t in self.spec.tables]
+
+    @cached_property
+    def table_rows(self) -> np.ndarray:
+        return np.array([t.rows for t in self.spec.tables], dtype=np.int64)
+
+    @property
+    def row_dtype(self) -> np.dtype:
+        return self.compiled.row_dtype
+
+    @property
+    def workload(self) -> dict[str, Any]:
+        return self.manifest["workload"]
+
+    def digest(self) -> str:
+        """SHA-256 of the spec's canonical JSON: what identifies the generated batches."""
+        text = json.dumps(self.workload, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def __repr__(self) -> str:
+        return (
+            f"GeneratedTrace({self.spec.name!r}, batches={self.num_batches}, "
+            f"lookups={self.num_lookups}, tables={len(self.spec.tables)})"
+        )
+
+    # -- streaming ------------------------------------------------------------------------
+    def _groups(self, start: int, stop: int) -> list[tuple[int, int]]:
+        return [(g0, g1) for g0, g1 in self.row_groups if g1 > start and g0 < stop]
+
+    def _ordered(self, work: Callable[[int, int], Item], start: int, stop: int) -> Iterator[Item]:
+        """work(g0, g1) of every row group meeting [start, stop), in order, in the pool."""
+        groups = self._groups(start, stop)
+        if self.threads == 1:
+            for g0, g1 in groups:
+                yield work(g0, g1)
+            return
+        with ThreadPoolExecutor(self.threads, thread_name_prefix="on-the-fly") as pool:
+            pending: deque[Future[Item]] = deque()
+            try:
+                for g0, g1 in groups:
+                    pending.append(pool.submit(work, g0, g1))
+                    if len(pending) >= self.threads + AHEAD:
+                        yield pending.popleft().result()
+                while pending:
+                    yield pending.popleft().result()
+            finally:
+                for future in pending:
+                    future.cancel()
+
+    def _make(
+        self, g0: int, g1: int, start: int, stop: int, updates: bool
+    ) -> tuple[LookupChunk, UpdateChunk | None]:
+        """Lookups (and update rows) of row group [g0, g1), cut to [start, stop)."""
+        c = self.compiled
+        batch, table, row = c.lookups(g0, g1)
+        lookups = LookupChunk(g0, g1, batch, table, row)
+        chunk = UpdateChunk(g0, g1, *c.updates(batch, table, row, g0, g1)) if updates else None
+        lo, hi = max(g0, start), min(g1, stop)
+        if (lo, hi) != (g0, g1):
+            lookups = _cut(lookups, lo, hi)
+            chunk = None if chunk is None else _cut(chunk, lo, hi)
+        return lookups, chunk
+
+    def _chunks(
+        self, start: int, stop: int, *, updates: bool
+    ) -> Iterator[tuple[LookupChunk, UpdateChunk | None]]:
+        yield from self._ordered(lambda g0, g1: self._make(g0, g1, start, stop, updates), start, stop)
+
+    def iter_lookups(
+        self,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        min_lookups: int = 1,
+        use_threads: bool = True,
+    ) -> Iterator[LookupChunk]:
+        """Lookups of batches [start, stop), one row group (~1 M lookups) per chunk.
+
+        `min_lookups` and `use_threads` are accepted for `Trace`'s signature; chunks
+        always hold whole batches, which is all a caller relies on.
+        """
+        stop = self.num_batches if stop is None else min(stop, self.num_batches)
+        for lookups, _ in self._chunks(start, stop, updates=False):
+            if len(lookups):
+                yield lookups
+
+    def iter_updates(
+        self,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        min_rows: int = 1,
+        use_threads: bool = True,
+        with_count: bool = True,
+    ) -> Iterator[UpdateChunk]:
+        """Update rows of batches [start, stop), one row group per chunk."""
+        stop = self.num_batches if stop is None else min(stop, self.num_batches)
+        for _, chunk in self._chunks(start, stop, updates=True):
+            if chunk is not None and len(chunk):
+                yield chunk
+
+    def generated_ranges(
+        self, start: int, stop: int, *, with_updates: bool, with_distinct: bool
+    ) -> Iterator[BatchRange]:
+        """The replay stream's `BatchRange`s of [start, stop), one per row group."""
+        from replay.engine.stream import build_range, distinct_bitmap
+
+        offsets = table_offsets(self.table_rows)
+        local = threading.local()
+
+        def work(g0: int, g1: int) -> BatchRange:
+            lookups, chunk = self._make(g0, g1, start, stop, with_updates)
+            seen = None
+            if with_distinct:
+                seen = getattr(local, "seen", None)
+                if seen is None:
+                    seen = local.seen = distinct_bitmap(int(offsets[-1]))
+            return build_range(
+                lookups.batch_start, lookups.batch_stop, offsets,
+                lookups.batch, lookups.table, lookups.row,
+                None if chunk is None else chunk.batch,
+                None if chunk is None else chunk.table,
+                None if chunk is None else chunk.row,
+                seen,
+            )  # fmt: skip
+
+        yield from self._ordered(work, start, stop)
+
+
+def _cut(chunk: Any, lo: int, hi: int) -> Any:
+    """The rows of a Lookup/UpdateChunk whose batch is in [lo, hi)."""
+    edges = np.searchsorted(chunk.batch, np.array([lo, hi], dtype=chunk.batch.dtype))
+    a, b = int(edges[0]), int(edges[1])
+    fields = {
+        name: getattr(chunk, name)[a:b]
+        for name in ("batch", "table", "row", "count")
+        if hasattr(chunk, name)
+    }
+    return type(chunk)(lo, hi, **fields)
+
+
+def open_workload(
+    workload: WorkloadSpec | str | Path,
+    *,
+    batches: int | None = None,
+    batch_size: int | None = None,
+    seed: int | None = None,
+    alpha: float | None = None,
+    drift: float | None = None,
+    reuse: float | None = None,
+    threads: int | None = None,
+) -> GeneratedTrace:
+    """A preset name, TOML spec path or spec, with `replay generate`'s overrides."""
+    from replay.workload.generator import resolve_workload
+
+    spec = resolve_workload(workload).with_overrides(
+        batches=batches, batch_size=batch_size, seed=seed, alpha=alpha, drift=drift, reuse=reuse
+    )
+    return GeneratedTrace(spec, threads=threads)
+
+
+__all__ = ["GeneratedTrace", "open_workload"]
