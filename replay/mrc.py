@@ -91,13 +91,14 @@ slow, obviously correct versions the tests compare with.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -112,7 +113,12 @@ from replay.engine.keys import table_offsets
 from replay.errors import ConfigError, TraceError
 from replay.trace.format import LOOKUPS_DIR
 from replay.trace.reader import Trace, open_trace
+from replay.workload.onthefly import GeneratedTrace
 from replay.workload.sampler import mix64
+from replay.workload.spec import WorkloadSpec
+
+if TYPE_CHECKING:
+    from replay.source import Source, SourceRef
 
 SHARDS_MODULUS = 1 << 24  # P: the hash is compared modulo 2^24
 SHARDS_SALT = 0x5A17ED5EED0F0A11  # fixed, so the same trace gives the same sample
@@ -120,6 +126,7 @@ SUBSAMPLES = 8  # K hash-disjoint groups for the error estimate (a power of 2)
 ERROR_T_QUANTILE = 2.365  # Student t, K - 1 = 7 degrees of freedom, two-sided 95%
 DEFAULT_CURVE_POINTS = 64
 DEFAULT_MIN_WINDOW = 1 << 16  # smallest position window (positions between compactions)
+DEFAULT_TASK_LOOKUPS = 1 << 23  # lookups per map task of a spread sampled curve
 _HIST_MIN = 1024
 _FIB = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing for the sampled-key map
 
@@ -744,11 +751,14 @@ class ShardsSampler:
         self._take(len(row), n)
 
     def _take(self, requests: int, n: int) -> None:
+        self.feed_sampled(requests, self._buf_keys[:n], self._buf_group[:n])
+
+    def feed_sampled(self, requests: int, sampled: np.ndarray, group: np.ndarray) -> None:
+        """Fold in the output of `shards_sample_columns` for `requests` requests (in trace
+        order): how a sample filtered elsewhere (a worker) joins the kernels."""
         self.requests += requests
-        sampled = self._buf_keys[:n]
         self.full.feed(sampled)
-        if self.groups and n:
-            group = self._buf_group[:n]
+        if self.groups and len(sampled):
             order = np.argsort(group, kind="stable")  # keeps trace order inside a group
             ends = np.cumsum(np.bincount(group, minlength=len(self.groups)))
             ordered = sampled[order]
@@ -992,6 +1002,150 @@ def mrc_trace(
     sampler = ShardsSampler(total, sample_rate)
     for table, row in read_ahead(_lookup_columns(opened)):
         sampler.feed_columns(table, row, offsets, rows, where=str(opened.path))
+    return _sampled_result(sampler, chosen)
+
+
+def shards_sample_columns(
+    table: np.ndarray,
+    row: np.ndarray,
+    offsets: np.ndarray,
+    rows: np.ndarray,
+    threshold: int,
+    *,
+    salt: int = SHARDS_SALT,
+    where: str = "lookups",
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """(requests, sampled keys, their groups) of one chunk of lookup columns: the SHARDS
+    filter on its own, for work spread over threads or workers (`ShardsSampler.feed_sampled`
+    folds the results in, in trace order)."""
+    keys = np.empty(len(row), dtype=np.int64)
+    group = np.empty(len(row), dtype=np.uint8)
+    n, bad = _shards_filter_columns(
+        table, row, offsets, rows, threshold, np.uint64(salt), keys, group
+    )
+    if bad:
+        raise bad_lookup_error(where, 0, table, row, rows)
+    return len(row), keys[:n].copy(), group[:n].copy()
+
+
+def _row_space(source: Source) -> tuple[np.ndarray, np.ndarray, int]:
+    """(rows, offsets without the total, total rows) as the kernels take them."""
+    rows = source.table_rows.astype(np.int64)
+    return rows, table_offsets(rows)[:-1], int(rows.sum())
+
+
+_OPENED: dict[str, Source] = {}
+
+
+def _open_cached(ref: SourceRef) -> Source:
+    """A worker process's opened source, kept for its later tasks (a Dask worker runs
+    many tasks of one curve; building a workload's sampler tables costs ~0.3 s)."""
+    from replay.source import open_source
+
+    key = json.dumps(ref.to_dict(), sort_keys=True) if isinstance(ref, WorkloadSpec) else ref
+    if key not in _OPENED:
+        _OPENED.clear()
+        _OPENED[key] = open_source(ref, threads=1)
+    return _OPENED[key]
+
+
+def shards_map(
+    ref: SourceRef, batch_start: int, batch_stop: int, threshold: int
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """The SHARDS sample of batches [batch_start, batch_stop) of a source (a map task)."""
+    source = _open_cached(ref)
+    rows, offsets, _ = _row_space(source)
+    where = f"{source.path} batches [{batch_start}, {batch_stop})"
+    requests, keys, groups = 0, [], []
+    for chunk in source.iter_lookups(batch_start, batch_stop):
+        n, k, g = shards_sample_columns(
+            chunk.table, chunk.row, offsets, rows, threshold, where=where
+        )
+        requests += n
+        keys.append(k)
+        groups.append(g)
+    if not keys:
+        return 0, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.uint8)
+    return requests, np.concatenate(keys), np.concatenate(groups)
+
+
+def task_ranges(source: Source, task_lookups: int = DEFAULT_TASK_LOOKUPS) -> list[tuple[int, int]]:
+    """Consecutive batch ranges of about `task_lookups` lookups covering the source, cut
+    where its data is cut (files of a trace, row groups of a workload)."""
+    if isinstance(source, GeneratedTrace):
+        cuts = [(g0, g1, (g1 - g0) * source.spec.lookups_per_batch) for g0, g1 in source.row_groups]
+    else:
+        cuts = [
+            (int(e["batch_start"]), int(e["batch_stop"]), int(e["rows"]))
+            for e in source.manifest["files"][LOOKUPS_DIR]
+        ]
+    ranges: list[tuple[int, int]] = []
+    start, size = None, 0
+    for lo, hi, n in cuts:
+        start = lo if start is None else start
+        size += n
+        if size >= task_lookups:
+            ranges.append((start, hi))
+            start, size = None, 0
+    if start is not None:
+        ranges.append((start, cuts[-1][1]))
+    return ranges
+
+
+def mrc_source(
+    ref: SourceRef,
+    sizes: Sequence[int] | np.ndarray | None = None,
+    sample_rate: float | None = None,
+    *,
+    client: Any = None,
+    threads: int | None = None,
+) -> MrcResult:
+    """The LRU miss-ratio curve of a trace folder or an on-the-fly workload.
+
+    On one machine a trace goes through `mrc_trace`; a workload is generated by
+    `threads` threads, which also make the keys (exact) or run the SHARDS filter
+    (sampled), so the caller's thread only runs the stack-distance kernels. With a Dask
+    `client` (sampled curves only) the filter is spread over the cluster by batch ranges
+    (`task_ranges`, `shards_map`) and the samples are folded in here in trace order, so
+    the curve is the single-machine one, bit for bit.
+    """
+    from replay.source import open_source
+
+    chosen = validate_options(sizes, sample_rate)
+    if client is not None and sample_rate is None:
+        raise ConfigError(
+            "the exact curve is one sequential pass; --scheduler spreads --sample-rate curves"
+        )
+    source = open_source(ref, threads=threads)
+    if client is None and not isinstance(source, GeneratedTrace):
+        return mrc_trace(source, chosen, sample_rate)
+    rows, offsets, total = _row_space(source)
+    where = str(source.path)
+    if sample_rate is None:
+        assert isinstance(source, GeneratedTrace)
+
+        def keys_of(chunk: Any) -> np.ndarray:
+            keys = np.empty(len(chunk.row), dtype=np.int64)
+            if _flat_keys_checked(chunk.table, chunk.row, offsets, rows, keys):
+                raise bad_lookup_error(where, 0, chunk.table, chunk.row, rows)
+            return keys
+
+        return mrc_keys(source.map_lookups(keys_of), total, chosen)
+    sampler = ShardsSampler(total, sample_rate)
+    threshold = sampler.threshold
+    if client is None:
+        assert isinstance(source, GeneratedTrace)
+        parts: Iterable[tuple[int, np.ndarray, np.ndarray]] = source.map_lookups(
+            lambda c: shards_sample_columns(c.table, c.row, offsets, rows, threshold, where=where)
+        )
+    else:
+        from replay.distributed import map_in_order
+
+        parts = map_in_order(
+            client, shards_map, [(ref, a, b, threshold) for a, b in task_ranges(source)]
+        )
+    for requests, keys, group in parts:
+        sampler.feed_sampled(requests, keys, group)
     return _sampled_result(sampler, chosen)
 
 

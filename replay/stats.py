@@ -592,9 +592,7 @@ def inspect_trace(
     out of range. `min_lookups` is the chunk size read at a time (results do not depend
     on it). The result also holds `trace` (the folder) and `updates` (update rows).
     """
-    trace = (
-        open_trace(trace_or_path) if isinstance(trace_or_path, str | Path) else trace_or_path
-    )
+    trace = open_trace(trace_or_path) if isinstance(trace_or_path, str | Path) else trace_or_path
     inspector = _Inspector(
         trace.table_rows,
         trace.num_batches,

@@ -29,3 +29,9 @@ def default_workers() -> int:
 def show_progress() -> bool:
     """A progress bar only on a terminal; quiet in pipes, files and CI logs."""
     return sys.stderr.isatty()
+
+
+SCHEDULER_HELP = (
+    "Run on a Dask cluster: 'local' starts one of --workers processes, an address "
+    "(tcp://host:8786) uses a running one. Needs pip install 'replay[distributed]'."
+)

@@ -14,7 +14,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from replay.cli.app import app
+from replay.cli.app import SCHEDULER_HELP, app
+from replay.cli.source import (
+    AlphaOption,
+    BatchesOption,
+    BatchSizeOption,
+    DriftOption,
+    ReuseOption,
+    SeedOption,
+    TraceArgument,
+    WorkloadOption,
+    resolve_source,
+)
 from replay.errors import ConfigError
 from replay.results import atomic_folder, check_output_folder
 
@@ -29,9 +40,7 @@ _SHOWN_POINTS = 12  # curve points in the human-readable table
 
 @app.command("mrc")
 def mrc_command(
-    trace: Annotated[
-        Path, typer.Argument(metavar="TRACE", help="Trace folder (with manifest.json).")
-    ],
+    trace: TraceArgument = None,
     sizes: Annotated[
         str | None,
         typer.Option(
@@ -58,25 +67,54 @@ def mrc_command(
     force: Annotated[
         bool, typer.Option("--force", help="Replace an earlier output folder.")
     ] = False,
+    scheduler: Annotated[
+        str | None, typer.Option("--scheduler", metavar="local|ADDRESS", help=SCHEDULER_HELP)
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="Workers of --scheduler local (default: all cores)."),
+    ] = None,
+    workload: WorkloadOption = None,
+    batches: BatchesOption = None,
+    batch_size: BatchSizeOption = None,
+    seed: SeedOption = None,
+    alpha: AlphaOption = None,
+    drift: DriftOption = None,
+    reuse: ReuseOption = None,
 ) -> None:
     """LRU miss ratio against cache size in rows, from one pass over the lookups (exact
     stack distances) or from a SHARDS sample with its expected error."""
-    from replay.mrc import mrc_trace, validate_options
-    from replay.trace.reader import open_trace
+    from replay.mrc import mrc_source, validate_options
+    from replay.source import source_document, source_label
 
+    ref = resolve_source(
+        trace, workload, batches=batches, batch_size=batch_size, seed=seed,
+        alpha=alpha, drift=drift, reuse=reuse,
+    )  # fmt: skip
     chosen = parse_sizes(sizes) if sizes is not None else None
     validate_options(chosen, sample_rate)
+    if scheduler is None and workers is not None:
+        raise ConfigError("--workers sizes a --scheduler local cluster; give --scheduler local")
+    if scheduler is not None and sample_rate is None:
+        raise ConfigError(
+            "the exact curve is one sequential pass; --scheduler spreads --sample-rate curves"
+        )
     if out is not None:
         check_target(out, force)
-    opened = open_trace(trace)
-    result = mrc_trace(opened, chosen, sample_rate)
-    document = {**result.to_json(), "trace": str(trace)}
+    if scheduler is None:
+        result = mrc_source(ref, chosen, sample_rate)
+    else:
+        from replay.distributed import dask_client
+
+        with dask_client(scheduler, workers) as client:
+            result = mrc_source(ref, chosen, sample_rate, client=client)
+    document = {**result.to_json(), **source_document(ref)}
     if out is not None:
         write_outputs(result, document, out, force)
     if json_output:
         typer.echo(json.dumps(document, indent=2))
     else:
-        print_report(result, str(trace), out)
+        print_report(result, source_label(ref), out)
 
 
 def parse_sizes(text: str) -> list[int]:

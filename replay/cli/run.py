@@ -64,9 +64,9 @@ def run_command(
     traffic, time and energy into DIR."""
     from replay.engine.replay import replay_trace
     from replay.results import check_output_folder, write_run
+    from replay.source import open_source
     from replay.stats import inspect_trace
     from replay.system.spec import resolve_system_with_origin
-    from replay.source import open_source
 
     ref = resolve_source(
         trace, workload, batches=batches, batch_size=batch_size, seed=seed,

@@ -49,7 +49,9 @@ DriftOption = Annotated[
 ]
 ReuseOption = Annotated[
     float | None,
-    typer.Option(help="Probability of repeating a recent lookup (0 = off).", rich_help_panel=_PANEL),
+    typer.Option(
+        help="Probability of repeating a recent lookup (0 = off).", rich_help_panel=_PANEL
+    ),
 ]
 
 

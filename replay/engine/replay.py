@@ -25,8 +25,8 @@ from replay.engine.stream import iter_batch_ranges
 from replay.errors import ConfigError
 from replay.policies import POLICIES
 from replay.policies.base import NUM_COUNTERS, Policy, PolicyContext, capacity_units
-from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
 from replay.source import Source
+from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
 from replay.workload.onthefly import GeneratedTrace
 
 
@@ -257,10 +257,10 @@ def _base_times(
 
 __all__ = [
     "RunResult",
+    "Source",
     "make_policy",
     "make_strategy",
     "replay_trace",
-    "Source",
     "trace_digest",
     "trace_meta",
     "workload_shape",

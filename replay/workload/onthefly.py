@@ -157,7 +157,19 @@ class GeneratedTrace:
     def _chunks(
         self, start: int, stop: int, *, updates: bool
     ) -> Iterator[tuple[LookupChunk, UpdateChunk | None]]:
-        yield from self._ordered(lambda g0, g1: self._make(g0, g1, start, stop, updates), start, stop)
+        yield from self._ordered(
+            lambda g0, g1: self._make(g0, g1, start, stop, updates), start, stop
+        )
+
+    def map_lookups(
+        self, work: Callable[[LookupChunk], Item], start: int = 0, stop: int | None = None
+    ) -> Iterator[Item]:
+        """work(lookups of one row group) for each row group of [start, stop), in order;
+        generation and `work` run together in the pool's threads (numba releases the GIL)."""
+        stop = self.num_batches if stop is None else min(stop, self.num_batches)
+        yield from self._ordered(
+            lambda g0, g1: work(self._make(g0, g1, start, stop, False)[0]), start, stop
+        )
 
     def iter_lookups(
         self,
