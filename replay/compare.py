@@ -32,6 +32,7 @@ from replay.engine.replay import RunResult, replay_trace, workload_shape
 from replay.errors import ConfigError
 from replay.policies import POLICIES
 from replay.policies.base import capacity_units
+from replay.source import SourceRef, open_source, source_document
 from replay.system.spec import (
     BYTES_PER_VALUE,
     SystemSpec,
@@ -42,7 +43,7 @@ from replay.system.spec import (
     resolve_system_with_origin,
     system_from_dict,
 )
-from replay.trace.reader import open_trace
+from replay.workload.spec import WorkloadSpec
 
 COMPARE_FILES = frozenset({"comparison.parquet", "compare.json"})
 SWEEP_FILES = frozenset({"sweep.parquet", "sweep.json"})
@@ -262,10 +263,10 @@ def _point_valid(base: dict[str, Any], keys: list[str], combo: tuple[Any, ...]) 
     return True
 
 
-def preflight(trace: Path, jobs: Sequence[RunJob]) -> None:
-    """Open the trace and check each system fits it (embedding dim, cache capacity), before
-    any worker starts; the checks a run makes again, without allocating its state."""
-    opened = open_trace(trace)
+def preflight(ref: SourceRef | Path, jobs: Sequence[RunJob]) -> None:
+    """Open the source and check each system fits it (embedding dim, cache capacity),
+    before any worker starts; the checks a run makes again, without allocating state."""
+    opened = open_source(ref)
     for job in jobs:
         spec = job.system
         dim = workload_shape(opened, spec).embedding_dim
@@ -276,12 +277,12 @@ def preflight(trace: Path, jobs: Sequence[RunJob]) -> None:
 
 
 def compare_document(
-    trace: Path | str, jobs: Sequence[RunJob], given: Sequence[str], overrides: Sequence[str]
+    trace: SourceRef | Path, jobs: Sequence[RunJob], given: Sequence[str], overrides: Sequence[str]
 ) -> dict[str, Any]:
-    """compare.json: the trace, each system (name, as given, origin) and the --set list."""
+    """compare.json: the source, each system (name, as given, origin) and the --set list."""
     return {
         "kind": "compare",
-        "trace": str(trace),
+        **source_document(trace),
         "systems": [
             {"name": job.system.name, "given": name, "origin": job.origin}
             for job, name in zip(jobs, given, strict=True)
@@ -291,17 +292,17 @@ def compare_document(
 
 
 def sweep_document(
-    trace: Path | str,
+    trace: SourceRef | Path,
     system: str,
     grid: dict[str, list[tuple[str, Any]]],
     points: Sequence[SweepPoint],
     overrides: Sequence[str],
 ) -> dict[str, Any]:
-    """sweep.json: the trace, the system, the --set list, the grid and every point."""
+    """sweep.json: the source, the system, the --set list, the grid and every point."""
     first = points[0].job
     return {
         "kind": "sweep",
-        "trace": str(trace),
+        **source_document(trace),
         "system": {"name": first.system.name, "given": system, "origin": first.origin},
         "overrides": list(overrides),
         "grid": {key: [value for _, value in values] for key, values in grid.items()},
@@ -327,8 +328,12 @@ def _start_worker(cwd: str) -> None:
     retain_freed_memory()
 
 
-def _run_one(trace: str, system: SystemSpec) -> RunResult:
-    return replay_trace(open_trace(trace), system)
+def _run_one(ref: SourceRef, system: SystemSpec, threads: int | None = None) -> RunResult:
+    return replay_trace(open_source(ref, threads=threads), system)
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
 
 
 def _pool_context() -> multiprocessing.context.BaseContext:
@@ -340,25 +345,35 @@ def _pool_context() -> multiprocessing.context.BaseContext:
 
 
 def iter_runs(
-    trace: Path, jobs: Sequence[RunJob], *, workers: int
+    trace: SourceRef | Path, jobs: Sequence[RunJob], *, workers: int, client: Any = None
 ) -> Iterator[tuple[int, RunResult]]:
     """(job index, result) for every job, as runs finish (in job order with one worker).
 
-    The first error (a `ReplayError` of a worker included) cancels the runs not started
-    and is raised here.
+    With a Dask `client` the runs go to its cluster instead of a process pool. The first
+    error (a `ReplayError` of a worker included) cancels the runs not started and is
+    raised here.
     """
+    ref: SourceRef = trace if isinstance(trace, WorkloadSpec) else str(trace)
+    if client is not None:
+        from replay.distributed import map_as_completed
+
+        # one thread per Dask worker: an on-the-fly workload is generated on it too
+        yield from map_as_completed(client, _run_one, [(ref, job.system, 1) for job in jobs])
+        return
     check_workers(workers)
     workers = min(workers, len(jobs))
     if workers <= 1:
         for index, job in enumerate(jobs):
-            yield index, _run_one(str(trace), job.system)
+            yield index, _run_one(ref, job.system)
         return
+    # each process generates an on-the-fly workload with its share of the cores
+    threads = max(1, _cores() // workers)
     pool = ProcessPoolExecutor(
         workers, mp_context=_pool_context(), initializer=_start_worker, initargs=(os.getcwd(),)
     )
     try:
         pending: dict[Future[RunResult], int] = {
-            pool.submit(_run_one, str(trace), job.system): index for index, job in enumerate(jobs)
+            pool.submit(_run_one, ref, job.system, threads): index for index, job in enumerate(jobs)
         }
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -372,15 +387,16 @@ def iter_runs(
 
 
 def run_jobs(
-    trace: Path,
+    trace: SourceRef | Path,
     jobs: Sequence[RunJob],
     *,
     workers: int,
     on_done: Callable[[int, RunResult], None] | None = None,
+    client: Any = None,
 ) -> list[RunResult]:
     """Every job's result, in job order. on_done(index, result) as each run finishes."""
     results: dict[int, RunResult] = {}
-    for index, result in iter_runs(trace, jobs, workers=workers):
+    for index, result in iter_runs(trace, jobs, workers=workers, client=client):
         results[index] = result
         if on_done is not None:
             on_done(index, result)

@@ -10,6 +10,7 @@ no DIR (and an earlier one is left as it was).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -18,12 +19,25 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from replay.cli.app import app, default_workers, show_progress
+from replay.cli.app import SCHEDULER_HELP, app, default_workers, show_progress
 from replay.cli.run import InspectOption
+from replay.cli.source import (
+    AlphaOption,
+    BatchesOption,
+    BatchSizeOption,
+    DriftOption,
+    ReuseOption,
+    SeedOption,
+    TraceArgument,
+    WorkloadOption,
+    inspect_default,
+    resolve_source,
+)
 
 if TYPE_CHECKING:
     from replay.compare import RunJob
     from replay.engine.replay import RunResult
+    from replay.source import SourceRef
 
 WHAT = "`replay compare` or `replay sweep` output"
 _MARKERS = ("compare.json", "sweep.json")
@@ -39,7 +53,15 @@ SetsOption = Annotated[
 ]
 WorkersOption = Annotated[
     int | None,
-    typer.Option("--workers", "-j", help="Runs at once, one process each (default: all cores)."),
+    typer.Option(
+        "--workers",
+        "-j",
+        help="Runs at once, one process each (default: all cores); with --scheduler local, "
+        "the cluster's workers.",
+    ),
+]
+SchedulerOption = Annotated[
+    str | None, typer.Option("--scheduler", metavar="local|ADDRESS", help=SCHEDULER_HELP)
 ]
 OutOption = Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Folder to write.")]
 ForceOption = Annotated[
@@ -49,7 +71,8 @@ ForceOption = Annotated[
 
 @app.command("compare")
 def compare_command(
-    trace: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace folder.")],
+    trace: TraceArgument = None,
+    *,
     systems: Annotated[
         str,
         typer.Option(
@@ -66,9 +89,18 @@ def compare_command(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the comparison rows as JSON.")
     ] = False,
-    inspect: InspectOption = True,
+    inspect: InspectOption = None,
+    scheduler: SchedulerOption = None,
+    workload: WorkloadOption = None,
+    batches: BatchesOption = None,
+    batch_size: BatchSizeOption = None,
+    seed: SeedOption = None,
+    alpha: AlphaOption = None,
+    drift: DriftOption = None,
+    reuse: ReuseOption = None,
 ) -> None:
-    """Replay one trace on several systems (in parallel): a run folder each and a table."""
+    """Replay one trace (or on-the-fly workload) on several systems, in parallel: a run
+    folder each and a table."""
     from replay.compare import (
         COMPARE_COLUMNS,
         COMPARE_FILES,
@@ -80,10 +112,14 @@ def compare_command(
     )
     from replay.results import write_columns, write_json
 
+    ref = resolve_source(
+        trace, workload, batches=batches, batch_size=batch_size, seed=seed,
+        alpha=alpha, drift=drift, reuse=reuse,
+    )  # fmt: skip
     sets = list(overrides or [])
     given = split_list(systems, "--systems")
     jobs = resolve_systems(given, sets)
-    document = compare_document(trace, jobs, given, sets)
+    document = compare_document(ref, jobs, given, sets)
 
     def finish(tmp: Path, metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows = comparison_rows(metrics)
@@ -92,7 +128,7 @@ def compare_command(
         return rows
 
     rows = run_and_write(
-        trace,
+        ref,
         jobs,
         out,
         own_files=COMPARE_FILES,
@@ -100,6 +136,7 @@ def compare_command(
         force=force,
         finish=finish,
         inspect=inspect,
+        scheduler=scheduler,
     )
     if json_output:
         typer.echo(json.dumps(rows, indent=2))
@@ -125,7 +162,7 @@ def owned_entries(out: Path, own_files: frozenset[str]) -> frozenset[str]:
 
 
 def run_and_write(
-    trace: Path,
+    trace: SourceRef,
     jobs: Sequence[RunJob],
     out: Path,
     *,
@@ -133,23 +170,50 @@ def run_and_write(
     workers: int | None,
     force: bool,
     finish: Callable[[Path, list[dict[str, Any]]], list[dict[str, Any]]],
-    inspect: bool = True,
+    inspect: bool | None = None,
+    scheduler: str | None = None,
 ) -> list[dict[str, Any]]:
     """Check DIR and the trace, run every job and write its run folder as it finishes;
     then `finish(tmp, metrics rows in job order)` writes the tables and returns its rows.
-    With `inspect`, the trace's statistics (computed once) go in every run folder as
-    workload.json. DIR appears, complete, at the end."""
-    from replay.compare import check_workers, iter_runs, metrics_row, preflight
-    from replay.results import atomic_folder, check_output_folder, write_run
+    With `inspect` (default: for a trace, not a workload), the trace's statistics
+    (computed once) go in every run folder as workload.json. `scheduler` runs the jobs
+    on a Dask cluster (`--workers` then sizes a local one). DIR appears, complete, at
+    the end."""
+    from replay.compare import check_workers, preflight
+    from replay.results import check_output_folder
 
     n = check_workers(default_workers() if workers is None else workers)
     check_output_folder(out, force=force, owned=owned_entries(out, own_files), what=WHAT)
     preflight(trace, jobs)
     workload = None
-    if inspect:
+    if inspect_default(trace, inspect):
+        from replay.source import open_source
         from replay.stats import inspect_trace
 
-        workload = inspect_trace(trace)
+        workload = inspect_trace(open_source(trace))
+    with contextlib.ExitStack() as stack:
+        client = None
+        if scheduler is not None:
+            from replay.distributed import dask_client
+
+            client = stack.enter_context(dask_client(scheduler, workers))
+        return _run_into(trace, jobs, out, own_files, n, force, finish, workload, client)
+
+
+def _run_into(
+    trace: SourceRef,
+    jobs: Sequence[RunJob],
+    out: Path,
+    own_files: frozenset[str],
+    n: int,
+    force: bool,
+    finish: Callable[[Path, list[dict[str, Any]]], list[dict[str, Any]]],
+    workload: dict[str, Any] | None,
+    client: Any,
+) -> list[dict[str, Any]]:
+    from replay.compare import iter_runs, metrics_row
+    from replay.results import atomic_folder, write_run
+
     metrics: dict[int, dict[str, Any]] = {}
     # the ownership is checked again inside: DIR may have changed during the runs
     owned = owned_entries(out, own_files)
@@ -166,7 +230,7 @@ def run_and_write(
             )
             metrics[index] = metrics_row(result)
 
-        runs = iter_runs(trace, jobs, workers=n)
+        runs = iter_runs(trace, jobs, workers=n, client=client)
         if show_progress():
             from rich.progress import Progress
 

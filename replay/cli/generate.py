@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from replay.cli.app import app, default_workers, show_progress
+from replay.cli.app import SCHEDULER_HELP, app, default_workers, show_progress
 from replay.errors import ConfigError
+
+if TYPE_CHECKING:
+    from replay.workload.spec import WorkloadSpec
 
 
 @app.command("generate")
@@ -30,7 +34,14 @@ def generate_command(
         typer.Option(help="Probability of repeating a recent lookup, every table (0 = off)."),
     ] = None,
     workers: Annotated[
-        int | None, typer.Option(help="Parallel workers (default: all cores).")
+        int | None,
+        typer.Option(
+            help="Parallel workers (default: all cores): threads here, or the processes of "
+            "--scheduler local."
+        ),
+    ] = None,
+    scheduler: Annotated[
+        str | None, typer.Option("--scheduler", metavar="local|ADDRESS", help=SCHEDULER_HELP)
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output.")] = False,
     resume: Annotated[
@@ -38,7 +49,6 @@ def generate_command(
     ] = False,
 ) -> None:
     """Generate an embedding access and update trace (Parquet + manifest.json)."""
-    from replay.workload.generator import generate
     from replay.workload.spec import resolve_spec
 
     if preset is None and spec is None:
@@ -47,7 +57,26 @@ def generate_command(
     resolved = base.with_overrides(
         batches=batches, batch_size=batch_size, seed=seed, alpha=alpha, drift=drift, reuse=reuse
     )
-    workers = default_workers() if workers is None else workers
+    with contextlib.ExitStack() as stack:
+        client = None
+        if scheduler is not None:
+            from replay.distributed import dask_client
+
+            client = stack.enter_context(dask_client(scheduler, workers))
+        _generate(resolved, out, workers, force, resume, client)
+
+
+def _generate(
+    resolved: WorkloadSpec,
+    out: Path,
+    workers: int | None,
+    force: bool,
+    resume: bool,
+    client: Any,
+) -> None:
+    from replay.workload.generator import generate
+
+    workers = default_workers() if workers is None or client is not None else workers
     started = time.perf_counter()
     if show_progress():
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -60,16 +89,10 @@ def generate_command(
             task = bar.add_task("generate", total=resolved.lookups)
             path = generate(
                 resolved, out, workers=workers, force=force, resume=resume,
-                progress=lambda n: bar.advance(task, n),
+                progress=lambda n: bar.advance(task, n), client=client,
             )  # fmt: skip
     else:
-        path = generate(
-            resolved,
-            out,
-            workers=workers,
-            force=force,
-            resume=resume,
-        )
+        path = generate(resolved, out, workers=workers, force=force, resume=resume, client=client)
     elapsed = time.perf_counter() - started
     typer.echo(
         f"wrote {path}: {resolved.batches:,} batches, {resolved.lookups:,} lookups "

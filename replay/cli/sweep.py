@@ -20,6 +20,7 @@ from replay.cli.app import app
 from replay.cli.compare import (
     ForceOption,
     OutOption,
+    SchedulerOption,
     SetsOption,
     WorkersOption,
     folders_text,
@@ -27,11 +28,23 @@ from replay.cli.compare import (
     run_and_write,
 )
 from replay.cli.run import InspectOption
+from replay.cli.source import (
+    AlphaOption,
+    BatchesOption,
+    BatchSizeOption,
+    DriftOption,
+    ReuseOption,
+    SeedOption,
+    TraceArgument,
+    WorkloadOption,
+    resolve_source,
+)
 
 
 @app.command("sweep")
 def sweep_command(
-    trace: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace folder.")],
+    trace: TraceArgument = None,
+    *,
     system: Annotated[str, typer.Option("--system", "-s", help="System preset or TOML file.")],
     grid: Annotated[
         list[str],
@@ -49,9 +62,18 @@ def sweep_command(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the sweep's rows as JSON.")
     ] = False,
-    inspect: InspectOption = True,
+    inspect: InspectOption = None,
+    scheduler: SchedulerOption = None,
+    workload: WorkloadOption = None,
+    batches: BatchesOption = None,
+    batch_size: BatchSizeOption = None,
+    seed: SeedOption = None,
+    alpha: AlphaOption = None,
+    drift: DriftOption = None,
+    reuse: ReuseOption = None,
 ) -> None:
-    """Replay one trace on a system over a grid of settings: a run folder per point."""
+    """Replay one trace (or on-the-fly workload) on a system over a grid of settings: a
+    run folder per point."""
     from replay.compare import (
         SWEEP_FILES,
         parse_grid,
@@ -63,10 +85,14 @@ def sweep_command(
     )
     from replay.results import write_columns, write_json
 
+    ref = resolve_source(
+        trace, workload, batches=batches, batch_size=batch_size, seed=seed,
+        alpha=alpha, drift=drift, reuse=reuse,
+    )  # fmt: skip
     sets = list(overrides or [])
     parsed = parse_grid(grid)
     points = resolve_sweep(system, parsed, sets)
-    document = sweep_document(trace, system, parsed, points, sets)
+    document = sweep_document(ref, system, parsed, points, sets)
 
     def finish(tmp: Path, metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows = sweep_rows(points, metrics)
@@ -75,7 +101,7 @@ def sweep_command(
         return rows
 
     rows = run_and_write(
-        trace,
+        ref,
         [p.job for p in points],
         out,
         own_files=SWEEP_FILES,
@@ -83,6 +109,7 @@ def sweep_command(
         force=force,
         finish=finish,
         inspect=inspect,
+        scheduler=scheduler,
     )
     if json_output:
         typer.echo(json.dumps(rows, indent=2))

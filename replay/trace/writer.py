@@ -59,6 +59,41 @@ def _is_replaceable(out: Path) -> bool:
     return not any(out.iterdir()) or (out / MANIFEST_NAME).exists()
 
 
+def write_parts(
+    partial: Path,
+    index: int,
+    schemas: dict[str, pa.Schema],
+    groups: Iterable[dict[str, pa.Table]],
+) -> dict[str, dict[str, Any]]:
+    """`TraceFolderWriter.write_parts` into the partial folder `partial` (also what a
+    worker process that holds no writer calls)."""
+    finals = {kind: partial / kind / part_name(index) for kind in schemas}
+    tmps = {kind: f.with_name(f".{f.name}.tmp") for kind, f in finals.items()}
+    rows = dict.fromkeys(schemas, 0)
+    writers = {
+        kind: pq.ParquetWriter(tmps[kind], schema, **PARQUET_WRITE_OPTIONS)
+        for kind, schema in schemas.items()
+    }
+    try:
+        for group in groups:
+            for kind, table in group.items():
+                writers[kind].write_table(table, row_group_size=max(table.num_rows, 1))
+                rows[kind] += table.num_rows
+    finally:
+        for w in writers.values():
+            w.close()
+    entries = {}
+    for kind in schemas:
+        digest = sha256_file(tmps[kind])
+        tmps[kind].replace(finals[kind])
+        entries[kind] = {
+            "path": f"{kind}/{finals[kind].name}",
+            "rows": rows[kind],
+            "sha256": digest,
+        }
+    return entries
+
+
 class TraceFolderWriter:
     """Builds a trace folder in `.NAME.partial/` and moves it into place when done.
 
@@ -157,31 +192,7 @@ class TraceFolderWriter:
         manifest entries (path, rows, sha256) by kind. Files appear under their final
         names only when complete.
         """
-        finals = {kind: self.partial / kind / part_name(index) for kind in schemas}
-        tmps = {kind: f.with_name(f".{f.name}.tmp") for kind, f in finals.items()}
-        rows = dict.fromkeys(schemas, 0)
-        writers = {
-            kind: pq.ParquetWriter(tmps[kind], schema, **PARQUET_WRITE_OPTIONS)
-            for kind, schema in schemas.items()
-        }
-        try:
-            for group in groups:
-                for kind, table in group.items():
-                    writers[kind].write_table(table, row_group_size=max(table.num_rows, 1))
-                    rows[kind] += table.num_rows
-        finally:
-            for w in writers.values():
-                w.close()
-        entries = {}
-        for kind in schemas:
-            digest = sha256_file(tmps[kind])
-            tmps[kind].replace(finals[kind])
-            entries[kind] = {
-                "path": f"{kind}/{finals[kind].name}",
-                "rows": rows[kind],
-                "sha256": digest,
-            }
-        return entries
+        return write_parts(self.partial, index, schemas, groups)
 
     def finish(self, manifest: dict[str, Any]) -> Path:
         """Write the manifest and move the finished folder into place."""

@@ -40,7 +40,7 @@ from replay.trace.format import (
     updates_schema,
 )
 from replay.trace.updates import update_sets
-from replay.trace.writer import TraceFolderWriter
+from replay.trace.writer import TraceFolderWriter, write_parts
 from replay.workload import sampler
 from replay.workload.presets import PRESETS, get_preset
 from replay.workload.spec import WorkloadSpec, load_spec
@@ -168,12 +168,14 @@ def generate(
     force: bool = False,
     resume: bool = False,
     progress: Callable[[int], None] | None = None,
+    client: Any = None,
 ) -> Path:
     """Generate a trace folder at `out` and return its path.
 
     `workload` is a WorkloadSpec, a preset name or a TOML path; the keyword overrides
     replace the spec's values (alpha, drift and reuse for every table). `progress`, if
-    given, is called with the number of lookups of each row group written.
+    given, is called with the number of lookups of each row group written (of each file
+    with a Dask `client`, whose workers then write the files: `write_file_task`).
     """
     spec = resolve_workload(workload).with_overrides(
         batches=batches, batch_size=batch_size, seed=seed, alpha=alpha, drift=drift, reuse=reuse
@@ -211,33 +213,10 @@ def generate(
                 progress(n)
 
     try:
-        with (
-            ThreadPoolExecutor(workers, thread_name_prefix="sample") as sample_pool,
-            ThreadPoolExecutor(workers, thread_name_prefix="write") as write_pool,
-        ):
-
-            def write_file(task: FileTask) -> dict[str, dict[str, Any]]:
-                done = {kind: writer.done_part(kind, task.index) for kind in schemas}
-                if all(done.values()):
-                    report((task.batch_stop - task.batch_start) * spec.lookups_per_batch)
-                    return done  # type: ignore[return-value]
-
-                def groups() -> Iterator[dict[str, pa.Table]]:
-                    pending: deque[Future[dict[str, pa.Table]]] = deque()
-                    for g0, g1 in task.row_groups:
-                        pending.append(sample_pool.submit(compiled.row_group, g0, g1))
-                        if len(pending) >= ROW_GROUPS_AHEAD:
-                            group = pending.popleft().result()
-                            yield group
-                            report(group[LOOKUPS_DIR].num_rows)
-                    while pending:
-                        group = pending.popleft().result()
-                        yield group
-                        report(group[LOOKUPS_DIR].num_rows)
-
-                return writer.write_parts(task.index, schemas, groups())
-
-            results = list(write_pool.map(write_file, tasks))
+        if client is not None:
+            results = _write_files_on_cluster(client, writer, spec, tasks, schemas, report)
+        else:
+            results = _write_files_here(writer, compiled, spec, tasks, schemas, workers, report)
     except KeyboardInterrupt:
         raise ReplayError(
             f"{out}: interrupted; finish it with the same command and --resume"
@@ -262,3 +241,81 @@ def generate(
         files=files,
     )
     return writer.finish(manifest)
+
+
+def _write_files_here(
+    writer: TraceFolderWriter,
+    compiled: CompiledWorkload,
+    spec: WorkloadSpec,
+    tasks: list[FileTask],
+    schemas: dict[str, pa.Schema],
+    workers: int,
+    report: Callable[[int], None],
+) -> list[dict[str, dict[str, Any]]]:
+    """Every file, written by `workers` threads of this process."""
+    with (
+        ThreadPoolExecutor(workers, thread_name_prefix="sample") as sample_pool,
+        ThreadPoolExecutor(workers, thread_name_prefix="write") as write_pool,
+    ):
+
+        def write_file(task: FileTask) -> dict[str, dict[str, Any]]:
+            done = {kind: writer.done_part(kind, task.index) for kind in schemas}
+            if all(done.values()):
+                report((task.batch_stop - task.batch_start) * spec.lookups_per_batch)
+                return done  # type: ignore[return-value]
+
+            def groups() -> Iterator[dict[str, pa.Table]]:
+                pending: deque[Future[dict[str, pa.Table]]] = deque()
+                for g0, g1 in task.row_groups:
+                    pending.append(sample_pool.submit(compiled.row_group, g0, g1))
+                    if len(pending) >= ROW_GROUPS_AHEAD:
+                        group = pending.popleft().result()
+                        yield group
+                        report(group[LOOKUPS_DIR].num_rows)
+                while pending:
+                    group = pending.popleft().result()
+                    yield group
+                    report(group[LOOKUPS_DIR].num_rows)
+
+            return writer.write_parts(task.index, schemas, groups())
+
+        return list(write_pool.map(write_file, tasks))
+
+
+def _write_files_on_cluster(
+    client: Any,
+    writer: TraceFolderWriter,
+    spec: WorkloadSpec,
+    tasks: list[FileTask],
+    schemas: dict[str, pa.Schema],
+    report: Callable[[int], None],
+) -> list[dict[str, dict[str, Any]]]:
+    """Every file, written by the Dask cluster's workers into the partial folder (which
+    they must see: a local cluster, or a filesystem shared with a remote one)."""
+    from replay.distributed import map_as_completed
+
+    results: dict[int, dict[str, dict[str, Any]]] = {}
+    todo = []
+    for task in tasks:
+        done = {kind: writer.done_part(kind, task.index) for kind in schemas}
+        if all(done.values()):
+            results[task.index] = done  # type: ignore[assignment]
+            report((task.batch_stop - task.batch_start) * spec.lookups_per_batch)
+        else:
+            todo.append(task)
+    args = [(str(writer.partial.resolve()), spec, task) for task in todo]
+    for i, entries in map_as_completed(client, write_file_task, args):
+        task = todo[i]
+        results[task.index] = entries
+        report((task.batch_stop - task.batch_start) * spec.lookups_per_batch)
+    return [results[task.index] for task in tasks]
+
+
+def write_file_task(partial: str, spec: WorkloadSpec, task: FileTask) -> dict[str, dict[str, Any]]:
+    """Sample and write one file of a trace into `partial` (a Dask task); the same bytes
+    as `generate` writes on one machine, since each row group is a pure function of the
+    spec and its batch range."""
+    compiled = CompiledWorkload.from_spec(spec)
+    schemas = {LOOKUPS_DIR: compiled.lookups_schema, UPDATES_DIR: compiled.updates_schema}
+    groups = (compiled.row_group(g0, g1) for g0, g1 in task.row_groups)
+    return write_parts(Path(partial), task.index, schemas, groups)
