@@ -7,6 +7,10 @@ Python API (the CLI is a thin layer over it)::
     trace = replay.open_trace(path)
     for chunk in trace.iter_lookups():
         ...  # chunk.batch, chunk.table, chunk.row are numpy arrays
+    # or replay a workload generated on the fly, without writing a trace:
+    result = replay.replay_trace(
+        replay.open_workload("criteo-kaggle", batches=100), replay.resolve_system("hbm-lru")
+    )
 """
 
 from __future__ import annotations
@@ -38,6 +42,14 @@ def __getattr__(name: str):  # lazy: keep `import replay` light (numba compiles 
         from replay.engine.replay import replay_trace
 
         return replay_trace
+    if name == "open_workload":
+        from replay.workload.onthefly import open_workload
+
+        return open_workload
+    if name == "mrc_source":
+        from replay.mrc import mrc_source
+
+        return mrc_source
     if name == "mrc_trace":
         from replay.mrc import mrc_trace
 
@@ -52,8 +64,10 @@ __all__ = [
     "generate",
     "ingest",
     "inspect_trace",
+    "mrc_source",
     "mrc_trace",
     "open_trace",
+    "open_workload",
     "replay_trace",
     "resolve_system",
 ]

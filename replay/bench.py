@@ -12,6 +12,7 @@ import resource
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +281,221 @@ def bench_checkpoint(
         return results
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- the whole table: `replay bench all` ----------------------------------------------------
+
+TERABYTE_BATCHES = 2000  # issue 6's acceptance run: 106 M lookups of criteo-terabyte
+BILLION_BATCHES = 18_780  # x 2048 x 26 = 1.0 B lookups of criteo-terabyte
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One row of `replay bench all`: a `replay` command line and the lookups it handles."""
+
+    group: str
+    label: str
+    args: tuple[str, ...]  # after `python -m replay`
+    lookups: int
+
+
+def bench_cases(
+    trace: Path,
+    out: Path,
+    *,
+    batches: int,
+    batch_size: int,
+    dask: bool,
+) -> list[BenchCase]:
+    """The rows: generation, replay per policy, checkpoint models, mrc exact and sampled,
+    and the on-the-fly path, on criteo-kaggle `batches` x `batch_size` (the trace) and
+    criteo-terabyte (on the fly)."""
+    kaggle = ("--batches", str(batches), "--batch-size", str(batch_size))
+    n = batches * batch_size * 26  # criteo-kaggle: 26 one-hot tables
+    tb = TERABYTE_BATCHES * 2048 * 26
+    billion = BILLION_BATCHES * 2048 * 26
+    run = ("run", str(trace), "--out", str(out / "run"), "--force", "--no-inspect")
+    policies = {
+        "lru": "hbm-lru", "lfu": "hbm-lfu", "hot (oracle)": "hbm-hot",
+        "belady": "hbm-belady", "chunk (PatrickStar)": "chunk", "static (dram)": "dram",
+    }  # fmt: skip
+    checkpoints = {
+        "sync-full every 100": ("hbm-lru", "checkpoint.strategy=sync-full",
+                                "checkpoint.interval_batches=100"),
+        "check-n-run every 10": ("hbm-lru", "checkpoint.strategy=check-n-run",
+                                 "checkpoint.interval_batches=10"),
+        "fastpersist every batch": ("fastpersist",),
+        "trainingcxl undo log": ("cxl",),
+    }  # fmt: skip
+    cases = [
+        BenchCase(
+            "generation",
+            "generate criteo-kaggle (8 files at once, zstd Parquet)",
+            (
+                "generate",
+                "--preset",
+                "criteo-kaggle",
+                *kaggle,
+                "--out",
+                str(out / "gen"),
+                "--force",
+            ),
+            n,
+        ),
+    ]
+    for label, system in policies.items():
+        cases.append(BenchCase("replay", f"run {system}: {label}", (*run, "--system", system), n))
+    for label, (system, *sets) in checkpoints.items():
+        args = [*run, "--system", system]
+        for item in sets:
+            args += ["--set", item]
+        cases.append(BenchCase("checkpoint", f"run {system}: {label}", tuple(args), n))
+    cases += [
+        BenchCase("mrc", "mrc exact", ("mrc", str(trace), "--json"), n),
+        BenchCase(
+            "mrc", "mrc SHARDS 0.01", ("mrc", str(trace), "--sample-rate", "0.01", "--json"), n
+        ),
+        BenchCase(
+            "on the fly",
+            "run --workload criteo-kaggle hbm-lru (same batches as the trace)",
+            (
+                "run",
+                "--workload",
+                "criteo-kaggle",
+                *kaggle,
+                "--system",
+                "hbm-lru",
+                "--out",
+                str(out / "run"),
+                "--force",
+            ),
+            n,
+        ),
+        BenchCase(
+            "on the fly",
+            f"run --workload criteo-terabyte {TERABYTE_BATCHES} x 2048 hbm-lru",
+            (
+                "run",
+                "--workload",
+                "criteo-terabyte",
+                "--batches",
+                str(TERABYTE_BATCHES),
+                "--batch-size",
+                "2048",
+                "--system",
+                "hbm-lru",
+                "--out",
+                str(out / "run"),
+                "--force",
+            ),
+            tb,
+        ),
+        BenchCase(
+            "on the fly",
+            "mrc --workload criteo-terabyte 1 B lookups, SHARDS 0.01",
+            (
+                "mrc",
+                "--workload",
+                "criteo-terabyte",
+                "--batches",
+                str(BILLION_BATCHES),
+                "--batch-size",
+                "2048",
+                "--sample-rate",
+                "0.01",
+                "--json",
+            ),
+            billion,
+        ),
+    ]
+    if dask:
+        cases.append(
+            BenchCase(
+                "on the fly",
+                "the same, Dask --scheduler local --workers 2",
+                (
+                    "mrc",
+                    "--workload",
+                    "criteo-terabyte",
+                    "--batches",
+                    str(BILLION_BATCHES),
+                    "--batch-size",
+                    "2048",
+                    "--sample-rate",
+                    "0.01",
+                    "--json",
+                    "--scheduler",
+                    "local",
+                    "--workers",
+                    "2",
+                ),
+                billion,
+            )
+        )
+    return cases
+
+
+def bench_all(
+    *,
+    batches: int = 1000,
+    batch_size: int = 2048,
+    repeats: int = 2,
+    only: str | None = None,
+    on_case: Any = None,
+) -> dict[str, Any]:
+    """Every row of `bench_cases`, each a fresh `python -m replay` process: a warm-up run
+    (numba's disk cache), then the best of `repeats` wall times and the largest peak RSS.
+    `only` keeps the rows whose group or label contains it. on_case(case, row) after each.
+    """
+    import importlib.util
+    import sys
+
+    tmp = Path(tempfile.mkdtemp(prefix="replay-bench-"))
+    try:
+        trace = _kaggle_trace(tmp / "trace", batches, batch_size)
+        dask = importlib.util.find_spec("distributed") is not None
+        cases = bench_cases(trace, tmp, batches=batches, batch_size=batch_size, dask=dask)
+        if only:
+            cases = [c for c in cases if only in c.group or only in c.label]
+        rows = []
+        for case in cases:
+            args = [sys.executable, "-m", "replay", *case.args]
+            _run_with_rusage(args)  # warm-up
+            walls, peaks = [], []
+            for _ in range(repeats):
+                wall, peak = _run_with_rusage(args)
+                walls.append(wall)
+                peaks.append(peak)
+            row = {
+                "group": case.group,
+                "operation": case.label,
+                "command": "replay " + " ".join(a.replace(str(tmp), "$TMP") for a in case.args),
+                "lookups": case.lookups,
+                "seconds": min(walls),
+                "lookups_per_s": case.lookups / min(walls),
+                "peak_rss_bytes": max(peaks),
+            }
+            rows.append(row)
+            if on_case is not None:
+                on_case(case, row)
+        return {"machine": machine_description(), "repeats": repeats, "rows": rows}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    """The table the README quotes."""
+    lines = [
+        f"Measured on {result['machine']}; whole `replay` processes, best of "
+        f"{result['repeats']} after a warm-up run.",
+        "",
+        "| | operation | lookups | seconds | M lookups/s | peak memory |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['group']} | {r['operation']} | {r['lookups'] / 1e6:,.1f} M | "
+            f"{r['seconds']:.2f} | {r['lookups_per_s'] / 1e6:.1f} | "
+            f"{r['peak_rss_bytes'] / 2**30:.2f} GiB |"
+        )
+    return "\n".join(lines)

@@ -36,3 +36,41 @@ def test_checkpoint_models_cost_under_a_fifth_of_the_replay() -> None:
     result = bench_checkpoint(batches=1000, batch_size=2048)
     for label, case in result["cases"].items():
         assert case["share"] < 0.2, (label, case)
+
+
+@pytest.mark.bench
+def test_terabyte_day_on_the_fly_on_two_cores() -> None:
+    """Issue 6: `replay run --workload criteo-terabyte --batches 2000 --batch-size 2048
+    --system hbm-lru` (106 M lookups) >= 13 M lookups/s whole process, <= 4 GB peak; and a
+    1 B-lookup sampled curve on the fly in minutes."""
+    from replay.bench import bench_all
+
+    result = bench_all(repeats=1, only="criteo-terabyte", batches=10, batch_size=128)
+    rows = {row["operation"]: row for row in result["rows"]}
+    run = next(r for label, r in rows.items() if label.startswith("run --workload"))
+    assert run["lookups"] == 106_496_000
+    assert run["lookups_per_s"] >= 13e6, run
+    assert run["peak_rss_bytes"] <= 4e9, run
+    curve = next(r for label, r in rows.items() if label.startswith("mrc --workload"))
+    assert curve["lookups"] >= 1e9 and curve["seconds"] < 300, curve
+
+
+@pytest.mark.bench
+def test_sampled_curve_of_a_billion_lookups_same_on_a_local_dask_cluster() -> None:
+    """Issue 6: the 1 B-lookup on-the-fly SHARDS curve is bit-identical on a local Dask
+    cluster of 2 workers, and states its error."""
+    import numpy as np
+
+    from replay.bench import BILLION_BATCHES
+    from replay.distributed import dask_client
+    from replay.mrc import mrc_source
+    from replay.workload.presets import get_preset
+
+    spec = get_preset("criteo-terabyte").with_overrides(batches=BILLION_BATCHES)
+    single = mrc_source(spec, sample_rate=0.01)
+    with dask_client("local", 2) as client:
+        spread = mrc_source(spec, sample_rate=0.01, client=client)
+    assert single.lookups >= 1e9
+    assert np.array_equal(single.miss_ratios, spread.miss_ratios)
+    assert np.array_equal(single.sizes, spread.sizes)
+    assert 0 < single.expected_error == spread.expected_error

@@ -128,3 +128,45 @@ def bench_checkpoint_command(
             f"({100 * r['share']:5.1f}%), {r['checkpoints']:>5} checkpoints, "
             f"goodput {r['goodput_mean']:.3f}"
         )
+
+
+@bench_app.command("all")
+def bench_all_command(
+    batches: Annotated[int, typer.Option(help="Batches of the criteo-kaggle trace.")] = 1000,
+    batch_size: Annotated[int, typer.Option(help="Samples per batch.")] = 2048,
+    repeats: Annotated[int, typer.Option(help="Timed runs per row (after a warm-up).")] = 2,
+    only: Annotated[
+        str | None, typer.Option(help="Only rows whose group or operation contains this.")
+    ] = None,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="Print the table as Markdown (the README's).")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """The table of lookups/s and peak memory: generation, replay per policy, checkpoint
+    models, mrc exact and sampled, and on-the-fly workloads (a few minutes)."""
+    from replay.bench import bench_all, markdown_table
+    from replay.errors import ConfigError
+
+    if batches < 1 or batch_size < 1 or repeats < 1:
+        raise ConfigError("--batches, --batch-size and --repeats must be > 0")
+
+    def show(case: object, row: dict) -> None:
+        if not (as_json or markdown):
+            typer.echo(
+                f"  {row['group']:<11} {row['operation']:<62} {row['lookups'] / 1e6:8.1f} M "
+                f"{row['seconds']:7.2f} s {row['lookups_per_s'] / 1e6:7.1f} M/s "
+                f"{row['peak_rss_bytes'] / 2**30:6.2f} GiB"
+            )
+
+    if not (as_json or markdown):
+        typer.echo("bench all: whole processes, best of --repeats after a warm-up")
+    result = bench_all(
+        batches=batches, batch_size=batch_size, repeats=repeats, only=only, on_case=show
+    )
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    elif markdown:
+        typer.echo(markdown_table(result))
+    else:
+        typer.echo(f"on {result['machine']}")
