@@ -56,7 +56,7 @@ def dask_client(scheduler: str, workers: int | None = None) -> Iterator[Any]:
             n_workers=n,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            dashboard_address=":0",  # a free port: the default 8787 may be taken
             silence_logs=50,  # logging.CRITICAL: the command's output stays its own
         )
         try:
