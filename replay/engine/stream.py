@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
@@ -18,6 +19,9 @@ from numba import njit
 from replay._threads import read_ahead as read_ahead_items
 from replay.engine.keys import batch_bounds, flat_keys, key_dtype, table_offsets
 from replay.trace.reader import Trace
+
+if TYPE_CHECKING:
+    from replay.workload.onthefly import GeneratedTrace
 
 DEFAULT_MIN_LOOKUPS = 1  # one row group (~1 M lookups) per range: no concatenation
 READ_AHEAD = 4
@@ -181,7 +185,7 @@ def _ranges(
 
 
 def iter_batch_ranges(
-    trace: Trace,
+    trace: Trace | GeneratedTrace,
     start: int = 0,
     stop: int | None = None,
     *,
@@ -190,7 +194,8 @@ def iter_batch_ranges(
     with_distinct: bool = False,
     read_ahead: int = READ_AHEAD,
 ) -> Iterator[BatchRange]:
-    """Consecutive `BatchRange`s covering [start, stop), decoded in a background thread.
+    """Consecutive `BatchRange`s covering [start, stop), decoded in a background thread
+    (for an on-the-fly workload: generated in its own pool of threads).
 
     Errors raised while reading (a corrupt file) are re-raised in the caller's thread.
     """

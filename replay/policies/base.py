@@ -28,8 +28,8 @@ from replay.errors import ConfigError
 
 if TYPE_CHECKING:
     from replay.engine.stream import BatchRange
+    from replay.source import Source
     from replay.system.spec import PolicySpec, SystemSpec
-    from replay.trace.reader import Trace
 
 # per-batch counter columns (int64)
 HITS = 0  # lookups whose row was resident in the fast tier
@@ -104,7 +104,7 @@ class Policy(ABC):
     def unit_rows(cls, spec: PolicySpec) -> int:
         return 1
 
-    def prepare(self, trace: Trace | None) -> None:  # noqa: B027 - optional hook
+    def prepare(self, trace: Source | None) -> None:  # noqa: B027 - optional hook
         """An optional pass over the whole trace before `process` (oracles)."""
 
     @abstractmethod

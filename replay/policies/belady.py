@@ -67,7 +67,7 @@ from replay.policies.base import (
 from replay.system.spec import PolicySpec
 
 if TYPE_CHECKING:
-    from replay.trace.reader import Trace
+    from replay.source import Source
 
 # meta slots
 _SIZE, _CAP, _CURSOR, _TOTAL, _BYPASS = 0, 1, 2, 3, 4
@@ -251,7 +251,7 @@ class BeladyPolicy(Policy):
     def needs_prepare(self) -> bool:
         return True
 
-    def prepare(self, trace: Trace | None) -> None:
+    def prepare(self, trace: Source | None) -> None:
         assert trace is not None
         seq = np.empty(trace.num_lookups, dtype=np.int64)
         n = 0

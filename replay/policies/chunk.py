@@ -78,7 +78,7 @@ from replay.policies.belady import heap_sift_down, heap_sift_up, next_use_inplac
 from replay.system.spec import PolicySpec
 
 if TYPE_CHECKING:
-    from replay.trace.reader import Trace
+    from replay.source import Source
 
 # meta slots
 _SIZE, _CURSOR, _TOTAL, _LRU, _ROWS, _BF, _BB, _BO = 0, 1, 2, 3, 4, 5, 6, 7
@@ -293,7 +293,7 @@ class ChunkPolicy(Policy):
     def needs_prepare(self) -> bool:
         return not self.lru
 
-    def prepare(self, trace: Trace | None) -> None:
+    def prepare(self, trace: Source | None) -> None:
         if self.lru:
             return
         assert trace is not None

@@ -42,7 +42,7 @@ from replay.policies.base import (
 from replay.system.spec import PolicySpec
 
 if TYPE_CHECKING:
-    from replay.trace.reader import Trace
+    from replay.source import Source
 
 
 @njit(cache=True, nogil=True)
@@ -113,7 +113,7 @@ class HotPolicy(Policy):
     def needs_prepare(self) -> bool:
         return self.spec.warmup_batches == 0
 
-    def prepare(self, trace: Trace | None) -> None:
+    def prepare(self, trace: Source | None) -> None:
         assert trace is not None
         for br in iter_batch_ranges(trace, with_updates=False):
             count_kernel(br.keys, self.counts)
