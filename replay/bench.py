@@ -286,7 +286,7 @@ def bench_checkpoint(
 # -- the whole table: `replay bench all` ----------------------------------------------------
 
 TERABYTE_BATCHES = 2000  # issue 6's acceptance run: 106 M lookups of criteo-terabyte
-BILLION_BATCHES = 18_780  # x 2048 x 26 = 1.0 B lookups of criteo-terabyte
+BILLION_BATCHES = 18_781  # x 2048 x 26 = 1,000,050,688 lookups of criteo-terabyte
 
 
 @dataclass(frozen=True)
@@ -310,46 +310,45 @@ def bench_cases(
     """The rows: generation, replay per policy, checkpoint models, mrc exact and sampled,
     and the on-the-fly path, on criteo-kaggle `batches` x `batch_size` (the trace) and
     criteo-terabyte (on the fly)."""
-    kaggle = ("--batches", str(batches), "--batch-size", str(batch_size))
+    kaggle = f"--batches {batches} --batch-size {batch_size}".split()
     n = batches * batch_size * 26  # criteo-kaggle: 26 one-hot tables
     tb = TERABYTE_BATCHES * 2048 * 26
     billion = BILLION_BATCHES * 2048 * 26
-    run = ("run", str(trace), "--out", str(out / "run"), "--force", "--no-inspect")
+    run_out = ["--out", str(out / "run"), "--force"]
+    run_trace = ["run", str(trace), *run_out, "--no-inspect"]
     policies = {
         "lru": "hbm-lru", "lfu": "hbm-lfu", "hot (oracle)": "hbm-hot",
         "belady": "hbm-belady", "chunk (PatrickStar)": "chunk", "static (dram)": "dram",
     }  # fmt: skip
     checkpoints = {
-        "sync-full every 100": ("hbm-lru", "checkpoint.strategy=sync-full",
-                                "checkpoint.interval_batches=100"),
-        "check-n-run every 10": ("hbm-lru", "checkpoint.strategy=check-n-run",
-                                 "checkpoint.interval_batches=10"),
-        "fastpersist every batch": ("fastpersist",),
-        "trainingcxl undo log": ("cxl",),
-    }  # fmt: skip
+        "sync-full every 100": "hbm-lru --set checkpoint.strategy=sync-full "
+        "--set checkpoint.interval_batches=100",
+        "check-n-run every 10": "hbm-lru --set checkpoint.strategy=check-n-run "
+        "--set checkpoint.interval_batches=10",
+        "fastpersist every batch": "fastpersist",
+        "trainingcxl undo log": "cxl",
+    }
+    generate = ["generate", "--preset", "criteo-kaggle", *kaggle, "--out", str(out / "gen")]
     cases = [
         BenchCase(
             "generation",
             "generate criteo-kaggle (8 files at once, zstd Parquet)",
-            (
-                "generate",
-                "--preset",
-                "criteo-kaggle",
-                *kaggle,
-                "--out",
-                str(out / "gen"),
-                "--force",
-            ),
+            (*generate, "--force"),
             n,
-        ),
+        )
     ]
     for label, system in policies.items():
-        cases.append(BenchCase("replay", f"run {system}: {label}", (*run, "--system", system), n))
-    for label, (system, *sets) in checkpoints.items():
-        args = [*run, "--system", system]
-        for item in sets:
-            args += ["--set", item]
-        cases.append(BenchCase("checkpoint", f"run {system}: {label}", tuple(args), n))
+        args = (*run_trace, "--system", system)
+        cases.append(BenchCase("replay", f"run {system}: {label}", args, n))
+    for label, system_and_sets in checkpoints.items():
+        system = system_and_sets.split()[0]
+        args = (*run_trace, "--system", *system_and_sets.split())
+        cases.append(BenchCase("checkpoint", f"run {system}: {label}", args, n))
+    terabyte = f"--workload criteo-terabyte --batch-size 2048 --batches {TERABYTE_BATCHES}"
+    billion_mrc = (
+        f"mrc --workload criteo-terabyte --batch-size 2048 --batches {BILLION_BATCHES} "
+        "--sample-rate 0.01 --json"
+    ).split()
     cases += [
         BenchCase("mrc", "mrc exact", ("mrc", str(trace), "--json"), n),
         BenchCase(
@@ -358,53 +357,19 @@ def bench_cases(
         BenchCase(
             "on the fly",
             "run --workload criteo-kaggle hbm-lru (same batches as the trace)",
-            (
-                "run",
-                "--workload",
-                "criteo-kaggle",
-                *kaggle,
-                "--system",
-                "hbm-lru",
-                "--out",
-                str(out / "run"),
-                "--force",
-            ),
+            ("run", "--workload", "criteo-kaggle", *kaggle, "--system", "hbm-lru", *run_out),
             n,
         ),
         BenchCase(
             "on the fly",
             f"run --workload criteo-terabyte {TERABYTE_BATCHES} x 2048 hbm-lru",
-            (
-                "run",
-                "--workload",
-                "criteo-terabyte",
-                "--batches",
-                str(TERABYTE_BATCHES),
-                "--batch-size",
-                "2048",
-                "--system",
-                "hbm-lru",
-                "--out",
-                str(out / "run"),
-                "--force",
-            ),
+            ("run", *terabyte.split(), "--system", "hbm-lru", *run_out),
             tb,
         ),
         BenchCase(
             "on the fly",
             "mrc --workload criteo-terabyte 1 B lookups, SHARDS 0.01",
-            (
-                "mrc",
-                "--workload",
-                "criteo-terabyte",
-                "--batches",
-                str(BILLION_BATCHES),
-                "--batch-size",
-                "2048",
-                "--sample-rate",
-                "0.01",
-                "--json",
-            ),
+            tuple(billion_mrc),
             billion,
         ),
     ]
@@ -413,22 +378,7 @@ def bench_cases(
             BenchCase(
                 "on the fly",
                 "the same, Dask --scheduler local --workers 2",
-                (
-                    "mrc",
-                    "--workload",
-                    "criteo-terabyte",
-                    "--batches",
-                    str(BILLION_BATCHES),
-                    "--batch-size",
-                    "2048",
-                    "--sample-rate",
-                    "0.01",
-                    "--json",
-                    "--scheduler",
-                    "local",
-                    "--workers",
-                    "2",
-                ),
+                (*billion_mrc, "--scheduler", "local", "--workers", "2"),
                 billion,
             )
         )
