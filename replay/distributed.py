@@ -18,8 +18,8 @@ spread, and what keeps the results identical to a single machine:
   distances would count only its own keys, making it a SHARDS sample at R/P with P times
   the variance, so the merged curve would depend on P and lose accuracy. The filter is
   the pass over every lookup (and the generation); the kernels see only R of them. The
-  K hash groups of the error estimate are such partitions, and their histograms are
-  what it merges.
+  K hash groups of the error estimate are such partitions: it is built from the spread
+  of their curves.
 
 The default, with no `--scheduler`, needs no service: threads and the standard
 library's process pool on this machine.
