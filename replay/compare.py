@@ -32,7 +32,7 @@ from replay.engine.replay import RunResult, replay_trace, workload_shape
 from replay.errors import ConfigError
 from replay.policies import POLICIES
 from replay.policies.base import capacity_units
-from replay.source import SourceRef, open_source, source_document
+from replay.source import Source, SourceRef, open_source, source_document
 from replay.system.spec import (
     BYTES_PER_VALUE,
     SystemSpec,
@@ -263,9 +263,10 @@ def _point_valid(base: dict[str, Any], keys: list[str], combo: tuple[Any, ...]) 
     return True
 
 
-def preflight(ref: SourceRef | Path, jobs: Sequence[RunJob]) -> None:
+def preflight(ref: SourceRef | Path, jobs: Sequence[RunJob]) -> Source:
     """Open the source and check each system fits it (embedding dim, cache capacity),
-    before any worker starts; the checks a run makes again, without allocating state."""
+    before any worker starts; the checks a run makes again, without allocating state.
+    Returns the opened source (for the caller's own pass, e.g. its statistics)."""
     opened = open_source(ref)
     for job in jobs:
         spec = job.system
@@ -274,6 +275,7 @@ def preflight(ref: SourceRef | Path, jobs: Sequence[RunJob]) -> None:
         if cls.cached:
             state = BYTES_PER_VALUE * dim + optimizer_bytes_per_row(spec.model.optimizer, dim)
             capacity_units(spec, cls.unit_rows(spec.policy), state)
+    return opened
 
 
 def compare_document(

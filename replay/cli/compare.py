@@ -184,13 +184,12 @@ def run_and_write(
 
     n = check_workers(default_workers() if workers is None else workers)
     check_output_folder(out, force=force, owned=owned_entries(out, own_files), what=WHAT)
-    preflight(trace, jobs)
+    opened = preflight(trace, jobs)
     workload = None
     if inspect_default(trace, inspect):
-        from replay.source import open_source
         from replay.stats import inspect_trace
 
-        workload = inspect_trace(open_source(trace))
+        workload = inspect_trace(opened)
     with contextlib.ExitStack() as stack:
         client = None
         if scheduler is not None:

@@ -53,11 +53,10 @@ def trace_meta(trace: Source, lookups: int) -> dict[str, Any]:
     """meta.json's `trace`: what was replayed."""
     workload = trace.workload
     meta: dict[str, Any] = {"path": str(trace.path)}
-    if isinstance(trace, GeneratedTrace):
+    on_the_fly = isinstance(trace, GeneratedTrace)
+    if on_the_fly:
         meta["on_the_fly"] = True
-        meta["workload_sha256"] = trace.digest()
-    else:
-        meta["manifest_sha256"] = trace_digest(trace)
+    meta["workload_sha256" if on_the_fly else "manifest_sha256"] = trace_digest(trace)
     meta.update(
         format_version=trace.manifest.get("format_version"),
         workload=workload.get("name"),
