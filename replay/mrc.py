@@ -109,7 +109,7 @@ from numba.core.extending import intrinsic
 from replay._malloc import state_array
 from replay._threads import read_ahead
 from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
-from replay.engine.keys import table_offsets
+from replay.engine.keys import _flat_keys_checked, bad_lookup_error, table_offsets
 from replay.errors import ConfigError, TraceError
 from replay.trace.format import LOOKUPS_DIR
 from replay.trace.reader import Trace, open_trace
@@ -618,39 +618,6 @@ def _shards_filter_columns(
             out_group[n] = np.uint8((h >> s24) & gmask)
             n += 1
     return n, bad
-
-
-@njit(cache=True, nogil=True)
-def _flat_keys_checked(
-    table: np.ndarray, row: np.ndarray, offsets: np.ndarray, rows: np.ndarray, out: np.ndarray
-) -> int:
-    """out[i] = offsets[table[i]] + row[i]; returns the number of out-of-range lookups."""
-    tables = len(rows)
-    bad = 0
-    for i in range(len(row)):
-        tb = np.int64(table[i])
-        bad += tb >= tables
-        tb = min(tb, tables - 1)
-        r = np.uint64(row[i])
-        bad += r >= np.uint64(rows[tb])
-        out[i] = offsets[tb] + np.int64(r)
-    return bad
-
-
-def bad_lookup_error(
-    where: str, before: int, table: np.ndarray, row: np.ndarray, rows: np.ndarray
-) -> TraceError:
-    """The TraceError for the first lookup of a chunk whose table or row is out of range."""
-    t64 = table.astype(np.int64)
-    wrong = (t64 >= len(rows)) | (row >= rows[np.minimum(t64, len(rows) - 1)])
-    first = int(np.argmax(wrong))
-    t, r = int(table[first]), int(row[first])
-    what = (
-        f"table index {t} is out of range (the trace has {len(rows)} tables)"
-        if t >= len(rows)
-        else f"row id {r} is out of range (table {t} has {int(rows[t])} rows)"
-    )
-    return TraceError(f"{where}: lookup {before + first + 1} (table {t}, row {r}): {what}")
 
 
 def shards_threshold(sample_rate: float) -> int:

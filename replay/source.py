@@ -38,4 +38,24 @@ def source_document(ref: SourceRef | Path) -> dict[str, Any]:
     return {"trace": str(ref)}
 
 
-__all__ = ["Source", "SourceRef", "open_source", "source_document", "source_label"]
+def verify_source(source: Source, verify: bool) -> bool | None:
+    """Check a trace's files against its manifest's SHA-256s (TraceError on a mismatch).
+
+    Returns what meta.json records: True (verified), False (skipped by --no-verify), or
+    None for a workload generated on the fly, which has no files to check.
+    """
+    if isinstance(source, GeneratedTrace):
+        return None
+    if verify:
+        source.verify()
+    return verify
+
+
+__all__ = [
+    "Source",
+    "SourceRef",
+    "open_source",
+    "source_document",
+    "source_label",
+    "verify_source",
+]

@@ -432,11 +432,12 @@ def test_cli_verify_catches_corruption(tmp_path: Path, capsys: pytest.CaptureFix
     )
     part = next((path / "updates").glob("*.parquet"))
     part.write_bytes(part.read_bytes() + b"\0")
-    assert main(["inspect", str(path), "--json"]) == 0  # lookups intact, not checked
-    capsys.readouterr()
-    assert main(["inspect", str(path), "--json", "--verify"]) == 2
+    # verified by default; --no-verify reads the intact lookups and says it did not check
+    assert main(["inspect", str(path), "--json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "checksum" in err[0]
+    assert len(err) == 1 and "checksum" in err[0] and str(part) in err[0]
+    assert main(["inspect", str(path), "--json", "--no-verify"]) == 0
+    assert json.loads(capsys.readouterr().out)["checksums_verified"] is False
 
 
 def test_unreadable_lookups_file_is_a_trace_error(tmp_path: Path) -> None:

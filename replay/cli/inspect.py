@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from replay.cli.app import app
+from replay.cli.source import VerifyOption
 from replay.stats import DEFAULT_CURVE_POINTS
 
 # touched-curve points shown in the human-readable output
@@ -26,10 +27,7 @@ def inspect_command(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
     ] = False,
-    verify: Annotated[
-        bool,
-        typer.Option("--verify", help="Check every file's SHA-256 against the manifest first."),
-    ] = False,
+    verify: VerifyOption = True,
     curve_points: Annotated[
         int,
         typer.Option(

@@ -17,6 +17,7 @@ from replay.cli.source import (
     ReuseOption,
     SeedOption,
     TraceArgument,
+    VerifyOption,
     WorkloadOption,
     inspect_default,
     resolve_source,
@@ -47,7 +48,17 @@ def run_command(
             "(repeatable).",
         ),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing run folder.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an existing run folder (or a leftover one).")
+    ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Finish a run that was interrupted (same inputs): keeps its finished stages.",
+        ),
+    ] = False,
+    verify: VerifyOption = True,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print summary.json instead of a table.")
     ] = False,
@@ -62,9 +73,11 @@ def run_command(
 ) -> None:
     """Replay a trace (or a workload generated on the fly) on a system: per-batch hits,
     traffic, time and energy into DIR."""
-    from replay.engine.replay import replay_trace
-    from replay.results import check_output_folder, write_run
-    from replay.source import open_source
+    import replay as package
+    from replay._faults import kill_point
+    from replay.engine.replay import trace_digest
+    from replay.results import check_output_folder, run_stages
+    from replay.source import open_source, verify_source
     from replay.stats import inspect_trace
     from replay.system.spec import resolve_system_with_origin
 
@@ -74,24 +87,48 @@ def run_command(
     )  # fmt: skip
     sets = list(overrides or [])
     spec, origin = resolve_system_with_origin(system, sets)
-    check_output_folder(out, force=force)
+    check_output_folder(out, force=force, resume=resume)
     opened = open_source(ref)
-    if show_progress():
-        from rich.progress import Progress
-
-        with Progress(transient=True) as progress:
-            task = progress.add_task(f"replay {spec.name}", total=opened.num_batches)
-            result = replay_trace(
-                opened, spec, on_progress=lambda done, total: progress.update(task, completed=done)
-            )
-    else:
-        result = replay_trace(opened, spec)
-    stats = inspect_trace(opened) if inspect_default(ref, inspect) else None
-    write_run(out, result, overrides=sets, origin=origin, force=force, workload=stats)
+    verified = verify_source(opened, verify)
+    with_workload = inspect_default(ref, inspect)
+    # what fixes the output: a resumed run must present the same plan
+    plan = {
+        "command": "run",
+        "version": package.__version__,
+        "trace_sha256": trace_digest(opened),
+        "system": spec.to_dict(),
+        "origin": origin,
+        "overrides": sets,
+        "inspect": with_workload,
+        "verify": verify,
+    }
+    with run_stages(out, plan, force=force, resume=resume) as stages:
+        if not stages.finished and not stages.replayed:
+            result = _replay(opened, spec, kill_point)
+            stages.write_replay(result, overrides=sets, origin=origin, verified=verified)
+        kill_point("run:replayed")
+        if not stages.finished and with_workload and not stages.inspected:
+            stages.write_workload(inspect_trace(opened))
+        summary, meta = stages.read("summary.json"), stages.read("meta.json")
+    kill_point("run:done")
     if json_output:
-        typer.echo(json.dumps({"system": spec.name, **result.summary}, indent=2))
+        typer.echo(json.dumps(summary, indent=2))
     else:
-        print_summary(spec.name, result.summary, result.meta, out)
+        print_summary(spec.name, summary, meta, out)
+
+
+def _replay(opened: Any, spec: Any, kill_point: Any) -> Any:
+    from replay.engine.replay import replay_trace
+
+    if not show_progress():
+        return replay_trace(opened, spec, on_progress=lambda done, total: kill_point("run:batches"))
+    from rich.progress import Progress
+
+    with Progress(transient=True) as progress:
+        task = progress.add_task(f"replay {spec.name}", total=opened.num_batches)
+        return replay_trace(
+            opened, spec, on_progress=lambda done, total: progress.update(task, completed=done)
+        )
 
 
 def _si(value: float, unit: str) -> str:

@@ -53,6 +53,14 @@ ReuseOption = Annotated[
         help="Probability of repeating a recent lookup (0 = off).", rich_help_panel=_PANEL
     ),
 ]
+VerifyOption = Annotated[
+    bool,
+    typer.Option(
+        "--verify/--no-verify",
+        help="Check every trace file's SHA-256 against the manifest before reading "
+        "(about 0.1 s per 100 MB); --no-verify skips it and the output says so.",
+    ),
+]
 
 
 def resolve_source(

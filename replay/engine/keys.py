@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from replay.errors import TraceError
+
 
 def table_offsets(table_rows: np.ndarray) -> np.ndarray:
     """int64 offsets with offsets[t] = Σ_{u<t} rows_u; len = tables + 1 (last = Σ rows)."""
@@ -21,9 +23,48 @@ def table_offsets(table_rows: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def _flat_keys(table: np.ndarray, row: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:
-    for i in range(len(table)):
-        out[i] = offsets[np.int64(table[i])] + np.int64(row[i])
+def _flat_keys_checked(
+    table: np.ndarray, row: np.ndarray, offsets: np.ndarray, rows: np.ndarray, out: np.ndarray
+) -> int:
+    """out[i] = offsets[table[i]] + row[i]; returns the number of out-of-range lookups.
+
+    An id outside its table would alias another table's row or index past the per-key
+    state arrays of the kernels (which do not bounds-check), so every key is checked
+    here, where it is made; a bad one is clamped and counted, and the caller raises.
+    """
+    tables = len(rows)
+    bad = 0
+    for i in range(len(row)):
+        tb = np.int64(table[i])
+        bad += tb >= tables
+        tb = min(tb, tables - 1)
+        r = np.uint64(row[i])
+        bad += r >= np.uint64(rows[tb])
+        out[i] = offsets[tb] + np.int64(min(r, np.uint64(rows[tb] - 1)))
+    return bad
+
+
+def bad_lookup_error(
+    where: str,
+    before: int,
+    table: np.ndarray,
+    row: np.ndarray,
+    rows: np.ndarray,
+    batch: np.ndarray | None = None,
+) -> TraceError:
+    """The TraceError for the first lookup of a chunk whose table or row is out of range
+    (`before`: lookups ahead of the chunk; `batch`, when given, names the batch)."""
+    t64 = table.astype(np.int64)
+    wrong = (t64 >= len(rows)) | (row >= rows[np.minimum(t64, len(rows) - 1)])
+    first = int(np.argmax(wrong))
+    t, r = int(table[first]), int(row[first])
+    what = (
+        f"table index {t} is out of range (the trace has {len(rows)} tables)"
+        if t >= len(rows)
+        else f"row id {r} is out of range (table {t} has {int(rows[t])} rows)"
+    )
+    at = f"batch {int(batch[first])}" if batch is not None else f"lookup {before + first + 1}"
+    return TraceError(f"{where}: {at} (table {t}, row {r}): {what}")
 
 
 def key_dtype(total_keys: int) -> np.dtype:
@@ -31,11 +72,21 @@ def key_dtype(total_keys: int) -> np.dtype:
     return np.dtype(np.uint32) if total_keys <= 2**32 else np.dtype(np.int64)
 
 
-def flat_keys(table: np.ndarray, row: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """The key of each lookup (or update row), in `key_dtype(offsets[-1])`."""
+def flat_keys(
+    table: np.ndarray,
+    row: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    where: str = "trace",
+    batch: np.ndarray | None = None,
+) -> np.ndarray:
+    """The key of each lookup (or update row), in `key_dtype(offsets[-1])`; a TraceError
+    (naming `where` and the batch) when a table or row id is out of range."""
     out = np.empty(len(table), dtype=key_dtype(int(offsets[-1])))
     if len(table):
-        _flat_keys(table, row, offsets, out)
+        rows = np.diff(offsets)
+        if _flat_keys_checked(table, row, offsets, rows, out):
+            raise bad_lookup_error(where, 0, table, row, rows, batch)
     return out
 
 

@@ -87,6 +87,7 @@ def build_range(
     update_table: np.ndarray | None,
     update_row: np.ndarray | None,
     seen: np.ndarray | None,
+    where: str = "trace",
 ) -> BatchRange:
     """The `BatchRange` of batches [lo, hi) from its lookup and update columns.
 
@@ -101,12 +102,14 @@ def build_range(
         if seen is not None:
             distinct = np.zeros(hi - lo, dtype=np.int64)
     else:
-        keys = flat_keys(table, row, offsets)
+        keys = flat_keys(table, row, offsets, where=where, batch=batch)
         if seen is not None:
             distinct = np.zeros(hi - lo, dtype=np.int64)
             distinct_kernel(keys, bounds, seen, distinct)
     if update_batch is not None and update_table is not None and update_row is not None:
-        ukeys = flat_keys(update_table, update_row, offsets)
+        ukeys = flat_keys(
+            update_table, update_row, offsets, where=f"{where} (updates)", batch=update_batch
+        )
         ubounds = batch_bounds(update_batch, lo, hi)
     else:
         ukeys, ubounds = empty, np.zeros(hi - lo + 1, dtype=np.int64)
@@ -170,7 +173,7 @@ def _ranges(
             ubatch = utable = urow = None
         return build_range(
             lo, hi, offsets, batch, table, row, ubatch, utable, urow,
-            seen if with_distinct else None,
+            seen if with_distinct else None, str(trace.path),
         )  # fmt: skip
 
     cursor = start

@@ -1,8 +1,9 @@
 """Reading result folders for `replay report`: runs, comparisons, sweeps and miss-ratio
 curves, recognised by the files they hold (never by their names).
 
-- a run folder (`replay run`): `config.json`, `summary.json`, `batches.parquet`, and
-  `checkpoints.parquet`, `meta.json`, `workload.json` when present;
+- a run folder (`replay run`): `config.json`, `summary.json`, `meta.json`,
+  `batches.parquet`, and `checkpoints.parquet`, `workload.json` when present; its
+  summary's digests must match its config.json and meta.json's trace digest;
 - a comparison (`replay compare`): `compare.json`, `comparison.parquet` and a run folder
   per system;
 - a sweep (`replay sweep`): `sweep.json`, `sweep.parquet` and a run folder per point;
@@ -26,7 +27,7 @@ import polars as pl
 
 from replay.errors import ReplayError
 
-RUN_FILES = ("config.json", "summary.json", "batches.parquet")
+RUN_FILES = ("config.json", "summary.json", "meta.json", "batches.parquet")
 
 
 class ReportError(ReplayError):
@@ -157,12 +158,13 @@ def load_run(path: Path, *, label: str = "", values: dict[str, Any] | None = Non
     for key in ("lookups", "batches", "time_s", "energy_j", "time", "policy"):
         if key not in summary:
             raise ReportError(f"{path / 'summary.json'}: no {key!r} in it")
+    meta = _read_json(path / "meta.json")
+    _check_digests(path, config, summary, meta)
     checkpoints = (
         _read_parquet(path / "checkpoints.parquet")
         if (path / "checkpoints.parquet").is_file()
         else pl.DataFrame()
     )
-    meta = _read_json(path / "meta.json") if (path / "meta.json").is_file() else {}
     workload = _read_json(path / "workload.json") if (path / "workload.json").is_file() else None
     return RunData(
         path=path,
@@ -175,6 +177,31 @@ def load_run(path: Path, *, label: str = "", values: dict[str, Any] | None = Non
         workload=workload,
         values=dict(values or {}),
     )
+
+
+def _check_digests(
+    path: Path, config: dict[str, Any], summary: dict[str, Any], meta: dict[str, Any]
+) -> None:
+    """Refuse a run folder whose files no longer belong together: summary.json holds the
+    digest of its config.json and of the trace it replayed (meta.json's)."""
+    from replay.results import canonical_sha256, trace_sha256
+
+    digests = summary.get("digests")
+    if not isinstance(digests, dict):
+        raise ReportError(
+            f"{path / 'summary.json'}: no digests of its config and trace "
+            "(written by an older replay?); run it again"
+        )
+    if canonical_sha256(config) != digests.get("config_sha256"):
+        raise ReportError(
+            f"{path / 'config.json'}: its digest does not match summary.json's "
+            "config_sha256 (edited, or copied from another run)"
+        )
+    if trace_sha256(meta) != digests.get("trace_sha256"):
+        raise ReportError(
+            f"{path / 'meta.json'}: its trace digest does not match summary.json's "
+            "trace_sha256 (edited, or copied from another run)"
+        )
 
 
 def load_compare(path: Path) -> CompareData:

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from replay._faults import kill_point
 from replay.errors import OutputError
 from replay.trace.format import (
     KINDS,
@@ -79,6 +80,7 @@ def write_parts(
             for kind, table in group.items():
                 writers[kind].write_table(table, row_group_size=max(table.num_rows, 1))
                 rows[kind] += table.num_rows
+            kill_point("trace:row-group")
     finally:
         for w in writers.values():
             w.close()
@@ -91,6 +93,7 @@ def write_parts(
             "rows": rows[kind],
             "sha256": digest,
         }
+        kill_point("trace:part")
     return entries
 
 
@@ -197,11 +200,13 @@ class TraceFolderWriter:
     def finish(self, manifest: dict[str, Any]) -> Path:
         """Write the manifest and move the finished folder into place."""
         write_json_atomic(self.partial / MANIFEST_NAME, manifest)
+        kill_point("trace:manifest")
         (self.partial / PLAN_NAME).unlink()
+        kill_point("trace:before-rename")
+        old = self.out.parent / f".{self.out.name}.old"
+        if old.exists():
+            shutil.rmtree(old)
         if self.out.exists():
-            old = self.out.parent / f".{self.out.name}.old"
-            if old.exists():
-                shutil.rmtree(old)
             self.out.replace(old)
             self.partial.replace(self.out)
             shutil.rmtree(old)
@@ -243,6 +248,9 @@ def write_trace_from_arrays(
     row = np.asarray(row).astype(row_dtype)
     if len(batch) and np.any(np.diff(batch.astype(np.int64) * 65536 + table) < 0):
         raise ValueError("lookups must be sorted by (batch, table)")
+    if len(table) and (int(table.max()) >= len(rows) or np.any(row >= rows[table])):
+        # the update-set kernel indexes per-row state by these ids
+        raise ValueError("a table index or row id is outside its table")
     num_batches = int(batch[-1]) + 1 if len(batch) else 0
     lookups_per_batch = max(1, len(row) // max(num_batches, 1))
     layout = plan_layout(lookups_per_batch, accumulate_batches)
