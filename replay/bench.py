@@ -72,7 +72,7 @@ def bench_generate(
         groups = [[compiled.row_group(g0, g1) for g0, g1 in task.row_groups] for task in tasks]
         update_rows = sum(g[UPDATES_DIR].num_rows for file in groups for g in file)
 
-        writer = TraceFolderWriter(tmp / "write-only", {"bench": True}, force=False, resume=False)
+        writer = TraceFolderWriter(tmp / "write-only", {"bench": True}, force=False, resume=None)
         schemas = {LOOKUPS_DIR: compiled.lookups_schema, UPDATES_DIR: compiled.updates_schema}
         started = time.perf_counter()
         for task, file_groups in zip(tasks, groups, strict=True):

@@ -625,13 +625,13 @@ def shards_threshold(sample_rate: float) -> int:
     try:
         rate = float(sample_rate)
     except (TypeError, ValueError):
-        raise ConfigError(f"sample rate {sample_rate!r} is not a number") from None
+        raise ConfigError(f"--sample-rate {sample_rate!r} is not a number") from None
     if not (math.isfinite(rate) and 0.0 < rate <= 1.0):
-        raise ConfigError(f"sample rate {sample_rate!r} must be in (0, 1]")
+        raise ConfigError(f"--sample-rate {sample_rate!r} must be in (0, 1]")
     threshold = round(rate * SHARDS_MODULUS)
     if threshold < 1:
         raise ConfigError(
-            f"sample rate {sample_rate!r} is below the hash resolution 1/{SHARDS_MODULUS}"
+            f"--sample-rate {sample_rate!r} is below the hash resolution 1/{SHARDS_MODULUS}"
         )
     return threshold
 
@@ -820,16 +820,16 @@ def validate_sizes(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
     """Sizes as a sorted, deduplicated int64 array of positive integers (ConfigError)."""
     values = sizes.ravel().tolist() if isinstance(sizes, np.ndarray) else list(sizes)
     if not values:
-        raise ConfigError("give at least one cache size")
+        raise ConfigError("--sizes: give at least one cache size")
     out = []
     for value in values:
         integral = isinstance(value, int | np.integer) or (
             isinstance(value, float | np.floating) and float(value).is_integer()
         )
         if isinstance(value, bool | np.bool_) or not integral:
-            raise ConfigError(f"cache size {value!r} is not an integer number of rows")
+            raise ConfigError(f"--sizes: cache size {value!r} is not an integer number of rows")
         if not 1 <= int(value) < 2**62:
-            raise ConfigError(f"cache size {int(value)} must be a positive number of rows")
+            raise ConfigError(f"--sizes: cache size {int(value)} must be a positive number of rows")
         out.append(int(value))
     return np.unique(np.array(out, dtype=np.int64))
 
@@ -844,8 +844,9 @@ def validate_options(
         floor = resolution_rows(threshold)
         if chosen is not None and chosen[0] < floor:
             raise ConfigError(
-                f"cache size {int(chosen[0])} is below what a sample at rate {sample_rate} "
-                f"resolves (sizes >= {floor} rows); use a higher sample rate or the exact curve"
+                f"--sizes: cache size {int(chosen[0])} is below what a sample at rate "
+                f"{sample_rate} resolves (sizes >= {floor} rows); use a higher --sample-rate "
+                "or the exact curve"
             )
     return chosen
 

@@ -74,8 +74,10 @@ def check_quickstart_folder(out: Path) -> None:
     replacing it never deletes anything a person put there)."""
     from replay.errors import OutputError
     from replay.report.build import REPORT_FILES, check_report_folder
-    from replay.results import check_output_folder
+    from replay.results import check_leftover, check_output_folder
 
+    # it replaces its own earlier output, but not what a killed quickstart left half-made
+    check_leftover(out, force=False, force_hint=False)
     check_output_folder(
         out, force=True, owned=REPORT_ENTRIES | REPORT_FILES, what="quickstart output"
     )

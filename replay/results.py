@@ -69,21 +69,38 @@ def check_output_folder(
             raise OutputError(f"{out}: already holds files (use --force to replace it)")
         if entries and owned is not None and not all(e.name in owned for e in entries):
             raise OutputError(
-                f"{out}: --force replaces only an earlier {what} or an empty folder; "
-                "this one holds other files"
+                f"{out}: holds other files, not only an earlier {what}; replay replaces "
+                "only its own outputs or an empty folder"
             )
+    check_leftover(out, force=force, resume=resume)
+    probe = out.parent
+    while not (probe.exists() or probe.is_symlink()):
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OutputError(f"{out}: cannot write there ({probe} is a file, not a folder)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(f"{out}: cannot write there (permission denied)")
+
+
+def check_leftover(
+    out: Path, *, force: bool, resume: bool | None = None, force_hint: bool = True
+) -> None:
+    """OutputError if an interrupted run left `.NAME.partial` (or `.NAME.old`) beside
+    `out`, unless `force` (start over) or `resume` (finish it); the message offers only
+    the options the command has (`resume=None`: none; `force_hint`: --force)."""
+    if force or resume:
+        return
     for leftover in (partial_folder(out), _previous_folder(out)):
-        if (leftover.exists() or leftover.is_symlink()) and not force and not resume:
-            how = "finish it with --resume or " if resume is not None else "remove it or "
+        if leftover.exists() or leftover.is_symlink():
+            how = [
+                *(["finish it with --resume"] if resume is not None else []),
+                *(["start over with --force"] if force_hint else []),
+            ]
+            how_text = " or ".join(how) if how else f"remove it ({leftover}) and run again"
             raise OutputError(
                 f"{out}: an interrupted run (or one still running) left {leftover.name} "
-                f"beside it; {how}start over with --force"
+                f"beside it; {how_text}"
             )
-    probe = out.parent
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise OutputError(f"{out}: cannot write there (permission denied)")
 
 
 @contextmanager
@@ -93,7 +110,7 @@ def atomic_folder(
     force: bool,
     owned: frozenset[str] | None = None,
     what: str = "output",
-    resume: bool = False,
+    resume: bool | None = None,
 ) -> Iterator[Path]:
     """Yield the temporary folder `.NAME.partial` beside `out`; on success it replaces
     `out` in one rename.
@@ -305,6 +322,31 @@ def _finished_run(out: Path, plan_sha256: str) -> bool:
     )
 
 
+RUN_FOLDER_FILES = frozenset(
+    {"config.json", "meta.json", "batches.parquet", "checkpoints.parquet", "summary.json",
+     "workload.json"}
+)  # fmt: skip
+
+
+def _kept_plan(partial: Path, plan: dict[str, Any], digest: str, out: Path) -> bool:
+    """Whether `--resume` can keep what the partial folder holds: its plan is this one
+    (OutputError if it is another's, before anything is touched)."""
+    plan_file = partial / PLAN_NAME
+    if not plan_file.is_file():
+        # killed after the plan was removed, just before the final rename
+        return _finished_run(partial, digest)
+    try:
+        old = json.loads(plan_file.read_text())
+    except (OSError, ValueError):
+        return False  # killed while writing it: nothing finished yet
+    if old != json.loads(json.dumps(plan, default=_json_default)):
+        raise OutputError(
+            f"{out}: --resume needs the same inputs as the interrupted run "
+            f"(its plan is in {plan_file})"
+        )
+    return True
+
+
 @contextmanager
 def run_stages(
     out: Path, plan: dict[str, Any], *, force: bool, resume: bool
@@ -314,6 +356,7 @@ def run_stages(
 
     With `resume`: a leftover partial folder with the same plan is continued; an `out`
     that a run with the same plan already finished is left as it is (`finished`).
+    `force` replaces only an earlier run folder (or an empty one).
     """
     digest = canonical_sha256(plan)
     partial = partial_folder(out)
@@ -324,22 +367,11 @@ def run_stages(
         raise OutputError(
             f"{out}: already holds files that are not this run (use --force to replace them)"
         )
-    with atomic_folder(out, force=force, resume=resume) as tmp:
+    kept = resume and partial.is_dir() and _kept_plan(partial, plan, digest, out)
+    with atomic_folder(
+        out, force=force, resume=resume, owned=RUN_FOLDER_FILES, what="run folder"
+    ) as tmp:
         plan_file = tmp / PLAN_NAME
-        kept = False
-        if resume and plan_file.is_file():
-            try:
-                old = json.loads(plan_file.read_text())
-            except ValueError:
-                old = None  # killed while writing it: nothing finished yet
-            if old is not None and old != json.loads(json.dumps(plan, default=_json_default)):
-                raise OutputError(
-                    f"{out}: --resume needs the same inputs as the interrupted run "
-                    f"(its plan is in {plan_file})"
-                )
-            kept = old is not None
-        elif resume and _finished_run(tmp, digest):
-            kept = True  # killed after the plan was removed, just before the final rename
         if not kept:
             for entry in list(tmp.iterdir()):
                 _remove(entry)
@@ -354,6 +386,7 @@ __all__ = [
     "RunStages",
     "atomic_folder",
     "canonical_sha256",
+    "check_leftover",
     "check_output_folder",
     "partial_folder",
     "run_stages",

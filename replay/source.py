@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from replay.errors import TraceError
 from replay.trace.reader import Trace, open_trace
 from replay.workload.onthefly import GeneratedTrace
 from replay.workload.spec import WorkloadSpec
@@ -22,7 +23,10 @@ def open_source(ref: SourceRef | Path, *, threads: int | None = None) -> Source:
     """The readable source of a reference; `threads` generate an on-the-fly workload."""
     if isinstance(ref, WorkloadSpec):
         return GeneratedTrace(ref, threads=threads)
-    return open_trace(ref)
+    trace = open_trace(ref)
+    if trace.num_batches == 0 or trace.num_lookups == 0:
+        raise TraceError(f"{trace.path}: the trace is empty (no lookups); nothing to replay")
+    return trace
 
 
 def source_label(ref: SourceRef | Path) -> str:
@@ -38,24 +42,10 @@ def source_document(ref: SourceRef | Path) -> dict[str, Any]:
     return {"trace": str(ref)}
 
 
-def verify_source(source: Source, verify: bool) -> bool | None:
-    """Check a trace's files against its manifest's SHA-256s (TraceError on a mismatch).
-
-    Returns what meta.json records: True (verified), False (skipped by --no-verify), or
-    None for a workload generated on the fly, which has no files to check.
-    """
-    if isinstance(source, GeneratedTrace):
-        return None
-    if verify:
-        source.verify()
-    return verify
-
-
 __all__ = [
     "Source",
     "SourceRef",
     "open_source",
     "source_document",
     "source_label",
-    "verify_source",
 ]

@@ -693,8 +693,10 @@ def test_bad_input(
     err = _stderr_line(capsys)
     if case == "missing-folder":
         assert "no such result folder" in err
-    elif case in ("not-a-result-folder", "empty-folder", "run-without-summary"):
+    elif case in ("not-a-result-folder", "empty-folder"):
         assert "not a result folder" in err
+    elif case == "run-without-summary":  # config.json marks it a run folder
+        assert "not a complete run folder (summary.json is missing)" in err
     elif case == "compare-run-without-summary":
         assert "fastpersist-8: not a complete run folder (summary.json is missing)" in err
     elif case == "compare-names-missing-system":

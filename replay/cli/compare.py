@@ -29,7 +29,9 @@ from replay.cli.source import (
     ReuseOption,
     SeedOption,
     TraceArgument,
+    VerifyOption,
     WorkloadOption,
+    checksums_verified,
     inspect_default,
     resolve_source,
 )
@@ -98,6 +100,7 @@ def compare_command(
     alpha: AlphaOption = None,
     drift: DriftOption = None,
     reuse: ReuseOption = None,
+    verify: VerifyOption = True,
 ) -> None:
     """Replay one trace (or on-the-fly workload) on several systems, in parallel: a run
     folder each and a table."""
@@ -114,12 +117,13 @@ def compare_command(
 
     ref = resolve_source(
         trace, workload, batches=batches, batch_size=batch_size, seed=seed,
-        alpha=alpha, drift=drift, reuse=reuse,
+        alpha=alpha, drift=drift, reuse=reuse, verify=verify,
     )  # fmt: skip
     sets = list(overrides or [])
     given = split_list(systems, "--systems")
     jobs = resolve_systems(given, sets)
     document = compare_document(ref, jobs, given, sets)
+    document["checksums_verified"] = checksums_verified(ref, verify)
 
     def finish(tmp: Path, metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows = comparison_rows(metrics)

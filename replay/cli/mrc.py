@@ -23,7 +23,9 @@ from replay.cli.source import (
     ReuseOption,
     SeedOption,
     TraceArgument,
+    VerifyOption,
     WorkloadOption,
+    checksums_verified,
     resolve_source,
 )
 from replay.errors import ConfigError
@@ -81,6 +83,7 @@ def mrc_command(
     alpha: AlphaOption = None,
     drift: DriftOption = None,
     reuse: ReuseOption = None,
+    verify: VerifyOption = True,
 ) -> None:
     """LRU miss ratio against cache size in rows, from one pass over the lookups (exact
     stack distances) or from a SHARDS sample with its expected error."""
@@ -89,7 +92,7 @@ def mrc_command(
 
     ref = resolve_source(
         trace, workload, batches=batches, batch_size=batch_size, seed=seed,
-        alpha=alpha, drift=drift, reuse=reuse,
+        alpha=alpha, drift=drift, reuse=reuse, verify=verify,
     )  # fmt: skip
     chosen = parse_sizes(sizes) if sizes is not None else None
     validate_options(chosen, sample_rate)
@@ -109,6 +112,7 @@ def mrc_command(
         with dask_client(scheduler, workers) as client:
             result = mrc_source(ref, chosen, sample_rate, client=client)
     document = {**result.to_json(), **source_document(ref)}
+    document["checksums_verified"] = checksums_verified(ref, verify)
     if out is not None:
         write_outputs(result, document, out, force)
     if json_output:

@@ -19,6 +19,7 @@ from replay.cli.source import (
     TraceArgument,
     VerifyOption,
     WorkloadOption,
+    checksums_verified,
     inspect_default,
     resolve_source,
 )
@@ -77,19 +78,19 @@ def run_command(
     from replay._faults import kill_point
     from replay.engine.replay import trace_digest
     from replay.results import check_output_folder, run_stages
-    from replay.source import open_source, verify_source
+    from replay.source import open_source
     from replay.stats import inspect_trace
     from replay.system.spec import resolve_system_with_origin
 
     ref = resolve_source(
         trace, workload, batches=batches, batch_size=batch_size, seed=seed,
-        alpha=alpha, drift=drift, reuse=reuse,
+        alpha=alpha, drift=drift, reuse=reuse, verify=verify,
     )  # fmt: skip
     sets = list(overrides or [])
     spec, origin = resolve_system_with_origin(system, sets)
     check_output_folder(out, force=force, resume=resume)
     opened = open_source(ref)
-    verified = verify_source(opened, verify)
+    verified = checksums_verified(ref, verify)
     with_workload = inspect_default(ref, inspect)
     # what fixes the output: a resumed run must present the same plan
     plan = {

@@ -73,8 +73,13 @@ def resolve_source(
     alpha: float | None = None,
     drift: float | None = None,
     reuse: float | None = None,
+    verify: bool | None = None,
 ) -> SourceRef:
-    """A trace folder path, or the workload spec with its overrides (validated)."""
+    """A trace folder path, or the workload spec with its overrides (validated).
+
+    A trace is opened here, so a bad or empty one fails before any output is made, and
+    with `verify` its files are checked against the manifest's SHA-256s.
+    """
     overrides = {
         "--batches": batches, "--batch-size": batch_size, "--seed": seed,
         "--alpha": alpha, "--drift": drift, "--reuse": reuse,
@@ -85,6 +90,11 @@ def resolve_source(
         given = [name for name, value in overrides.items() if value is not None]
         if given:
             raise ConfigError(f"{given[0]} applies only with --workload (a trace is fixed)")
+        from replay.source import open_source
+
+        opened = open_source(trace)
+        if verify:
+            opened.verify()
         return str(trace)
     if trace is not None:
         raise ConfigError("give a TRACE folder or --workload, not both")
@@ -93,6 +103,12 @@ def resolve_source(
     return resolve_workload(workload).with_overrides(
         batches=batches, batch_size=batch_size, seed=seed, alpha=alpha, drift=drift, reuse=reuse
     )
+
+
+def checksums_verified(ref: SourceRef, verify: bool) -> bool | None:
+    """What outputs record: True (checked), False (--no-verify) or None (a workload
+    generated on the fly has no files to check)."""
+    return verify if isinstance(ref, str) else None
 
 
 def inspect_default(ref: SourceRef, inspect: bool | None) -> bool:

@@ -36,7 +36,9 @@ from replay.cli.source import (
     ReuseOption,
     SeedOption,
     TraceArgument,
+    VerifyOption,
     WorkloadOption,
+    checksums_verified,
     resolve_source,
 )
 
@@ -71,6 +73,7 @@ def sweep_command(
     alpha: AlphaOption = None,
     drift: DriftOption = None,
     reuse: ReuseOption = None,
+    verify: VerifyOption = True,
 ) -> None:
     """Replay one trace (or on-the-fly workload) on a system over a grid of settings: a
     run folder per point."""
@@ -87,12 +90,13 @@ def sweep_command(
 
     ref = resolve_source(
         trace, workload, batches=batches, batch_size=batch_size, seed=seed,
-        alpha=alpha, drift=drift, reuse=reuse,
+        alpha=alpha, drift=drift, reuse=reuse, verify=verify,
     )  # fmt: skip
     sets = list(overrides or [])
     parsed = parse_grid(grid)
     points = resolve_sweep(system, parsed, sets)
     document = sweep_document(ref, system, parsed, points, sets)
+    document["checksums_verified"] = checksums_verified(ref, verify)
 
     def finish(tmp: Path, metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows = sweep_rows(points, metrics)

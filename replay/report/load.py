@@ -144,7 +144,8 @@ def _read_parquet(path: Path) -> pl.DataFrame:
 
 
 def is_run(path: Path) -> bool:
-    return (path / "summary.json").is_file() and (path / "config.json").is_file()
+    """A run folder, complete or not (`load_run` names a missing file)."""
+    return (path / "summary.json").is_file() or (path / "config.json").is_file()
 
 
 def load_run(path: Path, *, label: str = "", values: dict[str, Any] | None = None) -> RunData:

@@ -104,7 +104,10 @@ class TraceFolderWriter:
     must present the same plan, so finished parts are only reused for identical output.
     """
 
-    def __init__(self, out: Path, plan: dict[str, Any], *, force: bool, resume: bool) -> None:
+    def __init__(
+        self, out: Path, plan: dict[str, Any], *, force: bool, resume: bool | None
+    ) -> None:
+        """`resume=None`: the command cannot resume (errors do not offer --resume)."""
         self.out = Path(out)
         self.partial = partial_path(self.out)
         self.plan = plan
@@ -126,7 +129,7 @@ class TraceFolderWriter:
             for leftover in (self.partial / kind).glob(".*.tmp"):
                 leftover.unlink()
 
-    def _check_target(self, *, force: bool, resume: bool) -> None:
+    def _check_target(self, *, force: bool, resume: bool | None) -> None:
         out = self.out
         if out.exists() and not out.is_dir():
             raise OutputError(f"{out}: exists and is not a folder")
@@ -137,19 +140,22 @@ class TraceFolderWriter:
                 )
             if not _is_replaceable(out):
                 raise OutputError(
-                    f"{out}: --force replaces only replay traces or empty folders; "
-                    "this one holds other files"
+                    f"{out}: holds other files, not a replay trace; replay replaces only "
+                    "a trace or an empty folder"
                 )
         if self.partial.exists() and not (force or resume):
+            how = "finish it with --resume or " if resume is not None else ""
             raise OutputError(
-                f"{out}: an interrupted run left {self.partial.name}; "
-                "finish it with --resume or start over with --force"
+                f"{out}: an interrupted run (or one still running) left {self.partial.name}; "
+                f"{how}start over with --force"
             )
         parent = out.parent if out.parent != Path("") else Path(".")
         probe = parent
         while not probe.exists():
             probe = probe.parent
-        if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        if not probe.is_dir():
+            raise OutputError(f"{out}: cannot write there ({probe} is a file, not a folder)")
+        if not os.access(probe, os.W_OK | os.X_OK):
             raise OutputError(f"{out}: cannot write there (permission denied)")
 
     def _plan_matches(self) -> bool:
@@ -256,7 +262,7 @@ def write_trace_from_arrays(
     layout = plan_layout(lookups_per_batch, accumulate_batches)
     frozen_arr = np.zeros(len(tables), dtype=bool) if frozen is None else np.array(frozen)
     plan = {"created_by": created_by, "layout": layout, "batches": num_batches}
-    writer = TraceFolderWriter(out, plan, force=force, resume=False)
+    writer = TraceFolderWriter(out, plan, force=force, resume=None)
     files: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
     per_file = layout["batches_per_file"]
     per_group = layout["batches_per_row_group"]
