@@ -60,6 +60,15 @@ def check_output_folder(
     interrupted run is an error unless `force` (start over) or `resume` (finish it) is
     given; `resume=None` means the command cannot resume.
     """
+    try:
+        _check_output_folder(out, force=force, owned=owned, what=what, resume=resume)
+    except OSError as exc:  # e.g. a name too long for the file system
+        raise OutputError(f"{out}: cannot use this output path ({exc.strerror or exc})") from None
+
+
+def _check_output_folder(
+    out: Path, *, force: bool, owned: frozenset[str] | None, what: str, resume: bool | None
+) -> None:
     if out.exists() or out.is_symlink():
         if not out.is_dir():
             raise OutputError(f"{out}: exists and is not a folder")

@@ -1,7 +1,8 @@
 """Command-line interface: `replay SUBCOMMAND ...`, one module per sub-command.
 
 `main()` is the console script. It turns every `ReplayError` (bad input) into one line
-on stderr and exit code 2; usage errors from the parser also exit with 2.
+on stderr and exit code 2; usage errors from the parser, and errors the operating system
+raises (disk full, a name too long), also exit with 2.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
         print(f"replay: error: {message} (see --help)", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        # the machine refused (disk full, a name too long, an I/O error): not a bug in
+        # replay, so one line too; outputs are never left half-written (atomic folders)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"replay: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except (typer.Abort, KeyboardInterrupt):
         print("replay: interrupted", file=sys.stderr)

@@ -35,3 +35,19 @@ SCHEDULER_HELP = (
     "Run on a Dask cluster: 'local' starts one of --workers processes, an address "
     "(tcp://host:8786) uses a running one. Needs pip install 'replay[distributed]'."
 )
+
+
+_CONTROL = dict.fromkeys([*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x200E, 0x200F,
+                          *range(0x202A, 0x202F), *range(0x2066, 0x206A)], "\ufffd")  # fmt: skip
+
+
+def shown(name: object, *, markup: bool = True) -> str:
+    """A name from a trace or a config as a terminal may show it: control characters
+    (ANSI escapes, bidi overrides) become U+FFFD and, for rich output (`markup`), square
+    brackets cannot open rich markup."""
+    text = str(name).translate(_CONTROL)
+    if markup:
+        from rich.markup import escape
+
+        text = escape(text)
+    return text

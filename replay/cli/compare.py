@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from replay.cli.app import SCHEDULER_HELP, app, default_workers, show_progress
+from replay.cli.app import SCHEDULER_HELP, app, default_workers, show_progress, shown
 from replay.cli.run import InspectOption
 from replay.cli.source import (
     AlphaOption,
@@ -276,7 +276,7 @@ def print_table(
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 120)
-    table = Table(title=title, title_justify="left")
+    table = Table(title=shown(title), title_justify="left")
     for _, header in label_columns:
         table.add_column(header)
     table.add_column("time", justify="right")
@@ -291,7 +291,7 @@ def print_table(
     if goodput:
         table.add_column("goodput", justify="right")
     for row in rows:
-        cells = [str(row[key]) for key, _ in label_columns]
+        cells = [shown(row[key]) for key, _ in label_columns]
         cells.append(_si(row["time_s"], "s"))
         if speedup:
             cells.append("-" if row["speedup"] is None else f"{row['speedup']:.3g}x")

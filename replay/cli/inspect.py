@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from replay.cli.app import app
+from replay.cli.app import app, shown
 from replay.cli.source import VerifyOption
 from replay.stats import DEFAULT_CURVE_POINTS
 
@@ -59,7 +59,7 @@ def print_report(result: dict[str, Any], console: Console | None = None) -> None
     """The human-readable form: one table (per table and overall) and a few lines."""
     # a terminal's own width; 120 columns in pipes and files, where rich would take 80
     console = console or Console(width=None if sys.stdout.isatty() else 120)
-    table = Table(title=f"trace {result.get('trace', '')}", title_justify="left")
+    table = Table(title=f"trace {shown(result.get('trace', ''))}", title_justify="left")
     table.add_column("table")
     for name in ("rows", "lookups", "distinct rows", "touched"):
         table.add_column(name, justify="right")
@@ -69,7 +69,7 @@ def print_report(result: dict[str, Any], console: Console | None = None) -> None
 
     def add(name: str, stats: dict[str, Any], *, end: bool = False) -> None:
         table.add_row(
-            name,
+            shown(name),
             f"{stats['rows']:,}",
             f"{stats['lookups']:,}",
             f"{stats['distinct_rows']:,}",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from replay.cli.app import SCHEDULER_HELP, app
+from replay.cli.app import SCHEDULER_HELP, app, shown
 from replay.cli.source import (
     AlphaOption,
     BatchesOption,
@@ -189,7 +189,8 @@ def _write_png(result: MrcResult, path: Path, trace: str) -> None:
     ax.set_ylim(0.0, min(1.0, top * 1.05 + 0.01))
     ax.set_xlabel("cache size (rows)")
     ax.set_ylabel("miss ratio")
-    ax.set_title(f"LRU miss-ratio curve, {how}\n{trace}", fontsize=10)
+    # the trace's path is drawn as written: no mathtext for a `$` in a folder name
+    ax.set_title(f"LRU miss-ratio curve, {how}\n{trace}", fontsize=10, parse_math=False)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="upper right")
     fig.savefig(path, dpi=120)
@@ -226,7 +227,10 @@ def print_report(
         table.add_row(*cells)
     console.print(table)
     distinct = "distinct rows" if result.exact else "distinct rows (estimated)"
-    lines = [f"trace: {trace}   lookups: {result.lookups:,}   {distinct}: {result.distinct_keys:,}"]
+    lines = [
+        f"trace: {shown(trace, markup=False)}   lookups: {result.lookups:,}   "
+        f"{distinct}: {result.distinct_keys:,}"
+    ]
     if not result.exact:
         lines.append(
             f"sampled lookups: {result.sampled_lookups:,}   expected error: "

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from replay.cli.app import app, show_progress
+from replay.cli.app import app, show_progress, shown
 from replay.cli.source import (
     AlphaOption,
     BatchesOption,
@@ -143,7 +143,8 @@ def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
     pol = summary["policy"]
     t = summary["time"]
     typer.echo(
-        f"{name}: {summary['lookups']:,} lookups in {summary['batches']:,} batches; "
+        f"{shown(name, markup=False)}: {summary['lookups']:,} lookups in "
+        f"{summary['batches']:,} batches; "
         f"policy {pol['name']}: hit ratio {pol['hit_ratio']:.4f} "
         f"({pol['misses']:,} misses, {pol['evictions']:,} evictions, "
         f"{pol['writebacks']:,} write-backs)"
@@ -157,13 +158,13 @@ def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
     for name_, tier in summary["tiers"].items():
         if tier["read_bytes"] or tier["write_bytes"]:
             typer.echo(
-                f"  tier {name_}: read {_si(tier['read_bytes'], 'B')}, "
+                f"  tier {shown(name_, markup=False)}: read {_si(tier['read_bytes'], 'B')}, "
                 f"write {_si(tier['write_bytes'], 'B')}"
             )
     for name_, link in summary["links"].items():
         if link["h2d_bytes"] or link["d2h_bytes"]:
             typer.echo(
-                f"  link {name_}: h2d {_si(link['h2d_bytes'], 'B')}, "
+                f"  link {shown(name_, markup=False)}: h2d {_si(link['h2d_bytes'], 'B')}, "
                 f"d2h {_si(link['d2h_bytes'], 'B')}"
             )
     ck = summary.get("checkpoint")
@@ -187,4 +188,4 @@ def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
             + (f" (used {used:.4g} s)" if used is not None else "")
         )
     rate = meta["timings"]["lookups_per_s"]
-    typer.echo(f"  replayed at {rate / 1e6:.1f} M lookups/s; wrote {out}")
+    typer.echo(f"  replayed at {rate / 1e6:.1f} M lookups/s; wrote {shown(out, markup=False)}")

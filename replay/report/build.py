@@ -10,8 +10,6 @@ same result folders give the same bytes.
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,7 @@ from replay.report.document import (
     to_html,
     to_markdown,
 )
-from replay.report.figures import FigureOut, generic_figures
+from replay.report.figures import FigureOut, generic_figures, sweep_figure_names
 from replay.report.load import Results, RunData, load_results
 from replay.report.scenario_figures import scenario_figures
 from replay.results import atomic_folder, write_json
@@ -451,10 +449,11 @@ def build_blocks(
     if energy:
         blocks += [Heading("Energy"), *energy]
     blocks += _sensitivity_blocks(analysis, figures)
+    studied = {folder for study in analysis.get("sensitivity") or [] for folder in study["folders"]}
     paired = {
-        "sweep_" + re.sub(r"[^A-Za-z0-9_-]", "_", folder).strip("_") + ".png"
-        for study in analysis.get("sensitivity") or []
-        for folder in study["folders"]
+        name
+        for sweep, name in zip(results.sweeps, sweep_figure_names(results.sweeps), strict=True)
+        if sweep.path.name in studied
     }
     other = [f for f in _images(figures, "sweeps") if f.name not in paired]
     if other:
@@ -475,24 +474,6 @@ def check_report_folder(out: Path) -> None:
             )
 
 
-def _mathtext_safe(results: Results) -> Results:
-    """A copy whose labels draw as written: matplotlib reads $...$ as math."""
-
-    def fix(run: RunData) -> RunData:
-        summary = dict(run.summary)
-        if isinstance(summary.get("system"), str):
-            summary["system"] = summary["system"].replace("$", r"\$")
-        return replace(run, label=run.label.replace("$", r"\$"), summary=summary)
-
-    return Results(
-        runs=[fix(r) for r in results.runs],
-        compares=[replace(c, runs=tuple(fix(r) for r in c.runs)) for c in results.compares],
-        sweeps=[replace(s, runs=tuple(fix(r) for r in s.runs)) for s in results.sweeps],
-        mrcs=list(results.mrcs),
-        sources=list(results.sources),
-    )
-
-
 def build_report(
     paths: list[Path], out: Path, *, force: bool = False, names: list[str] | None = None
 ) -> dict[str, Any]:
@@ -510,9 +491,8 @@ def build_report(
     with atomic_folder(out, force=force, owned=REPORT_FILES, what="report") as tmp:
         fig_dir = tmp / "figures"
         fig_dir.mkdir()
-        figures = generic_figures(_mathtext_safe(results), fig_dir) + scenario_figures(
-            analysis, fig_dir
-        )
+        # both draw names as written (no mathtext, no TeX): see figures.save
+        figures = generic_figures(results, fig_dir) + scenario_figures(analysis, fig_dir)
         blocks = build_blocks(results, analysis, figures)
         (tmp / "report.md").write_text(to_markdown(blocks))
         (tmp / "report.html").write_text(to_html(blocks, fig_dir, title=TITLE))

@@ -1,7 +1,10 @@
 """A report as a list of blocks, rendered to Markdown and to one self-contained HTML file.
 
 Blocks hold plain text; each renderer escapes it for its format, so a system name, a
-label or a path from a result folder can never inject Markdown or HTML. The HTML file
+label or a path from a result folder can never inject Markdown or HTML: `md_escape` and
+`html_escape` are the only ways text reaches a page. Both first replace control
+characters and bidirectional overrides (which could hide or reorder the text around a
+name) with U+FFFD. The HTML file
 embeds its figures as base64 `data:` URIs and its style inline: it loads nothing, from
 the network or from disk.
 """
@@ -13,9 +16,18 @@ import html
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&])")
+# every character that can start or end Markdown markup inside a line: emphasis, code,
+# links and images, raw HTML and entities, table cells, strikethrough, and the math of
+# GitHub and other renderers ($...$)
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&$])")
 _MD_LINE_START = re.compile(r"^(?:([#+\-=>])|(\d+)([.)]))")
+# C0 and C1 controls but tab, newline and carriage return (whitespace), and the Unicode
+# bidirectional embeddings, overrides, isolates and marks
+_UNSAFE_CHARS = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
 
 
 @dataclass(frozen=True)
@@ -50,10 +62,19 @@ class Image:
 Block = Heading | Paragraph | Bullets | Table | Image
 
 
+def _printable(text: object) -> str:
+    return _UNSAFE_CHARS.sub("\ufffd", str(text))
+
+
+def html_escape(text: object) -> str:
+    """Text that HTML shows as written, in an element or a quoted attribute."""
+    return html.escape(_printable(text), quote=True)
+
+
 def md_escape(text: str, *, line_start: bool = True) -> str:
-    """Text that Markdown shows as written (no markup, no raw HTML, one line); with
-    `line_start`, also what would start a block at the beginning of a line."""
-    text = _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+    """Text that Markdown shows as written (no markup, no raw HTML, no math, one line);
+    with `line_start`, also what would start a block at the beginning of a line."""
+    text = _MD_SPECIAL.sub(r"\\\1", " ".join(_printable(text).split()))
     if not line_start:
         return text
     # a leading # + - = > or "1." would start a heading, list or quote
@@ -64,7 +85,9 @@ def to_markdown(blocks: list[Block]) -> str:
     out: list[str] = []
     for block in blocks:
         if isinstance(block, Heading):
-            out.append(f"{'#' * block.level} {md_escape(block.text)}")
+            # a trailing run of # after a space would be read as the closing sequence
+            text = re.sub(r"(^|\s)#(#*)$", r"\1\\#\2", md_escape(block.text))
+            out.append(f"{'#' * block.level} {text}")
         elif isinstance(block, Paragraph):
             out.append(md_escape(block.text))
         elif isinstance(block, Bullets):
@@ -79,7 +102,8 @@ def to_markdown(blocks: list[Block]) -> str:
             out.append("\n".join(lines))
         else:
             out.append(
-                f"![{md_escape(block.title)}](figures/{block.name})\n\n*{md_escape(block.caption)}*"
+                f"![{md_escape(block.title)}](figures/{quote(block.name)})\n\n"
+                f"*{md_escape(block.caption)}*"
             )
     return "\n\n".join(out) + "\n"
 
@@ -101,7 +125,7 @@ figcaption{font-size:.9em;color:#444}
 
 def to_html(blocks: list[Block], figures_dir: Path, *, title: str) -> str:
     """One HTML page; images are read from figures_dir and embedded."""
-    esc = html.escape
+    esc = html_escape
     body: list[str] = []
     for block in blocks:
         if isinstance(block, Heading):
@@ -139,6 +163,7 @@ __all__ = [
     "Image",
     "Paragraph",
     "Table",
+    "html_escape",
     "md_escape",
     "to_html",
     "to_markdown",

@@ -56,6 +56,14 @@ Runs whose plotted data are identical are drawn once, under the joined labels ("
 hbm-belady"); sweep points that change nothing shown (same system, same data) are dropped.
 A sweep point is named by its system and the grid values that vary (`display_names`).
 
+Names from result folders (systems, tiers, links, tables, folders) are drawn as written:
+`save`, which writes every figure, first makes each text plain (`_as_written`): no TeX,
+whatever a matplotlibrc says, and no mathtext (`$...$`) but in the tick labels of
+matplotlib's own number formatters; the labels of every other formatter (names as
+categories) get their `$` escaped. A legend entry that starts with "_" (which matplotlib
+would leave out) gets a leading space; figure file names take only `[A-Za-z0-9_-]` from a
+folder name, at most `MAX_STEM` characters of it.
+
 `generic_figures(results, out_dir)` draws them all and returns their `FigureOut`s (name,
 title, caption with the computed facts to read, section). `new_figure`, `save`,
 `system_colors`, `display_names`, `time_parts` and `energy_parts` are shared with the other
@@ -74,12 +82,20 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from matplotlib import colormaps
+from matplotlib import colormaps, rc_context
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis, Tick
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, PercentFormatter
+from matplotlib.text import Text
+from matplotlib.ticker import (
+    Formatter,
+    FuncFormatter,
+    LogFormatter,
+    PercentFormatter,
+    ScalarFormatter,
+)
 
 from replay.report.analysis import TERMS, time_terms
 from replay.report.load import Results, RunData, SweepData
@@ -108,6 +124,13 @@ ENERGY_PARTS: tuple[tuple[str, str, str], ...] = (
     ("compute device", "energy_compute_j", "tab:blue"),
 )
 MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*", "<", ">", "h", "p")
+MAX_STEM = 80  # characters of a folder name in a figure's file name
+MAX_TITLE_NAME = 48  # characters of a folder name in a figure's title
+# while a figure is drawn, whatever a matplotlibrc says: no TeX, and the mathtext of the
+# number formatters' tick labels ($10^{3}$) drawn as math
+DRAW_RC = {"text.usetex": False, "text.parse_math": True}
+# formatters whose labels are numbers matplotlib writes in mathtext; no name goes in them
+MATH_FORMATTERS = (ScalarFormatter, LogFormatter)
 
 
 @dataclass(frozen=True)
@@ -121,6 +144,56 @@ class FigureOut:
 # -- shared helpers -----------------------------------------------------------------------
 
 
+class _AsWritten(Formatter):
+    """Another formatter's labels with `$` escaped: matplotlib draws them as written."""
+
+    def __init__(self, inner: Formatter) -> None:
+        self.inner = inner
+
+    def set_axis(self, axis: Any) -> None:
+        super().set_axis(axis)
+        self.inner.set_axis(axis)
+
+    def set_locs(self, locs: Any) -> None:
+        self.inner.set_locs(locs)
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return _no_math(self.inner(x, pos))
+
+    def format_ticks(self, values: Any) -> list[str]:
+        return [_no_math(label) for label in self.inner.format_ticks(values)]
+
+    def get_offset(self) -> str:
+        return _no_math(self.inner.get_offset())
+
+
+def _no_math(text: Any) -> str:
+    # with no unescaped $ a text is not mathtext, and matplotlib draws each \$ as $
+    return str(text).replace("$", r"\$")
+
+
+def _as_written(fig: Figure) -> None:
+    """Make every text of `fig` draw as written, so that a name from a result folder is
+    never parsed as mathtext or TeX: TeX off everywhere; mathtext off in every text but
+    the tick labels (and offsets) of the axes, whose formatters are matplotlib's number
+    formatters or else wrapped to escape `$` (category labels are names)."""
+    ticks: set[int] = set()
+    for axis in fig.findobj(Axis):
+        for which in ("major", "minor"):
+            formatter = getattr(axis, which).formatter
+            if not isinstance(formatter, (*MATH_FORMATTERS, _AsWritten)):
+                if which == "major":
+                    axis.set_major_formatter(_AsWritten(formatter))
+                else:
+                    axis.set_minor_formatter(_AsWritten(formatter))
+        ticks.add(id(axis.offsetText))
+    for tick in fig.findobj(Tick):
+        ticks.update((id(tick.label1), id(tick.label2)))
+    for text in fig.findobj(Text):
+        text.set_usetex(False)
+        text.set_parse_math(id(text) in ticks)
+
+
 def new_figure(width: float = WIDTH, height: float = HEIGHT) -> Figure:
     """A figure on the Agg canvas with constrained layout (no pyplot state)."""
     fig = Figure(figsize=(width, height), layout="constrained")
@@ -130,10 +203,14 @@ def new_figure(width: float = WIDTH, height: float = HEIGHT) -> Figure:
 
 def save(fig: Figure, path: Path) -> None:
     """Write `fig` as a PNG: the one place the PNG settings live (110 dpi, no
-    "Software" text, so the bytes do not depend on the matplotlib version string)."""
+    "Software" text, so the bytes do not depend on the matplotlib version string), and
+    where every text is made to draw as written (`_as_written`; tick labels made while
+    drawing take `DRAW_RC`)."""
     if not isinstance(fig.canvas, FigureCanvasAgg):
         FigureCanvasAgg(fig)
-    fig.savefig(Path(path), dpi=DPI, format="png", metadata={"Software": None})
+    with rc_context(DRAW_RC):
+        _as_written(fig)
+        fig.savefig(Path(path), dpi=DPI, format="png", metadata={"Software": None})
 
 
 def system_colors(labels: Sequence[str]) -> dict[str, str]:
@@ -159,7 +236,23 @@ def _wrap(label: str, width: int = 24, lines: int = 3) -> str:
 
 
 def _sanitise(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", name).strip("_") or "group"
+    """A file-name stem from a folder name: `[A-Za-z0-9_-]` only, at most MAX_STEM."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:MAX_STEM].strip("_") or "group"
+
+
+def sweep_figure_names(sweeps: Sequence[SweepData]) -> list[str]:
+    """The file name of each sweep's figure (`sweep_<folder>.png`, made unique)."""
+    used: set[str] = set()
+    return [f"sweep_{_unique(_sanitise(sweep.path.name), used)}.png" for sweep in sweeps]
+
+
+def _legend_label(label: str) -> str:
+    """`label` as a legend shows it: matplotlib leaves out labels that start with "_"."""
+    return f" {label}" if label.startswith("_") else label
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _unique(base: str, used: set[str]) -> str:
@@ -173,7 +266,7 @@ def _unique(base: str, used: set[str]) -> str:
 def _short(label: str, width: int = 32) -> str:
     """A label for ticks and legends: `a.b.key=value` → `key=value`, cut at `width`."""
     text = re.sub(r"[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)+=", lambda m: m.group(0).split(".")[-1], label)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return _cut(text, width)
 
 
 def _num(value: Any) -> float | None:
@@ -616,7 +709,9 @@ def _hierarchy_hits(
         label = _short(shown, 48)
         if policy and policy not in shown and " = " not in shown:
             label = f"{label} ({policy})"
-        ax.plot(x, 100 * y, color=color, linestyle=linestyle, linewidth=1.3, label=label)
+        ax.plot(
+            x, 100 * y, color=color, linestyle=linestyle, linewidth=1.3, label=_legend_label(label)
+        )
         overall = _num(_policy(run).get("hit_ratio"))
         if overall is None:
             sums = float(hits.sum() + misses.sum())
@@ -678,10 +773,11 @@ def _hierarchy_traffic(
     name, title = "hierarchy_traffic.png", "Link traffic per batch"
     traffic = [_link_traffic(r) for r, _ in chosen]
     kinds = list(dict.fromkeys(kind for rows in traffic for kind, _ in rows))
-    links = list(dict.fromkeys(kind.split(" ")[0] for kind in kinds))
+    link_of = {kind: kind.rsplit(" ", 1)[0] for kind in kinds}  # a link name may hold spaces
+    links = list(dict.fromkeys(link_of.values()))
     tab20 = colormaps["tab20"]
     color = {
-        kind: to_hex(tab20((2 * links.index(kind.split(" ")[0]) + kind.endswith("d2h")) % 20))
+        kind: to_hex(tab20((2 * links.index(link_of[kind]) + kind.endswith("d2h")) % 20))
         for kind in kinds
     }
     largest = max(v for rows in traffic for _, v in rows)
@@ -703,7 +799,7 @@ def _hierarchy_traffic(
                 value / scale,
                 height=height * 0.92,
                 color=color[kind],
-                label=kind if kind not in labelled else None,
+                label=_legend_label(kind) if kind not in labelled else None,
             )
             labelled.add(kind)
             ax.annotate(
@@ -798,7 +894,7 @@ def _mrc(
         y = frame["miss_ratio"].to_numpy().astype(float)
         label = _mrc_label(mrc.document)
         if len(curves) > 1:
-            label += f" — {mrc.path.name}"
+            label += f" — {_cut(mrc.path.name, MAX_TITLE_NAME)}"
         ax.plot(x, y, color="black" if i == 0 else f"C{i}", linewidth=1.6, label=label)
         entries += 1
         if len(x):
@@ -840,7 +936,7 @@ def _mrc(
             markersize=max(4.0, 10.0 - 1.5 * m_i),  # later ones smaller: overlaps stay visible
             markeredgecolor="black",
             color=color,
-            label=f"{text}: {_pct(miss)} at {_rows(rows)}",
+            label=_legend_label(f"{text}: {_pct(miss)} at {_rows(rows)}"),
         )
         entries += 1
     if singles:
@@ -974,7 +1070,7 @@ def _time_figure(group: str, runs: Sequence[RunData], out: Path) -> FigureOut | 
     values = [time_parts(r) for r in runs]
     scale, unit = _time_unit(max(sum(v) for v in values))
     name = f"time_{group}.png"
-    title = f"Time per batch by component — {group}"
+    title = f"Time per batch by component — {_cut(group, MAX_TITLE_NAME)}"
     fig = _stacked(
         runs,
         TIME_PARTS,
@@ -997,7 +1093,7 @@ def _energy_figure(group: str, runs: Sequence[RunData], out: Path) -> FigureOut 
     scale, unit = _energy_unit(max(sum(v) for v in values))
     parts = [(label, color) for label, _, color in ENERGY_PARTS]
     name = f"energy_{group}.png"
-    title = f"Energy per batch by component — {group}"
+    title = f"Energy per batch by component — {_cut(group, MAX_TITLE_NAME)}"
     fig = _stacked(
         runs,
         parts,
@@ -1063,7 +1159,7 @@ def _checkpoint_bytes(
             linewidth=1.0,
             marker=MARKERS[i % len(MARKERS)] if few else None,
             markersize=4,
-            label=label,
+            label=_legend_label(label),
         )
         means.append((float(y.mean()), shown, len(x)))
         levels.extend((float(y.min()), float(y.max())))
@@ -1198,7 +1294,7 @@ def _sweep_bars(sweep: SweepData, name: str, out: Path) -> FigureOut | None:
     points = [(r, v) for r, v in points if v is not None]
     if not points:
         return None
-    title = f"Sweep {sweep.path.name}: time per batch"
+    title = f"Sweep {_cut(sweep.path.name, MAX_TITLE_NAME)}: time per batch"
     varying = _varying(list(sweep.keys), [r for r, _ in points])
     labels = [
         ", ".join(f"{k.split('.')[-1]}={_value(r.values.get(k))}" for k in varying) or r.label
@@ -1264,7 +1360,7 @@ def _sweep_figure(sweep: SweepData, name: str, out: Path) -> FigureOut | None:
         "miss": "miss ratio",
         "time": "time per batch",
     }
-    title = f"Sweep {sweep.path.name}: {titles[metric]} against {short_key}"
+    title = f"Sweep {_cut(sweep.path.name, MAX_TITLE_NAME)}: {titles[metric]} against {short_key}"
     fig = new_figure()
     ax = fig.add_subplot()
     xs_all = [x for pts in series.values() for x, _, _ in pts]
@@ -1384,9 +1480,7 @@ def generic_figures(results: Results, out_dir: Path) -> list[FigureOut]:
     figures.extend(_energy_figure(group, members, out) for group, members in groups)
     figures.append(_checkpoint_bytes(runs, colors, names, out))
 
-    sweep_names: set[str] = set()
-    for sweep in results.sweeps:
-        name = f"sweep_{_unique(_sanitise(sweep.path.name), sweep_names)}.png"
+    for sweep, name in zip(results.sweeps, sweep_figure_names(results.sweeps), strict=True):
         figures.append(_sweep_figure(sweep, name, out))
     return [f for f in figures if f is not None]
 
@@ -1401,6 +1495,7 @@ __all__ = [
     "generic_figures",
     "new_figure",
     "save",
+    "sweep_figure_names",
     "system_colors",
     "time_parts",
 ]

@@ -11,6 +11,9 @@
   increment mode and bit width, beside the published 6–17× and 2.5–8× bands;
 - `sensitivity_<n>.png`: how a comparison's speedup and energy saving move when an
   assumption changes (two sweeps of one grid on two systems).
+
+Like the generic figures, they are written by `figures.save`, which draws every name as
+written (never as mathtext or TeX).
 """
 
 from __future__ import annotations
@@ -233,7 +236,7 @@ def _sensitivity(study: dict[str, Any], index: int, out_dir: Path) -> FigureOut 
         label="speedup (×)",
     )
     ax.set_xlabel(key)
-    system, baseline = (str(study[k]).replace("$", r"\$") for k in ("system", "baseline"))
+    system, baseline = str(study["system"]), str(study["baseline"])
     ax.set_ylabel(f"{system} speedup over {baseline} (×)")
     if min(xs_sorted) > 0 and max(xs_sorted) > 20 * min(xs_sorted):
         ax.set_xscale("log")
