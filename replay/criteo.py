@@ -855,9 +855,13 @@ def _check_files(files: list[Path]) -> None:
     if not files:
         raise InputError("no input files given")
     for path in files:
-        if not path.exists():
+        try:
+            exists, is_dir = path.exists(), path.is_dir()
+        except OSError as exc:  # e.g. a name too long
+            raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+        if not exists:
             raise InputError(f"{path}: no such file")
-        if path.is_dir():
+        if is_dir:
             raise InputError(f"{path}: is a folder, not a file")
         if not os.access(path, os.R_OK):
             raise InputError(f"{path}: cannot read (permission denied)")
@@ -906,7 +910,7 @@ def ingest(
         "skip_bad_lines": skip_bad_lines,
         "layout": layout,
     }
-    writer = TraceFolderWriter(out, plan, force=force, resume=False)
+    writer = TraceFolderWriter(out, plan, force=force, resume=None)  # no --resume
     try:
         return _ingest_into(
             writer,

@@ -933,7 +933,8 @@ def _lookup_columns(trace: Trace) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         try:
             table = handle.read_row_group(index, columns=["table", "row"])
         except (OSError, pa.ArrowException) as exc:
-            raise TraceError(f"{member}: unreadable row group {index} ({exc})") from None
+            detail = " ".join(str(exc).split())  # pyarrow's message may span lines
+            raise TraceError(f"{member}: unreadable row group {index} ({detail})") from None
         yield table.column("table").to_numpy(), table.column("row").to_numpy()
 
 

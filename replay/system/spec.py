@@ -261,7 +261,10 @@ def _check_number(value: Any, where: str, spec: tuple[float, float, bool], integ
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
         value = int(value)
     if not integer:
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # an integer beyond any float
+            raise ConfigError(f"{where}: {value} is out of range (too large)") from None
         if math.isnan(value) or math.isinf(value):
             raise ConfigError(f"{where}: must be a finite number, got {value}")
     if value < lo or value > hi or (lo_open and value <= lo):
@@ -330,13 +333,18 @@ def _devices() -> dict[str, Any]:
         return tomllib.load(fh)
 
 
+def _dotted(where: str, key: str) -> str:
+    """`where.key`, or `where['key']` for a key a one-line message cannot show as is."""
+    return f"{where}.{key}" if key.isprintable() and key.strip() == key else f"{where}[{key!r}]"
+
+
 def _named(data: Any, cls: type, kind: str, where: str) -> tuple[Any, ...]:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected named tables like [{kind}.NAME]")
     devices = _devices().get(kind, {})
     out = []
     for name, body in data.items():
-        path = f"{where}.{name}"
+        path = _dotted(where, name)
         if not isinstance(body, dict):
             raise ConfigError(f"{path}: expected a table of keys, got {body!r}")
         body = dict(body)
@@ -447,23 +455,48 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _too_long(data: Any) -> bool:
+    """Whether parsed TOML holds an integer too long to print (TOML's hex, octal and binary
+    integers have no length limit; Python prints at most 4300 digits)."""
+    if isinstance(data, dict):
+        return any(_too_long(v) for v in data.values())
+    if isinstance(data, list):
+        return any(_too_long(v) for v in data)
+    return isinstance(data, int) and data.bit_length() > _MAX_INT_BITS
+
+
+_MAX_INT_BITS = 14_000  # < 4300 decimal digits
+
+
 def parse_toml(text: str, where: str) -> dict[str, Any]:
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: not valid TOML ({exc})") from None
+    except ValueError:  # an integer of more than 4300 digits
+        raise ConfigError(f"{where}: not valid TOML (a number is too long)") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: not valid TOML (arrays or tables nested too deeply)") from None
+    if _too_long(data):
+        raise ConfigError(f"{where}: not valid TOML (a number is too long)")
+    return data
 
 
 def _resolve_extends(
     data: dict[str, Any], where: str, seen: tuple[str, ...] = ()
 ) -> dict[str, Any]:
-    from replay.system.presets import preset_data
+    from replay.system.presets import SYSTEM_PRESETS, preset_data
 
     parent = data.get("extends")
     if parent is None:
         return data
     if not isinstance(parent, str):
         raise ConfigError(f"{where}.extends: expected a preset name, got {parent!r}")
+    if parent not in SYSTEM_PRESETS:
+        raise ConfigError(
+            f"{where}.extends: unknown system preset {parent!r} "
+            f"(known: {', '.join(SYSTEM_PRESETS)})"
+        )
     if parent in seen:
         raise ConfigError(f"{where}.extends: preset {parent!r} extends itself")
     base = _resolve_extends(preset_data(parent), parent, (*seen, parent))
@@ -476,9 +509,10 @@ def _resolve_extends(
 def parse_value(text: str) -> Any:
     """A `--set` value: a TOML literal (number, bool, string, array), else a bare string."""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except (ValueError, RecursionError):  # not TOML (or beyond the parser's limits)
         return text
+    return text if _too_long(value) else value
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -496,7 +530,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             if child is None:
                 child = node[part] = {}
             elif not isinstance(child, dict):
-                raise ConfigError(f"--set {key}: {'.'.join(parts[: i + 1])} is not a table")
+                table = ".".join(parts[: i + 1])
+                if not key.isprintable():
+                    key, table = repr(key), repr(table)
+                raise ConfigError(f"--set {key}: {table} is not a table")
             else:
                 child = node[part] = dict(child)
             node = child
@@ -510,16 +547,22 @@ def load_system_data(name_or_file: str | Path) -> tuple[dict[str, Any], str]:
 
     text = str(name_or_file)
     path = Path(text)
+    try:
+        exists = path.exists()
+    except OSError:  # e.g. a name too long for a file name
+        exists = False
     if text in SYSTEM_PRESETS and not path.suffix:
         data = preset_data(text)
         origin = f"preset {text}"
-    elif path.suffix == ".toml" or path.exists():
+    elif path.suffix == ".toml" or exists:
         try:
             raw = path.read_text()
         except FileNotFoundError:
             raise ConfigError(f"{path}: no such system file") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: cannot read ({exc})") from None
+        except ValueError:  # a NUL byte in the name
+            raise ConfigError(f"{text!r}: not a valid file name") from None
         data = parse_toml(raw, str(path))
         origin = str(path)
     else:

@@ -36,6 +36,8 @@ KINDS = (LOOKUPS_DIR, UPDATES_DIR)
 
 # The largest row id a uint32 column can hold; tables with more rows use uint64.
 UINT32_ROWS = 2**32
+MAX_TABLE_ROWS = 2**63 - 1  # table sizes are int64 (the workload spec's limit)
+MAX_BATCHES = 2**32  # batch ids are uint32
 
 PARQUET_WRITE_OPTIONS: dict[str, Any] = {
     "compression": "zstd",
@@ -91,11 +93,26 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def safe_member(root: Path, relative: str) -> Path:
-    """Resolve a manifest path, refusing anything that points outside the trace folder."""
+    """Resolve a manifest path, refusing anything that points outside the trace folder,
+    whether by its name (absolute, ``..``) or through a symlink on the way."""
+    where = root / MANIFEST_NAME
     pure = PurePosixPath(relative)
     if pure.is_absolute() or ".." in pure.parts or not pure.parts:
-        raise TraceError(f"{root / MANIFEST_NAME}: file path {relative!r} leaves the trace folder")
-    return root.joinpath(*pure.parts)
+        raise TraceError(f"{where}: file path {relative!r} leaves the trace folder")
+    if "\0" in relative:
+        raise TraceError(f"{where}: file path {relative!r} holds a NUL byte")
+    member = root.joinpath(*pure.parts)
+    try:
+        real_root = root.resolve()
+        real = member.resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+        detail = getattr(exc, "strerror", None) or "symlink loop"
+        raise TraceError(f"{where}: file path {relative!r} cannot be resolved ({detail})") from None
+    if not real.is_relative_to(real_root):
+        raise TraceError(
+            f"{where}: file path {relative!r} leaves the trace folder (through a symlink)"
+        )
+    return member
 
 
 def _require(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: Path) -> Any:
@@ -123,9 +140,19 @@ def load_manifest(root: Path) -> dict[str, Any]:
         )
         raise TraceError(f"{root}: no manifest.json, not a trace folder{hint}")
     try:
-        manifest = json.loads(where.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = where.read_text()
+    except UnicodeDecodeError as exc:
         raise TraceError(f"{where}: not valid JSON ({exc})") from None
+    except OSError as exc:
+        raise TraceError(f"{where}: cannot read ({exc.strerror})") from None
+    try:
+        manifest = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{where}: not valid JSON ({exc})") from None
+    except ValueError:  # an integer of more than 4300 digits
+        raise TraceError(f"{where}: not valid JSON (a number is too long)") from None
+    except RecursionError:
+        raise TraceError(f"{where}: not valid JSON (nested too deeply)") from None
     if not isinstance(manifest, dict):
         raise TraceError(f"{where}: not a JSON object")
     version = _require(manifest, "format_version", int, where)
@@ -142,11 +169,11 @@ def load_manifest(root: Path) -> dict[str, Any]:
             raise TraceError(f"{where}: tables[{i}] is not an object")
         _require(table, "name", str, where)
         rows = _require(table, "rows", int, where)
-        if rows < 1:
-            raise TraceError(f"{where}: tables[{i}].rows must be positive")
+        if not 1 <= rows <= MAX_TABLE_ROWS:
+            raise TraceError(f"{where}: tables[{i}].rows must be between 1 and 2^63 - 1")
     batches = _require(manifest, "batches", int, where)
-    if batches < 0:
-        raise TraceError(f"{where}: batches must be non-negative")
+    if not 0 <= batches <= MAX_BATCHES:
+        raise TraceError(f"{where}: batches must be between 0 and 2^32 (batch ids are uint32)")
     _require(manifest, "row_dtype", str, where)
     if manifest["row_dtype"] not in ("uint32", "uint64"):
         raise TraceError(f"{where}: row_dtype must be uint32 or uint64")
@@ -163,7 +190,8 @@ def load_manifest(root: Path) -> dict[str, Any]:
             safe_member(root, path)
             start = _require(entry, "batch_start", int, where)
             stop = _require(entry, "batch_stop", int, where)
-            _require(entry, "rows", int, where)
+            if _require(entry, "rows", int, where) < 0:
+                raise TraceError(f"{where}: files.{kind} holds a negative row count")
             _require(entry, "sha256", str, where)
             if start != expected_start or stop < start:
                 raise TraceError(f"{where}: files.{kind} batch ranges are not contiguous")

@@ -53,6 +53,15 @@ class UpdateChunk:
 
 
 _COLUMNS = {LOOKUPS_DIR: ("batch", "table", "row"), UPDATES_DIR: ("batch", "table", "row", "count")}
+_TYPES = {"batch": pa.uint32(), "table": pa.uint16(), "count": pa.uint32()}  # row: row_dtype
+# What pyarrow raises on a damaged file: its own errors, I/O errors, and ValueErrors such
+# as a UnicodeDecodeError on a damaged column name in the footer.
+_PARQUET_ERRORS = (OSError, ValueError, pa.ArrowException)
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's message on one line (pyarrow's may span several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 class Trace:
@@ -64,7 +73,11 @@ class Trace:
         for kind in KINDS:
             for entry in self.manifest["files"][kind]:
                 member = safe_member(self.path, entry["path"])
-                if not member.is_file():
+                try:
+                    found = member.is_file()
+                except OSError as exc:  # e.g. a name too long
+                    raise TraceError(f"{member}: cannot be read ({exc.strerror})") from None
+                if not found:
                     raise TraceError(f"{member}: listed in the manifest but missing")
 
     # -- description ------------------------------------------------------------------
@@ -108,37 +121,59 @@ class Trace:
         for kind in KINDS:
             for entry in self.manifest["files"][kind]:
                 member = safe_member(self.path, entry["path"])
-                if sha256_file(member) != entry["sha256"]:
+                try:
+                    digest = sha256_file(member)
+                except OSError as exc:
+                    raise TraceError(f"{member}: cannot be read ({exc.strerror})") from None
+                if digest != entry["sha256"]:
                     raise TraceError(f"{member}: checksum does not match the manifest")
 
     # -- streaming ----------------------------------------------------------------------
     def _row_groups(
         self, kind: str, start: int, stop: int
     ) -> Iterator[tuple[Path, pq.ParquetFile, int]]:
-        """(file, row group index) pairs that may hold batches in [start, stop)."""
+        """(file, row group index) pairs that may hold batches in [start, stop).
+
+        A file inside the range yields all its row groups. In a file that straddles an
+        end of the range, a row group is kept when its (sorted) `batch` column meets the
+        range: the column is decoded rather than its min/max statistics read, because
+        pyarrow (26) aborts the whole process (an uncaught C++ exception) on the column
+        chunk metadata of a damaged footer, where reading the row group fails cleanly.
+        Whole-trace reads and ranges cut at file boundaries decode nothing extra.
+        """
         for entry in self.manifest["files"][kind]:
             if entry["batch_stop"] <= start or entry["batch_start"] >= stop or entry["rows"] == 0:
                 continue
             member = safe_member(self.path, entry["path"])
             try:
                 handle = pq.ParquetFile(member, memory_map=True)
-            except (OSError, pa.ArrowException) as exc:
-                raise TraceError(f"{member}: not a readable Parquet file ({exc})") from None
-            meta = handle.metadata
-            names = handle.schema_arrow.names
-            if tuple(names) != _COLUMNS[kind]:
-                raise TraceError(f"{member}: columns {names} are not {list(_COLUMNS[kind])}")
-            batch_col = names.index("batch")
-            for index in range(meta.num_row_groups):
-                stats = meta.row_group(index).column(batch_col).statistics
-                skip = (
-                    stats is not None
-                    and stats.has_min_max
-                    and (stats.max < start or stats.min >= stop)
-                )
-                if skip:
-                    continue
+                num_row_groups = handle.metadata.num_row_groups
+                schema = handle.schema_arrow
+            except _PARQUET_ERRORS as exc:
+                raise TraceError(
+                    f"{member}: not a readable Parquet file ({_one_line(exc)})"
+                ) from None
+            self._check_schema(member, kind, schema)
+            inside = start <= entry["batch_start"] and entry["batch_stop"] <= stop
+            for index in range(num_row_groups):
+                if not inside:
+                    first, last = _batch_span(member, handle, index)
+                    if first >= stop:
+                        break  # row groups come in batch order
+                    if last < start:
+                        continue
                 yield member, handle, index
+
+    def _check_schema(self, member: Path, kind: str, schema: pa.Schema) -> None:
+        """The columns of `kind` with the trace's types (a check per file, not per row)."""
+        names = schema.names
+        if tuple(names) != _COLUMNS[kind]:
+            raise TraceError(f"{member}: columns {names} are not {list(_COLUMNS[kind])}")
+        for name in names:
+            want = _TYPES[name] if name != "row" else pa.from_numpy_dtype(self.row_dtype)
+            got = schema.field(name).type
+            if got != want:
+                raise TraceError(f"{member}: column {name!r} is {got}, not {want}")
 
     def _iter(
         self,
@@ -155,8 +190,12 @@ class Trace:
         for member, handle, index in self._row_groups(kind, start, stop):
             try:
                 table = handle.read_row_group(index, columns=list(names), use_threads=use_threads)
-            except (OSError, pa.ArrowException) as exc:
-                raise TraceError(f"{member}: unreadable row group {index} ({exc})") from None
+            except _PARQUET_ERRORS as exc:
+                raise TraceError(
+                    f"{member}: unreadable row group {index} ({_one_line(exc)})"
+                ) from None
+            if any(table.column(name).null_count for name in names):
+                raise TraceError(f"{member}: row group {index} holds null values")
             columns = {name: table.column(name).to_numpy() for name in names}
             batch = columns["batch"]
             if len(batch) and (batch[0] < start or batch[-1] >= stop):
@@ -222,6 +261,20 @@ class Trace:
         return UpdateChunk(
             start, start, empty, empty.astype(np.uint16), empty.astype(self.row_dtype), empty
         )
+
+
+def _batch_span(member: Path, handle: pq.ParquetFile, index: int) -> tuple[int, int]:
+    """First and last batch of row group `index` (its batches are sorted); (-1, -1) when
+    it is empty, and (-1, 2^32) when nulls make it unknown (reading it then fails)."""
+    try:
+        column = handle.read_row_group(index, columns=["batch"], use_threads=False)["batch"]
+    except _PARQUET_ERRORS as exc:
+        raise TraceError(f"{member}: unreadable row group {index} ({_one_line(exc)})") from None
+    if column.null_count:
+        return -1, 1 << 32
+    if len(column) == 0:
+        return -1, -1
+    return column[0].as_py(), column[-1].as_py()
 
 
 def _gather(

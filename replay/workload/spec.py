@@ -33,7 +33,9 @@ that does not set the key itself)::
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -122,7 +124,19 @@ class WorkloadSpec:
             if value is not None:
                 for table in data["tables"]:
                     table[key] = value
-        return spec_from_dict(data, where="overrides")
+        try:
+            return spec_from_dict(data, where="overrides")
+        except ConfigError as exc:  # name the option: "--batches: 0 is out of range ..."
+            raise ConfigError(_OVERRIDE_KEY.sub(_option_name, str(exc))) from None
+
+
+_OVERRIDE_KEY = re.compile(
+    r"^overrides\.(?:tables\[\d+\]\.)?(batch_size|batches|seed|alpha|drift|reuse):"
+)
+
+
+def _option_name(match: re.Match[str]) -> str:
+    return "--" + match.group(1).replace("_", "-") + ":"
 
 
 # -- validation -----------------------------------------------------------------------
@@ -147,7 +161,10 @@ def _int(value: Any, where: str, lo: int, hi: int) -> int:
 def _float(value: Any, where: str, lo: float, hi: float, *, hi_open: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{where}: expected a number, got {value!r}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an integer beyond any float
+        raise ConfigError(f"{where}: {value} is out of range [{lo}, {hi}]") from None
     if math.isnan(value) or math.isinf(value):
         raise ConfigError(f"{where}: must be a finite number, got {value}")
     if value < lo or value > hi or (hi_open and value >= hi):
@@ -248,6 +265,19 @@ def spec_from_dict(data: Any, where: str = "spec") -> WorkloadSpec:
     return spec
 
 
+def _too_long(data: Any) -> bool:
+    """Whether parsed TOML holds an integer too long to print (TOML's hex, octal and binary
+    integers have no length limit; Python prints at most 4300 digits)."""
+    if isinstance(data, dict):
+        return any(_too_long(v) for v in data.values())
+    if isinstance(data, list):
+        return any(_too_long(v) for v in data)
+    return isinstance(data, int) and data.bit_length() > _MAX_INT_BITS
+
+
+_MAX_INT_BITS = 14_000  # < 4300 decimal digits
+
+
 def load_spec(path: str | Path) -> WorkloadSpec:
     """Load a workload spec from a TOML file."""
     path = Path(path)
@@ -257,10 +287,18 @@ def load_spec(path: str | Path) -> WorkloadSpec:
         raise ConfigError(f"{path}: no such spec file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read ({exc})") from None
+    except ValueError:  # a NUL byte in the name
+        raise ConfigError(f"{str(path)!r}: not a valid file name") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    except ValueError:  # an integer of more than 4300 digits
+        raise ConfigError(f"{path}: not valid TOML (a number is too long)") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML (arrays or tables nested too deeply)") from None
+    if _too_long(data):
+        raise ConfigError(f"{path}: not valid TOML (a number is too long)")
     return spec_from_dict(data, where=str(path))
 
 
@@ -284,8 +322,8 @@ def spec_to_toml(spec: WorkloadSpec) -> str:
             return "true" if v else "false"
         if isinstance(v, int | float):
             return repr(v)
-        escaped = str(v).replace("\\", "\\\\").replace('"', '\\"')
-        return f'"{escaped}"'
+        # a TOML basic string: JSON's escapes are TOML's, but for DEL, which TOML also escapes
+        return json.dumps(str(v), ensure_ascii=False).replace("\x7f", "\\u007f")
 
     lines = []
     data = spec.to_dict()
