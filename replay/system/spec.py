@@ -40,6 +40,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from replay._toml import has_too_long_int
 from replay.errors import ConfigError
 
 LOCATIONS = ("gpu", "host", "near-memory")
@@ -455,19 +456,6 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _too_long(data: Any) -> bool:
-    """Whether parsed TOML holds an integer too long to print (TOML's hex, octal and binary
-    integers have no length limit; Python prints at most 4300 digits)."""
-    if isinstance(data, dict):
-        return any(_too_long(v) for v in data.values())
-    if isinstance(data, list):
-        return any(_too_long(v) for v in data)
-    return isinstance(data, int) and data.bit_length() > _MAX_INT_BITS
-
-
-_MAX_INT_BITS = 14_000  # < 4300 decimal digits
-
-
 def parse_toml(text: str, where: str) -> dict[str, Any]:
     try:
         data = tomllib.loads(text)
@@ -477,7 +465,7 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: not valid TOML (a number is too long)") from None
     except RecursionError:
         raise ConfigError(f"{where}: not valid TOML (arrays or tables nested too deeply)") from None
-    if _too_long(data):
+    if has_too_long_int(data):
         raise ConfigError(f"{where}: not valid TOML (a number is too long)")
     return data
 
@@ -512,7 +500,7 @@ def parse_value(text: str) -> Any:
         value = tomllib.loads(f"v = {text}")["v"]
     except (ValueError, RecursionError):  # not TOML (or beyond the parser's limits)
         return text
-    return text if _too_long(value) else value
+    return text if has_too_long_int(value) else value
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

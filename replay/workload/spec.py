@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from replay._toml import has_too_long_int
 from replay.errors import ConfigError
 
 MAPPINGS = ("permuted", "contiguous")
@@ -265,19 +266,6 @@ def spec_from_dict(data: Any, where: str = "spec") -> WorkloadSpec:
     return spec
 
 
-def _too_long(data: Any) -> bool:
-    """Whether parsed TOML holds an integer too long to print (TOML's hex, octal and binary
-    integers have no length limit; Python prints at most 4300 digits)."""
-    if isinstance(data, dict):
-        return any(_too_long(v) for v in data.values())
-    if isinstance(data, list):
-        return any(_too_long(v) for v in data)
-    return isinstance(data, int) and data.bit_length() > _MAX_INT_BITS
-
-
-_MAX_INT_BITS = 14_000  # < 4300 decimal digits
-
-
 def load_spec(path: str | Path) -> WorkloadSpec:
     """Load a workload spec from a TOML file."""
     path = Path(path)
@@ -297,7 +285,7 @@ def load_spec(path: str | Path) -> WorkloadSpec:
         raise ConfigError(f"{path}: not valid TOML (a number is too long)") from None
     except RecursionError:
         raise ConfigError(f"{path}: not valid TOML (arrays or tables nested too deeply)") from None
-    if _too_long(data):
+    if has_too_long_int(data):
         raise ConfigError(f"{path}: not valid TOML (a number is too long)")
     return spec_from_dict(data, where=str(path))
 
