@@ -73,7 +73,7 @@ def test_generate_from_spec_file_with_overrides(tmp_path: Path, capsys) -> None:
         (["--preset", "nope"], "unknown workload preset 'nope'"),
         (["--preset", "tiny", "--batches", "0"], "batches"),
         (["--preset", "tiny", "--batches", "-3"], "batches"),
-        (["--preset", "tiny", "--batch-size", "0"], "batch_size"),
+        (["--preset", "tiny", "--batch-size", "0"], "--batch-size"),
         (["--preset", "tiny", "--alpha", "nan"], "finite"),
         (["--preset", "tiny", "--alpha", "-1"], "out of range"),
         (["--preset", "tiny", "--reuse", "1.5"], "out of range"),

@@ -487,7 +487,10 @@ def test_cli_mrc_workload_equals_trace(
     )
     for key in ("curve", "expected_error", "lookups"):
         assert fly[key] == folder[key], key
-    assert _without(fly, "trace", "workload") == _without(folder, "trace")
+    assert _without(fly, "trace", "workload", "checksums_verified") == _without(
+        folder, "trace", "checksums_verified"
+    )
+    assert folder["checksums_verified"] is True and fly["checksums_verified"] is None
     assert folder["trace"] == str(tiny_mrc) and "workload" not in folder
     assert fly["trace"] == "workload:tiny"
     assert fly["workload"] == open_workload("tiny", batches=MRC_BATCHES).spec.to_dict()
@@ -534,7 +537,10 @@ def test_cli_compare_workload_equals_trace(
     assert doc_a["trace"] == str(tiny) and "workload" not in doc_a
     assert doc_b["trace"] == "workload:tiny"
     assert doc_b["workload"] == open_workload("tiny", batches=TINY_BATCHES).spec.to_dict()
-    assert _without(doc_a, "trace") == _without(doc_b, "trace", "workload")
+    assert _without(doc_a, "trace", "checksums_verified") == _without(
+        doc_b, "trace", "workload", "checksums_verified"
+    )
+    assert doc_a["checksums_verified"] is True and doc_b["checksums_verified"] is None
 
 
 def test_cli_sweep_workload_equals_trace(
@@ -553,7 +559,10 @@ def test_cli_sweep_workload_equals_trace(
     doc_a = json.loads((a / "sweep.json").read_text())
     doc_b = json.loads((b / "sweep.json").read_text())
     assert doc_b["trace"] == "workload:tiny" and "workload" in doc_b
-    assert _without(doc_a, "trace") == _without(doc_b, "trace", "workload")
+    assert _without(doc_a, "trace", "checksums_verified") == _without(
+        doc_b, "trace", "workload", "checksums_verified"
+    )
+    assert doc_a["checksums_verified"] is True and doc_b["checksums_verified"] is None
     # the cache sizes matter: the hit ratios differ along the grid
     assert len({row["hit_ratio"] for row in rows_a}) > 1
 
