@@ -27,16 +27,18 @@ import pyarrow.parquet as pq
 import replay
 from replay._faults import kill_point
 from replay.errors import OutputError
+from replay.trace.writer import partial_path
 
 
 def partial_folder(out: Path) -> Path:
-    """The temporary folder a command builds `out` in: `.NAME.partial` beside it.
+    """The temporary folder a command builds `out` in: `.NAME.partial` beside it, the
+    name trace folders use too (`replay.trace.writer.partial_path`).
 
     The name is fixed (not per process), so a run that was killed leaves a folder the next
     run finds: it is reported, resumed (`--resume`) or replaced (`--force`), never silently
     overwritten. The same name also keeps two commands from writing one target at once.
     """
-    return out.parent / f".{out.name}.partial"
+    return partial_path(out)
 
 
 def _previous_folder(out: Path) -> Path:

@@ -105,7 +105,7 @@ def run_command(
     }
     with run_stages(out, plan, force=force, resume=resume) as stages:
         if not stages.finished and not stages.replayed:
-            result = _replay(opened, spec, kill_point)
+            result = _replay(opened, spec)
             stages.write_replay(result, overrides=sets, origin=origin, verified=verified)
         kill_point("run:replayed")
         if not stages.finished and with_workload and not stages.inspected:
@@ -118,7 +118,8 @@ def run_command(
         print_summary(spec.name, summary, meta, out)
 
 
-def _replay(opened: Any, spec: Any, kill_point: Any) -> Any:
+def _replay(opened: Any, spec: Any) -> Any:
+    from replay._faults import kill_point
     from replay.engine.replay import replay_trace
 
     if not show_progress():
