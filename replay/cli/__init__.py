@@ -18,6 +18,7 @@ from replay._malloc import retain_freed_memory
 from replay.cli import (  # noqa: F401
     bench,
     compare,
+    fit,
     generate,
     ingest,
     inspect,

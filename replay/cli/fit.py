@@ -1,0 +1,247 @@
+"""`replay fit TRACE --out SPEC.toml`: a workload spec fitted to a trace (method in
+`replay.fit`), so `replay generate --spec SPEC.toml` makes synthetic traces that look like
+it at any length.
+
+The spec (with the fit's diagnostics as comments) and the `--check` figure are each
+written under a temporary name beside the target and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from replay.cli.app import app, shown
+from replay.cli.source import VerifyOption
+from replay.errors import ConfigError, OutputError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from replay.fit import FitResult
+
+
+@app.command("fit")
+def fit_command(
+    trace: Annotated[
+        Path, typer.Argument(metavar="TRACE", help="Trace folder (e.g. from `replay ingest`).")
+    ],
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Where to write the fitted spec (TOML).")
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the fit (and the check) as one JSON object.")
+    ] = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Generate a synthetic trace of the sample's shape from the fit and compare "
+            "their statistics side by side (and draw both rows-touched curves).",
+        ),
+    ] = False,
+    figure: Annotated[
+        Path | None,
+        typer.Option(
+            "--figure",
+            help="PNG of the --check curves (default: SPEC.check.png beside --out).",
+        ),
+    ] = None,
+    rows: Annotated[
+        str,
+        typer.Option(
+            "--rows",
+            help="Table rows: declared (the trace's), observed (rows touched) or "
+            "extrapolate (Chao1 estimate of the distinct values).",
+        ),
+    ] = "declared",
+    max_lookups: Annotated[
+        int,
+        typer.Option(
+            "--max-lookups", help="Fit on a prefix of whole batches with at most this many lookups."
+        ),
+    ] = 1 << 24,
+    seed: Annotated[int, typer.Option(help="Seed of the fitted spec (and the check).")] = 0,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an existing spec file or figure.")
+    ] = False,
+    verify: VerifyOption = True,
+) -> None:
+    """Fit per-table power-law exponents (with confidence intervals), reuse and drift
+    to a trace, and write them as a workload spec."""
+    from replay import __version__
+    from replay.fit import ROWS_MODES, check_fit, fit_trace, spec_with_diagnostics
+    from replay.trace.reader import open_trace
+
+    if out is None and not json_output:
+        raise ConfigError("give --out SPEC.toml (or --json to print the fit)")
+    if rows not in ROWS_MODES:
+        raise ConfigError(f"--rows: {rows!r} is not one of {', '.join(ROWS_MODES)}")
+    if max_lookups < 1:
+        raise ConfigError(f"--max-lookups: {max_lookups} must be at least 1")
+    if not 0 <= seed < 2**63:
+        raise ConfigError(f"--seed: {seed} is out of range [0, 2^63)")
+    if figure is not None and not check:
+        raise ConfigError("--figure applies only with --check")
+    if check and figure is None and out is not None:
+        figure = out.with_name(out.stem + ".check.png")
+    targets = [p for p in (out, figure) if p is not None]
+    for target in targets:
+        _check_target(target, force)
+    opened = open_trace(trace)
+    if verify:
+        opened.verify()
+    result = fit_trace(opened, rows_mode=rows, max_lookups=max_lookups, seed=seed)
+    checked = check_fit(opened, result) if check else None
+    if out is not None:
+        _write_atomic(out, spec_with_diagnostics(result, __version__).encode())
+    if figure is not None and checked is not None:
+        _write_atomic(figure, _figure_png(checked, str(trace)))
+    if json_output:
+        document: dict[str, Any] = result.to_dict()
+        document["checksums_verified"] = verify
+        document["spec"] = str(out) if out is not None else None
+        if checked is not None:
+            document["check"] = checked
+            document["figure"] = str(figure) if figure is not None else None
+        typer.echo(json.dumps(document, indent=2))
+        return
+    print_fit(result)
+    if checked is not None:
+        print_check(checked)
+    if out is not None:
+        typer.echo(f"spec written to {shown(out, markup=False)}")
+    if figure is not None:
+        typer.echo(f"figure written to {shown(figure, markup=False)}")
+
+
+def _check_target(path: Path, force: bool) -> None:
+    if path.is_dir():
+        raise OutputError(f"{path}: is a folder, not a file")
+    if path.exists() and not force:
+        raise OutputError(f"{path}: already exists (use --force to replace it)")
+    parent = path.parent
+    if parent.exists() and not parent.is_dir():
+        raise OutputError(f"{parent}: is a file, not a folder")
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _figure_png(checked: dict[str, Any], trace: str) -> bytes:
+    """Rows touched against batches, sample and synthetic, overall and per table."""
+    import tempfile
+
+    from replay.report.figures import new_figure, save
+
+    fig = new_figure(7.5, 4.5)
+    ax = fig.add_subplot(1, 1, 1)
+    for i, entry in enumerate(checked["tables"]):
+        curve = entry["curve"]
+        ax.plot(curve["batches"], curve["sample"], color="0.75", lw=0.8)
+        ax.plot(curve["batches"], curve["synthetic"], color="#9ecae1", lw=0.8, ls="--")
+        if i == 0:
+            ax.lines[-2].set_label("sample, per table")
+            ax.lines[-1].set_label("synthetic, per table")
+    overall = checked["overall"]["curve"]
+    ax.plot(overall["batches"], overall["sample"], color="black", lw=2, label="sample, all")
+    ax.plot(
+        overall["batches"], overall["synthetic"], color="#08519c", lw=2, ls="--",
+        label="synthetic (fitted spec), all",
+    )  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("batches")
+    ax.set_ylabel("rows touched")
+    ax.set_title(f"rows touched: {Path(trace).name} against its fitted spec", fontsize=10)
+    ax.legend(fontsize=8)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "figure.png"
+        save(fig, path)
+        return path.read_bytes()
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 140)
+
+
+def print_fit(result: FitResult, console: Console | None = None) -> None:
+    from rich.table import Table
+
+    console = console or _console()
+    table = Table(
+        title=f"fit of {shown(result.trace)}: {result.batches:,} batches, "
+        f"{result.lookups:,} lookups",
+        title_justify="left",
+    )
+    for name in ("table", "rows", "lookups", "alpha", "95% CI", "plain MLE", "reuse", "drift"):
+        table.add_column(name, justify="left" if name == "table" else "right")
+    table.add_column("note")
+    for t in result.tables:
+        table.add_row(
+            shown(t.name),
+            f"{t.rows:,}",
+            f"{t.lookups:,}",
+            "-" if t.alpha is None else f"{t.alpha:.3f}",
+            "-" if t.alpha_ci is None else f"{t.alpha_ci[0]:.3f}-{t.alpha_ci[1]:.3f}",
+            "-" if t.alpha_mle is None else f"{t.alpha_mle:.3f}",
+            f"{t.reuse:.3f}",
+            f"{t.drift:.3g}",
+            "" if t.alpha_note == "fitted" else shown(t.alpha_note),
+        )
+    console.print(table)
+    console.print(f"overall: reuse {result.reuse:.3f}, drift {result.drift:.3g}")
+    for note in result.notes:
+        console.print(f"note: {shown(note)}")
+
+
+_CHECK_COLUMNS = (
+    ("distinct_per_batch", "distinct/batch", "{:.3f}"),
+    ("consecutive_reuse", "reuse n-1", "{:.3f}"),
+    ("top1pct_share", "top 1% share", "{:.3f}"),
+    ("touched_rows", "rows touched", "{:,}"),
+)
+
+
+def _cell(stat: dict[str, Any], fmt: str) -> str:
+    rel = stat["rel_diff"]
+    diff = "n/a" if rel is None else f"{100 * rel:+.1f}%"
+    return f"{fmt.format(stat['sample'])} / {fmt.format(stat['synthetic'])} ({diff})"
+
+
+def print_check(checked: dict[str, Any], console: Console | None = None) -> None:
+    from rich.table import Table
+
+    console = console or _console()
+    table = Table(
+        title=f"check: sample / synthetic (relative difference), seed "
+        f"{checked['synthetic']['seed']}",
+        title_justify="left",
+    )
+    table.add_column("table")
+    for _, label, _ in _CHECK_COLUMNS:
+        table.add_column(label, justify="right")
+    table.add_column("curve max |diff|", justify="right")
+    entries = [*checked["tables"], checked["overall"]]
+    for i, entry in enumerate(entries):
+        worst = entry["curve"]["max_abs_rel_diff"]
+        table.add_row(
+            shown(entry["name"]) if i < len(entries) - 1 else "[b]overall[/b]",
+            *(_cell(entry["stats"][key], fmt) for key, _, fmt in _CHECK_COLUMNS),
+            "n/a" if worst is None else f"{100 * worst:.1f}%",
+            end_section=i == len(entries) - 2,
+        )
+    console.print(table)

@@ -1,0 +1,959 @@
+"""`replay fit`: estimate a workload spec from a trace, so synthetic traces look like it.
+
+The model fitted is the generator's own (DESIGN section 4, `replay.workload.sampler`):
+per table, a fresh lookup draws a popularity rank k in [1, rows] with p(k) ~ k^-alpha,
+the ranking moves `drift` x rows places per batch, and with probability `reuse` a lookup
+repeats a lookup of the batch before (reuse window 1, drift period 1: the fit does not
+estimate those two, and says so in the spec). Per table it estimates:
+
+- **rows**: the table's declared rows (`--rows declared`, the default: the manifest's
+  cardinality, e.g. the hash cap of `replay ingest --max-ind-range`), the rows the trace
+  touched (`observed`), or a stated extrapolation (`extrapolate`): Chao's bias-corrected
+  species estimator D + F1 (F1 - 1) / (2 (F2 + 1)) (Chao 1984; F1, F2 = rows seen once,
+  twice), never below the rows touched.
+- **alpha_mle**: the maximum-likelihood exponent of a discrete bounded power law over
+  ranks 1..rows fitted to the observed frequencies ranked in decreasing order. Setting
+  the derivative of the log-likelihood -alpha sum_i c_i log i - n log H(rows, alpha) to 0
+  gives E_alpha[log k] = (1/n) sum_i c_i log i: the MLE matches the mean log-rank. It is
+  the classic estimator, and it is biased whenever rows are seen only a few times (the
+  empirical ranks of the tail are not the true ranks), when lookups repeat (reuse) and
+  when the ranking moves (drift).
+- **alpha, reuse, drift**: by indirect inference (Gouriéroux, Monfort & Renault, J.
+  Applied Econometrics 8, 1993): three statistics are computed identically on the trace
+  and on synthetic traces of the same shape (tables, rows, lookups per batch, batches,
+  from the generator itself), and each parameter is moved until the synthetic statistic
+  equals the observed one. Whatever bias a statistic has, it has on both sides. The
+  statistics, one per parameter, each monotone in it:
+  - alpha <- the mean log-rank within windows of about `WINDOW_LOOKUPS` lookups of the
+    table (the MLE's sufficient statistic; short windows keep drift from blurring it);
+  - reuse <- the consecutive-batch reuse |U_n ∩ U_n-1| / |U_n|, averaged over batches
+    (as `replay inspect` defines it);
+  - drift <- the rows-touched curve, as the mean of log(rows touched by batches 0..x-1)
+    over log-spaced x.
+  Parameters are solved one at a time by bisection (all tables at once: tables draw
+  independent streams), in rounds until no parameter moves (at most `MAX_ROUNDS`), with
+  common random numbers (one seed) so a comparison is not drowned in simulation noise.
+- **alpha_ci**: a parametric bootstrap. `BOOTSTRAP_REPLICATES` synthetic traces from the
+  fitted parameters with other seeds give the statistic's spread sigma; two more at alpha
+  +/- `SLOPE_STEP` give its slope; the 95% interval is alpha +/- 1.96 sqrt(2) sigma /
+  |slope| (sqrt(2): the trace's statistic and the calibrating simulation are both
+  noisy). A table is **too small** when the interval is wider than `MAX_CI_WIDTH` or it
+  has fewer than `MIN_FIT_LOOKUPS` lookups, and **too flat** when the interval reaches
+  alpha = 0 (indistinguishable from the uniform law); `alpha` is then null in the report,
+  while the spec keeps the point estimate as the best guess to generate with.
+
+Shape. The fit reads at most `max_lookups` lookups (a prefix of whole batches); a
+trailing batch shorter than the others (the last batch of `replay ingest`) is left out,
+and lookups per batch per table are taken as constant (their mean, rounded; the
+diagnostics say when they vary).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from replay.errors import ConfigError, TraceError
+from replay.trace.reader import Trace
+from replay.workload.generator import CompiledWorkload
+from replay.workload.spec import MAX_ROWS, TableSpec, UpdateRule, WorkloadSpec, spec_from_dict
+
+ROWS_MODES = ("declared", "observed", "extrapolate")
+DEFAULT_MAX_LOOKUPS = 1 << 24
+WINDOW_LOOKUPS = 128
+CURVE_POINTS = 16
+NEWTON_STEPS = 8
+_BACKTRACKS = 3
+_NOISE_SEEDS = 3
+# the fit's simulations draw from seed + this, the spec (and --check) from the seed:
+# the check is then a trace the fit never saw
+_SIMULATION_SEED_OFFSET = 1 << 20
+ALPHA_MAX = 4.0
+REUSE_MAX = 0.95
+BOOTSTRAP_REPLICATES = 8
+MIN_FIT_LOOKUPS = 100
+MAX_CI_WIDTH = 1.0
+# bisection steps: a whole bracket in the first round, a narrow one around the last
+# value after it (and the whole one again for a table whose root left the narrow one)
+FULL_STEPS = 11
+ALPHA, REUSE, DRIFT = range(3)
+_PARAM_NAMES = ("alpha", "reuse", "drift")
+# Newton: forward-difference steps, largest steps and convergence, in the solver's
+# coordinates (alpha, reuse, log10 drift); each statistic is weighted by its noise,
+# the spread over `_NOISE_SEEDS` seeds at the start point
+_FD_STEP = np.array([0.05, 0.03, 0.3])
+_MAX_STEP = np.array([0.3, 0.15, 1.0])
+_TOLERANCE = np.array([0.002, 0.002, 0.02])
+_SCALE_FLOOR = 1e-3  # statistics' noise estimates are at least this
+
+
+# -- statistics (the same kernel for the trace and every simulation) -------------------
+
+
+@njit(cache=True, nogil=True)
+def _table_stats(
+    batch: np.ndarray,
+    ids: np.ndarray,
+    num_ids: int,
+    num_batches: int,
+    curve_x: np.ndarray,
+    window_batches: int,
+    lags: np.ndarray,
+) -> tuple[float, float, float, np.ndarray, np.ndarray]:
+    """(mean log-rank in windows, consecutive reuse mean, distinct/batch mean, touched
+    rows at each curve_x, and for each lag L the share of batch n's lookups whose row
+    batch n - L looked up, averaged over n >= L) of one table's lookups: `batch`
+    sorted, `ids` in [0, num_ids)."""
+    n = len(ids)
+    starts = np.searchsorted(batch, np.arange(num_batches + 1))
+    stamps = np.full((len(lags), num_ids), -1, dtype=np.int64)
+    lag_sum = np.zeros(len(lags))
+    lag_n = np.zeros(len(lags), dtype=np.int64)
+    lag_hits = np.zeros(len(lags), dtype=np.int64)
+    last = np.full(num_ids, -1, dtype=np.int64)
+    wcount = np.zeros(num_ids, dtype=np.int64)
+    wlist = np.empty(min(n, num_ids), dtype=np.int64)
+    curve_val = np.zeros(len(curve_x), dtype=np.int64)
+    wn = 0
+    logrank_sum = 0.0
+    logrank_n = 0
+    reuse_sum = 0.0
+    reuse_n = 0
+    dpb_sum = 0.0
+    dpb_n = 0
+    touched = 0
+    cpos = 0
+    i = 0
+    for b in range(num_batches):
+        for q in range(len(lags)):  # stamp the rows of batch b - L
+            if b >= lags[q]:
+                for j in range(starts[b - lags[q]], starts[b - lags[q] + 1]):
+                    stamps[q, ids[j]] = b
+            lag_hits[q] = 0
+        start = i
+        dist = 0
+        rep = 0
+        while i < n and batch[i] == b:
+            x = ids[i]
+            seen = last[x]
+            if seen != b:
+                dist += 1
+                if seen == -1:
+                    touched += 1
+                elif seen == b - 1:
+                    rep += 1
+                last[x] = b
+            for q in range(len(lags)):  # lookup-weighted: hot rows count as they weigh
+                if stamps[q, x] == b:
+                    lag_hits[q] += 1
+            if wcount[x] == 0:
+                wlist[wn] = x
+                wn += 1
+            wcount[x] += 1
+            i += 1
+        looked = i - start
+        if looked > 0:
+            dpb_sum += dist / looked
+            dpb_n += 1
+            if b >= 1:
+                reuse_sum += rep / dist
+                reuse_n += 1
+            for q in range(len(lags)):
+                if b >= lags[q]:
+                    lag_sum[q] += lag_hits[q] / looked
+                    lag_n[q] += 1
+        while cpos < len(curve_x) and curve_x[cpos] <= b + 1:
+            curve_val[cpos] = touched
+            cpos += 1
+        if (b + 1) % window_batches == 0 or b == num_batches - 1:
+            counts = np.empty(wn, dtype=np.int64)
+            for j in range(wn):
+                counts[j] = wcount[wlist[j]]
+                wcount[wlist[j]] = 0
+            counts.sort()
+            for j in range(wn):  # rank 1 is the largest count
+                c = counts[wn - 1 - j]
+                logrank_sum += c * math.log(j + 1.0)
+                logrank_n += c
+            wn = 0
+    mean_logrank = logrank_sum / logrank_n if logrank_n else 0.0
+    reuse = reuse_sum / reuse_n if reuse_n else 0.0
+    dpb = dpb_sum / dpb_n if dpb_n else 0.0
+    lag_mean = np.zeros(len(lags))
+    for q in range(len(lags)):
+        if lag_n[q]:
+            lag_mean[q] = lag_sum[q] / lag_n[q]
+    return mean_logrank, reuse, dpb, curve_val, lag_mean
+
+
+def table_statistics(
+    batch: np.ndarray, row: np.ndarray, rows: int, num_batches: int, window_batches: int
+) -> np.ndarray:
+    """The matched statistics of one table (`STATISTICS` names them)."""
+    batch = np.ascontiguousarray(batch, dtype=np.int64)
+    if rows <= max(4 * len(row), 1 << 22):
+        ids, num_ids = np.ascontiguousarray(row, dtype=np.int64), int(rows)
+    else:  # a huge sparse table: dense ids so the state is per lookup, not per row
+        uniq, inverse = np.unique(row, return_inverse=True)
+        ids, num_ids = inverse.astype(np.int64), len(uniq)
+    curve_x = _curve_x(num_batches)
+    logrank, reuse, _, curve, lagged = _table_stats(
+        batch, ids, num_ids, num_batches, curve_x, window_batches, _lags(num_batches)
+    )
+    return np.array([logrank, reuse, _curve_statistic(curve), *lagged])
+
+
+def _lags(num_batches: int) -> np.ndarray:
+    """Lags whose lookup-weighted overlap tells drift (which lowers it more the longer
+    the lag) from reuse (which raises lag 1 most), as far as the trace reaches."""
+    return np.minimum(np.array(LAGS), max(num_batches - 1, 1))
+
+
+def _curve_x(num_batches: int) -> np.ndarray:
+    from replay.stats import curve_batches
+
+    return curve_batches(num_batches, CURVE_POINTS)
+
+
+def _curve_statistic(curve: np.ndarray) -> float:
+    return float(np.mean(np.log(np.maximum(curve, 1))))
+
+
+# -- the bounded power law's moments -------------------------------------------------
+
+_EXPLICIT_RANKS = 1 << 16
+_QUAD_POINTS = 4097
+
+
+def mean_log_rank(alpha: float, rows: int) -> tuple[float, float]:
+    """(E[log k], Var[log k]) for p(k) ~ k^-alpha on [1, rows]: exact sums up to 2^16
+    ranks, the midpoint integral beyond (Simpson in log space; its error is below 1e-9
+    relative there)."""
+    head = min(int(rows), _EXPLICIT_RANKS)
+    k = np.arange(1, head + 1, dtype=np.float64)
+    logk = np.log(k)
+    w = np.exp(-alpha * logk)
+    s0, s1, s2 = w.sum(), (w * logk).sum(), (w * logk * logk).sum()
+    if rows > head:
+        u = np.linspace(math.log(head + 0.5), math.log(rows + 0.5), _QUAD_POINTS)
+        f = np.exp((1.0 - alpha) * u)  # x^-alpha dx with x = e^u
+        h = (u[-1] - u[0]) / (_QUAD_POINTS - 1)
+        simpson = np.ones(_QUAD_POINTS)
+        simpson[1:-1:2], simpson[2:-1:2] = 4.0, 2.0
+        simpson *= h / 3.0
+        s0 += float((simpson * f).sum())
+        s1 += float((simpson * f * u).sum())
+        s2 += float((simpson * f * u * u).sum())
+    mean = s1 / s0
+    return mean, max(s2 / s0 - mean * mean, 0.0)
+
+
+def power_law_mle(counts: np.ndarray, rows: int) -> tuple[float | None, float | None]:
+    """(alpha, standard error) of the bounded power law on [1, rows] fitted to `counts`
+    (lookups per touched row) ranked in decreasing order; None when it has no maximum
+    (a single row, or all counts equal over all rows)."""
+    counts = np.sort(np.asarray(counts, dtype=np.float64)[np.asarray(counts) > 0])[::-1]
+    n = float(counts.sum())
+    if rows < 2 or len(counts) == 0:
+        return None, None
+    target = float((counts * np.log(np.arange(1, len(counts) + 1))).sum()) / n
+    lo, hi = 0.0, 16.0
+    if target >= mean_log_rank(0.0, rows)[0]:
+        return 0.0, None  # as flat as the uniform law or flatter
+    if target <= mean_log_rank(hi, rows)[0]:
+        return None, None
+    for _ in range(60):  # E[log k] decreases in alpha
+        mid = 0.5 * (lo + hi)
+        if mean_log_rank(mid, rows)[0] > target:
+            lo = mid
+        else:
+            hi = mid
+    alpha = 0.5 * (lo + hi)
+    var = mean_log_rank(alpha, rows)[1]
+    return alpha, (1.0 / math.sqrt(n * var) if var > 0 else None)
+
+
+def chao1(counts: np.ndarray) -> int:
+    """Bias-corrected Chao1 estimate of the number of distinct values (Chao 1984)."""
+    counts = np.asarray(counts)
+    distinct = int((counts > 0).sum())
+    f1, f2 = int((counts == 1).sum()), int((counts == 2).sum())
+    return distinct + (f1 * (f1 - 1)) // (2 * (f2 + 1))
+
+
+# -- the sample ------------------------------------------------------------------------
+
+
+@dataclass
+class _Sample:
+    """The trace's lookups, split per table, and the shape a simulation copies."""
+
+    names: list[str]
+    declared_rows: np.ndarray
+    num_batches: int
+    batch_size: int
+    pooling: np.ndarray  # lookups per batch per table / batch_size
+    per_table: list[tuple[np.ndarray, np.ndarray]]  # (batch, row) in trace order
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def lookups_per_batch(self) -> np.ndarray:
+        return self.pooling * self.batch_size
+
+
+def _read_sample(
+    trace: Trace, max_lookups: int, batch_range: tuple[int, int] | None = None
+) -> _Sample:
+    first, last = batch_range if batch_range is not None else (0, trace.num_batches)
+    if not 0 <= first < last <= trace.num_batches:
+        raise ConfigError(
+            f"batch range [{first}, {last}) is not inside the trace's {trace.num_batches} batches"
+        )
+    notes: list[str] = []
+    if batch_range is not None:
+        notes.append(f"fitted on batches [{first:,}, {last:,}) of {trace.num_batches:,}")
+    stop = last
+    in_range = trace.num_lookups * (last - first) // max(trace.num_batches, 1)
+    if in_range > max_lookups:
+        stop = first + max(1, (last - first) * max_lookups // in_range)
+        notes.append(
+            f"fitted on the first {stop - first:,} of {last - first:,} batches "
+            f"(--max-lookups {max_lookups:,})"
+        )
+    chunk = trace.lookups(first, stop)
+    stop -= first
+    num_tables = len(trace.table_names)
+    batch = chunk.batch.astype(np.int64) - first
+    table = chunk.table.astype(np.int64)
+    per_batch = np.bincount(batch * num_tables + table, minlength=stop * num_tables).reshape(
+        stop, num_tables
+    )
+    if stop > 1 and (per_batch[-1] < per_batch[:-1].max(axis=0)).any():
+        stop -= 1  # a short last batch (ingest's remainder): its shape is not the others'
+        keep = batch < stop
+        batch, table, row = batch[keep], table[keep], chunk.row[keep]
+        per_batch = per_batch[:stop]
+        notes.append("the last batch is shorter than the others and is left out")
+    else:
+        row = chunk.row
+    if not len(row):
+        raise TraceError(f"{trace.path}: no lookups to fit")
+    lookups_t = per_batch.sum(axis=0)
+    mean_t = np.rint(lookups_t / stop).astype(np.int64)
+    varying = [trace.table_names[t] for t in range(num_tables) if np.ptp(per_batch[:, t]) > 0]
+    if varying:
+        shown = ", ".join(varying[:5]) + (" ..." if len(varying) > 5 else "")
+        notes.append(f"lookups per batch vary in {shown}; the synthetic trace uses their mean")
+    mean_t = np.maximum(mean_t, 1)
+    batch_size = int(trace.manifest.get("batch_size") or 0)
+    if batch_size < 1 or (mean_t % batch_size).any():
+        batch_size = int(np.gcd.reduce(mean_t))
+    order = np.argsort(table, kind="stable")
+    bounds = np.searchsorted(table[order], np.arange(num_tables + 1))
+    per_table = [
+        (batch[order[bounds[t] : bounds[t + 1]]], row[order[bounds[t] : bounds[t + 1]]])
+        for t in range(num_tables)
+    ]
+    return _Sample(
+        names=list(trace.table_names),
+        declared_rows=trace.table_rows.copy(),
+        num_batches=stop,
+        batch_size=batch_size,
+        pooling=mean_t // batch_size,
+        per_table=per_table,
+        notes=notes,
+    )
+
+
+# -- the fit ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TableFit:
+    """One table's fitted parameters and the diagnostics behind them."""
+
+    name: str
+    rows: int
+    rows_source: str  # declared | observed | extrapolated (chao1)
+    declared_rows: int
+    lookups: int
+    distinct_rows: int
+    pooling: int
+    alpha: float | None  # None: too small or too flat to fit (see alpha_note)
+    alpha_ci: tuple[float, float] | None
+    alpha_note: str
+    alpha_spec: float  # what the spec generates with (the point estimate, also when null)
+    alpha_mle: float | None  # the plain MLE over the ranked frequencies
+    alpha_mle_se: float | None
+    reuse: float
+    drift: float
+    observed: tuple[float, ...]  # the matched statistics (STATISTICS)
+    fitted: tuple[float, ...]  # the same on the fitted spec's synthetic trace
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "rows": self.rows,
+            "rows_source": self.rows_source,
+            "declared_rows": self.declared_rows,
+            "lookups": self.lookups,
+            "distinct_rows": self.distinct_rows,
+            "pooling": self.pooling,
+            "alpha": self.alpha,
+            "alpha_ci": list(self.alpha_ci) if self.alpha_ci is not None else None,
+            "alpha_note": self.alpha_note,
+            "alpha_spec": self.alpha_spec,
+            "alpha_mle": self.alpha_mle,
+            "alpha_mle_se": self.alpha_mle_se,
+            "reuse": self.reuse,
+            "drift": self.drift,
+            "matched": {
+                name: {"observed": o, "fitted": f}
+                for name, o, f in zip(STATISTICS, self.observed, self.fitted, strict=True)
+            },
+        }
+
+
+LAGS = (1, 2, 8, 32)
+STATISTICS = (
+    "mean_log_rank", "consecutive_reuse", "touched_log_mean",
+    *(f"lookup_overlap_lag{lag}" for lag in LAGS),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """A fitted workload spec and its diagnostics."""
+
+    trace: str
+    spec: WorkloadSpec
+    tables: tuple[TableFit, ...]
+    batches: int  # batches the fit used
+    first_batch: int
+    max_lookups: int
+    lookups: int
+    rounds: int
+    simulations: int
+    notes: tuple[str, ...]
+
+    @property
+    def reuse(self) -> float:
+        """Lookup-weighted mean of the tables' reuse."""
+        return _weighted([t.reuse for t in self.tables], [t.lookups for t in self.tables])
+
+    @property
+    def drift(self) -> float:
+        """Lookup-weighted mean of the tables' drift."""
+        return _weighted([t.drift for t in self.tables], [t.lookups for t in self.tables])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trace": self.trace,
+            "batches": self.batches,
+            "first_batch": self.first_batch,
+            "batch_size": self.spec.batch_size,
+            "lookups": self.lookups,
+            "reuse": self.reuse,
+            "drift": self.drift,
+            "reuse_window_batches": 1,
+            "drift_period_batches": 1,
+            "rounds": self.rounds,
+            "simulations": self.simulations,
+            "notes": list(self.notes),
+            "tables": [t.to_dict() for t in self.tables],
+        }
+
+
+def _misfit(stats: np.ndarray, observed: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    return (((stats - observed) / scale) ** 2).sum(axis=1)
+
+
+def _weighted(values: Sequence[float], weights: Sequence[int]) -> float:
+    total = sum(weights)
+    return float(sum(v * w for v, w in zip(values, weights, strict=True)) / total) if total else 0.0
+
+
+class _Simulator:
+    """Synthetic traces of the sample's shape, and their statistics per table."""
+
+    def __init__(self, sample: _Sample, rows: np.ndarray, windows: np.ndarray) -> None:
+        self.sample = sample
+        self.rows = rows
+        self.windows = windows
+        self.count = 0
+
+    def spec(self, params: np.ndarray, seed: int, batches: int | None = None) -> WorkloadSpec:
+        s = self.sample
+        tables = tuple(
+            TableSpec(
+                name=f"t{t}",
+                rows=int(self.rows[t]),
+                alpha=float(params[t, ALPHA]),
+                reuse=float(params[t, REUSE]),
+                drift=float(params[t, DRIFT]),
+                pooling=int(s.pooling[t]),
+            )
+            for t in range(len(self.rows))
+        )
+        return WorkloadSpec(
+            name="fit", tables=tables, batch_size=s.batch_size,
+            batches=batches or s.num_batches, seed=seed,
+        )  # fmt: skip
+
+    def lookups(self, params: np.ndarray, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per table (batch, row) of a synthetic trace with the sample's shape."""
+        s = self.sample
+        compiled = CompiledWorkload.from_spec(self.spec(params, seed))
+        _, _, row = compiled.lookups(0, s.num_batches)
+        per_batch = int(s.lookups_per_batch.sum())
+        grid = row.reshape(s.num_batches, per_batch)
+        out = []
+        offset = 0
+        for n_t in s.lookups_per_batch.tolist():
+            rows_t = grid[:, offset : offset + n_t].ravel()
+            out.append((np.repeat(np.arange(s.num_batches, dtype=np.int64), n_t), rows_t))
+            offset += n_t
+        return out
+
+    def statistics(self, params: np.ndarray, seed: int) -> np.ndarray:
+        self.count += 1
+        return np.array(
+            [
+                table_statistics(b, r, int(self.rows[t]), self.sample.num_batches, self.windows[t])
+                for t, (b, r) in enumerate(self.lookups(params, seed))
+            ]
+        )
+
+
+def fit_trace(
+    trace: Trace,
+    *,
+    rows_mode: str = "declared",
+    max_lookups: int = DEFAULT_MAX_LOOKUPS,
+    seed: int = 0,
+    batch_range: tuple[int, int] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> FitResult:
+    """Fit every table of `trace` (see the module docstring); pure: no output written.
+
+    `batch_range` = (first, stop) fits those batches only (e.g. one half, to check the
+    fit on the other)."""
+    if rows_mode not in ROWS_MODES:
+        raise ConfigError(f"--rows: {rows_mode!r} is not one of {', '.join(ROWS_MODES)}")
+    if max_lookups < 1:
+        raise ConfigError(f"--max-lookups: {max_lookups} must be at least 1")
+    say = progress or (lambda _: None)
+    sample = _read_sample(trace, max_lookups, batch_range)
+    num_tables = len(sample.names)
+    counts = [np.unique(r, return_counts=True)[1] for _, r in sample.per_table]
+    distinct = np.array([len(c) for c in counts], dtype=np.int64)
+    rows = sample.declared_rows.copy()
+    rows_source = ["declared"] * num_tables
+    if rows_mode == "observed":
+        rows = np.maximum(distinct, 1)
+        rows_source = ["observed"] * num_tables
+    elif rows_mode == "extrapolate":
+        rows = np.array([min(max(chao1(c), 1), MAX_ROWS) for c in counts], dtype=np.int64)
+        rows_source = ["extrapolated (chao1)"] * num_tables
+    lookups = sample.lookups_per_batch * sample.num_batches
+    windows = np.clip(-(-WINDOW_LOOKUPS // sample.lookups_per_batch), 1, sample.num_batches)
+    observed = np.array(
+        [
+            table_statistics(b, r, int(rows[t]), sample.num_batches, int(windows[t]))
+            for t, (b, r) in enumerate(sample.per_table)
+        ]
+    )
+    mle = [power_law_mle(c, int(rows[t])) for t, c in enumerate(counts)]
+    params = np.zeros((num_tables, 3))
+    params[:, ALPHA] = [min(a, ALPHA_MAX) if a is not None else 1.0 for a, _ in mle]
+    # rows == 1 has nothing to fit; a single batch shows no reuse or drift
+    fit_alpha = rows > 1
+    fit_time = np.full(num_tables, sample.num_batches > 1)
+    sim = _Simulator(sample, rows, windows)
+    spec_seed, seed = seed, seed + _SIMULATION_SEED_OFFSET
+    drift_floor = np.log10(0.25 / (rows.astype(np.float64) * sample.num_batches))
+    # beyond one whole table over the trace the ranking wraps round and old hot rows
+    # come back: the touched curve stops rising with drift
+    drift_ceiling = math.log10(1.0 / sample.num_batches) if sample.num_batches > 1 else 0.0
+
+    def to_param(k: int, x: np.ndarray) -> np.ndarray:
+        if k == DRIFT:  # bisected in log10; the bracket's floor (< 1 place moved) is 0
+            return np.where(x <= drift_floor + 1e-9, 0.0, 10.0**x)
+        return x
+
+    def from_param(k: int, p: np.ndarray) -> np.ndarray:
+        if k == DRIFT:
+            return np.where(p > 0, np.log10(np.maximum(p, 1e-300)), drift_floor)
+        return p
+
+    def full_bracket(k: int) -> tuple[np.ndarray, np.ndarray]:
+        if k == ALPHA:
+            return np.zeros(num_tables), np.full(num_tables, ALPHA_MAX)
+        if k == REUSE:
+            return np.zeros(num_tables), np.full(num_tables, REUSE_MAX)
+        return drift_floor.copy(), np.full(num_tables, drift_ceiling)
+
+    def solve(k: int, lo: np.ndarray, hi: np.ndarray, steps: int, active: np.ndarray) -> None:
+        sign = -1.0 if k == ALPHA else 1.0  # the log-rank falls as alpha rises
+        lo, hi = lo.copy(), hi.copy()
+        for _ in range(steps):
+            mid = 0.5 * (lo + hi)
+            trial = params.copy()
+            trial[active, k] = to_param(k, mid)[active]
+            stats = sim.statistics(trial, seed)
+            low = sign * stats[:, k] < sign * observed[:, k]
+            lo = np.where(low, mid, lo)
+            hi = np.where(low, hi, mid)
+        params[active, k] = to_param(k, 0.5 * (lo + hi))[active]
+
+    # 1. a start: each parameter alone by bisection, in the order of least coupling
+    for k, active in ((ALPHA, fit_alpha), (REUSE, fit_time), (DRIFT, fit_time)):
+        if active.any():
+            say(f"start: {STATISTICS[k]} -> {_PARAM_NAMES[k]}")
+            solve(k, *full_bracket(k), FULL_STEPS, active)
+    # 2. Newton steps on all three at once: reuse and drift pull the consecutive reuse
+    # and the touched curve in opposite directions, so one at a time wanders along the
+    # ridge between them; the Jacobian (forward differences, every table in the same
+    # three simulations) takes the coupling into account
+    free = np.stack([fit_alpha, fit_time, fit_time], axis=1)
+    lower = np.stack([full_bracket(k)[0] for k in range(3)], axis=1)
+    upper = np.stack([full_bracket(k)[1] for k in range(3)], axis=1)
+    x = np.stack([from_param(k, params[:, k]) for k in range(3)], axis=1)
+
+    def params_of(x: np.ndarray) -> np.ndarray:
+        return np.stack([to_param(k, x[:, k]) for k in range(3)], axis=1)
+
+    current = sim.statistics(params_of(x), seed)
+    noise = [current] + [
+        sim.statistics(params_of(x), seed + 1000 + i) for i in range(_NOISE_SEEDS - 1)
+    ]
+    scale = np.maximum(np.std(noise, axis=0, ddof=1), _SCALE_FLOOR)
+    jacobian = np.zeros((num_tables, len(STATISTICS), 3))
+    steps = 0
+    for steps in range(1, NEWTON_STEPS + 1):
+        say(f"newton step {steps}")
+        for k in range(3):
+            step = np.full(num_tables, _FD_STEP[k])
+            if k == DRIFT:  # near the floor drift does nothing: look further up
+                step = np.where(x[:, k] < drift_floor + 1.0, 1.5, step)
+            h = np.where(x[:, k] + step <= upper[:, k], step, -step)
+            moved = x.copy()
+            moved[:, k] += h
+            jacobian[:, :, k] = (sim.statistics(params_of(moved), seed) - current) / h[:, None]
+        residual = (current - observed) / scale
+        change = np.zeros_like(x)
+        for t in range(num_tables):
+            cols = np.flatnonzero(free[t])
+            if not len(cols):
+                continue
+            weighted = jacobian[t][:, cols] / scale[t][:, None]
+            solution = np.linalg.lstsq(weighted, -residual[t], rcond=1e-6)[0]
+            change[t, cols] = np.clip(solution, -_MAX_STEP[cols], _MAX_STEP[cols])
+        # keep a step only where it brings the statistics closer, halving it elsewhere
+        # (a damped Newton with backtracking)
+        pending = np.ones(num_tables, dtype=bool)
+        for _ in range(_BACKTRACKS):
+            trial_x = np.where(pending[:, None], np.clip(x + change, lower, upper), x)
+            trial = sim.statistics(params_of(trial_x), seed)
+            better = pending & (_misfit(trial, observed, scale) < _misfit(current, observed, scale))
+            x = np.where(better[:, None], trial_x, x)
+            current = np.where(better[:, None], trial, current)
+            pending &= ~better
+            change *= 0.5
+            if not pending.any():
+                break
+        if os.environ.get("FITDEBUG"):
+            print(steps, x.round(4).tolist(), _misfit(current, observed, scale).round(2))
+        if (np.abs(change) <= _TOLERANCE).all():
+            break
+    params = params_of(x)
+    # a drift that moves the ranking by less than one place over the sample is none
+    params[:, DRIFT] = np.where(
+        params[:, DRIFT] * rows * sample.num_batches < 1.0, 0.0, params[:, DRIFT]
+    )
+
+    # 3. the confidence interval (delta method of indirect inference): the statistic's
+    # covariance from replicates at the fitted parameters, mapped through the Jacobian,
+    # twice over since the trace's statistics and the simulation's are both noisy
+    say("bootstrap: the confidence interval")
+    fitted = current
+    replicates = np.array(
+        [sim.statistics(params, seed + 1 + i) for i in range(BOOTSTRAP_REPLICATES)]
+    )
+    alpha_se = np.full(num_tables, np.nan)
+    for t in range(num_tables):
+        cols = np.flatnonzero(free[t])
+        if not free[t, ALPHA] or len(cols) == 0:
+            continue
+        cov = 2.0 * np.cov(replicates[:, t, :].T)
+        inverse = np.linalg.pinv(jacobian[t][:, cols], rcond=1e-6)
+        theta_cov = inverse @ cov @ inverse.T
+        alpha_se[t] = math.sqrt(max(float(theta_cov[list(cols).index(ALPHA), ALPHA]), 0.0))
+    rounds = steps
+    tables = []
+    for t in range(num_tables):
+        alpha = float(params[t, ALPHA])
+        ci: tuple[float, float] | None = None
+        note = "fitted"
+        if not fit_alpha[t]:
+            note = "a table of one row has no exponent"
+        elif lookups[t] < MIN_FIT_LOOKUPS:
+            note = f"too small to fit: {int(lookups[t])} lookups (< {MIN_FIT_LOOKUPS})"
+        elif not np.isfinite(alpha_se[t]) or jacobian[t, ALPHA, ALPHA] >= 0:
+            note = "too flat to fit: the statistics do not respond to alpha here"
+        else:
+            half = 1.96 * float(alpha_se[t])
+            ci = (alpha - half, alpha + half)
+            if 2 * half > MAX_CI_WIDTH:
+                note = f"too small to fit: the 95% interval is {2 * half:.2f} wide"
+            elif ci[0] <= 0.0:
+                note = "too flat to fit: the 95% interval reaches 0 (uniform)"
+            elif alpha >= ALPHA_MAX - 0.01:
+                note = f"at the fit's upper bound {ALPHA_MAX} (nearly all lookups on a few rows)"
+        ok = note == "fitted"
+        tables.append(
+            TableFit(
+                name=sample.names[t],
+                rows=int(rows[t]),
+                rows_source=rows_source[t],
+                declared_rows=int(sample.declared_rows[t]),
+                lookups=int(lookups[t]),
+                distinct_rows=int(distinct[t]),
+                pooling=int(sample.pooling[t]),
+                alpha=round(alpha, 4) if ok else None,
+                alpha_ci=(round(max(ci[0], 0.0), 4), round(ci[1], 4)) if ok and ci else None,
+                alpha_note=note,
+                alpha_spec=round(alpha, 4),
+                alpha_mle=None if mle[t][0] is None else round(mle[t][0], 4),
+                alpha_mle_se=None if mle[t][1] is None else float(f"{mle[t][1]:.3g}"),
+                reuse=round(float(params[t, REUSE]), 4),
+                drift=float(f"{params[t, DRIFT]:.4g}"),
+                observed=tuple(float(v) for v in observed[t]),  # type: ignore[arg-type]
+                fitted=tuple(float(v) for v in fitted[t]),  # type: ignore[arg-type]
+            )
+        )
+    spec = _fitted_spec(trace, sample, tables, spec_seed)
+    return FitResult(
+        trace=str(trace.path),
+        spec=spec,
+        tables=tuple(tables),
+        batches=sample.num_batches,
+        first_batch=batch_range[0] if batch_range else 0,
+        max_lookups=max_lookups,
+        lookups=int(lookups.sum()),
+        rounds=rounds,
+        simulations=sim.count,
+        notes=tuple(sample.notes),
+    )
+
+
+def _fitted_spec(trace: Trace, sample: _Sample, tables: list[TableFit], seed: int) -> WorkloadSpec:
+    workload = trace.workload if isinstance(trace.workload, dict) else {}
+    embedding_dim = workload.get("embedding_dim", 16)
+    update = workload.get("update", {})
+    frozen = {
+        t.get("name"): bool(t.get("frozen", False))
+        for t in workload.get("tables", [])
+        if isinstance(t, dict)
+    }
+    data = {
+        "name": f"fit-{trace.path.name}",
+        "source": f"replay fit of {trace.path.name} ({sample.num_batches} batches)",
+        "batch_size": sample.batch_size,
+        "batches": sample.num_batches,
+        "seed": seed,
+        "embedding_dim": embedding_dim,
+        "update": update if isinstance(update, dict) else asdict_update(),
+        "tables": [
+            {
+                "name": t.name,
+                "rows": t.rows,
+                "alpha": t.alpha_spec,
+                "drift": t.drift,
+                "reuse": t.reuse,
+                "pooling": t.pooling,
+                "frozen": frozen.get(t.name, False),
+            }
+            for t in tables
+        ],
+    }
+    return spec_from_dict(data, where="fitted spec")
+
+
+def asdict_update() -> dict[str, Any]:
+    rule = UpdateRule()
+    return {"rule": rule.rule, "accumulate_batches": rule.accumulate_batches}
+
+
+# -- the check: sample against a synthetic trace of the fitted spec --------------------
+
+CHECKED = ("distinct_per_batch", "consecutive_reuse", "top1pct_share", "touched_rows")
+_CHECK_CURVE_POINTS = 24
+
+
+def _check_stats(
+    per_table: Sequence[tuple[np.ndarray, np.ndarray]], rows: Sequence[int], num_batches: int
+) -> list[dict[str, Any]]:
+    """Per table, then overall (last): the four checked statistics and the touched curve
+    (rows touched by batches 0..x-1). Row ids are made dense per table first, so the
+    sample and the synthetic trace are measured the same way whatever their row spaces."""
+    from replay.stats import curve_batches
+
+    curve_x = curve_batches(num_batches, _CHECK_CURVE_POINTS)
+    lags = np.zeros(0, dtype=np.int64)
+    out = []
+    all_batches, all_keys, all_counts = [], [], []
+    offset = 0
+    for (batch, row), rows_t in zip(per_table, rows, strict=True):
+        uniq, ids, counts = np.unique(row, return_inverse=True, return_counts=True)
+        batch = np.ascontiguousarray(batch, dtype=np.int64)
+        ids = ids.astype(np.int64)
+        _, reuse, dpb, curve, _ = _table_stats(
+            batch, ids, len(uniq), num_batches, curve_x, num_batches, lags
+        )
+        out.append(_checked(dpb, reuse, counts, -(-int(rows_t) // 100), curve_x, curve))
+        all_batches.append(batch)
+        all_keys.append(ids + offset)
+        all_counts.append(counts)
+        offset += len(uniq)
+    batch = np.concatenate(all_batches)
+    order = np.argsort(batch, kind="stable")  # back to trace order
+    _, reuse, dpb, curve, _ = _table_stats(
+        batch[order], np.concatenate(all_keys)[order], offset, num_batches, curve_x,
+        num_batches, lags,
+    )  # fmt: skip
+    top_k = -(-int(sum(int(r) for r in rows)) // 100)
+    out.append(_checked(dpb, reuse, np.concatenate(all_counts), top_k, curve_x, curve))
+    return out
+
+
+def _checked(
+    dpb: float, reuse: float, counts: np.ndarray, top_k: int, curve_x: np.ndarray,
+    curve: np.ndarray,
+) -> dict[str, Any]:  # fmt: skip
+    total = int(counts.sum())
+    top = int(np.sort(counts)[::-1][:top_k].sum())
+    return {
+        "distinct_per_batch": float(dpb),
+        "consecutive_reuse": float(reuse),
+        "top1pct_share": top / total if total else 0.0,
+        "touched_rows": int(curve[-1]) if len(curve) else 0,
+        "curve": [[int(x), int(v)] for x, v in zip(curve_x.tolist(), curve.tolist(), strict=True)],
+    }
+
+
+def _rel(synthetic: float, sample: float) -> float | None:
+    return (synthetic - sample) / sample if sample else None
+
+
+def check_fit(
+    trace: Trace, result: FitResult, *, against: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """Statistics of the sample side by side with those of a synthetic trace generated
+    from the fitted spec with the sample's shape (its own seed, not the fit's).
+
+    The sample is the batches the fit used, or `against` = (first, stop): other batches
+    of the trace, e.g. the half the fit did not see."""
+    first, stop = against or (result.first_batch, result.first_batch + result.batches)
+    sample = _read_sample(trace, max(result.max_lookups, trace.num_lookups), (first, stop))
+    spec = replace(result.spec, batches=sample.num_batches)
+    compiled = CompiledWorkload.from_spec(spec)
+    batch, table, row = compiled.lookups(0, sample.num_batches)
+    order = np.argsort(table, kind="stable")
+    bounds = np.searchsorted(table[order], np.arange(len(spec.tables) + 1))
+    synthetic = [
+        (batch[order[bounds[t] : bounds[t + 1]]], row[order[bounds[t] : bounds[t + 1]]])
+        for t in range(len(spec.tables))
+    ]
+    rows = [t.rows for t in spec.tables]
+    observed = _check_stats(sample.per_table, rows, sample.num_batches)
+    generated = _check_stats(synthetic, rows, sample.num_batches)
+    entries = []
+    for name, obs, gen in zip([*sample.names, "overall"], observed, generated, strict=True):
+        stats = {
+            key: {"sample": obs[key], "synthetic": gen[key], "rel_diff": _rel(gen[key], obs[key])}
+            for key in CHECKED
+        }
+        diffs = [_rel(g, o) for (_, o), (_, g) in zip(obs["curve"], gen["curve"], strict=True)]
+        known = [abs(d) for d in diffs if d is not None]
+        entries.append(
+            {
+                "name": name,
+                "stats": stats,
+                "curve": {
+                    "batches": [x for x, _ in obs["curve"]],
+                    "sample": [v for _, v in obs["curve"]],
+                    "synthetic": [v for _, v in gen["curve"]],
+                    "max_abs_rel_diff": max(known) if known else None,
+                },
+            }
+        )
+    return {
+        "sample": {"first_batch": first, "batches": sample.num_batches},
+        "synthetic": {"seed": spec.seed, "batches": spec.batches, "lookups": spec.lookups},
+        "tables": entries[:-1],
+        "overall": entries[-1],
+    }
+
+
+# -- the spec file with its diagnostics -------------------------------------------------
+
+
+def _comment(text: str) -> str:
+    """A TOML comment line: control characters (a newline in a name) escaped."""
+    return "# " + "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def spec_with_diagnostics(result: FitResult, version: str) -> str:
+    """The fitted spec as TOML (`spec_to_toml`, so `load_spec` reads it back), with the
+    fit's diagnostics as comments: a header, then one block above each table."""
+    from replay.workload.spec import spec_to_toml
+
+    header = [
+        f"replay {version} fit of {result.trace}",
+        f"sample: {result.batches:,} batches from batch {result.first_batch:,}, "
+        f"{result.lookups:,} lookups, {len(result.tables)} tables",
+        f"overall (lookup-weighted): reuse {result.reuse:.4f}, drift {result.drift:.4g}",
+        "model: bounded power law per table, reuse window 1 batch, drift period 1 batch",
+        "method: indirect inference against the generator "
+        f"({result.simulations} simulations, {result.rounds} Newton steps); see replay/fit.py",
+        "generate a trace N times longer: replay generate --spec THIS.toml --batches N*"
+        f"{result.batches} --out DIR",
+        *result.notes,
+    ]
+    blocks = spec_to_toml(result.spec).split("\n[[tables]]\n")
+    out = ["\n".join(_comment(line) for line in header), blocks[0]]
+    for table, block in zip(result.tables, blocks[1:], strict=True):
+        ci = (
+            f"[{table.alpha_ci[0]:.3f}, {table.alpha_ci[1]:.3f}]"
+            if table.alpha_ci is not None
+            else "none"
+        )
+        mle = "none" if table.alpha_mle is None else f"{table.alpha_mle:.4f}"
+        lines = [
+            f"table {json_name(table.name)}: {table.lookups:,} lookups, "
+            f"{table.distinct_rows:,} distinct rows; rows {table.rows:,} ({table.rows_source}; "
+            f"declared {table.declared_rows:,})",
+            f"alpha {table.alpha_spec:.4f}, 95% CI {ci}: {table.alpha_note}; "
+            f"plain MLE over the ranked frequencies {mle}",
+            f"reuse {table.reuse:.4f}, drift {table.drift:.4g}",
+            "matched (sample -> fitted): "
+            + ", ".join(
+                f"{name} {o:.4g} -> {f:.4g}"
+                for name, o, f in zip(STATISTICS, table.observed, table.fitted, strict=True)
+            ),
+        ]
+        out.append("\n".join(_comment(line) for line in lines) + "\n[[tables]]\n" + block)
+    return "\n\n".join(part.rstrip("\n") for part in out) + "\n"
+
+
+def json_name(name: str) -> str:
+    import json
+
+    return json.dumps(name, ensure_ascii=False)
