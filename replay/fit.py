@@ -79,6 +79,9 @@ REUSE_MAX = 0.95
 BOOTSTRAP_REPLICATES = 8
 MIN_FIT_LOOKUPS = 100
 MAX_CI_WIDTH = 1.0
+# a fit whose statistics stay further than this (sum of squared misfits in noise units,
+# over the 7 statistics: a chi-square 99.9% point is about 24) did not converge
+MAX_MISFIT = 25.0
 # bisection steps: a whole bracket in the first round, a narrow one around the last
 # value after it (and the whole one again for a table whose root left the narrow one)
 FULL_STEPS = 11
@@ -197,9 +200,9 @@ def table_statistics(
 ) -> np.ndarray:
     """The matched statistics of one table (`STATISTICS` names them)."""
     batch = np.ascontiguousarray(batch, dtype=np.int64)
-    if rows <= max(4 * len(row), 1 << 22):
+    if rows <= max(4 * len(row), 1 << 22) and (not len(row) or int(row.max()) < rows):
         ids, num_ids = np.ascontiguousarray(row, dtype=np.int64), int(rows)
-    else:  # a huge sparse table: dense ids so the state is per lookup, not per row
+    else:  # a huge sparse table (or rows fitted below the ids seen): dense ids
         uniq, inverse = np.unique(row, return_inverse=True)
         ids, num_ids = inverse.astype(np.int64), len(uniq)
     curve_x = _curve_x(num_batches)
@@ -331,6 +334,12 @@ def _read_sample(
     num_tables = len(trace.table_names)
     batch = chunk.batch.astype(np.int64) - first
     table = chunk.table.astype(np.int64)
+    if len(table) and int(table.max()) >= num_tables:
+        i = int(np.argmax(table >= num_tables))
+        raise TraceError(
+            f"{trace.path}: batch {int(batch[i]) + first}: table {int(table[i])} is out of "
+            f"range (the trace has {num_tables} tables)"
+        )
     per_batch = np.bincount(batch * num_tables + table, minlength=stop * num_tables).reshape(
         stop, num_tables
     )
@@ -360,6 +369,14 @@ def _read_sample(
         (batch[order[bounds[t] : bounds[t + 1]]], row[order[bounds[t] : bounds[t + 1]]])
         for t in range(num_tables)
     ]
+    for t, (b, r) in enumerate(per_table):
+        bad = np.flatnonzero(r >= trace.table_rows[t])
+        if len(bad):
+            i = int(bad[0])
+            raise TraceError(
+                f"{trace.path}: batch {int(b[i]) + first} (table {t}, row {int(r[i])}): row id "
+                f"{int(r[i])} is out of range (table {t} has {int(trace.table_rows[t])} rows)"
+            )
     return _Sample(
         names=list(trace.table_names),
         declared_rows=trace.table_rows.copy(),
@@ -395,6 +412,7 @@ class TableFit:
     drift: float
     observed: tuple[float, ...]  # the matched statistics (STATISTICS)
     fitted: tuple[float, ...]  # the same on the fitted spec's synthetic trace
+    misfit: float  # sum of squared (fitted - observed) / simulation noise
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -413,6 +431,8 @@ class TableFit:
             "alpha_mle_se": self.alpha_mle_se,
             "reuse": self.reuse,
             "drift": self.drift,
+            "misfit": self.misfit,
+            "converged": self.misfit <= MAX_MISFIT,
             "matched": {
                 name: {"observed": o, "fitted": f}
                 for name, o, f in zip(STATISTICS, self.observed, self.fitted, strict=True)
@@ -696,6 +716,7 @@ def fit_trace(
         theta_cov = inverse @ cov @ inverse.T
         alpha_se[t] = math.sqrt(max(float(theta_cov[list(cols).index(ALPHA), ALPHA]), 0.0))
     rounds = steps
+    misfits = _misfit(fitted, observed, scale)
     tables = []
     for t in range(num_tables):
         alpha = float(params[t, ALPHA])
@@ -714,6 +735,11 @@ def fit_trace(
                 note = f"too small to fit: the 95% interval is {2 * half:.2f} wide"
             elif ci[0] <= 0.0:
                 note = "too flat to fit: the 95% interval reaches 0 (uniform)"
+            elif misfits[t] > MAX_MISFIT:
+                note = (
+                    f"not converged: the statistics stay {misfits[t]:.0f} noise units"
+                    " (squared) from the sample's"
+                )
             elif alpha >= ALPHA_MAX - 0.01:
                 note = f"at the fit's upper bound {ALPHA_MAX} (nearly all lookups on a few rows)"
         ok = note == "fitted"
@@ -736,6 +762,7 @@ def fit_trace(
                 drift=float(f"{params[t, DRIFT]:.4g}"),
                 observed=tuple(float(v) for v in observed[t]),  # type: ignore[arg-type]
                 fitted=tuple(float(v) for v in fitted[t]),  # type: ignore[arg-type]
+                misfit=round(float(misfits[t]), 3),
             )
         )
     spec = _fitted_spec(trace, sample, tables, spec_seed)
@@ -942,7 +969,8 @@ def spec_with_diagnostics(result: FitResult, version: str) -> str:
             f"declared {table.declared_rows:,})",
             f"alpha {table.alpha_spec:.4f}, 95% CI {ci}: {table.alpha_note}; "
             f"plain MLE over the ranked frequencies {mle}",
-            f"reuse {table.reuse:.4f}, drift {table.drift:.4g}",
+            f"reuse {table.reuse:.4f}, drift {table.drift:.4g}; misfit {table.misfit:.3g}"
+            f" ({'converged' if table.misfit <= MAX_MISFIT else 'NOT converged'})",
             "matched (sample -> fitted): "
             + ", ".join(
                 f"{name} {o:.4g} -> {f:.4g}"

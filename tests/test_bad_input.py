@@ -719,6 +719,24 @@ CASES: list[Case] = [
          setup=_previous("run")),
     case("report-leftover-partial", "report {run} --out {out}", *LEFTOVER,
          setup=_leftover_partial, absent=NO_RESUME),
+    # -- fit -------------------------------------------------------------------------------
+    case("fit-missing-trace", "fit {tmp}/nope --out {out}", "{tmp}/nope", "no such trace folder"),
+    case("fit-neither-out-nor-json", "fit {trace}", "--out", "--json"),
+    case("fit-rows-unknown", "fit {trace} --rows some --out {out}", "--rows", "'some'"),
+    case("fit-max-lookups-zero", "fit {trace} --max-lookups 0 --out {out}", "--max-lookups"),
+    case("fit-figure-without-check", "fit {trace} --figure {tmp}/f.png --out {out}",
+         "--figure", "--check"),
+    case("fit-out-exists", "fit {trace} --out {out}", "{out}", "--force", setup=_out_is_file),
+    case("fit-out-is-folder", "fit {trace} --force --out {out}", "{out}", "folder",
+         setup=_foreign_out),
+    case("fit-out-below-file", "fit {trace} --out {out}", *BELOW_FILE,
+         setup=_below_file, out="{tmp}/file.txt/out"),
+    case("fit-part-changed-valid-parquet", "fit {bad} --out {out}", *CHECKSUM,
+         setup=_trace_copy(_part_changed)),
+    case("fit-row-out-of-range", "fit {bad} --out {out}", "{bad}", "out of range",
+         setup=_row_out_of_range, isolate=True),
+    case("fit-table-out-of-range", "fit {bad} --out {out}", "{bad}", "out of range",
+         setup=_table_out_of_range, isolate=True),
     # -- quickstart (only input refused before any work) -----------------------------------
     case("quickstart-out-is-file", f"{QS} --out {{out}}", *OUT_EXISTS, setup=_out_is_file),
     case("quickstart-out-below-file", f"{QS} --out {{out}}", *BELOW_FILE,
@@ -748,7 +766,7 @@ def test_the_corpus_covers_every_command() -> None:
     commands = {c.argv[0] for c in CASES}
     assert commands == {
         "generate", "ingest", "inspect", "run", "mrc", "compare", "sweep", "report",
-        "quickstart",
+        "quickstart", "fit",
     }  # fmt: skip
 
 
