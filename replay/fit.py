@@ -61,14 +61,16 @@ diagnostics say when they vary).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from numba import njit
 
+from replay.engine.keys import bad_lookup_error
 from replay.errors import ConfigError, TraceError
 from replay.trace.reader import Trace
 from replay.workload.generator import CompiledWorkload
@@ -342,14 +344,13 @@ def _read_sample(
     chunk = trace.lookups(first, stop)
     stop -= first
     num_tables = len(trace.table_names)
+    rows_t = trace.table_rows
+    t64 = chunk.table.astype(np.int64)
+    wrong = (t64 >= num_tables) | (chunk.row >= rows_t[np.minimum(t64, num_tables - 1)])
+    if wrong.any():  # the engine's check and message (replay.engine.keys)
+        raise bad_lookup_error(str(trace.path), 0, chunk.table, chunk.row, rows_t, chunk.batch)
     batch = chunk.batch.astype(np.int64) - first
-    table = chunk.table.astype(np.int64)
-    if len(table) and int(table.max()) >= num_tables:
-        i = int(np.argmax(table >= num_tables))
-        raise TraceError(
-            f"{trace.path}: batch {int(batch[i]) + first}: table {int(table[i])} is out of "
-            f"range (the trace has {num_tables} tables)"
-        )
+    table = t64
     per_batch = np.bincount(batch * num_tables + table, minlength=stop * num_tables).reshape(
         stop, num_tables
     )
@@ -373,20 +374,7 @@ def _read_sample(
     batch_size = int(trace.manifest.get("batch_size") or 0)
     if batch_size < 1 or (mean_t % batch_size).any():
         batch_size = int(np.gcd.reduce(mean_t))
-    order = np.argsort(table, kind="stable")
-    bounds = np.searchsorted(table[order], np.arange(num_tables + 1))
-    per_table = [
-        (batch[order[bounds[t] : bounds[t + 1]]], row[order[bounds[t] : bounds[t + 1]]])
-        for t in range(num_tables)
-    ]
-    for t, (b, r) in enumerate(per_table):
-        bad = np.flatnonzero(r >= trace.table_rows[t])
-        if len(bad):
-            i = int(bad[0])
-            raise TraceError(
-                f"{trace.path}: batch {int(b[i]) + first} (table {t}, row {int(r[i])}): row id "
-                f"{int(r[i])} is out of range (table {t} has {int(trace.table_rows[t])} rows)"
-            )
+    per_table = _split_by_table(batch, table, row, num_tables)
     return _Sample(
         names=list(trace.table_names),
         declared_rows=trace.table_rows.copy(),
@@ -396,6 +384,18 @@ def _read_sample(
         per_table=per_table,
         notes=notes,
     )
+
+
+def _split_by_table(
+    batch: np.ndarray, table: np.ndarray, row: np.ndarray, num_tables: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per table, its (batch, row) in trace order."""
+    order = np.argsort(table, kind="stable")
+    bounds = np.searchsorted(table[order], np.arange(num_tables + 1))
+    return [
+        (batch[order[bounds[t] : bounds[t + 1]]], row[order[bounds[t] : bounds[t + 1]]])
+        for t in range(num_tables)
+    ]
 
 
 # -- the fit ---------------------------------------------------------------------------
@@ -805,7 +805,7 @@ def _fitted_spec(trace: Trace, sample: _Sample, tables: list[TableFit], seed: in
         "batches": sample.num_batches,
         "seed": seed,
         "embedding_dim": embedding_dim,
-        "update": update if isinstance(update, dict) else asdict_update(),
+        "update": update if isinstance(update, dict) else asdict(UpdateRule()),
         "tables": [
             {
                 "name": t.name,
@@ -820,11 +820,6 @@ def _fitted_spec(trace: Trace, sample: _Sample, tables: list[TableFit], seed: in
         ],
     }
     return spec_from_dict(data, where="fitted spec")
-
-
-def asdict_update() -> dict[str, Any]:
-    rule = UpdateRule()
-    return {"rule": rule.rule, "accumulate_batches": rule.accumulate_batches}
 
 
 # -- the check: sample against a synthetic trace of the fitted spec --------------------
@@ -901,12 +896,7 @@ def check_fit(
     spec = replace(result.spec, batches=sample.num_batches)
     compiled = CompiledWorkload.from_spec(spec)
     batch, table, row = compiled.lookups(0, sample.num_batches)
-    order = np.argsort(table, kind="stable")
-    bounds = np.searchsorted(table[order], np.arange(len(spec.tables) + 1))
-    synthetic = [
-        (batch[order[bounds[t] : bounds[t + 1]]], row[order[bounds[t] : bounds[t + 1]]])
-        for t in range(len(spec.tables))
-    ]
+    synthetic = _split_by_table(batch, table, row, len(spec.tables))
     rows = [t.rows for t in spec.tables]
     observed = _check_stats(sample.per_table, rows, sample.num_batches)
     generated = _check_stats(synthetic, rows, sample.num_batches)
@@ -973,7 +963,7 @@ def spec_with_diagnostics(result: FitResult, version: str) -> str:
         )
         mle = "none" if table.alpha_mle is None else f"{table.alpha_mle:.4f}"
         lines = [
-            f"table {json_name(table.name)}: {table.lookups:,} lookups, "
+            f"table {json.dumps(table.name, ensure_ascii=False)}: {table.lookups:,} lookups, "
             f"{table.distinct_rows:,} distinct rows; rows {table.rows:,} ({table.rows_source}; "
             f"declared {table.declared_rows:,})",
             f"alpha {table.alpha_spec:.4f}, 95% CI {ci}: {table.alpha_note}; "
@@ -988,9 +978,3 @@ def spec_with_diagnostics(result: FitResult, version: str) -> str:
         ]
         out.append("\n".join(_comment(line) for line in lines) + "\n[[tables]]\n" + block)
     return "\n\n".join(part.rstrip("\n") for part in out) + "\n"
-
-
-def json_name(name: str) -> str:
-    import json
-
-    return json.dumps(name, ensure_ascii=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,8 +19,10 @@ import typer
 from replay.cli.app import app, shown
 from replay.cli.source import VerifyOption
 from replay.errors import ConfigError, OutputError
+from replay.results import _whole
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
     from rich.console import Console
 
     from replay.fit import FitResult
@@ -75,6 +78,7 @@ def fit_command(
     to a trace, and write them as a workload spec."""
     from replay import __version__
     from replay.fit import ROWS_MODES, check_fit, fit_trace, spec_with_diagnostics
+    from replay.report.figures import save
     from replay.trace.reader import open_trace
 
     if out is None and not json_output:
@@ -98,9 +102,11 @@ def fit_command(
     result = fit_trace(opened, rows_mode=rows, max_lookups=max_lookups, seed=seed)
     checked = check_fit(opened, result) if check else None
     if out is not None:
-        _write_atomic(out, spec_with_diagnostics(result, __version__).encode())
+        text = spec_with_diagnostics(result, __version__)
+        _write_whole(out, lambda p: p.write_text(text))
     if figure is not None and checked is not None:
-        _write_atomic(figure, _figure_png(checked, str(trace)))
+        drawn = _figure(checked, str(trace))
+        _write_whole(figure, lambda p: save(drawn, p))
     if json_output:
         document: dict[str, Any] = result.to_dict()
         document["checksums_verified"] = verify
@@ -129,21 +135,14 @@ def _check_target(path: Path, force: bool) -> None:
         raise OutputError(f"{parent}: is a file, not a folder")
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def _write_whole(path: Path, write: Callable[[Path], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    _whole(path, write)  # a temporary name beside it, renamed when complete
 
 
-def _figure_png(checked: dict[str, Any], trace: str) -> bytes:
+def _figure(checked: dict[str, Any], trace: str) -> Figure:
     """Rows touched against batches, sample and synthetic, overall and per table."""
-    import tempfile
-
-    from replay.report.figures import new_figure, save
+    from replay.report.figures import new_figure
 
     fig = new_figure(7.5, 4.5)
     ax = fig.add_subplot(1, 1, 1)
@@ -166,10 +165,7 @@ def _figure_png(checked: dict[str, Any], trace: str) -> bytes:
     ax.set_ylabel("rows touched")
     ax.set_title(f"rows touched: {Path(trace).name} against its fitted spec", fontsize=10)
     ax.legend(fontsize=8)
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "figure.png"
-        save(fig, path)
-        return path.read_bytes()
+    return fig
 
 
 def _console() -> Console:
