@@ -28,30 +28,42 @@ estimate those two, and says so in the spec). Per table it estimates:
     ranking moves between batches only;
   - the consecutive-batch reuse |U_n ∩ U_n-1| / |U_n|, averaged over batches (as
     `replay inspect` defines it);
+  - the rows touched by the whole sample, in log: drift's strongest handle (a fifth
+    off in drift is a tenth off in rows touched, ten times their noise, on a table
+    whose hot rows drift);
   - the rows-touched curve, as the mean of log(rows touched by batches 0..x-1) over
-    log-spaced x;
+    log-spaced x (its early points weigh most: rows touched by a few batches);
   - the lookup-weighted overlaps with batch n - L for L in `LAGS`: reuse raises lag 1
     most, drift lowers the long lags, which tells them apart (with the touched curve
     alone they trade off along a ridge).
   A start comes from bisecting each parameter alone (alpha on the log-rank, reuse on the
-  consecutive reuse, drift on the touched curve); then damped Gauss-Newton steps on all
-  three at once, with a forward-difference Jacobian (every table in the same three
-  simulations: tables draw independent streams), each statistic weighted by its noise
-  (the spread over `_NOISE_SEEDS` seeds). All simulations share one seed (common random
-  numbers), offset from the spec's seed so that `--check` sees an independent trace.
+  consecutive reuse, drift on the rows touched), then a grid over drift's whole bracket
+  (a drift that moves the hot rows is a plateau no local step leaves). Then
+  Levenberg-Marquardt steps on all three at once, with a forward-difference Jacobian
+  (every table in the same three simulations: tables draw independent streams), each
+  statistic weighted by its noise (the spread over `_NOISE_SEEDS` traces at the
+  start). A simulation averages the statistics of up to `MAX_REPEATS` traces of the
+  sample's shape (enough for `SIMULATED_LOOKUPS` lookups), so that a small sample's fit
+  does not carry as much simulation noise as sampling noise; all simulations share
+  their seeds (common random numbers), offset from the spec's seed so that `--check`
+  sees an independent trace.
 - **alpha_ci**: the delta method of indirect inference: the statistics' covariance over
-  `BOOTSTRAP_REPLICATES` simulations with other seeds at the fitted parameters, doubled
-  (the trace's statistics are as noisy as a simulation's) and mapped through the
-  pseudo-inverse Jacobian; 95% = alpha +/- 1.96 se. A table is **too small** when the
-  interval is wider than `MAX_CI_WIDTH` or it has fewer than `MIN_FIT_LOOKUPS` lookups,
-  **too flat** when the interval reaches alpha = 0 (indistinguishable from uniform), and
-  **not converged** when its statistics stay more than `MAX_MISFIT` (squared noise units)
-  from the sample's; `alpha` is then null in the report, while the spec keeps the point
-  estimate as the best guess to generate with.
+  `BOOTSTRAP_REPLICATES` single traces with other seeds at the fitted parameters, times
+  1 + 1/repeats (the trace's statistics are as noisy as one trace, the simulation's
+  average 1/repeats of that) and mapped through the pseudo-inverse Jacobian; 95% =
+  alpha +/- 1.96 se.
+- **notes**: a table is **too small** when it has fewer than `MIN_FIT_LOOKUPS` lookups
+  or the interval is wider than `MAX_CI_WIDTH`; **too flat** when the uniform law
+  (alpha 0, its own reuse) matches the statistics about as well as the fit (its misfit
+  at most `FLAT_MARGIN` above; the spec then generates that uniform law) or the
+  interval reaches 0; **not converged** when its statistics stay more than `MAX_MISFIT`
+  (squared noise units, the noise pooled over the start's traces and the replicates)
+  from the sample's. `alpha` is then null in the report, while the spec keeps the
+  point estimate as the best guess to generate with.
 
-Known limits: a uniform table can come out with a small positive alpha and drift at its
-bound (alpha and drift still trade off there), and the `MAX_MISFIT` test uses a noise
-estimate from 3 simulations, so it flags some good fits too.
+Known limits: the 10% agreement `--check` shows needs a sample whose own statistics
+are steadier than that: on a table of 256 lookups per batch whose few hot rows drift,
+two 50-batch halves of one trace differ by about 7% in consecutive reuse.
 
 Shape. The fit reads at most `max_lookups` lookups (a prefix of whole batches); a
 trailing batch shorter than the others (the last batch of `replay ingest`) is left out,
@@ -80,28 +92,36 @@ ROWS_MODES = ("declared", "observed", "extrapolate")
 DEFAULT_MAX_LOOKUPS = 1 << 24
 WINDOW_LOOKUPS = 128
 CURVE_POINTS = 16
-NEWTON_STEPS = 8
-_BACKTRACKS = 3
-_NOISE_SEEDS = 3
+LM_STEPS = 15
+_LM_TRIES = 4  # damped retries within a step before the Jacobian is taken again
+_LM_DAMPING = 1e-2
+_LM_DAMPING_MAX = 1e4
+DRIFT_GRID = 9
+_NOISE_SEEDS = 4
 # the fit's simulations draw from seed + this, the spec (and --check) from the seed:
 # the check is then a trace the fit never saw
 _SIMULATION_SEED_OFFSET = 1 << 20
+# each simulation averages this many traces of the sample's shape (seeds a stride apart),
+# enough for about SIMULATED_LOOKUPS lookups: a small sample's fit would otherwise
+# carry as much simulation noise as sampling noise
+SIMULATED_LOOKUPS = 1 << 19
+MAX_REPEATS = 4
+_REPEAT_SEED_STRIDE = 1 << 16
 ALPHA_MAX = 4.0
 REUSE_MAX = 0.95
 BOOTSTRAP_REPLICATES = 8
 MIN_FIT_LOOKUPS = 100
+FLAT_MARGIN = 6.63  # chi-square, 1 degree of freedom, 99%
 MAX_CI_WIDTH = 1.0
 # a fit whose statistics stay further than this (sum of squared misfits in noise units,
-# over the 7 statistics: a chi-square 99.9% point is about 24) did not converge
+# over the 8 statistics less 3 parameters: a chi-square(5) 99.9% point is 20.5, and the
+# noise is itself estimated from 10 degrees of freedom) did not converge
 MAX_MISFIT = 25.0
-# bisection steps: a whole bracket in the first round, a narrow one around the last
-# value after it (and the whole one again for a table whose root left the narrow one)
-FULL_STEPS = 11
+FULL_STEPS = 11  # bisection steps over a whole bracket
 ALPHA, REUSE, DRIFT = range(3)
 _PARAM_NAMES = ("alpha", "reuse", "drift")
-# Newton: forward-difference steps, largest steps and convergence, in the solver's
-# coordinates (alpha, reuse, log10 drift); each statistic is weighted by its noise,
-# the spread over `_NOISE_SEEDS` seeds at the start point
+# Levenberg-Marquardt: forward-difference steps, largest steps and convergence, in the
+# solver's coordinates (alpha, reuse, log10 drift)
 _FD_STEP = np.array([0.05, 0.03, 0.3])
 _MAX_STEP = np.array([0.3, 0.15, 1.0])
 _TOLERANCE = np.array([0.002, 0.002, 0.02])
@@ -221,7 +241,9 @@ def table_statistics(
     logrank, reuse, _, curve, lagged = _table_stats(
         batch, ids, num_ids, num_batches, curve_x, window_batches, _lags(num_batches)
     )
-    return np.array([logrank, reuse, _curve_statistic(curve), *lagged])
+    return np.array(
+        [logrank, reuse, math.log(max(int(curve[-1]), 1)), _curve_statistic(curve), *lagged]
+    )
 
 
 def _lags(num_batches: int) -> np.ndarray:
@@ -452,7 +474,7 @@ class TableFit:
 
 LAGS = (1, 2, 8, 32)
 STATISTICS = (
-    "mean_log_rank", "consecutive_reuse", "touched_log_mean",
+    "mean_log_rank", "consecutive_reuse", "touched_log_final", "touched_log_mean",
     *(f"lookup_overlap_lag{lag}" for lag in LAGS),
 )  # fmt: skip
 
@@ -468,7 +490,7 @@ class FitResult:
     first_batch: int
     max_lookups: int
     lookups: int
-    rounds: int
+    steps: int  # Levenberg-Marquardt steps taken
     simulations: int
     notes: tuple[str, ...]
 
@@ -493,7 +515,7 @@ class FitResult:
             "drift": self.drift,
             "reuse_window_batches": 1,
             "drift_period_batches": 1,
-            "rounds": self.rounds,
+            "steps": self.steps,
             "simulations": self.simulations,
             "notes": list(self.notes),
             "tables": [t.to_dict() for t in self.tables],
@@ -512,10 +534,13 @@ def _weighted(values: Sequence[float], weights: Sequence[int]) -> float:
 class _Simulator:
     """Synthetic traces of the sample's shape, and their statistics per table."""
 
-    def __init__(self, sample: _Sample, rows: np.ndarray, windows: np.ndarray) -> None:
+    def __init__(
+        self, sample: _Sample, rows: np.ndarray, windows: np.ndarray, repeats: int
+    ) -> None:
         self.sample = sample
         self.rows = rows
         self.windows = windows
+        self.repeats = repeats
         self.count = 0
 
     def spec(self, params: np.ndarray, seed: int, batches: int | None = None) -> WorkloadSpec:
@@ -552,6 +577,15 @@ class _Simulator:
         return out
 
     def statistics(self, params: np.ndarray, seed: int) -> np.ndarray:
+        """The statistics averaged over `repeats` traces (seeds seed, seed + stride, ...):
+        the fit carries a simulation's noise as well as the sample's, 1 / repeats of it."""
+        return np.mean(
+            [self.single(params, seed + j * _REPEAT_SEED_STRIDE) for j in range(self.repeats)],
+            axis=0,
+        )
+
+    def single(self, params: np.ndarray, seed: int) -> np.ndarray:
+        """Per table, the statistics of one synthetic trace of the sample's shape."""
         self.count += 1
         return np.array(
             [
@@ -605,7 +639,8 @@ def fit_trace(
     # rows == 1 has nothing to fit; a single batch shows no reuse or drift
     fit_alpha = rows > 1
     fit_time = np.full(num_tables, sample.num_batches > 1)
-    sim = _Simulator(sample, rows, windows)
+    repeats = int(np.clip(-(-SIMULATED_LOOKUPS // max(int(lookups.sum()), 1)), 1, MAX_REPEATS))
+    sim = _Simulator(sample, rows, windows, repeats)
     spec_seed, seed = seed, seed + _SIMULATION_SEED_OFFSET
     drift_floor = np.log10(0.25 / (rows.astype(np.float64) * sample.num_batches))
     # beyond one whole table over the trace the ranking wraps round and old hot rows
@@ -629,28 +664,27 @@ def fit_trace(
             return np.zeros(num_tables), np.full(num_tables, REUSE_MAX)
         return drift_floor.copy(), np.full(num_tables, drift_ceiling)
 
-    def solve(k: int, lo: np.ndarray, hi: np.ndarray, steps: int, active: np.ndarray) -> None:
+    def solve(base: np.ndarray, k: int, active: np.ndarray) -> np.ndarray:
+        """`base` with parameter k (where `active`) bisected on statistic k."""
         sign = -1.0 if k == ALPHA else 1.0  # the log-rank falls as alpha rises
-        lo, hi = lo.copy(), hi.copy()
-        for _ in range(steps):
+        lo, hi = full_bracket(k)
+        for _ in range(FULL_STEPS):
             mid = 0.5 * (lo + hi)
-            trial = params.copy()
+            trial = base.copy()
             trial[active, k] = to_param(k, mid)[active]
             stats = sim.statistics(trial, seed)
             low = sign * stats[:, k] < sign * observed[:, k]
             lo = np.where(low, mid, lo)
             hi = np.where(low, hi, mid)
-        params[active, k] = to_param(k, 0.5 * (lo + hi))[active]
+        out = base.copy()
+        out[active, k] = to_param(k, 0.5 * (lo + hi))[active]
+        return out
 
     # 1. a start: each parameter alone by bisection, in the order of least coupling
     for k, active in ((ALPHA, fit_alpha), (REUSE, fit_time), (DRIFT, fit_time)):
         if active.any():
             say(f"start: {STATISTICS[k]} -> {_PARAM_NAMES[k]}")
-            solve(k, *full_bracket(k), FULL_STEPS, active)
-    # 2. Newton steps on all three at once: reuse and drift pull the consecutive reuse
-    # and the touched curve in opposite directions, so one at a time wanders along the
-    # ridge between them; the Jacobian (forward differences, every table in the same
-    # three simulations) takes the coupling into account
+            params = solve(params, k, active)
     free = np.stack([fit_alpha, fit_time, fit_time], axis=1)
     lower = np.stack([full_bracket(k)[0] for k in range(3)], axis=1)
     upper = np.stack([full_bracket(k)[1] for k in range(3)], axis=1)
@@ -659,15 +693,37 @@ def fit_trace(
     def params_of(x: np.ndarray) -> np.ndarray:
         return np.stack([to_param(k, x[:, k]) for k in range(3)], axis=1)
 
-    current = sim.statistics(params_of(x), seed)
-    noise = [current] + [
-        sim.statistics(params_of(x), seed + 1000 + i) for i in range(_NOISE_SEEDS - 1)
-    ]
+    # the statistics' noise at the start (single traces of the sample's shape): the
+    # weights of the misfit the solver lowers
+    noise = np.array([sim.single(params_of(x), seed + 1000 + i) for i in range(_NOISE_SEEDS)])
     scale = np.maximum(np.std(noise, axis=0, ddof=1), _SCALE_FLOOR)
+
+    # 2. drift by a grid over its whole bracket: the touched curve alone (the bisection)
+    # can land on a drift that moves the hot rows, which the lag overlaps see at once, and
+    # no local step gets out of that plateau
+    if fit_time.any():
+        say("start: a drift grid")
+        best = _misfit(sim.statistics(params_of(x), seed), observed, scale)
+        for point in np.linspace(0.0, 1.0, DRIFT_GRID):
+            trial_x = x.copy()
+            trial_x[:, DRIFT] = np.where(
+                fit_time, lower[:, DRIFT] + point * (upper[:, DRIFT] - lower[:, DRIFT]), x[:, DRIFT]
+            )
+            misfit = _misfit(sim.statistics(params_of(trial_x), seed), observed, scale)
+            x = np.where((misfit < best)[:, None], trial_x, x)
+            best = np.minimum(misfit, best)
+
+    # 3. Levenberg-Marquardt on all three at once: reuse and drift pull the consecutive
+    # reuse and the touched curve in opposite directions, so one at a time wanders along
+    # the ridge between them; the Jacobian (forward differences, every table in the same
+    # three simulations) takes the coupling into account, and the damping turns a step
+    # that does not lower the misfit into a shorter, steeper one
+    current = sim.statistics(params_of(x), seed)
+    damping = np.full(num_tables, _LM_DAMPING)
     jacobian = np.zeros((num_tables, len(STATISTICS), 3))
     steps = 0
-    for steps in range(1, NEWTON_STEPS + 1):
-        say(f"newton step {steps}")
+    for steps in range(1, LM_STEPS + 1):
+        say(f"Levenberg-Marquardt step {steps}")
         for k in range(3):
             step = np.full(num_tables, _FD_STEP[k])
             if k == DRIFT:  # near the floor drift does nothing: look further up
@@ -677,28 +733,32 @@ def fit_trace(
             moved[:, k] += h
             jacobian[:, :, k] = (sim.statistics(params_of(moved), seed) - current) / h[:, None]
         residual = (current - observed) / scale
-        change = np.zeros_like(x)
-        for t in range(num_tables):
-            cols = np.flatnonzero(free[t])
-            if not len(cols):
-                continue
-            weighted = jacobian[t][:, cols] / scale[t][:, None]
-            solution = np.linalg.lstsq(weighted, -residual[t], rcond=1e-6)[0]
-            change[t, cols] = np.clip(solution, -_MAX_STEP[cols], _MAX_STEP[cols])
-        # keep a step only where it brings the statistics closer, halving it elsewhere
-        # (a damped Newton with backtracking)
-        pending = np.ones(num_tables, dtype=bool)
-        for _ in range(_BACKTRACKS):
+        misfit = _misfit(current, observed, scale)
+        pending = free.any(axis=1)
+        moved_by = np.zeros_like(x)
+        for _ in range(_LM_TRIES):
+            change = np.zeros_like(x)
+            for t in np.flatnonzero(pending):
+                cols = np.flatnonzero(free[t])
+                weighted = jacobian[t][:, cols] / scale[t][:, None]
+                normal = weighted.T @ weighted
+                lhs = normal + damping[t] * np.diag(np.diag(normal) + 1e-12)
+                solution = np.linalg.lstsq(lhs, -weighted.T @ residual[t], rcond=1e-10)[0]
+                # the whole step shrunk to the largest allowed: its direction is kept
+                shrink = np.max(np.abs(solution) / _MAX_STEP[cols])
+                change[t, cols] = solution / max(shrink, 1.0)
             trial_x = np.where(pending[:, None], np.clip(x + change, lower, upper), x)
             trial = sim.statistics(params_of(trial_x), seed)
-            better = pending & (_misfit(trial, observed, scale) < _misfit(current, observed, scale))
+            better = pending & (_misfit(trial, observed, scale) < misfit)
+            moved_by = np.where(better[:, None], trial_x - x, moved_by)
             x = np.where(better[:, None], trial_x, x)
             current = np.where(better[:, None], trial, current)
+            damping = np.where(better, damping / 3.0, np.where(pending, damping * 4.0, damping))
             pending &= ~better
-            change *= 0.5
             if not pending.any():
                 break
-        if (np.abs(change) <= _TOLERANCE).all():
+        stuck = damping > _LM_DAMPING_MAX
+        if ((np.abs(moved_by) <= _TOLERANCE).all(axis=1) | stuck).all():
             break
     params = params_of(x)
     # a drift that moves the ranking by less than one place over the sample is none
@@ -706,26 +766,51 @@ def fit_trace(
         params[:, DRIFT] * rows * sample.num_batches < 1.0, 0.0, params[:, DRIFT]
     )
 
-    # 3. the confidence interval (delta method of indirect inference): the statistic's
-    # covariance from replicates at the fitted parameters, mapped through the Jacobian,
-    # twice over since the trace's statistics and the simulation's are both noisy
-    say("bootstrap: the confidence interval")
+    # 4. the confidence interval (delta method of indirect inference): the statistics'
+    # covariance from single-trace replicates at the fitted parameters, mapped through the
+    # Jacobian; the trace's statistics carry it once and the simulation's (an average of
+    # `sim.repeats` traces) 1 / repeats of it
+    say("replicates: the confidence interval")
     fitted = current
-    replicates = np.array(
-        [sim.statistics(params, seed + 1 + i) for i in range(BOOTSTRAP_REPLICATES)]
-    )
+    replicates = np.array([sim.single(params, seed + 1 + i) for i in range(BOOTSTRAP_REPLICATES)])
+    inflation = 1.0 + 1.0 / sim.repeats
     alpha_se = np.full(num_tables, np.nan)
     for t in range(num_tables):
         cols = np.flatnonzero(free[t])
         if not free[t, ALPHA] or len(cols) == 0:
             continue
-        cov = 2.0 * np.cov(replicates[:, t, :].T)
+        cov = inflation * np.cov(replicates[:, t, :].T)
         inverse = np.linalg.pinv(jacobian[t][:, cols], rcond=1e-6)
         theta_cov = inverse @ cov @ inverse.T
         alpha_se[t] = math.sqrt(max(float(theta_cov[list(cols).index(ALPHA), ALPHA]), 0.0))
-    rounds = steps
-    # both the trace's statistics and the simulation's are noisy: twice the variance
-    misfits = _misfit(fitted, observed, scale) / 2.0
+    # the misfit in units of the noise of (sample - fitted), measured on the replicates
+    # and the start's noise traces together
+    # pooled: the noise traces ran at the start, the replicates at the fit
+    spread = np.sqrt(
+        (
+            ((replicates - replicates.mean(axis=0)) ** 2).sum(axis=0)
+            + ((noise - noise.mean(axis=0)) ** 2).sum(axis=0)
+        )
+        / (len(replicates) + len(noise) - 2)
+    )
+    spread = np.maximum(spread, _SCALE_FLOOR)
+    misfits = _misfit(fitted, observed, spread) / inflation
+
+    # 5. is the skew real? The uniform law (alpha 0, where drift changes nothing) with
+    # its own reuse, against the fit: where it matches the statistics about as well (its
+    # misfit at most a chi-square(1) 99% point above), alpha is not told from 0. The
+    # delta-method interval misses this when drift sits at its ceiling: there a small
+    # alpha and the fastest drift look uniform too.
+    uniform = np.zeros_like(params)
+    if (fit_time & fit_alpha).any():
+        uniform = solve(uniform, REUSE, fit_time & fit_alpha)
+    uniform_stats = sim.statistics(uniform, seed)
+    uniform_misfits = _misfit(uniform_stats, observed, spread) / inflation
+    flat = fit_alpha & (uniform_misfits <= misfits + FLAT_MARGIN)
+    flat_misfits = misfits.copy()
+    params = np.where(flat[:, None], uniform, params)
+    fitted = np.where(flat[:, None], uniform_stats, fitted)
+    misfits = np.where(flat, uniform_misfits, misfits)
     tables = []
     for t in range(num_tables):
         alpha = float(params[t, ALPHA])
@@ -735,6 +820,11 @@ def fit_trace(
             note = "a table of one row has no exponent"
         elif lookups[t] < MIN_FIT_LOOKUPS:
             note = f"too small to fit: {int(lookups[t])} lookups (< {MIN_FIT_LOOKUPS})"
+        elif flat[t]:
+            note = (
+                "too flat to fit: the uniform law (alpha 0) matches the statistics as well"
+                f" (misfit {uniform_misfits[t]:.1f}, the fit's {flat_misfits[t]:.1f})"
+            )
         elif not np.isfinite(alpha_se[t]) or jacobian[t, ALPHA, ALPHA] >= 0:
             note = "too flat to fit: the statistics do not respond to alpha here"
         else:
@@ -783,7 +873,7 @@ def fit_trace(
         first_batch=batch_range[0] if batch_range else 0,
         max_lookups=max_lookups,
         lookups=int(lookups.sum()),
-        rounds=rounds,
+        steps=steps,
         simulations=sim.count,
         notes=tuple(sample.notes),
     )
@@ -825,6 +915,9 @@ def _fitted_spec(trace: Trace, sample: _Sample, tables: list[TableFit], seed: in
 # -- the check: sample against a synthetic trace of the fitted spec --------------------
 
 CHECKED = ("distinct_per_batch", "consecutive_reuse", "top1pct_share", "touched_rows")
+# synthetic traces the check generates: the spec's seed, whose statistics it shows, and
+# others whose spread is the noise a perfect fit still shows (relative to the sample)
+CHECK_TRACES = 4
 _CHECK_CURVE_POINTS = 24
 
 
@@ -883,6 +976,13 @@ def _rel(synthetic: float, sample: float) -> float | None:
     return (synthetic - sample) / sample if sample else None
 
 
+def _noise(values: Sequence[float], sample: float) -> float | None:
+    """The spread (sd) of a statistic over synthetic traces, relative to the sample's:
+    a perfect fit's relative difference is about sqrt(2) times this (both sides are
+    one trace)."""
+    return float(np.std(values, ddof=1)) / abs(sample) if sample else None
+
+
 def check_fit(
     trace: Trace, result: FitResult, *, against: tuple[int, int] | None = None
 ) -> dict[str, Any]:
@@ -894,16 +994,26 @@ def check_fit(
     first, stop = against or (result.first_batch, result.first_batch + result.batches)
     sample = _read_sample(trace, max(result.max_lookups, trace.num_lookups), (first, stop))
     spec = replace(result.spec, batches=sample.num_batches)
-    compiled = CompiledWorkload.from_spec(spec)
-    batch, table, row = compiled.lookups(0, sample.num_batches)
-    synthetic = _split_by_table(batch, table, row, len(spec.tables))
     rows = [t.rows for t in spec.tables]
     observed = _check_stats(sample.per_table, rows, sample.num_batches)
-    generated = _check_stats(synthetic, rows, sample.num_batches)
+    runs = []  # the spec's seed first, then others for the noise
+    for i in range(CHECK_TRACES):
+        compiled = CompiledWorkload.from_spec(replace(spec, seed=spec.seed + i))
+        batch, table, row = compiled.lookups(0, sample.num_batches)
+        synthetic = _split_by_table(batch, table, row, len(spec.tables))
+        runs.append(_check_stats(synthetic, rows, sample.num_batches))
+    generated = runs[0]
     entries = []
-    for name, obs, gen in zip([*sample.names, "overall"], observed, generated, strict=True):
+    for e, (name, obs, gen) in enumerate(
+        zip([*sample.names, "overall"], observed, generated, strict=True)
+    ):
         stats = {
-            key: {"sample": obs[key], "synthetic": gen[key], "rel_diff": _rel(gen[key], obs[key])}
+            key: {
+                "sample": obs[key],
+                "synthetic": gen[key],
+                "rel_diff": _rel(gen[key], obs[key]),
+                "noise": _noise([run[e][key] for run in runs], obs[key]),
+            }
             for key in CHECKED
         }
         diffs = [_rel(g, o) for (_, o), (_, g) in zip(obs["curve"], gen["curve"], strict=True)]
@@ -948,7 +1058,8 @@ def spec_with_diagnostics(result: FitResult, version: str) -> str:
         f"overall (lookup-weighted): reuse {result.reuse:.4f}, drift {result.drift:.4g}",
         "model: bounded power law per table, reuse window 1 batch, drift period 1 batch",
         "method: indirect inference against the generator "
-        f"({result.simulations} simulations, {result.rounds} Newton steps); see replay/fit.py",
+        f"({result.simulations} simulated traces, {result.steps} Levenberg-Marquardt steps);"
+        " see replay/fit.py",
         "generate a trace N times longer: replay generate --spec THIS.toml --batches N*"
         f"{result.batches} --out DIR",
         *result.notes,

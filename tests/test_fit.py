@@ -284,23 +284,24 @@ TABLES = (
     ("e", 1_000_000, 1.1, 2),
 )
 BATCH_SIZE, BATCHES = 256, 100
-# per case: (reuse, drift) of each table, and the generator's seed
-CASES: dict[str, tuple[tuple[tuple[float, float], ...], int]] = {
-    "plain": (((0.0, 0.0),) * 5, 2),
-    "reuse": (((0.3, 0.0),) * 5, 10),
-    "drift": (((0.0, 1e-4),) * 5, 2),
-    "reuse_and_drift": (((0.4, 2e-4),) * 5, 2),
-    "mixed": (((0.0, 0.0), (0.3, 1e-4), (0.15, 0.0), (0.4, 2e-4), (0.1, 5e-5)), 2),
+# per case: (reuse, drift) of each table. Every case uses seed 1: a survey over seeds
+# 1-10 of each case recovered every table (see the issue 8 note), so no seed is picked
+CASES: dict[str, tuple[tuple[float, float], ...]] = {
+    "plain": ((0.0, 0.0),) * 5,
+    "reuse": ((0.3, 0.0),) * 5,
+    "drift": ((0.0, 1e-4),) * 5,
+    "reuse_and_drift": ((0.4, 2e-4),) * 5,
+    "mixed": ((0.0, 0.0), (0.3, 1e-4), (0.15, 0.0), (0.4, 2e-4), (0.1, 5e-5)),
 }
+SEED = 1
 
 
-def _spec(case: str) -> WorkloadSpec:
-    time_params, seed = CASES[case]
+def _spec(case: str, batches: int = BATCHES) -> WorkloadSpec:
     tables = tuple(
         TableSpec(name, rows, alpha=alpha, pooling=pooling, reuse=reuse, drift=drift)
-        for (name, rows, alpha, pooling), (reuse, drift) in zip(TABLES, time_params, strict=True)
+        for (name, rows, alpha, pooling), (reuse, drift) in zip(TABLES, CASES[case], strict=True)
     )
-    return WorkloadSpec(case, tables, batch_size=BATCH_SIZE, batches=BATCHES, seed=seed)
+    return WorkloadSpec(case, tables, batch_size=BATCH_SIZE, batches=batches, seed=SEED)
 
 
 class _Lab:
@@ -370,13 +371,20 @@ def test_fit_recovers_known_parameters(lab: _Lab, case: str) -> None:
     )
 
 
-def test_fit_on_one_half_predicts_the_other(lab: _Lab) -> None:
-    trace = lab.trace("reuse_and_drift")
-    half = BATCHES // 2
+# 200 batches a half: on 50-batch halves a table of 256 lookups per batch whose few hot
+# rows drift (table d) differs from itself by about 7% in consecutive reuse between the
+# two halves, so 10% would be a coin toss there, not a test of the fit
+HELD_OUT_BATCHES = 400
+
+
+@pytest.mark.parametrize("case", ["drift", "mixed"])
+def test_fit_on_one_half_predicts_the_other(lab: _Lab, case: str) -> None:
+    trace = lab.trace(f"{case}_long", _spec(case, HELD_OUT_BATCHES))
+    half = HELD_OUT_BATCHES // 2
     result = fit_trace(trace, batch_range=(0, half))
     assert result.batches == half and result.first_batch == 0
-    assert any("fitted on batches [0, 50)" in note for note in result.notes)
-    check = check_fit(trace, result, against=(half, BATCHES))
+    assert any(f"fitted on batches [0, {half})" in note for note in result.notes)
+    check = check_fit(trace, result, against=(half, HELD_OUT_BATCHES))
     assert check["sample"] == {"first_batch": half, "batches": half}
     assert check["synthetic"]["batches"] == half
     assert [e["name"] for e in check["tables"]] == [name for name, *_ in TABLES]
@@ -386,6 +394,15 @@ def test_fit_on_one_half_predicts_the_other(lab: _Lab) -> None:
         for stat, value in entry["stats"].items():
             assert value["rel_diff"] is not None
             assert abs(value["rel_diff"]) <= 0.10, (entry["name"], stat, value)
+            # the noise: what a perfect fit would still show, here well below 10%
+            assert value["noise"] is not None and 0.0 <= value["noise"] < 0.05, (stat, value)
+        # the curve from 10 batches on: its first points are single batches, whose noise
+        # the distinct-per-batch mean above averages away (table d's first held-out batch
+        # touches 89 rows where its batches average 72)
+        curve = entry["curve"]
+        for x, want, got in zip(curve["batches"], curve["sample"], curve["synthetic"], strict=True):
+            if x >= 10:
+                assert abs(got - want) <= 0.10 * want, (entry["name"], x, want, got)
 
 
 def _inspected(stats: dict[str, Any]) -> dict[str, float]:
@@ -460,16 +477,29 @@ def test_a_table_of_few_lookups_is_too_small(lab: _Lab) -> None:
     assert big.lookups == 3200 and big.alpha is not None and big.alpha_note == "fitted"
 
 
-def test_a_uniform_table_is_too_flat(lab: _Lab) -> None:
+@pytest.mark.parametrize(("rows", "seed"), [(50_000, 1), (50_000, 2), (5_000, 1), (1_000, 3)])
+def test_a_uniform_table_is_too_flat(lab: _Lab, rows: int, seed: int) -> None:
+    """(50,000, 2) came out at alpha 0.23 with drift at its ceiling, "fitted", before the
+    uniform law was tried against the fit: a small alpha and the fastest drift look
+    uniform too, and the delta-method interval did not see it."""
     spec = WorkloadSpec(
-        "flat", (TableSpec("u", 50_000, alpha=0.0),), batch_size=256, batches=100, seed=1
+        "flat",
+        (TableSpec("u", rows, alpha=0.0), TableSpec("s", 20_000, alpha=1.0)),
+        batch_size=256,
+        batches=100,
+        seed=seed,
     )
-    (table,) = fit_trace(lab.trace("flat", spec)).tables
-    assert table.alpha is None and table.alpha_ci is None
-    assert table.alpha_note == "too flat to fit: the 95% interval reaches 0 (uniform)"
-    assert table.alpha_spec < 0.1
+    flat, skewed = fit_trace(lab.trace(f"flat_{rows}_{seed}", spec)).tables
+    assert flat.alpha is None and flat.alpha_ci is None
+    assert flat.alpha_note.startswith(
+        "too flat to fit: the uniform law (alpha 0) matches the statistics as well"
+    ), flat.alpha_note
+    # the spec generates the uniform law (drift means nothing there)
+    assert flat.alpha_spec == 0.0 and flat.drift == 0.0 and flat.reuse < 0.01
     # the plain MLE is biased up (rows seen once or never are ranked as if sparse)
-    assert table.alpha_mle is not None and table.alpha_mle > 0.3
+    assert flat.alpha_mle is not None and flat.alpha_mle > 0.1
+    assert skewed.alpha_note == "fitted" and skewed.alpha is not None
+    assert abs(skewed.alpha - 1.0) <= 0.05
 
 
 def _row_counts(trace: Trace) -> list[np.ndarray]:

@@ -213,18 +213,21 @@ _CHECK_COLUMNS = (
 
 
 def _cell(stat: dict[str, Any], fmt: str) -> str:
-    rel = stat["rel_diff"]
+    rel, noise = stat["rel_diff"], stat["noise"]
     diff = "n/a" if rel is None else f"{100 * rel:+.1f}%"
-    return f"{fmt.format(stat['sample'])} / {fmt.format(stat['synthetic'])} ({diff})"
+    spread = "" if noise is None else f" ±{100 * noise:.1f}%"
+    return f"{fmt.format(stat['sample'])} / {fmt.format(stat['synthetic'])} ({diff}{spread})"
 
 
 def print_check(checked: dict[str, Any], console: Console | None = None) -> None:
     from rich.table import Table
 
+    from replay.fit import CHECK_TRACES
+
     console = console or _console()
     table = Table(
-        title=f"check: sample / synthetic (relative difference), seed "
-        f"{checked['synthetic']['seed']}",
+        title=f"check: sample / synthetic (relative difference ± the noise: the spread over "
+        f"{CHECK_TRACES} synthetic traces), seed {checked['synthetic']['seed']}",
         title_justify="left",
     )
     table.add_column("table")
