@@ -216,7 +216,7 @@ def _cell(stat: dict[str, Any], fmt: str) -> str:
     rel, noise = stat["rel_diff"], stat["noise"]
     diff = "n/a" if rel is None else f"{100 * rel:+.1f}%"
     spread = "" if noise is None else f" ±{100 * noise:.1f}%"
-    return f"{fmt.format(stat['sample'])} / {fmt.format(stat['synthetic'])} ({diff}{spread})"
+    return f"{fmt.format(stat['sample'])} / {fmt.format(stat['synthetic'])}\n{diff}{spread}"
 
 
 def print_check(checked: dict[str, Any], console: Console | None = None) -> None:
@@ -226,8 +226,8 @@ def print_check(checked: dict[str, Any], console: Console | None = None) -> None
 
     console = console or _console()
     table = Table(
-        title=f"check: sample / synthetic (relative difference ± the noise: the spread over "
-        f"{CHECK_TRACES} synthetic traces), seed {checked['synthetic']['seed']}",
+        title="check: sample / synthetic, then the relative difference ± the noise (the "
+        f"spread over {CHECK_TRACES} synthetic traces), seed {checked['synthetic']['seed']}",
         title_justify="left",
     )
     table.add_column("table")
