@@ -50,7 +50,8 @@ estimate those two, and says so in the spec). Per table it estimates:
 - **alpha_ci**: the delta method of indirect inference: the statistics' covariance over
   `BOOTSTRAP_REPLICATES` single traces with other seeds at the fitted parameters, times
   1 + 1/repeats (the trace's statistics are as noisy as one trace, the simulation's
-  average 1/repeats of that) and mapped through the pseudo-inverse Jacobian; 95% =
+  average 1/repeats of that) and mapped through the noise-weighted pseudo-inverse
+  Jacobian (the sandwich of the weighted least squares the solver runs); 95% =
   alpha +/- 1.96 se.
 - **notes**: a table is **too small** when it has fewer than `MIN_FIT_LOOKUPS` lookups
   or the interval is wider than `MAX_CI_WIDTH`; **too flat** when the uniform law
@@ -697,6 +698,12 @@ def fit_trace(
     # weights of the misfit the solver lowers
     noise = np.array([sim.single(params_of(x), seed + 1000 + i) for i in range(_NOISE_SEEDS)])
     scale = np.maximum(np.std(noise, axis=0, ddof=1), _SCALE_FLOOR)
+    # a short sample clamps the long lags to its length: a lag counted twice would weigh
+    # twice, so its copies get no weight
+    lags = _lags(sample.num_batches)
+    repeated = np.zeros(len(STATISTICS), dtype=bool)
+    repeated[len(STATISTICS) - len(lags) :] = [lag in lags[:q] for q, lag in enumerate(lags)]
+    scale[:, repeated] = np.inf
 
     # 2. drift by a grid over its whole bracket: the touched curve alone (the bisection)
     # can land on a drift that moves the hot rows, which the lag overlaps see at once, and
@@ -780,7 +787,9 @@ def fit_trace(
         if not free[t, ALPHA] or len(cols) == 0:
             continue
         cov = inflation * np.cov(replicates[:, t, :].T)
-        inverse = np.linalg.pinv(jacobian[t][:, cols], rcond=1e-6)
+        # the sandwich of the weighted least squares the solver ran
+        inverse = np.linalg.pinv(jacobian[t][:, cols] / scale[t][:, None], rcond=1e-6)
+        inverse = inverse / scale[t][None, :]
         theta_cov = inverse @ cov @ inverse.T
         alpha_se[t] = math.sqrt(max(float(theta_cov[list(cols).index(ALPHA), ALPHA]), 0.0))
     # the misfit in units of the noise of (sample - fitted), measured on the replicates
@@ -794,6 +803,7 @@ def fit_trace(
         / (len(replicates) + len(noise) - 2)
     )
     spread = np.maximum(spread, _SCALE_FLOOR)
+    spread[:, repeated] = np.inf
     misfits = _misfit(fitted, observed, spread) / inflation
 
     # 5. is the skew real? The uniform law (alpha 0, where drift changes nothing) with
