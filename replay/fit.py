@@ -710,16 +710,19 @@ def fit_trace(
     # 2. drift by a grid over its whole bracket: the touched curve alone (the bisection)
     # can land on a drift that moves the hot rows, which the lag overlaps see at once, and
     # no local step gets out of that plateau
+    current = sim.statistics(params_of(x), seed)
     if fit_time.any():
         say("start: a drift grid")
-        best = _misfit(sim.statistics(params_of(x), seed), observed, scale)
+        best = _misfit(current, observed, scale)
         for point in np.linspace(0.0, 1.0, DRIFT_GRID):
             trial_x = x.copy()
             trial_x[:, DRIFT] = np.where(
                 fit_time, lower[:, DRIFT] + point * (upper[:, DRIFT] - lower[:, DRIFT]), x[:, DRIFT]
             )
-            misfit = _misfit(sim.statistics(params_of(trial_x), seed), observed, scale)
+            trial = sim.statistics(params_of(trial_x), seed)
+            misfit = _misfit(trial, observed, scale)
             x = np.where((misfit < best)[:, None], trial_x, x)
+            current = np.where((misfit < best)[:, None], trial, current)
             best = np.minimum(misfit, best)
 
     # 3. Levenberg-Marquardt on all three at once: reuse and drift pull the consecutive
@@ -727,7 +730,6 @@ def fit_trace(
     # the ridge between them; the Jacobian (forward differences, every table in the same
     # three simulations) takes the coupling into account, and the damping turns a step
     # that does not lower the misfit into a shorter, steeper one
-    current = sim.statistics(params_of(x), seed)
     damping = np.full(num_tables, _LM_DAMPING)
     jacobian = np.zeros((num_tables, len(STATISTICS), 3))
     steps = 0
