@@ -1,5 +1,3 @@
-import sys
+from replay.cli import console_main
 
-from replay.cli import main
-
-sys.exit(main())
+console_main()

@@ -311,3 +311,69 @@ def test_mrc_matches_lru_runs_on_a_generated_trace(tmp_path: Path) -> None:
     best = replay_trace(trace, belady).summary["policy"]["misses"]
     assert best <= replay_trace(trace, lfu).summary["policy"]["misses"]
     assert best <= round(float(curve.miss_ratios[1]) * trace.num_lookups)
+
+
+def _many_range_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """40 batches over two tables, batches 7 and 8 without lookups, in row groups of
+    about 3 batches, so the replay streams it in many ranges."""
+    import replay.trace.format as trace_format
+
+    monkeypatch.setattr(trace_format, "ROW_GROUP_TARGET_LOOKUPS", 50)
+    rng = np.random.default_rng(5)
+    batches, tables = [], []
+    for b in range(40):
+        if b in (7, 8):
+            continue
+        for t, n in ((0, 12), (1, 5)):
+            batches.append(np.full(n, b))
+            tables.append(np.full(n, t))
+    batch = np.concatenate(batches).astype(np.uint32)
+    table = np.concatenate(tables).astype(np.uint16)
+    cards = np.array([60, 9])[table]
+    row = (rng.random(len(batch)) ** 2 * cards).astype(np.uint32)
+    return write_trace_from_arrays(
+        tmp_path / "ranges",
+        tables=[("a", 60), ("b", 9)],
+        batch=batch,
+        table=table,
+        row=row,
+        batch_size=17,
+        workload={"embedding_dim": 16},
+    )
+
+
+@pytest.mark.parametrize(
+    ("system", "sets"),
+    [
+        ("hbm-lru", ["policy.capacity_rows=20"]),
+        # check-n-run observes every range: it waits for the range's distinct counts
+        ("pmem-host", []),
+    ],
+)
+def test_statistics_in_the_replay_pass_change_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, system: str, sets: list[str]
+) -> None:
+    from replay.engine.stream import iter_batch_ranges
+    from replay.stats import inspect_trace
+
+    path = _many_range_trace(tmp_path, monkeypatch)
+    assert len(list(iter_batch_ranges(open_trace(path)))) > 5
+    spec = resolve_system(system, sets)
+    plain = replay_trace(open_trace(path), spec)
+    fused = replay_trace(open_trace(path), spec, inspect=True)
+    assert plain.workload is None
+    assert fused.workload == inspect_trace(path)
+    assert plain.columns.keys() == fused.columns.keys()
+    for name, column in plain.columns.items():
+        np.testing.assert_array_equal(column, fused.columns[name], err_msg=name)
+    assert json.dumps(plain.summary, sort_keys=True) == json.dumps(fused.summary, sort_keys=True)
+    assert int(fused.columns["distinct_rows"][7]) == 0
+
+
+def test_cli_run_workload_json_is_inspect_output(tmp_path: Path, small_trace: Path) -> None:
+    from replay.stats import inspect_trace
+
+    out = tmp_path / "run"
+    assert main(["run", str(small_trace), "--system", "hbm-lru", "--out", str(out)]) == 0
+    want = json.loads(json.dumps(inspect_trace(small_trace)))
+    assert json.loads((out / "workload.json").read_text()) == want

@@ -267,6 +267,23 @@ def test_top_k_sum_matches_sort(values: list[int], k: int, dtype: type) -> None:
     assert _top_k_sum(arr, k) == sum(sorted(arr.tolist(), reverse=True)[:k])
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.just(0), st.just(0), st.integers(1, 300), st.integers(0, 2**32 - 1)),
+        min_size=1,
+        max_size=80,
+    ),
+    st.integers(0, 90),
+    st.sampled_from([np.uint8, np.uint16, np.uint32]),
+)
+def test_top_k_sum_of_mostly_zero_counts(values: list[int], k: int, dtype: type) -> None:
+    """Zeros are counted apart and high digits above the largest value are skipped."""
+    bits = 8 * np.dtype(dtype).itemsize
+    arr = np.array([v % (1 << bits) for v in values], dtype=dtype)
+    assert _top_k_sum(arr, k) == sum(sorted(arr.tolist(), reverse=True)[:k])
+
+
 def test_curve_batches_bounded_and_log_spaced() -> None:
     assert curve_batches(0, 64).tolist() == []
     assert curve_batches(1, 64).tolist() == [1]

@@ -7,7 +7,11 @@ raises (disk full, a name too long), also exit with 2.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
 import sys
+import threading
 
 import typer
 from typer.exceptions import TyperException
@@ -61,4 +65,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["app", "main"]
+def console_main() -> None:
+    """The `replay` console script (and `python -m replay`): `main()`, then a quick exit.
+
+    Python's own shutdown tears down every module (numba, llvmlite, pyarrow, typer): 0.3 s
+    after each command on the 2-core VM (measured: 2.47 s to the end of `main` and 2.83 s
+    wall for a `replay run`). Everything a command writes is complete and renamed into
+    place before `main` returns, so the process flushes its streams, waits for its
+    non-daemon threads, runs the atexit handlers (as a normal exit does), and ends.
+    """
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe (`... | head`)
+            stream.flush()
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    os._exit(code)
+
+
+__all__ = ["app", "console_main", "main"]

@@ -104,12 +104,15 @@ def run_command(
         "verify": verify,
     }
     with run_stages(out, plan, force=force, resume=resume) as stages:
+        workload = None
         if not stages.finished and not stages.replayed:
-            result = _replay(opened, spec)
+            # the statistics come from the replay's own pass over the trace
+            result = _replay(opened, spec, inspect=with_workload and not stages.inspected)
             stages.write_replay(result, overrides=sets, origin=origin, verified=verified)
+            workload = result.workload
         kill_point("run:replayed")
         if not stages.finished and with_workload and not stages.inspected:
-            stages.write_workload(inspect_trace(opened))
+            stages.write_workload(workload if workload is not None else inspect_trace(opened))
         summary, meta = stages.read("summary.json"), stages.read("meta.json")
     kill_point("run:done")
     if json_output:
@@ -118,18 +121,26 @@ def run_command(
         print_summary(spec.name, summary, meta, out)
 
 
-def _replay(opened: Any, spec: Any) -> Any:
+def _replay(opened: Any, spec: Any, *, inspect: bool) -> Any:
     from replay._faults import kill_point
     from replay.engine.replay import replay_trace
 
     if not show_progress():
-        return replay_trace(opened, spec, on_progress=lambda done, total: kill_point("run:batches"))
+        return replay_trace(
+            opened,
+            spec,
+            inspect=inspect,
+            on_progress=lambda done, total: kill_point("run:batches"),
+        )
     from rich.progress import Progress
 
     with Progress(transient=True) as progress:
         task = progress.add_task(f"replay {spec.name}", total=opened.num_batches)
         return replay_trace(
-            opened, spec, on_progress=lambda done, total: progress.update(task, completed=done)
+            opened,
+            spec,
+            inspect=inspect,
+            on_progress=lambda done, total: progress.update(task, completed=done),
         )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from replay._threads import OrderedWorker
 from replay.checkpoint import STRATEGIES, CheckpointContext, CheckpointStrategy, Timing
 from replay.checkpoint.summarize import checkpoint_summary, failures_summary
 from replay.engine.account import Shape, account, summarize
@@ -26,7 +27,9 @@ from replay.errors import ConfigError
 from replay.policies import POLICIES
 from replay.policies.base import NUM_COUNTERS, Policy, PolicyContext, capacity_units
 from replay.source import Source
+from replay.stats import inspect_trace, trace_inspector, trace_statistics
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
+from replay.trace.reader import Trace
 from replay.workload.onthefly import GeneratedTrace
 
 
@@ -39,6 +42,7 @@ class RunResult:
     checkpoints: dict[str, np.ndarray]  # checkpoints.parquet
     summary: dict[str, Any]  # summary.json
     meta: dict[str, Any]  # meta.json
+    workload: dict[str, Any] | None = None  # workload.json (`inspect=True`)
 
 
 def trace_digest(trace: Source) -> str:
@@ -119,9 +123,15 @@ def replay_trace(
     trace: Source,
     system: SystemSpec,
     *,
+    inspect: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> RunResult:
-    """Replay every batch of `trace` on `system`. on_progress(batches_done, batches)."""
+    """Replay every batch of `trace` on `system`. on_progress(batches_done, batches).
+
+    `inspect=True` also computes the trace's statistics (`replay.stats.inspect_trace`'s
+    result, as `RunResult.workload`): for a trace folder in the same pass, fed the chunks
+    the replay decodes anyway; for an on-the-fly workload by a second generation pass.
+    """
     started = time.perf_counter()
     shape = workload_shape(trace, system)
     policy = make_policy(system, trace, shape)
@@ -139,30 +149,56 @@ def replay_trace(
     observe_s = 0.0  # the checkpoint strategy's share of the replay loop
     raw_state = _raw_state(system, policy)
     raw = np.zeros(nb, dtype=np.int64) if raw_state is not None else None
-    # two threads on numba kernels that release the GIL: the reader decodes ahead and
-    # counts distinct rows (1 bit per key), the caller runs the policy. (A third thread
-    # for the distinct count measured slower on 2 cores: it preempts the policy.)
-    for br in iter_batch_ranges(trace, with_updates=True, with_distinct=True):
-        window = slice(br.batch_start, br.batch_stop)
-        policy.process(br, counters[window])
-        lookups[window] = np.diff(br.bounds)
-        updates[window] = np.diff(br.update_bounds)
-        assert br.distinct is not None
-        distinct[window] = br.distinct
-        if raw_state is not None and raw is not None:
-            raw[window] = count_raw(br.keys, br.bounds, br.update_keys, br.update_bounds, raw_state)
-        if strategy.needs_updates:
-            observe_start = time.perf_counter()
-            strategy.observe(
-                br,
-                _base_times(
-                    system, shape, policy, counters, lookups, distinct, updates, raw, window
-                ),
-            )
-            observe_s += time.perf_counter() - observe_start
-        if on_progress is not None:
-            on_progress(br.batch_stop, nb)
+    inspector = trace_inspector(trace) if inspect and isinstance(trace, Trace) else None
+    # Threads on numba kernels that release the GIL: the reader decodes ahead and counts
+    # distinct rows (1 bit per key), the caller runs the policy. With the trace
+    # statistics, a third thread feeds the inspector (whose per-row state counts the
+    # distinct rows instead); the OS fits it into the others' waits (measured faster on
+    # 2 cores than the statistics in the reader thread). A third thread for the distinct
+    # count alone measured slower: it preempts the policy.
+    with OrderedWorker(name="replay-inspect") as worker:
+        for br in iter_batch_ranges(
+            trace,
+            with_updates=True,
+            with_distinct=inspector is None,
+            with_columns=inspector is not None,
+        ):
+            window = slice(br.batch_start, br.batch_stop)
+            fed = None
+            if inspector is not None:
+                assert br.columns is not None
+                fed = worker.submit(inspector.feed, *br.columns, distinct[window], br.batch_start)
+            else:
+                assert br.distinct is not None
+                distinct[window] = br.distinct
+            policy.process(br, counters[window])
+            lookups[window] = np.diff(br.bounds)
+            updates[window] = np.diff(br.update_bounds)
+            if raw_state is not None and raw is not None:
+                raw[window] = count_raw(
+                    br.keys, br.bounds, br.update_keys, br.update_bounds, raw_state
+                )
+            if strategy.needs_updates:
+                if fed is not None:
+                    fed.result()  # the window's distinct counts
+                observe_start = time.perf_counter()
+                strategy.observe(
+                    br,
+                    _base_times(
+                        system, shape, policy, counters, lookups, distinct, updates, raw, window
+                    ),
+                )
+                observe_s += time.perf_counter() - observe_start
+            if on_progress is not None:
+                on_progress(br.batch_stop, nb)
+        worker.drain()
     replay_s = time.perf_counter() - replay_start
+    workload = None
+    if inspector is not None:
+        workload = trace_statistics(trace, inspector)
+    elif inspect:
+        workload = inspect_trace(trace)
+    inspect_s = time.perf_counter() - replay_start - replay_s
     account_start = time.perf_counter()
     ctx = policy.ctx
     first = account(
@@ -205,6 +241,9 @@ def replay_trace(
         "timings": {
             "prepare_s": prepare_s,
             "replay_s": replay_s,
+            # the statistics' share after the loop (top-1% selection; for an on-the-fly
+            # workload the whole second pass)
+            "inspect_s": inspect_s,
             "account_s": account_s,
             # the checkpoint and failure models: in the loop (observe) and after it
             "checkpoint_s": observe_s + checkpoint_s,
@@ -212,7 +251,7 @@ def replay_trace(
             "lookups_per_s": total_lookups / total_s if total_s > 0 else 0.0,
         },
     }
-    return RunResult(system, columns, checkpointed.log.columns(), summary, meta)
+    return RunResult(system, columns, checkpointed.log.columns(), summary, meta, workload)
 
 
 def _raw_state(system: SystemSpec, policy: Policy) -> RawState | None:

@@ -100,6 +100,8 @@ def lru_kernel(
                 tail = prev[s]
                 if tail >= 0:
                     nxt[tail] = -1
+                    # the next eviction clears the new tail's key: start loading it now
+                    prefetch(slot_of, slot_key[tail])
                 else:
                     head = -1
             slot_key[s] = k

@@ -1,0 +1,81 @@
+"""Process-level helpers: huge-page state arrays, the ordered worker, the console script."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replay._malloc import _HUGE_MIN_BYTES, _HUGE_PAGE_BYTES, state_array
+from replay._threads import OrderedWorker
+
+
+@pytest.mark.parametrize("length", [0, 1, 1000, _HUGE_MIN_BYTES // 4 + 3])
+@pytest.mark.parametrize(("dtype", "fill"), [(np.int32, -1), (np.uint32, 0), (np.int64, 7)])
+def test_state_array_holds_the_fill(length: int, dtype: type, fill: int) -> None:
+    array = state_array(length, dtype, fill)
+    assert array.dtype == np.dtype(dtype) and array.shape == (length,)
+    assert array.flags.writeable and array.flags.c_contiguous
+    assert np.all(array == fill)
+    if length:
+        array[-1] = 5  # the whole length is usable
+        assert array[-1] == 5
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="huge pages: Linux only")
+def test_large_state_array_starts_on_a_huge_page() -> None:
+    array = state_array(_HUGE_MIN_BYTES // 4 + 3, np.int32, -1)
+    assert array.ctypes.data % _HUGE_PAGE_BYTES == 0
+
+
+def test_ordered_worker_runs_in_order_and_bounds_its_backlog() -> None:
+    done: list[int] = []
+    lock = threading.Lock()
+
+    def task(i: int) -> None:
+        time.sleep(0.002)
+        with lock:
+            done.append(i)
+
+    submitted = 0
+    with OrderedWorker(depth=2) as worker:
+        for i in range(20):
+            worker.submit(task, i)
+            submitted += 1
+            with lock:
+                assert submitted - len(done) <= 2
+        worker.drain()
+    assert done == list(range(20))
+
+
+def test_ordered_worker_raises_a_failure_in_the_caller() -> None:
+    def fail() -> None:
+        raise ValueError("bad chunk")
+
+    with OrderedWorker(depth=4) as worker:
+        worker.submit(fail)
+        with pytest.raises(ValueError, match="bad chunk"):
+            worker.drain()
+
+
+def _replay_command(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "replay", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_console_script_exits_with_main_code_and_flushed_output(tmp_path: Path) -> None:
+    ok = _replay_command("presets")
+    assert ok.returncode == 0
+    assert "hbm-lru" in ok.stdout
+    out = tmp_path / "run"
+    missing = str(tmp_path / "missing")
+    bad = _replay_command("run", missing, "--system", "hbm-lru", "--out", str(out))
+    assert bad.returncode == 2
+    assert len(bad.stderr.strip().splitlines()) == 1 and bad.stderr.startswith("replay: error:")
+    assert not out.exists()
