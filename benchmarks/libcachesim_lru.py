@@ -274,7 +274,14 @@ def compare(
     lcs_python: str,
     replay_cmd: Sequence[str],
     keep_out: Path | None,
+    warm_up: bool = False,
+    run_extra: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """Interleaved whole-process timings. `warm_up` runs each command once, untimed,
+    right before each timed run of it (both tools alike): on a VM whose balloon driver
+    reports freed memory to the host (virtio-balloon free page reporting), the first
+    memory-hungry process after a few idle seconds pays host page faults for its fresh
+    memory, which the untimed run absorbs."""
     if not (trace_dir / "manifest.json").is_file():
         raise SystemExit(f"{trace_dir}: not a trace folder (no manifest.json)")
     probe = subprocess.run([lcs_python, "-c", "import libcachesim"], capture_output=True)
@@ -296,23 +303,30 @@ def compare(
     if why_not:
         print(f"NOTE: {why_not}; timing libCacheSim only", file=sys.stderr)
 
-    results: dict[str, Any] = {"trace": str(trace_dir), "requests": requests, "rows": []}
+    results: dict[str, Any] = {
+        "trace": str(trace_dir),
+        "requests": requests,
+        "warm_up": warm_up,
+        "replay_run_args": list(run_extra),
+        "rows": [],
+    }
     for capacity in capacities:
         lcs_times: list[float] = []
         replay_times: list[float] = []
         lcs_runs: list[dict[str, Any]] = []
         replay_misses: list[int] = []
+        lcs_cmd = [
+            lcs_python,
+            str(Path(__file__).resolve()),
+            "run",
+            str(bin_path),
+            "--capacity",
+            str(capacity),
+        ]
         for _ in range(repeat):  # interleaved, so background load hits both alike
-            seconds, proc = _timed(
-                [
-                    lcs_python,
-                    str(Path(__file__).resolve()),
-                    "run",
-                    str(bin_path),
-                    "--capacity",
-                    str(capacity),
-                ]
-            )
+            if warm_up:
+                _timed(lcs_cmd)
+            seconds, proc = _timed(lcs_cmd)
             if proc.returncode != 0:
                 raise SystemExit(f"libCacheSim run failed:\n{proc.stdout}{proc.stderr}")
             lcs_runs.append(json.loads(proc.stdout))
@@ -321,20 +335,22 @@ def compare(
                 continue
             with tempfile.TemporaryDirectory(prefix="replay-hbm-lru-") as tmp:
                 out = keep_out / f"hbm-lru-{capacity}" if keep_out else Path(tmp) / "run"
-                seconds, proc = _timed(
-                    [
-                        *replay_cmd,
-                        "run",
-                        str(trace_dir),
-                        "--system",
-                        "hbm-lru",
-                        "--set",
-                        f"policy.capacity_rows={capacity}",
-                        "--out",
-                        str(out),
-                        "--force",
-                    ]
-                )
+                run_cmd = [
+                    *replay_cmd,
+                    "run",
+                    str(trace_dir),
+                    "--system",
+                    "hbm-lru",
+                    "--set",
+                    f"policy.capacity_rows={capacity}",
+                    "--out",
+                    str(out),
+                    "--force",
+                    *run_extra,
+                ]
+                if warm_up:
+                    _timed(run_cmd)
+                seconds, proc = _timed(run_cmd)
                 if proc.returncode != 0:
                     raise SystemExit(
                         f"replay run failed (rc {proc.returncode}):\n{proc.stdout}{proc.stderr}"
@@ -372,7 +388,8 @@ def compare(
 
 def _print_table(results: dict[str, Any], repeat: int) -> None:
     print(
-        f"\n{results['requests']:,} requests; whole-process wall time, {repeat} runs each "
+        f"\n{results['requests']:,} requests; whole-process wall time, {repeat} runs each"
+        f"{', each after an untimed warm-up run' if results.get('warm_up') else ''} "
         "(M req/s from the min / the median run)"
     )
     head = (
@@ -475,6 +492,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--keep-out", type=Path, default=None, help="keep replay's run folders here")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    p.add_argument(
+        "--run-args",
+        default="",
+        help="more `replay run` options, e.g. '--no-inspect' (default: none)",
+    )
+    p.add_argument(
+        "--warm-up",
+        action="store_true",
+        help="run each command once, untimed, right before each timed run of it",
+    )
 
     args = parser.parse_args(argv)
     if args.command == "export":
@@ -497,6 +524,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.lcs_python or _default_lcs_python(),
             replay_cmd,
             args.keep_out,
+            args.warm_up,
+            shlex.split(args.run_args),
         )
         if args.json:
             args.json.write_text(json.dumps(results, indent=2) + "\n")

@@ -29,7 +29,8 @@ InspectOption = Annotated[
     typer.Option(
         "--inspect/--no-inspect",
         help="Also write workload.json, the trace's statistics for `replay report` "
-        "(one more pass over the trace; default: on for a TRACE, off for --workload).",
+        "(for a TRACE from the replay's own pass, for --workload one more generation "
+        "pass; default: on for a TRACE, off for --workload).",
         show_default=False,
     ),
 ]
