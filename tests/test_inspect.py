@@ -255,30 +255,18 @@ def test_count_wraps_are_added_back() -> None:
             assert_same(got, want)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
-    st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=60),
-    st.integers(0, 70),
-    st.sampled_from([np.uint8, np.uint16, np.uint32]),
-)
-def test_top_k_sum_matches_sort(values: list[int], k: int, dtype: type) -> None:
-    bits = 8 * np.dtype(dtype).itemsize
-    arr = np.array([v % (1 << bits) for v in values], dtype=dtype)
-    assert _top_k_sum(arr, k) == sum(sorted(arr.tolist(), reverse=True)[:k])
-
-
-@settings(max_examples=200, deadline=None)
-@given(
+    # mostly-zero arrays too: zeros are counted apart, digits above the largest skipped
     st.lists(
-        st.one_of(st.just(0), st.just(0), st.integers(1, 300), st.integers(0, 2**32 - 1)),
+        st.one_of(st.just(0), st.integers(1, 300), st.integers(0, 2**32 - 1)),
         min_size=1,
         max_size=80,
     ),
     st.integers(0, 90),
     st.sampled_from([np.uint8, np.uint16, np.uint32]),
 )
-def test_top_k_sum_of_mostly_zero_counts(values: list[int], k: int, dtype: type) -> None:
-    """Zeros are counted apart and high digits above the largest value are skipped."""
+def test_top_k_sum_matches_sort(values: list[int], k: int, dtype: type) -> None:
     bits = 8 * np.dtype(dtype).itemsize
     arr = np.array([v % (1 << bits) for v in values], dtype=dtype)
     assert _top_k_sum(arr, k) == sum(sorted(arr.tolist(), reverse=True)[:k])
