@@ -12,7 +12,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 Item = TypeVar("Item")
@@ -79,8 +79,6 @@ class OrderedWorker:
     """
 
     def __init__(self, depth: int = 4, name: str = "replay-worker") -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._pending: deque[Future[object]] = deque()
         self._depth = max(1, int(depth))

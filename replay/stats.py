@@ -92,8 +92,8 @@ _UNSORTED = 3
 _BAD_BATCH = 4
 _WRAP_OVERFLOW = 5
 
-_MAX_BATCHES = 2**31 - 2
-_NO_DISTINCT = np.zeros(0, dtype=np.int64)  # "last batch seen" is an int32 with -1 for never
+_MAX_BATCHES = 2**31 - 2  # "last batch seen" is an int32 with -1 for never
+_NO_DISTINCT = np.zeros(0, dtype=np.int64)  # feed() without per-batch distinct counts
 
 
 @njit(cache=True, nogil=True)
