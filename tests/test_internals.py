@@ -79,3 +79,37 @@ def test_console_script_exits_with_main_code_and_flushed_output(tmp_path: Path) 
     assert bad.returncode == 2
     assert len(bad.stderr.strip().splitlines()) == 1 and bad.stderr.startswith("replay: error:")
     assert not out.exists()
+
+
+_LOADED = (
+    "import sys; from replay.cli import main; code = main(sys.argv[1:]); "
+    "print(sorted(m for m in sys.modules if m.startswith('replay.cli.')), file=sys.stderr); "
+    "sys.exit(code)"
+)
+
+
+def _main_loading(*args: str) -> tuple[subprocess.CompletedProcess[str], str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADED, *args], capture_output=True, text=True, timeout=120
+    )
+    return done, done.stderr.strip().splitlines()[-1]
+
+
+def test_a_sub_command_imports_only_its_own_module() -> None:
+    done, loaded = _main_loading("presets")
+    assert done.returncode == 0 and "hbm-lru" in done.stdout  # a lone command still runs
+    assert loaded == "['replay.cli.app', 'replay.cli.presets']"
+    done, loaded = _main_loading("run", "--help")
+    assert done.returncode == 0 and "--system" in done.stdout
+    assert "replay.cli.quickstart" not in loaded and "replay.cli.compare" not in loaded
+
+
+@pytest.mark.parametrize("args", [(), ("--help",), ("no-such-command",)])
+def test_help_and_unknown_commands_see_every_sub_command(args: tuple[str, ...]) -> None:
+    from replay.cli import COMMAND_MODULES
+
+    done, loaded = _main_loading(*args)
+    assert done.returncode == (0 if args == ("--help",) else 2)
+    assert all(module in loaded for module in COMMAND_MODULES.values())
+    if args != ("no-such-command",):  # the help (on stderr without arguments) lists them
+        assert all(name in done.stdout + done.stderr for name in COMMAND_MODULES)

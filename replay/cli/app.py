@@ -51,3 +51,10 @@ def shown(name: object, *, markup: bool = True) -> str:
 
         text = escape(text)
     return text
+
+
+@app.callback()
+def _commands() -> None:
+    # A callback keeps `app` a group of sub-commands even when `main` registered only
+    # the one it runs (typer runs a lone command as the whole program otherwise).
+    pass
