@@ -24,8 +24,8 @@ L_n,t are the same restricted to table t. B is the number of batches in the mani
 
 Means with nothing to average over are 0.0, so an empty trace gives zeros.
 
-Memory is bounded by per-row state, whatever the trace length: an int32 "last batch
-seen" and a uint32 lookup count per row of the flat row space (8 bytes per row), plus
+Memory is bounded by per-row state, whatever the trace length: the "last batch seen"
+and a 32-bit lookup count per row of the flat row space, packed in one 8-byte word, plus
 per-table counters. A row's count that wraps past 2^32 is recorded (at most
 lookups / 2^32 such events, so a handful at most) and added back when the top-1% is
 taken. The top-k sums come from a radix selection over the counts (`_top_k_sum`; it
@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,7 +93,14 @@ _UNSORTED = 3
 _BAD_BATCH = 4
 _WRAP_OVERFLOW = 5
 
-_MAX_BATCHES = 2**31 - 2  # "last batch seen" is an int32 with -1 for never
+_MAX_BATCHES = 2**31 - 2  # "last batch seen" + 1 fits the state word's high 32 bits
+# One uint64 state word per row: (last batch that looked it up + 1) << 32 | its lookup
+# count (wrapping at the count's bits); 0 means never looked up, so fresh zeroed memory
+# is the initial state. One word, not an int32 and a count array: one cache line per
+# lookup instead of two (feed 0.29 s against 0.33 s for 53 M criteo-kaggle lookups, in
+# isolation; more when the policy's state competes for the cache).
+_STAMP_SHIFT = np.uint64(32)
+_LOW_WORD = np.uint64(0xFFFFFFFF)
 _NO_DISTINCT = np.zeros(0, dtype=np.int64)  # feed() without per-batch distinct counts
 
 
@@ -146,8 +154,8 @@ def _inspect_kernel(
     num_batches: int,
     table_rows: np.ndarray,
     offsets: np.ndarray,
-    last: np.ndarray,
-    count: np.ndarray,
+    state: np.ndarray,
+    count_mask: np.uint64,
     ti: np.ndarray,
     tf: np.ndarray,
     gi: np.ndarray,
@@ -161,11 +169,11 @@ def _inspect_kernel(
 ) -> tuple[int, int]:
     """Fold a chunk of lookups (in trace order) into the state; (code, index of a bad one).
 
-    `table_rows` is uint64, `offsets` int64 (first flat row of each table), `last` int32
-    (last batch that looked the row up, -1 never), `count` an unsigned integer array
-    (lookups per row, wrapping; each wrap's flat row goes to `wraps`, checked only when
-    `may_wrap`). When `batch_distinct` is not empty, the distinct pairs of batch b are
-    added to batch_distinct[b - first_batch] (batches outside it are skipped).
+    `table_rows` is uint64, `offsets` int64 (first flat row of each table), `state` the
+    uint64 state word per flat row (`_STAMP_SHIFT`); counts wrap at `count_mask` and each
+    wrap's flat row goes to `wraps`, checked only when `may_wrap`. When `batch_distinct`
+    is not empty, the distinct pairs of batch b are added to batch_distinct[b -
+    first_batch] (batches outside it are skipped).
 
     The lookups are taken a (batch, table) run at a time: the run's rows go through a
     branch-free loop (a bad row id is only remembered there and located after the run),
@@ -186,6 +194,7 @@ def _inspect_kernel(
         reuse[t] = ti[t, _T_REUSE_CUR]
         new[t] = 0
     cur = gi[_G_CUR]
+    one = np.uint64(1)
     nwraps = 0
     code = _OK
     bad = -1
@@ -226,7 +235,8 @@ def _inspect_kernel(
             j += 1
         base = offsets[t]
         limit = table_rows[t]
-        previous = b - 1 if b > 0 else -2  # -1 in `last` means never, not batch -1
+        previous = b - 1 if b > 0 else -2  # a stamp of -1 means never, not batch -1
+        stamp = np.uint64(b + 1) << _STAMP_SHIFT
         d = 0
         rr = 0
         nw = 0
@@ -238,35 +248,34 @@ def _inspect_kernel(
                     out_of_range = True
                     break
                 f = base + np.int64(r)
-                count[f] += 1
-                if count[f] == 0:
+                v = state[f]
+                c = ((v & _LOW_WORD) + one) & count_mask
+                if c == 0:
                     if nwraps >= len(wraps):
                         code, bad = _WRAP_OVERFLOW, k
                         break
                     wraps[nwraps] = f
                     nwraps += 1
-                s = np.int64(last[f])
+                s = np.int64(v >> _STAMP_SHIFT) - 1
                 d += s != b
                 nw += s < 0
                 rr += s == previous
-                last[f] = b
+                state[f] = stamp | c
             if code != _OK:
                 break
         else:
             for k in range(i, j):
                 if k + PREFETCH_AHEAD < j:  # rows of a run are random: overlap the misses
-                    ahead = base + np.int64(row[k + PREFETCH_AHEAD])
-                    prefetch(last, ahead)
-                    prefetch(count, ahead)
+                    prefetch(state, base + np.int64(row[k + PREFETCH_AHEAD]))
                 r = np.uint64(row[k])
                 out_of_range |= r >= limit
                 f = base + np.int64(r) if r < limit else base
-                count[f] += 1
-                s = np.int64(last[f])
+                v = state[f]
+                s = np.int64(v >> _STAMP_SHIFT) - 1
                 d += s != b
                 nw += s < 0
                 rr += s == previous
-                last[f] = b
+                state[f] = (v & _LOW_WORD) + one + stamp  # no count can wrap in this feed
         if out_of_range:
             for k in range(i, j):
                 if np.uint64(row[k]) >= limit:
@@ -376,6 +385,22 @@ def _top_k_sum(counts: np.ndarray, k: int) -> int:
     return total + remaining * np.int64(prefix)
 
 
+@njit(cache=True, nogil=True)
+def _compact_counts(state: np.ndarray, count: np.ndarray) -> None:
+    """count[i] = the low word of state[i]; `count` may be the first half of `state`'s
+    own memory (in order, each write lands on bytes already read)."""
+    for i in range(len(state)):
+        count[i] = np.uint32(state[i] & _LOW_WORD)
+
+
+def _counts_in_place(state: np.ndarray) -> np.ndarray:
+    """The lookup counts of the state words, as uint32, in the first half of their memory
+    (no second per-row array; the stamps are gone afterwards)."""
+    count = state.view(np.uint32)[: len(state)]
+    _compact_counts(state, count)
+    return count
+
+
 def _top1pct_rows(rows: int) -> int:
     """k = ceil(rows / 100), in integers (0.01 * rows is not exact in floating point)."""
     return -(-int(rows) // 100)
@@ -416,9 +441,9 @@ class Inspector:
         self.rows_u = rows.astype(np.uint64)
         self.offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
         total = int(rows.sum())
-        self.last = state_array(total, np.int32, -1)
-        self.count = state_array(total, count_dtype)
-        self.count_bits = 8 * self.count.dtype.itemsize
+        self.state = state_array(total, np.uint64)
+        self.count_bits = 8 * np.dtype(count_dtype).itemsize
+        self.count_mask = np.uint64((1 << self.count_bits) - 1)
         self.ti = np.zeros((len(rows), _TI_WIDTH), dtype=np.int64)
         self.tf = np.zeros((len(rows), 2), dtype=np.float64)
         self.gi = np.zeros(_GI_WIDTH, dtype=np.int64)
@@ -456,8 +481,8 @@ class Inspector:
             self.num_batches,
             self.rows_u,
             self.offsets,
-            self.last,
-            self.count,
+            self.state,
+            self.count_mask,
             self.ti,
             self.tf,
             self.gi,
@@ -497,23 +522,29 @@ class Inspector:
         raise TraceError(f"{self.where}: {msg}")
 
     def _top_shares(self) -> tuple[list[int], int]:
-        """Top-1% lookup sums per table and overall; zeroes the wrapped rows of `count`."""
+        """Top-1% lookup sums per table and overall; the state words become the counts."""
+        count = _counts_in_place(self.state)
         big = 1 << self.count_bits
         by_table: list[list[int]] = [[] for _ in self.rows]
         every: list[int] = []
         for f, nwrap in self.wrapped.items():
-            true = int(self.count[f]) + nwrap * big
+            true = int(count[f]) + nwrap * big
             t = int(np.searchsorted(self.offsets, f, side="right")) - 1
             by_table[t].append(true)
             every.append(true)
-            self.count[f] = 0  # wrapped rows outrank every other row: take them apart
-        per_table = []
-        for t, rows in enumerate(self.rows):
-            k = _top1pct_rows(int(rows))
-            lo = int(self.offsets[t])
-            per_table.append(_top_with_wrapped(self.count[lo : lo + int(rows)], k, by_table[t]))
-        overall = _top_with_wrapped(self.count, _top1pct_rows(int(self.rows.sum())), every)
-        return per_table, overall
+            count[f] = 0  # wrapped rows outrank every other row: take them apart
+        # the overall selection on a second thread (the kernel releases the GIL): both
+        # only read `count`, and nothing else runs once the trace is fed
+        with ThreadPoolExecutor(1, thread_name_prefix="replay-top") as pool:
+            overall = pool.submit(
+                _top_with_wrapped, count, _top1pct_rows(int(self.rows.sum())), every
+            )
+            per_table = []
+            for t, rows in enumerate(self.rows):
+                k = _top1pct_rows(int(rows))
+                lo = int(self.offsets[t])
+                per_table.append(_top_with_wrapped(count[lo : lo + int(rows)], k, by_table[t]))
+            return per_table, overall.result()
 
     def result(self) -> dict[str, Any]:
         if self.done:
