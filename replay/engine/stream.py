@@ -140,7 +140,10 @@ class _UpdateCursor:
 
     def take(self, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(batch, table, row) of every buffered or upcoming update of batches < stop."""
-        while not self._exhausted and (len(self._batch) == 0 or self._batch[-1] < stop):
+        # chunks never split a batch, so a buffer that reaches batch stop - 1 holds all of
+        # them: reading on to the next chunk would only copy it in here (row groups end
+        # where the lookups' ranges end, so each range's updates then pass uncopied)
+        while not self._exhausted and (len(self._batch) == 0 or self._batch[-1] < stop - 1):
             try:
                 chunk = next(self._chunks)
             except StopIteration:
