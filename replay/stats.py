@@ -24,14 +24,14 @@ L_n,t are the same restricted to table t. B is the number of batches in the mani
 
 Means with nothing to average over are 0.0, so an empty trace gives zeros.
 
-Memory is bounded by per-row state, whatever the trace length: the "last batch seen"
-and a 32-bit lookup count per row of the flat row space, packed in one 8-byte word, plus
-per-table counters. A row's count that wraps past 2^32 is recorded (at most
-lookups / 2^32 such events, so a handful at most) and added back when the top-1% is
-taken. The top-k sums come from a radix selection over the counts (`_top_k_sum`; it
-replaces np.partition, which is slow on mostly-zero count arrays). The kernel folds each
-batch into float64 running sums in batch order, so the results are bit-identical however
-the trace is chunked.
+Memory is bounded by per-row state, whatever the trace length: one 2-byte word per row
+of the flat row space (the tag of the last batch that looked the row up and an 8-bit
+lookup count; `_TAG_SHIFT` tells the layout), plus per-table counters and one entry per
+wrap of a row's count (at most lookups / 255: 1.7 MB for 53 M lookups). The top-k sums
+come from a histogram of the counts per table, the rows whose count wrapped (which
+outrank every other row) taken apart with their true counts. The kernel folds each batch
+into float64 running sums in batch order, so the results are bit-identical however the
+trace is chunked.
 
 `inspect_trace` streams a trace folder; `inspect_arrays` runs the same kernel on
 in-memory arrays; `inspect_reference` is the slow, obviously correct version (sets and
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,14 +92,25 @@ _UNSORTED = 3
 _BAD_BATCH = 4
 _WRAP_OVERFLOW = 5
 
-_MAX_BATCHES = 2**31 - 2  # "last batch seen" + 1 fits the state word's high 32 bits
-# One uint64 state word per row: (last batch that looked it up + 1) << 32 | its lookup
-# count (wrapping at the count's bits); 0 means never looked up, so fresh zeroed memory
-# is the initial state. One word, not an int32 and a count array: one cache line per
-# lookup instead of two (feed 0.29 s against 0.33 s for 53 M criteo-kaggle lookups, in
-# isolation; more when the policy's state competes for the cache).
-_STAMP_SHIFT = np.uint64(32)
-_LOW_WORD = np.uint64(0xFFFFFFFF)
+_MAX_BATCHES = 2**32  # batch ids are uint32
+# One uint16 state word per row: the tag of the last batch that looked it up in the high
+# byte, its lookup count in the low byte; 0 means never looked up, so fresh zeroed memory
+# is the initial state. 2 bytes per row, not 8 (a stamp and a count of 32 bits each, the
+# previous layout): 68 MB instead of 270 MB for criteo-kaggle's 33.8 M rows, which on the
+# 2-core VM is what decides the run time when fresh memory is slow to fault in (filling
+# 272 MB fresh took 0.03-0.6 s there, 68 MB 0.008 s); the feed itself runs at the same
+# speed (one cache line per lookup either way).
+# - count: 1..255 once looked up; the 256th lookup records a wrap (worth 255 lookups) and
+#   restarts it at 1, so the true count is count + 255 * wraps, and 0 still means never.
+# - tag: batch b is tagged b % 254 + 1 (1..254); 0 = not looked up recently. A tag from
+#   batch b - 254 would read as batch b's, so every `_SWEEP_BATCHES` batches (and across
+#   any gap of that many) `_sweep` clears every tag but the previous batch's: between two
+#   sweeps no tag is more than `_SWEEP_BATCHES` batches old (see `_inspect_kernel`).
+_TAG_SHIFT = 8
+_COUNT_MASK = 0xFF
+_COUNT_WRAP = 255  # lookups one wrap stands for
+_TAG_PERIOD = 254
+_SWEEP_BATCHES = 252  # <= _TAG_PERIOD - 2
 _NO_DISTINCT = np.zeros(0, dtype=np.int64)  # feed() without per-batch distinct counts
 
 
@@ -147,6 +157,21 @@ def _fill_curve(upto: int, gi: np.ndarray, curve_x: np.ndarray, curve_val: np.nd
 
 
 @njit(cache=True, nogil=True)
+def _tag(b: int) -> int:
+    """The state word's tag of batch b (1.._TAG_PERIOD)."""
+    return b % _TAG_PERIOD + 1
+
+
+@njit(cache=True, nogil=True)
+def _sweep(state: np.ndarray, keep: int) -> None:
+    """Clear every row's tag except `keep` (the previous batch's, or 0 for none); the
+    counts stay. Branch-free, so it runs at memory speed (~10 ms per 68 MB)."""
+    for i in range(len(state)):
+        v = state[i]
+        state[i] = v if (v >> _TAG_SHIFT) == keep else v & _COUNT_MASK
+
+
+@njit(cache=True, nogil=True)
 def _inspect_kernel(
     batch: np.ndarray,
     table: np.ndarray,
@@ -155,7 +180,6 @@ def _inspect_kernel(
     table_rows: np.ndarray,
     offsets: np.ndarray,
     state: np.ndarray,
-    count_mask: np.uint64,
     ti: np.ndarray,
     tf: np.ndarray,
     gi: np.ndarray,
@@ -163,17 +187,22 @@ def _inspect_kernel(
     curve_x: np.ndarray,
     curve_val: np.ndarray,
     wraps: np.ndarray,
-    may_wrap: bool,
     batch_distinct: np.ndarray,
     first_batch: int,
 ) -> tuple[int, int]:
     """Fold a chunk of lookups (in trace order) into the state; (code, index of a bad one).
 
     `table_rows` is uint64, `offsets` int64 (first flat row of each table), `state` the
-    uint64 state word per flat row (`_STAMP_SHIFT`); counts wrap at `count_mask` and each
-    wrap's flat row goes to `wraps`, checked only when `may_wrap`. When `batch_distinct`
-    is not empty, the distinct pairs of batch b are added to batch_distinct[b -
-    first_batch] (batches outside it are skipped).
+    uint16 state word per flat row (`_TAG_SHIFT`); each count wrap's flat row goes to
+    `wraps` (sized by the caller: a wrap takes 255 lookups of one row). When
+    `batch_distinct` is not empty, the distinct pairs of batch b are added to
+    batch_distinct[b - first_batch] (batches outside it are skipped).
+
+    Tags: when the batch crosses a multiple of `_SWEEP_BATCHES`, `_sweep` keeps only the
+    previous batch's tag (none when the previous batch had no lookups). A row's tag then
+    comes from a batch in [m - 1, b], m the multiple crossed last, so it is at most
+    `_SWEEP_BATCHES` <= 252 batches old and cannot alias tag(b) (age 254) or tag(b - 1)
+    (age 255).
 
     The lookups are taken a (batch, table) run at a time: the run's rows go through a
     branch-free loop (a bad row id is only remembered there and located after the run),
@@ -194,7 +223,6 @@ def _inspect_kernel(
         reuse[t] = ti[t, _T_REUSE_CUR]
         new[t] = 0
     cur = gi[_G_CUR]
-    one = np.uint64(1)
     nwraps = 0
     code = _OK
     bad = -1
@@ -219,6 +247,8 @@ def _inspect_kernel(
                     dist[t] = 0
                     reuse[t] = 0
                 _flush_batch(cur, ti, tf, gi, gf)
+                if b // _SWEEP_BATCHES != cur // _SWEEP_BATCHES:
+                    _sweep(state, _tag(cur) if cur == b - 1 else 0)
             for t in range(num_tables):
                 ti[t, _T_DISTINCT] += new[t]
                 gi[_G_TOUCHED] += new[t]
@@ -235,47 +265,34 @@ def _inspect_kernel(
             j += 1
         base = offsets[t]
         limit = table_rows[t]
-        previous = b - 1 if b > 0 else -2  # a stamp of -1 means never, not batch -1
-        stamp = np.uint64(b + 1) << _STAMP_SHIFT
+        tag = _tag(b)
+        previous = _tag(b - 1) if b > 0 else _TAG_PERIOD + 1  # no row holds that tag
+        stamp = tag << _TAG_SHIFT
         d = 0
         rr = 0
         nw = 0
         out_of_range = False
-        if may_wrap:
-            for k in range(i, j):
-                r = np.uint64(row[k])
-                if r >= limit:
-                    out_of_range = True
-                    break
-                f = base + np.int64(r)
-                v = state[f]
-                c = ((v & _LOW_WORD) + one) & count_mask
-                if c == 0:
-                    if nwraps >= len(wraps):
-                        code, bad = _WRAP_OVERFLOW, k
-                        break
+        for k in range(i, j):
+            if k + PREFETCH_AHEAD < j:  # rows of a run are random: overlap the misses
+                prefetch(state, base + np.int64(row[k + PREFETCH_AHEAD]))
+            r = np.uint64(row[k])
+            out_of_range |= r >= limit
+            f = base + np.int64(r) if r < limit else base
+            v = np.int64(state[f])
+            s = v >> _TAG_SHIFT
+            c = v & _COUNT_MASK
+            d += s != tag
+            nw += c == 0
+            rr += s == previous
+            if c == _COUNT_WRAP:  # rare: once per 255 lookups of a row
+                if nwraps < len(wraps):
                     wraps[nwraps] = f
-                    nwraps += 1
-                s = np.int64(v >> _STAMP_SHIFT) - 1
-                d += s != b
-                nw += s < 0
-                rr += s == previous
-                state[f] = stamp | c
-            if code != _OK:
-                break
-        else:
-            for k in range(i, j):
-                if k + PREFETCH_AHEAD < j:  # rows of a run are random: overlap the misses
-                    prefetch(state, base + np.int64(row[k + PREFETCH_AHEAD]))
-                r = np.uint64(row[k])
-                out_of_range |= r >= limit
-                f = base + np.int64(r) if r < limit else base
-                v = state[f]
-                s = np.int64(v >> _STAMP_SHIFT) - 1
-                d += s != b
-                nw += s < 0
-                rr += s == previous
-                state[f] = (v & _LOW_WORD) + one + stamp  # no count can wrap in this feed
+                nwraps += 1
+                c = 0
+            state[f] = np.uint16(stamp | (c + 1))
+        if nwraps > len(wraps):  # pragma: no cover - the caller's bound prevents it
+            code, bad = _WRAP_OVERFLOW, j - 1
+            break
         if out_of_range:
             for k in range(i, j):
                 if np.uint64(row[k]) >= limit:
@@ -291,7 +308,7 @@ def _inspect_kernel(
         new[t] += nw
         i = j
     gi[_G_CUR] = cur
-    gi[_G_WRAPS] = nwraps
+    gi[_G_WRAPS] = min(nwraps, len(wraps))
     for t in range(num_tables):
         ti[t, _T_LOOK_CUR] = look[t]
         ti[t, _T_DIST_CUR] = dist[t]
@@ -325,80 +342,34 @@ def curve_batches(num_batches: int, points: int = DEFAULT_CURVE_POINTS) -> np.nd
 
 
 @njit(cache=True, nogil=True)
-def _top_k_sum(counts: np.ndarray, k: int) -> int:
-    """Sum of the k largest values of an unsigned array, by radix selection.
-
-    Up to two passes of a 16-bit-digit histogram for uint32 counts (one per digit that
-    the largest value has), read-only.
-    np.partition was the first choice, but it degrades on the many equal values a sparse
-    count array holds: 4.1 s for 33.8 M counts that are mostly zero, against 0.26 s for
-    spread values (measured with numpy 2.4), where this takes well under 0.1 s.
-    """
-    n = len(counts)
-    if k <= 0 or n == 0:
-        return 0
-    if k >= n:
-        total = 0
-        for v in counts:
-            total += np.int64(v)
-        return total
-    bits = counts.itemsize * 8
-    width = 16 if bits >= 16 else bits
-    prefix = np.uint64(0)  # digits of the k-th largest value found so far
-    known = np.uint64(0)  # mask of those digits
-    remaining = k  # how many of the top k are still to take at or below the prefix
-    total = 0
-    shift = bits - width
-    # digits above the largest value are all zero: skip their passes (one cheap
-    # sequential max instead of a histogram pass, when every count is below 2^16)
-    largest = np.uint64(0)
-    zeros = 0
-    for v in counts:
-        largest = max(largest, np.uint64(v))
-        zeros += v == 0
-    while shift > 0 and (largest >> np.uint64(shift)) == 0:
-        known |= np.uint64((1 << width) - 1) << np.uint64(shift)
-        shift -= width
-    while shift >= 0:
-        hist = np.zeros(1 << width, dtype=np.int64)
-        sums = np.zeros(1 << width, dtype=np.int64)
-        digit_mask = np.uint64((1 << width) - 1)
-        # zeros (most rows of a sparse count array) are counted apart: incrementing
-        # hist[0] for each would chain every iteration on one memory location
-        if prefix == 0:
-            hist[0] = zeros
-        for v in counts:
-            u = np.uint64(v)
-            if u != 0 and (u & known) == prefix:
-                d = np.int64((u >> np.uint64(shift)) & digit_mask)
-                hist[d] += 1
-                sums[d] += np.int64(u)
-        for d in range((1 << width) - 1, -1, -1):
-            if hist[d] < remaining:
-                remaining -= hist[d]
-                total += sums[d]
-            else:
-                prefix |= np.uint64(d) << np.uint64(shift)
-                known |= digit_mask << np.uint64(shift)
-                break
-        shift -= width
-    return total + remaining * np.int64(prefix)
+def _count_histograms(state: np.ndarray, bounds: np.ndarray, hist: np.ndarray) -> None:
+    """hist[t, c] += rows of table t (flat rows bounds[t]..bounds[t+1]) whose state word
+    holds count c. Four interleaved histograms: the rows never looked up (most of them)
+    would otherwise chain every increment on one counter."""
+    part = np.zeros((4, 256), dtype=np.int64)
+    for t in range(len(bounds) - 1):
+        part[:] = 0
+        for i in range(bounds[t], bounds[t + 1]):
+            part[i & 3, state[i] & _COUNT_MASK] += 1
+        for c in range(256):
+            hist[t, c] += part[0, c] + part[1, c] + part[2, c] + part[3, c]
 
 
-@njit(cache=True, nogil=True)
-def _compact_counts(state: np.ndarray, count: np.ndarray) -> None:
-    """count[i] = the low word of state[i]; `count` may be the first half of `state`'s
-    own memory (in order, each write lands on bytes already read)."""
-    for i in range(len(state)):
-        count[i] = np.uint32(state[i] & _LOW_WORD)
-
-
-def _counts_in_place(state: np.ndarray) -> np.ndarray:
-    """The lookup counts of the state words, as uint32, in the first half of their memory
-    (no second per-row array; the stamps are gone afterwards)."""
-    count = state.view(np.uint32)[: len(state)]
-    _compact_counts(state, count)
-    return count
+def _top_sum(hist: np.ndarray, wrapped: np.ndarray, k: int) -> int:
+    """Sum of the k largest lookup counts of a set of rows: `wrapped` holds the true
+    counts of its rows whose count wrapped (each > 255, so they outrank the others, sorted
+    largest first), `hist[c]` how many of the other rows have count c."""
+    if k <= len(wrapped):
+        return int(wrapped[:k].sum())
+    total = int(wrapped.sum())
+    remaining = k - len(wrapped)
+    for c in range(255, 0, -1):
+        take = min(int(hist[c]), remaining)
+        total += take * c
+        remaining -= take
+        if remaining == 0:
+            break
+    return total  # rows never looked up add 0
 
 
 def _top1pct_rows(rows: int) -> int:
@@ -421,7 +392,6 @@ class Inspector:
         curve_points: int = DEFAULT_CURVE_POINTS,
         names: Sequence[str] | None = None,
         where: str = "trace",
-        count_dtype: np.dtype | type = np.uint32,
     ) -> None:
         rows = np.asarray(table_rows, dtype=np.int64)
         if rows.ndim != 1 or len(rows) == 0 or np.any(rows < 1):
@@ -430,8 +400,6 @@ class Inspector:
             raise TraceError(f"{where}: {num_batches} batches is more than inspect supports")
         if curve_points < 1:
             raise ValueError("curve_points must be at least 1")
-        if np.dtype(count_dtype) not in (np.uint8, np.uint16, np.uint32):
-            raise ValueError("count_dtype must be uint8, uint16 or uint32")
         self.names = list(names) if names is not None else [f"t{i}" for i in range(len(rows))]
         if len(self.names) != len(rows):
             raise ValueError("one name per table")
@@ -441,9 +409,7 @@ class Inspector:
         self.rows_u = rows.astype(np.uint64)
         self.offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
         total = int(rows.sum())
-        self.state = state_array(total, np.uint64)
-        self.count_bits = 8 * np.dtype(count_dtype).itemsize
-        self.count_mask = np.uint64((1 << self.count_bits) - 1)
+        self.state = state_array(total, np.uint16)
         self.ti = np.zeros((len(rows), _TI_WIDTH), dtype=np.int64)
         self.tf = np.zeros((len(rows), 2), dtype=np.float64)
         self.gi = np.zeros(_GI_WIDTH, dtype=np.int64)
@@ -452,7 +418,8 @@ class Inspector:
         self.curve_x = curve_batches(self.num_batches, curve_points)
         self.curve_val = np.zeros(len(self.curve_x), dtype=np.int64)
         self.fed = 0
-        self.wrapped: dict[int, int] = defaultdict(int)
+        self.wraps: list[np.ndarray] = []  # flat rows, one entry per count wrap
+        self.wrap_count = 0
         self.done = False
 
     def feed(
@@ -470,9 +437,9 @@ class Inspector:
         n = len(row)
         if n == 0:
             return
-        # every wrap of a row's count needs 2^bits lookups of that row, so the whole
-        # trace holds at most lookups >> bits of them
-        room = ((self.fed + n) >> self.count_bits) - sum(self.wrapped.values()) + 1
+        # every wrap of a row's count takes 255 lookups of that row, so the trace so far
+        # holds at most lookups // 255 of them
+        room = (self.fed + n) // _COUNT_WRAP - self.wrap_count + 1
         wraps = np.empty(max(room, 1), dtype=np.int64)
         code, index = _inspect_kernel(
             batch,
@@ -482,7 +449,6 @@ class Inspector:
             self.rows_u,
             self.offsets,
             self.state,
-            self.count_mask,
             self.ti,
             self.tf,
             self.gi,
@@ -490,12 +456,12 @@ class Inspector:
             self.curve_x,
             self.curve_val,
             wraps,
-            (self.fed + n) >> self.count_bits > 0,  # below 2^bits lookups no count can wrap
             _NO_DISTINCT if batch_distinct is None else batch_distinct,
             first_batch,
         )
-        for f in wraps[: self.gi[_G_WRAPS]]:
-            self.wrapped[int(f)] += 1
+        if self.gi[_G_WRAPS]:
+            self.wraps.append(wraps[: self.gi[_G_WRAPS]].copy())
+            self.wrap_count += int(self.gi[_G_WRAPS])
         self.fed += n
         if code != _OK:
             self.done = True
@@ -522,29 +488,26 @@ class Inspector:
         raise TraceError(f"{self.where}: {msg}")
 
     def _top_shares(self) -> tuple[list[int], int]:
-        """Top-1% lookup sums per table and overall; the state words become the counts."""
-        count = _counts_in_place(self.state)
-        big = 1 << self.count_bits
-        by_table: list[list[int]] = [[] for _ in self.rows]
-        every: list[int] = []
-        for f, nwrap in self.wrapped.items():
-            true = int(count[f]) + nwrap * big
-            t = int(np.searchsorted(self.offsets, f, side="right")) - 1
-            by_table[t].append(true)
-            every.append(true)
-            count[f] = 0  # wrapped rows outrank every other row: take them apart
-        # the overall selection on a second thread (the kernel releases the GIL): both
-        # only read `count`, and nothing else runs once the trace is fed
-        with ThreadPoolExecutor(1, thread_name_prefix="replay-top") as pool:
-            overall = pool.submit(
-                _top_with_wrapped, count, _top1pct_rows(int(self.rows.sum())), every
-            )
-            per_table = []
-            for t, rows in enumerate(self.rows):
-                k = _top1pct_rows(int(rows))
-                lo = int(self.offsets[t])
-                per_table.append(_top_with_wrapped(count[lo : lo + int(rows)], k, by_table[t]))
-            return per_table, overall.result()
+        """Top-1% lookup sums per table and overall, from each table's histogram of the
+        state words' counts and the true counts of the rows whose count wrapped."""
+        tables = len(self.rows)
+        bounds = np.append(self.offsets, self.offsets[-1] + self.rows[-1])
+        hist = np.zeros((tables, 256), dtype=np.int64)
+        _count_histograms(self.state, bounds, hist)
+        flat = np.concatenate(self.wraps) if self.wraps else np.empty(0, dtype=np.int64)
+        rows, wrap_counts = np.unique(flat, return_counts=True)
+        low = (self.state[rows] & _COUNT_MASK).astype(np.int64)
+        true = low + _COUNT_WRAP * wrap_counts.astype(np.int64)
+        table_of = np.searchsorted(self.offsets, rows, side="right") - 1
+        np.subtract.at(hist, (table_of, low), 1)  # wrapped rows are counted apart
+        order = np.argsort(-true, kind="stable")
+        true, table_of = true[order], table_of[order]
+        per_table = [
+            _top_sum(hist[t], true[table_of == t], _top1pct_rows(int(r)))
+            for t, r in enumerate(self.rows)
+        ]
+        overall = _top_sum(hist.sum(axis=0), true, _top1pct_rows(int(self.rows.sum())))
+        return per_table, overall
 
     def result(self) -> dict[str, Any]:
         if self.done:
@@ -592,14 +555,6 @@ class Inspector:
         }
 
 
-def _top_with_wrapped(counts: np.ndarray, k: int, wrapped: list[int]) -> int:
-    """Top-k sum when the `wrapped` rows (zeroed in `counts`) hold counts >= 2^bits."""
-    wrapped = sorted(wrapped, reverse=True)
-    if len(wrapped) >= k:
-        return sum(wrapped[:k])
-    return sum(wrapped) + _top_k_sum(counts, k - len(wrapped))
-
-
 def _whole_batch_chunks(
     batch: np.ndarray, table: np.ndarray, row: np.ndarray, min_lookups: int
 ) -> Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -625,13 +580,11 @@ def inspect_arrays(
     names: Sequence[str] | None = None,
     curve_points: int = DEFAULT_CURVE_POINTS,
     min_lookups: int = DEFAULT_MIN_LOOKUPS,
-    count_dtype: np.dtype | type = np.uint32,
 ) -> dict[str, Any]:
     """The statistics of in-memory lookups (trace order), with the streaming kernel.
 
     `num_batches` defaults to the last batch + 1; `min_lookups` sets the chunk size the
-    kernel sees (results do not depend on it); `count_dtype` is the per-row counter
-    (narrow ones exercise the wrap handling in tests).
+    kernel sees (results do not depend on it).
     """
     batch = np.ascontiguousarray(batch, dtype=np.uint32)
     table = np.ascontiguousarray(table, dtype=np.uint16)
@@ -646,7 +599,6 @@ def inspect_arrays(
         curve_points=curve_points,
         names=names,
         where="arrays",
-        count_dtype=count_dtype,
     )
     for b, t, r in _whole_batch_chunks(batch, table, row, min_lookups):
         inspector.feed(b, t, r)

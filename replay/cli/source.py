@@ -113,7 +113,7 @@ def checksums_verified(ref: SourceRef, verify: bool) -> bool | None:
 
 def inspect_default(ref: SourceRef, inspect: bool | None) -> bool:
     """workload.json by default for a trace; for an on-the-fly workload only when asked,
-    since it costs another generation pass and 8 bytes per row of the model."""
+    since it costs another generation pass and 2 bytes per row of the model."""
     if inspect is not None:
         return inspect
     return isinstance(ref, str)

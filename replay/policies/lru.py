@@ -5,7 +5,9 @@ the least recently used row is evicted first, and written back if dirty. The cac
 doubly linked list over `capacity` slots plus a direct-indexed key -> slot map, so a
 request costs O(1) with one random access into the per-key map.
 
-Per-key state: 4 bytes (int32 slot, -1 when not resident); per slot: 17 bytes.
+Per-key state: 4 bytes (int32 slot + 1, 0 when not resident: fresh zeroed memory is the
+empty cache, so nothing fills 4 bytes x keys before the first batch, and pages of the map
+are faulted in by the kernel as it reaches them); per slot: 17 bytes.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def lru_kernel(
             if i + PREFETCH_AHEAD < n_keys:
                 prefetch(slot_of, keys[i + PREFETCH_AHEAD])
             k = keys[i]
-            s = slot_of[k]
+            s = slot_of[k] - 1
             if s >= 0:
                 hits += 1
                 if s != head:  # unlink, then push to the front
@@ -96,7 +98,7 @@ def lru_kernel(
                 evictions += 1
                 if dirty[s]:
                     writebacks += 1
-                slot_of[slot_key[s]] = -1
+                slot_of[slot_key[s]] = 0
                 tail = prev[s]
                 if tail >= 0:
                     nxt[tail] = -1
@@ -105,7 +107,7 @@ def lru_kernel(
                 else:
                     head = -1
             slot_key[s] = k
-            slot_of[k] = s
+            slot_of[k] = s + 1
             dirty[s] = 0
             prev[s] = -1
             nxt[s] = head
@@ -118,7 +120,7 @@ def lru_kernel(
         for j in range(ubounds[b], ubounds[b + 1]):
             if j + PREFETCH_AHEAD < n_updates:
                 prefetch(slot_of, ukeys[j + PREFETCH_AHEAD])
-            s = slot_of[ukeys[j]]
+            s = slot_of[ukeys[j]] - 1
             if s >= 0:
                 dirty[s] = 1
                 upd_fast += 1
@@ -145,7 +147,7 @@ class LRUPolicy(Policy):
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         super().__init__(spec, ctx)
         cap = ctx.capacity_units
-        self.slot_of = state_array(ctx.total_keys, np.int32, -1)
+        self.slot_of = state_array(ctx.total_keys, np.int32)
         self.slot_key = np.zeros(cap, dtype=np.int64)
         self.prev = np.full(cap, -1, dtype=np.int32)
         self.nxt = np.full(cap, -1, dtype=np.int32)
