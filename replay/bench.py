@@ -36,12 +36,12 @@ def bench_generate(
     workers: int | None = None,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Generation rate against writing the same tables to zstd Parquet from memory.
+    """Generation rate against writing the same tables to Parquet from memory.
 
     - generation: `replay.generate` end to end (sampling, update sets, Parquet writing,
       checksums, manifest) with `workers` threads;
     - write-only: the same lookups and updates tables, materialized in memory first, then
-      written by one stream through the same writer (zstd, same layout, checksums);
+      written by one stream through the same writer (same settings and layout, checksums);
     - sampling-only: the sampling and update-set kernels alone, one thread.
     The acceptance ratio is generation / write-only (>= 0.8: sampling hides behind writing).
     """
@@ -332,7 +332,7 @@ def bench_cases(
     cases = [
         BenchCase(
             "generation",
-            "generate criteo-kaggle (8 files at once, zstd Parquet)",
+            "generate criteo-kaggle (8 files at once, LZ4 Parquet)",
             (*generate, "--force"),
             n,
         )

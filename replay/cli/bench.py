@@ -21,7 +21,7 @@ def bench_generate_command(
     workers: Annotated[int | None, typer.Option(help="Workers (default: all cores).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Generation rate against writing the same columns to zstd Parquet from memory."""
+    """Generation rate against writing the same columns to Parquet from memory."""
     from replay.bench import bench_generate
     from replay.errors import ConfigError
 
