@@ -426,6 +426,11 @@ def _print_table(results: dict[str, Any], repeat: int) -> None:
 
 # -- command line ---------------------------------------------------------------------------
 def _default_replay_cmd() -> list[str]:
+    # the `replay` of the environment running this script first: a PATH lookup can find
+    # a pyenv shim (a shell script that costs tens of ms per start) or another install
+    beside = Path(sys.executable).parent / "replay"
+    if beside.exists():
+        return [str(beside)]
     exe = shutil.which("replay")
     if exe:
         return [exe]
