@@ -42,6 +42,30 @@ def test_batch_ranges_stream_exactly(tmp_path: Path) -> None:
         assert a.batch[-1] < b.batch[0]
 
 
+def test_background_verification_gates_every_file(tmp_path: Path) -> None:
+    """With the checksums hashed in the background, the trace still reads no file whose
+    checksum has not matched: a damaged file fails as a checksum mismatch (never as a
+    Parquet error from pyarrow), and the check names the first bad file in manifest
+    order."""
+    path = _small_trace(tmp_path / "t")
+    clean = open_trace(path)
+    check = clean.verify_in_background()
+    assert np.array_equal(clean.lookups().row, open_trace(path).lookups().row)
+    check()  # nothing to report
+    manifest = json.loads((path / "manifest.json").read_text())
+    bad = [path / e["path"] for kind in ("lookups", "updates") for e in manifest["files"][kind]]
+    for part in bad[::-1]:  # all of them, last first
+        part.write_bytes(np.random.default_rng(1).bytes(part.stat().st_size))
+    trace = open_trace(path)
+    check = trace.verify_in_background()
+    with pytest.raises(TraceError, match="checksum does not match") as read:
+        trace.lookups()
+    assert "Parquet" not in str(read.value)
+    with pytest.raises(TraceError, match="checksum does not match") as whole:
+        check()
+    assert str(bad[0]) in str(whole.value)
+
+
 def _edit_manifest(path: Path, **changes) -> None:
     manifest = json.loads((path / "manifest.json").read_text())
     manifest.update(changes)

@@ -8,13 +8,14 @@ identical to generating the trace first.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from replay.errors import ConfigError
-from replay.source import SourceRef
+from replay.source import Source, SourceRef
 
 _PANEL = "On-the-fly workload (instead of TRACE)"
 
@@ -109,6 +110,40 @@ def checksums_verified(ref: SourceRef, verify: bool) -> bool | None:
     """What outputs record: True (checked), False (--no-verify) or None (a workload
     generated on the fly has no files to check)."""
     return verify if isinstance(ref, str) else None
+
+
+def resolve_source_verified_later(
+    trace: Path | None,
+    workload: str | None,
+    *,
+    batches: int | None = None,
+    batch_size: int | None = None,
+    seed: int | None = None,
+    alpha: float | None = None,
+    drift: float | None = None,
+    reuse: float | None = None,
+    verify: bool | None = None,
+) -> tuple[SourceRef, Source, Callable[[], None]]:
+    """`resolve_source` with the checksums (`verify`) checked in the background: returns
+    the reference, its opened source (which reads no file before that file's checksum
+    has matched) and the check to call (it raises TraceError) before any output is
+    final. The caller must also call it before reporting a TraceError of its own, since
+    a checksum mismatch explains a corrupt file best."""
+    from replay.source import open_source
+    from replay.trace.reader import Trace
+
+    ref = resolve_source(
+        trace, workload, batches=batches, batch_size=batch_size, seed=seed,
+        alpha=alpha, drift=drift, reuse=reuse, verify=False,
+    )  # fmt: skip
+    opened = open_source(ref)
+    if verify and isinstance(opened, Trace):
+        return ref, opened, opened.verify_in_background()
+    return ref, opened, _no_check
+
+
+def _no_check() -> None:
+    return None
 
 
 def inspect_default(ref: SourceRef, inspect: bool | None) -> bool:
