@@ -17,6 +17,9 @@ from replay.cli import main
 from replay.errors import TraceError
 from replay.stats import (
     _COUNT_WRAP,
+    _R_BATCH,
+    _R_START,
+    _R_TABLE,
     _SWEEP_BATCHES,
     _TAG_PERIOD,
     _top_sum,
@@ -24,6 +27,7 @@ from replay.stats import (
     inspect_arrays,
     inspect_reference,
     inspect_trace,
+    table_runs,
 )
 from replay.trace.writer import write_trace_from_arrays
 
@@ -251,6 +255,28 @@ def test_count_wraps_are_added_back() -> None:
     for min_lookups in (1, 100, 1 << 20):
         got = inspect_arrays(*args, num_batches=num_batches, min_lookups=min_lookups)
         assert_same(got, want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 3), max_size=12), min_size=1, max_size=8),
+    st.integers(0, 9),
+)
+def test_table_runs_are_the_batch_table_runs(per_batch: list[list[int]], first: int) -> None:
+    """`table_runs` (the replay's input to the statistics) = one run per maximal stretch
+    of equal (batch, table) in trace order, then an end row."""
+    tables = [sorted(t) for t in per_batch]
+    table = np.array([t for ts in tables for t in ts], dtype=np.uint16)
+    bounds = np.zeros(len(tables) + 1, dtype=np.int64)
+    np.cumsum([len(ts) for ts in tables], out=bounds[1:])
+    want = []
+    pairs = [(first + b, t) for b, ts in enumerate(tables) for t in ts]
+    for i, pair in enumerate(pairs):
+        if i == 0 or pair != pairs[i - 1]:
+            want.append([i, pair[1], pair[0]])
+    runs = table_runs(table, bounds, first)
+    assert runs[:-1, [_R_START, _R_TABLE, _R_BATCH]].tolist() == want
+    assert runs[-1, _R_START] == len(table)
 
 
 @settings(max_examples=300, deadline=None)

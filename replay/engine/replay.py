@@ -163,13 +163,20 @@ def replay_trace(
             trace,
             with_updates=True,
             with_distinct=inspector is None,
-            with_columns=inspector is not None,
+            with_runs=inspector is not None,
         ):
             window = slice(br.batch_start, br.batch_stop)
             fed = None
             if inspector is not None:
-                assert br.columns is not None
-                fed = worker.submit(inspector.feed, *br.columns, distinct[window], br.batch_start)
+                assert br.runs is not None
+                fed = worker.submit(
+                    inspector.feed_runs,
+                    br.keys,
+                    br.runs,
+                    len(br.runs) - 1,
+                    distinct[window],
+                    br.batch_start,
+                )
             else:
                 assert br.distinct is not None
                 distinct[window] = br.distinct

@@ -18,6 +18,7 @@ from numba import njit
 
 from replay._threads import read_ahead as read_ahead_items
 from replay.engine.keys import batch_bounds, flat_keys, key_dtype, table_offsets
+from replay.stats import table_runs
 from replay.trace.reader import Trace
 
 if TYPE_CHECKING:
@@ -38,8 +39,9 @@ class BatchRange:
     update_keys: np.ndarray  # int64 flat key per update row
     update_bounds: np.ndarray  # int64, len batches + 1
     distinct: np.ndarray | None = None  # int64 distinct keys per batch (when asked for)
-    # the lookups' (batch, table, row) columns as read (when asked for)
-    columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    # the lookups' (batch, table) runs for the trace statistics (`replay.stats.table_runs`,
+    # when asked for)
+    runs: np.ndarray | None = None
 
     @property
     def batches(self) -> int:
@@ -90,13 +92,13 @@ def build_range(
     update_row: np.ndarray | None,
     seen: np.ndarray | None,
     where: str = "trace",
-    with_columns: bool = False,
+    with_runs: bool = False,
 ) -> BatchRange:
     """The `BatchRange` of batches [lo, hi) from its lookup and update columns.
 
     `table`/`row` None means no lookups; `update_*` None means no update rows asked for;
     `seen` (a zeroed `distinct_bitmap`, left zeroed) asks for the distinct counts;
-    `with_columns` keeps the lookup columns on the range.
+    `with_runs` adds the lookups' (batch, table) runs, for the trace statistics.
     """
     empty = np.empty(0, dtype=key_dtype(int(offsets[-1])))
     bounds = batch_bounds(batch, lo, hi)
@@ -117,13 +119,10 @@ def build_range(
         ubounds = batch_bounds(update_batch, lo, hi)
     else:
         ukeys, ubounds = empty, np.zeros(hi - lo + 1, dtype=np.int64)
-    columns = None
-    if with_columns:
-        if table is None or row is None:
-            table = np.empty(0, dtype=np.uint16)
-            row = np.empty(0, dtype=np.uint32)
-        columns = (batch, table, row)
-    return BatchRange(lo, hi, keys, bounds, ukeys, ubounds, distinct, columns)
+    runs = None
+    if with_runs:
+        runs = table_runs(np.empty(0, dtype=np.uint16) if table is None else table, bounds, lo)
+    return BatchRange(lo, hi, keys, bounds, ukeys, ubounds, distinct, runs)
 
 
 class _UpdateCursor:
@@ -172,7 +171,7 @@ def _ranges(
     min_lookups: int,
     with_updates: bool,
     with_distinct: bool = False,
-    with_columns: bool = False,
+    with_runs: bool = False,
 ) -> Iterator[BatchRange]:
     offsets = table_offsets(trace.table_rows)
     seen = distinct_bitmap(int(offsets[-1]) if with_distinct else 0)
@@ -187,7 +186,7 @@ def _ranges(
             ubatch = utable = urow = None
         return build_range(
             lo, hi, offsets, batch, table, row, ubatch, utable, urow,
-            seen if with_distinct else None, str(trace.path), with_columns,
+            seen if with_distinct else None, str(trace.path), with_runs,
         )  # fmt: skip
 
     cursor = start
@@ -210,23 +209,23 @@ def iter_batch_ranges(
     with_updates: bool = True,
     with_distinct: bool = False,
     read_ahead: int = READ_AHEAD,
-    with_columns: bool = False,
+    with_runs: bool = False,
 ) -> Iterator[BatchRange]:
     """Consecutive `BatchRange`s covering [start, stop), decoded in a background thread
     (for an on-the-fly workload: generated in its own pool of threads).
 
-    `with_columns` (trace folders only) keeps each range's lookup columns as read, for
-    the trace statistics. Errors raised while reading (a corrupt file) are re-raised in
+    `with_runs` (trace folders only) adds each range's (batch, table) runs, for the trace
+    statistics. Errors raised while reading (a corrupt file) are re-raised in
     the caller's thread.
     """
     stop = trace.num_batches if stop is None else min(stop, trace.num_batches)
     generated = getattr(trace, "generated_ranges", None)
     if generated is not None:  # an on-the-fly workload makes its ranges in its own threads
-        if with_columns:
-            raise ValueError("with_columns needs a trace folder")
+        if with_runs:
+            raise ValueError("with_runs needs a trace folder")
         yield from generated(start, stop, with_updates=with_updates, with_distinct=with_distinct)
         return
-    ranges = _ranges(trace, start, stop, min_lookups, with_updates, with_distinct, with_columns)
+    ranges = _ranges(trace, start, stop, min_lookups, with_updates, with_distinct, with_runs)
     if read_ahead <= 0:
         yield from ranges
     else:
