@@ -15,10 +15,21 @@ Python API (the CLI is a thin layer over it)::
 
 from __future__ import annotations
 
+import gc as _gc
+
 __version__ = "0.1.0"
 
-from replay.errors import ReplayError
-from replay.trace.reader import Trace, open_trace
+# Importing the package (numpy, numba, pyarrow) allocates several hundred thousand objects
+# that live as long as the process; with the default thresholds the collector walks them
+# again and again meanwhile. Raised for the import only (gen0 collections 700 -> 100,000
+# allocations apart); `replay.cli.console_main` raises them for a whole command.
+_default_thresholds = _gc.get_threshold()
+_gc.set_threshold(100_000, 20, 10)
+try:
+    from replay.errors import ReplayError
+    from replay.trace.reader import Trace, open_trace
+finally:
+    _gc.set_threshold(*_default_thresholds)
 
 
 def __getattr__(name: str):  # lazy: keep `import replay` light (numba compiles on use)

@@ -113,3 +113,14 @@ def test_help_and_unknown_commands_see_every_sub_command(args: tuple[str, ...]) 
     assert all(f"'replay.cli.{name}'" in loaded for name in COMMANDS)
     if args != ("no-such-command",):  # the help (on stderr without arguments) lists them
         assert all(name in done.stdout + done.stderr for name in COMMANDS)
+
+
+def test_importing_the_package_leaves_the_collector_as_it_was() -> None:
+    """`import replay` raises the GC thresholds only while it imports (the console script
+    raises them for its whole command)."""
+    code = (
+        "import gc; gc.set_threshold(123, 4, 5); import replay, replay.engine.replay; "
+        "assert gc.get_threshold() == (123, 4, 5), gc.get_threshold()"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
