@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -116,26 +116,19 @@ def resolve_source_verified_later(
     trace: Path | None,
     workload: str | None,
     *,
-    batches: int | None = None,
-    batch_size: int | None = None,
-    seed: int | None = None,
-    alpha: float | None = None,
-    drift: float | None = None,
-    reuse: float | None = None,
     verify: bool | None = None,
+    **overrides: Any,
 ) -> tuple[SourceRef, Source, Callable[[], None]]:
-    """`resolve_source` with the checksums (`verify`) checked in the background: returns
-    the reference, its opened source (which reads no file before that file's checksum
-    has matched) and the check to call (it raises TraceError) before any output is
-    final. The caller must also call it before reporting a TraceError of its own, since
-    a checksum mismatch explains a corrupt file best."""
+    """`resolve_source` (same `overrides`: batches, batch_size, seed, alpha, drift, reuse)
+    with the checksums (`verify`) checked in the background: returns the reference, its
+    opened source (which reads no file before that file's checksum has matched) and the
+    check to call (it raises TraceError) before any output is final. The caller must also
+    call it before reporting a TraceError of its own, since a checksum mismatch explains
+    a corrupt file best."""
     from replay.source import open_source
     from replay.trace.reader import Trace
 
-    ref = resolve_source(
-        trace, workload, batches=batches, batch_size=batch_size, seed=seed,
-        alpha=alpha, drift=drift, reuse=reuse, verify=False,
-    )  # fmt: skip
+    ref = resolve_source(trace, workload, verify=False, **overrides)
     opened = open_source(ref)
     if verify and isinstance(opened, Trace):
         return ref, opened, opened.verify_in_background()
