@@ -31,10 +31,10 @@ replaces the root (sift down): O(log C) per lookup.
 Memory: `prepare` streams the trace's lookup keys into one int64 array (8 B per lookup)
 and turns it in place into next-use positions with a backward pass over an int64
 "next position" array (8 B per key, freed afterwards); the 8 B per lookup is kept for
-`process`. Per-key state during `process`: 4 bytes (int32 slot, -1 when not resident);
-per slot: 25 bytes. Peak: 8 B per lookup + 12 B per key, besides the batches in flight
-(keeping the keys beside their next uses, as a plain implementation would, costs 16 B per
-lookup).
+`process`. Per-key state during `process`: 4 bytes (int32 slot + 1, 0 when not
+resident: zeroed memory is the empty cache); per slot: 25 bytes. Peak: 8 B per lookup +
+12 B per key, besides the batches in flight (keeping the keys beside their next uses, as a
+plain implementation would, costs 16 B per lookup).
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def belady_kernel(
             nu = nxt[g]
             prio = nu if nu < total else dead_base - g
             g += 1
-            s = slot_of[k]
+            s = slot_of[k] - 1
             if s >= 0:
                 hits += 1
                 h = pos[s]
@@ -187,7 +187,7 @@ def belady_kernel(
                 h = size
                 size += 1
                 slot_key[s] = k
-                slot_of[k] = s
+                slot_of[k] = s + 1
                 dirty[s] = 0
                 hp[h] = prio
                 hs[h] = s
@@ -200,15 +200,15 @@ def belady_kernel(
             evictions += 1
             if dirty[s]:
                 writebacks += 1
-            slot_of[slot_key[s]] = -1
+            slot_of[slot_key[s]] = 0
             slot_key[s] = k
-            slot_of[k] = s
+            slot_of[k] = s + 1
             dirty[s] = 0
             hp[0] = prio
             heap_sift_down(hp, hs, pos, 0, size)
         upd_fast = 0
         for j in range(ubounds[b], ubounds[b + 1]):
-            s = slot_of[ukeys[j]]
+            s = slot_of[ukeys[j]] - 1
             if s >= 0:
                 dirty[s] = 1
                 upd_fast += 1
@@ -239,7 +239,7 @@ class BeladyPolicy(Policy):
         cap = ctx.capacity_units
         if cap < 1:
             raise ValueError("belady: capacity_units must be at least 1")
-        self.slot_of = state_array(ctx.total_keys, np.int32, -1)
+        self.slot_of = state_array(ctx.total_keys, np.int32)  # slot + 1; 0: not resident
         self.slot_key = np.zeros(cap, dtype=np.int64)
         self.hp = np.zeros(cap, dtype=np.int64)
         self.hs = np.zeros(cap, dtype=np.int32)

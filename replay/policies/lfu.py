@@ -19,7 +19,8 @@ stored in heap order (hf, ht, hs) with pos[slot] = heap index, plus a direct-ind
 key -> slot map. A hit raises the key (sift down), a fill replaces the root: O(log C)
 per lookup with one random access into the per-key map.
 
-Per-key state: 4 bytes (int32 slot, -1 when not resident); per slot: 33 bytes.
+Per-key state: 4 bytes (int32 slot + 1, 0 when not resident: zeroed memory is the empty
+cache, nothing to fill before the first batch); per slot: 33 bytes.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def lfu_kernel(
         writebacks = 0
         for i in range(bounds[b], bounds[b + 1]):
             k = keys[i]
-            s = slot_of[k]
+            s = slot_of[k] - 1
             if s >= 0:
                 hits += 1
                 h = pos[s]
@@ -158,17 +159,17 @@ def lfu_kernel(
                 evictions += 1
                 if dirty[s]:
                     writebacks += 1
-                slot_of[slot_key[s]] = -1
+                slot_of[slot_key[s]] = 0
                 hf[0] = 1
                 ht[0] = now
                 _sift_down(hf, ht, hs, pos, 0, size)
             slot_key[s] = k
-            slot_of[k] = s
+            slot_of[k] = s + 1
             dirty[s] = 0
             now += 1
         upd_fast = 0
         for j in range(ubounds[b], ubounds[b + 1]):
-            s = slot_of[ukeys[j]]
+            s = slot_of[ukeys[j]] - 1
             if s >= 0:
                 dirty[s] = 1
                 upd_fast += 1
@@ -196,7 +197,7 @@ class LFUPolicy(Policy):
         cap = ctx.capacity_units
         if cap < 1:
             raise ValueError("lfu: capacity_units must be at least 1")
-        self.slot_of = state_array(ctx.total_keys, np.int32, -1)
+        self.slot_of = state_array(ctx.total_keys, np.int32)  # slot + 1; 0: not resident
         self.slot_key = np.zeros(cap, dtype=np.int64)
         self.hf = np.zeros(cap, dtype=np.int64)
         self.ht = np.zeros(cap, dtype=np.int64)
