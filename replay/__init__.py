@@ -19,12 +19,14 @@ import gc as _gc
 
 __version__ = "0.1.0"
 
-# Importing the package (numpy, numba, pyarrow) allocates several hundred thousand objects
-# that live as long as the process; with the default thresholds the collector walks them
-# again and again meanwhile. Raised for the import only (gen0 collections 700 -> 100,000
-# allocations apart); `replay.cli.console_main` raises them for a whole command.
+# Importing the package (numpy, numba, pyarrow) allocates objects that live as long as
+# the process; with the default thresholds the collector ran ~120 times during `import
+# replay.cli` alone (gc callbacks), walking them again and again. Raised for the import
+# only (gen0 every 100,000 allocations instead of 700); `replay.cli.console_main` raises
+# them for a whole command.
+GC_THRESHOLDS = (100_000, 20, 10)
 _default_thresholds = _gc.get_threshold()
-_gc.set_threshold(100_000, 20, 10)
+_gc.set_threshold(*GC_THRESHOLDS)
 try:
     from replay.errors import ReplayError
     from replay.trace.reader import Trace, open_trace
@@ -69,6 +71,7 @@ def __getattr__(name: str):  # lazy: keep `import replay` light (numba compiles 
 
 
 __all__ = [
+    "GC_THRESHOLDS",
     "ReplayError",
     "Trace",
     "__version__",

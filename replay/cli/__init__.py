@@ -19,6 +19,7 @@ import threading
 import typer
 from typer.exceptions import TyperException
 
+from replay import GC_THRESHOLDS
 from replay._malloc import retain_freed_memory
 from replay.cli.app import app
 from replay.errors import ReplayError
@@ -123,10 +124,10 @@ def console_main() -> None:
     non-daemon threads, runs the atexit handlers (as a normal exit does), and ends.
     """
     # A command is one short process: collect cyclic garbage every 100,000 allocations,
-    # not 700. The default walked numba's objects ~270 times during a `replay run`
-    # (numba's first call alone creates ~100,000): 0.10-0.13 s of collector pauses with
-    # the GIL held, against 0.03 s (measured, 53 M-lookup run on the 2-core VM).
-    gc.set_threshold(100_000, 20, 10)
+    # not 700. With the defaults a 53 M-lookup `replay run` made 271 collections (2 of
+    # them full, over numba's objects): 0.10-0.145 s of pauses with the GIL held, against
+    # 0.05 s (gc callbacks, 2-core VM).
+    gc.set_threshold(*GC_THRESHOLDS)
     code = main()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe (`... | head`)
