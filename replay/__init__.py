@@ -15,26 +15,44 @@ Python API (the CLI is a thin layer over it)::
 
 from __future__ import annotations
 
+import contextlib as _contextlib
 import gc as _gc
+from collections.abc import Iterator as _Iterator
+
+from replay.errors import ReplayError
 
 __version__ = "0.1.0"
 
-# Importing the package (numpy, numba, pyarrow) allocates objects that live as long as
-# the process; with the default thresholds the collector ran ~120 times during `import
-# replay.cli` alone (gc callbacks), walking them again and again. Raised for the import
-# only (gen0 every 100,000 allocations instead of 700); `replay.cli.console_main` raises
-# them for a whole command.
+# numpy, numba and pyarrow allocate objects that live as long as the process; with the
+# default thresholds the collector ran ~120 times while they were imported (gc
+# callbacks), walking them again and again. So the package itself imports none of them:
+# the API below is loaded on first use, with gen0 collected every 100,000 allocations
+# instead of 700 while it imports (restored after). The console script
+# (`replay.cli`) raises them for its whole command.
 GC_THRESHOLDS = (100_000, 20, 10)
-_default_thresholds = _gc.get_threshold()
-_gc.set_threshold(*GC_THRESHOLDS)
-try:
-    from replay.errors import ReplayError
-    from replay.trace.reader import Trace, open_trace
-finally:
-    _gc.set_threshold(*_default_thresholds)
 
 
-def __getattr__(name: str):  # lazy: keep `import replay` light (numba compiles on use)
+@_contextlib.contextmanager
+def raised_gc_thresholds() -> _Iterator[None]:
+    """`GC_THRESHOLDS` for the duration of the block (for imports), then as before."""
+    before = _gc.get_threshold()
+    _gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        _gc.set_threshold(*before)
+
+
+def __getattr__(name: str):  # lazy: `import replay` stays light (see above)
+    with raised_gc_thresholds():
+        return _load(name)
+
+
+def _load(name: str):
+    if name in ("Trace", "open_trace"):
+        from replay.trace import reader
+
+        return getattr(reader, name)
     if name == "generate":
         from replay.workload.generator import generate
 

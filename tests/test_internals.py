@@ -116,10 +116,13 @@ def test_help_and_unknown_commands_see_every_sub_command(args: tuple[str, ...]) 
 
 
 def test_importing_the_package_leaves_the_collector_as_it_was() -> None:
-    """`import replay` raises the GC thresholds only while it imports (the console script
-    raises them for its whole command)."""
+    """`import replay` is light (numpy, numba, pyarrow load with the first use of its
+    API) and raises the GC thresholds only while that use imports them (the console
+    script raises them for its whole command)."""
     code = (
-        "import gc; gc.set_threshold(123, 4, 5); import replay, replay.engine.replay; "
+        "import gc, sys; gc.set_threshold(123, 4, 5); import replay; "
+        "assert not {'numpy', 'numba', 'pyarrow'} & set(sys.modules), 'heavy import'; "
+        "replay.open_trace; import replay.engine.replay; "
         "assert gc.get_threshold() == (123, 4, 5), gc.get_threshold()"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
