@@ -55,6 +55,32 @@ _HUGE_MIN_BYTES = 1 << 25
 _HUGE_PAGE_BYTES = 1 << 21
 
 
+_MADV_POPULATE_WRITE = 23  # Linux >= 5.14
+_libc: ctypes.CDLL | None = None
+
+
+def populate(array: np.ndarray) -> bool:
+    """Fault in every page of `array` now (its contents unchanged), so that a kernel that
+    touches it later pays no page faults; False where the OS cannot (not Linux, or a
+    kernel older than 5.14). The call releases the GIL (ctypes), so a helper thread can
+    do it while the caller's threads wait for something else."""
+    global _libc
+    if not sys.platform.startswith("linux") or array.nbytes == 0:
+        return False
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            return False
+    page = mmap.PAGESIZE
+    start = array.ctypes.data
+    first = start - start % page
+    length = start + array.nbytes - first
+    madvise = _libc.madvise
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return madvise(first, length, _MADV_POPULATE_WRITE) == 0
+
+
 def state_array(length: int, dtype: object, fill: int | float = 0) -> np.ndarray:
     """A 1-D array of `length` items set to `fill`, in huge pages when it is large."""
     dt = np.dtype(dtype)  # type: ignore[call-overload]

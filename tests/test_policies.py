@@ -5,6 +5,7 @@ optimality bounds, chunk = lru for one-row chunks, and hand-computed golden valu
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -469,6 +470,75 @@ def test_policies_on_a_generated_trace(
         )
     assert_same(out, want, name)
     assert out[:, HITS].sum() > 0 and out[:, EVICTIONS].sum() > 0
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_warm_up_changes_nothing(tiny_trace: Path, name: str) -> None:
+    """`replay_trace` calls `warm_up` on a helper thread before the first range: the
+    results must be the same with it and without it."""
+    from replay.engine.stream import empty_range
+
+    trace = replay.open_trace(tiny_trace)
+    ranges = list(iter_batch_ranges(trace, 0, trace.num_batches, min_lookups=1))
+    total = int(trace.table_rows.sum())
+    spec = PolicySpec(name=name, tier="hbm") if name == "static" else PolicySpec(name=name)
+    cls = POLICIES[name]
+
+    def counters(warm: bool) -> np.ndarray:
+        ctx = PolicyContext(
+            total_keys=total,
+            table_rows=trace.table_rows,
+            offsets=np.concatenate([[0], np.cumsum(trace.table_rows)]),
+            num_batches=trace.num_batches,
+            row_state_bytes=64,
+            capacity_units=40 if cls.cached else 0,
+            unit_rows=cls.unit_rows(spec),
+        )
+        policy = cls(spec, ctx)
+        if policy.needs_prepare():
+            policy.prepare(trace)
+        if warm:
+            policy.warm_up(empty_range(total))
+        out = np.zeros((trace.num_batches, NUM_COUNTERS), dtype=np.int64)
+        for br in ranges:
+            policy.process(br, out[br.batch_start : br.batch_stop])
+        return out
+
+    np.testing.assert_array_equal(counters(warm=True), counters(warm=False))
+
+
+@pytest.mark.parametrize("total_keys", [1000, 2**32 + 1])
+def test_the_warm_up_range_has_the_types_of_the_streams_ranges(
+    tiny_trace: Path, total_keys: int
+) -> None:
+    """A kernel called on `empty_range` must load the compiled version that the stream's
+    ranges use (a different type would compile another one, seconds, on the warm-up)."""
+    from numba import typeof
+
+    from replay.engine.stream import build_range, empty_range
+
+    trace = replay.open_trace(tiny_trace)
+    look = trace.lookups(0, 2)
+    upd = trace.updates(0, 2)
+    offsets = np.array([0, total_keys // 2, total_keys], dtype=np.int64)
+    table = np.minimum(look.table, 1).astype(np.uint16)
+    utable = np.minimum(upd.table, 1).astype(np.uint16)
+    row = (look.row % (total_keys // 2)).astype(look.row.dtype)
+    urow = (upd.row % (total_keys // 2)).astype(upd.row.dtype)
+    real = build_range(0, 2, offsets, look.batch, table, row, upd.batch, utable, urow, None)
+    empty = empty_range(total_keys)
+    for field in ("keys", "bounds", "update_keys", "update_bounds"):
+        assert typeof(getattr(empty, field)) == typeof(getattr(real, field)), field
+
+
+def test_populate_faults_in_and_keeps_the_contents() -> None:
+    from replay._malloc import populate, state_array
+
+    array = state_array(1 << 23, np.uint32)  # 32 MiB: huge pages where the OS has them
+    array[::4096] = np.arange(len(array[::4096]), dtype=np.uint32)
+    before = array.copy()
+    assert populate(array) is sys.platform.startswith("linux")
+    np.testing.assert_array_equal(array, before)
 
 
 def test_chunk_residency_numbers_wrap_exactly() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from replay.checkpoint.summarize import checkpoint_summary, failures_summary
 from replay.engine.account import Shape, account, summarize
 from replay.engine.keys import key_dtype, table_offsets
 from replay.engine.raw import RawState, count_raw
-from replay.engine.stream import iter_batch_ranges
+from replay.engine.stream import empty_range, iter_batch_ranges
 from replay.errors import ConfigError
 from replay.policies import POLICIES
 from replay.policies.base import NUM_COUNTERS, Policy, PolicyContext, capacity_units
@@ -159,6 +160,11 @@ def replay_trace(
     # 2 cores than the statistics in the reader thread). A third thread for the distinct
     # count alone measured slower: it preempts the policy.
     with OrderedWorker(name="replay-inspect") as worker:
+        # while the reader decodes the first range (and numba loads its registries), the
+        # worker loads the policy's kernels and faults its state in
+        warming: Future[object] | None = worker.submit(
+            policy.warm_up, empty_range(policy.ctx.total_keys)
+        )
         for br in iter_batch_ranges(
             trace,
             with_updates=True,
@@ -180,6 +186,9 @@ def replay_trace(
             else:
                 assert br.distinct is not None
                 distinct[window] = br.distinct
+            if warming is not None:  # never beside `process`: both use the state
+                warming.result()
+                warming = None
             policy.process(br, counters[window])
             lookups[window] = np.diff(br.bounds)
             updates[window] = np.diff(br.update_bounds)

@@ -114,6 +114,13 @@ class Policy(ABC):
     def needs_prepare(self) -> bool:
         return False
 
+    def warm_up(self, empty: BatchRange) -> None:  # noqa: B027 - optional hook
+        """Get ready for the first `process` call, on a helper thread while the first
+        batch range is still being read: load the kernels (`empty` is a range of no
+        batches, made the way the stream makes every range, so a kernel sees the
+        argument types it will see) and fault in the per-key state. Must not change
+        what `process` computes."""
+
 
 POLICIES: dict[str, type[Policy]] = {}
 
