@@ -28,7 +28,10 @@ from replay.stats import (
     inspect_reference,
     inspect_trace,
     table_runs,
+    trace_inspector,
+    trace_statistics,
 )
+from replay.trace.reader import open_trace
 from replay.trace.writer import write_trace_from_arrays
 
 INT_KEYS = ("batches", "lookups", "rows", "distinct_rows", "top1pct_rows")
@@ -371,6 +374,23 @@ def test_trace_chunking_does_not_change_results(two_group_trace: tuple[Path, Any
     assert_same(results[0], want, tol=0.0)
     assert_invariants(results[0])
     assert results[0]["top1pct_share"] > 0.2  # the skew shows
+
+
+def test_warm_up_changes_nothing(two_group_trace: tuple[Path, Any]) -> None:
+    """`replay_trace` warms the inspector up on a helper thread (before or between
+    feeds): the statistics are the same."""
+    path, want = two_group_trace
+    trace = open_trace(path)
+    inspector = trace_inspector(trace)
+    inspector.warm_up()
+    for i, chunk in enumerate(trace.iter_lookups(min_lookups=1)):
+        inspector.feed(chunk.batch, chunk.table, chunk.row)
+        if i == 0:
+            inspector.warm_up()
+    got = trace_statistics(trace, inspector)
+    got.pop("trace")
+    got.pop("updates")
+    assert_same(got, want, tol=0.0)
 
 
 def test_empty_trace_gives_zeros(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -165,6 +165,8 @@ def replay_trace(
         warming: Future[object] | None = worker.submit(
             policy.warm_up, empty_range(policy.ctx.total_keys)
         )
+        if inspector is not None:  # and the kernels of the statistics' last step
+            worker.submit(inspector.warm_up)
         for br in iter_batch_ranges(
             trace,
             with_updates=True,
