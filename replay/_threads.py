@@ -3,12 +3,20 @@
 pyarrow's Parquet decoding and the numba kernels (`nogil=True`) release the GIL, so a
 reader thread decoding the next chunk overlaps the caller's kernel on this one. Used by
 the replay stream, `replay mrc` and `replay inspect`.
+
+Helper threads (this reader, `OrderedWorker`, the checksum hashers) run at a lower
+priority than the caller (`lower_priority`): the caller's kernel is the critical path
+they feed, and with three runnable threads on two cores the OS otherwise shares the
+cores evenly and takes a third of the caller's. 20 interleaved runs of `replay run` (30 M
+lookups, 2-core VM): min 1.05 -> 0.96 s, median 1.18 -> 1.14 s at nice +5 (+10 alike).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -16,6 +24,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 Item = TypeVar("Item")
+
+HELPER_NICE = 5
+
+
+def lower_priority() -> None:
+    """Make the calling thread a helper: its nice value + `HELPER_NICE` (Linux sets it
+    per thread); elsewhere, or where the OS refuses, nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError):
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + HELPER_NICE)
 
 
 def read_ahead(
@@ -40,6 +60,7 @@ def read_ahead(
         return False
 
     def produce() -> None:
+        lower_priority()
         try:
             for item in items:
                 if not put(item):
@@ -79,7 +100,9 @@ class OrderedWorker:
     """
 
     def __init__(self, depth: int = 4, name: str = "replay-worker") -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._pool = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=name, initializer=lower_priority
+        )
         self._pending: deque[Future[object]] = deque()
         self._depth = max(1, int(depth))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from replay._malloc import _HUGE_MIN_BYTES, _HUGE_PAGE_BYTES, state_array
-from replay._threads import OrderedWorker
+from replay._threads import HELPER_NICE, OrderedWorker, read_ahead
 
 
 @pytest.mark.parametrize("length", [0, 1, 1000, _HUGE_MIN_BYTES // 4 + 3])
@@ -127,3 +128,36 @@ def test_importing_the_package_leaves_the_collector_as_it_was() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_helper_threads_run_at_a_lower_priority(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader, the worker and the checksum hashers yield to the caller's kernel."""
+    import replay.trace.reader as reader
+    from replay.trace.writer import write_trace_from_arrays
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    assert HELPER_NICE > 0
+    want = min(nice() + HELPER_NICE, 19)
+    assert list(read_ahead(nice() for _ in range(2))) == [want, want]
+    with OrderedWorker() as worker:
+        assert worker.submit(nice).result() == want
+    one = np.zeros(1, dtype=np.uint32)
+    path = write_trace_from_arrays(
+        tmp_path / "t", tables=[("a", 1)], batch=one, table=one.astype(np.uint16), row=one,
+        batch_size=1,
+    )  # fmt: skip
+    seen: list[int] = []
+    digest = reader._digest_or_error
+
+    def spy(member: Path) -> str | OSError:
+        seen.append(nice())
+        return digest(member)
+
+    monkeypatch.setattr(reader, "_digest_or_error", spy)
+    reader.Verification(reader.open_trace(path))()
+    assert seen and set(seen) == {want}

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from replay._threads import lower_priority
 from replay.errors import TraceError
 from replay.trace.format import KINDS, LOOKUPS_DIR, UPDATES_DIR, load_manifest, safe_member
 from replay.trace.writer import sha256_file
@@ -332,7 +333,9 @@ class Verification:
     def __init__(self, trace: Trace) -> None:
         entries = [e for kind in KINDS for e in trace.manifest["files"][kind]]
         self._expected = {safe_member(trace.path, e["path"]): e["sha256"] for e in entries}
-        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="replay-verify")
+        pool = ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="replay-verify", initializer=lower_priority
+        )
         self._digests = {m: pool.submit(_digest_or_error, m) for m in self._expected}
         pool.shutdown(wait=False)
 
