@@ -412,6 +412,24 @@ def tiny_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return replay.generate("tiny", tmp_path_factory.mktemp("policies") / "t", batches=6, workers=1)
 
 
+def _trace_policy(trace: replay.Trace, spec: PolicySpec, capacity: int) -> Policy:
+    """Policy `spec` on `trace`'s keys (64-byte rows, `capacity` units), prepared."""
+    cls = POLICIES[spec.name]
+    ctx = PolicyContext(
+        total_keys=int(trace.table_rows.sum()),
+        table_rows=trace.table_rows,
+        offsets=np.concatenate([[0], np.cumsum(trace.table_rows)]),
+        num_batches=trace.num_batches,
+        row_state_bytes=64,
+        capacity_units=capacity,
+        unit_rows=cls.unit_rows(spec),
+    )
+    policy = cls(spec, ctx)
+    if policy.needs_prepare():
+        policy.prepare(trace)
+    return policy
+
+
 @pytest.mark.parametrize(
     ("name", "knobs", "capacity"),
     [
@@ -438,21 +456,7 @@ def test_policies_on_a_generated_trace(
         for br in ranges
         for i in range(br.batches)
     ]
-    total = int(trace.table_rows.sum())
-    spec = PolicySpec(name=name, **knobs)
-    cls = POLICIES[name]
-    ctx = PolicyContext(
-        total_keys=total,
-        table_rows=trace.table_rows,
-        offsets=np.concatenate([[0], np.cumsum(trace.table_rows)]),
-        num_batches=trace.num_batches,
-        row_state_bytes=64,
-        capacity_units=capacity,
-        unit_rows=cls.unit_rows(spec),
-    )
-    policy = cls(spec, ctx)
-    if policy.needs_prepare():
-        policy.prepare(trace)
+    policy = _trace_policy(trace, PolicySpec(name=name, **knobs), capacity)
     out = np.zeros((trace.num_batches, NUM_COUNTERS), dtype=np.int64)
     for br in ranges:
         policy.process(br, out[br.batch_start : br.batch_stop])
@@ -480,25 +484,12 @@ def test_warm_up_changes_nothing(tiny_trace: Path, name: str) -> None:
 
     trace = replay.open_trace(tiny_trace)
     ranges = list(iter_batch_ranges(trace, 0, trace.num_batches, min_lookups=1))
-    total = int(trace.table_rows.sum())
     spec = PolicySpec(name=name, tier="hbm") if name == "static" else PolicySpec(name=name)
-    cls = POLICIES[name]
 
     def counters(warm: bool) -> np.ndarray:
-        ctx = PolicyContext(
-            total_keys=total,
-            table_rows=trace.table_rows,
-            offsets=np.concatenate([[0], np.cumsum(trace.table_rows)]),
-            num_batches=trace.num_batches,
-            row_state_bytes=64,
-            capacity_units=40 if cls.cached else 0,
-            unit_rows=cls.unit_rows(spec),
-        )
-        policy = cls(spec, ctx)
-        if policy.needs_prepare():
-            policy.prepare(trace)
+        policy = _trace_policy(trace, spec, 40 if POLICIES[name].cached else 0)
         if warm:
-            policy.warm_up(empty_range(total))
+            policy.warm_up(empty_range(policy.ctx.total_keys))
         out = np.zeros((trace.num_batches, NUM_COUNTERS), dtype=np.int64)
         for br in ranges:
             policy.process(br, out[br.batch_start : br.batch_stop])
