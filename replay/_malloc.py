@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import mmap
 import sys
 
@@ -25,19 +26,30 @@ _KEEP_BYTES = 1 << 30
 _done = False
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library (for mallopt and madvise), or None where it cannot be loaded."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None
+
+
 def retain_freed_memory() -> bool:
     """Ask glibc to keep freed blocks up to 1 GiB for reuse; no-op elsewhere. Idempotent."""
     global _done
     if _done or not sys.platform.startswith("linux"):
         return _done
-    name = ctypes.util.find_library("c")
-    if name is None:
+    libc = _libc()
+    if libc is None:
         return False
     try:
-        libc = ctypes.CDLL(name)
         ok = libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_BYTES) == 1
         ok = libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES) == 1 and ok
-    except (OSError, AttributeError):  # not glibc (e.g. musl has no mallopt)
+    except AttributeError:  # not glibc (e.g. musl has no mallopt)
         return False
     _done = ok
     return ok
@@ -56,7 +68,6 @@ _HUGE_PAGE_BYTES = 1 << 21
 
 
 _MADV_POPULATE_WRITE = 23  # Linux >= 5.14
-_libc: ctypes.CDLL | None = None
 
 
 def populate(array: np.ndarray) -> bool:
@@ -64,21 +75,13 @@ def populate(array: np.ndarray) -> bool:
     touches it later pays no page faults; False where the OS cannot (not Linux, or a
     kernel older than 5.14). The call releases the GIL (ctypes), so a helper thread can
     do it while the caller's threads wait for something else."""
-    global _libc
-    if not sys.platform.startswith("linux") or array.nbytes == 0:
+    libc = _libc() if sys.platform.startswith("linux") and array.nbytes else None
+    if libc is None:
         return False
-    if _libc is None:
-        try:
-            _libc = ctypes.CDLL(None, use_errno=True)
-        except OSError:
-            return False
-    page = mmap.PAGESIZE
     start = array.ctypes.data
-    first = start - start % page
-    length = start + array.nbytes - first
-    madvise = _libc.madvise
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    return madvise(first, length, _MADV_POPULATE_WRITE) == 0
+    first = start - start % mmap.PAGESIZE
+    length = ctypes.c_size_t(start + array.nbytes - first)
+    return libc.madvise(ctypes.c_void_p(first), length, _MADV_POPULATE_WRITE) == 0
 
 
 def state_array(length: int, dtype: object, fill: int | float = 0) -> np.ndarray:

@@ -48,11 +48,11 @@ class BatchRange:
         return self.batch_stop - self.batch_start
 
 
-def empty_range(total_keys: int, batch: int = 0) -> BatchRange:
+def empty_range(total_keys: int) -> BatchRange:
     """A range of no batches whose arrays have the types of every range the stream makes
     (so a kernel called on it loads the same compiled version: for warm-ups)."""
     keys = np.empty(0, dtype=key_dtype(total_keys))
-    return BatchRange(batch, batch, keys, np.zeros(1, np.int64), keys, np.zeros(1, np.int64))
+    return BatchRange(0, 0, keys, np.zeros(1, np.int64), keys, np.zeros(1, np.int64))
 
 
 @njit(cache=True, nogil=True)

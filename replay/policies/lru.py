@@ -6,8 +6,8 @@ doubly linked list over `capacity` slots plus a direct-indexed key -> slot map, 
 request costs O(1) with one random access into the per-key map.
 
 Per-key state: 4 bytes (int32 slot + 1, 0 when not resident: fresh zeroed memory is the
-empty cache, so nothing fills 4 bytes x keys before the first batch, and pages of the map
-are faulted in by the kernel as it reaches them); per slot: 17 bytes.
+empty cache, so nothing fills 4 bytes x keys before the first batch; `warm_up` faults the
+map in on a helper thread while the first range is read); per slot: 17 bytes.
 """
 
 from __future__ import annotations
