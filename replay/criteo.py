@@ -63,6 +63,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
+from replay import _arrow
 from replay.errors import ConfigError, InputError
 from replay.trace.format import (
     KINDS,
@@ -705,8 +706,8 @@ def _build_group(
         first_batch,
         stop,
         n,
-        pa.table({"batch": batch, "table": table, "row": row}, schema=_LOOKUPS_SCHEMA),
-        pa.table({"batch": ub, "table": ut, "row": ur, "count": uc}, schema=_UPDATES_SCHEMA),
+        _arrow.table({"batch": batch, "table": table, "row": row}, _LOOKUPS_SCHEMA),
+        _arrow.table({"batch": ub, "table": ut, "row": ur, "count": uc}, _UPDATES_SCHEMA),
     )
 
 

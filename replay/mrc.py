@@ -106,6 +106,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.core.extending import intrinsic
 
+from replay._arrow import to_numpy
 from replay._malloc import state_array
 from replay._threads import read_ahead
 from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
@@ -935,7 +936,9 @@ def _lookup_columns(trace: Trace) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         except (OSError, pa.ArrowException) as exc:
             detail = " ".join(str(exc).split())  # pyarrow's message may span lines
             raise TraceError(f"{member}: unreadable row group {index} ({detail})") from None
-        yield table.column("table").to_numpy(), table.column("row").to_numpy()
+        if table.column("table").null_count or table.column("row").null_count:
+            raise TraceError(f"{member}: row group {index} holds null values")
+        yield to_numpy(table.column("table")), to_numpy(table.column("row"))
 
 
 def _checked_keys(trace: Trace, offsets: np.ndarray, rows: np.ndarray) -> Iterator[np.ndarray]:

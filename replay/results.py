@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 import replay
+from replay import _arrow
 from replay._faults import kill_point
 from replay.errors import OutputError
 from replay.trace.writer import partial_path
@@ -196,7 +196,7 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def write_columns(path: Path, columns: dict[str, np.ndarray]) -> None:
-    table = pa.table({name: pa.array(values) for name, values in columns.items()})
+    table = _arrow.table(columns)
     pq.write_table(table, path, compression="zstd")
 
 

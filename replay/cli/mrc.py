@@ -156,11 +156,11 @@ def _write_parquet(result: MrcResult, path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table(
-        {
-            "cache_rows": pa.array(result.sizes, type=pa.int64()),
-            "miss_ratio": pa.array(result.miss_ratios, type=pa.float64()),
-        }
+    from replay import _arrow
+
+    table = _arrow.table(
+        {"cache_rows": result.sizes, "miss_ratio": result.miss_ratios},
+        pa.schema([("cache_rows", pa.int64()), ("miss_ratio", pa.float64())]),
     )
     pq.write_table(table, path)
 

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from replay._arrow import to_numpy
 from replay._threads import lower_priority
 from replay.errors import TraceError
 from replay.trace.format import KINDS, LOOKUPS_DIR, UPDATES_DIR, load_manifest, safe_member
@@ -209,7 +210,7 @@ class Trace:
                 ) from None
             if any(table.column(name).null_count for name in names):
                 raise TraceError(f"{member}: row group {index} holds null values")
-            columns = {name: table.column(name).to_numpy() for name in names}
+            columns = {name: to_numpy(table.column(name)) for name in names}
             batch = columns["batch"]
             if len(batch) and (batch[0] < start or batch[-1] >= stop):
                 lo, hi = np.searchsorted(

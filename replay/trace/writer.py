@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from replay import _arrow
 from replay._faults import kill_point
 from replay.errors import OutputError
 from replay.trace.format import (
@@ -274,16 +275,16 @@ def write_trace_from_arrays(
                 lo, hi = np.searchsorted(batch, [g0, g1])
                 groups.append((g0, g1, batch[lo:hi], table[lo:hi], row[lo:hi]))
             look_tables = [
-                pa.table({"batch": b, "table": t, "row": r}, schema=lookups_schema(row_dtype))
+                _arrow.table({"batch": b, "table": t, "row": r}, lookups_schema(row_dtype))
                 for _, _, b, t, r in groups
             ]
             upd_tables = []
             for g0, g1, b, t, r in groups:
                 ub, ut, ur, uc = update_sets(b, t, r, g0, g1, rows, frozen_arr, accumulate_batches)
                 upd_tables.append(
-                    pa.table(
+                    _arrow.table(
                         {"batch": ub, "table": ut, "row": ur, "count": uc},
-                        schema=updates_schema(row_dtype),
+                        updates_schema(row_dtype),
                     )
                 )
             for kind, schema, parts in (

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from replay import __version__
+from replay import __version__, _arrow
 from replay.errors import ConfigError, ReplayError
 from replay.trace.format import (
     FORMAT_VERSION,
@@ -108,9 +108,9 @@ class CompiledWorkload:
         b, t, r = self.lookups(batch_start, batch_stop)
         ub, ut, ur, uc = self.updates(b, t, r, batch_start, batch_stop)
         return {
-            LOOKUPS_DIR: pa.table({"batch": b, "table": t, "row": r}, schema=self.lookups_schema),
-            UPDATES_DIR: pa.table(
-                {"batch": ub, "table": ut, "row": ur, "count": uc}, schema=self.updates_schema
+            LOOKUPS_DIR: _arrow.table({"batch": b, "table": t, "row": r}, self.lookups_schema),
+            UPDATES_DIR: _arrow.table(
+                {"batch": ub, "table": ut, "row": ur, "count": uc}, self.updates_schema
             ),
         }
 
