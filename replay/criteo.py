@@ -61,9 +61,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
 
 from replay import _arrow
+from replay._jit import kernel
 from replay.errors import ConfigError, InputError
 from replay.trace.format import (
     KINDS,
@@ -133,7 +133,7 @@ class IngestResult:
 # -- numba kernels ------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _field_code(field: int, flen: int, fbad: bool, ndig: int) -> int:
     """Validation code of a finished field (OK when fine or beyond the 40th field)."""
     if field == 0:
@@ -147,7 +147,7 @@ def _field_code(field: int, flen: int, fbad: bool, ndig: int) -> int:
     return OK
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _parse_block(
     buf: np.ndarray,
     start: int,
@@ -280,7 +280,7 @@ def _parse_block(
     status[_S_BAD] = bad
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _map_modulo(
     hashes: np.ndarray, missing: np.ndarray, lo: int, hi: int, m: int, out: np.ndarray, at: int
 ) -> None:
@@ -299,7 +299,7 @@ def _map_modulo(
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _map_dictionary(
     hashes: np.ndarray,
     missing: np.ndarray,
@@ -352,7 +352,7 @@ def _map_dictionary(
     return hi
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _rehash(
     keys: np.ndarray, vals: np.ndarray, new_keys: np.ndarray, new_vals: np.ndarray, shift: int
 ) -> None:
@@ -370,7 +370,7 @@ def _rehash(
         new_vals[slot] = vals[j]
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _to_lookups(
     samples: np.ndarray,
     lo: int,

@@ -69,8 +69,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
-from numba import njit
 
+from replay._jit import kernel
 from replay.errors import ConfigError
 from replay.workload.sampler import GAMMA, MASK64, mix64
 
@@ -248,20 +248,20 @@ def _check_args(
 # -- kernel ----------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _draw_key(seed: np.uint64, draw: np.int64) -> np.uint64:
     """The stream key of draw `draw`."""
     return mix64(mix64(seed ^ _SALT64) + np.uint64(draw + 1) * GAMMA)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _gap_uniform(key: np.uint64, k: np.int64) -> float:
     """The k-th uniform in (0, 1) of the stream `key` (52 random bits, centred)."""
     bits = mix64(key + np.uint64(k + 1) * GAMMA)
     return (np.float64(np.int64(bits >> _S12)) + 0.5) * _INV_2_52
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _next_failure(
     t_prev: float, key: np.uint64, k: np.int64, mtbf: float, times: np.ndarray
 ) -> float:
@@ -273,7 +273,7 @@ def _next_failure(
     return t_prev + mtbf * -math.log(_gap_uniform(key, k))
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _recovery_point(
     durable: np.ndarray, resume: np.ndarray, period: float, f: float
 ) -> tuple[np.int64, np.int64]:
@@ -315,7 +315,7 @@ def _recovery_point(
     return best_q, best_i
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _draws_kernel(
     period: float,
     horizon: float,

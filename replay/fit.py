@@ -83,8 +83,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from numba import njit
 
+from replay._jit import kernel
 from replay.engine.keys import bad_lookup_error
 from replay.errors import ConfigError, TraceError
 from replay.trace.reader import Trace
@@ -134,7 +134,7 @@ _SCALE_FLOOR = 1e-3  # statistics' noise estimates are at least this
 # -- statistics (the same kernel for the trace and every simulation) -------------------
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _table_stats(
     batch: np.ndarray,
     ids: np.ndarray,

@@ -103,10 +103,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.core.extending import intrinsic
 
 from replay._arrow import to_numpy
+from replay._jit import kernel
 from replay._malloc import state_array
 from replay._threads import read_ahead
 from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
@@ -178,7 +179,7 @@ _ONE = np.uint64(1)
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _stack_kernel(
     keys: np.ndarray,
     start: int,
@@ -314,7 +315,7 @@ def _stack_kernel(
     return i, code
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _compact(
     last: np.ndarray,
     bits: np.ndarray,
@@ -352,7 +353,7 @@ def _compact(
     return n
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _rehash(old_keys: np.ndarray, old_ids: np.ndarray, keys: np.ndarray, ids: np.ndarray) -> None:
     shift = np.uint64(64 - int(np.log2(len(keys))))
     mask = len(keys) - 1
@@ -552,7 +553,7 @@ def reference_lru_misses(keys: Iterable[int], capacity: int) -> int:
 # -- SHARDS --------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _shards_filter(
     keys: np.ndarray,
     threshold: int,
@@ -583,7 +584,7 @@ def _shards_filter(
     return n, bad
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _shards_filter_columns(
     table: np.ndarray,
     row: np.ndarray,

@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numba import njit
 
+from replay._jit import kernel
 from replay._malloc import state_array
 from replay._threads import read_ahead
 from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
@@ -123,7 +123,7 @@ _NO_DISTINCT = np.zeros(0, dtype=np.int64)  # feed() without per-batch distinct 
 _FEED_BLOCK = 1 << 16  # lookups checked and flattened at a time by `Inspector.feed`
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _flush_batch(b: int, ti: np.ndarray, tf: np.ndarray, gi: np.ndarray, gf: np.ndarray) -> None:
     """Fold the counters of batch b into the running sums, in table order."""
     look = 0
@@ -155,7 +155,7 @@ def _flush_batch(b: int, ti: np.ndarray, tf: np.ndarray, gi: np.ndarray, gf: np.
             gi[_G_REUSE_N] += 1
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _fill_curve(upto: int, gi: np.ndarray, curve_x: np.ndarray, curve_val: np.ndarray) -> None:
     """Record the touched count for every curve point x <= upto (batches 0..x-1 done)."""
     pos = gi[_G_CURVE_POS]
@@ -165,13 +165,13 @@ def _fill_curve(upto: int, gi: np.ndarray, curve_x: np.ndarray, curve_val: np.nd
     gi[_G_CURVE_POS] = pos
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _tag(b: int) -> int:
     """The state word's tag of batch b (1.._TAG_PERIOD)."""
     return b % _TAG_PERIOD + 1
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _sweep(state: np.ndarray, keep: int) -> None:
     """Clear every row's tag except `keep` (the previous batch's, or 0 for none); the
     counts stay. Branch-free, so it runs at memory speed (25 ms for the 375 MB of
@@ -181,7 +181,7 @@ def _sweep(state: np.ndarray, keep: int) -> None:
         state[i] = v if (v >> _TAG_SHIFT) == keep else v & _COUNT_MASK
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _checked_keys(
     batch: np.ndarray,
     table: np.ndarray,
@@ -215,7 +215,7 @@ def _checked_keys(
     return _OK, -1
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def table_runs(table: np.ndarray, bounds: np.ndarray, first_batch: int) -> np.ndarray:
     """The (batch, table) runs (`_R_*` rows, plus an end row) of lookups already checked
     and flattened: `bounds` are the per-batch offsets of batches first_batch, ... .
@@ -257,7 +257,7 @@ def table_runs(table: np.ndarray, bounds: np.ndarray, first_batch: int) -> np.nd
     return runs
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _inspect_runs(
     keys: np.ndarray,
     runs: np.ndarray,
@@ -374,7 +374,7 @@ def _inspect_runs(
     return code
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _finish_kernel(
     ti: np.ndarray,
     tf: np.ndarray,
@@ -397,7 +397,7 @@ def curve_batches(num_batches: int, points: int = DEFAULT_CURVE_POINTS) -> np.nd
     return xs[(xs >= 1) & (xs <= num_batches)]
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _count_histograms(state: np.ndarray, bounds: np.ndarray, hist: np.ndarray) -> None:
     """hist[t, c] += rows of table t (flat rows bounds[t]..bounds[t+1]) whose state word
     holds count c. Four interleaved histograms: the rows never looked up (most of them)

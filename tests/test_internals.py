@@ -161,3 +161,45 @@ def test_helper_threads_run_at_a_lower_priority(
     monkeypatch.setattr(reader, "_digest_or_error", spy)
     reader.Verification(reader.open_trace(path))()
     assert seen and set(seen) == {want}
+
+
+_COUNT_REFRESHES = """
+import sys
+from numba.core import base
+
+refreshes = []
+original = base.BaseContext.refresh
+base.BaseContext.refresh = lambda self: (refreshes.append(1), original(self))[1]
+from replay.cli import main
+
+code = main(sys.argv[1:])
+print("refreshes", len(refreshes), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_a_warm_run_loads_its_kernels_without_refreshing_numbas_context(tmp_path: Path) -> None:
+    """The second process finds every kernel of `generate` and `run` in numba's cache
+    and loads it without numba's target-context refresh (`replay._jit`); the first may
+    compile (a cold cache), which refreshes. Both write the same results."""
+    from replay._jit import LOADS_WITHOUT_REFRESH
+
+    assert LOADS_WITHOUT_REFRESH  # numba's loader is as `replay._jit` expects
+    counts, summaries = [], []
+    for attempt in ("first", "second"):
+        trace, out = tmp_path / f"trace-{attempt}", tmp_path / f"run-{attempt}"
+        for args in (
+            ["generate", "--preset", "tiny", "--batches", "4", "--out", str(trace)],
+            ["run", str(trace), "--system", "hbm-lru", "--out", str(out)],
+        ):
+            done = subprocess.run(
+                [sys.executable, "-c", _COUNT_REFRESHES, *args],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert done.returncode == 0, done.stderr
+            counts.append(int(done.stderr.split("refreshes")[-1]))
+        summaries.append((out / "summary.json").read_text().replace(attempt, ""))
+    assert counts[2:] == [0, 0], counts
+    assert summaries[0] == summaries[1]

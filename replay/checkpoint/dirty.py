@@ -12,7 +12,8 @@ the bitmap's size, a full clear is cheaper and the list is dropped.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from replay._jit import kernel
 
 CONSECUTIVE = 0
 ONE_SHOT = 1
@@ -35,7 +36,7 @@ class DirtySet:
         self.state = np.zeros(3, dtype=np.int64)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _clear(bitmap: np.ndarray, touched: np.ndarray, state: np.ndarray) -> None:
     if state[_OVERFLOW]:
         bitmap[:] = 0
@@ -47,7 +48,7 @@ def _clear(bitmap: np.ndarray, touched: np.ndarray, state: np.ndarray) -> None:
     state[_OVERFLOW] = 0
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def dirty_kernel(
     keys: np.ndarray,
     bounds: np.ndarray,

@@ -9,8 +9,8 @@ row counts, so keys are dense in [0, Σ rows): per-key state can live in plain a
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from replay._jit import kernel
 from replay.errors import TraceError
 
 
@@ -22,7 +22,7 @@ def table_offsets(table_rows: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _flat_keys_checked(
     table: np.ndarray, row: np.ndarray, offsets: np.ndarray, rows: np.ndarray, out: np.ndarray
 ) -> int:

@@ -11,7 +11,8 @@ bitmap is empty) and the batch's own updates are set.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from replay._jit import kernel
 
 
 class RawState:
@@ -22,7 +23,7 @@ class RawState:
         self.carry = np.zeros(0, dtype=key_dtype)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _raw_kernel(
     keys: np.ndarray,
     bounds: np.ndarray,

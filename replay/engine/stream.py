@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numba import njit
 
+from replay._jit import kernel
 from replay._threads import read_ahead as read_ahead_items
 from replay.engine.keys import batch_bounds, flat_keys, key_dtype, table_offsets
 from replay.stats import table_runs
@@ -55,7 +55,7 @@ def empty_range(total_keys: int) -> BatchRange:
     return BatchRange(0, 0, keys, np.zeros(1, np.int64), keys, np.zeros(1, np.int64))
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def distinct_kernel(
     keys: np.ndarray, bounds: np.ndarray, seen: np.ndarray, out: np.ndarray
 ) -> None:

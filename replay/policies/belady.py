@@ -43,8 +43,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
-from numba import njit
 
+from replay._jit import kernel
 from replay._malloc import state_array
 from replay.engine.stream import BatchRange, iter_batch_ranges
 from replay.policies.base import (
@@ -77,7 +77,7 @@ _SIZE, _CAP, _CURSOR, _TOTAL, _BYPASS = 0, 1, 2, 3, 4
 # -- pos[slot] = heap index of the slot (shared with `chunk`)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def heap_sift_up(hp: np.ndarray, hs: np.ndarray, pos: np.ndarray, i: int) -> None:
     p = hp[i]
     s = hs[i]
@@ -96,7 +96,7 @@ def heap_sift_up(hp: np.ndarray, hs: np.ndarray, pos: np.ndarray, i: int) -> Non
     pos[s] = i
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def heap_sift_down(hp: np.ndarray, hs: np.ndarray, pos: np.ndarray, i: int, n: int) -> None:
     p = hp[i]
     s = hs[i]
@@ -122,7 +122,7 @@ def heap_sift_down(hp: np.ndarray, hs: np.ndarray, pos: np.ndarray, i: int, n: i
     pos[s] = i
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def next_use_inplace(seq: np.ndarray, last: np.ndarray) -> None:
     """Replace seq[i] (an id) by the position of the next occurrence of that id, or by
     len(seq) if none; `last` (one int64 per id) must be filled with len(seq)."""
@@ -141,7 +141,7 @@ def next_use(seq: np.ndarray, num_ids: int) -> np.ndarray:
     return out
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def belady_kernel(
     keys: np.ndarray,
     bounds: np.ndarray,

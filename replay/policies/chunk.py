@@ -54,8 +54,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
-from numba import njit
 
+from replay._jit import kernel
 from replay._malloc import state_array
 from replay.engine.stream import BatchRange, iter_batch_ranges
 from replay.policies.base import (
@@ -93,7 +93,7 @@ def phase_budget(capacity: int, fraction: float) -> int:
     return max(1, math.floor(capacity * fraction * (1 + 1e-12)))
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _evict_root(
     hp: np.ndarray, hs: np.ndarray, pos: np.ndarray, dirty: np.ndarray, size: int, acc: np.ndarray
 ) -> int:
@@ -111,7 +111,7 @@ def _evict_root(
     return size
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _shrink(
     hp: np.ndarray,
     hs: np.ndarray,
@@ -126,7 +126,7 @@ def _shrink(
     return size
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _new_residency(rn: np.ndarray, stamp: np.ndarray, c: int, rows: int) -> None:
     n = np.int64(rn[c]) + 1
     if n > _STAMP_MAX:  # the residency number wraps: forget the chunk's stamps
@@ -137,7 +137,7 @@ def _new_residency(rn: np.ndarray, stamp: np.ndarray, c: int, rows: int) -> None
     rn[c] = n
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def chunk_kernel(
     keys: np.ndarray,
     bounds: np.ndarray,
@@ -231,7 +231,7 @@ def chunk_kernel(
     meta[_CURSOR] = r
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _chunk_requests(
     keys: np.ndarray,
     bounds: np.ndarray,

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numba import njit
 
+from replay._jit import kernel
 from replay._malloc import state_array
 from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
 from replay.engine.stream import BatchRange, iter_batch_ranges
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from replay.source import Source
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def count_kernel(keys: np.ndarray, counts: np.ndarray) -> None:
     n = len(keys)
     for i in range(n):
@@ -56,7 +56,7 @@ def count_kernel(keys: np.ndarray, counts: np.ndarray) -> None:
             counts[keys[i]] = c + 1
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def hot_kernel(
     keys: np.ndarray,
     bounds: np.ndarray,

@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
 
+from replay._jit import kernel
 from replay._malloc import state_array
 from replay.engine.stream import BatchRange
 from replay.policies.base import (
@@ -55,7 +55,7 @@ from replay.system.spec import PolicySpec
 _SIZE, _CAP, _NOW = 0, 1, 2
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _sift_up(hf: np.ndarray, ht: np.ndarray, hs: np.ndarray, pos: np.ndarray, i: int) -> None:
     f = hf[i]
     t = ht[i]
@@ -77,7 +77,7 @@ def _sift_up(hf: np.ndarray, ht: np.ndarray, hs: np.ndarray, pos: np.ndarray, i:
     pos[s] = i
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _sift_down(
     hf: np.ndarray, ht: np.ndarray, hs: np.ndarray, pos: np.ndarray, i: int, n: int
 ) -> None:
@@ -110,7 +110,7 @@ def _sift_down(
     pos[s] = i
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def lfu_kernel(
     keys: np.ndarray,
     bounds: np.ndarray,

@@ -16,8 +16,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
 
+from replay._jit import kernel
 from replay._malloc import populate, state_array
 from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
 from replay.engine.stream import BatchRange
@@ -44,7 +44,7 @@ from replay.system.spec import PolicySpec
 _HEAD, _TAIL, _SIZE, _CAP = 0, 1, 2, 3
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def lru_kernel(
     keys: np.ndarray,
     bounds: np.ndarray,

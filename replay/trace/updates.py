@@ -16,7 +16,8 @@ version the tests compare it with.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from replay._jit import kernel
 
 # Tables of up to this many rows find a row's output slot in a dense array; larger ones
 # in an open-addressing hash table sized 2x the lookups of the chunk.
@@ -24,7 +25,7 @@ DENSE_ROWS_LIMIT = 1 << 16
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing multiplier
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _update_sets_kernel(
     batch: np.ndarray,
     table: np.ndarray,

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import njit
+
+from replay._jit import kernel
 
 GAMMA = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64 increment (golden ratio)
 MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -53,7 +54,7 @@ PURPOSE_PERM = 2  # Feistel round keys (per table, per seed; not per batch)
 FEISTEL_ROUNDS = 4
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def mix64(z: np.uint64) -> np.uint64:
     """SplitMix64's output function: a bijective 64-bit mixer."""
     z = (z ^ (z >> S30)) * MIX1
@@ -61,21 +62,21 @@ def mix64(z: np.uint64) -> np.uint64:
     return z ^ (z >> S31)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def stream_key(root: np.uint64, batch: np.int64, table: np.int64, purpose: np.int64) -> np.uint64:
     k = mix64(root + np.uint64(batch) * GAMMA)
     k = mix64(k + np.uint64(table) * TABLE_MULT)
     return mix64(k + np.uint64(purpose) * PURPOSE_MULT)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def uniform(key: np.uint64, counter: np.int64) -> float:
     """The counter-th uniform in [0, 1) of the stream `key` (53 random bits)."""
     # via int64: a signed conversion is one instruction, an unsigned one is not
     return unit(mix64(key + np.uint64(counter + 1) * GAMMA))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def unit(bits: np.uint64) -> float:
     """Random 64 bits (a mix64 output) to a uniform in [0, 1) (their top 53 bits)."""
     # via int64: a signed conversion is one instruction, an unsigned one is not
@@ -85,32 +86,32 @@ def unit(bits: np.uint64) -> float:
 # -- bounded power law: rejection inversion -------------------------------------------
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _helper1(x: float) -> float:  # log1p(x) / x, stable near 0
     if abs(x) > 1e-8:
         return math.log1p(x) / x
     return 1.0 - x * (0.5 - x * (1.0 / 3.0 - 0.25 * x))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _helper2(x: float) -> float:  # expm1(x) / x, stable near 0
     if abs(x) > 1e-8:
         return math.expm1(x) / x
     return 1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + 0.25 * x))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _h(x: float, alpha: float) -> float:
     return math.exp(-alpha * math.log(x))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _h_integral(x: float, alpha: float) -> float:
     log_x = math.log(x)
     return _helper2((1.0 - alpha) * log_x) * log_x
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _h_integral_inverse(x: float, alpha: float) -> float:
     t = x * (1.0 - alpha)
     if t < -1.0:
@@ -118,7 +119,7 @@ def _h_integral_inverse(x: float, alpha: float) -> float:
     return math.exp(_helper1(t) * x)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def zipf_constants(rows: np.int64, alpha: float) -> tuple[float, float, float]:
     """(H(1.5) - 1, H(rows + 0.5), s) of the rejection-inversion sampler."""
     h_x1 = _h_integral(1.5, alpha) - 1.0
@@ -130,13 +131,13 @@ def zipf_constants(rows: np.int64, alpha: float) -> tuple[float, float, float]:
 # -- rank -> row: keyed Feistel permutation with cycle walking -------------------------
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _feistel_round(a: np.uint64, b: np.uint64, key: np.uint64, wa: np.uint64) -> np.uint64:
     # multiply-shift round function: the top wa bits of (b + key) * odd constant
     return a ^ (((b + key) * MIX1) >> (np.uint64(64) - wa))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def feistel_permute(x: np.uint64, bits: np.int64, round_keys: np.ndarray) -> np.uint64:
     """One pass of a 4-round unbalanced Feistel network over [0, 2^bits); a bijection.
 
@@ -154,7 +155,7 @@ def feistel_permute(x: np.uint64, bits: np.int64, round_keys: np.ndarray) -> np.
     return (a << wb) | b
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def permute_index(p: np.int64, rows: np.int64, bits: np.int64, round_keys: np.ndarray) -> np.int64:
     """A keyed bijection of [0, rows) (cycle walking keeps the image inside)."""
     x = feistel_permute(np.uint64(p), bits, round_keys)
@@ -222,7 +223,7 @@ def tail_sum(first: int, last: int, alpha: float) -> float:
     )
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def build_alias(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Vose's alias method: (prob, alias) so that a uniform slot i keeps i with prob[i]."""
     n = len(weights)
@@ -320,7 +321,7 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
     )  # fmt: skip
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _explicit_permutation(
     length: np.int64, rows: np.int64, bits: np.int64, keys: np.ndarray
 ) -> np.ndarray:
@@ -330,7 +331,7 @@ def _explicit_permutation(
     return out
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def draw_rank_scalar(
     key: np.uint64, rows: np.int64, head: np.int64, p_head: float, alias_off: np.int64,
     alpha: float, lo: float, hi: float, s: float,
@@ -367,7 +368,7 @@ def draw_rank_scalar(
         attempt += 1
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def draw_rank(
     key: np.uint64, t: np.int64, ip: np.ndarray, fp: np.ndarray,
     alias_prob: np.ndarray, alias_index: np.ndarray,
@@ -382,7 +383,7 @@ def draw_rank(
 # -- the whole access model of one lookup ---------------------------------------------
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def drift_shift(batch: np.int64, rows: np.int64, drift: float, period: np.int64) -> np.int64:
     if drift == 0.0:
         return 0
@@ -390,7 +391,7 @@ def drift_shift(batch: np.int64, rows: np.int64, drift: float, period: np.int64)
     return np.int64(math.floor(drift * rows * epoch_start)) % rows
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def source_of(
     root: np.uint64, batch: np.int64, t: np.int64, position: np.int64, n_t: np.int64,
     reuse: float, window: np.int64,
@@ -409,7 +410,7 @@ def source_of(
     return b, j
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def generate_lookups(
     root: np.uint64,
     batch_start: np.int64,
@@ -502,7 +503,7 @@ def root_key(seed: int) -> int:
     return int(np.random.SeedSequence(seed).generate_state(1, dtype=np.uint64)[0])
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def sample_ranks(
     root: np.uint64, t: np.int64, n: np.int64, ip: np.ndarray, fp: np.ndarray,
     alias_prob: np.ndarray, alias_index: np.ndarray,

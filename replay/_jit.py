@@ -1,0 +1,61 @@
+"""`kernel`: the tool's numba decorator, `numba.njit(cache=True, nogil=True)` whose cached
+machine code loads without refreshing numba's whole target context.
+
+Before it loads any cached overload, numba (0.59-0.68, `Cache.load_overload`) refreshes its
+CPU target context: it imports ~60 modules of typing and lowering registries (arraymath,
+linalg, random, typed containers, unicode, ...) and installs them, the first time in a
+process. That is 0.09-0.13 s of CPU at the start of every command on the 2-core VM, under
+numba's global compile lock, in front of the first batch (`replay run` on a 2-batch trace:
+user time 0.71 -> 0.62 s, median wall 0.83 -> 0.73 s, 20 interleaved pairs). Loading needs
+none of it. The cached object code refers only to:
+- numba's runtime (NRT), which this loader initialises exactly as the refresh does;
+- numba's C helpers, `Py_None` and the built-in exception objects, installed in LLVM's
+  symbol table when the target context was created;
+- the kernels it calls, which numba links into the cached library.
+(The kernels use no parallel=True, typed containers or string hashing, whose runtime
+symbols come with their registries.) A compilation (a cache miss, a new signature) still
+refreshes the context, in numba's own compile path, so nothing is lost when the cache is
+cold. If numba's private loader methods are not there (a future numba), the decorator
+keeps numba's own cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from numba import njit
+from numba.core.caching import FunctionCache
+from numba.core.runtime import rtsys
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _LoadWithoutRefresh(FunctionCache):
+    """numba's function cache, loading an overload after initialising only the runtime."""
+
+    def load_overload(self, sig: Any, target_context: Any) -> Any:
+        rtsys.initialize(target_context)  # what the skipped refresh does first
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+
+
+LOADS_WITHOUT_REFRESH = all(
+    hasattr(FunctionCache, name) for name in ("_guard_against_spurious_io_errors", "_load_overload")
+)
+
+
+def kernel(fn: F | None = None, *, inline: str = "never") -> Any:
+    """`@kernel` or `@kernel(inline="always")`: a nopython, GIL-free, disk-cached numba
+    function (see the module docstring for how its cache loads)."""
+
+    def wrap(function: F) -> F:
+        dispatcher = njit(cache=True, nogil=True, inline=inline)(function)
+        if LOADS_WITHOUT_REFRESH:
+            dispatcher._cache = _LoadWithoutRefresh(dispatcher.py_func)
+        return dispatcher  # type: ignore[no-any-return]
+
+    return wrap if fn is None else wrap(fn)
+
+
+__all__ = ["LOADS_WITHOUT_REFRESH", "kernel"]
