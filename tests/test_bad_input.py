@@ -411,7 +411,7 @@ CASES: list[Case] = [
          "generate --preset tiny --batches 100000000000000 --out {out}",
          "--batches", "out of range"),
     case("generate-batches-not-an-integer", "generate --preset tiny --batches 1e400 --out {out}",
-         "--batches", "integer"),
+         "--batches", "valid int"),
     case("generate-alpha-nan", "generate --preset tiny --alpha nan --out {out}",
          "--alpha", "finite"),
     case("generate-reuse-above-one", "generate --preset tiny --reuse 1.5 --out {out}",
