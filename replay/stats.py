@@ -120,6 +120,9 @@ _COUNT_WRAP = 255  # lookups one wrap stands for
 _TAG_PERIOD = 254
 _SWEEP_BATCHES = 252  # <= _TAG_PERIOD - 2
 _NO_DISTINCT = np.zeros(0, dtype=np.int64)  # feed() without per-batch distinct counts
+# a constant to the kernels: np.iinfo in a kernel makes numba import numba.np.arraymath
+# (0.07 s) when it loads that kernel from its cache
+_INT64_MAX = int(np.iinfo(np.int64).max)
 _FEED_BLOCK = 1 << 16  # lookups checked and flattened at a time by `Inspector.feed`
 
 
@@ -215,14 +218,24 @@ def _checked_keys(
     return _OK, -1
 
 
-@kernel
 def table_runs(table: np.ndarray, bounds: np.ndarray, first_batch: int) -> np.ndarray:
     """The (batch, table) runs (`_R_*` rows, plus an end row) of lookups already checked
     and flattened: `bounds` are the per-batch offsets of batches first_batch, ... .
 
-    Each batch's changes of table are compared on two shifted slices: a loop that LLVM
-    vectorizes (the count pass: 0.05 ms per million lookups, against 0.9 ms with the
-    batch edge tested inside the loop)."""
+    Two kernels, a count and a fill, with the array allocated here between them: a
+    kernel that allocates (`np.empty`) makes numba import `numba.np.arrayobj` when it
+    loads the kernel from its cache (its code refers to that module's environment), 0.06 s
+    under numba's compile lock in front of a command's first batch."""
+    runs = np.empty((_count_runs(table, bounds) + 1, _R_WIDTH), dtype=np.int64)
+    _fill_runs(table, bounds, first_batch, runs)
+    return runs
+
+
+@kernel
+def _count_runs(table: np.ndarray, bounds: np.ndarray) -> int:
+    """Each batch's changes of table are compared on two shifted slices: a loop that LLVM
+    vectorizes (0.05 ms per million lookups, against 0.9 ms with the batch edge tested
+    inside the loop)."""
     n = 0
     for b in range(len(bounds) - 1):
         lo = bounds[b]
@@ -234,7 +247,11 @@ def table_runs(table: np.ndarray, bounds: np.ndarray, first_batch: int) -> np.nd
             for i in range(len(after)):
                 changes += np.int64(after[i] != before[i])
             n += 1 + changes
-    runs = np.empty((n + 1, _R_WIDTH), dtype=np.int64)
+    return n
+
+
+@kernel
+def _fill_runs(table: np.ndarray, bounds: np.ndarray, first_batch: int, runs: np.ndarray) -> None:
     n = 0
     for b in range(len(bounds) - 1):
         lo = bounds[b]
@@ -254,7 +271,6 @@ def table_runs(table: np.ndarray, bounds: np.ndarray, first_batch: int) -> np.nd
                 runs[n, _R_BATCH] = first_batch + b
                 n += 1
     runs[n, _R_START] = bounds[-1]
-    return runs
 
 
 @kernel
@@ -273,6 +289,7 @@ def _inspect_runs(
     wraps: np.ndarray,
     batch_distinct: np.ndarray,
     first_batch: int,
+    counters: np.ndarray,
 ) -> int:
     """Fold a chunk of checked lookups into the state: `keys` are their flat rows and
     `runs` their (batch, table) runs in trace order (`_checked_keys`, `table_runs`).
@@ -293,13 +310,14 @@ def _inspect_runs(
     prefetches each row's state 16 lookups ahead. Taking flat keys and precomputed runs
     rather than the (batch, table, row) columns spares the run scan and the row checks
     here: `replay run` gets both from its reader, which makes the keys anyway.
-    The per-table counters of the current batch live in small local arrays and go back
-    to `ti` at each batch end and at the end of the chunk (a batch may span chunks).
+    The per-table counters of the current batch live in the rows of the caller's scratch
+    `counters` (4 x num_tables int64; allocated by the caller, see `table_runs`) and go
+    back to `ti` at each batch end and at the end of the chunk (a batch may span chunks).
     """
-    look = np.empty(num_tables, dtype=np.int64)
-    dist = np.empty(num_tables, dtype=np.int64)
-    reuse = np.empty(num_tables, dtype=np.int64)
-    new = np.empty(num_tables, dtype=np.int64)
+    look = counters[0]
+    dist = counters[1]
+    reuse = counters[2]
+    new = counters[3]
     for t in range(num_tables):
         look[t] = ti[t, _T_LOOK_CUR]
         dist[t] = ti[t, _T_DIST_CUR]
@@ -385,7 +403,7 @@ def _finish_kernel(
 ) -> None:
     if gi[_G_CUR] >= 0:
         _flush_batch(gi[_G_CUR], ti, tf, gi, gf)
-    _fill_curve(np.iinfo(np.int64).max, gi, curve_x, curve_val)
+    _fill_curve(_INT64_MAX, gi, curve_x, curve_val)
 
 
 def curve_batches(num_batches: int, points: int = DEFAULT_CURVE_POINTS) -> np.ndarray:
@@ -398,11 +416,12 @@ def curve_batches(num_batches: int, points: int = DEFAULT_CURVE_POINTS) -> np.nd
 
 
 @kernel
-def _count_histograms(state: np.ndarray, bounds: np.ndarray, hist: np.ndarray) -> None:
+def _count_histograms(
+    state: np.ndarray, bounds: np.ndarray, hist: np.ndarray, part: np.ndarray
+) -> None:
     """hist[t, c] += rows of table t (flat rows bounds[t]..bounds[t+1]) whose state word
-    holds count c. Four interleaved histograms: the rows never looked up (most of them)
-    would otherwise chain every increment on one counter."""
-    part = np.zeros((4, 256), dtype=np.int64)
+    holds count c. Four interleaved histograms (`part`, 4 x 256 int64 scratch): the rows
+    never looked up (most of them) would otherwise chain every increment on one counter."""
     for t in range(len(bounds) - 1):
         part[:] = 0
         for i in range(bounds[t], bounds[t + 1]):
@@ -467,6 +486,7 @@ class Inspector:
         total = int(rows.sum())
         self.state = state_array(total, np.uint16)
         self.ti = np.zeros((len(rows), _TI_WIDTH), dtype=np.int64)
+        self._counters = np.empty((4, len(rows)), dtype=np.int64)  # `_inspect_runs` scratch
         self.tf = np.zeros((len(rows), 2), dtype=np.float64)
         self.gi = np.zeros(_GI_WIDTH, dtype=np.int64)
         self.gi[_G_CUR] = -1
@@ -548,6 +568,7 @@ class Inspector:
             wraps,
             _NO_DISTINCT if batch_distinct is None else batch_distinct,
             first_batch,
+            self._counters,
         )
         if self.gi[_G_WRAPS]:
             self.wraps.append(wraps[: self.gi[_G_WRAPS]].copy())
@@ -582,7 +603,7 @@ class Inspector:
         tables = len(self.rows)
         bounds = np.append(self.offsets, self.offsets[-1] + self.rows[-1])
         hist = np.zeros((tables, 256), dtype=np.int64)
-        _count_histograms(self.state, bounds, hist)
+        _count_histograms(self.state, bounds, hist, np.zeros((4, 256), dtype=np.int64))
         flat = np.concatenate(self.wraps) if self.wraps else np.empty(0, dtype=np.int64)
         rows, wrap_counts = np.unique(flat, return_counts=True)
         low = (self.state[rows] & _COUNT_MASK).astype(np.int64)
@@ -605,7 +626,8 @@ class Inspector:
         scratch = (self.ti, self.tf, self.gi, self.gf, self.curve_x, self.curve_val)
         _finish_kernel(*(a.copy() for a in scratch))
         no_tables = np.zeros(1, dtype=np.int64)
-        _count_histograms(self.state[:0], no_tables, np.zeros((0, 256), dtype=np.int64))
+        part = np.zeros((4, 256), dtype=np.int64)
+        _count_histograms(self.state[:0], no_tables, np.zeros((0, 256), dtype=np.int64), part)
 
     def result(self) -> dict[str, Any]:
         if self.done:
