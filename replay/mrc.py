@@ -937,9 +937,10 @@ def _lookup_columns(trace: Trace) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         except (OSError, pa.ArrowException) as exc:
             detail = " ".join(str(exc).split())  # pyarrow's message may span lines
             raise TraceError(f"{member}: unreadable row group {index} ({detail})") from None
-        if table.column("table").null_count or table.column("row").null_count:
+        tables, rows = table.column("table"), table.column("row")
+        if tables.null_count or rows.null_count:
             raise TraceError(f"{member}: row group {index} holds null values")
-        yield to_numpy(table.column("table")), to_numpy(table.column("row"))
+        yield to_numpy(tables), to_numpy(rows)
 
 
 def _checked_keys(trace: Trace, offsets: np.ndarray, rows: np.ndarray) -> Iterator[np.ndarray]:

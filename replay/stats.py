@@ -277,7 +277,6 @@ def _fill_runs(table: np.ndarray, bounds: np.ndarray, first_batch: int, runs: np
 def _inspect_runs(
     keys: np.ndarray,
     runs: np.ndarray,
-    nruns: int,
     num_tables: int,
     state: np.ndarray,
     ti: np.ndarray,
@@ -326,7 +325,7 @@ def _inspect_runs(
     cur = gi[_G_CUR]
     nwraps = 0
     code = _OK
-    for q in range(nruns):
+    for q in range(len(runs) - 1):  # the last row only ends the last run
         b = runs[q, _R_BATCH]
         if b != cur:
             if cur >= 0:
@@ -532,13 +531,12 @@ class Inspector:
             first = int(batch[lo])
             bounds = batch_bounds(batch[lo:hi], first, int(batch[hi - 1]) + 1)
             runs = table_runs(table[lo:hi], bounds, first)
-            self.feed_runs(self._keys[: hi - lo], runs, len(runs) - 1, batch_distinct, first_batch)
+            self.feed_runs(self._keys[: hi - lo], runs, batch_distinct, first_batch)
 
     def feed_runs(
         self,
         keys: np.ndarray,
         runs: np.ndarray,
-        nruns: int,
         batch_distinct: np.ndarray | None = None,
         first_batch: int = 0,
     ) -> None:
@@ -556,7 +554,6 @@ class Inspector:
         code = _inspect_runs(
             keys,
             runs,
-            nruns,
             len(self.rows),
             self.state,
             self.ti,

@@ -200,6 +200,6 @@ def test_a_warm_run_loads_its_kernels_without_refreshing_numbas_context(tmp_path
             )
             assert done.returncode == 0, done.stderr
             counts.append(int(done.stderr.split("refreshes")[-1]))
-        summaries.append((out / "summary.json").read_text().replace(attempt, ""))
+        summaries.append((out / "summary.json").read_text())  # no paths in it
     assert counts[2:] == [0, 0], counts
     assert summaries[0] == summaries[1]

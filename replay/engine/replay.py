@@ -181,7 +181,6 @@ def replay_trace(
                     inspector.feed_runs,
                     br.keys,
                     br.runs,
-                    len(br.runs) - 1,
                     distinct[window],
                     br.batch_start,
                 )
