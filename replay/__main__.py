@@ -1,3 +1,3 @@
-from replay.cli import console_main
+from replay._console import main
 
-console_main()
+main()

@@ -28,3 +28,12 @@ class InputError(ReplayError):
 
 class OutputError(ReplayError):
     """An output path cannot be written, or already holds something."""
+
+
+class Interrupted(ReplayError):
+    """Ctrl-C or SIGTERM stopped a command that keeps its finished work for `--resume`
+    (`replay generate`); the message says what was kept and how to finish. The CLI prints
+    `replay: interrupted: MESSAGE` and exits with 130 (143 for SIGTERM), like any other
+    interrupt (`replay._signals`)."""
+
+    exit_code = 130

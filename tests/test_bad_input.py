@@ -256,6 +256,27 @@ def _foreign_out(tmp: Path, s: Shared) -> None:
     (tmp / "out" / "summary.json").write_text('{"mine": true}\n')
 
 
+def _trace_with_user_files(tmp: Path, s: Shared) -> None:
+    """A whole trace at {out} that also holds the user's own files (issue 31, item 1)."""
+    out = _copy(s.trace, tmp / "out")
+    (out / "NOTES.md").write_text("my notes\n")
+    (out / "mine").mkdir()
+    (out / "mine" / "data.csv").write_text("1,2,3\n")
+
+
+def _fake_trace(tmp: Path, s: Shared) -> None:
+    """A folder that only looks like a trace: a manifest of `{}` and a lookups folder."""
+    (tmp / "out" / "lookups").mkdir(parents=True)
+    (tmp / "out" / "manifest.json").write_text("{}\n")
+    (tmp / "out" / "lookups" / "part-00000.parquet").write_bytes(b"mine, not a trace part")
+
+
+def _trace_with_stray_part(tmp: Path, s: Shared) -> None:
+    """A whole trace at {out} with a file in lookups/ that its manifest does not list."""
+    out = _copy(s.trace, tmp / "out")
+    (out / "lookups" / "stray.txt").write_text("not listed in the manifest\n")
+
+
 def _leftover_partial(tmp: Path, s: Shared) -> None:
     (tmp / ".out.partial").mkdir()
     (tmp / ".out.partial" / "junk.bin").write_bytes(b"half of something")
@@ -385,6 +406,7 @@ OUT_EXISTS = ("{out}", "not a folder")
 BELOW_FILE = ("{tmp}/file.txt", ("not a folder", "is a file"))
 NOT_EMPTY = ("{out}", "--force")
 FOREIGN = ("{out}", "other files")
+INPUT = ("{out}", "an input of this command")
 LEFTOVER = (".out.partial", "--force")
 CHECKSUM = ("{bad}/" + LOOKUPS_PART, "checksum")
 EMPTY = ("{bad}", ("empty", "no lookups", "no batches", "0 lookups", "0 batches"))
@@ -444,6 +466,12 @@ CASES: list[Case] = [
     case("generate-out-not-empty", f"{GEN} --out {{out}}", *NOT_EMPTY, setup=_foreign_out),
     case("generate-force-over-foreign", f"{GEN} --force --out {{out}}", *FOREIGN,
          setup=_foreign_out),
+    case("generate-force-over-trace-with-user-files", f"{GEN} --force --out {{out}}",
+         *FOREIGN, setup=_trace_with_user_files),
+    case("generate-force-over-fake-trace", f"{GEN} --force --out {{out}}", *FOREIGN,
+         setup=_fake_trace),
+    case("generate-force-over-trace-with-stray-part", f"{GEN} --force --out {{out}}",
+         *FOREIGN, setup=_trace_with_stray_part),
     case("generate-leftover-partial", f"{GEN} --out {{out}}", *LEFTOVER,
          setup=_leftover_partial),
     case("generate-resume-other-plan", f"{GEN} --resume --out {{out}}", "{out}", "--resume",
@@ -473,6 +501,11 @@ CASES: list[Case] = [
          setup=_out_is_file),
     case("ingest-out-not-empty", "ingest {tsv} --dictionary --out {out}", *NOT_EMPTY,
          setup=_foreign_out),
+    case("ingest-force-over-trace-with-user-files",
+         "ingest {tsv} --dictionary --force --out {out}", *FOREIGN,
+         setup=_trace_with_user_files),
+    case("ingest-force-over-fake-trace", "ingest {tsv} --dictionary --force --out {out}",
+         *FOREIGN, setup=_fake_trace),
     case("ingest-leftover-partial", "ingest {tsv} --dictionary --out {out}", *LEFTOVER,
          setup=_leftover_partial, absent=NO_RESUME),
     # -- inspect ---------------------------------------------------------------------------
@@ -715,7 +748,7 @@ CASES: list[Case] = [
     case("report-out-not-empty", "report {run} --out {out}", *NOT_EMPTY, setup=_foreign_out),
     case("report-force-over-foreign", "report {run} --force --out {out}", *FOREIGN,
          setup=_foreign_out),
-    case("report-force-over-its-input", "report {out} --force --out {out}", *FOREIGN,
+    case("report-force-over-its-input", "report {out} --force --out {out}", *INPUT,
          setup=_previous("run")),
     case("report-leftover-partial", "report {run} --out {out}", *LEFTOVER,
          setup=_leftover_partial, absent=NO_RESUME),
@@ -731,6 +764,16 @@ CASES: list[Case] = [
          setup=_foreign_out),
     case("fit-out-below-file", "fit {trace} --out {out}", *BELOW_FILE,
          setup=_below_file, out="{tmp}/file.txt/out"),
+    case("fit-out-over-its-trace-manifest", "fit {bad} --force --out {bad}/manifest.json",
+         "{bad}/manifest.json", "input", setup=_trace_copy(lambda t: None)),
+    # a failing command leaves nothing new: the figure cannot be written (no file can be
+    # made in /proc), so the spec, written first to a temporary name, is not kept either
+    case("fit-check-figure-unwritable",
+         "fit {trace} --check --figure /proc/replay-check.png --out {out}",
+         "/proc", "cannot write"),
+    case("fit-check-spec-unwritable",
+         "fit {trace} --check --figure {tmp}/check.png --out /proc/replay-spec.toml",
+         "/proc", "cannot write"),
     case("fit-part-changed-valid-parquet", "fit {bad} --out {out}", *CHECKSUM,
          setup=_trace_copy(_part_changed)),
     case("fit-row-out-of-range", "fit {bad} --out {out}", "{bad}", "out of range",
@@ -873,3 +916,102 @@ def test_bad_input(
     after = _snapshot(tmp, shared.base)
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     assert not changed, f"written, changed or removed: {changed[:10]}\n{shown}"
+
+
+# -- outputs never overlap inputs (issue 31, item 2) ---------------------------------------
+#
+# For every command with --out and --force, --out pointed at each of its inputs, inside
+# one, or at the folder holding one is refused and changes nothing; so is --out at a
+# folder of unrelated files. All inputs are copies in the case's folder, so the snapshot
+# sees any byte the command would change.
+
+OVERLAP_SPEC = WORKLOAD_HEAD + WORKLOAD_TABLE
+OVERLAP_SYSTEM = 'name = "mine"\nextends = "hbm-lru"\n'
+# command -> (argv; the inputs it names, each a placeholder of the argv)
+OVERLAP_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "generate": ("generate --spec {spec} --force --out {out}", ("spec",)),
+    "ingest": ("ingest {tsv} --dictionary --force --out {out}", ("tsv",)),
+    "run": ("run {trace} --system {system} --force --out {out}", ("trace", "system")),
+    "run-workload": ("run --workload {spec} --system hbm-lru --force --out {out}", ("spec",)),
+    "mrc": ("mrc {trace} --force --out {out}", ("trace",)),
+    "compare": (
+        "compare {trace} --systems dram,{system} --workers 1 --force --out {out}",
+        ("trace", "system"),
+    ),
+    "sweep": (
+        "sweep {trace} --system {system} --grid policy.capacity_rows=100,1000 --workers 1 "
+        "--force --out {out}",
+        ("trace", "system"),
+    ),
+    "report": ("report {run} --force --out {out}", ("run",)),
+    "fit": ("fit {trace} --force --out {out}", ("trace",)),
+}
+RELATIONS = {
+    "is": lambda path: path,
+    "inside": lambda path: path / "sub" / "out",
+    "holding": lambda path: path.parent,
+}
+
+
+def _overlap_inputs(tmp: Path, s: Shared) -> dict[str, Path]:
+    """Each input in a folder of its own below {tmp}/in (so `holding` is its folder)."""
+    found = {
+        "trace": _copy(s.trace, tmp / "in-trace" / "trace"),
+        "run": _copy(s.run, tmp / "in-run" / "run"),
+        "tsv": tmp / "in-tsv" / "day.tsv",
+        "spec": tmp / "in-spec" / "w.toml",
+        "system": tmp / "in-system" / "mine.toml",
+    }
+    for key, text in (("tsv", CRITEO_TEXT), ("spec", OVERLAP_SPEC), ("system", OVERLAP_SYSTEM)):
+        found[key].parent.mkdir()
+        found[key].write_text(text)
+    return found
+
+
+def _overlap_cases() -> list[tuple[str, str, str]]:
+    return [
+        (command, given, relation)
+        for command, (_, inputs) in OVERLAP_COMMANDS.items()
+        for given in inputs
+        for relation in RELATIONS
+    ]
+
+
+@pytest.mark.parametrize(("command", "given", "relation"), _overlap_cases(), ids=lambda v: str(v))
+def test_out_never_overlaps_an_input(
+    command: str,
+    given: str,
+    relation: str,
+    shared: Shared,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    argv, _ = OVERLAP_COMMANDS[command]
+
+    def setup(tmp: Path, s: Shared) -> dict[str, Path]:
+        found = _overlap_inputs(tmp, s)
+        return {**found, "out": RELATIONS[relation](found[given])}
+
+    c = case(f"{command}-{given}-{relation}", argv, "an input of this command", setup=setup)
+    test_bad_input(c, shared, tmp_path, capsys, monkeypatch)  # setup moves {out}
+
+
+@pytest.mark.parametrize("command", list(OVERLAP_COMMANDS))
+def test_force_never_replaces_unrelated_files(
+    command: str,
+    shared: Shared,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    argv, _ = OVERLAP_COMMANDS[command]
+
+    def setup(tmp: Path, s: Shared) -> dict[str, Path]:
+        found = _overlap_inputs(tmp, s)
+        _trace_with_user_files(tmp, s)  # {tmp}/out: a trace plus NOTES.md and mine/
+        return found
+
+    # fit writes a file: a folder at --out is refused as a folder
+    c = case(f"{command}-foreign", argv, "{out}", ("other files", "is a folder"), setup=setup)
+    test_bad_input(c, shared, tmp_path, capsys, monkeypatch)

@@ -2,9 +2,11 @@
 
 `main()` is the console script. It turns every `ReplayError` (bad input) into one line
 on stderr and exit code 2; usage errors from the parser, and errors the operating system
-raises (disk full, a name too long), also exit with 2. `main` imports only the module of
-the sub-command it runs (`load_commands`); call `load_commands()` before using `app`
-directly.
+raises (disk full, a name too long), also exit with 2. Before the command runs, its
+outputs are checked against its inputs (`replay.cli._outputs`: nothing writes over what
+it reads). Ctrl-C and SIGTERM end a command with one line and exit code 130 or 143
+(`replay._signals`). `main` imports only the module of the sub-command it runs
+(`load_commands`); call `load_commands()` before using `app` directly.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ import threading  # noqa: E402
 import typer  # noqa: E402
 from typer.exceptions import TyperException  # noqa: E402
 
+from replay import _signals  # noqa: E402
 from replay._malloc import retain_freed_memory  # noqa: E402
+from replay.cli._outputs import check_outputs  # noqa: E402
 from replay.cli.app import app  # noqa: E402
-from replay.errors import ReplayError  # noqa: E402
+from replay.errors import Interrupted, ReplayError  # noqa: E402
 
 COMMANDS = (
     "bench",
@@ -92,11 +96,17 @@ def _register(command: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     retain_freed_memory()
+    _signals.reset()
     if argv is None:
         argv = sys.argv[1:]
-    load_commands(argv)
     try:
-        app(args=argv, prog_name="replay", standalone_mode=False)
+        load_commands(argv)
+        check_outputs(argv)
+        # typer returns the exit code of a `typer.Exit` (and turns KeyboardInterrupt
+        # into Exit(130)) instead of raising it when not in standalone mode
+        code = app(args=argv, prog_name="replay", standalone_mode=False)
+    except Interrupted as exc:
+        return _interrupted(str(exc))
     except ReplayError as exc:
         print(f"replay: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -116,13 +126,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"replay: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except (typer.Abort, KeyboardInterrupt):
-        print("replay: interrupted", file=sys.stderr)
-        return 130
-    return 0
+        return _interrupted()
+    if code == 130 or _signals.received() is not None:
+        return _interrupted()
+    return code if isinstance(code, int) else 0
+
+
+def _interrupted(detail: str = "") -> int:
+    print(_signals.message() + (f": {detail}" if detail else ""), file=sys.stderr)
+    return _signals.exit_code()
 
 
 def console_main() -> None:
-    """The `replay` console script (and `python -m replay`): `main()`, then a quick exit.
+    """The work of the `replay` console script (`replay._console.main`, which installs
+    the interrupt handlers first): `main()`, then a quick exit.
 
     Python's own shutdown tears down every module (numba, llvmlite, pyarrow, typer): 0.3 s
     after each command on the 2-core VM (measured: 2.47 s to the end of `main` and 2.83 s
@@ -140,10 +157,14 @@ def console_main() -> None:
     # 43-97 ms when the thresholds were raised only here, after the imports of this
     # module (gc callbacks, 2-core VM).
     gc.set_threshold(10 * GC_THRESHOLDS[0], *GC_THRESHOLDS[1:])
-    load_commands(sys.argv[1:])
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-    code = main()
+    try:
+        load_commands(sys.argv[1:])
+    except KeyboardInterrupt:
+        code = _interrupted()
+    else:
+        gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
+        code = main()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe (`... | head`)
             stream.flush()

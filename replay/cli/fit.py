@@ -2,13 +2,16 @@
 `replay.fit`), so `replay generate --spec SPEC.toml` makes synthetic traces that look like
 it at any length.
 
-The spec (with the fit's diagnostics as comments) and the `--check` figure are each
-written under a temporary name beside the target and renamed when complete.
+The spec (with the fit's diagnostics as comments) and the `--check` figure are written
+under temporary names beside their targets and renamed only when both are complete: a
+command that fails leaves neither (nor the folders it made for them).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +22,6 @@ import typer
 from replay.cli.app import app, shown
 from replay.cli.source import VerifyOption
 from replay.errors import ConfigError, OutputError
-from replay.results import _whole
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -101,12 +103,14 @@ def fit_command(
         opened.verify()
     result = fit_trace(opened, rows_mode=rows, max_lookups=max_lookups, seed=seed)
     checked = check_fit(opened, result) if check else None
-    if out is not None:
-        text = spec_with_diagnostics(result, __version__)
-        _write_whole(out, lambda p: p.write_text(text))
+    writes: list[tuple[Path, Callable[[Path], None]]] = []
     if figure is not None and checked is not None:
         drawn = _figure(checked, str(trace))
-        _write_whole(figure, lambda p: save(drawn, p))
+        writes.append((figure, lambda p: save(drawn, p)))
+    if out is not None:
+        text = spec_with_diagnostics(result, __version__)
+        writes.append((out, lambda p: p.write_text(text)))
+    _write_all(writes)
     if json_output:
         document: dict[str, Any] = result.to_dict()
         document["checksums_verified"] = verify
@@ -130,14 +134,50 @@ def _check_target(path: Path, force: bool) -> None:
         raise OutputError(f"{path}: is a folder, not a file")
     if path.exists() and not force:
         raise OutputError(f"{path}: already exists (use --force to replace it)")
-    parent = path.parent
-    if parent.exists() and not parent.is_dir():
-        raise OutputError(f"{parent}: is a file, not a folder")
+    probe = path.parent
+    while not (probe.exists() or probe.is_symlink()):
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OutputError(f"{path}: cannot write there ({probe} is a file, not a folder)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(f"{path}: cannot write there (permission denied)")
 
 
-def _write_whole(path: Path, write: Callable[[Path], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _whole(path, write)  # a temporary name beside it, renamed when complete
+def _write_all(writes: list[tuple[Path, Callable[[Path], None]]]) -> None:
+    """Write every file under a temporary name beside it, then rename them all: a command
+    that fails part-way (the figure's folder is read-only, the disk is full) leaves
+    neither file, nor the temporary names, nor the folders it made for them."""
+    made: list[Path] = []  # folders this call created, outermost first
+    tmps: list[Path] = []
+    try:
+        for path, write in writes:
+            made.extend(_make_parents(path.parent))
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmps.append(tmp)
+            write(tmp)
+        for (path, _), tmp in zip(writes, tmps, strict=True):
+            tmp.replace(path)
+    except BaseException as exc:
+        for tmp in tmps:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        if isinstance(exc, OSError):
+            where = exc.filename or (tmps[-1] if tmps else "")
+            raise OutputError(f"{where}: cannot write ({exc.strerror or exc})") from None
+        raise
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    missing: list[Path] = []
+    while not (folder.exists() or folder.is_symlink()):
+        missing.append(folder)
+        folder = folder.parent
+    for each in reversed(missing):
+        each.mkdir()
+    return list(reversed(missing))
 
 
 def _figure(checked: dict[str, Any], trace: str) -> Figure:

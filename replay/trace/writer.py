@@ -56,8 +56,39 @@ def partial_path(out: Path) -> Path:
 
 
 def _is_replaceable(out: Path) -> bool:
-    """A folder --force may replace: empty, or a replay trace or result."""
-    return not any(out.iterdir()) or (out / MANIFEST_NAME).exists()
+    """A folder --force may replace: empty, or a replay trace and nothing else.
+
+    A trace is `manifest.json` (a JSON object with `format_version` and `files`), and
+    `lookups/` and `updates/` holding only the part files the manifest lists. A folder
+    that merely looks like one (a `{}` manifest, a stray file in `lookups/`, the user's
+    `NOTES.md` beside the parts) is not replaced: --force must never delete what replay
+    did not write.
+    """
+    entries = {e.name: e for e in out.iterdir()}
+    if not entries:
+        return True
+    if MANIFEST_NAME not in entries or not set(entries) <= {MANIFEST_NAME, *KINDS}:
+        return False
+    try:
+        manifest = json.loads(entries[MANIFEST_NAME].read_text())
+        listed = {str(entry["path"]) for kind in KINDS for entry in manifest["files"].get(kind, [])}
+        valid = isinstance(manifest, dict) and isinstance(manifest["format_version"], int)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return False
+    if not valid:
+        return False
+    for kind in KINDS:
+        folder = entries.get(kind)
+        if folder is None:
+            continue
+        if folder.is_symlink() or not folder.is_dir():
+            return False
+        for member in folder.iterdir():
+            if member.is_symlink() or not member.is_file():
+                return False
+            if f"{kind}/{member.name}" not in listed:
+                return False
+    return True
 
 
 def write_parts(

@@ -1,0 +1,27 @@
+"""The `replay` console script (and `python -m replay`).
+
+It installs the interrupt handlers (`replay._signals`) before anything heavy is imported:
+an interrupt while numpy, typer, pyarrow or numba load (the first fraction of a second
+of every command) then ends the command with one line and 130/143, like one during its
+work, never with a `KeyboardInterrupt` traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from replay import _signals
+
+
+def main() -> None:
+    _signals.install()
+    try:
+        from replay.cli import console_main
+    except KeyboardInterrupt:
+        print(_signals.message(), file=sys.stderr)
+        os._exit(_signals.exit_code())
+    console_main()
+
+
+__all__ = ["main"]
