@@ -28,6 +28,15 @@ from typing import Any, Literal
 
 import numpy as np
 
+from replay._memory import (
+    INSPECT_BYTES_PER_ROW,
+    Estimate,
+    RunState,
+    check_fits,
+    check_row_space,
+    row_space,
+    run_estimate,
+)
 from replay.engine.replay import RunResult, replay_trace, workload_shape
 from replay.errors import ConfigError
 from replay.policies import POLICIES
@@ -43,6 +52,7 @@ from replay.system.spec import (
     resolve_system_with_origin,
     system_from_dict,
 )
+from replay.workload.generator import MAX_WORKERS, check_workers
 from replay.workload.spec import WorkloadSpec
 
 COMPARE_FILES = frozenset({"comparison.parquet", "compare.json"})
@@ -103,10 +113,7 @@ class SweepPoint:
 # -- resolving ------------------------------------------------------------------------
 
 
-def check_workers(workers: int) -> int:
-    if workers < 1:
-        raise ConfigError(f"--workers must be at least 1, got {workers}")
-    return workers
+# processes at once, each with its own row state: `replay.workload.generator`'s bound
 
 
 def check_folder_name(name: str, what: str) -> str:
@@ -220,11 +227,15 @@ def point_folder(index: int, width: int, labels: dict[str, str]) -> str:
 
 
 def resolve_sweep(
-    system: str, grid: dict[str, list[tuple[str, Any]]], overrides: Sequence[str]
+    system: str,
+    grid: dict[str, list[tuple[str, Any]]],
+    overrides: Sequence[str],
+    on_point: Callable[[int, int], None] | None = None,
 ) -> list[SweepPoint]:
     """Every point of the cross product of `grid` (the last key varies fastest), resolved.
 
     A key or value the spec rejects is a ConfigError before anything runs.
+    on_point(points resolved, points) after each (about 1 ms each).
     """
     for item in overrides:
         key = item.partition("=")[0].strip()
@@ -234,33 +245,63 @@ def resolve_sweep(
     sets = list(overrides)
     base = apply_overrides(data, sets)
     keys = list(grid)
-    combos = list(itertools.product(*(grid[key] for key in keys)))
+    total = grid_size(grid)
+    base_error: ConfigError | None = None
     try:
         system_from_dict(base, where=f"{origin} with --set" if sets else origin)
-    except ConfigError:
+    except ConfigError as exc:
         # the grid may supply what --set alone leaves invalid (a strategy's interval):
         # then every point must validate, below; otherwise this is the error to show
-        if not all(_point_valid(base, keys, combo) for combo in combos):
-            raise
-    width = len(str(len(combos) - 1))
+        base_error = exc
+    width = len(str(total - 1))
     points = []
-    for index, combo in enumerate(combos):
+    # one validation per point, in order (the product is walked, never listed whole)
+    for index, combo in enumerate(itertools.product(*(grid[key] for key in keys))):
         point_sets = [f"{key}={text}" for key, (text, _) in zip(keys, combo, strict=True)]
-        spec = system_from_dict(apply_overrides(base, point_sets), where=f"{origin} with --grid")
+        try:
+            spec = system_from_dict(
+                apply_overrides(base, point_sets), where=f"{origin} with --grid"
+            )
+        except ConfigError:
+            if base_error is not None:
+                raise base_error from None
+            raise
         labels = {key: value_label(value) for key, (_, value) in zip(keys, combo, strict=True)}
         values = {key: value for key, (_, value) in zip(keys, combo, strict=True)}
         job = RunJob(point_folder(index, width, labels), spec, origin, (*sets, *point_sets))
         points.append(SweepPoint(index, values, labels, job))
+        if on_point is not None:
+            on_point(index + 1, total)
     return points
 
 
-def _point_valid(base: dict[str, Any], keys: list[str], combo: tuple[Any, ...]) -> bool:
-    point_sets = [f"{key}={text}" for key, (text, _) in zip(keys, combo, strict=True)]
+def grid_size(grid: dict[str, list[tuple[str, Any]]] | Sequence[str]) -> int:
+    """Points of the cross product: of a parsed grid, or of raw `key=v1,v2` items (their
+    values counted, not parsed, so that an absurd grid is refused at once)."""
+    if isinstance(grid, dict):
+        return math.prod(len(values) for values in grid.values())
+    return math.prod(_count_values(item) for item in grid)
+
+
+def _count_values(item: str) -> int:
     try:
-        system_from_dict(apply_overrides(base, point_sets), where="")
-    except ConfigError:
-        return False
-    return True
+        return len(split_list(item.partition("=")[2], "--grid"))
+    except ConfigError:  # `parse_grid` says what is wrong with it
+        return 1
+
+
+def check_grid_size(items: Sequence[str], max_runs: int) -> int:
+    """The number of runs of raw --grid items; ConfigError above `max_runs`."""
+    if max_runs < 1:
+        raise ConfigError(f"--max-runs must be at least 1, got {max_runs}")
+    total = grid_size(items)
+    if total > max_runs:
+        shape = " x ".join(f"{_count_values(item):,}" for item in items)
+        raise ConfigError(
+            f"--grid: {total:,} runs ({shape} values) is more than the limit of "
+            f"{max_runs:,} runs; give --max-runs {total} to run them all"
+        )
+    return total
 
 
 def preflight(ref: SourceRef | Path, jobs: Sequence[RunJob]) -> Source:
@@ -276,6 +317,91 @@ def preflight(ref: SourceRef | Path, jobs: Sequence[RunJob]) -> Source:
             state = BYTES_PER_VALUE * dim + optimizer_bytes_per_row(spec.model.optimizer, dim)
             capacity_units(spec, cls.unit_rows(spec.policy), state)
     return opened
+
+
+# Bytes per cache slot that each policy allocates beside its per-key map (the policies'
+# constructors): lru slot_key 8 + prev 4 + next 4 + dirty 1; lfu slot_key, frequency,
+# time 8 each + heap slot and position 4 each + dirty 1; belady slot_key 8 + heap
+# priority 8 + heap slot and position 4 each + dirty 1; chunk heap priority and slot 8 each
+_SLOT_BYTES = {"lru": 17, "lfu": 33, "belady": 25, "chunk": 16}
+# hot's selection of the hottest rows: per looked-up row, its flat id (8), its count and
+# the partition's copy (4 + 4), two masks (2) and the selected ids (8), rounded up
+_HOT_SELECT_BYTES = 32
+# chunk, per chunk: position 4 + dirty 1 + stamp 4, and 8 for the next use while prepared
+_CHUNK_BYTES = 17
+
+
+def run_state(
+    source: Source, system: SystemSpec, *, inspect: bool = False, threads: int = 1
+) -> RunState:
+    """What `replay_trace(source, system, inspect=inspect)` allocates per key, per cache
+    slot and per lookup, from the classes that allocate it (`replay._memory`'s input).
+    `threads`: the generating threads of an on-the-fly workload (a distinct-row bitmap
+    each). ConfigError where the system does not fit the source (as a run would say)."""
+    from replay.checkpoint import STRATEGIES
+    from replay.workload.onthefly import GeneratedTrace
+
+    shape = workload_shape(source, system)
+    cls = POLICIES[system.policy.name]
+    dim = shape.embedding_dim
+    state = BYTES_PER_VALUE * dim + optimizer_bytes_per_row(system.model.optimizer, dim)
+    unit_rows = cls.unit_rows(system.policy)
+    capacity = capacity_units(system, unit_rows, state) if cls.cached else 0
+    total = row_space(source.table_rows)
+    lookups = int(source.num_lookups)
+    parts: list[tuple[str, float]] = [(f"policy {cls.name}", float(cls.state_bytes_per_key))]
+    strategy = STRATEGIES[system.checkpoint.strategy]
+    if strategy.state_bytes_per_key:
+        parts.append((f"checkpoint {system.checkpoint.strategy}", strategy.state_bytes_per_key))
+    generated = isinstance(source, GeneratedTrace)
+    if inspect and not generated:
+        parts.append(("statistics", INSPECT_BYTES_PER_ROW))  # instead of the bitmap
+    else:
+        parts.append(("distinct-row bitmaps" if threads > 1 and generated
+                      else "distinct-row bitmap", (threads if generated else 1) / 8))  # fmt: skip
+        if inspect:  # a second generation pass, beside the run's state
+            parts.append(("statistics", INSPECT_BYTES_PER_ROW))
+    p = system.policy
+    home = system.tier(p.tier if p.name == "static" else p.backing_tier)
+    if home.write_to_read_ns > 0 and not system.lookup.relaxed:
+        parts.append(("read-after-write bitmap", 1 / 8))
+    slots, per_slot, per_lookup = 0, 0.0, 0.0
+    if cls.name in _SLOT_BYTES:
+        slots, per_slot = min(capacity, -(-total // unit_rows)), _SLOT_BYTES[cls.name]
+    if cls.name == "hot":
+        slots, per_slot = min(total, lookups), _HOT_SELECT_BYTES
+    if cls.name == "chunk":
+        parts.append(("chunks", _CHUNK_BYTES / unit_rows))
+        if p.chunk_eviction != "lru":  # the next use of every lookup and update row
+            per_lookup = 2 * getattr(cls, "state_bytes_per_request", 8)
+    if cls.name == "belady":
+        per_lookup = getattr(cls, "state_bytes_per_lookup", 8)
+    label = ", ".join(f"{name} {value:.3g} B" for name, value in parts)
+    return RunState(sum(v for _, v in parts), slots, per_slot, per_lookup, label)
+
+
+def check_run_memory(
+    source: Source,
+    systems: Sequence[SystemSpec],
+    *,
+    inspect: bool = False,
+    parallel: int = 1,
+    statistics: bool = False,
+    threads: int | None = None,
+    what: str = "replay run",
+) -> Estimate:
+    """ConfigError, with the figure, when replaying `systems` over `source` (`parallel`
+    at once) needs more memory than this machine has; else the estimate."""
+    check_row_space([int(r) for r in source.table_rows])
+    if threads is None:
+        threads = max(1, _cores() // max(1, min(parallel, len(systems))))
+    states = [run_state(source, system, inspect=inspect, threads=threads) for system in systems]
+    estimate = run_estimate(
+        source.table_rows, int(source.num_lookups), int(source.num_batches), states,
+        parallel=parallel, statistics=statistics, what=what,
+    )  # fmt: skip
+    check_fits(estimate)
+    return estimate
 
 
 def compare_document(
@@ -325,9 +451,11 @@ def sweep_document(
 
 def _start_worker(cwd: str) -> None:
     from replay._malloc import retain_freed_memory
+    from replay._signals import ignore_in_worker
 
     os.chdir(cwd)  # the caller's: relative paths mean the same in every worker
     retain_freed_memory()
+    ignore_in_worker()  # Ctrl-C reaches the whole group: the parent stops the pool
 
 
 def _run_one(ref: SourceRef, system: SystemSpec, threads: int | None = None) -> RunResult:
@@ -383,6 +511,10 @@ def iter_runs(
                 index = pending.pop(future)
                 yield index, future.result()
     except BaseException:
+        # a run in flight cannot be cancelled: stop the workers, or an error or a SIGTERM
+        # would wait for the longest run (minutes) before the command could end
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
@@ -486,13 +618,17 @@ def to_columns(
 __all__ = [
     "COMPARE_COLUMNS",
     "COMPARE_FILES",
+    "MAX_WORKERS",
     "METRIC_COLUMNS",
     "SWEEP_FILES",
     "RunJob",
     "SweepPoint",
+    "check_grid_size",
+    "check_run_memory",
     "check_workers",
     "compare_document",
     "comparison_rows",
+    "grid_size",
     "iter_runs",
     "metrics_row",
     "parse_grid",
@@ -501,6 +637,7 @@ __all__ = [
     "resolve_sweep",
     "resolve_systems",
     "run_jobs",
+    "run_state",
     "split_list",
     "sweep_columns",
     "sweep_document",

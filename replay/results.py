@@ -246,6 +246,9 @@ def write_run_files(
             "trace_sha256": trace_sha256(meta),
         },
     }
+    # what report checks the summary's fields it cannot recompute against (goodput,
+    # stalls, intervals): summary.json itself stays as it was
+    meta["summary_sha256"] = canonical_sha256(summary)
     _whole(folder / "config.json", lambda p: write_json(p, config))
     _whole(folder / "meta.json", lambda p: write_json(p, meta))
     _whole(folder / "batches.parquet", lambda p: write_columns(p, result.columns))

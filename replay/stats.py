@@ -40,6 +40,7 @@ dicts) that the tests compare both with.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -49,6 +50,7 @@ import numpy as np
 
 from replay._jit import kernel
 from replay._malloc import state_array
+from replay._memory import MAX_ROW_SPACE
 from replay._threads import read_ahead
 from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
 from replay.engine.keys import batch_bounds
@@ -59,6 +61,10 @@ if TYPE_CHECKING:
     from replay.workload.onthefly import GeneratedTrace
 
 DEFAULT_CURVE_POINTS = 64
+# `replay inspect --curve-points` at most: the curve is printed as JSON and drawn, where
+# 100,000 points are already more than any plot resolves (8 B each in 3 arrays here; a
+# billion took 18 s and 7.7 GB before it failed)
+MAX_CURVE_POINTS = 100_000
 DEFAULT_MIN_LOOKUPS = 1 << 20
 
 # int64 per-table state, shape (tables, _TI_WIDTH)
@@ -409,6 +415,10 @@ def curve_batches(num_batches: int, points: int = DEFAULT_CURVE_POINTS) -> np.nd
     """About `points` log-spaced batch counts in [1, num_batches], with 1 and num_batches."""
     if num_batches <= 0:
         return np.empty(0, dtype=np.int64)
+    if points - 2 > num_batches * (math.log(num_batches) + 1):
+        # the log-spaced steps are all below 1, so every count appears: the same result
+        # without `points` floats (a billion of them is 8 GB)
+        return np.arange(1, num_batches + 1, dtype=np.int64)
     xs = np.rint(np.geomspace(1, num_batches, max(int(points), 2))).astype(np.int64)
     xs = np.unique(np.concatenate([[1], xs, [num_batches]]))
     return xs[(xs >= 1) & (xs <= num_batches)]
@@ -467,6 +477,11 @@ class Inspector:
         names: Sequence[str] | None = None,
         where: str = "trace",
     ) -> None:
+        if sum(int(r) for r in np.asarray(table_rows).ravel().tolist()) > MAX_ROW_SPACE:
+            raise TraceError(
+                f"{where}: the tables' rows add up to more than the 2^63 - 1 rows that "
+                "int64 row keys can number"
+            )
         rows = np.asarray(table_rows, dtype=np.int64)
         if rows.ndim != 1 or len(rows) == 0 or np.any(rows < 1):
             raise TraceError(f"{where}: table cardinalities must be positive")

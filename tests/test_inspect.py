@@ -398,15 +398,14 @@ def test_empty_trace_gives_zeros(tmp_path: Path, capsys: pytest.CaptureFixture[s
     path = write_trace_from_arrays(
         tmp_path / "empty", tables=[("a", 10)], batch=empty, table=empty, row=empty, batch_size=1
     )
-    res = inspect_trace(path)
+    res = inspect_trace(open_trace(path, allow_empty=True))  # the library opts in
     assert res["batches"] == 0 and res["lookups"] == 0 and res["distinct_rows"] == 0
     assert res["top1pct_share"] == 0.0 and res["consecutive_reuse_mean"] == 0.0
     assert res["touched_curve"] == []
     assert_invariants(res)
-    assert main(["inspect", str(path), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["lookups"] == 0
-    assert main(["inspect", str(path)]) == 0
-    assert "all" in capsys.readouterr().out
+    # the command refuses an empty trace, like every other command (issue 31, item 8)
+    assert main(["inspect", str(path), "--json"]) == 2
+    assert "empty (no lookups)" in capsys.readouterr().err
 
 
 def _rewrite_manifest(path: Path, edit: Any) -> None:

@@ -99,7 +99,8 @@ def _main_loading(*args: str) -> tuple[subprocess.CompletedProcess[str], str]:
 def test_a_sub_command_imports_only_its_own_module() -> None:
     done, loaded = _main_loading("presets")
     assert done.returncode == 0 and "hbm-lru" in done.stdout  # a lone command still runs
-    assert loaded == "['replay.cli.app', 'replay.cli.presets']"
+    # _outputs: the check of every command's outputs against its inputs
+    assert loaded == "['replay.cli._outputs', 'replay.cli.app', 'replay.cli.presets']"
     done, loaded = _main_loading("run", "--help")
     assert done.returncode == 0 and "--system" in done.stdout
     assert "replay.cli.quickstart" not in loaded and "replay.cli.compare" not in loaded

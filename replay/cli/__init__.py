@@ -28,6 +28,7 @@ import threading  # noqa: E402
 
 import typer  # noqa: E402
 from typer.exceptions import TyperException  # noqa: E402
+from typer.main import get_command  # noqa: E402
 
 from replay import _signals  # noqa: E402
 from replay._malloc import retain_freed_memory  # noqa: E402
@@ -101,10 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         argv = sys.argv[1:]
     try:
         load_commands(argv)
-        check_outputs(argv)
+        group = get_command(app)  # built once: for the check and for the run
+        check_outputs(group, argv)
         # typer returns the exit code of a `typer.Exit` (and turns KeyboardInterrupt
         # into Exit(130)) instead of raising it when not in standalone mode
-        code = app(args=argv, prog_name="replay", standalone_mode=False)
+        code = group(args=argv, prog_name="replay", standalone_mode=False)
     except Interrupted as exc:
         return _interrupted(str(exc))
     except ReplayError as exc:

@@ -36,12 +36,13 @@ DEFAULT_OUTPUTS = ("out",)
 NAMED_FILES = ("system", "systems", "workload")
 
 
-def check_outputs(argv: list[str]) -> None:
-    """OutputError if an output of the command `argv` overlaps one of its inputs (or
-    another output). Does nothing for a command line that does not parse."""
+def check_outputs(group: Any, argv: list[str]) -> None:
+    """OutputError if an output of the command `argv` (of the click `group`, the built
+    typer app) overlaps one of its inputs (or another output). Does nothing for a command
+    line that does not parse."""
     if not argv:
         return
-    params, path_names = _params(argv)
+    params, path_names = _params(group, argv)
     if not params:
         return
     command = argv[0]
@@ -65,15 +66,11 @@ def check_outputs(argv: list[str]) -> None:
             _refuse_overlap(out, other, "another output of this command")
 
 
-def _params(argv: list[str]) -> tuple[dict[str, Any], frozenset[str]]:
+def _params(group: Any, argv: list[str]) -> tuple[dict[str, Any], frozenset[str]]:
     """The parsed values of `argv`'s options and arguments, and the names of those that
     are paths."""
-    from typer.main import get_command
     from typer.models import TyperPath
 
-    from replay.cli.app import app
-
-    group = get_command(app)
     command = getattr(group, "commands", {}).get(argv[0])
     if command is None:
         return {}, frozenset()

@@ -53,8 +53,24 @@ def shown(name: object, *, markup: bool = True) -> str:
     return text
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from replay import __version__
+
+        typer.echo(f"replay {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _commands() -> None:
+def _commands(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Print replay's version and exit.",
+    ),
+) -> None:
     # A callback keeps `app` a group of sub-commands even when `main` registered only
     # the one it runs (typer runs a lone command as the whole program otherwise).
     pass

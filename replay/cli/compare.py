@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from replay.source import SourceRef
 
 WHAT = "`replay compare` or `replay sweep` output"
+_PROGRESS_EVERY_S = 5.0
 _MARKERS = ("compare.json", "sweep.json")
 
 SetsOption = Annotated[
@@ -176,21 +178,38 @@ def run_and_write(
     finish: Callable[[Path, list[dict[str, Any]]], list[dict[str, Any]]],
     inspect: bool | None = None,
     scheduler: str | None = None,
+    what: str = "replay compare",
+    echo: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Check DIR and the trace, run every job and write its run folder as it finishes;
     then `finish(tmp, metrics rows in job order)` writes the tables and returns its rows.
     With `inspect` (default: for a trace, not a workload), the trace's statistics
     (computed once) go in every run folder as workload.json. `scheduler` runs the jobs
     on a Dask cluster (`--workers` then sizes a local one). DIR appears, complete, at
-    the end."""
-    from replay.compare import check_workers, preflight
+    the end. The memory the runs need at once (`what` names the command in a refusal)
+    is checked first; `echo` gets the number of runs, then progress lines where no
+    progress bar is shown."""
+    from replay.compare import check_run_memory, check_workers, preflight
     from replay.results import check_output_folder
 
     n = check_workers(default_workers() if workers is None else workers)
     check_output_folder(out, force=force, owned=owned_entries(out, own_files), what=WHAT)
     opened = preflight(trace, jobs)
+    with_stats = inspect_default(trace, inspect)
+    # the runs at once, each its row state, and first the statistics: refused with the
+    # figure before anything is allocated (a remote cluster's workers are not this
+    # machine: there only the statistics are computed here)
+    here = scheduler is None or scheduler == "local"
+    check_run_memory(
+        opened, [job.system for job in jobs] if here else [], parallel=n,
+        statistics=with_stats, what=what,
+    )  # fmt: skip
+    if echo is not None:
+        at_once = min(n, len(jobs))
+        noun = "run" if len(jobs) == 1 else "runs"
+        echo(f"{what.removeprefix('replay ')}: {len(jobs):,} {noun}, {at_once} at once")
     workload = None
-    if inspect_default(trace, inspect):
+    if with_stats:
         from replay.stats import inspect_trace
 
         workload = inspect_trace(opened)
@@ -200,7 +219,7 @@ def run_and_write(
             from replay.distributed import dask_client
 
             client = stack.enter_context(dask_client(scheduler, workers))
-        return _run_into(trace, jobs, out, own_files, n, force, finish, workload, client)
+        return _run_into(trace, jobs, out, own_files, n, force, finish, workload, client, echo)
 
 
 def _run_into(
@@ -213,6 +232,7 @@ def _run_into(
     finish: Callable[[Path, list[dict[str, Any]]], list[dict[str, Any]]],
     workload: dict[str, Any] | None,
     client: Any,
+    echo: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     from replay.compare import iter_runs, metrics_row
     from replay.results import atomic_folder, write_run
@@ -243,8 +263,13 @@ def _run_into(
                     write(index, result)
                     progress.advance(task)
         else:
-            for index, result in runs:
+            last = time.perf_counter()
+            for done, (index, result) in enumerate(runs, start=1):
                 write(index, result)
+                # a line every 5 s at most, as `replay quickstart` does in a log
+                if echo is not None and time.perf_counter() - last > _PROGRESS_EVERY_S:
+                    last = time.perf_counter()
+                    echo(f"  {done:,}/{len(jobs):,} runs done")
         return finish(tmp, [metrics[i] for i in range(len(jobs))])
 
 

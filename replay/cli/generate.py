@@ -57,6 +57,10 @@ def generate_command(
     resolved = base.with_overrides(
         batches=batches, batch_size=batch_size, seed=seed, alpha=alpha, drift=drift, reuse=reuse
     )
+    if workers is not None:  # before a local cluster of that many processes starts
+        from replay.workload.generator import check_workers
+
+        check_workers(workers)
     with contextlib.ExitStack() as stack:
         client = None
         if scheduler is not None:

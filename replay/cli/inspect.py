@@ -13,7 +13,7 @@ from rich.table import Table
 
 from replay.cli.app import app, shown
 from replay.cli.source import VerifyOption
-from replay.stats import DEFAULT_CURVE_POINTS
+from replay.stats import DEFAULT_CURVE_POINTS, MAX_CURVE_POINTS
 
 # touched-curve points shown in the human-readable output
 _SHOWN_CURVE_POINTS = 6
@@ -31,18 +31,30 @@ def inspect_command(
     curve_points: Annotated[
         int,
         typer.Option(
-            "--curve-points", min=2, help="About how many log-spaced points the touched curve has."
+            "--curve-points",
+            min=2,
+            max=MAX_CURVE_POINTS,
+            help="About how many log-spaced points the touched curve has "
+            f"(2 to {MAX_CURVE_POINTS:,}).",
         ),
     ] = DEFAULT_CURVE_POINTS,
 ) -> None:
     """Lookups, distinct rows, top-1% share, per-batch distinct fraction, consecutive-batch
     reuse and the rows-touched curve, per table and overall."""
+    from replay._memory import check_fits, check_row_space, inspect_estimate
     from replay.stats import inspect_trace
     from replay.trace.reader import open_trace
 
     opened = open_trace(trace)
+    # 2 B per row of the row space: refused with the figure before anything is read
+    rows = opened.table_rows.tolist()
+    check_row_space(rows, str(trace))
+    check_fits(inspect_estimate(rows, opened.num_lookups))
     if verify:
         opened.verify()
+        # inspect reports the update count without reading those files: check it against
+        # their footers (after the checksums matched: no damaged footer reaches pyarrow)
+        opened.check_row_counts("updates")
     result = inspect_trace(opened, curve_points=curve_points)
     result["checksums_verified"] = verify
     if json_output:

@@ -26,14 +26,18 @@ from replay.cli.source import (
     VerifyOption,
     WorkloadOption,
     checksums_verified,
+    memory_check,
     resolve_source,
 )
 from replay.errors import ConfigError
 from replay.results import atomic_folder, check_output_folder
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rich.console import Console
 
+    from replay._memory import Estimate
     from replay.mrc import MrcResult
 
 OUTPUT_FILES = frozenset({"mrc.parquet", "mrc.json", "mrc.png"})
@@ -87,17 +91,27 @@ def mrc_command(
 ) -> None:
     """LRU miss ratio against cache size in rows, from one pass over the lookups (exact
     stack distances) or from a SHARDS sample with its expected error."""
+    from replay._memory import mrc_estimate
     from replay.mrc import mrc_source, validate_options
     from replay.source import source_document, source_label
 
+    def estimate(rows: Sequence[int], lookups: int, batches: int) -> Estimate:
+        return mrc_estimate(rows, lookups, sample_rate)
+
+    # the memory estimate refuses a row space this machine cannot hold before anything
+    # is read (the exact curve keeps 4-8 B per row)
     ref = resolve_source(
         trace, workload, batches=batches, batch_size=batch_size, seed=seed,
-        alpha=alpha, drift=drift, reuse=reuse, verify=verify,
+        alpha=alpha, drift=drift, reuse=reuse, verify=verify, check=memory_check(estimate),
     )  # fmt: skip
     chosen = parse_sizes(sizes) if sizes is not None else None
     validate_options(chosen, sample_rate)
     if scheduler is None and workers is not None:
         raise ConfigError("--workers sizes a --scheduler local cluster; give --scheduler local")
+    if workers is not None:  # before a local cluster of that many processes starts
+        from replay.workload.generator import check_workers
+
+        check_workers(workers)
     if scheduler is not None and sample_rate is None:
         raise ConfigError(
             "the exact curve is one sequential pass; --scheduler spreads --sample-rate curves"

@@ -7,6 +7,7 @@ earlier quickstart output there (never a folder holding anything else).
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Annotated
@@ -40,7 +41,9 @@ def quickstart_command(
     """Run the seeds' comparisons on a small built-in trace and write a report."""
     import replay
     from replay.compare import check_workers
+    from replay.errors import Interrupted
     from replay.quickstart import check_quickstart_folder, run_quickstart
+    from replay.trace.writer import partial_path
 
     n = check_workers(default_workers() if workers is None else workers)
     check_quickstart_folder(out)
@@ -50,10 +53,15 @@ def quickstart_command(
         typer.echo(f"[{time.perf_counter() - start:5.1f} s] {message}")
 
     step(f"generating {DEFAULT_WORKLOAD}: {batches} batches of {batch_size} into {trace}")
-    replay.generate(
-        DEFAULT_WORKLOAD, trace, batches=batches, batch_size=batch_size, seed=seed, force=True,
-        workers=n,
-    )  # fmt: skip
+    try:
+        replay.generate(
+            DEFAULT_WORKLOAD, trace, batches=batches, batch_size=batch_size, seed=seed,
+            force=True, workers=n,
+        )  # fmt: skip
+    except Interrupted:
+        # quickstart generates afresh every time (it has no --resume): keep nothing
+        shutil.rmtree(partial_path(trace), ignore_errors=True)
+        raise KeyboardInterrupt from None
     if show_progress():
         from rich.progress import Progress
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,6 +23,9 @@ from replay.cli.source import (
     inspect_default,
     resolve_source_verified_later,
 )
+
+if TYPE_CHECKING:
+    from replay.source import Source
 
 InspectOption = Annotated[
     bool | None,
@@ -82,15 +85,24 @@ def run_command(
     from replay.results import check_output_folder, run_stages
     from replay.stats import inspect_trace
     from replay.system.spec import resolve_system_with_origin
+    from replay.workload.onthefly import GeneratedTrace
+
+    sets = list(overrides or [])
+    spec, origin = resolve_system_with_origin(system, sets)
+
+    def fits(opened: Source) -> None:
+        # refused with the figure before a byte is hashed or a row's state allocated
+        from replay.compare import check_run_memory
+
+        with_stats = inspect if inspect is not None else not isinstance(opened, GeneratedTrace)
+        check_run_memory(opened, [spec], inspect=with_stats)
 
     # the checksums are hashed meanwhile (two threads that release the GIL) and checked
     # before anything is final: the replay starts ~0.05 s sooner on the 2-core VM
     ref, opened, check_checksums = resolve_source_verified_later(
         trace, workload, batches=batches, batch_size=batch_size, seed=seed,
-        alpha=alpha, drift=drift, reuse=reuse, verify=verify,
+        alpha=alpha, drift=drift, reuse=reuse, verify=verify, check=fits,
     )  # fmt: skip
-    sets = list(overrides or [])
-    spec, origin = resolve_system_with_origin(system, sets)
     check_output_folder(out, force=force, resume=resume)
     verified = checksums_verified(ref, verify)
     with_workload = inspect_default(ref, inspect)

@@ -8,7 +8,7 @@ identical to generating the trace first.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -64,10 +64,15 @@ VerifyOption = Annotated[
 ]
 
 
+# check(rows per table, lookups, batches): refuses a source before anything is read
+ShapeCheck = Callable[[Sequence[int], int, int], None]
+
+
 def resolve_source(
     trace: Path | None,
     workload: str | None,
     *,
+    check: ShapeCheck | None = None,
     batches: int | None = None,
     batch_size: int | None = None,
     seed: int | None = None,
@@ -79,7 +84,8 @@ def resolve_source(
     """A trace folder path, or the workload spec with its overrides (validated).
 
     A trace is opened here, so a bad or empty one fails before any output is made, and
-    with `verify` its files are checked against the manifest's SHA-256s.
+    with `verify` its files are checked against the manifest's SHA-256s. `check` sees
+    the shape (from the manifest or the spec) first: a command's memory estimate.
     """
     overrides = {
         "--batches": batches, "--batch-size": batch_size, "--seed": seed,
@@ -94,6 +100,8 @@ def resolve_source(
         from replay.source import open_source
 
         opened = open_source(trace)
+        if check is not None:
+            check(opened.table_rows.tolist(), opened.num_lookups, opened.num_batches)
         if verify:
             opened.verify()
         return str(trace)
@@ -101,9 +109,12 @@ def resolve_source(
         raise ConfigError("give a TRACE folder or --workload, not both")
     from replay.workload.generator import resolve_workload
 
-    return resolve_workload(workload).with_overrides(
+    spec = resolve_workload(workload).with_overrides(
         batches=batches, batch_size=batch_size, seed=seed, alpha=alpha, drift=drift, reuse=reuse
     )
+    if check is not None:
+        check([t.rows for t in spec.tables], spec.lookups, spec.batches)
+    return spec
 
 
 def checksums_verified(ref: SourceRef, verify: bool) -> bool | None:
@@ -117,6 +128,7 @@ def resolve_source_verified_later(
     workload: str | None,
     *,
     verify: bool | None = None,
+    check: Callable[[Source], None] | None = None,
     **overrides: Any,
 ) -> tuple[SourceRef, Source, Callable[[], None]]:
     """`resolve_source` (same `overrides`: batches, batch_size, seed, alpha, drift, reuse)
@@ -124,15 +136,30 @@ def resolve_source_verified_later(
     opened source (which reads no file before that file's checksum has matched) and the
     check to call (it raises TraceError) before any output is final. The caller must also
     call it before reporting a TraceError of its own, since a checksum mismatch explains
-    a corrupt file best."""
+    a corrupt file best. `check(opened source)` runs before the checksums start (a
+    command's memory estimate: a refused command hashes nothing)."""
     from replay.source import open_source
     from replay.trace.reader import Trace
 
     ref = resolve_source(trace, workload, verify=False, **overrides)
     opened = open_source(ref)
+    if check is not None:
+        check(opened)
     if verify and isinstance(opened, Trace):
         return ref, opened, opened.verify_in_background()
     return ref, opened, _no_check
+
+
+def memory_check(estimate: Callable[[Sequence[int], int, int], Any]) -> ShapeCheck:
+    """A `check` for `resolve_source`: refuses (ConfigError, with the figure) a source
+    whose `estimate(rows, lookups, batches)` does not fit this machine's memory."""
+    from replay._memory import check_fits, check_row_space
+
+    def check(rows: Sequence[int], lookups: int, batches: int) -> None:
+        check_row_space(rows)
+        check_fits(estimate(rows, lookups, batches))
+
+    return check
 
 
 def _no_check() -> None:

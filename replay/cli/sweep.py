@@ -11,12 +11,13 @@ per point: `point`, a string column per grid key, then the metrics of
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from replay.cli.app import app
+from replay.cli.app import app, show_progress
 from replay.cli.compare import (
     ForceOption,
     OutOption,
@@ -41,6 +42,38 @@ from replay.cli.source import (
     checksums_verified,
     resolve_source,
 )
+
+# Runs a sweep does without --max-runs: each run replays the whole trace (0.5 s for a
+# tiny one, minutes for a large one), so more is a typo in a grid, not a plan; listing
+# and validating the points alone takes ~1 ms each
+DEFAULT_MAX_RUNS = 10_000
+# grids from this many points say so while their points are checked (~1 ms each)
+_ANNOUNCE_CHECKING = 1_000
+
+
+def _echo(json_output: bool) -> Callable[[str], None] | None:
+    """Where the sweep's progress lines go: stdout beside its table; with --json (whose
+    stdout is the JSON) stderr, and only on a terminal."""
+    if not json_output:
+        return typer.echo
+    if show_progress():
+        return lambda line: typer.echo(line, err=True)
+    return None
+
+
+def _resolve(system: str, parsed: Any, sets: list[str], total: int) -> Any:
+    """`resolve_sweep`, with a progress bar on a terminal for a large grid."""
+    from replay.compare import resolve_sweep
+
+    if total < _ANNOUNCE_CHECKING or not show_progress():
+        return resolve_sweep(system, parsed, sets)
+    from rich.progress import Progress
+
+    with Progress(transient=True) as progress:
+        task = progress.add_task("checking points", total=total)
+        return resolve_sweep(
+            system, parsed, sets, lambda done, _: progress.update(task, completed=done)
+        )
 
 
 @app.command("sweep")
@@ -74,13 +107,21 @@ def sweep_command(
     drift: DriftOption = None,
     reuse: ReuseOption = None,
     verify: VerifyOption = True,
+    max_runs: Annotated[
+        int,
+        typer.Option(
+            "--max-runs",
+            metavar="N",
+            help="Refuse a grid of more runs than this (each replays the whole trace).",
+        ),
+    ] = DEFAULT_MAX_RUNS,
 ) -> None:
     """Replay one trace (or on-the-fly workload) on a system over a grid of settings: a
     run folder per point."""
     from replay.compare import (
         SWEEP_FILES,
+        check_grid_size,
         parse_grid,
-        resolve_sweep,
         sweep_columns,
         sweep_document,
         sweep_rows,
@@ -93,8 +134,13 @@ def sweep_command(
         alpha=alpha, drift=drift, reuse=reuse, verify=verify,
     )  # fmt: skip
     sets = list(overrides or [])
+    # counted before a value is parsed or a point listed: an absurd grid is refused at once
+    total = check_grid_size(grid, max_runs)
     parsed = parse_grid(grid)
-    points = resolve_sweep(system, parsed, sets)
+    echo = _echo(json_output)
+    if echo is not None and total >= _ANNOUNCE_CHECKING:
+        echo(f"sweep: checking {total:,} points")
+    points = _resolve(system, parsed, sets, total)
     document = sweep_document(ref, system, parsed, points, sets)
     document["checksums_verified"] = checksums_verified(ref, verify)
 
@@ -114,6 +160,8 @@ def sweep_command(
         finish=finish,
         inspect=inspect,
         scheduler=scheduler,
+        what="replay sweep",
+        echo=echo,
     )
     if json_output:
         typer.echo(json.dumps(rows, indent=2))

@@ -3,7 +3,9 @@ curves, recognised by the files they hold (never by their names).
 
 - a run folder (`replay run`): `config.json`, `summary.json`, `meta.json`,
   `batches.parquet`, and `checkpoints.parquet`, `workload.json` when present; its
-  summary's digests must match its config.json and meta.json's trace digest;
+  summary's digests must match its config.json and meta.json's trace digest, and its
+  totals the per-batch (and per-checkpoint) rows they were summed from, and the whole
+  summary the digest meta.json records of it;
 - a comparison (`replay compare`): `compare.json`, `comparison.parquet` and a run folder
   per system;
 - a sweep (`replay sweep`): `sweep.json`, `sweep.parquet` and a run folder per point;
@@ -18,6 +20,7 @@ naming the folder and the file.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,18 +164,18 @@ def load_run(path: Path, *, label: str = "", values: dict[str, Any] | None = Non
             raise ReportError(f"{path / 'summary.json'}: no {key!r} in it")
     meta = _read_json(path / "meta.json")
     _check_digests(path, config, summary, meta)
-    checkpoints = (
-        _read_parquet(path / "checkpoints.parquet")
-        if (path / "checkpoints.parquet").is_file()
-        else pl.DataFrame()
-    )
+    batches = _read_parquet(path / "batches.parquet")
+    has_checkpoints = (path / "checkpoints.parquet").is_file()
+    checkpoints = _read_parquet(path / "checkpoints.parquet") if has_checkpoints else pl.DataFrame()
+    _check_totals(path, summary, batches, checkpoints if has_checkpoints else None)
+    _check_summary_digest(path, summary, meta)
     workload = _read_json(path / "workload.json") if (path / "workload.json").is_file() else None
     return RunData(
         path=path,
         label=label or str(summary.get("system", config["system"]["name"])),
         config=config,
         summary=summary,
-        batches=_read_parquet(path / "batches.parquet"),
+        batches=batches,
         checkpoints=checkpoints,
         meta=meta,
         workload=workload,
@@ -203,6 +206,179 @@ def _check_digests(
             f"{path / 'meta.json'}: its trace digest does not match summary.json's "
             "trace_sha256 (edited, or copied from another run)"
         )
+
+
+def _check_summary_digest(path: Path, summary: dict[str, Any], meta: dict[str, Any]) -> None:
+    """summary.json against meta.json's `summary_sha256`, after `_check_totals` (whose
+    message names the field): the digest covers the fields that cannot be recomputed
+    from the batches (goodput, stalls, intervals). `write_run_files` records it; run
+    folders written before it did have only the totals check."""
+    from replay.results import canonical_sha256
+
+    recorded = meta.get("summary_sha256")
+    if recorded is not None and recorded != canonical_sha256(summary):
+        raise ReportError(
+            f"{path / 'summary.json'}: its digest does not match meta.json's summary_sha256 "
+            "(edited, or copied from another run)"
+        )
+
+
+# summary.json totals that are sums of one batches.parquet column
+# (`replay.engine.account.summarize`), by key
+_SUMMED = {
+    "lookups": "lookups",
+    "updates": "updates",
+    "policy.hits": "hits",
+    "policy.misses": "misses",
+    "policy.bypass": "bypass",
+    "policy.fills": "fills",
+    "policy.evictions": "evictions",
+    "policy.writebacks": "writebacks",
+    "policy.updates_fast": "updates_fast",
+    "policy.updates_backing": "updates_backing",
+}
+_SUMMED_FLOAT = {
+    "time_s": "time_s",
+    "energy_j": "energy_j",
+    "time.compute_s": "time_compute_s",
+    "time.embedding_s": "time_embedding_s",
+    "time.embedding_exposed_s": "time_embedding_exposed_s",
+    "time.checkpoint_s": "time_checkpoint_s",
+    "time.other_s": "time_other_s",
+    "energy.dynamic_j": "energy_dynamic_j",
+    "energy.static_j": "energy_static_j",
+    "energy.compute_j": "energy_compute_j",
+}
+# Float sums are compared to this relative precision: the writer summed the very values
+# batches.parquet holds, but another summation order could differ in the last bits; an
+# edit that changes a figure anyone reads changes it by far more.
+_FLOAT_TOLERANCE = 1e-9
+
+
+def _check_totals(
+    path: Path,
+    summary: dict[str, Any],
+    batches: pl.DataFrame,
+    checkpoints: pl.DataFrame | None,
+) -> None:
+    """Refuse a run folder whose summary.json no longer agrees with the rows it was summed
+    from: every total `summarize` derives from batches.parquet (counters exactly, times
+    and energies to rounding), the ratios derived from them, and the checkpoint counts
+    from checkpoints.parquet. The digests bind summary.json to config.json and the trace,
+    not to its own figures, so without this an edited summary would be reported as is.
+    """
+    check = _Totals(path, summary)
+    source = "batches.parquet"
+    check.exact("batches", batches.height, source)
+    for key, name in _SUMMED.items():
+        check.exact(key, check.total(batches, source, name), source)
+    for key, name in _SUMMED_FLOAT.items():
+        check.close(key, check.ftotal(batches, source, name))
+    for group, counters, seconds in (
+        ("tiers", ("hits", "misses", "read_bytes", "write_bytes"), "time_s"),
+        ("links", ("h2d_bytes", "d2h_bytes"), "time_s"),
+    ):
+        members = check.value(group)
+        if not isinstance(members, dict):
+            raise ReportError(f"{check.where}: {group!r} is not an object")
+        for name in members:
+            for counter in counters:
+                want = check.total(batches, source, f"{name}_{counter}")
+                check.exact(f"{group}.{name}.{counter}", want, source)
+            check.close(
+                f"{group}.{name}.{seconds}", check.ftotal(batches, source, f"{name}_{seconds}")
+            )
+    check.exact("policy.resident_max", check.largest(batches, source, "resident_max"), source)
+    lookups = check.total(batches, source, "lookups")
+    for key, name in (("policy.hit_ratio", "hits"), ("policy.miss_ratio", "misses")):
+        check.close(key, check.total(batches, source, name) / lookups if lookups else 0.0)
+    unit_rows = check.value("policy.unit_rows")
+    if type(unit_rows) is not int or unit_rows < 1:
+        raise ReportError(f"{check.where}: policy.unit_rows must be a positive integer")
+    needed = check.total(batches, source, "needed_rows")
+    fills = check.total(batches, source, "fills")
+    check.close("policy.amplification", fills * unit_rows / needed if needed else 1.0)
+    if checkpoints is not None and isinstance(summary.get("checkpoint"), dict):
+        _check_checkpoint_totals(check, checkpoints)
+
+
+def _check_checkpoint_totals(check: _Totals, checkpoints: pl.DataFrame) -> None:
+    """summary.json's checkpoint counts against checkpoints.parquet (a row per write)."""
+    source = "checkpoints.parquet"
+    check.exact("checkpoint.count", checkpoints.height, source)
+    if checkpoints.height:
+        kind = check.column(checkpoints, source, "kind")
+        kinds = {key: int((kind == name).sum()) for key, name in _CHECKPOINT_KINDS.items()}
+    else:  # an empty table may not even have typed columns
+        kinds = dict.fromkeys(_CHECKPOINT_KINDS, 0)
+    for key, want in kinds.items():
+        check.exact(f"checkpoint.{key}", want, source)
+    for key, name in (("rows_written", "rows"), ("bytes_written", "bytes")):
+        check.exact(f"checkpoint.{key}", check.total(checkpoints, source, name), source)
+    largest = check.largest(checkpoints, source, "retained_bytes")
+    check.exact("checkpoint.max_bytes_retained", largest, source)
+
+
+_CHECKPOINT_KINDS = {"full": "full", "incremental": "incremental", "logs": "log"}
+
+
+class _Totals:
+    """Comparing one summary.json's figures with what its tables add up to."""
+
+    def __init__(self, path: Path, summary: dict[str, Any]) -> None:
+        self.path = path
+        self.where = path / "summary.json"
+        self.summary = summary
+
+    def column(self, frame: pl.DataFrame, file: str, name: str) -> pl.Series:
+        if name not in frame.columns:
+            if not frame.height:
+                return pl.Series(name, [], dtype=pl.Int64)  # no rows: nothing to sum
+            raise ReportError(f"{self.path / file}: no {name!r} column, which summary.json sums")
+        series = frame[name]
+        if series.null_count():
+            raise ReportError(f"{self.path / file}: column {name!r} holds null values")
+        return series
+
+    def total(self, frame: pl.DataFrame, file: str, name: str) -> int:
+        return int(self.column(frame, file, name).to_numpy().sum())
+
+    def ftotal(self, frame: pl.DataFrame, file: str, name: str) -> float:
+        return float(self.column(frame, file, name).to_numpy().sum())
+
+    def largest(self, frame: pl.DataFrame, file: str, name: str) -> int:
+        values = self.column(frame, file, name).to_numpy()
+        return int(values.max()) if len(values) else 0
+
+    def value(self, key: str) -> Any:
+        node: Any = self.summary
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise ReportError(f"{self.where}: no {key!r} in it")
+            node = node[part]
+        return node
+
+    def _mismatch(self, key: str, found: Any, want: int | float, file: str) -> ReportError:
+        shown = repr(found)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        return ReportError(
+            f"{self.where}: its {key} ({shown}) does not match {file} ({want}); "
+            "edited, or copied from another run"
+        )
+
+    def exact(self, key: str, want: int, file: str) -> None:
+        found = self.value(key)
+        if type(found) is not int or found != want:
+            raise self._mismatch(key, found, want, file)
+
+    def close(self, key: str, want: float) -> None:
+        found = self.value(key)
+        if (
+            isinstance(found, bool)
+            or not isinstance(found, int | float)
+            or not math.isclose(found, want, rel_tol=_FLOAT_TOLERANCE, abs_tol=0.0)
+        ):
+            raise self._mismatch(key, found, want, "batches.parquet")
 
 
 def load_compare(path: Path) -> CompareData:

@@ -189,6 +189,7 @@ def load_manifest(root: Path) -> dict[str, Any]:
         if not isinstance(entries, list):
             raise TraceError(f"{where}: files.{kind} is missing or not a list")
         expected_start = 0
+        listed = 0
         for entry in entries:
             if not isinstance(entry, dict):
                 raise TraceError(f"{where}: files.{kind} holds a non-object entry")
@@ -196,14 +197,26 @@ def load_manifest(root: Path) -> dict[str, Any]:
             safe_member(root, path)
             start = _require(entry, "batch_start", int, where)
             stop = _require(entry, "batch_stop", int, where)
-            if _require(entry, "rows", int, where) < 0:
+            rows = _require(entry, "rows", int, where)
+            if rows < 0:
                 raise TraceError(f"{where}: files.{kind} holds a negative row count")
+            listed += rows
             _require(entry, "sha256", str, where)
             if start != expected_start or stop < start:
                 raise TraceError(f"{where}: files.{kind} batch ranges are not contiguous")
             expected_start = stop
-        if entries and expected_start != batches:
+        # Every writer lists files of both kinds for every batch range, so a manifest
+        # whose files stop short (or list none at all) lost some: reading it would give a
+        # shorter or empty trace rather than an error.
+        if expected_start != batches:
             raise TraceError(f"{where}: files.{kind} cover {expected_start} of {batches} batches")
+        # The totals are written from the entries; one that disagrees means an edit (the
+        # entries' counts are checked against the files' footers when they are read).
+        total = _require(manifest, kind, int, where)
+        if total != listed:
+            raise TraceError(
+                f"{where}: {kind} is {total} but the files.{kind} entries add up to {listed}"
+            )
     return manifest
 
 

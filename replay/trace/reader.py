@@ -4,6 +4,12 @@
 `Trace.iter_updates()` yield whole batches as numpy arrays, row group by row group, so
 memory is bounded by the batch range in flight and never by the trace length. Chunks
 come in trace order (files in name order, rows in file order).
+
+Counts are checked against the files as they are opened: each file's row count in the
+manifest must be the one its Parquet footer holds (read anyway to stream it, so the check
+costs nothing), whether or not the checksums are verified. `open_trace` refuses an empty
+trace (no batches or no lookups) unless asked for one: no command has anything to say
+about it, and a manifest edited to list nothing must not read as a valid, empty trace.
 """
 
 from __future__ import annotations
@@ -129,6 +135,35 @@ class Trace:
         """
         Verification(self)()
 
+    def check_not_empty(self) -> None:
+        """TraceError unless the trace has batches and lookups.
+
+        A manifest that lists lookups files yet claims no lookups may have had its counts
+        edited: those files are checked first (checksum, then footer), so the error names
+        the file that disagrees rather than calling the trace empty.
+        """
+        if self.num_batches > 0 and self.num_lookups > 0:
+            return
+        for entry in self.manifest["files"][LOOKUPS_DIR]:
+            member = safe_member(self.path, entry["path"])
+            # hashed before its footer is parsed, as with `verify_in_background`: no
+            # damaged byte reaches pyarrow (this runs before a command verifies)
+            digest = _digest_or_error(member)
+            if isinstance(digest, OSError):
+                raise TraceError(f"{member}: cannot be read ({digest.strerror})")
+            if digest != entry["sha256"]:
+                raise TraceError(f"{member}: checksum does not match the manifest")
+            self._open(LOOKUPS_DIR, entry)
+        raise TraceError(f"{self.path}: the trace is empty (no lookups)")
+
+    def check_row_counts(self, kind: str) -> None:
+        """Check every `kind` file's footer row count against the manifest without
+        reading it (reading checks them anyway): for a caller that reports the manifest's
+        count of files it does not read, e.g. `replay inspect`'s updates. Opens each
+        footer, so call it after `verify` (or only with --no-verify knowingly)."""
+        for entry in self.manifest["files"][kind]:
+            self._open(kind, entry)
+
     def verify_in_background(self) -> Verification:
         """Start `verify` on two threads and return it (call it to wait and raise).
 
@@ -154,22 +189,13 @@ class Trace:
         Whole-trace reads and ranges cut at file boundaries decode nothing extra.
         """
         for entry in self.manifest["files"][kind]:
-            if entry["batch_stop"] <= start or entry["batch_start"] >= stop or entry["rows"] == 0:
+            # files the manifest calls empty are opened too: a count edited to 0 would
+            # otherwise hide the file's rows without an error
+            if entry["batch_stop"] <= start or entry["batch_start"] >= stop:
                 continue
-            member = safe_member(self.path, entry["path"])
-            if self._verification is not None:
-                self._verification.file(member)
-            try:
-                handle = pq.ParquetFile(member, memory_map=True)
-                num_row_groups = handle.metadata.num_row_groups
-                schema = handle.schema_arrow
-            except _PARQUET_ERRORS as exc:
-                raise TraceError(
-                    f"{member}: not a readable Parquet file ({_one_line(exc)})"
-                ) from None
-            self._check_schema(member, kind, schema)
+            member, handle = self._open(kind, entry)
             inside = start <= entry["batch_start"] and entry["batch_stop"] <= stop
-            for index in range(num_row_groups):
+            for index in range(handle.metadata.num_row_groups):
                 if not inside:
                     first, last = _batch_span(member, handle, index)
                     if first >= stop:
@@ -177,6 +203,23 @@ class Trace:
                     if last < start:
                         continue
                 yield member, handle, index
+
+    def _open(self, kind: str, entry: dict[str, Any]) -> tuple[Path, pq.ParquetFile]:
+        """Open the file of a manifest entry (after its checksum, when being verified) and
+        check its footer: the columns of `kind` and the row count the manifest gives."""
+        member = safe_member(self.path, entry["path"])
+        if self._verification is not None:
+            self._verification.file(member)
+        try:
+            handle = pq.ParquetFile(member, memory_map=True)
+            num_rows = handle.metadata.num_rows
+            schema = handle.schema_arrow
+        except _PARQUET_ERRORS as exc:
+            raise TraceError(f"{member}: not a readable Parquet file ({_one_line(exc)})") from None
+        self._check_schema(member, kind, schema)
+        if num_rows != entry["rows"]:
+            raise TraceError(f"{member}: holds {num_rows} rows, the manifest says {entry['rows']}")
+        return member, handle
 
     def _check_schema(self, member: Path, kind: str, schema: pa.Schema) -> None:
         """The columns of `kind` with the trace's types (a check per file, not per row)."""
@@ -361,6 +404,10 @@ def _digest_or_error(member: Path) -> str | OSError:
         return exc
 
 
-def open_trace(path: str | Path) -> Trace:
-    """Open a trace folder for streaming; raises TraceError if it is not a valid trace."""
-    return Trace(path)
+def open_trace(path: str | Path, *, allow_empty: bool = False) -> Trace:
+    """Open a trace folder for streaming; raises TraceError if it is not a valid trace,
+    or if it is empty (no batches or no lookups) unless `allow_empty`."""
+    trace = Trace(path)
+    if not allow_empty:
+        trace.check_not_empty()
+    return trace

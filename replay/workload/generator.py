@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from replay import __version__, _arrow
-from replay.errors import ConfigError, ReplayError
+from replay.errors import ConfigError, Interrupted
 from replay.trace.format import (
     FORMAT_VERSION,
     LOOKUPS_DIR,
@@ -49,6 +49,18 @@ from replay.workload.spec import WorkloadSpec, load_spec
 # threads never wait on a writer (measured: 4 gives ~44 M lookups/s on 2 cores where 2
 # gave ~37 M); the memory in flight is workers x this many row groups.
 ROW_GROUPS_AHEAD = 4
+# Workers at most (threads here, processes of a local cluster): more is a typo, and a
+# local cluster of a million processes would be a fork bomb
+MAX_WORKERS = 1024
+
+
+def check_workers(workers: int) -> int:
+    """`workers`, or ConfigError unless it is in [1, MAX_WORKERS]."""
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    if workers > MAX_WORKERS:
+        raise ConfigError(f"--workers: {workers} is above the limit of {MAX_WORKERS:,}")
+    return workers
 
 
 @dataclass(frozen=True)
@@ -182,8 +194,7 @@ def generate(
     )
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    if workers < 1:
-        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    check_workers(workers)
     out = Path(out)
     layout, tasks = plan_files(spec)
     plan = {
@@ -218,8 +229,10 @@ def generate(
         else:
             results = _write_files_here(writer, compiled, spec, tasks, schemas, workers, report)
     except KeyboardInterrupt:
-        raise ReplayError(
-            f"{out}: interrupted; finish it with the same command and --resume"
+        # the finished parts stay for --resume; every reader refuses the partial folder
+        raise Interrupted(
+            f"{out}: the finished files are kept in {writer.partial.name}; finish it with "
+            "the same command and --resume"
         ) from None
     except BaseException:
         writer.abort()

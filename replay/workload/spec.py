@@ -41,12 +41,18 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from replay._memory import MAX_ROW_SPACE
 from replay._toml import has_too_long_int
 from replay.errors import ConfigError
 
 MAPPINGS = ("permuted", "contiguous")
 UPDATE_RULES = ("sgd",)
-MAX_ROWS = 2**63 - 1
+# Rows of one table: the generator draws a popularity rank as a float64 (inversion of the
+# power law, `unit(key) * rows` for the uniform law), which holds every integer only up
+# to 2^53; above it some rows could never be drawn. (Traces keep 2^63 - 1: uint64 row ids
+# in int64 flat keys, `replay.trace.format.MAX_TABLE_ROWS`.)
+MAX_ROWS = 2**53
+MAX_ROWS_TEXT = "2^53"
 MAX_ALPHA = 10.0
 MAX_POOLING = 1 << 20
 
@@ -159,6 +165,19 @@ def _int(value: Any, where: str, lo: int, hi: int) -> int:
     return value
 
 
+def _rows(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if value < 1:
+        raise ConfigError(f"{where}: {value} is out of range [1, {MAX_ROWS}]")
+    if value > MAX_ROWS:
+        raise ConfigError(
+            f"{where}: {value} is above the limit of {MAX_ROWS_TEXT} rows that the workload "
+            "generator can draw (it draws popularity ranks as float64 numbers)"
+        )
+    return value
+
+
 def _float(value: Any, where: str, lo: float, hi: float, *, hi_open: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{where}: expected a number, got {value!r}")
@@ -201,7 +220,7 @@ def _table(data: Any, defaults: dict[str, Any], where: str) -> TableSpec:
         raise ConfigError(f"{where}.frozen: expected true or false, got {frozen!r}")
     return TableSpec(
         name=_str(merged["name"], f"{where}.name"),
-        rows=_int(merged["rows"], f"{where}.rows", 1, MAX_ROWS),
+        rows=_rows(merged["rows"], f"{where}.rows"),
         alpha=_float(merged.get("alpha", 1.05), f"{where}.alpha", 0.0, MAX_ALPHA),
         drift=_float(merged.get("drift", 0.0), f"{where}.drift", 0.0, 1.0),
         drift_period_batches=_int(
@@ -232,6 +251,12 @@ def spec_from_dict(data: Any, where: str = "spec") -> WorkloadSpec:
     if len(tables_data) > 65535:
         raise ConfigError(f"{where}: at most 65535 tables (the table column is uint16)")
     tables = tuple(_table(t, defaults, f"{where}.tables[{i}]") for i, t in enumerate(tables_data))
+    total = sum(t.rows for t in tables)
+    if total > MAX_ROW_SPACE:
+        raise ConfigError(
+            f"{where}: {len(tables)} tables of {total} rows in all are above the limit of "
+            "2^63 - 1 rows that the replay's int64 row keys can number"
+        )
     names = [t.name for t in tables]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)

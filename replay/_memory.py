@@ -1,0 +1,341 @@
+"""Memory estimates: what a command will hold, checked against the machine before it starts.
+
+The large allocations of every replaying command are per row of the row space (R = Σ
+rows over the tables, whatever the trace's length): the policy's key map, the distinct
+-row bitmap, the statistics' state word, the miss-ratio curve's last-access array. A
+workload of 12 tables x 4e9 rows asks for ~100 GiB at 2 B per row; without a check the
+first `mmap` fails with ENOMEM, which the CLI can only report as an operating-system
+error that reads like a disk problem. So each command adds up its state here, from the
+shape alone (row counts, lookups, batches: the manifest or the spec), and refuses with
+the figure before it allocates anything.
+
+Assumptions:
+
+- An estimate is an upper bound on what the command allocates beyond the process it
+  starts in (imports, numba's code) and the batches in flight (a few row groups of ~1 M
+  lookups each, read ahead; `MARGIN_BYTES` covers both). Terms that depend on how many
+  distinct rows a trace touches take every row the trace could touch, min(R, lookups):
+  the estimate may be high for a skewed trace, never low.
+- Per-key and per-lookup figures come from the classes that allocate them (a policy's
+  `state_bytes_per_key`, ...), passed in by the caller: this module imports nothing of
+  the engine, so it stays a pure foundation.
+- What the machine has is its physical memory, lowered to the cgroup's limit (v2
+  `memory.max`, v1 `memory.limit_in_bytes`) where one is set: the most a process can
+  ever hold without swapping. Not MemAvailable: it moves with the page cache and other
+  processes, so the same command on the same machine would pass or fail from one minute
+  to the next, and the per-row kernels touch memory at random, so a workload that only
+  fits by swapping is no workload to run either. `REPLAY_MEMORY_LIMIT` (bytes, or a
+  number with K, M, G or T for KiB ... TiB) replaces the figure: to keep a command to a
+  share of a shared machine, or to let it use swap on purpose.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from replay.errors import ConfigError
+
+ENV_LIMIT = "REPLAY_MEMORY_LIMIT"
+# imports, numba's code, the batch ranges in flight (read ahead, queued): not in an estimate
+MARGIN_BYTES = 512 << 20
+# the per-batch columns of a run (counters, lookups, times, checkpoint log), measured at
+# 1.2-1.9 KB per batch (`replay run --workload tiny --batch-size 1`, 2,000 vs 400,000
+# batches, hbm-lru and ssd), rounded up
+RUN_BYTES_PER_BATCH = 4096
+# Flat keys (offset of the table + row) are int64 in every kernel.
+MAX_ROW_SPACE = 2**63 - 1
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The bytes a command needs, by part; `detail` says how the largest part is made."""
+
+    what: str  # "replay run", ...
+    parts: tuple[tuple[str, int], ...]  # (name, bytes), largest first
+    detail: str = ""  # e.g. "12 tables x 4e9 rows x 4.1 B"
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def total(self) -> int:
+        return sum(b for _, b in self.parts)
+
+
+def format_bytes(n: float) -> str:
+    """`96 GiB`, `23.5 GiB`, `512 MiB`: binary units, 3 significant digits."""
+    n = float(n)
+    for unit, size in (("EiB", 1 << 60), ("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30),
+                       ("MiB", 1 << 20), ("KiB", 1 << 10)):  # fmt: skip
+        if n >= size:
+            value = n / size
+            return f"{value:.0f} {unit}" if value >= 1000 else f"{value:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_count(n: int) -> str:
+    """Row counts as people write them: 33,762,577 below 1e10, 4e+10 style above."""
+    if n < 10**10:
+        return f"{n:,}"
+    mantissa, exponent = f"{n:.3g}".split("e+")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _bytes_per(value: float) -> str:
+    return f"{value:.3g} B"
+
+
+def row_space(table_rows: Sequence[int]) -> int:
+    """Σ rows in Python integers (a numpy int64 sum wraps silently past 2^63)."""
+    return sum(int(r) for r in table_rows)
+
+
+def check_row_space(table_rows: Sequence[int], where: str = "") -> int:
+    """R, or ConfigError when the flat int64 keys cannot number every row."""
+    total = row_space(table_rows)
+    if total > MAX_ROW_SPACE:
+        prefix = f"{where}: " if where else ""
+        raise ConfigError(
+            f"{prefix}{len(table_rows)} tables of {format_count(total)} rows in all are "
+            f"above the limit of 2^63 - 1 rows that the replay's int64 row keys can number"
+        )
+    return total
+
+
+def _rows_detail(table_rows: Sequence[int], per_row: float) -> str:
+    rows = [int(r) for r in table_rows]
+    if len(rows) > 1 and len(set(rows)) == 1:
+        shape = f"{len(rows)} tables x {format_count(rows[0])} rows"
+    elif len(rows) == 1:
+        shape = f"1 table of {format_count(rows[0])} rows"
+    else:
+        shape = f"{len(rows)} tables, {format_count(sum(rows))} rows"
+    return f"{shape} x {_bytes_per(per_row)}"
+
+
+def _ceil(x: float) -> int:
+    return math.ceil(x)
+
+
+# -- estimates --------------------------------------------------------------------------
+
+
+INSPECT_BYTES_PER_ROW = 2  # replay.stats: one uint16 state word per row
+INSPECT_BYTES_PER_WRAP = 8  # one int64 flat row per 255 lookups of a row, at most
+
+
+def inspect_estimate(table_rows: Sequence[int], lookups: int) -> Estimate:
+    """`replay inspect`: 2 B per row and one entry per 255 lookups of a row."""
+    total = row_space(table_rows)
+    return Estimate(
+        "replay inspect",
+        (
+            ("row state", total * INSPECT_BYTES_PER_ROW),
+            ("count wraps", (lookups // 255 + 1) * INSPECT_BYTES_PER_WRAP),
+        ),
+        _rows_detail(table_rows, INSPECT_BYTES_PER_ROW),
+    )
+
+
+def mrc_index_bytes(total_rows: int, min_window: int = 1 << 16) -> int:
+    """replay.mrc.StackDistances' position dtype: int32 while 4 R + window fits, else int64."""
+    return 4 if 4 * total_rows + min_window + 64 < 2**31 else 8
+
+
+def mrc_estimate(table_rows: Sequence[int], lookups: int, sample_rate: float | None) -> Estimate:
+    """`replay mrc`. Exact: a last position per row (4 or 8 B), and per distinct key its
+    window (>= 4 positions of `index` bytes plus the bitmap and tree: 4.2 x index) and
+    histogram bucket (8 B, grown by doubling: 16). Sampled: a hash map over the sampled
+    keys only (per key: last position, 2 map slots of 8 + index bytes, window, histogram),
+    in the full sample and in its 8 groups (twice the keys in all)."""
+    total = row_space(table_rows)
+    distinct = min(total, max(int(lookups), 0))
+    index = mrc_index_bytes(total)
+    per_distinct = 4.2 * index + 16
+    if sample_rate is None:
+        return Estimate(
+            "replay mrc",
+            (("row state", total * index), ("distinct rows", _ceil(distinct * per_distinct))),
+            _rows_detail(table_rows, index),
+        )
+    # a rate out of (0, 1] is refused later, by `replay.mrc.validate_options`
+    rate = sample_rate if math.isfinite(sample_rate) and 0 < sample_rate <= 1 else 1.0
+    sampled = _ceil(distinct * rate)
+    # a hash map doubles when half full: up to 4 slots per key of (8 + 8) B, plus the
+    # key's last position; twice over (the full sample and its 8 groups)
+    per_key = 8 + 4 * 16 + per_distinct
+    return Estimate(
+        "replay mrc",
+        (("sampled rows", _ceil(2 * sampled * per_key)),),
+        f"{format_count(sampled)} sampled rows x {_bytes_per(2 * per_key)}",
+    )
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What one replay holds, from the policy's and the strategy's classes (see
+    `replay.compare.run_state`)."""
+
+    bytes_per_key: float  # policy + checkpoint strategy + bitmaps (+ statistics)
+    slots: int  # cache slots the policy may fill (min(capacity, units of the row space))
+    bytes_per_slot: float
+    bytes_per_lookup: float  # oracles' next-use arrays
+    label: str = ""  # "policy lru 4 B, distinct-row bitmap 0.125 B, ..."
+
+
+# a worker process of `compare`/`sweep` before its run: the interpreter, numpy, numba's
+# code and the engine (~190 MB RSS measured for a whole tiny `replay run`), rounded up
+PROCESS_BYTES = 256 << 20
+
+
+def run_estimate(
+    table_rows: Sequence[int],
+    lookups: int,
+    batches: int,
+    states: Sequence[RunState],
+    *,
+    parallel: int = 1,
+    statistics: bool = False,
+    what: str = "replay run",
+) -> Estimate:
+    """A replay of each of `states` (compare, sweep: `parallel` at once, the largest
+    ones, each in its own process), plus, with `statistics`, the trace statistics that
+    `compare`/`sweep` compute first (2 B per row)."""
+    total = row_space(table_rows)
+    per_run = [
+        _ceil(total * s.bytes_per_key)
+        + _ceil(s.slots * s.bytes_per_slot)
+        + _ceil(max(lookups, 0) * s.bytes_per_lookup)
+        + max(batches, 0) * RUN_BYTES_PER_BATCH
+        for s in states
+    ]
+    order = sorted(range(len(states)), key=lambda i: -per_run[i])
+    chosen = order[: max(1, min(parallel, len(states)))]
+    parts = [("row state", sum(per_run[i] for i in chosen))]
+    if statistics:
+        parts.append(("statistics", total * INSPECT_BYTES_PER_ROW))
+    if len(chosen) > 1:
+        parts.append(("worker processes", len(chosen) * PROCESS_BYTES))
+    if not states:  # runs elsewhere (a remote cluster): the statistics alone
+        return Estimate(what, tuple(parts), _rows_detail(table_rows, INSPECT_BYTES_PER_ROW))
+    worst = states[order[0]]
+    detail = _rows_detail(table_rows, worst.bytes_per_key)
+    if worst.label:
+        detail += f": {worst.label}"
+    if len(chosen) > 1:
+        detail = f"{len(chosen)} runs at once, each {detail}"
+    if statistics:
+        detail += f"; and the statistics, {INSPECT_BYTES_PER_ROW} B per row"
+    return Estimate(what, tuple(parts), detail)
+
+
+# -- what the machine has ---------------------------------------------------------------
+
+
+def parse_size(text: str) -> int:
+    """`16G`, `16GiB`, `512M`, `1073741824` -> bytes (binary units); ValueError if not."""
+    raw = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = raw[-1:] if raw[-1:] in _UNITS else ""
+    number = float(raw[: len(raw) - len(unit)])
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(text)
+    return int(number * _UNITS[unit])
+
+
+def _cgroup_files() -> list[Path]:
+    """Where this process's cgroup memory limit may be: its own cgroup's file (v2
+    `memory.max`, v1 `memory.limit_in_bytes`), then the mount's root (a container sees
+    its own cgroup there)."""
+    root = Path("/sys/fs/cgroup")
+    files = []
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:  # "ID:CONTROLLERS:PATH"; v2 is "0::PATH"
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        relative = path.strip().lstrip("/")
+        if controllers == "":
+            files.append(root / relative / "memory.max")
+        elif "memory" in controllers.split(","):
+            files.append(root / "memory" / relative / "memory.limit_in_bytes")
+    files += [root / "memory.max", root / "memory" / "memory.limit_in_bytes"]
+    return files
+
+
+def _cgroup_limit() -> int | None:
+    """The smallest memory limit of this process's cgroup files, or None if unlimited."""
+    limits = []
+    for path in _cgroup_files():
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 1 << 60:  # "max" (v2), ~2^63 (v1): no limit
+            limits.append(int(text))
+    return min(limits, default=None)
+
+
+def physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system
+        return None
+
+
+def available_memory() -> tuple[int | None, str]:
+    """(bytes, what they are): REPLAY_MEMORY_LIMIT, or physical memory lowered to the
+    cgroup's limit; (None, "") where neither can be read (then nothing is refused)."""
+    override = os.environ.get(ENV_LIMIT)
+    if override:
+        try:
+            return parse_size(override), f"{ENV_LIMIT}={override}"
+        except (ValueError, IndexError):
+            raise ConfigError(
+                f"{ENV_LIMIT}: {override!r} is not a size (give bytes, or e.g. 16G)"
+            ) from None
+    physical = physical_memory()
+    limit = _cgroup_limit()
+    if limit is not None and (physical is None or limit < physical):
+        return limit, "its memory limit (cgroup)"
+    if physical is None:
+        return None, ""
+    return physical, "physical memory"
+
+
+def check_fits(estimate: Estimate) -> None:
+    """ConfigError naming the estimate and what the machine has, if it does not fit."""
+    have, source = available_memory()
+    if have is None or estimate.total + MARGIN_BYTES <= have:
+        return
+    raise ConfigError(
+        f"{estimate.what}: this workload needs about {format_bytes(estimate.total)} of "
+        f"memory ({estimate.detail}); this machine has {format_bytes(have)} ({source})"
+    )
+
+
+__all__ = [
+    "ENV_LIMIT",
+    "MARGIN_BYTES",
+    "MAX_ROW_SPACE",
+    "Estimate",
+    "RunState",
+    "available_memory",
+    "check_fits",
+    "check_row_space",
+    "format_bytes",
+    "format_count",
+    "inspect_estimate",
+    "mrc_estimate",
+    "parse_size",
+    "physical_memory",
+    "row_space",
+    "run_estimate",
+]
