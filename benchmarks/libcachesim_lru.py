@@ -57,7 +57,7 @@ def _sidecar(out: Path) -> Path:
 def export(trace_dir: Path, out: Path) -> dict[str, Any]:
     """Write the flat key of every lookup, in trace order, as uint64 to `out`."""
 
-    from replay.engine.keys import flat_keys, table_offsets
+    from replay.trace.keys import flat_keys, table_offsets
     from replay.trace.reader import open_trace
 
     t0 = time.perf_counter()

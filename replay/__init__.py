@@ -19,9 +19,8 @@ import contextlib as _contextlib
 import gc as _gc
 from collections.abc import Iterator as _Iterator
 
+from replay._version import __version__
 from replay.errors import ReplayError
-
-__version__ = "0.1.0"
 
 # numpy, numba and pyarrow allocate objects that live as long as the process; with the
 # default thresholds the collector ran ~120 times while they were imported (gc
@@ -58,15 +57,15 @@ def _load(name: str):
 
         return generate
     if name == "ingest":
-        from replay.criteo import ingest
+        from replay.trace.criteo import ingest
 
         return ingest
     if name == "inspect_trace":
-        from replay.stats import inspect_trace
+        from replay.analysis.stats import inspect_trace
 
         return inspect_trace
     if name == "resolve_system":
-        from replay.system.spec import resolve_system
+        from replay.engine.systems import resolve_system
 
         return resolve_system
     if name == "replay_trace":
@@ -78,11 +77,11 @@ def _load(name: str):
 
         return open_workload
     if name == "mrc_source":
-        from replay.mrc import mrc_source
+        from replay.analysis.mrc import mrc_source
 
         return mrc_source
     if name == "mrc_trace":
-        from replay.mrc import mrc_trace
+        from replay.analysis.mrc import mrc_trace
 
         return mrc_trace
     raise AttributeError(f"module 'replay' has no attribute {name!r}")

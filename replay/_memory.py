@@ -124,7 +124,7 @@ def _ceil(x: float) -> int:
 # -- estimates --------------------------------------------------------------------------
 
 
-INSPECT_BYTES_PER_ROW = 2  # replay.stats: one uint16 state word per row
+INSPECT_BYTES_PER_ROW = 2  # replay.analysis.stats: one uint16 state word per row
 INSPECT_BYTES_PER_WRAP = 8  # one int64 flat row per 255 lookups of a row, at most
 
 
@@ -142,7 +142,8 @@ def inspect_estimate(table_rows: Sequence[int], lookups: int) -> Estimate:
 
 
 def mrc_index_bytes(total_rows: int, min_window: int = 1 << 16) -> int:
-    """replay.mrc.StackDistances' position dtype: int32 while 4 R + window fits, else int64."""
+    """The position dtype of `replay.analysis.mrc.StackDistances`: int32 while 4 R +
+    window fits, else int64."""
     return 4 if 4 * total_rows + min_window + 64 < 2**31 else 8
 
 
@@ -162,7 +163,7 @@ def mrc_estimate(table_rows: Sequence[int], lookups: int, sample_rate: float | N
             (("row state", total * index), ("distinct rows", _ceil(distinct * per_distinct))),
             _rows_detail(table_rows, index),
         )
-    # a rate out of (0, 1] is refused later, by `replay.mrc.validate_options`
+    # a rate out of (0, 1] is refused later, by `replay.analysis.mrc.validate_options`
     rate = sample_rate if math.isfinite(sample_rate) and 0 < sample_rate <= 1 else 1.0
     sampled = _ceil(distinct * rate)
     # a hash map doubles when half full: up to 4 slots per key of (8 + 8) B, plus the
@@ -178,7 +179,7 @@ def mrc_estimate(table_rows: Sequence[int], lookups: int, sample_rate: float | N
 @dataclass(frozen=True)
 class RunState:
     """What one replay holds, from the policy's and the strategy's classes (see
-    `replay.compare.run_state`)."""
+    `replay.runs.compare.run_state`)."""
 
     bytes_per_key: float  # policy + checkpoint strategy + bitmaps (+ statistics)
     slots: int  # cache slots the policy may fill (min(capacity, units of the row space))

@@ -1,7 +1,7 @@
 """Interrupts: Ctrl-C (SIGINT) and SIGTERM end a command with one line and 128 + signal.
 
 Both signals raise `KeyboardInterrupt` in the main thread, so every `finally` and every
-atomic writer (`replay.results.atomic_folder`, the trace writer) removes what the command
+atomic writer (`replay._output.atomic_folder`, the trace writer) removes what the command
 had begun, exactly as for an error; `replay.cli.main` then prints `replay: interrupted`
 and returns 130 (SIGINT) or 143 (SIGTERM), the shell's convention. Python's default
 SIGTERM action kills the process on the spot, leaving temporary folders behind and no

@@ -164,7 +164,7 @@ def test_sweep_says_its_runs_and_runs(
 
 
 def test_grid_counted_without_listing_points() -> None:
-    from replay.compare import check_grid_size, grid_size
+    from replay.runs.compare import check_grid_size, grid_size
 
     grid = ["policy.capacity_rows=" + ",".join(map(str, range(1, 2001)))] * 3
     assert grid_size(grid) == 2000**3  # 8e9 points: counted, never listed
@@ -213,9 +213,9 @@ def _peak_rss(argv: list[str], cwd: Path) -> int:
 
 
 def test_peak_rss_within_the_estimate(tmp_path: Path) -> None:
-    from replay.compare import check_run_memory
-    from replay.source import open_source
-    from replay.system.spec import resolve_system_with_origin
+    from replay.engine.systems import resolve_system_with_origin
+    from replay.runs.compare import check_run_memory
+    from replay.workload.source import open_source
 
     small, big = tmp_path / "small.toml", tmp_path / "big.toml"
     small.write_text(_spec(1, 1000).replace("batches = 2", "batches = 4"))

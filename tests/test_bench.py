@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from replay.bench import bench_generate
+from replay.runs.bench import bench_generate
 
 
 @pytest.mark.bench
@@ -19,7 +19,7 @@ def test_generation_hides_sampling_behind_writing() -> None:
 def test_replay_streams_at_25m_lookups_per_s() -> None:
     """Issue 3: hbm-lru and hbm-hot stream >= 25 M lookups/s including Parquet reads, and
     SHARDS at rate 0.01 runs >= 100 M lookups/s (criteo-kaggle, 1000 x 2048)."""
-    from replay.bench import bench_replay
+    from replay.runs.bench import bench_replay
 
     result = bench_replay(batches=1000, batch_size=2048, repeats=2)
     assert result["lookups"] == 53_248_000
@@ -31,7 +31,7 @@ def test_replay_streams_at_25m_lookups_per_s() -> None:
 @pytest.mark.bench
 def test_checkpoint_models_cost_under_a_fifth_of_the_replay() -> None:
     """Issue 4: checkpoint and failure models < 20% of the replay's run time (kaggle)."""
-    from replay.bench import bench_checkpoint
+    from replay.runs.bench import bench_checkpoint
 
     result = bench_checkpoint(batches=1000, batch_size=2048)
     for label, case in result["cases"].items():
@@ -43,7 +43,7 @@ def test_terabyte_day_on_the_fly_on_two_cores() -> None:
     """Issue 6: `replay run --workload criteo-terabyte --batches 2000 --batch-size 2048
     --system hbm-lru` (106 M lookups) >= 13 M lookups/s whole process, <= 4 GB peak; and a
     1 B-lookup sampled curve on the fly in minutes."""
-    from replay.bench import bench_all
+    from replay.runs.bench import bench_all
 
     result = bench_all(repeats=1, only="criteo-terabyte", batches=10, batch_size=128)
     rows = {row["operation"]: row for row in result["rows"]}
@@ -61,9 +61,9 @@ def test_sampled_curve_of_a_billion_lookups_same_on_a_local_dask_cluster() -> No
     cluster of 2 workers, and states its error."""
     import numpy as np
 
-    from replay.bench import BILLION_BATCHES
-    from replay.distributed import dask_client
-    from replay.mrc import mrc_source
+    from replay._distributed import dask_client
+    from replay.analysis.mrc import mrc_source
+    from replay.runs.bench import BILLION_BATCHES
     from replay.workload.presets import get_preset
 
     spec = get_preset("criteo-terabyte").with_overrides(batches=BILLION_BATCHES)

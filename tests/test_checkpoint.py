@@ -20,8 +20,8 @@ from replay.checkpoint.dirty import MODES, DirtySet, dirty_kernel, reference_inc
 from replay.checkpoint.quantize import quantization_error, quantize_rows, quantized_row_bytes
 from replay.cli import main
 from replay.engine.replay import replay_trace
+from replay.engine.systems import resolve_system
 from replay.errors import ConfigError
-from replay.system.spec import resolve_system
 from replay.trace.reader import open_trace
 
 FAST = settings(

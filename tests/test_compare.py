@@ -10,7 +10,8 @@ import pytest
 
 import replay
 from replay.cli import main
-from replay.compare import (
+from replay.errors import ConfigError, TraceError
+from replay.runs.compare import (
     COMPARE_COLUMNS,
     METRIC_COLUMNS,
     iter_runs,
@@ -21,7 +22,6 @@ from replay.compare import (
     split_list,
     value_label,
 )
-from replay.errors import ConfigError, TraceError
 
 SYSTEMS = ["hbm-lru", "dram", "pmem-host"]
 RUN_FILES = [

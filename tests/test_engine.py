@@ -11,9 +11,10 @@ import pytest
 
 from replay.cli import main
 from replay.engine.replay import replay_trace
+from replay.engine.systems import resolve_system, system_from_dict
 from replay.errors import ConfigError
 from replay.system.presets import SYSTEM_PRESETS
-from replay.system.spec import apply_overrides, resolve_system, system_from_dict
+from replay.system.spec import apply_overrides
 from replay.trace.reader import open_trace
 from replay.trace.writer import write_trace_from_arrays
 
@@ -296,7 +297,7 @@ def test_run_is_deterministic(small_trace: Path, tmp_path: Path) -> None:
 
 def test_mrc_matches_lru_runs_on_a_generated_trace(tmp_path: Path) -> None:
     import replay
-    from replay.mrc import mrc_trace
+    from replay.analysis.mrc import mrc_trace
 
     path = replay.generate("tiny", tmp_path / "tiny", batches=40)
     trace = open_trace(path)
@@ -353,8 +354,8 @@ def _many_range_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_statistics_in_the_replay_pass_change_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, system: str, sets: list[str]
 ) -> None:
-    from replay.engine.stream import iter_batch_ranges
-    from replay.stats import inspect_trace
+    from replay.analysis.stats import inspect_trace
+    from replay.trace.stream import iter_batch_ranges
 
     path = _many_range_trace(tmp_path, monkeypatch)
     assert len(list(iter_batch_ranges(open_trace(path)))) > 5
@@ -371,7 +372,7 @@ def test_statistics_in_the_replay_pass_change_nothing(
 
 
 def test_cli_run_workload_json_is_inspect_output(tmp_path: Path, small_trace: Path) -> None:
-    from replay.stats import inspect_trace
+    from replay.analysis.stats import inspect_trace
 
     out = tmp_path / "run"
     assert main(["run", str(small_trace), "--system", "hbm-lru", "--out", str(out)]) == 0

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay.errors import ConfigError
-from replay.failures import (
+from replay.checkpoint.failures import (
     DrawResult,
     FailureStats,
     RecoveryPoints,
@@ -22,8 +21,9 @@ from replay.failures import (
     simulate_draws,
     young_daly_interval_s,
 )
-from replay.failures import _recovery_point as kernel_recovery_point
-from replay.failures import _reference_recovery_point as reference_recovery_point
+from replay.checkpoint.failures import _recovery_point as kernel_recovery_point
+from replay.checkpoint.failures import _reference_recovery_point as reference_recovery_point
+from replay.errors import ConfigError
 
 FAST = settings(
     max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]

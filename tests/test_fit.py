@@ -14,8 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from replay.analysis.stats import inspect_arrays, inspect_trace
 from replay.errors import ConfigError
-from replay.fit import (
+from replay.trace.reader import Trace, open_trace
+from replay.workload.fit import (
     CHECKED,
     MIN_FIT_LOOKUPS,
     FitResult,
@@ -27,8 +29,6 @@ from replay.fit import (
     power_law_mle,
     table_statistics,
 )
-from replay.stats import inspect_arrays, inspect_trace
-from replay.trace.reader import Trace, open_trace
 from replay.workload.generator import CompiledWorkload, generate
 from replay.workload.spec import TableSpec, WorkloadSpec
 

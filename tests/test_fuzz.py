@@ -32,8 +32,14 @@ from hypothesis import HealthCheck, currently_in_test_context, event, given, set
 from hypothesis import strategies as st
 
 import replay.trace.format as trace_format
+from replay.analysis.stats import inspect_trace
 from replay.cli import main
-from replay.criteo import (
+from replay.engine.systems import resolve_system, resolve_system_with_origin, system_from_dict
+from replay.errors import ConfigError, ReplayError, TraceError
+from replay.system.presets import PRESET_DIR, SYSTEM_PRESETS
+from replay.system.spec import SystemSpec
+from replay.trace import open_trace
+from replay.trace.criteo import (
     MAX_IND_RANGE,
     MAX_LINE_BYTES,
     ingest,
@@ -41,16 +47,6 @@ from replay.criteo import (
     reference_lookups,
     split_lines_reference,
 )
-from replay.errors import ConfigError, ReplayError, TraceError
-from replay.stats import inspect_trace
-from replay.system.presets import PRESET_DIR, SYSTEM_PRESETS
-from replay.system.spec import (
-    SystemSpec,
-    resolve_system,
-    resolve_system_with_origin,
-    system_from_dict,
-)
-from replay.trace import open_trace
 from replay.trace.format import safe_member
 from replay.trace.writer import write_trace_from_arrays
 from replay.workload.generator import resolve_workload
@@ -964,7 +960,7 @@ def test_nulls_in_a_part_are_a_trace_error(base_traces: list[Path]) -> None:
 CHILD = """
 import sys
 from replay.errors import TraceError
-from replay.stats import inspect_trace
+from replay.analysis.stats import inspect_trace
 from replay.trace import open_trace
 trace = open_trace(sys.argv[1])
 for read in (lambda: trace.lookups(1, 3), trace.lookups, lambda: inspect_trace(trace)):

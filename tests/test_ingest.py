@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 import replay
 from replay.cli import main
-from replay.criteo import (
+from replay.errors import ConfigError, InputError, OutputError
+from replay.trace.criteo import (
     BAD_CAT,
     BAD_FIELD_COUNT,
     BAD_INT,
@@ -38,7 +39,6 @@ from replay.criteo import (
     reference_lookups,
     split_lines_reference,
 )
-from replay.errors import ConfigError, InputError, OutputError
 from replay.trace.updates import update_sets_reference
 from replay.trace.writer import write_trace_from_arrays
 
@@ -590,7 +590,7 @@ def test_corrupt_gzip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_python_api_after_module_import(tmp_path: Path) -> None:
-    import replay.criteo
+    import replay.trace.criteo
 
     src = write(tmp_path / "a.tsv", GOLDEN)
     result = replay.ingest(src, tmp_path / "t", max_ind_range=3, progress=True)

@@ -13,15 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay.cli import main
-from replay.errors import TraceError
-from replay.stats import (
+from replay.analysis.stats import (
     _COUNT_WRAP,
-    _R_BATCH,
-    _R_START,
-    _R_TABLE,
     _SWEEP_BATCHES,
     _TAG_PERIOD,
+    RUN_BATCH,
+    RUN_START,
+    RUN_TABLE,
     _top_sum,
     curve_batches,
     inspect_arrays,
@@ -31,6 +29,8 @@ from replay.stats import (
     trace_inspector,
     trace_statistics,
 )
+from replay.cli import main
+from replay.errors import TraceError
 from replay.trace.reader import open_trace
 from replay.trace.writer import write_trace_from_arrays
 
@@ -278,8 +278,8 @@ def test_table_runs_are_the_batch_table_runs(per_batch: list[list[int]], first: 
         if i == 0 or pair != pairs[i - 1]:
             want.append([i, pair[1], pair[0]])
     runs = table_runs(table, bounds, first)
-    assert runs[:-1, [_R_START, _R_TABLE, _R_BATCH]].tolist() == want
-    assert runs[-1, _R_START] == len(table)
+    assert runs[:-1, [RUN_START, RUN_TABLE, RUN_BATCH]].tolist() == want
+    assert runs[-1, RUN_START] == len(table)
 
 
 @settings(max_examples=300, deadline=None)
@@ -536,7 +536,7 @@ def test_unreadable_lookups_file_is_a_trace_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize("skewed", [True, False])
 def test_bench_inspect_kernel(skewed: bool) -> None:
     """About 50 M lookups through the kernel on one core: well above 50 M lookups/s."""
-    from replay.stats import bench_inspect_kernel
+    from replay.analysis.stats import bench_inspect_kernel
 
     res = bench_inspect_kernel(50_000_000, skewed=skewed)
     print(res)

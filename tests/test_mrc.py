@@ -14,10 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import replay
-from replay.cli import main
-from replay.engine.keys import flat_keys, table_offsets
-from replay.errors import ConfigError, TraceError
-from replay.mrc import (
+from replay.analysis.mrc import (
     SHARDS_MODULUS,
     ShardsSampler,
     StackDistances,
@@ -32,6 +29,9 @@ from replay.mrc import (
     stack_distances,
     validate_sizes,
 )
+from replay.cli import main
+from replay.errors import ConfigError, TraceError
+from replay.trace.keys import flat_keys, table_offsets
 from replay.trace.writer import write_trace_from_arrays
 from replay.workload.presets import get_preset
 
@@ -210,7 +210,7 @@ def kaggle_like(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_shards_one_percent_against_exact(kaggle_like: Path) -> None:
     """At R = 0.01: mean absolute error <= 0.005 (SHARDS's metric) and the stated error
     covers the actual one. The largest error sits at the cliff near the distinct rows of
-    one batch, where sampling blurs the curve (see `replay.mrc`)."""
+    one batch, where sampling blurs the curve (see `replay.analysis.mrc`)."""
     sampled = mrc_trace(kaggle_like, sample_rate=0.01)
     exact = mrc_trace(kaggle_like, sizes=sampled.sizes)
     assert sampled.lookups == exact.lookups == 200 * 2048 * 26
@@ -350,7 +350,7 @@ def test_cli_failure_while_writing_leaves_nothing(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import replay.cli.mrc as cli_mrc
+    import replay.runs.mrc_files as cli_mrc
 
     def broken(*args: object) -> None:
         raise OSError(28, "No space left on device")

@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import replay
-from replay.engine.stream import BatchRange, iter_batch_ranges
 from replay.policies import POLICIES, Policy, PolicyContext
 from replay.policies.base import (
     BYPASS,
@@ -40,6 +39,7 @@ from replay.policies.lfu import reference_lfu
 from replay.policies.lru import reference_lru
 from replay.policies.static import reference_static
 from replay.system.spec import PolicySpec
+from replay.trace.stream import BatchRange, iter_batch_ranges
 
 Batches = list[tuple[list[int], list[int]]]  # per batch: (lookup keys, update keys)
 
@@ -480,7 +480,7 @@ def test_policies_on_a_generated_trace(
 def test_warm_up_changes_nothing(tiny_trace: Path, name: str) -> None:
     """`replay_trace` calls `warm_up` on a helper thread before the first range: the
     results must be the same with it and without it."""
-    from replay.engine.stream import empty_range
+    from replay.trace.stream import empty_range
 
     trace = replay.open_trace(tiny_trace)
     ranges = list(iter_batch_ranges(trace, 0, trace.num_batches, min_lookups=1))
@@ -506,7 +506,7 @@ def test_the_warm_up_range_has_the_types_of_the_streams_ranges(
     ranges use (a different type would compile another one, seconds, on the warm-up)."""
     from numba import typeof
 
-    from replay.engine.stream import build_range, empty_range
+    from replay.trace.stream import build_range, empty_range
 
     trace = replay.open_trace(tiny_trace)
     look = trace.lookups(0, 2)
@@ -575,7 +575,7 @@ def test_oracles_refuse_to_run_unprepared() -> None:
 @settings(max_examples=60, deadline=None)
 @given(trace=traces(max_keys=30, max_batches=8), capacity=st.integers(1, 35))
 def test_mrc_at_size_c_equals_lru_at_capacity_c(trace: Batches, capacity: int) -> None:
-    from replay.mrc import mrc_keys
+    from replay.analysis.mrc import mrc_keys
 
     keys = batch_range(trace, 0, len(trace)).keys
     if len(keys) == 0:

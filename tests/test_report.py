@@ -19,7 +19,6 @@ from markdown_it import MarkdownIt
 
 import replay
 from replay.cli import main
-from replay.compare import COMPARE_COLUMNS
 from replay.report.analysis import (
     TERMS,
     analyse,
@@ -41,6 +40,7 @@ from replay.report.document import (
     to_markdown,
 )
 from replay.report.load import Results, load_results
+from replay.runs.compare import COMPARE_COLUMNS
 
 LADDER = ["ssd", "pmem-host", "pcie-ndp", "cxl-d", "cxl-b", "cxl"]
 FASTPERSIST = ["torch-save", "fastpersist-1", "fastpersist", "fastpersist-8"]

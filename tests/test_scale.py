@@ -15,14 +15,15 @@ import pyarrow.parquet as pq
 import pytest
 
 import replay
-import replay.mrc
+import replay.analysis.mrc
+from replay.analysis.mrc import mrc_source
 from replay.cli import main
 from replay.engine.replay import RunResult, replay_trace
-from replay.mrc import mrc_source
-from replay.source import Source, open_source
-from replay.system.spec import SystemSpec, resolve_system_with_origin
+from replay.engine.systems import resolve_system_with_origin
+from replay.system.spec import SystemSpec
 from replay.trace.reader import LookupChunk, Trace, UpdateChunk, open_trace
 from replay.workload.onthefly import GeneratedTrace, open_workload
+from replay.workload.source import Source, open_source
 from replay.workload.spec import WorkloadSpec, load_spec, spec_from_dict, spec_to_toml
 
 TINY_BATCHES = 40
@@ -670,14 +671,14 @@ def test_sampled_mrc_in_many_tasks_equals_one_process(
 ) -> None:
     """Tasks of one row group (workload) or one file (trace): folded in trace order."""
     tasks: list[list[tuple[int, int]]] = []
-    task_ranges: Callable[..., list[tuple[int, int]]] = replay.mrc.task_ranges
+    task_ranges: Callable[..., list[tuple[int, int]]] = replay.analysis.mrc.task_ranges
 
     def small_tasks(source: Source) -> list[tuple[int, int]]:
         ranges = task_ranges(source, task_lookups=1)
         tasks.append(ranges)
         return ranges
 
-    monkeypatch.setattr(replay.mrc, "task_ranges", small_tasks)
+    monkeypatch.setattr(replay.analysis.mrc, "task_ranges", small_tasks)
     sizes = MRC_SIZES
     one = mrc_source(str(accum), sizes, 0.05).to_json()
     assert mrc_source(accum_spec, sizes, 0.05).to_json() == one

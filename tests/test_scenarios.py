@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import replay
 from replay.engine.raw import RawState, count_raw, reference_raw
 from replay.engine.replay import replay_trace
-from replay.system.spec import resolve_system
+from replay.engine.systems import resolve_system
 from replay.trace.reader import open_trace
 
 LADDER = ("ssd", "pmem-host", "pcie-ndp", "cxl-d", "cxl-b", "cxl")

@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from replay.checkpoint.failures import RecoveryPoints
 from replay.errors import ConfigError
-from replay.failures import RecoveryPoints
 
 if TYPE_CHECKING:
-    from replay.engine.stream import BatchRange
     from replay.system.spec import CheckpointSpec, SystemSpec, TierSpec
+    from replay.trace.stream import BatchRange
 
 NS = 1e-9
 READER_POSITION_BYTES = 8  # one int64 sample offset per data reader

@@ -44,7 +44,7 @@ from replay.errors import ConfigError
 from replay.system.spec import SystemSpec, optimizer_bytes_per_row
 
 if TYPE_CHECKING:
-    from replay.engine.stream import BatchRange
+    from replay.trace.stream import BatchRange
 
 
 @register_strategy("check-n-run")

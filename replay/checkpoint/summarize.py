@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from replay.checkpoint.base import CheckpointContext, CheckpointResult, Timing
-from replay.failures import evaluate_failures, young_daly_interval_s
+from replay.checkpoint.failures import evaluate_failures, young_daly_interval_s
 
 
 def checkpoint_summary(

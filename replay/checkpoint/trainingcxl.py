@@ -33,12 +33,12 @@ from replay.checkpoint.base import (
     points_from,
     register_strategy,
 )
-from replay.engine.stream import distinct_bitmap, distinct_kernel
 from replay.errors import ConfigError
 from replay.system.spec import SystemSpec
+from replay.trace.stream import distinct_bitmap, distinct_kernel
 
 if TYPE_CHECKING:
-    from replay.engine.stream import BatchRange
+    from replay.trace.stream import BatchRange
 
 
 def home_tier_name(system: SystemSpec) -> str:

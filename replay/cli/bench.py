@@ -22,8 +22,8 @@ def bench_generate_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Generation rate against writing the same columns to Parquet from memory."""
-    from replay.bench import bench_generate
     from replay.errors import ConfigError
+    from replay.runs.bench import bench_generate
 
     if batches < 1 or batch_size < 1:
         raise ConfigError("--batches and --batch-size must be positive")
@@ -66,8 +66,8 @@ def bench_replay_command(
     """Lookups/s of whole `replay run` processes (hbm-lru, hbm-hot) and of `replay mrc`."""
     from pathlib import Path
 
-    from replay.bench import bench_replay
     from replay.errors import ConfigError
+    from replay.runs.bench import bench_replay
 
     if batches < 1 or batch_size < 1 or capacity_rows < 1 or repeats < 1:
         raise ConfigError("--batches, --batch-size, --capacity-rows and --repeats must be > 0")
@@ -110,8 +110,8 @@ def bench_checkpoint_command(
     """Share of the replay's run time taken by the checkpoint and failure models."""
     from pathlib import Path
 
-    from replay.bench import bench_checkpoint
     from replay.errors import ConfigError
+    from replay.runs.bench import bench_checkpoint
 
     if batches < 1 or batch_size < 1:
         raise ConfigError("--batches and --batch-size must be > 0")
@@ -145,8 +145,8 @@ def bench_all_command(
 ) -> None:
     """The table of lookups/s and peak memory: generation, replay per policy, checkpoint
     models, mrc exact and sampled, and on-the-fly workloads (a few minutes)."""
-    from replay.bench import bench_all, markdown_table
     from replay.errors import ConfigError
+    from replay.runs.bench import bench_all, markdown_table
 
     if batches < 1 or batch_size < 1 or repeats < 1:
         raise ConfigError("--batches, --batch-size and --repeats must be > 0")

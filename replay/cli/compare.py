@@ -1,7 +1,7 @@
 """`replay compare TRACE --systems a,b,c [--set key=value ...] --out DIR`.
 
 Every system is resolved (and checked against the trace) before anything runs; the runs
-go in parallel over `--workers` processes (`replay.compare`). DIR gets one run folder
+go in parallel over `--workers` processes (`replay.runs.compare`). DIR gets one run folder
 per system, named by the system's `name`, exactly as `replay run` writes it, plus
 `comparison.parquet` (one row per system, in the order given) and `compare.json`. DIR
 is built beside its final place and renamed when complete, so after an error there is
@@ -38,9 +38,9 @@ from replay.cli.source import (
 )
 
 if TYPE_CHECKING:
-    from replay.compare import RunJob
     from replay.engine.replay import RunResult
-    from replay.source import SourceRef
+    from replay.runs.compare import RunJob
+    from replay.workload.source import SourceRef
 
 WHAT = "`replay compare` or `replay sweep` output"
 _PROGRESS_EVERY_S = 5.0
@@ -106,7 +106,7 @@ def compare_command(
 ) -> None:
     """Replay one trace (or on-the-fly workload) on several systems, in parallel: a run
     folder each and a table."""
-    from replay.compare import (
+    from replay.runs.compare import (
         COMPARE_COLUMNS,
         COMPARE_FILES,
         compare_document,
@@ -115,7 +115,7 @@ def compare_command(
         split_list,
         to_columns,
     )
-    from replay.results import write_columns, write_json
+    from replay.runs.results import write_columns, write_json
 
     ref = resolve_source(
         trace, workload, batches=batches, batch_size=batch_size, seed=seed,
@@ -189,8 +189,8 @@ def run_and_write(
     the end. The memory the runs need at once (`what` names the command in a refusal)
     is checked first; `echo` gets the number of runs, then progress lines where no
     progress bar is shown."""
-    from replay.compare import check_run_memory, check_workers, preflight
-    from replay.results import check_output_folder
+    from replay.runs.compare import check_run_memory, check_workers, preflight
+    from replay.runs.results import check_output_folder
 
     n = check_workers(default_workers() if workers is None else workers)
     check_output_folder(out, force=force, owned=owned_entries(out, own_files), what=WHAT)
@@ -210,13 +210,13 @@ def run_and_write(
         echo(f"{what.removeprefix('replay ')}: {len(jobs):,} {noun}, {at_once} at once")
     workload = None
     if with_stats:
-        from replay.stats import inspect_trace
+        from replay.analysis.stats import inspect_trace
 
         workload = inspect_trace(opened)
     with contextlib.ExitStack() as stack:
         client = None
         if scheduler is not None:
-            from replay.distributed import dask_client
+            from replay._distributed import dask_client
 
             client = stack.enter_context(dask_client(scheduler, workers))
         return _run_into(trace, jobs, out, own_files, n, force, finish, workload, client, echo)
@@ -234,8 +234,8 @@ def _run_into(
     client: Any,
     echo: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    from replay.compare import iter_runs, metrics_row
-    from replay.results import atomic_folder, write_run
+    from replay.runs.compare import iter_runs, metrics_row
+    from replay.runs.results import atomic_folder, write_run
 
     metrics: dict[int, dict[str, Any]] = {}
     # the ownership is checked again inside: DIR may have changed during the runs

@@ -1,5 +1,5 @@
 """`replay fit TRACE --out SPEC.toml`: a workload spec fitted to a trace (method in
-`replay.fit`), so `replay generate --spec SPEC.toml` makes synthetic traces that look like
+`replay.workload.fit`), so `replay generate --spec SPEC.toml` makes synthetic traces that look like
 it at any length.
 
 The spec (with the fit's diagnostics as comments) and the `--check` figure are written
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from rich.console import Console
 
-    from replay.fit import FitResult
+    from replay.workload.fit import FitResult
 
 
 @app.command("fit")
@@ -79,9 +79,9 @@ def fit_command(
     """Fit per-table power-law exponents (with confidence intervals), reuse and drift
     to a trace, and write them as a workload spec."""
     from replay import __version__
-    from replay.fit import ROWS_MODES, check_fit, fit_trace, spec_with_diagnostics
     from replay.report.figures import save
     from replay.trace.reader import open_trace
+    from replay.workload.fit import ROWS_MODES, check_fit, fit_trace, spec_with_diagnostics
 
     if out is None and not json_output:
         raise ConfigError("give --out SPEC.toml (or --json to print the fit)")
@@ -262,7 +262,7 @@ def _cell(stat: dict[str, Any], fmt: str) -> str:
 def print_check(checked: dict[str, Any], console: Console | None = None) -> None:
     from rich.table import Table
 
-    from replay.fit import CHECK_TRACES
+    from replay.workload.fit import CHECK_TRACES
 
     console = console or _console()
     table = Table(

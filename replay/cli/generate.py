@@ -49,7 +49,7 @@ def generate_command(
     ] = False,
 ) -> None:
     """Generate an embedding access and update trace (Parquet + manifest.json)."""
-    from replay.workload.spec import resolve_spec
+    from replay.workload.presets import resolve_spec
 
     if preset is None and spec is None:
         raise ConfigError("give --preset NAME or --spec FILE.toml (see `replay presets`)")
@@ -64,7 +64,7 @@ def generate_command(
     with contextlib.ExitStack() as stack:
         client = None
         if scheduler is not None:
-            from replay.distributed import dask_client
+            from replay._distributed import dask_client
 
             client = stack.enter_context(dask_client(scheduler, workers))
         _generate(resolved, out, workers, force, resume, client)

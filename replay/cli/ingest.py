@@ -47,7 +47,7 @@ def ingest_command(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output.")] = False,
 ) -> None:
     """Turn real Criteo click logs into a trace (exactly one of --max-ind-range, --dictionary)."""
-    from replay.criteo import ingest
+    from replay.trace.criteo import ingest
 
     result = ingest(
         files,

@@ -1,4 +1,4 @@
-"""`replay inspect TRACE`: access statistics of a trace (definitions in `replay.stats`)."""
+"""`replay inspect TRACE`: access statistics of a trace (definitions in `replay.analysis.stats`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from replay.analysis.stats import DEFAULT_CURVE_POINTS, MAX_CURVE_POINTS
 from replay.cli.app import app, shown
 from replay.cli.source import VerifyOption
-from replay.stats import DEFAULT_CURVE_POINTS, MAX_CURVE_POINTS
 
 # touched-curve points shown in the human-readable output
 _SHOWN_CURVE_POINTS = 6
@@ -42,7 +42,7 @@ def inspect_command(
     """Lookups, distinct rows, top-1% share, per-batch distinct fraction, consecutive-batch
     reuse and the rows-touched curve, per table and overall."""
     from replay._memory import check_fits, check_row_space, inspect_estimate
-    from replay.stats import inspect_trace
+    from replay.analysis.stats import inspect_trace
     from replay.trace.reader import open_trace
 
     opened = open_trace(trace)

@@ -1,4 +1,4 @@
-"""`replay mrc TRACE`: the LRU miss-ratio curve of a trace (algorithms in `replay.mrc`).
+"""`replay mrc TRACE`: the LRU miss-ratio curve of a trace (algorithms in `replay.analysis.mrc`).
 
 `--out DIR` writes mrc.parquet, mrc.json and mrc.png atomically: everything is built in a
 temporary folder beside DIR (`.DIR.partial-PID`) and renamed into place, so after an
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -30,7 +30,8 @@ from replay.cli.source import (
     resolve_source,
 )
 from replay.errors import ConfigError
-from replay.results import atomic_folder, check_output_folder
+from replay.runs.mrc_files import OUTPUT_FILES, write_outputs
+from replay.runs.results import check_output_folder
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -38,9 +39,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from replay._memory import Estimate
-    from replay.mrc import MrcResult
+    from replay.analysis.mrc import MrcResult
 
-OUTPUT_FILES = frozenset({"mrc.parquet", "mrc.json", "mrc.png"})
 _SHOWN_POINTS = 12  # curve points in the human-readable table
 
 
@@ -92,8 +92,8 @@ def mrc_command(
     """LRU miss ratio against cache size in rows, from one pass over the lookups (exact
     stack distances) or from a SHARDS sample with its expected error."""
     from replay._memory import mrc_estimate
-    from replay.mrc import mrc_source, validate_options
-    from replay.source import source_document, source_label
+    from replay.analysis.mrc import mrc_source, validate_options
+    from replay.workload.source import source_document, source_label
 
     def estimate(rows: Sequence[int], lookups: int, batches: int) -> Estimate:
         return mrc_estimate(rows, lookups, sample_rate)
@@ -121,7 +121,7 @@ def mrc_command(
     if scheduler is None:
         result = mrc_source(ref, chosen, sample_rate)
     else:
-        from replay.distributed import dask_client
+        from replay._distributed import dask_client
 
         with dask_client(scheduler, workers) as client:
             result = mrc_source(ref, chosen, sample_rate, client=client)
@@ -155,62 +155,6 @@ def parse_sizes(text: str) -> list[int]:
 def check_target(out: Path, force: bool) -> None:
     """OutputError unless `out` can become the output folder (checked before the work)."""
     check_output_folder(out, force=force, owned=OUTPUT_FILES, what="`replay mrc` output")
-
-
-def write_outputs(result: MrcResult, document: dict[str, Any], out: Path, force: bool) -> None:
-    """Build the three files beside `out`, then move them into place in one rename."""
-    # checked again inside: the folder may have changed during the run
-    with atomic_folder(out, force=force, owned=OUTPUT_FILES, what="`replay mrc` output") as tmp:
-        _write_parquet(result, tmp / "mrc.parquet")
-        (tmp / "mrc.json").write_text(json.dumps(document, indent=2) + "\n")
-        _write_png(result, tmp / "mrc.png", document.get("trace", ""))
-
-
-def _write_parquet(result: MrcResult, path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from replay import _arrow
-
-    table = _arrow.table(
-        {"cache_rows": result.sizes, "miss_ratio": result.miss_ratios},
-        pa.schema([("cache_rows", pa.int64()), ("miss_ratio", pa.float64())]),
-    )
-    pq.write_table(table, path)
-
-
-def _write_png(result: MrcResult, path: Path, trace: str) -> None:
-    # the object API with the Agg canvas: no pyplot global state, no display needed
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7, 4.5), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    x, y = result.sizes, result.miss_ratios
-    ax.plot(x, y, marker=".", color="tab:blue", label="LRU miss ratio")
-    if result.exact:
-        how = "exact (stack distances)"
-    else:
-        how = f"SHARDS, sample rate {result.sample_rate:.4g}"
-        err = result.point_errors
-        ax.fill_between(
-            x, (y - err).clip(0, 1), (y + err).clip(0, 1), color="tab:blue", alpha=0.15,
-            label="expected error (about 95%)",
-        )  # fmt: skip
-    ax.set_xscale("log")
-    top = float((y + result.point_errors).max(initial=0.0))
-    ax.set_ylim(0.0, min(1.0, top * 1.05 + 0.01))
-    ax.set_xlabel("cache size (rows)")
-    ax.set_ylabel("miss ratio")
-    # the trace's path is drawn as written: no mathtext for a `$` in a folder name
-    ax.set_title(f"LRU miss-ratio curve, {how}\n{trace}", fontsize=10, parse_math=False)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="upper right")
-    fig.savefig(path, dpi=120)
-
-
-# -- human-readable output ----------------------------------------------------------------
 
 
 def print_report(

@@ -12,7 +12,7 @@ from replay.cli.app import app
 @app.command("presets")
 def presets_command() -> None:
     """List the built-in workload presets and system presets (with their sources)."""
-    from replay.system.presets import system_preset_summary
+    from replay.engine.systems import system_preset_summary
     from replay.workload.presets import PRESETS, preset_summary
 
     typer.echo("Workload presets:")

@@ -1,4 +1,4 @@
-"""`replay quickstart [--out DIR]`: the README's main command (`replay.quickstart`).
+"""`replay quickstart [--out DIR]`: the README's main command (`replay.runs.quickstart`).
 
 Generates a small `criteo-kaggle` trace into traces/quickstart, runs the seeds'
 comparisons on it and writes a report to DIR (default reports/quickstart), replacing an
@@ -15,7 +15,12 @@ from typing import Annotated
 import typer
 
 from replay.cli.app import app, default_workers, show_progress
-from replay.quickstart import DEFAULT_BATCH_SIZE, DEFAULT_BATCHES, DEFAULT_SEED, DEFAULT_WORKLOAD
+from replay.runs.quickstart import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_BATCHES,
+    DEFAULT_SEED,
+    DEFAULT_WORKLOAD,
+)
 
 
 @app.command("quickstart")
@@ -40,9 +45,9 @@ def quickstart_command(
 ) -> None:
     """Run the seeds' comparisons on a small built-in trace and write a report."""
     import replay
-    from replay.compare import check_workers
     from replay.errors import Interrupted
-    from replay.quickstart import check_quickstart_folder, run_quickstart
+    from replay.runs.compare import check_workers
+    from replay.runs.quickstart import check_quickstart_folder, run_quickstart
     from replay.trace.writer import partial_path
 
     n = check_workers(default_workers() if workers is None else workers)

@@ -25,7 +25,7 @@ from replay.cli.source import (
 )
 
 if TYPE_CHECKING:
-    from replay.source import Source
+    from replay.workload.source import Source
 
 InspectOption = Annotated[
     bool | None,
@@ -80,11 +80,11 @@ def run_command(
     traffic, time and energy into DIR."""
     import replay as package
     from replay._faults import kill_point
+    from replay.analysis.stats import inspect_trace
     from replay.engine.replay import trace_digest
+    from replay.engine.systems import resolve_system_with_origin
     from replay.errors import TraceError
-    from replay.results import check_output_folder, run_stages
-    from replay.stats import inspect_trace
-    from replay.system.spec import resolve_system_with_origin
+    from replay.runs.results import check_output_folder, run_stages
     from replay.workload.onthefly import GeneratedTrace
 
     sets = list(overrides or [])
@@ -92,7 +92,7 @@ def run_command(
 
     def fits(opened: Source) -> None:
         # refused with the figure before a byte is hashed or a row's state allocated
-        from replay.compare import check_run_memory
+        from replay.runs.compare import check_run_memory
 
         with_stats = inspect if inspect is not None else not isinstance(opened, GeneratedTrace)
         check_run_memory(opened, [spec], inspect=with_stats)

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from replay.errors import ConfigError
-from replay.source import Source, SourceRef
+from replay.workload.source import Source, SourceRef
 
 _PANEL = "On-the-fly workload (instead of TRACE)"
 
@@ -97,7 +97,7 @@ def resolve_source(
         given = [name for name, value in overrides.items() if value is not None]
         if given:
             raise ConfigError(f"{given[0]} applies only with --workload (a trace is fixed)")
-        from replay.source import open_source
+        from replay.workload.source import open_source
 
         opened = open_source(trace)
         if check is not None:
@@ -138,8 +138,8 @@ def resolve_source_verified_later(
     call it before reporting a TraceError of its own, since a checksum mismatch explains
     a corrupt file best. `check(opened source)` runs before the checksums start (a
     command's memory estimate: a refused command hashes nothing)."""
-    from replay.source import open_source
     from replay.trace.reader import Trace
+    from replay.workload.source import open_source
 
     ref = resolve_source(trace, workload, verify=False, **overrides)
     opened = open_source(ref)

@@ -63,7 +63,7 @@ def _echo(json_output: bool) -> Callable[[str], None] | None:
 
 def _resolve(system: str, parsed: Any, sets: list[str], total: int) -> Any:
     """`resolve_sweep`, with a progress bar on a terminal for a large grid."""
-    from replay.compare import resolve_sweep
+    from replay.runs.compare import resolve_sweep
 
     if total < _ANNOUNCE_CHECKING or not show_progress():
         return resolve_sweep(system, parsed, sets)
@@ -118,7 +118,7 @@ def sweep_command(
 ) -> None:
     """Replay one trace (or on-the-fly workload) on a system over a grid of settings: a
     run folder per point."""
-    from replay.compare import (
+    from replay.runs.compare import (
         SWEEP_FILES,
         check_grid_size,
         parse_grid,
@@ -127,7 +127,7 @@ def sweep_command(
         sweep_rows,
         to_columns,
     )
-    from replay.results import write_columns, write_json
+    from replay.runs.results import write_columns, write_json
 
     ref = resolve_source(
         trace, workload, batches=batches, batch_size=batch_size, seed=seed,

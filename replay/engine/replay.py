@@ -1,6 +1,6 @@
 """The replay driver: stream a trace through a system's placement policy and account it.
 
-Pure: it returns a `RunResult` and writes nothing (`replay.results` writes run folders).
+Pure: it returns a `RunResult` and writes nothing (`replay.runs.results` writes run folders).
 Memory: the per-key state of the policy and of the checkpoint strategy (each class's
 `state_bytes_per_key`) + 1 bit per key for the distinct-row count (or, with `inspect`,
 the trace statistics' 2 bytes per row, which count the distinct rows instead) + the batch
@@ -20,20 +20,20 @@ from typing import Any
 import numpy as np
 
 from replay._threads import OrderedWorker
+from replay.analysis.stats import inspect_trace, trace_inspector, trace_statistics
 from replay.checkpoint import STRATEGIES, CheckpointContext, CheckpointStrategy, Timing
 from replay.checkpoint.summarize import checkpoint_summary, failures_summary
 from replay.engine.account import Shape, account, summarize
-from replay.engine.keys import key_dtype, table_offsets
 from replay.engine.raw import RawState, count_raw
-from replay.engine.stream import empty_range, iter_batch_ranges
 from replay.errors import ConfigError
 from replay.policies import POLICIES
 from replay.policies.base import NUM_COUNTERS, Policy, PolicyContext, capacity_units
-from replay.source import Source
-from replay.stats import inspect_trace, trace_inspector, trace_statistics
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
+from replay.trace.keys import key_dtype, table_offsets
 from replay.trace.reader import Trace
+from replay.trace.stream import empty_range, iter_batch_ranges
 from replay.workload.onthefly import GeneratedTrace
+from replay.workload.source import Source
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def replay_trace(
 ) -> RunResult:
     """Replay every batch of `trace` on `system`. on_progress(batches_done, batches).
 
-    `inspect=True` also computes the trace's statistics (`replay.stats.inspect_trace`'s
+    `inspect=True` also computes the trace's statistics (`replay.analysis.stats.inspect_trace`'s
     result, as `RunResult.workload`): for a trace folder in the same pass, fed the chunks
     the replay decodes anyway; for an on-the-fly workload by a second generation pass.
     """

@@ -1,7 +1,7 @@
 """The placement-policy plug-in interface, its registry and its counters.
 
 A policy sees every lookup, in trace order, as one request for the flat key (table, row)
-(`replay.engine.keys`); a lookup is a hit when its row is resident in the fast tier. After
+(`replay.trace.keys`); a lookup is a hit when its row is resident in the fast tier. After
 a batch's lookups come its update rows (the optimizer step): an updated row that is
 resident becomes dirty (written back when evicted); one that is not resident is updated
 where it lives, in the backing tier.
@@ -27,9 +27,9 @@ import numpy as np
 from replay.errors import ConfigError
 
 if TYPE_CHECKING:
-    from replay.engine.stream import BatchRange
-    from replay.source import Source
     from replay.system.spec import PolicySpec, SystemSpec
+    from replay.trace.stream import BatchRange
+    from replay.workload.source import Source
 
 # per-batch counter columns (int64)
 HITS = 0  # lookups whose row was resident in the fast tier

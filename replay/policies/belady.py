@@ -46,7 +46,6 @@ import numpy as np
 
 from replay._jit import kernel
 from replay._malloc import state_array
-from replay.engine.stream import BatchRange, iter_batch_ranges
 from replay.policies.base import (
     BYPASS,
     EVICTIONS,
@@ -65,9 +64,10 @@ from replay.policies.base import (
     register_policy,
 )
 from replay.system.spec import PolicySpec
+from replay.trace.stream import BatchRange, iter_batch_ranges
 
 if TYPE_CHECKING:
-    from replay.source import Source
+    from replay.workload.source import Source
 
 # meta slots
 _SIZE, _CAP, _CURSOR, _TOTAL, _BYPASS = 0, 1, 2, 3, 4

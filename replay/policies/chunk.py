@@ -9,7 +9,7 @@ evicted by furthest next use (from a warm-up iteration's trace) or LRU.
 
 Model and assumptions:
 
-- The flat row space (`replay.engine.keys`: tables laid out one after another) is cut
+- The flat row space (`replay.trace.keys`: tables laid out one after another) is cut
   into chunks of `spec.chunk_rows` consecutive keys, chunk = key // chunk_rows; like in
   PatrickStar a chunk may hold the tail of one table and the head of the next. Capacity,
   fills, evictions, write-backs and the RESIDENT columns are in chunks.
@@ -57,7 +57,6 @@ import numpy as np
 
 from replay._jit import kernel
 from replay._malloc import state_array
-from replay.engine.stream import BatchRange, iter_batch_ranges
 from replay.policies.base import (
     EVICTIONS,
     FILLS,
@@ -76,9 +75,10 @@ from replay.policies.base import (
 )
 from replay.policies.belady import heap_sift_down, heap_sift_up, next_use_inplace
 from replay.system.spec import PolicySpec
+from replay.trace.stream import BatchRange, iter_batch_ranges
 
 if TYPE_CHECKING:
-    from replay.source import Source
+    from replay.workload.source import Source
 
 # meta slots
 _SIZE, _CURSOR, _TOTAL, _LRU, _ROWS, _BF, _BB, _BO = 0, 1, 2, 3, 4, 5, 6, 7

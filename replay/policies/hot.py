@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from replay._intrinsics import PREFETCH_AHEAD, prefetch
 from replay._jit import kernel
 from replay._malloc import state_array
-from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
-from replay.engine.stream import BatchRange, iter_batch_ranges
 from replay.policies.base import (
     BYPASS,
     FILLS,
@@ -40,9 +39,10 @@ from replay.policies.base import (
     register_policy,
 )
 from replay.system.spec import PolicySpec
+from replay.trace.stream import BatchRange, iter_batch_ranges
 
 if TYPE_CHECKING:
-    from replay.source import Source
+    from replay.workload.source import Source
 
 
 @kernel

@@ -31,7 +31,6 @@ import numpy as np
 
 from replay._jit import kernel
 from replay._malloc import state_array
-from replay.engine.stream import BatchRange
 from replay.policies.base import (
     BYPASS,
     EVICTIONS,
@@ -50,6 +49,7 @@ from replay.policies.base import (
     register_policy,
 )
 from replay.system.spec import PolicySpec
+from replay.trace.stream import BatchRange
 
 # meta slots
 _SIZE, _CAP, _NOW = 0, 1, 2

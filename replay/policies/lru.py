@@ -17,10 +17,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from replay._intrinsics import PREFETCH_AHEAD, prefetch
 from replay._jit import kernel
 from replay._malloc import populate, state_array
-from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
-from replay.engine.stream import BatchRange
 from replay.policies.base import (
     BYPASS,
     EVICTIONS,
@@ -39,6 +38,7 @@ from replay.policies.base import (
     register_policy,
 )
 from replay.system.spec import PolicySpec
+from replay.trace.stream import BatchRange
 
 # meta slots
 _HEAD, _TAIL, _SIZE, _CAP = 0, 1, 2, 3

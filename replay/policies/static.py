@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from replay.engine.stream import BatchRange
 from replay.errors import ConfigError
 from replay.policies.base import HITS, NUM_COUNTERS, UPDATES_FAST, Policy, register_policy
+from replay.trace.stream import BatchRange
 
 if TYPE_CHECKING:
     from replay.system.spec import SystemSpec

@@ -13,7 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-import replay
+from replay._output import atomic_folder, write_json
+from replay._version import __version__
 from replay.errors import OutputError
 from replay.report.analysis import LADDER, PAPER, analyse, energy_per_batch, time_terms
 from replay.report.document import (
@@ -29,7 +30,6 @@ from replay.report.document import (
 from replay.report.figures import FigureOut, generic_figures, sweep_figure_names
 from replay.report.load import Results, RunData, load_results
 from replay.report.scenario_figures import scenario_figures
-from replay.results import atomic_folder, write_json
 
 REPORT_FILES = frozenset({"report.md", "report.html", "summary.json", "figures"})
 TITLE = "replay report"
@@ -396,7 +396,7 @@ def _sources_blocks(results: Results) -> list[Block]:
     return [
         Heading("Result folders"),
         Paragraph(
-            f"Made by replay {replay.__version__} from "
+            f"Made by replay {__version__} from "
             + ", ".join(str(p) for p in results.sources)
             + f": {len(rows)} runs, {len(results.mrcs)} miss-ratio curves."
         ),
@@ -498,7 +498,7 @@ def build_report(
         (tmp / "report.html").write_text(to_html(blocks, fig_dir, title=TITLE))
         summary = {
             "tool": "replay",
-            "version": replay.__version__,
+            "version": __version__,
             "sources": shown,
             "runs": [
                 {"label": r.label, "system": r.system, "folder": _shown_folder(r, paths)}

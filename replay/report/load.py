@@ -188,7 +188,7 @@ def _check_digests(
 ) -> None:
     """Refuse a run folder whose files no longer belong together: summary.json holds the
     digest of its config.json and of the trace it replayed (meta.json's)."""
-    from replay.results import canonical_sha256, trace_sha256
+    from replay._output import canonical_sha256, trace_sha256
 
     digests = summary.get("digests")
     if not isinstance(digests, dict):
@@ -213,7 +213,7 @@ def _check_summary_digest(path: Path, summary: dict[str, Any], meta: dict[str, A
     message names the field): the digest covers the fields that cannot be recomputed
     from the batches (goodput, stalls, intervals). `write_run_files` records it; run
     folders written before it did have only the totals check."""
-    from replay.results import canonical_sha256
+    from replay._output import canonical_sha256
 
     recorded = meta.get("summary_sha256")
     if recorded is not None and recorded != canonical_sha256(summary):

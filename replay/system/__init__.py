@@ -1,5 +1,8 @@
-"""System specifications (tiers, links, policy, compute) and their presets."""
+"""System specifications (tiers, links, policy, compute) and their presets.
 
-from replay.system.spec import SystemSpec, resolve_system
+`replay.engine.systems.resolve_system` resolves one against the policy and checkpoint
+plug-ins."""
 
-__all__ = ["SystemSpec", "resolve_system"]
+from replay.system.spec import SystemSpec
+
+__all__ = ["SystemSpec"]

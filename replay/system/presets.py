@@ -18,27 +18,8 @@ SYSTEM_PRESETS: tuple[str, ...] = tuple(sorted(p.stem for p in PRESET_DIR.glob("
 
 def preset_data(name: str) -> dict[str, Any]:
     """Raw TOML data of a preset (its `extends` not yet resolved)."""
-    from replay.system.spec import parse_toml
+    from replay._toml import parse_toml
 
     if name not in SYSTEM_PRESETS:
         raise ConfigError(f"unknown system preset {name!r} (known: {', '.join(SYSTEM_PRESETS)})")
     return parse_toml((PRESET_DIR / f"{name}.toml").read_text(), f"preset {name}")
-
-
-def system_preset_summary() -> list[dict[str, str]]:
-    """Name, policy and description of every system preset (for `replay presets`)."""
-    from replay.system.spec import resolve_system
-
-    rows = []
-    for name in SYSTEM_PRESETS:
-        spec = resolve_system(name)
-        rows.append(
-            {
-                "name": name,
-                "policy": spec.policy.name,
-                "lookup": spec.lookup.location,
-                "tiers": ", ".join(t.name for t in spec.tiers),
-                "description": spec.description,
-            }
-        )
-    return rows

@@ -40,7 +40,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from replay._toml import has_too_long_int
+from replay._toml import has_too_long_int, parse_toml
 from replay.errors import ConfigError
 
 LOCATIONS = ("gpu", "host", "near-memory")
@@ -232,7 +232,7 @@ class SystemSpec:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data; `system_from_dict` turns it back into this spec."""
+        """Plain data; `replay.engine.systems.system_from_dict` turns it back into this spec."""
         data = asdict(self)
         data["tiers"] = {
             t["name"]: {k: v for k, v in t.items() if k != "name"} for t in data["tiers"]
@@ -374,8 +374,11 @@ _TOP_KEYS = {
 }
 
 
-def system_from_dict(data: Any, where: str = "system") -> SystemSpec:
-    """Validate plain data into a SystemSpec, cross-checking the names it refers to."""
+def build_system(data: Any, where: str = "system") -> SystemSpec:
+    """Validate plain data into a SystemSpec, cross-checking the tier and link names it
+    refers to. Not the policy's and the checkpoint strategy's names and knobs: their
+    registries sit above this layer (`replay.engine.systems.system_from_dict` checks
+    them too)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a table of keys")
     unknown = sorted(set(data) - _TOP_KEYS)
@@ -408,39 +411,22 @@ def system_from_dict(data: Any, where: str = "system") -> SystemSpec:
 
 
 def _cross_check(spec: SystemSpec, where: str) -> None:
-    from replay.policies import POLICIES
-
     tier_names = {t.name for t in spec.tiers}
     link_names = {lk.name for lk in spec.links}
     if spec.lookup.link and spec.lookup.link not in link_names:
         raise ConfigError(f"{where}.lookup.link: no link named {spec.lookup.link!r}")
-    policy = spec.policy
-    if policy.name not in POLICIES:
-        raise ConfigError(
-            f"{where}.policy.name: unknown policy {policy.name!r} "
-            f"(known: {', '.join(sorted(POLICIES))})"
-        )
-    POLICIES[policy.name].check_spec(spec, tier_names, f"{where}.policy")
     c = spec.compute
     if c.seconds_per_batch > 0 and c.flops_per_sample > 0:
         raise ConfigError(f"{where}.compute: give seconds_per_batch or flops_per_sample, not both")
     if c.flops_per_sample > 0 and c.flops_per_s <= 0:
         raise ConfigError(f"{where}.compute.flops_per_s: must be > 0 with flops_per_sample")
-    from replay.checkpoint import STRATEGIES
-
     ck = spec.checkpoint
-    if ck.strategy not in STRATEGIES:
-        raise ConfigError(
-            f"{where}.checkpoint.strategy: unknown strategy {ck.strategy!r} "
-            f"(known: {', '.join(sorted(STRATEGIES))})"
-        )
     if ck.link and ck.link not in link_names:
         raise ConfigError(f"{where}.checkpoint.link: no link named {ck.link!r}")
     for key in ("target", "snapshot_tier"):
         name = getattr(ck, key)
         if name and name not in tier_names:
             raise ConfigError(f"{where}.checkpoint.{key}: no tier named {name!r}")
-    STRATEGIES[ck.strategy].check_spec(spec, f"{where}.checkpoint")
 
 
 # -- loading, presets and overrides ----------------------------------------------------
@@ -454,20 +440,6 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
-
-
-def parse_toml(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{where}: not valid TOML ({exc})") from None
-    except ValueError:  # an integer of more than 4300 digits
-        raise ConfigError(f"{where}: not valid TOML (a number is too long)") from None
-    except RecursionError:
-        raise ConfigError(f"{where}: not valid TOML (arrays or tables nested too deeply)") from None
-    if has_too_long_int(data):
-        raise ConfigError(f"{where}: not valid TOML (a number is too long)")
-    return data
 
 
 def _resolve_extends(
@@ -563,23 +535,6 @@ def load_system_data(name_or_file: str | Path) -> tuple[dict[str, Any], str]:
     return data, origin
 
 
-def resolve_system_with_origin(
-    name_or_file: str | Path, overrides: list[str] | None = None
-) -> tuple[SystemSpec, str]:
-    """The validated spec and where it came from (a preset name or a file path)."""
-    data, origin = load_system_data(name_or_file)
-    where = origin
-    if overrides:
-        data = apply_overrides(data, overrides)
-        where = f"{origin} with --set"
-    return system_from_dict(data, where=where), origin
-
-
-def resolve_system(name_or_file: str | Path, overrides: list[str] | None = None) -> SystemSpec:
-    """A validated system spec from a preset or TOML file plus `--set` overrides."""
-    return resolve_system_with_origin(name_or_file, overrides)[0]
-
-
 __all__ = [
     "BYTES_PER_VALUE",
     "CheckpointSpec",
@@ -592,7 +547,6 @@ __all__ = [
     "SystemSpec",
     "TierSpec",
     "apply_overrides",
+    "build_system",
     "optimizer_bytes_per_row",
-    "resolve_system",
-    "system_from_dict",
 ]

@@ -236,7 +236,7 @@ def build_manifest(
 
     `files[kind]` entries carry path, batch_start, batch_stop, rows and sha256.
     """
-    from replay import __version__
+    from replay._version import __version__
 
     manifest: dict[str, Any] = {
         "format_version": FORMAT_VERSION,

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from replay import _arrow
 from replay._faults import kill_point
+from replay._output import partial_path
 from replay.errors import OutputError
 from replay.trace.format import (
     KINDS,
@@ -49,10 +50,6 @@ def sha256_file(path: Path) -> str:
     # bytes object (new pages to fault in) per chunk, 8,000 faults per 141 MB verified
     with path.open("rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
-def partial_path(out: Path) -> Path:
-    return out.parent / f".{out.name}.partial"
 
 
 def _is_replaceable(out: Path) -> bool:

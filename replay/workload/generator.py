@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from replay import __version__, _arrow
+from replay import _arrow
+from replay._version import __version__
 from replay.errors import ConfigError, Interrupted
 from replay.trace.format import (
     FORMAT_VERSION,
@@ -305,7 +306,7 @@ def _write_files_on_cluster(
 ) -> list[dict[str, dict[str, Any]]]:
     """Every file, written by the Dask cluster's workers into the partial folder (which
     they must see: a local cluster, or a filesystem shared with a remote one)."""
-    from replay.distributed import map_as_completed
+    from replay._distributed import map_as_completed
 
     results: dict[int, dict[str, dict[str, Any]]] = {}
     todo = []

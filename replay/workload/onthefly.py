@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from replay.engine.keys import table_offsets
 from replay.trace.format import FORMAT_VERSION
+from replay.trace.keys import table_offsets
 from replay.trace.reader import LookupChunk, UpdateChunk
 from replay.workload.generator import CompiledWorkload, plan_files
 from replay.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:
-    from replay.engine.stream import BatchRange
+    from replay.trace.stream import BatchRange
 
 AHEAD = 2  # row groups made beyond one per thread, so no thread waits on the consumer
 Item = TypeVar("Item")
@@ -208,7 +208,7 @@ class GeneratedTrace:
         self, start: int, stop: int, *, with_updates: bool, with_distinct: bool
     ) -> Iterator[BatchRange]:
         """The replay stream's `BatchRange`s of [start, stop), one per row group."""
-        from replay.engine.stream import build_range, distinct_bitmap
+        from replay.trace.stream import build_range, distinct_bitmap
 
         offsets = table_offsets(self.table_rows)
         local = threading.local()

@@ -10,8 +10,10 @@ with `replay fit`).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from replay.errors import ConfigError
-from replay.workload.spec import TableSpec, UpdateRule, WorkloadSpec
+from replay.workload.spec import TableSpec, UpdateRule, WorkloadSpec, load_spec
 
 DEFAULT_ALPHA = 1.05  # DESIGN s.4: published generators use 0.9-1.45
 
@@ -121,3 +123,13 @@ def preset_summary(spec: WorkloadSpec) -> str:
         f"{len(spec.tables)} tables, {spec.total_rows:,} rows, dim {spec.embedding_dim}, "
         f"batch {spec.batch_size}, {hot} — {spec.source}"
     )
+
+
+def resolve_spec(preset: str | None = None, spec_file: str | Path | None = None) -> WorkloadSpec:
+    """A spec from a preset name or a TOML file (exactly one of them)."""
+    if (preset is None) == (spec_file is None):
+        raise ConfigError("give exactly one of --preset NAME or --spec FILE.toml")
+    if preset is not None:
+        return get_preset(preset)
+    assert spec_file is not None
+    return load_spec(spec_file)

@@ -315,18 +315,6 @@ def load_spec(path: str | Path) -> WorkloadSpec:
     return spec_from_dict(data, where=str(path))
 
 
-def resolve_spec(preset: str | None = None, spec_file: str | Path | None = None) -> WorkloadSpec:
-    """A spec from a preset name or a TOML file (exactly one of them)."""
-    from replay.workload.presets import get_preset
-
-    if (preset is None) == (spec_file is None):
-        raise ConfigError("give exactly one of --preset NAME or --spec FILE.toml")
-    if preset is not None:
-        return get_preset(preset)
-    assert spec_file is not None
-    return load_spec(spec_file)
-
-
 def spec_to_toml(spec: WorkloadSpec) -> str:
     """TOML text for a spec (round-trips through `load_spec`)."""
 
@@ -356,7 +344,6 @@ __all__ = [
     "UpdateRule",
     "WorkloadSpec",
     "load_spec",
-    "resolve_spec",
     "spec_from_dict",
     "spec_to_toml",
 ]

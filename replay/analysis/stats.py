@@ -40,7 +40,6 @@ dicts) that the tests compare both with.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -48,19 +47,26 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from replay._intrinsics import PREFETCH_AHEAD, prefetch
 from replay._jit import kernel
 from replay._malloc import state_array
 from replay._memory import MAX_ROW_SPACE
 from replay._threads import read_ahead
-from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
-from replay.engine.keys import batch_bounds
 from replay.errors import TraceError
+from replay.trace.keys import (
+    DEFAULT_CURVE_POINTS,
+    RUN_BATCH,
+    RUN_START,
+    RUN_TABLE,
+    batch_bounds,
+    curve_batches,
+    table_runs,
+)
 from replay.trace.reader import Trace, open_trace
 
 if TYPE_CHECKING:
     from replay.workload.onthefly import GeneratedTrace
 
-DEFAULT_CURVE_POINTS = 64
 # `replay inspect --curve-points` at most: the curve is printed as JSON and drawn, where
 # 100,000 points are already more than any plot resolves (8 B each in 3 arrays here; a
 # billion took 18 s and 7.7 GB before it failed)
@@ -91,12 +97,6 @@ _GI_WIDTH = 6
 _G_DPB_SUM = 0
 _G_REUSE_SUM = 1
 
-# one row per (batch, table) run of lookups, int64, shape (runs + 1, _R_WIDTH); the last
-# row's start is the end of the chunk
-_R_START = 0  # index of the run's first lookup
-_R_TABLE = 1
-_R_BATCH = 2
-_R_WIDTH = 3
 
 # kernel return codes
 _OK = 0
@@ -224,61 +224,6 @@ def _checked_keys(
     return _OK, -1
 
 
-def table_runs(table: np.ndarray, bounds: np.ndarray, first_batch: int) -> np.ndarray:
-    """The (batch, table) runs (`_R_*` rows, plus an end row) of lookups already checked
-    and flattened: `bounds` are the per-batch offsets of batches first_batch, ... .
-
-    Two kernels, a count and a fill, with the array allocated here between them: a
-    kernel that allocates (`np.empty`) makes numba import `numba.np.arrayobj` when it
-    loads the kernel from its cache (its code refers to that module's environment), 0.06 s
-    under numba's compile lock in front of a command's first batch."""
-    runs = np.empty((_count_runs(table, bounds) + 1, _R_WIDTH), dtype=np.int64)
-    _fill_runs(table, bounds, first_batch, runs)
-    return runs
-
-
-@kernel
-def _count_runs(table: np.ndarray, bounds: np.ndarray) -> int:
-    """Each batch's changes of table are compared on two shifted slices: a loop that LLVM
-    vectorizes (0.05 ms per million lookups, against 0.9 ms with the batch edge tested
-    inside the loop)."""
-    n = 0
-    for b in range(len(bounds) - 1):
-        lo = bounds[b]
-        hi = bounds[b + 1]
-        if hi > lo:
-            after = table[lo + 1 : hi]
-            before = table[lo : hi - 1]
-            changes = 0
-            for i in range(len(after)):
-                changes += np.int64(after[i] != before[i])
-            n += 1 + changes
-    return n
-
-
-@kernel
-def _fill_runs(table: np.ndarray, bounds: np.ndarray, first_batch: int, runs: np.ndarray) -> None:
-    n = 0
-    for b in range(len(bounds) - 1):
-        lo = bounds[b]
-        hi = bounds[b + 1]
-        if hi == lo:
-            continue
-        runs[n, _R_START] = lo
-        runs[n, _R_TABLE] = table[lo]
-        runs[n, _R_BATCH] = first_batch + b
-        n += 1
-        after = table[lo + 1 : hi]
-        before = table[lo : hi - 1]
-        for i in range(len(after)):
-            if after[i] != before[i]:
-                runs[n, _R_START] = lo + 1 + i
-                runs[n, _R_TABLE] = after[i]
-                runs[n, _R_BATCH] = first_batch + b
-                n += 1
-    runs[n, _R_START] = bounds[-1]
-
-
 @kernel
 def _inspect_runs(
     keys: np.ndarray,
@@ -332,7 +277,7 @@ def _inspect_runs(
     nwraps = 0
     code = _OK
     for q in range(len(runs) - 1):  # the last row only ends the last run
-        b = runs[q, _R_BATCH]
+        b = runs[q, RUN_BATCH]
         if b != cur:
             if cur >= 0:
                 for t in range(num_tables):
@@ -351,9 +296,9 @@ def _inspect_runs(
                 new[t] = 0
             _fill_curve(b, gi, curve_x, curve_val)
             cur = b
-        t = runs[q, _R_TABLE]
-        i = runs[q, _R_START]
-        j = runs[q + 1, _R_START]
+        t = runs[q, RUN_TABLE]
+        i = runs[q, RUN_START]
+        j = runs[q + 1, RUN_START]
         tag = _tag(b)
         previous = _tag(b - 1) if b > 0 else _TAG_PERIOD + 1  # no row holds that tag
         stamp = tag << _TAG_SHIFT
@@ -409,19 +354,6 @@ def _finish_kernel(
     if gi[_G_CUR] >= 0:
         _flush_batch(gi[_G_CUR], ti, tf, gi, gf)
     _fill_curve(_INT64_MAX, gi, curve_x, curve_val)
-
-
-def curve_batches(num_batches: int, points: int = DEFAULT_CURVE_POINTS) -> np.ndarray:
-    """About `points` log-spaced batch counts in [1, num_batches], with 1 and num_batches."""
-    if num_batches <= 0:
-        return np.empty(0, dtype=np.int64)
-    if points - 2 > num_batches * (math.log(num_batches) + 1):
-        # the log-spaced steps are all below 1, so every count appears: the same result
-        # without `points` floats (a billion of them is 8 GB)
-        return np.arange(1, num_batches + 1, dtype=np.int64)
-    xs = np.rint(np.geomspace(1, num_batches, max(int(points), 2))).astype(np.int64)
-    xs = np.unique(np.concatenate([[1], xs, [num_batches]]))
-    return xs[(xs >= 1) & (xs <= num_batches)]
 
 
 @kernel

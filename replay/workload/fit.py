@@ -85,8 +85,8 @@ from typing import Any
 import numpy as np
 
 from replay._jit import kernel
-from replay.engine.keys import bad_lookup_error
 from replay.errors import ConfigError, TraceError
+from replay.trace.keys import bad_lookup_error
 from replay.trace.reader import Trace
 from replay.workload.generator import CompiledWorkload
 from replay.workload.spec import MAX_ROWS, TableSpec, UpdateRule, WorkloadSpec, spec_from_dict
@@ -256,7 +256,7 @@ def _lags(num_batches: int) -> np.ndarray:
 
 
 def _curve_x(num_batches: int) -> np.ndarray:
-    from replay.stats import curve_batches
+    from replay.trace.keys import curve_batches
 
     return curve_batches(num_batches, CURVE_POINTS)
 
@@ -372,7 +372,7 @@ def _read_sample(
     rows_t = trace.table_rows
     t64 = chunk.table.astype(np.int64)
     wrong = (t64 >= num_tables) | (chunk.row >= rows_t[np.minimum(t64, num_tables - 1)])
-    if wrong.any():  # the engine's check and message (replay.engine.keys)
+    if wrong.any():  # the engine's check and message (replay.trace.keys)
         raise bad_lookup_error(str(trace.path), 0, chunk.table, chunk.row, rows_t, chunk.batch)
     batch = chunk.batch.astype(np.int64) - first
     table = t64
@@ -941,7 +941,7 @@ def _check_stats(
     """Per table, then overall (last): the four checked statistics and the touched curve
     (rows touched by batches 0..x-1). Row ids are made dense per table first, so the
     sample and the synthetic trace are measured the same way whatever their row spaces."""
-    from replay.stats import curve_batches
+    from replay.trace.keys import curve_batches
 
     curve_x = curve_batches(num_batches, _CHECK_CURVE_POINTS)
     lags = np.zeros(0, dtype=np.int64)
@@ -1073,7 +1073,7 @@ def spec_with_diagnostics(result: FitResult, version: str) -> str:
         "model: bounded power law per table, reuse window 1 batch, drift period 1 batch",
         "method: indirect inference against the generator "
         f"({result.simulations} simulated traces, {result.steps} Levenberg-Marquardt steps);"
-        " see replay/fit.py",
+        " see replay/workload/fit.py",
         "generate a trace N times longer: replay generate --spec THIS.toml --batches N*"
         f"{result.batches} --out DIR",
         *result.notes,

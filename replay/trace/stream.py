@@ -11,18 +11,27 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from replay._jit import kernel
 from replay._threads import read_ahead as read_ahead_items
-from replay.engine.keys import batch_bounds, flat_keys, key_dtype, table_offsets
-from replay.stats import table_runs
+from replay.trace.keys import batch_bounds, flat_keys, key_dtype, table_offsets, table_runs
 from replay.trace.reader import Trace
 
-if TYPE_CHECKING:
-    from replay.workload.onthefly import GeneratedTrace
+
+class GeneratedRanges(Protocol):
+    """What `iter_batch_ranges` needs of a source that makes its own ranges: an
+    on-the-fly workload (`replay.workload.onthefly.GeneratedTrace`, a layer above)."""
+
+    @property
+    def num_batches(self) -> int: ...
+
+    def generated_ranges(
+        self, start: int, stop: int, *, with_updates: bool, with_distinct: bool
+    ) -> Iterator[BatchRange]: ...
+
 
 DEFAULT_MIN_LOOKUPS = 1  # one row group (~1 M lookups) per range: no concatenation
 READ_AHEAD = 4
@@ -39,7 +48,7 @@ class BatchRange:
     update_keys: np.ndarray  # int64 flat key per update row
     update_bounds: np.ndarray  # int64, len batches + 1
     distinct: np.ndarray | None = None  # int64 distinct keys per batch (when asked for)
-    # the lookups' (batch, table) runs for the trace statistics (`replay.stats.table_runs`,
+    # the lookups' (batch, table) runs for the trace statistics (`replay.trace.keys.table_runs`,
     # when asked for)
     runs: np.ndarray | None = None
 
@@ -208,7 +217,7 @@ def _ranges(
 
 
 def iter_batch_ranges(
-    trace: Trace | GeneratedTrace,
+    trace: Trace | GeneratedRanges,
     start: int = 0,
     stop: int | None = None,
     *,

@@ -7,8 +7,6 @@ whatever machine runs them: quote them with the machine (`machine_description()`
 from __future__ import annotations
 
 import os
-import platform
-import resource
 import shutil
 import tempfile
 import time
@@ -16,17 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from replay._machine import machine_description, peak_rss_bytes
 from replay.trace.format import LOOKUPS_DIR, UPDATES_DIR
-
-
-def machine_description() -> str:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{platform.processor() or platform.machine()}, {cores} cores, {mem_gib:.0f} GiB"
-
-
-def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def bench_generate(
@@ -194,7 +183,7 @@ def bench_replay(
                 "misses": summary["policy"]["misses"],
             }
         try:
-            from replay.mrc import bench_mrc
+            from replay.analysis.mrc import bench_mrc
         except ImportError:  # pragma: no cover - mrc not built
             bench_mrc = None
         if bench_mrc is not None:
@@ -247,7 +236,7 @@ def bench_checkpoint(
     during the replay loop plus after it, failures included) over `total_s`.
     """
     from replay.engine.replay import replay_trace
-    from replay.system.spec import resolve_system
+    from replay.engine.systems import resolve_system
     from replay.trace.reader import open_trace
 
     tmp = Path(tempfile.mkdtemp(prefix="replay-bench-"))

@@ -1,7 +1,7 @@
 """Many runs over one trace: the runner behind `replay compare` and `replay sweep`.
 
 Pure: it resolves systems, runs them (in parallel across processes) and returns
-`RunResult`s and table rows; `replay.results` writes the folders. Every run is
+`RunResult`s and table rows; `replay.runs.results` writes the folders. Every run is
 deterministic and results come back keyed by their position in the job list, so the
 output does not depend on the number of workers or on which run finishes first.
 
@@ -38,10 +38,10 @@ from replay._memory import (
     run_estimate,
 )
 from replay.engine.replay import RunResult, replay_trace, workload_shape
+from replay.engine.systems import resolve_system_with_origin, system_from_dict
 from replay.errors import ConfigError
 from replay.policies import POLICIES
 from replay.policies.base import capacity_units
-from replay.source import Source, SourceRef, open_source, source_document
 from replay.system.spec import (
     BYTES_PER_VALUE,
     SystemSpec,
@@ -49,10 +49,9 @@ from replay.system.spec import (
     load_system_data,
     optimizer_bytes_per_row,
     parse_value,
-    resolve_system_with_origin,
-    system_from_dict,
 )
 from replay.workload.generator import MAX_WORKERS, check_workers
+from replay.workload.source import Source, SourceRef, open_source, source_document
 from replay.workload.spec import WorkloadSpec
 
 COMPARE_FILES = frozenset({"comparison.parquet", "compare.json"})
@@ -469,7 +468,7 @@ def _cores() -> int:
 def _pool_context() -> multiprocessing.context.BaseContext:
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["replay.compare"])  # imported once, in the server
+        ctx.set_forkserver_preload(["replay.runs.compare"])  # imported once, in the server
         return ctx
     return multiprocessing.get_context("spawn")
 
@@ -485,7 +484,7 @@ def iter_runs(
     """
     ref: SourceRef = trace if isinstance(trace, WorkloadSpec) else str(trace)
     if client is not None:
-        from replay.distributed import map_as_completed
+        from replay._distributed import map_as_completed
 
         # one thread per Dask worker: an on-the-fly workload is generated on it too
         yield from map_as_completed(client, _run_one, [(ref, job.system, 1) for job in jobs])
@@ -601,7 +600,7 @@ def sweep_columns(points: Sequence[SweepPoint]) -> tuple[tuple[str, Kind], ...]:
 def to_columns(
     rows: Sequence[dict[str, Any]], kinds: Sequence[tuple[str, Kind]]
 ) -> dict[str, np.ndarray]:
-    """Typed columns for `replay.results.write_columns`; None becomes a null."""
+    """Typed columns for `replay.runs.results.write_columns`; None becomes a null."""
     columns: dict[str, np.ndarray] = {}
     for name, kind in kinds:
         values = [row[name] for row in rows]

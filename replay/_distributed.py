@@ -13,7 +13,7 @@ spread, and what keeps the results identical to a single machine:
   collected by job index.
 - `mrc --sample-rate`: the SHARDS filter (the pass over every lookup, and for a workload
   its generation) in tasks of ~8 M lookups by batch range; the samples come back in
-  trace order and feed the stack-distance kernels here (`replay.mrc.mrc_source`).
+  trace order and feed the stack-distance kernels here (`replay.analysis.mrc.mrc_source`).
   Why batch ranges and not hash partitions of the key space: a partition's stack
   distances would count only its own keys, making it a SHARDS sample at R/P with P times
   the variance, so the merged curve would depend on P and lose accuracy. The filter is

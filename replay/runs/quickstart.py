@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from replay.compare import (
+from replay.runs.compare import (
     COMPARE_COLUMNS,
     RunJob,
     SweepPoint,
@@ -46,7 +46,7 @@ from replay.compare import (
     sweep_rows,
     to_columns,
 )
-from replay.results import atomic_folder, write_columns, write_json, write_run
+from replay.runs.results import atomic_folder, write_columns, write_json, write_run
 
 DEFAULT_WORKLOAD = "criteo-kaggle"
 DEFAULT_BATCHES = 200
@@ -74,7 +74,7 @@ def check_quickstart_folder(out: Path) -> None:
     replacing it never deletes anything a person put there)."""
     from replay.errors import OutputError
     from replay.report.build import REPORT_FILES, check_report_folder
-    from replay.results import check_leftover, check_output_folder
+    from replay.runs.results import check_leftover, check_output_folder
 
     # it replaces its own earlier output, but not what a killed quickstart left half-made
     check_leftover(out, force=False, force_hint=False)
@@ -197,9 +197,9 @@ def run_quickstart(
     on_step(message) at each stage; on_run(done, total) as runs finish. Returns the
     report's summary.
     """
-    from replay.mrc import mrc_trace
+    from replay.analysis.mrc import mrc_trace
+    from replay.analysis.stats import inspect_trace
     from replay.report.build import REPORT_FILES, build_report
-    from replay.stats import inspect_trace
     from replay.trace.reader import open_trace
 
     step = on_step or (lambda message: None)
@@ -258,7 +258,7 @@ def run_quickstart(
 
 
 def _write_mrc(out: Path, curve: Any, trace: str) -> None:
-    from replay.cli.mrc import write_outputs
+    from replay.runs.mrc_files import write_outputs
 
     write_outputs(curve, {**curve.to_json(), "trace": trace}, out, force=False)
 

@@ -1,6 +1,6 @@
 """LRU miss-ratio curves: exact stack distances, and SHARDS spatial sampling (DESIGN s.5).
 
-A request is a dense flat key of `replay.engine.keys` (key = offsets[table] + row, in
+A request is a dense flat key of `replay.trace.keys` (key = offsets[table] + row, in
 [0, total_rows)), taken in trace order.
 
 Exact curve (Mattson, Gecsei, Slutz, Traiger, "Evaluation techniques for storage
@@ -107,20 +107,20 @@ from numba import types
 from numba.core.extending import intrinsic
 
 from replay._arrow import to_numpy
+from replay._intrinsics import PREFETCH_AHEAD, prefetch
 from replay._jit import kernel
 from replay._malloc import state_array
 from replay._threads import read_ahead
-from replay.engine.intrinsics import PREFETCH_AHEAD, prefetch
-from replay.engine.keys import _flat_keys_checked, bad_lookup_error, table_offsets
 from replay.errors import ConfigError, TraceError
 from replay.trace.format import LOOKUPS_DIR
+from replay.trace.keys import _flat_keys_checked, bad_lookup_error, table_offsets
 from replay.trace.reader import Trace, open_trace
 from replay.workload.onthefly import GeneratedTrace
 from replay.workload.sampler import mix64
 from replay.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:
-    from replay.source import Source, SourceRef
+    from replay.workload.source import Source, SourceRef
 
 SHARDS_MODULUS = 1 << 24  # P: the hash is compared modulo 2^24
 SHARDS_SALT = 0x5A17ED5EED0F0A11  # fixed, so the same trace gives the same sample
@@ -1014,7 +1014,7 @@ _OPENED: dict[str, Source] = {}
 def _open_cached(ref: SourceRef) -> Source:
     """A worker process's opened source, kept for its later tasks (a Dask worker runs
     many tasks of one curve; building a workload's sampler tables costs ~0.3 s)."""
-    from replay.source import open_source
+    from replay.workload.source import open_source
 
     key = json.dumps(ref.to_dict(), sort_keys=True) if isinstance(ref, WorkloadSpec) else ref
     if key not in _OPENED:
@@ -1083,7 +1083,7 @@ def mrc_source(
     (`task_ranges`, `shards_map`) and the samples are folded in here in trace order, so
     the curve is the single-machine one, bit for bit.
     """
-    from replay.source import open_source
+    from replay.workload.source import open_source
 
     chosen = validate_options(sizes, sample_rate)
     if client is not None and sample_rate is None:
@@ -1113,7 +1113,7 @@ def mrc_source(
             lambda c: shards_sample_columns(c.table, c.row, offsets, rows, threshold, where=where)
         )
     else:
-        from replay.distributed import map_in_order
+        from replay._distributed import map_in_order
 
         parts = map_in_order(
             client, shards_map, [(ref, a, b, threshold) for a, b in task_ranges(source)]
@@ -1130,7 +1130,7 @@ def bench_mrc(trace_path: str | Path, sample_rate: float | None = None) -> dict[
     first batch before the timing starts. `main_thread_cpu_seconds` is the kernels' share
     (reading runs in a background thread).
     """
-    from replay.bench import machine_description, peak_rss_bytes
+    from replay._machine import machine_description, peak_rss_bytes
 
     trace = open_trace(trace_path)
     rows = trace.table_rows.astype(np.int64)
