@@ -142,7 +142,7 @@ def inspect_estimate(table_rows: Sequence[int], lookups: int) -> Estimate:
 
 
 def mrc_index_bytes(total_rows: int, min_window: int = 1 << 16) -> int:
-    """The position dtype of `replay.analysis.mrc.StackDistances`: int32 while 4 R +
+    """The position dtype of `replay.analysis.stack.StackDistances`: int32 while 4 R +
     window fits, else int64."""
     return 4 if 4 * total_rows + min_window + 64 < 2**31 else 8
 

@@ -17,14 +17,11 @@ from hypothesis import strategies as st
 from replay.analysis.stats import inspect_arrays, inspect_trace
 from replay.errors import ConfigError
 from replay.trace.reader import Trace, open_trace
-from replay.workload.fit import (
-    CHECKED,
-    MIN_FIT_LOOKUPS,
-    FitResult,
+from replay.workload.fit import MIN_FIT_LOOKUPS, FitResult, fit_trace
+from replay.workload.fit_check import CHECKED, check_fit
+from replay.workload.fit_stats import (
     _table_stats,
     chao1,
-    check_fit,
-    fit_trace,
     mean_log_rank,
     power_law_mle,
     table_statistics,

@@ -39,10 +39,9 @@ from replay.errors import ConfigError, ReplayError, TraceError
 from replay.system.presets import PRESET_DIR, SYSTEM_PRESETS
 from replay.system.spec import SystemSpec
 from replay.trace import open_trace
-from replay.trace.criteo import (
-    MAX_IND_RANGE,
-    MAX_LINE_BYTES,
-    ingest,
+from replay.trace.criteo import ingest
+from replay.trace.criteo_parse import MAX_IND_RANGE, MAX_LINE_BYTES
+from replay.trace.criteo_reference import (
     ingest_reference_rows,
     reference_lookups,
     split_lines_reference,

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 import replay
 from replay.cli import main
 from replay.errors import ConfigError, InputError, OutputError
-from replay.trace.criteo import (
+from replay.trace.criteo import IngestResult, ingest
+from replay.trace.criteo_parse import (
     BAD_CAT,
     BAD_FIELD_COUNT,
     BAD_INT,
@@ -31,9 +32,9 @@ from replay.trace.criteo import (
     MAX_LINE_BYTES,
     NUM_CAT,
     OK,
-    IngestResult,
     _parse_block,
-    ingest,
+)
+from replay.trace.criteo_reference import (
     ingest_reference_rows,
     parse_line_reference,
     reference_lookups,

@@ -14,20 +14,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import replay
-from replay.analysis.mrc import (
+from replay.analysis.mrc import bench_mrc, default_sizes, mrc_keys, mrc_trace, validate_sizes
+from replay.analysis.shards import (
     SHARDS_MODULUS,
     ShardsSampler,
-    StackDistances,
-    bench_mrc,
-    default_sizes,
-    mrc_keys,
-    mrc_trace,
-    reference_lru_misses,
-    reference_stack_distances,
     resolution_rows,
     shards_threshold,
+)
+from replay.analysis.stack import (
+    StackDistances,
+    reference_lru_misses,
+    reference_stack_distances,
     stack_distances,
-    validate_sizes,
 )
 from replay.cli import main
 from replay.errors import ConfigError, TraceError
@@ -210,7 +208,7 @@ def kaggle_like(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_shards_one_percent_against_exact(kaggle_like: Path) -> None:
     """At R = 0.01: mean absolute error <= 0.005 (SHARDS's metric) and the stated error
     covers the actual one. The largest error sits at the cliff near the distinct rows of
-    one batch, where sampling blurs the curve (see `replay.analysis.mrc`)."""
+    one batch, where sampling blurs the curve (see `replay.analysis.shards`)."""
     sampled = mrc_trace(kaggle_like, sample_rate=0.01)
     exact = mrc_trace(kaggle_like, sizes=sampled.sizes)
     assert sampled.lookups == exact.lookups == 200 * 2048 * 26

@@ -12,12 +12,12 @@ from replay.cli import main
 from replay.report.figures import (
     SECTIONS,
     FigureOut,
-    generic_figures,
     new_figure,
     save,
     system_colors,
-    time_parts,
 )
+from replay.report.figures_all import generic_figures
+from replay.report.figures_time import time_parts
 from replay.report.load import Results, load_results
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -81,7 +81,8 @@ def fit_command(
     from replay import __version__
     from replay.report.figures import save
     from replay.trace.reader import open_trace
-    from replay.workload.fit import ROWS_MODES, check_fit, fit_trace, spec_with_diagnostics
+    from replay.workload.fit import ROWS_MODES, fit_trace, spec_with_diagnostics
+    from replay.workload.fit_check import check_fit
 
     if out is None and not json_output:
         raise ConfigError("give --out SPEC.toml (or --json to print the fit)")
@@ -262,7 +263,7 @@ def _cell(stat: dict[str, Any], fmt: str) -> str:
 def print_check(checked: dict[str, Any], console: Console | None = None) -> None:
     from rich.table import Table
 
-    from replay.workload.fit import CHECK_TRACES
+    from replay.workload.fit_check import CHECK_TRACES
 
     console = console or _console()
     table = Table(

@@ -1,4 +1,4 @@
-"""`replay mrc TRACE`: the LRU miss-ratio curve of a trace (algorithms in `replay.analysis.mrc`).
+"""`replay mrc TRACE`: the LRU miss-ratio curve of a trace (algorithms in `replay.analysis`).
 
 `--out DIR` writes mrc.parquet, mrc.json and mrc.png atomically: everything is built in a
 temporary folder beside DIR (`.DIR.partial-PID`) and renamed into place, so after an

@@ -27,7 +27,8 @@ from replay.report.document import (
     to_html,
     to_markdown,
 )
-from replay.report.figures import FigureOut, generic_figures, sweep_figure_names
+from replay.report.figures import FigureOut, sweep_figure_names
+from replay.report.figures_all import generic_figures
 from replay.report.load import Results, RunData, load_results
 from replay.report.scenario_figures import scenario_figures
 

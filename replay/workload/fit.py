@@ -9,33 +9,19 @@ estimate those two, and says so in the spec). Per table it estimates:
 - **rows**: the table's declared rows (`--rows declared`, the default: the manifest's
   cardinality, e.g. the hash cap of `replay ingest --max-ind-range`), the rows the trace
   touched (`observed`), or a stated extrapolation (`extrapolate`): Chao's bias-corrected
-  species estimator D + F1 (F1 - 1) / (2 (F2 + 1)) (Chao 1984; F1, F2 = rows seen once,
-  twice), never below the rows touched.
+  species estimator (`chao1`), never below the rows touched.
 - **alpha_mle**: the maximum-likelihood exponent of a discrete bounded power law over
-  ranks 1..rows fitted to the observed frequencies ranked in decreasing order. Setting
-  the derivative of the log-likelihood -alpha sum_i c_i log i - n log H(rows, alpha) to 0
-  gives E_alpha[log k] = (1/n) sum_i c_i log i: the MLE matches the mean log-rank. It is
-  the classic estimator, and it is biased whenever rows are seen only a few times (the
-  empirical ranks of the tail are not the true ranks), when lookups repeat (reuse) and
-  when the ranking moves (drift).
+  ranks 1..rows fitted to the observed frequencies ranked in decreasing order
+  (`power_law_mle`): the classic estimator, biased by rows seen only a few times, by
+  reuse and by drift.
 - **alpha, reuse, drift**: by indirect inference (Gouriéroux, Monfort & Renault, J.
   Applied Econometrics 8, 1993): statistics computed identically on the trace and on
   synthetic traces of the same shape (tables, rows, lookups per batch, batches, from the
   generator itself) are matched by moving the parameters. Whatever bias a statistic has,
-  it has on both sides. The statistics (`STATISTICS`):
-  - the mean log-rank within windows of about `WINDOW_LOOKUPS` lookups (one batch at
-    Criteo batch sizes): the MLE's sufficient statistic, and blind to drift since the
-    ranking moves between batches only;
-  - the consecutive-batch reuse |U_n ∩ U_n-1| / |U_n|, averaged over batches (as
-    `replay inspect` defines it);
-  - the rows touched by the whole sample, in log: drift's strongest handle (a fifth
-    off in drift is a tenth off in rows touched, ten times their noise, on a table
-    whose hot rows drift);
-  - the rows-touched curve, as the mean of log(rows touched by batches 0..x-1) over
-    log-spaced x (its early points weigh most: rows touched by a few batches);
-  - the lookup-weighted overlaps with batch n - L for L in `LAGS`: reuse raises lag 1
-    most, drift lowers the long lags, which tells them apart (with the touched curve
-    alone they trade off along a ridge).
+  it has on both sides. The statistics (`STATISTICS`): the mean log-rank within windows
+  (alpha's), the consecutive-batch reuse (reuse's), the rows touched by the whole sample
+  and the rows-touched curve (drift's), and the lookup-weighted overlaps with earlier
+  batches (which tell reuse from drift).
   A start comes from bisecting each parameter alone (alpha on the log-rank, reuse on the
   consecutive reuse, drift on the rows touched), then a grid over drift's whole bracket
   (a drift that moves the hot rows is a plateau no local step leaves). Then
@@ -72,6 +58,10 @@ Shape. The fit reads at most `max_lookups` lookups (a prefix of whole batches); 
 trailing batch shorter than the others (the last batch of `replay ingest`) is left out,
 and lookups per batch per table are taken as constant (their mean, rounded; the
 diagnostics say when they vary).
+
+`replay.workload.fit_stats` holds the statistics (one kernel for the trace and every
+simulation, each statistic's reasons) and the power law's estimators with their
+derivations and sources; `replay.workload.fit_check` the check (`replay fit --check`).
 """
 
 from __future__ import annotations
@@ -79,22 +69,27 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from replay._jit import kernel
 from replay.errors import ConfigError, TraceError
 from replay.trace.keys import bad_lookup_error
 from replay.trace.reader import Trace
+from replay.workload.fit_stats import (
+    STATISTICS,
+    WINDOW_LOOKUPS,
+    _lags,
+    chao1,
+    power_law_mle,
+    table_statistics,
+)
 from replay.workload.generator import CompiledWorkload
 from replay.workload.spec import MAX_ROWS, TableSpec, UpdateRule, WorkloadSpec, spec_from_dict
 
 ROWS_MODES = ("declared", "observed", "extrapolate")
 DEFAULT_MAX_LOOKUPS = 1 << 24
-WINDOW_LOOKUPS = 128
-CURVE_POINTS = 16
 LM_STEPS = 15
 _LM_TRIES = 4  # damped retries within a step before the Jacobian is taken again
 _LM_DAMPING = 1e-2
@@ -129,202 +124,6 @@ _FD_STEP = np.array([0.05, 0.03, 0.3])
 _MAX_STEP = np.array([0.3, 0.15, 1.0])
 _TOLERANCE = np.array([0.002, 0.002, 0.02])
 _SCALE_FLOOR = 1e-3  # statistics' noise estimates are at least this
-
-
-# -- statistics (the same kernel for the trace and every simulation) -------------------
-
-
-@kernel
-def _table_stats(
-    batch: np.ndarray,
-    ids: np.ndarray,
-    num_ids: int,
-    num_batches: int,
-    curve_x: np.ndarray,
-    window_batches: int,
-    lags: np.ndarray,
-) -> tuple[float, float, float, np.ndarray, np.ndarray]:
-    """(mean log-rank in windows, consecutive reuse mean, distinct/batch mean, touched
-    rows at each curve_x, and for each lag L the share of batch n's lookups whose row
-    batch n - L looked up, averaged over n >= L) of one table's lookups: `batch`
-    sorted, `ids` in [0, num_ids)."""
-    n = len(ids)
-    starts = np.searchsorted(batch, np.arange(num_batches + 1))
-    stamps = np.full((len(lags), num_ids), -1, dtype=np.int64)
-    lag_sum = np.zeros(len(lags))
-    lag_n = np.zeros(len(lags), dtype=np.int64)
-    lag_hits = np.zeros(len(lags), dtype=np.int64)
-    last = np.full(num_ids, -1, dtype=np.int64)
-    wcount = np.zeros(num_ids, dtype=np.int64)
-    wlist = np.empty(min(n, num_ids), dtype=np.int64)
-    curve_val = np.zeros(len(curve_x), dtype=np.int64)
-    wn = 0
-    logrank_sum = 0.0
-    logrank_n = 0
-    reuse_sum = 0.0
-    reuse_n = 0
-    dpb_sum = 0.0
-    dpb_n = 0
-    touched = 0
-    cpos = 0
-    i = 0
-    for b in range(num_batches):
-        for q in range(len(lags)):  # stamp the rows of batch b - L
-            if b >= lags[q]:
-                for j in range(starts[b - lags[q]], starts[b - lags[q] + 1]):
-                    stamps[q, ids[j]] = b
-            lag_hits[q] = 0
-        start = i
-        dist = 0
-        rep = 0
-        while i < n and batch[i] == b:
-            x = ids[i]
-            seen = last[x]
-            if seen != b:
-                dist += 1
-                if seen == -1:
-                    touched += 1
-                elif seen == b - 1:
-                    rep += 1
-                last[x] = b
-            for q in range(len(lags)):  # lookup-weighted: hot rows count as they weigh
-                if stamps[q, x] == b:
-                    lag_hits[q] += 1
-            if wcount[x] == 0:
-                wlist[wn] = x
-                wn += 1
-            wcount[x] += 1
-            i += 1
-        looked = i - start
-        if looked > 0:
-            dpb_sum += dist / looked
-            dpb_n += 1
-            if b >= 1:
-                reuse_sum += rep / dist
-                reuse_n += 1
-            for q in range(len(lags)):
-                if b >= lags[q]:
-                    lag_sum[q] += lag_hits[q] / looked
-                    lag_n[q] += 1
-        while cpos < len(curve_x) and curve_x[cpos] <= b + 1:
-            curve_val[cpos] = touched
-            cpos += 1
-        if (b + 1) % window_batches == 0 or b == num_batches - 1:
-            counts = np.empty(wn, dtype=np.int64)
-            for j in range(wn):
-                counts[j] = wcount[wlist[j]]
-                wcount[wlist[j]] = 0
-            counts.sort()
-            for j in range(wn):  # rank 1 is the largest count
-                c = counts[wn - 1 - j]
-                logrank_sum += c * math.log(j + 1.0)
-                logrank_n += c
-            wn = 0
-    mean_logrank = logrank_sum / logrank_n if logrank_n else 0.0
-    reuse = reuse_sum / reuse_n if reuse_n else 0.0
-    dpb = dpb_sum / dpb_n if dpb_n else 0.0
-    lag_mean = np.zeros(len(lags))
-    for q in range(len(lags)):
-        if lag_n[q]:
-            lag_mean[q] = lag_sum[q] / lag_n[q]
-    return mean_logrank, reuse, dpb, curve_val, lag_mean
-
-
-def table_statistics(
-    batch: np.ndarray, row: np.ndarray, rows: int, num_batches: int, window_batches: int
-) -> np.ndarray:
-    """The matched statistics of one table (`STATISTICS` names them)."""
-    batch = np.ascontiguousarray(batch, dtype=np.int64)
-    if rows <= max(4 * len(row), 1 << 22) and (not len(row) or int(row.max()) < rows):
-        ids, num_ids = np.ascontiguousarray(row, dtype=np.int64), int(rows)
-    else:  # a huge sparse table (or rows fitted below the ids seen): dense ids
-        uniq, inverse = np.unique(row, return_inverse=True)
-        ids, num_ids = inverse.astype(np.int64), len(uniq)
-    curve_x = _curve_x(num_batches)
-    logrank, reuse, _, curve, lagged = _table_stats(
-        batch, ids, num_ids, num_batches, curve_x, window_batches, _lags(num_batches)
-    )
-    return np.array(
-        [logrank, reuse, math.log(max(int(curve[-1]), 1)), _curve_statistic(curve), *lagged]
-    )
-
-
-def _lags(num_batches: int) -> np.ndarray:
-    """Lags whose lookup-weighted overlap tells drift (which lowers it more the longer
-    the lag) from reuse (which raises lag 1 most), as far as the trace reaches."""
-    return np.minimum(np.array(LAGS), max(num_batches - 1, 1))
-
-
-def _curve_x(num_batches: int) -> np.ndarray:
-    from replay.trace.keys import curve_batches
-
-    return curve_batches(num_batches, CURVE_POINTS)
-
-
-def _curve_statistic(curve: np.ndarray) -> float:
-    return float(np.mean(np.log(np.maximum(curve, 1))))
-
-
-# -- the bounded power law's moments -------------------------------------------------
-
-_EXPLICIT_RANKS = 1 << 16
-_QUAD_POINTS = 4097
-
-
-def mean_log_rank(alpha: float, rows: int) -> tuple[float, float]:
-    """(E[log k], Var[log k]) for p(k) ~ k^-alpha on [1, rows]: exact sums up to 2^16
-    ranks, the midpoint integral beyond (Simpson in log space; its error is below 1e-9
-    relative there)."""
-    head = min(int(rows), _EXPLICIT_RANKS)
-    k = np.arange(1, head + 1, dtype=np.float64)
-    logk = np.log(k)
-    w = np.exp(-alpha * logk)
-    s0, s1, s2 = w.sum(), (w * logk).sum(), (w * logk * logk).sum()
-    if rows > head:
-        u = np.linspace(math.log(head + 0.5), math.log(rows + 0.5), _QUAD_POINTS)
-        f = np.exp((1.0 - alpha) * u)  # x^-alpha dx with x = e^u
-        h = (u[-1] - u[0]) / (_QUAD_POINTS - 1)
-        simpson = np.ones(_QUAD_POINTS)
-        simpson[1:-1:2], simpson[2:-1:2] = 4.0, 2.0
-        simpson *= h / 3.0
-        s0 += float((simpson * f).sum())
-        s1 += float((simpson * f * u).sum())
-        s2 += float((simpson * f * u * u).sum())
-    mean = s1 / s0
-    return mean, max(s2 / s0 - mean * mean, 0.0)
-
-
-def power_law_mle(counts: np.ndarray, rows: int) -> tuple[float | None, float | None]:
-    """(alpha, standard error) of the bounded power law on [1, rows] fitted to `counts`
-    (lookups per touched row) ranked in decreasing order: (None, None) for a single row
-    or a concentration beyond alpha = 16, (0.0, None) when as flat as uniform or flatter."""
-    counts = np.sort(np.asarray(counts, dtype=np.float64)[np.asarray(counts) > 0])[::-1]
-    n = float(counts.sum())
-    if rows < 2 or len(counts) == 0:
-        return None, None
-    target = float((counts * np.log(np.arange(1, len(counts) + 1))).sum()) / n
-    lo, hi = 0.0, 16.0
-    if target >= mean_log_rank(0.0, rows)[0]:
-        return 0.0, None  # as flat as the uniform law or flatter
-    if target <= mean_log_rank(hi, rows)[0]:
-        return None, None
-    for _ in range(60):  # E[log k] decreases in alpha
-        mid = 0.5 * (lo + hi)
-        if mean_log_rank(mid, rows)[0] > target:
-            lo = mid
-        else:
-            hi = mid
-    alpha = 0.5 * (lo + hi)
-    var = mean_log_rank(alpha, rows)[1]
-    return alpha, (1.0 / math.sqrt(n * var) if var > 0 else None)
-
-
-def chao1(counts: np.ndarray) -> int:
-    """Bias-corrected Chao1 estimate of the number of distinct values (Chao 1984)."""
-    counts = np.asarray(counts)
-    distinct = int((counts > 0).sum())
-    f1, f2 = int((counts == 1).sum()), int((counts == 2).sum())
-    return distinct + (f1 * (f1 - 1)) // (2 * (f2 + 1))
 
 
 # -- the sample ------------------------------------------------------------------------
@@ -473,13 +272,6 @@ class TableFit:
                 for name, o, f in zip(STATISTICS, self.observed, self.fitted, strict=True)
             },
         }
-
-
-LAGS = (1, 2, 8, 32)
-STATISTICS = (
-    "mean_log_rank", "consecutive_reuse", "touched_log_final", "touched_log_mean",
-    *(f"lookup_overlap_lag{lag}" for lag in LAGS),
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -924,132 +716,6 @@ def _fitted_spec(trace: Trace, sample: _Sample, tables: list[TableFit], seed: in
         ],
     }
     return spec_from_dict(data, where="fitted spec")
-
-
-# -- the check: sample against a synthetic trace of the fitted spec --------------------
-
-CHECKED = ("distinct_per_batch", "consecutive_reuse", "top1pct_share", "touched_rows")
-# synthetic traces the check generates: the spec's seed, whose statistics it shows, and
-# others whose spread is the noise a perfect fit still shows (relative to the sample)
-CHECK_TRACES = 4
-_CHECK_CURVE_POINTS = 24
-
-
-def _check_stats(
-    per_table: Sequence[tuple[np.ndarray, np.ndarray]], rows: Sequence[int], num_batches: int
-) -> list[dict[str, Any]]:
-    """Per table, then overall (last): the four checked statistics and the touched curve
-    (rows touched by batches 0..x-1). Row ids are made dense per table first, so the
-    sample and the synthetic trace are measured the same way whatever their row spaces."""
-    from replay.trace.keys import curve_batches
-
-    curve_x = curve_batches(num_batches, _CHECK_CURVE_POINTS)
-    lags = np.zeros(0, dtype=np.int64)
-    out = []
-    all_batches, all_keys, all_counts = [], [], []
-    offset = 0
-    for (batch, row), rows_t in zip(per_table, rows, strict=True):
-        uniq, ids, counts = np.unique(row, return_inverse=True, return_counts=True)
-        batch = np.ascontiguousarray(batch, dtype=np.int64)
-        ids = ids.astype(np.int64)
-        _, reuse, dpb, curve, _ = _table_stats(
-            batch, ids, len(uniq), num_batches, curve_x, num_batches, lags
-        )
-        out.append(_checked(dpb, reuse, counts, -(-int(rows_t) // 100), curve_x, curve))
-        all_batches.append(batch)
-        all_keys.append(ids + offset)
-        all_counts.append(counts)
-        offset += len(uniq)
-    batch = np.concatenate(all_batches)
-    order = np.argsort(batch, kind="stable")  # back to trace order
-    _, reuse, dpb, curve, _ = _table_stats(
-        batch[order], np.concatenate(all_keys)[order], offset, num_batches, curve_x,
-        num_batches, lags,
-    )  # fmt: skip
-    top_k = -(-int(sum(int(r) for r in rows)) // 100)
-    out.append(_checked(dpb, reuse, np.concatenate(all_counts), top_k, curve_x, curve))
-    return out
-
-
-def _checked(
-    dpb: float, reuse: float, counts: np.ndarray, top_k: int, curve_x: np.ndarray,
-    curve: np.ndarray,
-) -> dict[str, Any]:  # fmt: skip
-    total = int(counts.sum())
-    top = int(np.sort(counts)[::-1][:top_k].sum())
-    return {
-        "distinct_per_batch": float(dpb),
-        "consecutive_reuse": float(reuse),
-        "top1pct_share": top / total if total else 0.0,
-        "touched_rows": int(curve[-1]) if len(curve) else 0,
-        "curve": [[int(x), int(v)] for x, v in zip(curve_x.tolist(), curve.tolist(), strict=True)],
-    }
-
-
-def _rel(synthetic: float, sample: float) -> float | None:
-    return (synthetic - sample) / sample if sample else None
-
-
-def _noise(values: Sequence[float], sample: float) -> float | None:
-    """The spread (sd) of a statistic over synthetic traces, relative to the sample's:
-    a perfect fit's relative difference is about sqrt(2) times this (both sides are
-    one trace)."""
-    return float(np.std(values, ddof=1)) / abs(sample) if sample else None
-
-
-def check_fit(
-    trace: Trace, result: FitResult, *, against: tuple[int, int] | None = None
-) -> dict[str, Any]:
-    """Statistics of the sample side by side with those of a synthetic trace generated
-    from the fitted spec with the sample's shape (its own seed, not the fit's).
-
-    The sample is the batches the fit used, or `against` = (first, stop): other batches
-    of the trace, e.g. the half the fit did not see."""
-    first, stop = against or (result.first_batch, result.first_batch + result.batches)
-    sample = _read_sample(trace, max(result.max_lookups, trace.num_lookups), (first, stop))
-    spec = replace(result.spec, batches=sample.num_batches)
-    rows = [t.rows for t in spec.tables]
-    observed = _check_stats(sample.per_table, rows, sample.num_batches)
-    runs = []  # the spec's seed first, then others for the noise
-    for i in range(CHECK_TRACES):
-        compiled = CompiledWorkload.from_spec(replace(spec, seed=spec.seed + i))
-        batch, table, row = compiled.lookups(0, sample.num_batches)
-        synthetic = _split_by_table(batch, table, row, len(spec.tables))
-        runs.append(_check_stats(synthetic, rows, sample.num_batches))
-    generated = runs[0]
-    entries = []
-    for e, (name, obs, gen) in enumerate(
-        zip([*sample.names, "overall"], observed, generated, strict=True)
-    ):
-        stats = {
-            key: {
-                "sample": obs[key],
-                "synthetic": gen[key],
-                "rel_diff": _rel(gen[key], obs[key]),
-                "noise": _noise([run[e][key] for run in runs], obs[key]),
-            }
-            for key in CHECKED
-        }
-        diffs = [_rel(g, o) for (_, o), (_, g) in zip(obs["curve"], gen["curve"], strict=True)]
-        known = [abs(d) for d in diffs if d is not None]
-        entries.append(
-            {
-                "name": name,
-                "stats": stats,
-                "curve": {
-                    "batches": [x for x, _ in obs["curve"]],
-                    "sample": [v for _, v in obs["curve"]],
-                    "synthetic": [v for _, v in gen["curve"]],
-                    "max_abs_rel_diff": max(known) if known else None,
-                },
-            }
-        )
-    return {
-        "sample": {"first_batch": first, "batches": sample.num_batches},
-        "synthetic": {"seed": spec.seed, "batches": spec.batches, "lookups": spec.lookups},
-        "tables": entries[:-1],
-        "overall": entries[-1],
-    }
 
 
 # -- the spec file with its diagnostics -------------------------------------------------

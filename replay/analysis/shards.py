@@ -1,0 +1,305 @@
+"""SHARDS: an LRU miss-ratio curve from a spatial sample of the keys (DESIGN s.5).
+
+Sampled curve (Waldspurger, Park, Garthwaite, Ahmad, "Efficient MRC Construction with
+SHARDS", FAST 2015; fixed-rate SHARDS with the adjustment, "SHARDS_adj"). A key is
+sampled when hash(key) mod P < T, P = 2^24, so the sample rate is R = T / P (T is the
+requested rate times P, rounded; `sample_rate` reports T / P). The hash is SplitMix64's
+finalizer (`replay.workload.sampler.mix64`) of the key xor a fixed salt. Sampling is by
+key, so every request of a sampled key is kept and its stack distance in the sampled
+stream, divided by R, estimates its true distance. The sampled stream goes through the
+same kernel as the exact curve (`replay.analysis.stack`), with per-key state in an
+open-addressing hash map over the sampled keys only. With N requests of which N_s
+sampled, the adjustment adds N R - N_s to the smallest-distance bucket (always a hit),
+which makes the histogram total N R:
+
+    miss_ratio(C) ~= (cold_s + #{sampled requests with distance_s >= C R}) / (N R),
+
+clipped to [0, 1]. Distinct keys are estimated as distinct sampled keys / R. At R = 1
+every key is sampled and the result equals the exact curve (`exact` is then true).
+
+Resolution. A request of true distance d has a sampled distance of about Binomial(d, R),
+so the estimate blurs the curve over sizes by a relative standard deviation of
+sqrt((1 - R) / (C R)). Sampled curves start where that is 25%, at C = 16 (1 - R) / R rows
+(`resolution_rows`: 1,585 rows at R = 0.01), and smaller explicit sizes are a
+ConfigError: the blur grows fast below (around C = 1 / R most sampled distances are 0
+or 1, and on the Criteo Kaggle trace the estimate at C = 1 was 0.39 against 0.92).
+Above it, the blur still rounds off sharp cliffs (embedding traces have one near the
+number of distinct rows per batch), which is where the largest errors are.
+
+Stated error (`expected_error`), by the random-group method (Wolter, "Introduction to
+Variance Estimation", 2nd ed., Springer 2007, ch. 2): the sample is split into K = 8
+hash-disjoint groups by three further hash bits (bits 24-26 of the same hash, independent
+of the sampling bits), each of which is itself a SHARDS_adj sample at rate R / K with its
+own kernel state. The K group curves m_k(C) are independent estimates and the full-rate
+estimate m(C) behaves like their mean, so its standard error is s_k(C) / sqrt(K), s_k the
+sample standard deviation (ddof=1) of the m_k(C). The blur's bias grows as the rate
+falls (about sqrt(K) times larger at R / K near a cliff, K times on smooth parts), so
+b(C) = (mean_k m_k(C) - m(C)) / (sqrt(K) - 1) estimates the bias at R, erring large.
+`point_errors` = |b(C)| + t s_k(C) / sqrt(K) at each size, with t = 2.365 (Student's t,
+7 degrees of freedom, two-sided 95%), and `expected_error` is their maximum. Measured on
+the Criteo Kaggle trace (1,000 batches of 2,048) at R = 0.01 over 16 salts: the per-size
+bound held at 95% of the sizes, and `expected_error` covered the curve's largest error
+in 13 of 16; the errors themselves were 0.004 mean absolute (median; 0.002-0.011) and
+0.029 largest (median; 0.014-0.055, always at the batch cliff). The groups cost one
+more kernel pass over the sampled requests (about 2 R of the trace), so the filter over
+all requests stays the hot loop.
+
+The filter makes, checks and hashes the flat keys straight from a trace's (table, row)
+columns in one fused loop, since reading bounds a sampled curve. `ShardsSampler` is the
+resumable state (the full sample and the K groups); `shards_sample_columns` is the filter
+on its own, for work spread over threads or workers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from replay._jit import kernel
+from replay.analysis.stack import StackDistances
+from replay.errors import ConfigError, TraceError
+from replay.trace.keys import bad_lookup_error
+from replay.workload.sampler import mix64
+
+SHARDS_MODULUS = 1 << 24  # P: the hash is compared modulo 2^24
+SHARDS_SALT = 0x5A17ED5EED0F0A11  # fixed, so the same trace gives the same sample
+SUBSAMPLES = 8  # K hash-disjoint groups for the error estimate (a power of 2)
+ERROR_T_QUANTILE = 2.365  # Student t, K - 1 = 7 degrees of freedom, two-sided 95%
+
+
+@kernel
+def _shards_filter(
+    keys: np.ndarray,
+    threshold: int,
+    salt: np.uint64,
+    total_keys: int,
+    out_keys: np.ndarray,
+    out_group: np.ndarray,
+) -> tuple[int, int]:
+    """Keep the requests whose key hashes below `threshold` mod 2^24; (kept, bad keys).
+
+    The group of a kept key (bits 24.. of the same hash) goes to `out_group`.
+    """
+    t = np.uint64(threshold)
+    low = np.uint64(SHARDS_MODULUS - 1)
+    gmask = np.uint64(SUBSAMPLES - 1)
+    s24 = np.uint64(24)
+    limit = np.uint64(total_keys)
+    bad = 0
+    n = 0
+    for i in range(len(keys)):
+        u = np.uint64(keys[i])
+        bad += u >= limit
+        h = mix64(u ^ salt)
+        if (h & low) < t:
+            out_keys[n] = keys[i]
+            out_group[n] = np.uint8((h >> s24) & gmask)
+            n += 1
+    return n, bad
+
+
+@kernel
+def _shards_filter_columns(
+    table: np.ndarray,
+    row: np.ndarray,
+    offsets: np.ndarray,
+    rows: np.ndarray,
+    threshold: int,
+    salt: np.uint64,
+    out_keys: np.ndarray,
+    out_group: np.ndarray,
+) -> tuple[int, int]:
+    """`_shards_filter` straight from a trace's (table, row) columns; (kept, bad lookups).
+
+    This loop touches every lookup of the trace, so it makes the flat key itself (no
+    int64 key array in between) and checks table and row ids without a branch.
+    """
+    t = np.uint64(threshold)
+    low = np.uint64(SHARDS_MODULUS - 1)
+    gmask = np.uint64(SUBSAMPLES - 1)
+    s24 = np.uint64(24)
+    tables = len(rows)
+    bad = 0
+    n = 0
+    for i in range(len(row)):
+        tb = np.int64(table[i])
+        bad += tb >= tables
+        tb = min(tb, tables - 1)
+        r = np.uint64(row[i])
+        bad += r >= np.uint64(rows[tb])
+        key = offsets[tb] + np.int64(r)
+        h = mix64(np.uint64(key) ^ salt)
+        if (h & low) < t:
+            out_keys[n] = key
+            out_group[n] = np.uint8((h >> s24) & gmask)
+            n += 1
+    return n, bad
+
+
+def shards_threshold(sample_rate: float) -> int:
+    """T for a rate R: round(R P), validated (R in (0, 1], T >= 1)."""
+    try:
+        rate = float(sample_rate)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--sample-rate {sample_rate!r} is not a number") from None
+    if not (math.isfinite(rate) and 0.0 < rate <= 1.0):
+        raise ConfigError(f"--sample-rate {sample_rate!r} must be in (0, 1]")
+    threshold = round(rate * SHARDS_MODULUS)
+    if threshold < 1:
+        raise ConfigError(
+            f"--sample-rate {sample_rate!r} is below the hash resolution 1/{SHARDS_MODULUS}"
+        )
+    return threshold
+
+
+def resolution_rows(threshold: int) -> int:
+    """Smallest cache size a sample at rate R = T / P resolves: ceil(16 (1 - R) / R), >= 1.
+
+    A request with true distance d has a sampled distance ~ Binomial(d, R), so d_s / R has
+    a relative standard deviation sqrt((1 - R) / (d R)); at this size it is 25%, and it
+    grows fast below (around 1 / R most sampled distances are 0 or 1).
+    """
+    return max(1, -(-16 * (SHARDS_MODULUS - threshold) // threshold))
+
+
+class ShardsSampler:
+    """Fixed-rate SHARDS over a stream of chunks: the full sample and K hash groups."""
+
+    def __init__(
+        self,
+        total_keys: int,
+        sample_rate: float,
+        *,
+        subsamples: int = SUBSAMPLES,
+        salt: int = SHARDS_SALT,
+    ) -> None:
+        if subsamples not in (0, SUBSAMPLES):
+            raise ValueError(f"subsamples must be 0 or {SUBSAMPLES}")
+        self.total_keys = int(total_keys)
+        self.salt = np.uint64(salt)
+        self.threshold = shards_threshold(sample_rate)
+        self.full = StackDistances(self.total_keys, direct=False)
+        # at R = 1 the sample is the whole trace: there is no sampling error to estimate
+        groups = subsamples if self.threshold < SHARDS_MODULUS else 0
+        self.groups = [StackDistances(self.total_keys, direct=False) for _ in range(groups)]
+        self.requests = 0
+        self._buf_keys = np.empty(0, dtype=np.int64)
+        self._buf_group = np.empty(0, dtype=np.uint8)
+
+    @property
+    def rate(self) -> float:
+        return self.threshold / SHARDS_MODULUS
+
+    @property
+    def resolution(self) -> int:
+        return resolution_rows(self.threshold)
+
+    def _buffers(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if len(self._buf_keys) < n:
+            self._buf_keys = np.empty(n, dtype=np.int64)
+            self._buf_group = np.empty(n, dtype=np.uint8)
+        return self._buf_keys, self._buf_group
+
+    def feed(self, keys: np.ndarray) -> None:
+        """Fold in a chunk of flat keys (trace order)."""
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        out_keys, out_group = self._buffers(len(keys))
+        n, bad = _shards_filter(
+            keys, self.threshold, self.salt, self.total_keys, out_keys, out_group
+        )
+        if bad:
+            first = int(np.argmax((keys < 0) | (keys >= self.total_keys)))
+            raise TraceError(
+                f"lookup {self.requests + first + 1}: key {int(keys[first])} is outside the "
+                f"row space [0, {self.total_keys}) (a row id beyond its table)"
+            )
+        self._take(len(keys), n)
+
+    def feed_columns(
+        self,
+        table: np.ndarray,
+        row: np.ndarray,
+        offsets: np.ndarray,
+        rows: np.ndarray,
+        *,
+        where: str = "lookups",
+    ) -> None:
+        """Fold in a chunk of a trace's lookup columns; `offsets`/`rows` int64 per table."""
+        out_keys, out_group = self._buffers(len(row))
+        n, bad = _shards_filter_columns(
+            table, row, offsets, rows, self.threshold, self.salt, out_keys, out_group
+        )
+        if bad:
+            raise bad_lookup_error(where, self.requests, table, row, rows)
+        self._take(len(row), n)
+
+    def _take(self, requests: int, n: int) -> None:
+        self.feed_sampled(requests, self._buf_keys[:n], self._buf_group[:n])
+
+    def feed_sampled(self, requests: int, sampled: np.ndarray, group: np.ndarray) -> None:
+        """Fold in the output of `shards_sample_columns` for `requests` requests (in trace
+        order): how a sample filtered elsewhere (a worker) joins the kernels."""
+        self.requests += requests
+        self.full.feed(sampled)
+        if self.groups and len(sampled):
+            order = np.argsort(group, kind="stable")  # keeps trace order inside a group
+            ends = np.cumsum(np.bincount(group, minlength=len(self.groups)))
+            ordered = sampled[order]
+            lo = 0
+            for g, hi in enumerate(ends.tolist()):
+                if hi > lo:
+                    self.groups[g].feed(ordered[lo:hi])
+                lo = hi
+
+    def _curve(self, state: StackDistances, sizes: np.ndarray, groups: int = 1) -> np.ndarray:
+        """SHARDS_adj miss ratios of one sample at rate T / (P groups)."""
+        den = SHARDS_MODULUS * groups
+        expected = self.requests * self.threshold / den  # N R, the adjusted histogram total
+        if expected <= 0:
+            return np.zeros(len(sizes))
+        # distance_s / R >= C  <=>  distance_s >= ceil(C T / den); Python ints: no overflow
+        cuts = [-(-int(c) * self.threshold // den) for c in sizes.tolist()]
+        misses = state.misses_at(np.array(cuts, dtype=np.int64))
+        return np.clip(misses / expected, 0.0, 1.0)
+
+    def miss_ratios(self, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(curve, expected error at each size) at the given sizes (module docstring)."""
+        curve = self._curve(self.full, sizes)
+        k = len(self.groups)
+        if k < 2:
+            return curve, np.zeros(len(sizes))
+        per = np.array([self._curve(g, sizes, k) for g in self.groups], dtype=np.float64)
+        per = per.reshape(k, len(sizes))
+        stderr = per.std(axis=0, ddof=1) / math.sqrt(k)  # random-group standard error
+        # smoothing bias grows as the rate falls: at rate R / K it is about sqrt(K) times
+        # that at R near a cliff of the curve (less elsewhere), so this over-covers
+        bias = (per.mean(axis=0) - curve) / (math.sqrt(k) - 1.0)
+        return curve, np.abs(bias) + ERROR_T_QUANTILE * stderr
+
+    @property
+    def estimated_distinct(self) -> int:
+        return round(self.full.distinct / self.rate)
+
+
+def shards_sample_columns(
+    table: np.ndarray,
+    row: np.ndarray,
+    offsets: np.ndarray,
+    rows: np.ndarray,
+    threshold: int,
+    *,
+    salt: int = SHARDS_SALT,
+    where: str = "lookups",
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """(requests, sampled keys, their groups) of one chunk of lookup columns: the SHARDS
+    filter on its own, for work spread over threads or workers (`ShardsSampler.feed_sampled`
+    folds the results in, in trace order)."""
+    keys = np.empty(len(row), dtype=np.int64)
+    group = np.empty(len(row), dtype=np.uint8)
+    n, bad = _shards_filter_columns(
+        table, row, offsets, rows, threshold, np.uint64(salt), keys, group
+    )
+    if bad:
+        raise bad_lookup_error(where, 0, table, row, rows)
+    return len(row), keys[:n].copy(), group[:n].copy()
