@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from replay._units import format_bytes
 from replay.errors import ConfigError
 
 ENV_LIMIT = "REPLAY_MEMORY_LIMIT"
@@ -64,17 +65,6 @@ class Estimate:
     @property
     def total(self) -> int:
         return sum(b for _, b in self.parts)
-
-
-def format_bytes(n: float) -> str:
-    """`96 GiB`, `23.5 GiB`, `512 MiB`: binary units, 3 significant digits."""
-    n = float(n)
-    for unit, size in (("EiB", 1 << 60), ("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30),
-                       ("MiB", 1 << 20), ("KiB", 1 << 10)):  # fmt: skip
-        if n >= size:
-            value = n / size
-            return f"{value:.0f} {unit}" if value >= 1000 else f"{value:.3g} {unit}"
-    return f"{n:.0f} B"
 
 
 def format_count(n: int) -> str:

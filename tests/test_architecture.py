@@ -27,6 +27,7 @@ LAYERS = (
     "engine",
     "report",  # reads result folders: foundation modules only (checked below)
     "runs",
+    "plan",  # replay plan: answers for a whole training run, from every layer below
     "api",  # replay/__init__.py: the documented Python API
     "cli",
     "entry",  # the console script: replay/_console.py, replay/__main__.py

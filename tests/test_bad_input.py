@@ -419,6 +419,7 @@ RUN = "run {trace} --system hbm-lru"
 CMP = "compare {trace} --systems hbm-lru,dram --workers 1"
 SWEEP = "sweep {trace} --system hbm-lru --grid policy.capacity_rows=100,1000 --workers 1"
 QS = "quickstart --trace {tmp}/qtrace --batches 101 --batch-size 4 --workers 1"
+PLAN = "plan --workload tiny --batches 20 --system hbm-lru --time-per-batch 1s"
 
 CASES: list[Case] = [
     # -- generate --------------------------------------------------------------------------
@@ -780,6 +781,26 @@ CASES: list[Case] = [
          setup=_row_out_of_range, isolate=True),
     case("fit-table-out-of-range", "fit {bad} --out {out}", "{bad}", "out of range",
          setup=_table_out_of_range, isolate=True),
+    # -- plan ------------------------------------------------------------------------------
+    case("plan-budget-unit-unknown", f"{PLAN} --cache-budget 8XB --cluster-mtbf 6h --out {{out}}",
+         "--cache-budget", "'xb'"),
+    case("plan-budget-zero", f"{PLAN} --cache-budget 0GiB --cluster-mtbf 6h --out {{out}}",
+         "--cache-budget", "more than 0"),
+    case("plan-no-mtbf", f"{PLAN} --cache-budget 1MiB --out {{out}}", "--cluster-mtbf"),
+    case("plan-mtbf-both", f"{PLAN} --cache-budget 1MiB --cluster-mtbf 6h --nodes 4 "
+         "--node-mtbf 30d --out {out}", "--cluster-mtbf", "not both"),
+    case("plan-mtbf-not-a-duration", f"{PLAN} --cache-budget 1MiB --cluster-mtbf soon "
+         "--out {out}", "--cluster-mtbf", "'soon'"),
+    case("plan-hit-target-above-one", f"{PLAN} --cache-budget 1MiB --cluster-mtbf 6h "
+         "--hit-target 1.5 --out {out}", "--hit-target", "1.5"),
+    case("plan-sample-rate-on-a-trace", "plan {trace} --system hbm-lru --cache-budget 1MiB "
+         "--cluster-mtbf 6h --sample-rate 0.5 --out {out}", "--sample-rate", "workload"),
+    case("plan-sampled-reuse", "plan --workload tiny --batches 20 --reuse 0.2 --system hbm-lru "
+         "--cache-budget 1MiB --cluster-mtbf 6h --sample-rate 0.5 --out {out}", "reuse"),
+    case("plan-out-not-empty", f"{PLAN} --cache-budget 1MiB --cluster-mtbf 6h --out {{out}}",
+         *NOT_EMPTY, setup=_foreign_out),
+    case("plan-force-over-foreign", f"{PLAN} --cache-budget 1MiB --cluster-mtbf 6h --force "
+         "--out {out}", *FOREIGN, setup=_foreign_out),
     # -- quickstart (only input refused before any work) -----------------------------------
     case("quickstart-out-is-file", f"{QS} --out {{out}}", *OUT_EXISTS, setup=_out_is_file),
     case("quickstart-out-below-file", f"{QS} --out {{out}}", *BELOW_FILE,
@@ -809,7 +830,7 @@ def test_the_corpus_covers_every_command() -> None:
     commands = {c.argv[0] for c in CASES}
     assert commands == {
         "generate", "ingest", "inspect", "run", "mrc", "compare", "sweep", "report",
-        "quickstart", "fit",
+        "quickstart", "fit", "plan",
     }  # fmt: skip
 
 

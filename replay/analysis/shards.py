@@ -58,12 +58,10 @@ import numpy as np
 
 from replay._jit import kernel
 from replay.analysis.stack import StackDistances
-from replay.errors import ConfigError, TraceError
+from replay.errors import TraceError
 from replay.trace.keys import bad_lookup_error
-from replay.workload.sampler import mix64
+from replay.workload.sampler import SHARDS_MODULUS, SHARDS_SALT, mix64, shards_threshold
 
-SHARDS_MODULUS = 1 << 24  # P: the hash is compared modulo 2^24
-SHARDS_SALT = 0x5A17ED5EED0F0A11  # fixed, so the same trace gives the same sample
 SUBSAMPLES = 8  # K hash-disjoint groups for the error estimate (a power of 2)
 ERROR_T_QUANTILE = 2.365  # Student t, K - 1 = 7 degrees of freedom, two-sided 95%
 
@@ -135,22 +133,6 @@ def _shards_filter_columns(
             out_group[n] = np.uint8((h >> s24) & gmask)
             n += 1
     return n, bad
-
-
-def shards_threshold(sample_rate: float) -> int:
-    """T for a rate R: round(R P), validated (R in (0, 1], T >= 1)."""
-    try:
-        rate = float(sample_rate)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--sample-rate {sample_rate!r} is not a number") from None
-    if not (math.isfinite(rate) and 0.0 < rate <= 1.0):
-        raise ConfigError(f"--sample-rate {sample_rate!r} must be in (0, 1]")
-    threshold = round(rate * SHARDS_MODULUS)
-    if threshold < 1:
-        raise ConfigError(
-            f"--sample-rate {sample_rate!r} is below the hash resolution 1/{SHARDS_MODULUS}"
-        )
-    return threshold
 
 
 def resolution_rows(threshold: int) -> int:

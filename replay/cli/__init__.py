@@ -44,6 +44,7 @@ COMMANDS = (
     "ingest",
     "inspect",
     "mrc",
+    "plan",
     "presets",
     "quickstart",
     "report",
@@ -81,6 +82,8 @@ def _register(command: str | None) -> None:
         from replay.cli import inspect  # noqa: F401
     elif command == "mrc":
         from replay.cli import mrc  # noqa: F401
+    elif command == "plan":
+        from replay.cli import plan  # noqa: F401
     elif command == "presets":
         from replay.cli import presets  # noqa: F401
     elif command == "quickstart":

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from replay._jit import kernel
+from replay.errors import ConfigError
 
 GAMMA = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64 increment (golden ratio)
 MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -51,6 +52,7 @@ INV_2_53 = 1.0 / 9007199254740992.0
 PURPOSE_FRESH = 0  # the power-law draw
 PURPOSE_REUSE = 1  # reuse coin, window offset, position
 PURPOSE_PERM = 2  # Feistel round keys (per table, per seed; not per batch)
+PURPOSE_SAMPLED = 3  # a spatially sampled stream (`replay.workload.sampled`)
 FEISTEL_ROUNDS = 4
 
 
@@ -60,6 +62,38 @@ def mix64(z: np.uint64) -> np.uint64:
     z = (z ^ (z >> S30)) * MIX1
     z = (z ^ (z >> S27)) * MIX2
     return z ^ (z >> S31)
+
+
+# -- the SHARDS sampling rule (`replay.analysis.shards`, `replay.workload.sampled`) ------
+#
+# A flat key (table offset + row, `replay.trace.keys`) is sampled when
+# mix64(key ^ SHARDS_SALT) mod SHARDS_MODULUS < T, T = shards_threshold(R): rate T / 2^24.
+
+SHARDS_MODULUS = 1 << 24  # P: the hash is compared modulo 2^24
+SHARDS_SALT = 0x5A17ED5EED0F0A11  # fixed, so the same trace gives the same sample
+
+
+def shards_threshold(sample_rate: float) -> int:
+    """T for a rate R: round(R P), validated (R in (0, 1], T >= 1)."""
+    try:
+        rate = float(sample_rate)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--sample-rate {sample_rate!r} is not a number") from None
+    if not (math.isfinite(rate) and 0.0 < rate <= 1.0):
+        raise ConfigError(f"--sample-rate {sample_rate!r} must be in (0, 1]")
+    threshold = round(rate * SHARDS_MODULUS)
+    if threshold < 1:
+        raise ConfigError(
+            f"--sample-rate {sample_rate!r} is below the hash resolution 1/{SHARDS_MODULUS}"
+        )
+    return threshold
+
+
+@kernel(inline="always")
+def shards_keeps(key: np.int64, threshold: np.int64) -> bool:
+    """Whether SHARDS samples the flat key `key` at threshold T (the rule above)."""
+    h = mix64(np.uint64(key) ^ np.uint64(SHARDS_SALT))
+    return np.int64(h & np.uint64(SHARDS_MODULUS - 1)) < threshold
 
 
 @kernel(inline="always")
@@ -161,6 +195,31 @@ def permute_index(p: np.int64, rows: np.int64, bits: np.int64, round_keys: np.nd
     x = feistel_permute(np.uint64(p), bits, round_keys)
     while x >= np.uint64(rows):
         x = feistel_permute(x, bits, round_keys)
+    return np.int64(x)
+
+
+@kernel(inline="always")
+def feistel_unpermute(y: np.uint64, bits: np.int64, round_keys: np.ndarray) -> np.uint64:
+    """The inverse of `feistel_permute`: the rounds undone in reverse order."""
+    wa = np.uint64(bits // 2)
+    wb = np.uint64(bits) - wa
+    a = y >> wb  # (wa bits, wb bits), as the forward pass leaves them
+    b = y & ((np.uint64(1) << wb) - np.uint64(1))
+    a, b = _feistel_round(b, a, round_keys[3], wb), a  # now (wb, wa)
+    a, b = _feistel_round(b, a, round_keys[2], wa), a  # (wa, wb)
+    a, b = _feistel_round(b, a, round_keys[1], wb), a
+    a, b = _feistel_round(b, a, round_keys[0], wa), a
+    return (a << wb) | b
+
+
+@kernel(inline="always")
+def unpermute_index(
+    r: np.int64, rows: np.int64, bits: np.int64, round_keys: np.ndarray
+) -> np.int64:
+    """The inverse of `permute_index`: cycle walking backwards (Black & Rogaway 2002)."""
+    x = feistel_unpermute(np.uint64(r), bits, round_keys)
+    while x >= np.uint64(rows):
+        x = feistel_unpermute(x, bits, round_keys)
     return np.int64(x)
 
 

@@ -1,0 +1,114 @@
+"""Sizes and durations in the user's units: `8GiB`, `512 MiB`, `1.5GB`, `90s`, `30min`, `6h`.
+
+Parsing accepts binary units (KiB, MiB, GiB, TiB, PiB: powers of 1024) and decimal ones
+(kB, MB, GB, TB, PB: powers of 1000), with or without a space, case-insensitive apart
+from the `i` that marks binary units being optional in its case; a bare number is bytes.
+Durations accept ms, s, min, h, d and w (`30d`, `1.5h`); a bare number is seconds. Every
+parse error is a `ConfigError` naming the option and the value, with the forms accepted.
+
+Formatting picks the unit that keeps 3 significant digits: `8 GiB`, `14 min`, `2.5 h`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from replay.errors import ConfigError
+
+_BYTE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "pb": 1000**5,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+    "pib": 1 << 50,
+}
+_DURATION_UNITS = {
+    "": 1.0,
+    "ms": 1e-3,
+    "s": 1.0,
+    "sec": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "hr": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
+    "days": 86400.0,
+    "w": 7 * 86400.0,
+}
+_NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def _split(text: str, what: str, forms: str) -> tuple[float, str]:
+    match = _NUMBER.match(str(text))
+    if match is None:
+        raise ConfigError(f"{what}: {text!r} is not a number with a unit ({forms})")
+    value = float(match.group(1))
+    if not math.isfinite(value):
+        raise ConfigError(f"{what}: {text!r} is not finite")
+    return value, match.group(2).lower()
+
+
+def parse_bytes(text: str | int | float, what: str = "size") -> int:
+    """Bytes from `8GiB`, `512 MiB`, `1.5GB` or `1024` (rounded to a whole byte)."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        text = repr(text)
+    forms = "e.g. 512MiB, 8GiB, 1.5GB or a number of bytes"
+    value, unit = _split(str(text), what, forms)
+    if unit not in _BYTE_UNITS:
+        raise ConfigError(f"{what}: unknown unit {unit!r} in {text!r} ({forms})")
+    result = value * _BYTE_UNITS[unit]
+    if result > 2**63 - 1:
+        raise ConfigError(f"{what}: {text!r} is too large")
+    return round(result)
+
+
+def parse_duration(text: str | int | float, what: str = "duration") -> float:
+    """Seconds from `90s`, `30min`, `6h`, `30d`, `1.5h` or a number of seconds."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        text = repr(text)
+    forms = "e.g. 90s, 30min, 6h, 30d or a number of seconds"
+    value, unit = _split(str(text), what, forms)
+    if unit not in _DURATION_UNITS:
+        raise ConfigError(f"{what}: unknown unit {unit!r} in {text!r} ({forms})")
+    return value * _DURATION_UNITS[unit]
+
+
+def format_bytes(n: float) -> str:
+    """`96 GiB`, `23.5 GiB`, `512 MiB`: binary units, 3 significant digits."""
+    n = float(n)
+    for unit, size in (("EiB", 1 << 60), ("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30),
+                       ("MiB", 1 << 20), ("KiB", 1 << 10)):  # fmt: skip
+        if n >= size:
+            value = n / size
+            return f"{value:.0f} {unit}" if value >= 1000 else f"{value:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_duration(seconds: float) -> str:
+    """`850 ms`, `42 s`, `14 min`, `2.5 h`, `24 d`: the largest unit of at least 1, 3
+    significant digits (`inf` for an unbounded time)."""
+    s = float(seconds)
+    if math.isinf(s):
+        return "inf"
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0)):
+        if abs(s) >= size:
+            return f"{s / size:.3g} {unit}"
+    return f"{s * 1e3:.3g} ms"
+
+
+def format_percent(fraction: float) -> str:
+    """`97.3%`, `0.12%`: a fraction as a percentage with 3 significant digits."""
+    return f"{100 * fraction:.3g}%"
+
+
+__all__ = ["format_bytes", "format_duration", "format_percent", "parse_bytes", "parse_duration"]

@@ -1,0 +1,163 @@
+"""`replay plan [TRACE | --workload W --batches N] --system S --cache-budget 8GiB
+--hit-target 0.9 --cluster-mtbf 6h --out DIR`: answers for a whole training run
+(method in `replay.plan.plan`; files in `replay.plan.write`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from replay.cli.app import app
+from replay.cli.source import (
+    AlphaOption,
+    BatchesOption,
+    BatchSizeOption,
+    DriftOption,
+    ReuseOption,
+    SeedOption,
+    TraceArgument,
+    WorkloadOption,
+    resolve_source,
+)
+from replay.errors import ConfigError
+
+
+@app.command("plan")
+def plan_command(
+    trace: TraceArgument = None,
+    *,
+    systems: Annotated[
+        list[str],
+        typer.Option(
+            "--system",
+            "-s",
+            help="System preset or TOML file (repeatable; the first is planned for).",
+        ),
+    ],
+    cache_budget: Annotated[
+        str, typer.Option("--cache-budget", metavar="SIZE", help="Cache bytes, e.g. 8GiB, 512MiB.")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Plan folder to write.")],
+    hit_targets: Annotated[
+        list[float] | None,
+        typer.Option(
+            "--hit-target", metavar="H", help="Hit ratio to size a cache for (repeatable)."
+        ),
+    ] = None,
+    cluster_mtbf: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster-mtbf",
+            metavar="DURATION",
+            help="Mean time between failures of the whole job, e.g. 6h.",
+        ),
+    ] = None,
+    nodes: Annotated[
+        int | None, typer.Option("--nodes", min=1, help="Nodes of the job (with --node-mtbf).")
+    ] = None,
+    node_mtbf: Annotated[
+        str | None,
+        typer.Option(
+            "--node-mtbf",
+            metavar="DURATION",
+            help="Mean time between failures of one node, e.g. 30d.",
+        ),
+    ] = None,
+    sample_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--sample-rate",
+            metavar="R",
+            help="Spatial sample rate of the rows for the curves (default: 1 up to 30 M "
+            "lookups, then the power of two that keeps about that many).",
+        ),
+    ] = None,
+    time_per_batch: Annotated[
+        str | None,
+        typer.Option(
+            "--time-per-batch",
+            metavar="DURATION",
+            help="Your model's measured step time (default: the first system's steady state).",
+        ),
+    ] = None,
+    workload: WorkloadOption = None,
+    batches: BatchesOption = None,
+    batch_size: BatchSizeOption = None,
+    seed: SeedOption = None,
+    alpha: AlphaOption = None,
+    drift: DriftOption = None,
+    reuse: ReuseOption = None,
+    sets: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a field of every system (repeatable)."),
+    ] = None,
+    draws: Annotated[
+        int, typer.Option("--draws", min=1, max=100_000, help="Failure draws per strategy.")
+    ] = 1000,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an existing plan folder.")
+    ] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print plan.json.")] = False,
+) -> None:
+    """Answer for a whole training run: cache bytes per hit target and the budget's split
+    across tables, each checkpoint strategy's best interval and goodput at the cluster's
+    MTBF, and each system's time and energy per batch."""
+    from replay._output import check_output_folder
+    from replay._units import parse_bytes, parse_duration
+    from replay.plan.plan import PlanRequest, make_plan
+    from replay.plan.write import OUTPUT_FILES, answers, write_plan
+
+    budget = parse_bytes(cache_budget, "--cache-budget")
+    if budget <= 0:
+        raise ConfigError(f"--cache-budget: {cache_budget!r} must be more than 0 bytes")
+    targets = tuple(hit_targets or (0.9,))
+    for h in targets:
+        if not 0 < h < 1:
+            raise ConfigError(f"--hit-target: {h:g} must be between 0 and 1 (exclusive)")
+    if cluster_mtbf is not None and (nodes is not None or node_mtbf is not None):
+        raise ConfigError("give --cluster-mtbf, or --nodes with --node-mtbf, not both")
+    if cluster_mtbf is not None:
+        mtbf_s = parse_duration(cluster_mtbf, "--cluster-mtbf")
+    elif nodes is not None and node_mtbf is not None:
+        mtbf_s = (
+            parse_duration(node_mtbf, "--node-mtbf") / nodes
+        )  # independent exponential failures
+    else:
+        raise ConfigError("give --cluster-mtbf DURATION (or --nodes N with --node-mtbf DURATION)")
+    if not mtbf_s > 0:
+        raise ConfigError("the cluster MTBF must be more than 0 s")
+    step_s = None if time_per_batch is None else parse_duration(time_per_batch, "--time-per-batch")
+    if step_s is not None and not step_s > 0:
+        raise ConfigError("--time-per-batch must be more than 0 s")
+    if sample_rate is not None and not 0 < sample_rate <= 1:
+        raise ConfigError(f"--sample-rate: {sample_rate:g} must be in (0, 1]")
+    check_output_folder(out, force=force, owned=OUTPUT_FILES, what="`replay plan` output")
+    ref = resolve_source(
+        trace, workload, batches=batches, batch_size=batch_size, seed=seed, alpha=alpha,
+        drift=drift, reuse=reuse, verify=True,
+    )  # fmt: skip
+    request = PlanRequest(
+        source=Path(ref) if isinstance(ref, str) else ref,
+        systems=tuple(systems),
+        cache_budget_bytes=budget,
+        hit_targets=targets,
+        mtbf_s=mtbf_s,
+        sample_rate=sample_rate,
+        time_per_batch_s=step_s,
+        sets=tuple(sets or ()),
+        draws=draws,
+    )
+    # progress on stderr: stdout holds the answers (or the JSON), first
+    document, curves = make_plan(request, progress=lambda m: typer.echo(f"  {m}", err=True))
+    write_plan(document, out, force=force, curves=curves)
+    if json_output:
+        typer.echo(json.dumps(document, indent=2))
+        return
+    for line in answers(document):
+        typer.echo(line)
+    for note in document["notes"]:
+        typer.echo(f"note: {note}")
+    typer.echo(f"wrote {out}/plan.md, plan.json and figures/")

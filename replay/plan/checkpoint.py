@@ -1,0 +1,749 @@
+"""Checkpoint costs at any interval and goodput over a whole training run (issue 25).
+
+The engine replays a few hundred batches; a run lasts days, with a cluster MTBF of hours
+and checkpoints every few to tens of minutes. The plan takes the per-batch costs from
+the engine's steady state (`time_per_batch_s`, `compute_s_per_batch`) and what grows
+with time from the curve touched(k): the expected distinct rows updated within k
+consecutive batches (a callable, monotone; `replay.analysis` measures it).
+
+Notation: k = interval_batches, t_b = time_per_batch_s, τ = k t_b (the work between
+checkpoints, failure-free and without stalls: the engine's `interval_s`), S = the full
+state (rows × row_bytes + dense bytes + `READER_POSITION_BYTES`), W(n) = n / write_bw +
+target write latency (`CheckpointContext.write_s`: drives, per-writer caps and
+checkpoint.link included), Snap(n) the copy into the snapshot tier
+(`CheckpointContext.snapshot_s`), Rd(n) the read back (`CheckpointContext.read_s`),
+restart = failures.restart_s. Each strategy's formulas are its engine model
+(`replay/checkpoint/NAME.py`) with uniform batches; per checkpoint:
+
+- `sync-full` (torch.save; `FullStateStrategy`): bytes S, stall W(S), durable when the
+  write ends (lag W(S) from the start), restore restart + Rd(S), storage 2S (the
+  previous one is kept until the new one is durable).
+- `fastpersist` (Wang et al., arXiv 2406.13768, 2024): bytes S, written during the next
+  batch's forward and backward, fb = t_b − optimizer_fraction × compute: stall
+  max(0, W(S) − fb); training resumes at the checkpoint's start and it is durable W(S)
+  later; restore and storage as sync-full.
+- `checkfreq` (Mohan et al., FAST 2021; `snapshot_persist`): bytes S; the snapshot
+  cannot complete before the previous persist, which ended W(S) − τ after this
+  checkpoint is ready: stall max(Snap(S), W(S) − τ), durable W(S) after the snapshot
+  ends. CheckFreq's own rule for k is replaced by the searched k. With
+  `checkpoint.synchronous`: stall W(S), durable at once.
+- `check-n-run` (Eisenman et al., NSDI 2022): rows weigh b_q = quantized_row_bytes(dim,
+  bits) + optimizer bytes; F = rows × b_q + dense + reader position (the baseline,
+  written before batch 0 without a stall); an increment of u rows weighs u b_q + dense +
+  reader position. Increment i (i = 1, 2, ...) holds u_i = touched(k) rows
+  (`consecutive`: restore reads F and every increment since, so the chain grows over the
+  run) or touched(i k) (`one-shot`: F plus the last one). `intermittent`: one-shot
+  increments while touched(j k) <= full_threshold_fraction × rows, then a full; the cycle
+  of n* increments and one full repeats. Timing is `snapshot_persist`: stall_i =
+  max(Snap(n_i), W(n_{i−1}) − τ) (n_0: the baseline or the cycle's full), durable W(n_i)
+  after the snapshot; synchronous: stall W(n_i) (+ max(0, W(F) − τ) after the baseline).
+  Storage: the largest "what the last durable one needs + the new one".
+- `trainingcxl` (Kwon et al., IEEE Micro 2023): an undo log every batch (k = 1, not
+  searched), U = touched(1) rows of row_bytes each, moving m = ceil(row_bytes / access) ×
+  access bytes; t_log = U m / read_bw + (U m + dense_n) / write_bw + U (read + write
+  latency) / parallelism on the rows' tier, dense_n = dense bytes every K =
+  dense_interval_batches batches. Stall beside compute: ((K−1) max(0, t_log(0) − c) +
+  max(0, t_log(dense) − c)) / K with c = compute_s_per_batch; after the batch
+  (`beside_compute = false`): the mean t_log. Durable at the batch end; restore restart +
+  (U row_bytes + dense) / read_bw + read latency; storage U row_bytes + 2 dense.
+- `none`: nothing written; a failure restarts the run from scratch (cost restart).
+
+Means over the run: `cost_s`, `bytes` and `durable_lag_s` are means over the checkpoints
+taken during training (not the baseline); `restore_s` is the mean over the recovery points
+(each is the target for about one interval); `storage_bytes` the maximum. Strategies whose
+sizes change from one checkpoint to the next (consecutive and one-shot increments) are
+walked over the whole run (`horizon_s`; one increment when 0); intermittent over one
+full-to-full cycle; the others over one interval.
+
+Whole-run goodput: Daly's complete model (`replay.plan.daly`) with δ = cost_s and
+R = restore_s + rollback_lag_s, where rollback_lag_s is the time from the position
+training resumes at to the checkpoint being durable (0 for sync-full; W for the overlapped
+ones): a failure in that window rolls back one checkpoint further, which adds exactly that
+much re-execution to every recovery of Daly's renewal argument. The interval maximising it
+is searched by `best_interval` (k >= 1 batch, rounded to whole batches), then the failure
+simulator (`replay.checkpoint.failures`) draws failures on the recovery points of one
+period at that interval, tiled over `horizon_s` (the whole run for consecutive and one-shot
+chains), for the mean and 5th-percentile goodput and the lost work per failure.
+`horizon_s` is the run's training time without stalls (its batches × t_b); the simulated
+failure-free timeline adds the stalls (horizon × period / useful time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from replay.checkpoint import STRATEGIES
+from replay.checkpoint.base import (
+    NS,
+    READER_POSITION_BYTES,
+    CheckpointContext,
+    points_from,
+    snapshot_tier_name,
+)
+from replay.checkpoint.failures import RecoveryPoints, evaluate_failures
+from replay.checkpoint.quantize import quantized_row_bytes
+from replay.checkpoint.trainingcxl import home_tier_name
+from replay.errors import ConfigError
+from replay.plan.daly import best_interval, daly_goodput, daly_interval_s, young_interval_s
+from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
+
+TouchedRows = Callable[[Any], Any]
+MAX_CHECKPOINTS = 2_000_000  # walked over a run (consecutive / one-shot chains)
+NONE_SIMULATED_MAX = 10.0  # `none`: simulate up to horizon / MTBF = this, else Daly's form
+
+
+@dataclass(frozen=True)
+class StrategyCost:
+    """What a strategy costs at one interval (means over the run; module docstring)."""
+
+    strategy: str
+    interval_s: float  # work between checkpoints: interval_batches × time_per_batch_s
+    interval_batches: float
+    cost_s: float  # training stall per checkpoint
+    bytes: float  # written per checkpoint
+    restore_s: float  # restart + restore reads (the chain for incremental ones)
+    storage_bytes: float  # capacity kept at once
+    durable_lag_s: float  # from the checkpoint's start until it is durable
+    rollback_lag_s: float  # from where training resumes until the checkpoint is durable
+    restore_bytes: float  # read by a restore (mean over recovery points)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class _Eval:
+    cost: StrategyCost
+    period_s: float  # the failure-free timeline the points cover (tiled over the run)
+    useful_s: float  # its training time without stalls
+    points: RecoveryPoints
+
+
+@dataclass(frozen=True)
+class StrategyPlan:
+    """A strategy at the interval that maximises the whole run's expected goodput."""
+
+    strategy: str
+    cost: StrategyCost  # at the chosen interval
+    mtbf_s: float
+    horizon_s: float
+    goodput: float  # mean over the failure draws
+    goodput_p5: float  # 5th percentile over the draws
+    goodput_model: float  # Daly's complete model at the chosen interval
+    lost_work_s: float  # mean work lost per failure
+    restore_per_failure_s: float  # mean restore wall time per failure (simulated)
+    failures_per_run: float
+    young_daly_interval_s: float  # √(2 cost M), at the chosen interval's cost
+    daly_interval_s: float  # Daly's higher-order optimum at that cost
+    draws: int
+    draws_capped: int
+    simulated: bool  # False: `none` with horizon ≫ MTBF, from Daly's form
+
+    @property
+    def interval_s(self) -> float:
+        return self.cost.interval_s
+
+    @property
+    def interval_batches(self) -> float:
+        return self.cost.interval_batches
+
+    @property
+    def cost_s(self) -> float:
+        return self.cost.cost_s
+
+    @property
+    def bytes(self) -> float:
+        return self.cost.bytes
+
+    @property
+    def restore_s(self) -> float:
+        return self.cost.restore_s
+
+    @property
+    def storage_bytes(self) -> float:
+        return self.cost.storage_bytes
+
+    @property
+    def durable_lag_s(self) -> float:
+        return self.cost.durable_lag_s
+
+    @property
+    def name(self) -> str:
+        return self.strategy
+
+    def to_json(self) -> dict[str, Any]:
+        """Flat: the plan's fields, the cost's fields, and `name` (= strategy)."""
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k != "cost"}
+        out.update(self.cost.to_json())
+        out["name"] = self.strategy
+        return out
+
+    to_dict = to_json
+
+
+def cluster_mtbf_s(node_mtbf_s: float, nodes: int) -> float:
+    """MTBF of a job over `nodes` independent nodes that each fail at 1 / node_mtbf_s."""
+    if not node_mtbf_s > 0 or nodes < 1:
+        raise ConfigError(
+            f"cluster_mtbf_s: need node_mtbf_s > 0 and nodes >= 1, got {node_mtbf_s}, {nodes}"
+        )
+    return node_mtbf_s / nodes
+
+
+# -- shared inputs ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    ctx: CheckpointContext
+    tb: float  # time per batch
+    compute_s: float
+    touched: TouchedRows
+    horizon_s: float
+    dim: int
+
+    @property
+    def system(self) -> SystemSpec:
+        return self.ctx.system
+
+    @property
+    def restart_s(self) -> float:
+        return self.system.failures.restart_s
+
+    def touched_at(self, k: Any) -> np.ndarray:
+        out = np.asarray(self.touched(np.asarray(k, dtype=np.float64)), dtype=np.float64)
+        return np.clip(out, 0.0, float(self.ctx.total_rows))
+
+
+def _with_strategy(system: SystemSpec, name: str) -> SystemSpec:
+    ck = dataclasses.replace(system.checkpoint, strategy=name)
+    return dataclasses.replace(system, checkpoint=ck)
+
+
+def check_applicable(system: SystemSpec, name: str) -> None:
+    """ConfigError when strategy `name` cannot run on `system` (its `check_spec`)."""
+    if name not in STRATEGIES:
+        raise ConfigError(f"unknown strategy {name!r} (known: {', '.join(sorted(STRATEGIES))})")
+    if name not in MODELS:
+        raise ConfigError(f"strategy {name!r} has no plan model (replay/plan/checkpoint.py)")
+    ck = dataclasses.replace(system.checkpoint, strategy=name, interval_batches=1, interval_s=0.0)
+    STRATEGIES[name].check_spec(dataclasses.replace(system, checkpoint=ck), "system.checkpoint")
+
+
+def _dim(system: SystemSpec, row_bytes: int, embedding_dim: int) -> int:
+    """The embedding dim: given, the system's, or solved from row_bytes and the optimizer."""
+    if embedding_dim > 0:
+        return embedding_dim
+    if system.model.embedding_dim > 0:
+        return system.model.embedding_dim
+    opt = system.model.optimizer
+    per_dim = BYTES_PER_VALUE + optimizer_bytes_per_row(opt, 1) - optimizer_bytes_per_row(opt, 0)
+    fixed = optimizer_bytes_per_row(opt, 0)
+    dim, rem = divmod(row_bytes - fixed, per_dim)
+    if rem or dim <= 0:
+        raise ConfigError(
+            f"row_bytes {row_bytes} is not a row of optimizer {opt!r}: give embedding_dim"
+        )
+    return int(dim)
+
+
+def _inputs(
+    system: SystemSpec,
+    name: str,
+    *,
+    time_per_batch_s: float,
+    total_rows: int,
+    row_bytes: int,
+    touched_rows: TouchedRows,
+    horizon_s: float,
+    compute_s_per_batch: float | None,
+    batch_size: int,
+    embedding_dim: int,
+    dense_bytes: int | None,
+) -> _Inputs:
+    if not (time_per_batch_s > 0 and math.isfinite(time_per_batch_s)):
+        raise ConfigError(f"time_per_batch_s: must be finite and > 0, got {time_per_batch_s}")
+    if total_rows < 1 or row_bytes < 1:
+        raise ConfigError("total_rows and row_bytes: must be >= 1")
+    if not (horizon_s >= 0 and math.isfinite(horizon_s)):
+        raise ConfigError(f"horizon_s: must be finite and >= 0, got {horizon_s}")
+    check_applicable(system, name)
+    system = _with_strategy(system, name)
+    comp = system.compute
+    if compute_s_per_batch is not None:
+        compute = float(compute_s_per_batch)
+    elif comp.seconds_per_batch > 0:
+        compute = comp.seconds_per_batch
+    elif comp.flops_per_sample > 0 and comp.flops_per_s > 0 and batch_size > 0:
+        compute = comp.flops_per_sample * batch_size / comp.flops_per_s
+    else:
+        compute = 0.0  # unknown: nothing hides behind compute
+    dim = _dim(system, row_bytes, embedding_dim) if name == "check-n-run" else embedding_dim
+    ctx = CheckpointContext(
+        system=system,
+        total_rows=int(total_rows),
+        table_rows=np.array([total_rows], dtype=np.int64),
+        num_batches=0,
+        embedding_dim=dim,
+        row_state_bytes=int(row_bytes),
+        dense_bytes=(
+            BYTES_PER_VALUE * system.model.dense_params if dense_bytes is None else dense_bytes
+        ),
+    )
+    return _Inputs(ctx, float(time_per_batch_s), compute, touched_rows, float(horizon_s), dim)
+
+
+# -- per-strategy models ---------------------------------------------------------------------
+
+
+def _cost(inp: _Inputs, k: float, **values: float) -> StrategyCost:
+    return StrategyCost(
+        strategy=inp.ctx.spec.strategy,
+        interval_s=k * inp.tb,
+        interval_batches=k,
+        **values,
+    )
+
+
+def _one_point(
+    inp: _Inputs,
+    k: float,
+    stall: float,
+    resume: float,
+    durable: float,
+    nbytes: float,
+    restore_bytes: float,
+    restore: float,
+    start: float,
+    storage: float,
+) -> _Eval:
+    tau = k * inp.tb
+    cost = _cost(
+        inp, k, cost_s=stall, bytes=nbytes, restore_s=restore, storage_bytes=storage,
+        durable_lag_s=durable - start, rollback_lag_s=durable - resume,
+        restore_bytes=restore_bytes,
+    )  # fmt: skip
+    points = RecoveryPoints(np.array([durable]), np.array([resume]), np.array([restore]))
+    return _Eval(cost, tau + stall, tau, points)
+
+
+def _full_state(inp: _Inputs, k: float, *, overlap: bool) -> _Eval:
+    ctx = inp.ctx
+    tau = k * inp.tb
+    state = float(ctx.state_bytes)
+    w = ctx.write_s(state)
+    restore = ctx.restore_s(state)
+    if overlap:  # fastpersist: behind the next batch's forward and backward
+        fb = inp.tb - inp.system.compute.optimizer_fraction * inp.compute_s
+        stall = max(0.0, w - fb)
+        resume = tau
+    else:
+        stall = w
+        resume = tau + w
+    return _one_point(inp, k, stall, resume, tau + w, state, state, restore, tau, 2 * state)
+
+
+def _checkfreq(inp: _Inputs, k: float) -> _Eval:
+    ctx = inp.ctx
+    tau = k * inp.tb
+    state = float(ctx.state_bytes)
+    w = ctx.write_s(state)
+    if ctx.spec.synchronous:
+        stall, lag = w, 0.0
+    else:
+        stall, lag = max(ctx.snapshot_s(state), w - tau), w
+    restore = ctx.restore_s(state)
+    return _one_point(
+        inp, k, stall, tau + stall, tau + stall + lag, state, state, restore, tau, 2 * state
+    )
+
+
+def _affine(per_byte: float, fixed: float, nbytes: np.ndarray) -> np.ndarray:
+    return np.where(nbytes > 0, nbytes * per_byte + fixed, 0.0)
+
+
+def _rates(ctx: CheckpointContext) -> tuple[float, float, float, float, float, float]:
+    """(per byte, fixed) seconds of a write to the target, a snapshot and a read: the
+    formulas of `CheckpointContext.write_s`, `snapshot_s` and `read_s`, for arrays."""
+    spec, system = ctx.spec, ctx.system
+    target = ctx.target()
+    snap = ctx.snapshot_tier()
+    snap_bw = snap.write_bw_bytes_per_s
+    read_bw = target.read_bw_bytes_per_s
+    if spec.link:
+        snap_bw = min(snap_bw, system.link(spec.link).d2h_bw_bytes_per_s)
+        read_bw = min(read_bw, system.link(spec.link).h2d_bw_bytes_per_s)
+    return (
+        1.0 / ctx.write_bw(),
+        target.write_latency_ns * NS,
+        1.0 / snap_bw,
+        snap.write_latency_ns * NS,
+        1.0 / read_bw,
+        target.read_latency_ns * NS,
+    )
+
+
+def _snapshot_walk(
+    inp: _Inputs, tau: float, nbytes: np.ndarray, first_excess: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`snapshot_persist` with uniform batches: checkpoint i (1-based) is ready τ after the
+    previous snapshot ended. Returns (stall, start, resume, durable, write seconds)
+    relative to the end of the snapshot before the first one."""
+    wb, wl, sb, sl, _, _ = _rates(inp.ctx)
+    w = _affine(wb, wl, nbytes)
+    if inp.ctx.spec.synchronous:
+        excess = np.full(len(nbytes), -tau)
+        if len(excess):
+            excess[0] = first_excess
+        stall = np.maximum(0.0, excess) + w
+        lag = np.zeros_like(w)
+    else:
+        prev = np.concatenate([[first_excess + tau], w[:-1]])
+        stall = np.maximum(_affine(sb, sl, nbytes), prev - tau)
+        lag = w
+    start = tau * np.arange(1, len(nbytes) + 1) + np.concatenate([[0.0], np.cumsum(stall)[:-1]])
+    resume = start + stall
+    return stall, start, resume, resume + lag, w
+
+
+def _check_n_run(inp: _Inputs, k: float) -> _Eval:
+    ctx = inp.ctx
+    spec = ctx.spec
+    tau = k * inp.tb
+    rows = ctx.total_rows
+    b_q = quantized_row_bytes(inp.dim, spec.quantize_bits) + optimizer_bytes_per_row(
+        inp.system.model.optimizer, inp.dim
+    )
+    fixed = ctx.dense_bytes + READER_POSITION_BYTES
+    full = float(rows * b_q + fixed)
+    wb, wl, _, _, rb, rl = _rates(ctx)
+    w_full = float(_affine(wb, wl, np.array([full]))[0])
+    restart = inp.restart_s
+
+    def restore(nbytes: np.ndarray) -> np.ndarray:
+        return restart + _affine(rb, rl, nbytes)
+
+    if spec.increment == "intermittent":
+        cycle = _intermittent_cycle(inp, k)
+        if cycle is not None:  # n* increments then a full, repeated
+            u = inp.touched_at(k * np.arange(1, cycle + 1))
+            nbytes = np.concatenate([u * b_q + fixed, [full]])
+            chain = np.concatenate([full + nbytes[:-1], [full]])
+            prev_needed = np.concatenate([[full], chain[:-1]])
+            first = (-tau) if spec.synchronous else (w_full - tau)
+            stall, start, resume, durable, _ = _snapshot_walk(inp, tau, nbytes, first)
+            period = float(resume[-1])
+            restores = restore(chain)
+            points = points_from(list(durable), list(resume), list(restores))
+            cost = _cost(
+                inp, k, cost_s=float(stall.mean()), bytes=float(nbytes.mean()),
+                restore_s=float(restores.mean()), storage_bytes=float((prev_needed + nbytes).max()),
+                durable_lag_s=float((durable - start).mean()),
+                rollback_lag_s=float((durable - resume).mean()), restore_bytes=float(chain.mean()),
+            )  # fmt: skip
+            return _Eval(cost, period, tau * len(nbytes), points)
+    # consecutive and one-shot (and an intermittent cycle longer than the run): the run
+    n = _checkpoints_in_run(inp, tau)
+    i = np.arange(1, n + 1, dtype=np.float64)
+    if spec.increment == "consecutive":
+        u = np.full(n, float(inp.touched_at(k)))
+        nbytes = u * b_q + fixed
+        chain = full + np.cumsum(nbytes)
+    else:
+        u = inp.touched_at(k * i)
+        nbytes = u * b_q + fixed
+        chain = full + nbytes
+    first = w_full - tau  # the baseline persists from time 0, asynchronously
+    stall, start, resume, durable, _ = _snapshot_walk(inp, tau, nbytes, first)
+    work = max(inp.horizon_s, n * tau)
+    period = work + float(stall.sum())
+    all_chain = np.concatenate([[full], chain])
+    restores = restore(all_chain)
+    retained = np.concatenate([[full], all_chain[:-1] + nbytes])
+    points = points_from([w_full, *durable.tolist()], [0.0, *resume.tolist()], restores.tolist())
+    cost = _cost(
+        inp, k, cost_s=float(stall.mean()), bytes=float(nbytes.mean()),
+        restore_s=float(restores.mean()), storage_bytes=float(retained.max()),
+        durable_lag_s=float((durable - start).mean()),
+        rollback_lag_s=float((durable - resume).mean()), restore_bytes=float(all_chain.mean()),
+    )  # fmt: skip
+    return _Eval(cost, period, work, points)
+
+
+def _checkpoints_in_run(inp: _Inputs, tau: float) -> int:
+    """Checkpoints at τ, 2τ, ... up to the run's work (at least one)."""
+    n = max(1, math.floor(inp.horizon_s / tau * (1 + 1e-12)))
+    if n > MAX_CHECKPOINTS:
+        raise ConfigError(
+            f"check-n-run: {n} checkpoints over the horizon every {tau:g} s: more than "
+            f"{MAX_CHECKPOINTS}; plan a longer interval"
+        )
+    return n
+
+
+def _intermittent_cycle(inp: _Inputs, k: float) -> int | None:
+    """n*: one-shot increments before touched(j k) passes the threshold (a full is then
+    written as the n* + 1-th); None when no full comes within the run."""
+    threshold = int(inp.ctx.spec.full_threshold_fraction * inp.ctx.total_rows)
+    limit = min(max(1, math.floor(inp.horizon_s / (k * inp.tb) * (1 + 1e-12))), MAX_CHECKPOINTS)
+
+    def over(j: int) -> bool:
+        return float(inp.touched_at(k * j)) > threshold
+
+    if not over(limit + 1):
+        return None
+    lo, hi = 0, 1  # over(lo) is False (j = 0: nothing), over(hi) to be found
+    while not over(hi):
+        lo, hi = hi, min(2 * hi, limit + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if over(mid):
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
+def _trainingcxl(inp: _Inputs, k: float) -> _Eval:
+    ctx = inp.ctx
+    system = inp.system
+    tier = system.tier(home_tier_name(system))
+    state = ctx.row_state_bytes
+    moved = -(-state // tier.access_bytes) * tier.access_bytes
+    dense = float(ctx.dense_bytes)
+    every = ctx.spec.dense_interval_batches
+    u = float(inp.touched_at(1.0))
+    t0 = (
+        u * moved / tier.read_bw_bytes_per_s
+        + u * moved / tier.write_bw_bytes_per_s
+        + u * (tier.read_latency_ns + tier.write_latency_ns) * NS / tier.parallelism
+    )
+    td = t0 + dense / tier.write_bw_bytes_per_s
+    c = inp.compute_s
+    if ctx.spec.beside_compute:
+        stall = ((every - 1) * max(0.0, t0 - c) + max(0.0, td - c)) / every
+    else:
+        stall = ((every - 1) * t0 + td) / every
+    undo = u * state
+    restore_bytes = undo + dense
+    restore = inp.restart_s + restore_bytes / tier.read_bw_bytes_per_s + tier.read_latency_ns * NS
+    end = inp.tb + stall
+    return _one_point(
+        inp, 1.0, stall, end, end, undo + dense / every, restore_bytes, restore, 0.0,
+        undo + 2 * dense,
+    )  # fmt: skip
+
+
+def _none(inp: _Inputs, k: float) -> _Eval:
+    period = inp.horizon_s if inp.horizon_s > 0 else k * inp.tb
+    cost = _cost(
+        inp, period / inp.tb, cost_s=0.0, bytes=0.0, restore_s=inp.restart_s, storage_bytes=0.0,
+        durable_lag_s=0.0, rollback_lag_s=0.0, restore_bytes=0.0,
+    )  # fmt: skip
+    return _Eval(cost, period, period, RecoveryPoints.empty())
+
+
+MODELS: dict[str, Callable[[_Inputs, float], _Eval]] = {
+    "sync-full": lambda inp, k: _full_state(inp, k, overlap=False),
+    "fastpersist": lambda inp, k: _full_state(inp, k, overlap=True),
+    "checkfreq": _checkfreq,
+    "check-n-run": _check_n_run,
+    "trainingcxl": _trainingcxl,
+    "none": _none,
+}
+FIXED_INTERVAL = ("trainingcxl", "none")  # not searched: every batch / never
+
+
+def strategy_cost(
+    system: SystemSpec,
+    *,
+    interval_batches: float,
+    time_per_batch_s: float,
+    total_rows: int,
+    row_bytes: int,
+    touched_rows: TouchedRows,
+    strategy: str | None = None,
+    horizon_s: float = 0.0,
+    compute_s_per_batch: float | None = None,
+    batch_size: int = 0,
+    embedding_dim: int = 0,
+    dense_bytes: int | None = None,
+) -> StrategyCost:
+    """A strategy's costs every `interval_batches` batches (module docstring).
+
+    strategy: default system.checkpoint.strategy; its knobs come from system.checkpoint.
+    row_bytes: one row's state (4 × dim + optimizer bytes, `CheckpointContext.row_state_bytes`).
+    horizon_s: the run's training time without checkpoint stalls (batches × time per
+    batch), for chains that grow (0: one increment).
+    compute_s_per_batch: default compute.seconds_per_batch, or FLOPs × batch_size / rate;
+    0 when unknown. embedding_dim: for quantized rows (default: the system's, or solved
+    from row_bytes). dense_bytes: default 4 × model.dense_params.
+    """
+    return _evaluate(
+        system, strategy, interval_batches, time_per_batch_s=time_per_batch_s,
+        total_rows=total_rows, row_bytes=row_bytes, touched_rows=touched_rows,
+        horizon_s=horizon_s, compute_s_per_batch=compute_s_per_batch, batch_size=batch_size,
+        embedding_dim=embedding_dim, dense_bytes=dense_bytes,
+    ).cost  # fmt: skip
+
+
+def _evaluate(
+    system: SystemSpec, strategy: str | None, interval_batches: float, **kw: Any
+) -> _Eval:
+    name = strategy or system.checkpoint.strategy
+    if not (interval_batches > 0 and math.isfinite(interval_batches)):
+        raise ConfigError(f"interval_batches: must be finite and > 0, got {interval_batches}")
+    inp = _inputs(system, name, **kw)
+    return MODELS[name](inp, float(interval_batches))
+
+
+def plan_strategy(
+    system: SystemSpec,
+    *,
+    time_per_batch_s: float,
+    total_rows: int,
+    row_bytes: int,
+    touched_rows: TouchedRows,
+    mtbf_s: float,
+    horizon_s: float,
+    draws: int = 1000,
+    seed: int = 0,
+    strategy: str | None = None,
+    compute_s_per_batch: float | None = None,
+    batch_size: int = 0,
+    embedding_dim: int = 0,
+    dense_bytes: int | None = None,
+    max_wall_factor: float = 1000.0,
+) -> StrategyPlan:
+    """The interval that maximises the run's expected goodput (Daly's complete model with
+    the strategy's δ(τ), R(τ) + rollback lag, searched by `best_interval` over whole
+    batches), and the failure simulator's goodput there over `horizon_s`."""
+    name = strategy or system.checkpoint.strategy
+    if not (mtbf_s > 0 and math.isfinite(mtbf_s)):
+        raise ConfigError(f"mtbf_s: must be finite and > 0, got {mtbf_s}")
+    if not (horizon_s > 0 and math.isfinite(horizon_s)):
+        raise ConfigError(f"horizon_s: must be finite and > 0, got {horizon_s}")
+    inp = _inputs(
+        system, name, time_per_batch_s=time_per_batch_s, total_rows=total_rows,
+        row_bytes=row_bytes, touched_rows=touched_rows, horizon_s=horizon_s,
+        compute_s_per_batch=compute_s_per_batch, batch_size=batch_size,
+        embedding_dim=embedding_dim, dense_bytes=dense_bytes,
+    )  # fmt: skip
+    model = MODELS[name]
+    tb = inp.tb
+    cache: dict[float, StrategyCost] = {}
+
+    def at(k: float) -> StrategyCost:
+        if k not in cache:
+            cache[k] = model(inp, k).cost
+        return cache[k]
+
+    def model_goodput(k: float) -> float:
+        c = at(k)
+        return float(daly_goodput(k * tb, c.cost_s, c.restore_s + c.rollback_lag_s, mtbf_s))
+
+    if name in FIXED_INTERVAL:
+        k = 1.0 if name == "trainingcxl" else horizon_s / tb
+    else:
+        lo = tb
+        if name == "check-n-run":  # the run's chain is walked: at most 2e5 checkpoints
+            lo = max(tb, horizon_s / 200_000)
+        tau = best_interval(
+            lambda t: at(t / tb).cost_s,
+            lambda t: at(t / tb).restore_s + at(t / tb).rollback_lag_s,
+            mtbf_s,
+            lo_s=lo,
+            hi_s=max(horizon_s, lo),
+        )
+        whole = {max(1.0, math.floor(tau / tb)), max(1.0, math.ceil(tau / tb))}
+        k = max(sorted(whole), key=model_goodput)
+    ev = model(inp, k)
+    cost = ev.cost
+    goodput_model = (
+        model_goodput(k)
+        if name != "none"
+        else float(daly_goodput(horizon_s, 0.0, inp.restart_s, mtbf_s))
+    )
+    if name == "none" and horizon_s / mtbf_s > NONE_SIMULATED_MAX:
+        # restarting from scratch: Daly's form with τ = the run; the simulator would
+        # spend ~max_wall_factor × horizon / MTBF failures per draw reaching its cap
+        x = horizon_s / mtbf_s
+        lost = mtbf_s - horizon_s / math.expm1(x)
+        return StrategyPlan(
+            name, cost, mtbf_s, horizon_s, goodput_model, goodput_model, goodput_model,
+            lost, inp.restart_s, math.expm1(x), 0.0, 0.0, 0, 0, False,
+        )  # fmt: skip
+    stats = evaluate_failures(
+        ev.period_s,
+        ev.useful_s,
+        ev.points,
+        scratch_restore_s=inp.restart_s,
+        horizon_s=horizon_s * ev.period_s / ev.useful_s,
+        mtbf_s=mtbf_s,
+        draws=draws,
+        seed=seed,
+        max_wall_factor=max_wall_factor,
+    )
+    checkpoints = name != "none"
+    return StrategyPlan(
+        strategy=name,
+        cost=cost,
+        mtbf_s=float(mtbf_s),
+        horizon_s=float(horizon_s),
+        goodput=stats.goodput_mean,
+        goodput_p5=stats.goodput_p5,
+        goodput_model=goodput_model,
+        lost_work_s=stats.lost_work_s_mean,
+        restore_per_failure_s=stats.restore_s_mean,
+        failures_per_run=stats.failures_per_draw_mean,
+        young_daly_interval_s=young_interval_s(cost.cost_s, mtbf_s) if checkpoints else 0.0,
+        daly_interval_s=daly_interval_s(cost.cost_s, mtbf_s) if checkpoints else 0.0,
+        draws=stats.draws,
+        draws_capped=stats.draws_capped,
+        simulated=True,
+    )
+
+
+def applicable_strategies(system: SystemSpec) -> list[str]:
+    """The registered strategies with a plan model that `system` can run."""
+    out = []
+    for name in sorted(STRATEGIES):
+        try:
+            check_applicable(system, name)
+        except ConfigError:
+            continue
+        out.append(name)
+    return out
+
+
+def plan_checkpoints(
+    system: SystemSpec,
+    *,
+    strategies: Sequence[str] | None = None,
+    **kw: Any,
+) -> list[StrategyPlan]:
+    """`plan_strategy` for each strategy (default: every applicable one), best mean
+    goodput first (ties: lower stall, then name). `kw`: plan_strategy's keywords."""
+    names = applicable_strategies(system) if strategies is None else list(strategies)
+    plans = [plan_strategy(system, strategy=name, **kw) for name in names]
+    return sorted(plans, key=lambda p: (-p.goodput, p.cost_s, p.strategy))
+
+
+__all__ = [
+    "MODELS",
+    "StrategyCost",
+    "StrategyPlan",
+    "applicable_strategies",
+    "check_applicable",
+    "cluster_mtbf_s",
+    "plan_checkpoints",
+    "plan_strategy",
+    "snapshot_tier_name",
+    "strategy_cost",
+]

@@ -1,0 +1,330 @@
+"""`replay plan`: answers for a whole training run, each with how it was reached.
+
+A replayed trace covers seconds of training; users decide for days. The plan takes the
+per-batch costs from the engine (steady state, `replay.plan.systems`) and everything that
+grows with time from long-horizon curves over the whole run (`replay.analysis.horizon`):
+
+1. the horizon: a trace folder as it is, or a workload over any number of batches,
+   generated on the fly and, beyond a few tens of millions of lookups, spatially sampled
+   (`replay.workload.sampled`: only the rows SHARDS keeps at rate R are generated, exact
+   in distribution, so a month of training costs R x its lookups);
+2. the curves: the LRU miss-ratio curve in rows and bytes (exact at R = 1, SHARDS-scaled
+   with its 95% error bound below), per table, Che's analytic curve beside it for a
+   workload without reuse or drift (over the run's lookups from an empty cache, so with
+   its cold misses), and `touched(k)`, the distinct rows updated within k
+   consecutive batches (what an incremental checkpoint at interval k writes);
+3. the answers: cache bytes for each hit target and the hit at the budget, the budget's
+   split across tables (`replay.plan.cache`), each checkpoint strategy's best interval at
+   the cluster's MTBF with its goodput over the run (`replay.plan.checkpoint`), and each
+   system's steady-state time and energy per batch with the Pareto front.
+
+Sizes: `row_bytes` is what a cache holds per row (the embedding values, fp32);
+`state_bytes_per_row` adds the optimizer state, what a checkpoint writes per row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replay.errors import ConfigError
+from replay.workload.spec import WorkloadSpec
+
+# a horizon of more lookups than this is sampled (when no rate is given): the curves then
+# cost about this many lookups whatever the length of the run
+SAMPLED_LOOKUPS_TARGET = 30_000_000
+STEADY_BATCHES = 200  # the span each system replays for its per-batch costs
+MIN_SAMPLE_RATE = 2.0**-24  # SHARDS's resolution: one key in 2^24
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What `replay plan` was asked. `source` is a trace folder or a workload spec (with
+    its batches, batch size and seed applied)."""
+
+    source: Path | WorkloadSpec
+    systems: tuple[str, ...]
+    cache_budget_bytes: int
+    hit_targets: tuple[float, ...]
+    mtbf_s: float
+    sample_rate: float | None = None  # None: chosen from the horizon's size
+    time_per_batch_s: float | None = None  # None: the first system's steady state
+    sets: tuple[str, ...] = ()
+    draws: int = 1000
+    seed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def choose_sample_rate(lookups: int) -> float:
+    """1 up to `SAMPLED_LOOKUPS_TARGET` lookups, else the power of two that keeps the
+    sample under it (a power of two is exact in SHARDS's 2^24 thresholds)."""
+    if lookups <= SAMPLED_LOOKUPS_TARGET:
+        return 1.0
+    rate = 2.0 ** math.floor(math.log2(SAMPLED_LOOKUPS_TARGET / lookups))
+    return max(rate, MIN_SAMPLE_RATE)
+
+
+def _open_horizon(request: PlanRequest) -> tuple[Any, float, WorkloadSpec | None]:
+    """The source the curves read, its sample rate, and the spec (None for a trace)."""
+    from replay.trace.reader import open_trace
+
+    if isinstance(request.source, WorkloadSpec):
+        spec = request.source
+        lookups = spec.batches * spec.lookups_per_batch
+        rate = (
+            request.sample_rate if request.sample_rate is not None else choose_sample_rate(lookups)
+        )
+        if rate >= 1.0:
+            from replay.workload.onthefly import GeneratedTrace
+
+            return GeneratedTrace(spec), 1.0, spec
+        from replay.workload.sampled import open_sampled_workload
+
+        sampled = open_sampled_workload(spec, rate)
+        return sampled, float(sampled.sample_rate), spec
+    if request.sample_rate is not None and request.sample_rate < 1.0:
+        raise ConfigError(
+            "--sample-rate applies to a workload (--workload): a trace folder is read whole"
+        )
+    return open_trace(request.source), 1.0, None
+
+
+def _steady_source(request: PlanRequest, horizon: Any) -> Any:
+    if isinstance(request.source, WorkloadSpec):
+        from replay.workload.onthefly import GeneratedTrace
+
+        spec = request.source
+        return GeneratedTrace(spec.with_overrides(batches=min(spec.batches, STEADY_BATCHES)))
+    return horizon
+
+
+def _row_sizes(workload: dict[str, Any], system: Any) -> tuple[int, int]:
+    from replay.system.spec import BYTES_PER_VALUE, optimizer_bytes_per_row
+
+    dim = int(system.model.embedding_dim or workload.get("embedding_dim") or 0)
+    if dim <= 0:
+        raise ConfigError("the embedding dimension is unknown: set model.embedding_dim")
+    row_bytes = BYTES_PER_VALUE * dim
+    return row_bytes, row_bytes + optimizer_bytes_per_row(system.model.optimizer, dim)
+
+
+def _interpolator(xs: np.ndarray, ys: np.ndarray) -> Callable[[Any], Any]:
+    """A monotone curve through (xs, ys), linear in log-log, held flat beyond its ends."""
+    lx = np.log(np.maximum(np.asarray(xs, dtype=np.float64), 1e-300))
+    ly = np.log(np.maximum(np.asarray(ys, dtype=np.float64), 1e-300))
+    ly = np.maximum.accumulate(ly)
+
+    def curve(k: Any) -> Any:
+        kk = np.log(np.maximum(np.asarray(k, dtype=np.float64), 1e-300))
+        out = np.exp(np.interp(kk, lx, ly))
+        return float(out) if np.ndim(out) == 0 else out
+
+    return curve
+
+
+def make_plan(
+    request: PlanRequest, progress: Callable[[str], None] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The plan as the JSON document `plan.json` holds (see the README), and the curves
+    its goodput figure draws (goodput against interval, per strategy)."""
+    from replay.analysis.horizon import horizon_mrc, per_table_mrc, touched_curve
+    from replay.engine.systems import resolve_system
+    from replay.plan.cache import curve_sizes, hit_at, rows_for_hit, split_budget
+    from replay.plan.checkpoint import plan_checkpoints
+    from replay.plan.systems import steady_state
+
+    say = progress or (lambda _: None)
+    notes = list(request.notes)
+    if not request.systems:
+        raise ConfigError("give at least one --system")
+    base = resolve_system(request.systems[0], list(request.sets))
+    horizon, rate, spec = _open_horizon(request)
+    batches = int(horizon.num_batches)
+    names = list(horizon.table_names)
+    table_rows = [int(r) for r in horizon.table_rows]
+    row_bytes, state_bytes = _row_sizes(dict(horizon.workload or {}), base)
+
+    say(f"curves over {batches:,} batches at sample rate {rate:g}")
+    smallest = 1
+    if rate < 1.0:
+        from replay.analysis.shards import resolution_rows, shards_threshold
+
+        smallest = resolution_rows(shards_threshold(rate))
+    mrc = horizon_mrc(horizon, curve_sizes(sum(table_rows), smallest))
+    lookups = int(mrc.lookups)
+    distinct = int(mrc.distinct_keys)
+    sizes = np.asarray(mrc.sizes, dtype=np.float64)
+    hits = 1.0 - np.asarray(mrc.miss_ratios, dtype=np.float64)
+    touched = touched_curve(horizon)
+    che = None
+    if spec is not None and not _has_reuse_or_drift(spec):
+        from replay.analysis.che import che_miss_ratios
+
+        che = np.asarray(
+            che_miss_ratios(spec, sizes.astype(np.int64), horizon_lookups=lookups),
+            dtype=np.float64,
+        )
+
+    budget_rows = request.cache_budget_bytes / row_bytes
+    if budget_rows >= distinct:
+        notes.append(
+            f"the budget holds {budget_rows:,.0f} rows, at least the {distinct:,} distinct rows "
+            "the run touches: every row fits, so a smaller cache gives the same hit ratio"
+        )
+    bytes_for_hit: dict[str, float | None] = {}
+    for target in request.hit_targets:
+        rows = rows_for_hit(sizes, hits, target)
+        bytes_for_hit[f"{target:g}"] = None if rows is None else rows * row_bytes
+        if rows is None:
+            notes.append(
+                f"a hit ratio of {target:g} is out of reach over this run: the curve ends at "
+                f"{hits[-1]:.4f} (the rows' first lookups always miss)"
+            )
+    hit_at_budget = hit_at(sizes, hits, budget_rows)
+
+    say("per-table curves and the budget's split")
+    tables = per_table_mrc(horizon, [curve_sizes(r, smallest) for r in table_rows])
+    curves = [(np.asarray(t.sizes, np.float64), 1.0 - np.asarray(t.miss_ratios)) for t in tables]
+    split = split_budget(names, table_rows, [t.lookups for t in tables], curves, budget_rows)
+
+    say("systems: steady state per batch")
+    systems = steady_state(_steady_source(request, horizon), request.systems, sets=request.sets)
+    time_per_batch = request.time_per_batch_s or systems[0].time_per_batch_s
+    if (
+        request.time_per_batch_s is None
+        and base.compute.seconds_per_batch <= 0
+        and (base.compute.flops_per_sample <= 0)
+    ):
+        notes.append(
+            f"{base.name} has no compute model: its {time_per_batch * 1e3:.3g} ms per batch is the "
+            "embedding work only, so checkpoint intervals in batches are too long; give "
+            "--time-per-batch with your model's measured step time"
+        )
+    horizon_s = batches * time_per_batch
+
+    say("checkpoint strategies at the cluster's MTBF")
+    touched_rows = _interpolator(touched.batches, touched.rows)
+    common = {
+        "time_per_batch_s": time_per_batch,
+        "total_rows": int(sum(table_rows)),
+        "row_bytes": state_bytes,
+        "touched_rows": touched_rows,
+        "horizon_s": horizon_s,
+        "batch_size": int(horizon.workload.get("batch_size") or 0) if horizon.workload else 0,
+        "embedding_dim": row_bytes // 4,
+    }
+    strategies = plan_checkpoints(
+        base, mtbf_s=request.mtbf_s, draws=request.draws, seed=request.seed, **common
+    )
+    curves = {s.name: goodput_curve(base, s, request.mtbf_s, common) for s in strategies}
+    best = strategies[0] if strategies else None
+    whole = [
+        s.name for s in strategies if s.name != "none" and s.interval_s >= horizon_s * (1 - 1e-9)
+    ]
+    if whole:
+        notes.append(
+            f"{', '.join(whole)}: the best interval is the whole run ({horizon_s:.3g} s of "
+            "training): over a run this short one checkpoint costs more than the work it "
+            "saves, so these figures are a run without checkpoints"
+        )
+    document: dict[str, Any] = {
+        "horizon": {
+            "batches": batches,
+            "lookups": lookups,
+            "sample_rate": rate,
+            "training_time_s": horizon_s,
+            "time_per_batch_s": time_per_batch,
+            "time_per_batch_from": "--time-per-batch"
+            if request.time_per_batch_s
+            else f"{systems[0].name}, steady state",
+        },
+        "row_bytes": row_bytes,
+        "state_bytes_per_row": state_bytes,
+        "distinct_rows": distinct,
+        "mrc": {
+            "rows": [int(s) for s in sizes],
+            "bytes": [float(s * row_bytes) for s in sizes],
+            "miss_ratio": [float(m) for m in mrc.miss_ratios],
+            "method": "exact" if mrc.exact else f"SHARDS at R = {rate:g}",
+            "error_bound": float(mrc.expected_error),
+            "analytic_miss_ratio": None if che is None else [float(m) for m in che],
+        },
+        "touched": {
+            "batches": [int(k) for k in touched.batches],
+            "rows": [float(r) for r in touched.rows],
+            "bytes": [float(r * state_bytes) for r in touched.rows],
+        },
+        "cache": {
+            "budget_bytes": int(request.cache_budget_bytes),
+            "policy": "lru",
+            "hit_at_budget": {"lru": hit_at_budget},
+            "bytes_for_hit": {"lru": bytes_for_hit},
+            "per_table": [
+                {
+                    "table": s.table,
+                    "rows": s.rows,
+                    "bytes": s.rows * row_bytes,
+                    "load_factor": s.load_factor,
+                    "hit": s.hit,
+                }
+                for s in split.tables
+            ],
+            "split_hit": split.split_hit,
+            "uniform_hit": split.uniform_hit,
+            "uniform_load_factor": split.uniform_load_factor,
+        },
+        "checkpoint": {
+            "cluster_mtbf_s": request.mtbf_s,
+            "system": base.name,
+            "best": None if best is None else best.name,
+            "strategies": [s.to_dict() for s in strategies],
+        },
+        "systems": [
+            {
+                "name": c.name,
+                "time_per_batch_s": c.time_per_batch_s,
+                "energy_per_batch_j": c.energy_per_batch_j,
+                "hit_ratio": c.hit_ratio,
+                "pareto": c.pareto,
+            }
+            for c in systems
+        ],
+        "notes": notes,
+    }
+    return document, curves
+
+
+def goodput_curve(
+    system: Any, plan: Any, mtbf_s: float, common: dict[str, Any], points: int = 41
+) -> dict[str, list[float]] | None:
+    """Expected goodput (Daly's complete model with the strategy's own cost, restore and
+    rollback lag at each interval) on a log grid around the chosen interval: the figure's
+    curve. None for strategies whose interval is not a choice (every batch, never)."""
+    from replay.plan.checkpoint import FIXED_INTERVAL, strategy_cost
+    from replay.plan.daly import daly_goodput
+
+    if plan.name in FIXED_INTERVAL or not plan.interval_s > 0:
+        return None
+    tb = common["time_per_batch_s"]
+    lo = max(tb, plan.interval_s / 30)
+    hi = min(common["horizon_s"], plan.interval_s * 30)
+    if hi <= lo:
+        return None
+    taus, goodputs = [], []
+    for tau in np.geomspace(lo, hi, points):
+        c = strategy_cost(system, strategy=plan.name, interval_batches=tau / tb, **common)
+        taus.append(float(tau))
+        goodputs.append(float(daly_goodput(tau, c.cost_s, c.restore_s + c.rollback_lag_s, mtbf_s)))
+    return {"interval_s": taus, "goodput": goodputs}
+
+
+def _has_reuse_or_drift(spec: WorkloadSpec) -> bool:
+    return any(t.reuse > 0 or t.drift > 0 for t in spec.tables)
+
+
+__all__ = ["PlanRequest", "choose_sample_rate", "make_plan"]

@@ -1,0 +1,222 @@
+"""The files of `replay plan --out DIR`: `plan.md` (the answers in its first lines, then
+how each was reached), `plan.json` (the document `make_plan` returns) and
+`figures/mrc.png` (the miss-ratio curve in bytes with the budget and the hit targets
+marked) and `figures/goodput.png` (goodput against the checkpoint interval, per
+strategy, each optimum marked). Built in `.DIR.partial` and renamed into place whole
+(`replay._output.atomic_folder`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replay._output import atomic_folder
+from replay._units import format_bytes, format_duration, format_percent
+
+OUTPUT_FILES = frozenset({"plan.md", "plan.json", "figures"})
+
+
+def write_plan(document: dict[str, Any], out: Path, *, force: bool, curves: dict[str, Any]) -> None:
+    """`curves`: what the figures draw beyond plan.json (goodput against interval)."""
+    with atomic_folder(out, force=force, owned=OUTPUT_FILES, what="`replay plan` output") as tmp:
+        (tmp / "plan.json").write_text(json.dumps(document, indent=2) + "\n")
+        (tmp / "figures").mkdir()
+        _mrc_figure(document, tmp / "figures" / "mrc.png")
+        _goodput_figure(document, curves, tmp / "figures" / "goodput.png")
+        (tmp / "plan.md").write_text(plan_markdown(document))
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else format_percent(x)
+
+
+def answers(document: dict[str, Any]) -> list[str]:
+    """The answers, one line each: what `replay plan` prints and plan.md starts with."""
+    cache = document["cache"]
+    lines = []
+    hit = cache["hit_at_budget"]["lru"]
+    targets = ", ".join(
+        f"{float(t):g} needs {format_bytes(b)}"
+        if b is not None
+        else f"{float(t):g} is out of reach"
+        for t, b in cache["bytes_for_hit"]["lru"].items()
+    )
+    lines.append(
+        f"Cache: {format_bytes(cache['budget_bytes'])} of LRU cache hits {_pct(hit)} of the "
+        f"run's lookups; hit ratio {targets}."
+    )
+    lines.append(
+        f"Split: per-table caches of the budget hit {_pct(cache['split_hit'])} (one load "
+        f"factor of {cache['uniform_load_factor']:.3g} for every table: "
+        f"{_pct(cache['uniform_hit'])})."
+    )
+    ck = document["checkpoint"]
+    if ck["strategies"] and ck["strategies"][0]["name"] == "none":
+        s = ck["strategies"][0]
+        lines.append(
+            f"Checkpoint: at a cluster MTBF of {format_duration(ck['cluster_mtbf_s'])}, no "
+            "strategy beats running without checkpoints over this run: goodput "
+            f"{_pct(s['goodput'])} (5th percentile {_pct(s['goodput_p5'])})."
+        )
+    elif ck["strategies"]:
+        s = ck["strategies"][0]
+        lines.append(
+            f"Checkpoint: at a cluster MTBF of {format_duration(ck['cluster_mtbf_s'])}, "
+            f"{s['name']} every {format_duration(s['interval_s'])} gives goodput "
+            f"{_pct(s['goodput'])} (5th percentile {_pct(s['goodput_p5'])}): "
+            f"{format_duration(s['cost_s'])} stall and {format_bytes(s['bytes'])} per "
+            f"checkpoint, restore {format_duration(s['restore_s'])}."
+        )
+    front = [s["name"] for s in document["systems"] if s["pareto"]]
+    fastest = min(document["systems"], key=lambda s: s["time_per_batch_s"])
+    lines.append(
+        f"Systems: {fastest['name']} is fastest at "
+        f"{format_duration(fastest['time_per_batch_s'])} per batch; on the time/energy "
+        f"Pareto front: {', '.join(front)}."
+    )
+    return lines
+
+
+def plan_markdown(document: dict[str, Any]) -> str:
+    h = document["horizon"]
+    rate = h["sample_rate"]
+    sampled = "every lookup" if rate >= 1 else f"a spatial sample of the rows at R = {rate:g}"
+    out = [
+        f"# Plan: {h['batches']:,} batches, {format_duration(h['training_time_s'])} of training",
+        "",
+        *[f"- {line}" for line in answers(document)],
+        "",
+    ]
+    if document["notes"]:
+        out += ["## Read this first", "", *[f"- {n}" for n in document["notes"]], ""]
+    out += [
+        "## How each answer was reached",
+        "",
+        "### The run",
+        "",
+        f"{h['batches']:,} batches, {h['lookups']:,} lookups, "
+        f"{format_duration(h['time_per_batch_s'])} per batch ({h['time_per_batch_from']}). "
+        f"Curves from {sampled}; "
+        f"{document['distinct_rows']:,} distinct rows; a row is "
+        f"{document['row_bytes']} B in a cache and {document['state_bytes_per_row']} B in a "
+        "checkpoint (with its optimizer state).",
+        "",
+        "### Cache",
+        "",
+        f"LRU miss-ratio curve ({document['mrc']['method']}, error bound "
+        f"{document['mrc']['error_bound']:.3g}); figure `figures/mrc.png`.",
+        "",
+        "| cache | rows | miss ratio |"
+        + (" analytic (Che) |" if document["mrc"]["analytic_miss_ratio"] else ""),
+        "|---|---|---|" + ("---|" if document["mrc"]["analytic_miss_ratio"] else ""),
+    ]
+    m = document["mrc"]
+    idx = np.unique(np.linspace(0, len(m["rows"]) - 1, min(12, len(m["rows"]))).astype(int))
+    for i in idx:
+        row = f"| {format_bytes(m['bytes'][i])} | {m['rows'][i]:,} | {m['miss_ratio'][i]:.4f} |"
+        if m["analytic_miss_ratio"]:
+            row += f" {m['analytic_miss_ratio'][i]:.4f} |"
+        out.append(row)
+    out += [
+        "",
+        "Per-table split of the budget (load factor = cache rows / table rows):",
+        "",
+        "| table | cache | load factor | hit |",
+        "|---|---|---|---|",
+    ]
+    for t in document["cache"]["per_table"]:
+        out.append(
+            f"| {t['table']} | {format_bytes(t['bytes'])} | {t['load_factor']:.4g} | "
+            f"{_pct(t['hit'])} |"
+        )
+    ck = document["checkpoint"]
+    out += [
+        "",
+        "### Checkpoint",
+        "",
+        f"On {ck['system']}, cluster MTBF {format_duration(ck['cluster_mtbf_s'])}; each "
+        "strategy's interval maximises the expected goodput of the whole run (from Young/Daly, "
+        "refined numerically); goodput from the failure simulator over the run. Figure "
+        "`figures/goodput.png`.",
+        "",
+        "| strategy | interval | Young/Daly | stall | written | restore | lost work | goodput "
+        "| p5 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in ck["strategies"]:
+        out.append(
+            f"| {s['name']} | {format_duration(s['interval_s'])} | "
+            f"{format_duration(s['young_daly_interval_s'])} | {format_duration(s['cost_s'])} | "
+            f"{format_bytes(s['bytes'])} | {format_duration(s['restore_s'])} | "
+            f"{format_duration(s['lost_work_s'])} | {_pct(s['goodput'])} | "
+            f"{_pct(s['goodput_p5'])} |"
+        )
+    out += [
+        "",
+        "### Systems",
+        "",
+        "| system | time per batch | energy per batch | hit ratio | Pareto |",
+        "|---|---|---|---|---|",
+    ]
+    for s in document["systems"]:
+        out.append(
+            f"| {s['name']} | {format_duration(s['time_per_batch_s'])} | "
+            f"{s['energy_per_batch_j']:.4g} J | {_pct(s['hit_ratio'])} | "
+            f"{'yes' if s['pareto'] else ''} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _mrc_figure(document: dict[str, Any], path: Path) -> None:
+    from replay.report.figures import new_figure, save
+
+    m = document["mrc"]
+    fig = new_figure(7.5, 4.5)
+    ax = fig.add_subplot(1, 1, 1)
+    x = np.maximum(np.asarray(m["bytes"], dtype=np.float64), 1.0)
+    ax.plot(x, m["miss_ratio"], color="#08519c", lw=2, label=f"LRU ({m['method']})")
+    if m["analytic_miss_ratio"]:
+        ax.plot(
+            x, m["analytic_miss_ratio"], color="0.5", lw=1, ls="--", label="Che's approximation"
+        )
+    budget = document["cache"]["budget_bytes"]
+    ax.axvline(budget, color="#d62728", lw=1)
+    ax.annotate(f"budget {format_bytes(budget)}", (budget, 0.95), color="#d62728", fontsize=8)
+    for target, b in document["cache"]["bytes_for_hit"]["lru"].items():
+        if b is not None:
+            ax.plot([b], [1 - float(target)], "o", color="#2ca02c")
+            ax.annotate(f"hit {target}", (b, 1 - float(target)), fontsize=8, xytext=(4, 4),
+                        textcoords="offset points")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xlabel("cache size (bytes of embedding rows)")
+    ax.set_ylabel("miss ratio over the run")
+    ax.set_ylim(0, 1)
+    ax.legend(loc="upper right", fontsize=8)
+    save(fig, path)
+
+
+def _goodput_figure(document: dict[str, Any], curves: dict[str, Any], path: Path) -> None:
+    from replay.report.figures import new_figure, save
+
+    fig = new_figure(7.5, 4.5)
+    ax = fig.add_subplot(1, 1, 1)
+    for s in document["checkpoint"]["strategies"]:
+        curve = curves.get(s["name"])
+        if curve is None:
+            continue
+        (line,) = ax.plot(
+            curve["interval_s"], np.asarray(curve["goodput"]) * 100, lw=1.5, label=s["name"]
+        )
+        ax.plot([s["interval_s"]], [s["goodput"] * 100], "o", color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_xlabel("checkpoint interval (s of training)")
+    ax.set_ylabel("expected goodput (%)")
+    ax.legend(loc="lower right", fontsize=8)
+    save(fig, path)
+
+
+__all__ = ["OUTPUT_FILES", "answers", "plan_markdown", "write_plan"]
