@@ -142,3 +142,21 @@ def test_cli_writes_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     doc = json.loads((out / "plan.json").read_text())
     assert doc["checkpoint"]["cluster_mtbf_s"] == pytest.approx(30 * 86400 / 64)
     assert (out / "plan.md").read_text().startswith("# Plan: 60 batches")
+
+
+def test_other_policies_by_replay_reach_their_targets() -> None:
+    """At R = 1 the miniature simulation is the engine itself: the size found for a
+    target reaches it, and the size one step (5%) smaller does not."""
+    from replay.plan.policies import _hit, policy_answers
+
+    source = GeneratedTrace(_spec(batches=120, batch_size=128))
+    (answer,) = policy_answers(
+        source, ["hbm-lru", "hbm-lfu"], [], rate=1.0, budget_rows=2000.0,
+        targets=(0.6,), distinct_rows=200_000,
+    )  # fmt: skip
+    assert answer.policy == "lfu" and answer.method == "replayed"
+    assert answer.hit_at_budget == pytest.approx(_hit(source, "hbm-lfu", [], 2000))
+    rows = answer.rows_for_hit["0.6"]
+    assert rows is not None
+    assert _hit(source, "hbm-lfu", [], round(rows)) >= 0.6
+    assert _hit(source, "hbm-lfu", [], round(rows / 1.05) - 1) < 0.6

@@ -186,6 +186,21 @@ def make_plan(
                 f"{hits[-1]:.4f} (the rows' first lookups always miss)"
             )
     hit_at_budget = hit_at(sizes, hits, budget_rows)
+    policy_hits: dict[str, float] = {"lru": hit_at_budget}
+    policy_bytes: dict[str, dict[str, float | None]] = {"lru": bytes_for_hit}
+    methods = {"lru": "exact stack distances" if mrc.exact else f"SHARDS at R = {rate:g}"}
+    say("other cache policies of the systems (one replay per size)")
+    from replay.plan.policies import policy_answers
+
+    for answer in policy_answers(
+        horizon, request.systems, request.sets, rate=rate, budget_rows=budget_rows,
+        targets=request.hit_targets, distinct_rows=distinct,
+    ):  # fmt: skip
+        policy_hits[answer.policy] = answer.hit_at_budget
+        policy_bytes[answer.policy] = {
+            t: None if r is None else r * row_bytes for t, r in answer.rows_for_hit.items()
+        }
+        methods[answer.policy] = f"{answer.method} ({answer.replays} replays of {answer.system})"
 
     say("per-table curves and the budget's split")
     tables = per_table_mrc(horizon, [curve_sizes(r, smallest) for r in table_rows])
@@ -195,6 +210,14 @@ def make_plan(
     say("systems: steady state per batch")
     systems = steady_state(_steady_source(request, horizon), request.systems, sets=request.sets)
     time_per_batch = request.time_per_batch_s or systems[0].time_per_batch_s
+    roomy = [c.name for c in systems if c.never_evicts]
+    if roomy:
+        notes.append(
+            f"{', '.join(roomy)}: the cache never evicted in the {systems[0].batches}-batch span "
+            "each system replays (it holds every row the span touches), so these systems' time "
+            "per batch is that of a cache without capacity misses, and their policies do not "
+            "differ there; the cache answers above compare the policies at the budget"
+        )
     if (
         request.time_per_batch_s is None
         and base.compute.seconds_per_batch <= 0
@@ -258,12 +281,15 @@ def make_plan(
             "batches": [int(k) for k in touched.batches],
             "rows": [float(r) for r in touched.rows],
             "bytes": [float(r * state_bytes) for r in touched.rows],
+            "per_table": {
+                name: [float(r) for r in touched.per_table[t]] for t, name in enumerate(names)
+            },
         },
         "cache": {
             "budget_bytes": int(request.cache_budget_bytes),
-            "policy": "lru",
-            "hit_at_budget": {"lru": hit_at_budget},
-            "bytes_for_hit": {"lru": bytes_for_hit},
+            "hit_at_budget": policy_hits,
+            "bytes_for_hit": policy_bytes,
+            "methods": methods,
             "per_table": [
                 {
                     "table": s.table,
@@ -291,6 +317,7 @@ def make_plan(
                 "energy_per_batch_j": c.energy_per_batch_j,
                 "hit_ratio": c.hit_ratio,
                 "pareto": c.pareto,
+                "never_evicts": c.never_evicts,
             }
             for c in systems
         ],

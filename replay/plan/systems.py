@@ -16,6 +16,7 @@ as frugal, and better in one of the two.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ class SystemCost:
     hit_ratio: float | None  # of the system's cache over the span (None: no cache)
     batches: int  # the span measured (its second half averaged)
     pareto: bool = False
+    never_evicts: bool = False  # a cache that held every row the span touched
 
 
 def steady_state(
@@ -59,6 +61,7 @@ def steady_state(
                 energy_per_batch_j=float(energy_j[half:].mean()),
                 hit_ratio=None if hit is None else float(hit),
                 batches=len(time_s),
+                never_evicts=hit is not None and int(policy.get("evictions", 1)) == 0,
             )
         )
     return mark_pareto(costs)
@@ -76,16 +79,7 @@ def mark_pareto(costs: Sequence[SystemCost]) -> list[SystemCost]:
             )
             for o in costs
         )
-        marked.append(
-            SystemCost(
-                c.name,
-                c.time_per_batch_s,
-                c.energy_per_batch_j,
-                c.hit_ratio,
-                c.batches,
-                not dominated,
-            )
-        )
+        marked.append(dataclasses.replace(c, pareto=not dominated))
     return marked
 
 

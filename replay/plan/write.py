@@ -49,6 +49,16 @@ def answers(document: dict[str, Any]) -> list[str]:
         f"Cache: {format_bytes(cache['budget_bytes'])} of LRU cache hits {_pct(hit)} of the "
         f"run's lookups; hit ratio {targets}."
     )
+    for policy, other in cache["hit_at_budget"].items():
+        if policy == "lru":
+            continue
+        need = ", ".join(
+            f"{float(t):g} needs {format_bytes(b)}"
+            if b is not None
+            else f"{float(t):g} is out of reach"
+            for t, b in cache["bytes_for_hit"][policy].items()
+        )
+        lines.append(f"Cache, {policy.upper()}: the budget hits {_pct(other)}; hit ratio {need}.")
     lines.append(
         f"Split: per-table caches of the budget hit {_pct(cache['split_hit'])} (one load "
         f"factor of {cache['uniform_load_factor']:.3g} for every table: "
@@ -108,7 +118,12 @@ def plan_markdown(document: dict[str, Any]) -> str:
         "### Cache",
         "",
         f"LRU miss-ratio curve ({document['mrc']['method']}, error bound "
-        f"{document['mrc']['error_bound']:.3g}); figure `figures/mrc.png`.",
+        f"{document['mrc']['error_bound']:.3g}); figure `figures/mrc.png`. Other policies: "
+        + (
+            "; ".join(f"{p}: {m}" for p, m in document["cache"]["methods"].items() if p != "lru")
+            or "none among the systems given"
+        )
+        + ".",
         "",
         "| cache | rows | miss ratio |"
         + (" analytic (Che) |" if document["mrc"]["analytic_miss_ratio"] else ""),
@@ -143,15 +158,16 @@ def plan_markdown(document: dict[str, Any]) -> str:
         "refined numerically); goodput from the failure simulator over the run. Figure "
         "`figures/goodput.png`.",
         "",
-        "| strategy | interval | Young/Daly | stall | written | restore | lost work | goodput "
-        "| p5 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| strategy | interval | Young/Daly | stall | written | storage | restore | lost work "
+        "| goodput | p5 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in ck["strategies"]:
         out.append(
             f"| {s['name']} | {format_duration(s['interval_s'])} | "
             f"{format_duration(s['young_daly_interval_s'])} | {format_duration(s['cost_s'])} | "
-            f"{format_bytes(s['bytes'])} | {format_duration(s['restore_s'])} | "
+            f"{format_bytes(s['bytes'])} | {format_bytes(s['storage_bytes'])} | "
+            f"{format_duration(s['restore_s'])} | "
             f"{format_duration(s['lost_work_s'])} | {_pct(s['goodput'])} | "
             f"{_pct(s['goodput_p5'])} |"
         )

@@ -1,0 +1,105 @@
+"""Hit ratios of the systems' other cache policies over the whole run, by miniature
+simulation.
+
+LRU has its miss-ratio curve for every size in one pass (`replay.analysis.horizon`). The
+other row-cache policies (LFU, the static hot set, Belady's optimum) have no stack
+property, so each size is one replay. Over a spatially sampled stream at rate R, a cache
+of C rows of the full stream behaves like a cache of C x R rows of the sample
+(Waldspurger, Park, Garthwaite, Ahmad, "Cache Modeling and Optimization using Miniature
+Simulations", USENIX ATC 2017: the same spatial sampling as SHARDS, with the cache scaled
+by the rate); at R = 1 the replay is the engine's, exact. So:
+
+- the hit at the budget is one replay of the horizon's stream with the policy at
+  capacity round(budget rows x R);
+- the bytes for a hit target come from a bisection on the capacity in log space (each
+  step one replay), to the 5% step of the LRU curve's sizes, and are the smallest
+  capacity tried that reaches the target (never interpolated).
+
+Each replay runs the system's own policy spec with its capacity replaced, checkpointing
+off. A scaled cache smaller than one row cannot be simulated: targets that need less
+than 1 / R rows report 1 / R rows, an upper bound (said in the plan's method).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from replay.engine.replay import replay_trace
+from replay.engine.systems import resolve_system
+from replay.plan.cache import SIZE_RATIO
+
+MINIATURE_POLICIES = ("lfu", "hot", "belady")  # row caches without a one-pass curve
+
+
+@dataclass(frozen=True)
+class PolicyAnswer:
+    policy: str
+    system: str
+    hit_at_budget: float
+    rows_for_hit: dict[str, float | None]  # target (as text) -> full-stream rows
+    replays: int
+    method: str
+
+
+def _hit(source: Any, system: str, sets: Sequence[str], rows: int) -> float:
+    spec = resolve_system(
+        system, [*sets, "checkpoint.strategy=none", f"policy.capacity_rows={max(rows, 1)}"]
+    )
+    return float(replay_trace(source, spec).summary["policy"]["hit_ratio"])
+
+
+def policy_answers(
+    source: Any,
+    systems: Sequence[str],
+    sets: Sequence[str],
+    *,
+    rate: float,
+    budget_rows: float,
+    targets: Sequence[float],
+    distinct_rows: int,
+) -> list[PolicyAnswer]:
+    """One answer per cache policy of `systems` that `MINIATURE_POLICIES` lists (the
+    first system with that policy), from replays of `source` (sampled at `rate`)."""
+    answers = []
+    seen: set[str] = set()
+    for name in systems:
+        spec = resolve_system(name, list(sets))
+        policy = spec.policy.name
+        if policy not in MINIATURE_POLICIES or policy in seen:
+            continue
+        seen.add(policy)
+        replays = 0
+
+        def hit_at_rows(full_rows: float, system: str = name) -> float:
+            nonlocal replays
+            replays += 1
+            return _hit(source, system, sets, round(full_rows * rate))
+
+        at_budget = hit_at_rows(min(budget_rows, distinct_rows))
+        found: dict[str, float | None] = {}
+        top = max(float(distinct_rows), 1.0 / rate)
+        top_hit = hit_at_rows(top)
+        for target in targets:
+            if top_hit < target:
+                found[f"{target:g}"] = None
+                continue
+            lo, hi = 1.0 / rate, top  # hit(lo) may already reach it: then lo is the answer
+            if hit_at_rows(lo) >= target:
+                found[f"{target:g}"] = lo
+                continue
+            while hi / lo > SIZE_RATIO:
+                mid = math.sqrt(lo * hi)
+                if hit_at_rows(mid) >= target:
+                    hi = mid
+                else:
+                    lo = mid
+            found[f"{target:g}"] = hi
+        method = "replayed" if rate >= 1 else f"miniature simulation at R = {rate:g}"
+        answers.append(PolicyAnswer(policy, spec.name, at_budget, found, replays, method))
+    return answers
+
+
+__all__ = ["MINIATURE_POLICIES", "PolicyAnswer", "policy_answers"]
