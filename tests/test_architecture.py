@@ -26,8 +26,8 @@ LAYERS = (
     "plugins",  # policies/ and checkpoint/
     "engine",
     "report",  # reads result folders: foundation modules only (checked below)
-    "runs",
     "plan",  # replay plan: answers for a whole training run, from every layer below
+    "runs",  # quickstart runs the studies and a plan, then writes their report
     "api",  # replay/__init__.py: the documented Python API
     "cli",
     "entry",  # the console script: replay/_console.py, replay/__main__.py

@@ -27,6 +27,7 @@ RESULT_FOLDERS = [
     "interval",
     "ladder",
     "mrc",
+    "plan",
     "mtbf",
     "sens-copy-cxl",
     "sens-copy-pmem-host",
@@ -97,6 +98,11 @@ def test_quickstart_writes_results_and_report(quick: Quick) -> None:
     figures = sorted(p.name for p in (out / "figures").iterdir())
     assert figures and all(name.endswith(".png") for name in figures)
     assert sorted(p.name for p in (out / "results").iterdir()) == RESULT_FOLDERS
+    plan = json.loads((out / "results" / "plan" / "plan.json").read_text())
+    assert plan["horizon"]["batches"] == 2_135_484 and plan["horizon"]["sample_rate"] < 1
+    assert plan["checkpoint"]["cluster_mtbf_s"] == pytest.approx(30 * 86400 / 16)
+    # the recommended checkpoint setting of the default scenario keeps the run above 90%
+    assert plan["checkpoint"]["strategies"][0]["goodput"] > 0.9
     for name in ("ladder", "fastpersist", "caches"):
         assert (out / "results" / name / "compare.json").is_file()
         assert (out / "results" / name / "comparison.parquet").is_file()

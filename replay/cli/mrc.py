@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -52,7 +52,8 @@ def mrc_command(
         typer.Option(
             "--sizes",
             metavar="A,B,C",
-            help="Cache sizes in rows, comma-separated (default: ~64 log-spaced sizes).",
+            help="Cache sizes, comma-separated, in rows (1000,50000) or bytes of fp32 rows "
+            "(8MiB,1GiB) (default: ~64 log-spaced sizes).",
         ),
     ] = None,
     sample_rate: Annotated[
@@ -104,7 +105,8 @@ def mrc_command(
         trace, workload, batches=batches, batch_size=batch_size, seed=seed,
         alpha=alpha, drift=drift, reuse=reuse, verify=verify, check=memory_check(estimate),
     )  # fmt: skip
-    chosen = parse_sizes(sizes) if sizes is not None else None
+    row_bytes = source_row_bytes(ref)
+    chosen = parse_sizes(sizes, row_bytes) if sizes is not None else None
     validate_options(chosen, sample_rate)
     if scheduler is None and workers is not None:
         raise ConfigError("--workers sizes a --scheduler local cluster; give --scheduler local")
@@ -126,27 +128,61 @@ def mrc_command(
         with dask_client(scheduler, workers) as client:
             result = mrc_source(ref, chosen, sample_rate, client=client)
     document = {**result.to_json(), **source_document(ref)}
+    if row_bytes:
+        document["row_bytes"] = row_bytes
+        document["cache_bytes"] = [int(c) * row_bytes for c in result.sizes.tolist()]
     document["checksums_verified"] = checksums_verified(ref, verify)
     if out is not None:
         write_outputs(result, document, out, force)
     if json_output:
         typer.echo(json.dumps(document, indent=2))
     else:
-        print_report(result, source_label(ref), out)
+        print_report(result, source_label(ref), out, row_bytes=row_bytes)
 
 
-def parse_sizes(text: str) -> list[int]:
-    """'1000,20000' -> [1000, 20000]; ConfigError for anything that is not an integer."""
+def parse_sizes(text: str, row_bytes: int | None = None) -> list[int]:
+    """'1000,20000' -> [1000, 20000] rows; '8MiB,1GiB' -> bytes / `row_bytes` rows
+    (whole rows, at least 1). ConfigError for anything else, or for bytes when the row
+    size is unknown."""
+    from replay._units import parse_bytes
+
     values = []
     for part in text.split(","):
         item = part.strip()
         try:
             values.append(int(item))
+            continue
         except ValueError:
+            pass
+        try:
+            nbytes = parse_bytes(item, "--sizes")
+        except ConfigError:
             raise ConfigError(
-                f"--sizes: {item!r} is not an integer number of rows (give e.g. 1000,50000)"
+                f"--sizes: {item!r} is not an integer number of rows or a size with a unit "
+                "(give e.g. 1000,50000 or 8MiB,1GiB)"
             ) from None
+        if not any(c.isalpha() for c in item):  # a fraction such as 1.5: not whole rows
+            raise ConfigError(f"--sizes: {item!r} is not an integer number of rows")
+        if not row_bytes:
+            raise ConfigError(
+                f"--sizes: {item!r} is in bytes, but the source does not give its embedding "
+                "dimension (give the sizes in rows)"
+            )
+        values.append(max(1, nbytes // row_bytes))
     return values
+
+
+def source_row_bytes(ref: Any) -> int | None:
+    """The bytes of one row a cache holds (fp32 embedding values) of a trace folder or a
+    workload spec, None when the source does not say its dimension."""
+    from replay.trace.reader import open_trace
+    from replay.workload.spec import WorkloadSpec
+
+    if isinstance(ref, WorkloadSpec):
+        dim = ref.embedding_dim
+    else:
+        dim = (open_trace(ref, allow_empty=True).workload or {}).get("embedding_dim")
+    return 4 * int(dim) if isinstance(dim, int) and dim > 0 else None
 
 
 # -- output folder ------------------------------------------------------------------------
@@ -158,15 +194,24 @@ def check_target(out: Path, force: bool) -> None:
 
 
 def print_report(
-    result: MrcResult, trace: str, out: Path | None, console: Console | None = None
+    result: MrcResult,
+    trace: str,
+    out: Path | None,
+    console: Console | None = None,
+    *,
+    row_bytes: int | None = None,
 ) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from replay._units import format_bytes
 
     console = console or Console(width=None if sys.stdout.isatty() else 120)
     kind = "exact" if result.exact else f"SHARDS {result.sample_rate:.4g}"
     table = Table(title=f"LRU miss ratio ({kind})", title_justify="left")
     table.add_column("cache rows", justify="right")
+    if row_bytes:
+        table.add_column("cache bytes", justify="right")
     table.add_column("miss ratio", justify="right")
     table.add_column("hit ratio", justify="right")
     if not result.exact:
@@ -179,12 +224,19 @@ def print_report(
     )
     for i in picks:
         miss = float(result.miss_ratios[i])
-        cells = [f"{int(result.sizes[i]):,}", f"{miss:.4f}", f"{1 - miss:.4f}"]
+        cells = [f"{int(result.sizes[i]):,}"]
+        if row_bytes:
+            cells.append(format_bytes(int(result.sizes[i]) * row_bytes))
+        cells += [f"{miss:.4f}", f"{1 - miss:.4f}"]
         if not result.exact:
             cells.append(f"{float(result.point_errors[i]):.4f}")
         table.add_row(*cells)
     console.print(table)
+    from replay._units import format_bytes as fmt
+
     distinct = "distinct rows" if result.exact else "distinct rows (estimated)"
+    if row_bytes:
+        distinct += f" ({fmt(result.distinct_keys * row_bytes)} at {row_bytes} B per row)"
     lines = [
         f"trace: {shown(trace, markup=False)}   lookups: {result.lookups:,}   "
         f"{distinct}: {result.distinct_keys:,}"
@@ -199,6 +251,11 @@ def print_report(
         )
     if n > len(picks):
         lines.append(f"{len(picks)} of {n} points shown; --json or --out for all")
+    if int(result.sizes[-1]) >= result.distinct_keys:
+        lines.append(
+            f"note: sizes from {result.distinct_keys:,} rows hold every row the source touches: "
+            "their miss ratio is the cold misses (a bigger cache buys nothing)"
+        )
     if out is not None:
         lines.append(f"wrote {out}/: {', '.join(sorted(OUTPUT_FILES))}")
     for line in lines:

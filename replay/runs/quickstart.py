@@ -17,7 +17,10 @@ busy across studies), writes their result folders exactly as `replay compare`,
   interval; `mtbf`: Check-N-Run (8-bit) goodput against the mean time between failures;
 - `sens-*`: sensitivity sweeps of the ladder's headline to the assumptions it leans on
   most (the per-copy software cost of host-driven PCIe copies; the persistent memory's
-  write-to-read turnaround).
+  write-to-read turnaround);
+- `plan`: `replay plan` for a training run at the scale users plan for (one epoch of
+  Criteo Terabyte on 16 nodes, the PLAN_* settings below): cache bytes per hit target,
+  each checkpoint strategy's interval and goodput over the run, systems per batch.
 
 The result folders go in OUT/results, the report in OUT. Everything is deterministic.
 """
@@ -65,6 +68,22 @@ CACHE_ROWS = "policy.capacity_rows=100000"
 FAILURE_SETS = ("failures.mtbf_s=3600", "failures.horizon_s=604800")
 REPORT_ENTRIES = frozenset({"report.md", "report.html", "summary.json", "figures", "results"})
 
+# The plan (`results/plan`): the answers for a training run at the scale users plan for,
+# beside the seeds' studies on the short trace. One epoch of Criteo Terabyte (its 24
+# days of click logs, 4.37 G samples) at batch 2,048.
+PLAN_WORKLOAD = "criteo-terabyte"
+PLAN_BATCHES = 2_135_484
+PLAN_SYSTEMS = ("hbm-lru", "dram")
+# ASSUMPTION: a training step of 50 ms at batch 2,048 (about 41 k samples/s on one node of
+# a DLRM of this size), so the epoch is about 30 hours of training
+PLAN_STEP_S = 0.05
+# ASSUMPTION: 16 nodes, each failing once a month on average (independent exponential
+# failures): a cluster MTBF of 45 hours
+PLAN_NODES = 16
+PLAN_NODE_MTBF_S = 30 * 86400.0
+PLAN_BUDGET_BYTES = 8 << 30  # 8 GiB of a GPU's HBM for the embedding cache
+PLAN_HIT_TARGETS = (0.9, 0.95)
+
 Kind = Literal["compare", "sweep", "run"]
 
 
@@ -84,7 +103,7 @@ def check_quickstart_folder(out: Path) -> None:
     check_report_folder(out)
     results = out / "results"
     if results.is_dir():
-        known = {study.folder for study in studies(Path("."))} | {"mrc"}
+        known = {study.folder for study in studies(Path("."))} | {"mrc", "plan"}
         stray = sorted(p.name for p in results.iterdir() if p.name not in known)
         if stray:
             raise OutputError(
@@ -247,6 +266,11 @@ def run_quickstart(
                     folder / "sweep.parquet", to_columns(table, sweep_columns(study.points))
                 )
                 write_json(folder / "sweep.json", study.document)
+        step(
+            f"planning {PLAN_WORKLOAD}: {PLAN_BATCHES:,} batches of 2,048 (one epoch), "
+            f"{PLAN_NODES} nodes"
+        )
+        _write_plan(results / "plan")
         step("writing the report")
         # the report is built in its own temporary folder, then its files join OUT's
         staging = tmp / ".report"
@@ -257,10 +281,40 @@ def run_quickstart(
     return summary
 
 
+def plan_request() -> Any:
+    """The quickstart's plan (the module's PLAN_* settings)."""
+    from replay.plan.plan import PlanRequest
+    from replay.workload.presets import get_preset
+
+    spec = get_preset(PLAN_WORKLOAD).with_overrides(batches=PLAN_BATCHES, batch_size=2048)
+    return PlanRequest(
+        source=spec,
+        systems=PLAN_SYSTEMS,
+        cache_budget_bytes=PLAN_BUDGET_BYTES,
+        hit_targets=PLAN_HIT_TARGETS,
+        mtbf_s=PLAN_NODE_MTBF_S / PLAN_NODES,
+        time_per_batch_s=PLAN_STEP_S,
+    )
+
+
+def _write_plan(out: Path) -> None:
+    from replay.plan.plan import make_plan
+    from replay.plan.write import write_plan
+
+    document, curves = make_plan(plan_request())
+    write_plan(document, out, force=False, curves=curves)
+
+
 def _write_mrc(out: Path, curve: Any, trace: str) -> None:
     from replay.runs.mrc_files import write_outputs
+    from replay.trace.reader import open_trace
 
-    write_outputs(curve, {**curve.to_json(), "trace": trace}, out, force=False)
+    document = {**curve.to_json(), "trace": trace}
+    dim = (open_trace(trace).workload or {}).get("embedding_dim")
+    if isinstance(dim, int) and dim > 0:  # as `replay mrc` writes it: sizes in bytes too
+        document["row_bytes"] = 4 * dim
+        document["cache_bytes"] = [int(c) * 4 * dim for c in curve.sizes.tolist()]
+    write_outputs(curve, document, out, force=False)
 
 
 __all__ = [

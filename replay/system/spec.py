@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from replay._toml import has_too_long_int, parse_toml
+from replay._units import parse_bytes, parse_duration
 from replay.errors import ConfigError
 
 LOCATIONS = ("gpu", "host", "near-memory")
@@ -274,6 +275,21 @@ def _check_number(value: Any, where: str, spec: tuple[float, float, bool], integ
     return value
 
 
+def _with_unit(name: str, value: Any, path: str) -> Any:
+    """A size or a duration written with its unit (`"8GiB"`, `"30min"`) as the number
+    of the field's own unit, for the fields whose names say it (`..._bytes`,
+    `..._bytes_per_s` per second, `..._s`); other values as they are."""
+    if not isinstance(value, str):
+        return value
+    if name.endswith("_bytes") or name.endswith("_bytes_per_s"):
+        per_s = name.endswith("_per_s")
+        text = value[: -len("/s")] if per_s and value.endswith("/s") else value
+        return float(parse_bytes(text, path))
+    if name.endswith("_s"):
+        return parse_duration(value, path)
+    return value
+
+
 def _build(cls: type, data: Any, where: str, **fixed: Any) -> Any:
     """Validate a dict against a flat dataclass (numbers, strings, bools)."""
     if not isinstance(data, dict):
@@ -312,7 +328,10 @@ def _build(cls: type, data: Any, where: str, **fixed: Any) -> Any:
                 raise ConfigError(f"{path}: {value!r} is not one of {listed}")
         elif kind in (int, float):
             value = _check_number(
-                value, path, f.metadata.get("range", (0, 1e18, False)), kind is int
+                _with_unit(f.name, value, path),
+                path,
+                f.metadata.get("range", (0, 1e18, False)),
+                kind is int,
             )
         elif kind == tuple[float, ...]:
             if not isinstance(value, list | tuple):
