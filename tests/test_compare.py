@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -124,7 +125,7 @@ def test_sweep_cross_product(
     assert main(args) == 0
     assert "sweep of hbm-lru" in capsys.readouterr().out
     points = [(r, p) for r in (100, 1000, 10000) for p in ("lru", "lfu")]
-    names = [f"{i}-policy.capacity_rows={r},policy.name={p}" for i, (r, p) in enumerate(points)]
+    names = [f"{i}-policy.capacity_rows-{r}+policy.name-{p}" for i, (r, p) in enumerate(points)]
     assert sorted(p.name for p in out.iterdir()) == sorted(["sweep.json", "sweep.parquet", *names])
     table = pq.read_table(out / "sweep.parquet")
     grid_columns = ["policy.capacity_rows", "policy.name"]
@@ -288,7 +289,8 @@ def test_grid_parsing() -> None:
     with pytest.raises(ConfigError, match="column"):
         parse_grid(["lookups=1,2"])
     name = point_folder(7, 3, {"tiers.dram.device": "a/b c", "model.optimizer": "sgd"})
-    assert name == "007-tiers.dram.device=a_b_c,model.optimizer=sgd"
+    assert name == "007-tiers.dram.device-a_b_c+model.optimizer-sgd"
+    assert re.fullmatch(r"[A-Za-z0-9._+-]+", point_folder(1, 1, {"a=b": "1,2 3;4"}))
     assert len(point_folder(0, 1, {"k": "v" * 1000})) <= 120
 
 

@@ -22,12 +22,11 @@ RESULT_FOLDERS = [
     "caches",
     "check-n-run",
     "checkfreq",
+    "chunk-size",
     "fastpersist",
     "fastpersist-grid",
-    "interval",
     "ladder",
     "mrc",
-    "mtbf",
     "plan",
     "sens-copy-cxl",
     "sens-copy-pmem-host",
@@ -106,7 +105,7 @@ def test_quickstart_writes_results_and_report(quick: Quick) -> None:
     for name in ("ladder", "fastpersist", "caches"):
         assert (out / "results" / name / "compare.json").is_file()
         assert (out / "results" / name / "comparison.parquet").is_file()
-    for name in ("check-n-run", "fastpersist-grid", "interval", "mtbf"):
+    for name in ("check-n-run", "fastpersist-grid", "chunk-size"):
         assert (out / "results" / name / "sweep.json").is_file()
     for name in ("sync-full", "checkfreq"):
         assert (out / "results" / name / "summary.json").is_file()
@@ -160,7 +159,8 @@ def test_quickstart_again_replaces_its_output(
     # one worker this time: the output does not depend on --workers either
     assert main(_args(out, quick.trace, workers=1)) == 0
     printed = capsys.readouterr().out
-    assert "wrote" in printed and "TrainingCXL abstract: " in printed
+    # the report's summary, answers first
+    assert "wrote" in printed and "  Cache: " in printed and "  Checkpoint: " in printed
     assert not (out / "figures" / "stale.png").exists()
     assert not (out / "results" / "ladder" / "stale.txt").exists()
     files = {k: v for k, v in _files(out).items() if not k.startswith("results/")}

@@ -4,10 +4,13 @@ deterministic PNGs, captions with the computed numbers, no figure without its da
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import polars as pl
 import pytest
 
 import replay
+import replay.report.figures as figures_module
 from replay.cli import main
 from replay.report.figures import (
     SECTIONS,
@@ -17,8 +20,8 @@ from replay.report.figures import (
     system_colors,
 )
 from replay.report.figures_all import generic_figures
-from replay.report.figures_time import time_parts
-from replay.report.load import Results, load_results
+from replay.report.figures_time import batch_time, energy_parts, time_parts
+from replay.report.load import Results, RunData, load_results
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -62,6 +65,11 @@ def figures(everything: tuple[Results, Path]) -> dict[str, FigureOut]:
     names = [f.name for f in drawn]
     assert len(names) == len(set(names)), names
     return {f.name: f for f in drawn}
+
+
+def _second_half(run: RunData) -> pl.DataFrame:
+    frame = run.batches.sort("batch")
+    return frame.tail(frame.height - frame.height // 2)
 
 
 def _png(path: Path) -> bytes:
@@ -126,9 +134,7 @@ def test_captions_state_the_computed_numbers(
     assert "80% TrainingCXL" in figures["workload_reuse.png"].caption
 
     caches = results.compares[0]
-    totals = {
-        r.label: 1e3 * float(r.batches["time_s"].sum()) / r.batches.height for r in caches.runs
-    }
+    totals = {r.label: 1e3 * _second_half(r)["time_s"].mean() for r in caches.runs}
     slowest = max(totals, key=totals.__getitem__)
     scale, unit = (1.0, "ms") if totals[slowest] >= 0.1 else (1e3, "µs")
     caption = figures["time_caches.png"].caption
@@ -145,12 +151,23 @@ def test_captions_state_the_computed_numbers(
     assert "capacity_rows=100 " in figures["sweep_cap.png"].caption
 
 
-def test_time_parts_add_up_to_the_batch_time(everything: tuple[Results, Path]) -> None:
+def test_time_and_energy_parts_are_second_half_means(everything: tuple[Results, Path]) -> None:
     results, _ = everything
     for run in results.all_runs():
-        mean = float(run.batches["time_s"].sum()) / run.batches.height
-        assert sum(time_parts(run)) == pytest.approx(mean, rel=1e-9)
-        assert min(time_parts(run)) >= 0.0
+        half = _second_half(run)
+        parts = time_parts(run)
+        assert parts["compute"] == pytest.approx(half["time_compute_s"].mean(), rel=1e-12)
+        for tier in run.spec["tiers"]:
+            assert parts[f"tier {tier}"] == pytest.approx(half[f"{tier}_time_s"].mean(), rel=1e-12)
+        for link in run.spec["links"]:
+            assert parts[f"link {link}"] == pytest.approx(half[f"{link}_time_s"].mean(), rel=1e-12)
+        assert parts["checkpoint stall"] == pytest.approx(half["time_checkpoint_s"].mean())
+        assert min(parts.values()) >= 0.0
+        assert batch_time(run) == pytest.approx(half["time_s"].mean(), rel=1e-12)
+        energy = energy_parts(run)
+        assert sum(energy.values()) == pytest.approx(half["energy_j"].mean(), rel=1e-9)
+        assert energy["compute device"] == pytest.approx(half["energy_compute_j"].mean())
+        assert "dynamic, unattributed" not in energy  # the spec accounts for every joule
 
 
 def test_no_figure_without_its_data(root: Path, tmp_path: Path) -> None:
@@ -205,3 +222,174 @@ def test_save_writes_a_png_without_version_text(tmp_path: Path) -> None:
     data = _png(tmp_path / "a.png")
     assert data == (tmp_path / "b.png").read_bytes()
     assert b"Software" not in data and b"matplotlib" not in data
+
+
+# -- issue 26: per-tier time and energy, PatrickStar, bytes on the mrc, checkpoints, names --
+
+BUDGET = 1024  # rows: one chunk of the compared `chunk` (1,024 rows)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 60-batch tiny trace; a comparison of row caches and chunks at one budget, a sweep
+    over the chunk size, runs with 6 and 1 checkpoints, a run of the compared hbm-lru
+    alone, and a miss-ratio curve."""
+    base = tmp_path_factory.mktemp("small")
+    trace = str(base / "trace")
+    one = ["--workers", "1"]
+    assert main(["generate", "--preset", "tiny", "--batches", "60", "--batch-size", "16",
+                 *one, "--out", trace]) == 0  # fmt: skip
+    res = base / "results"
+    budget = f"policy.capacity_rows={BUDGET}"
+    commands = [
+        ["compare", trace, "--systems", "hbm-lru,hbm-belady,chunk,dram", "--set", budget,
+         *one, "--out", str(res / "budget")],
+        ["sweep", trace, "--system", "chunk", "--grid", "policy.chunk_rows=16,64,256",
+         "--set", budget, *one, "--out", str(res / "chunks")],
+        ["run", trace, "--system", "hbm-lru", "--set", budget, "--out", str(res / "lru-alone")],
+        ["run", trace, "--system", "hbm-lru", "--set", "checkpoint.strategy=sync-full",
+         "--set", "checkpoint.interval_batches=10", "--out", str(res / "ck-often")],
+        ["run", trace, "--system", "dram", "--set", "checkpoint.strategy=sync-full",
+         "--set", "checkpoint.interval_batches=40", "--out", str(res / "ck-once")],
+        ["mrc", trace, "--out", str(res / "mrc")],
+    ]  # fmt: skip
+    for argv in commands:
+        assert main(argv) == 0, argv
+    return res
+
+
+def _draw(folders: list[Path], out: Path) -> tuple[dict[str, FigureOut], dict[str, Any]]:
+    """The figures of `folders`, and the matplotlib figure each was drawn as."""
+    drawn: dict[str, Any] = {}
+    real = figures_module.save
+
+    def keep(fig: Any, path: Path) -> None:
+        real(fig, path)
+        drawn[Path(path).name] = fig
+
+    out.mkdir(parents=True, exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(figures_module, "save", keep)
+        made = generic_figures(load_results(folders), out)
+    return {f.name: f for f in made}, drawn
+
+
+def test_time_and_energy_by_tier_and_link(small: Path, tmp_path: Path) -> None:
+    made, drawn = _draw([small / "budget"], tmp_path)
+    runs = load_results([small / "budget"]).compares[0].runs
+    for kind in ("time", "energy"):
+        figure = made[f"{kind}_budget.png"]
+        assert figure.section == kind
+        assert "steady state" in figure.title
+        assert figure.caption.startswith("Steady state (batches 30–59)")
+        fig = drawn[figure.name]
+        legend = {t.get_text() for t in fig.axes[0].get_legend().get_texts()}
+        for run in runs:
+            parts = time_parts(run) if kind == "time" else energy_parts(run)
+            largest = max(parts, key=lambda k: parts[k])
+            total = batch_time(run) if kind == "time" else sum(parts.values())
+            share = parts[largest] / total
+            # each system is named by its own label, with its own largest part
+            assert f"{run.label} " in figure.caption
+            item = figure.caption.split(f"{run.label} ", 1)[1].split(";")[0]
+            assert f"largest part: {largest}, " in item, (run.label, item)
+            assert f"{100 * share:.0f}%" in item or f"{100 * share:.1f}%" in item, item
+            for tier in run.spec["tiers"]:
+                if parts[f"tier {tier}"] > 0:
+                    assert f"tier {tier}" in legend
+            for link in run.spec["links"]:
+                if parts[f"link {link}"] > 0:
+                    assert f"link {link}" in legend
+    # the bars are the second-half means: the stack of each bar is its parts' sum
+    fig = drawn["time_budget.png"]
+    ax = fig.axes[0]
+    tops: dict[float, float] = {}
+    for patch in ax.patches:
+        x = round(patch.get_x() + patch.get_width() / 2, 6)
+        tops[x] = max(tops.get(x, 0.0), patch.get_y() + patch.get_height())
+    scale = 1e3 if "(ms)" in ax.get_ylabel() else 1e6 if "(µs)" in ax.get_ylabel() else 1.0
+    for i, run in enumerate(runs):
+        assert tops[float(i)] == pytest.approx(scale * sum(time_parts(run).values()), rel=1e-9)
+
+
+def test_patrickstar_chunk_size_figure(small: Path, tmp_path: Path) -> None:
+    made, drawn = _draw([small / "budget", small / "chunks"], tmp_path)
+    figure = made["sweep_chunks.png"]
+    assert figure.section == "hierarchy"
+    sweep = load_results([small / "chunks"]).sweeps[0]
+    first = min(sweep.runs, key=lambda r: r.values["policy.chunk_rows"])
+    half = _second_half(first)
+    hit = half["hits"].sum() / (half["hits"].sum() + half["misses"].sum())
+    assert f"from 16 to 256 rows per chunk the hit ratio goes from {_pct_text(hit)}" in (
+        figure.caption
+    )
+    assert f"budget of {BUDGET:,} rows" in figure.caption
+    # the row caches of the same budget beside it, by their own labels; not dram (static)
+    assert "hbm-lru caches rows" in figure.caption and "hbm-belady caches rows" in figure.caption
+    assert "dram" not in figure.caption
+    fig = drawn["sweep_chunks.png"]
+    assert len(fig.axes) == 3
+    labels = [ln.get_label() for ln in fig.axes[0].get_lines()]
+    assert labels == ["chunk", "hbm-lru (rows)", "hbm-belady (rows)"]
+    ys = fig.axes[0].get_lines()[0].get_ydata()
+    assert ys[0] == pytest.approx(100 * hit)
+    moved = fig.axes[1].get_lines()[0].get_ydata()
+    link_bytes = sum(
+        half[c].mean() for c in half.columns if c.endswith(("_h2d_bytes", "_d2h_bytes"))
+    )
+    unit = fig.axes[1].get_ylabel().split()[1]
+    assert moved[0] * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[unit] == pytest.approx(link_bytes)
+
+
+def _pct_text(fraction: float) -> str:
+    value = 100 * fraction
+    return f"{value:.0f}%" if value >= 10 else f"{value:.1f}%"
+
+
+def test_mrc_has_a_bytes_axis_and_the_budget(small: Path, tmp_path: Path) -> None:
+    made, drawn = _draw([small / "budget", small / "mrc"], tmp_path)
+    figure = made["mrc.png"]
+    row_bytes = load_results([small / "budget"]).compares[0].runs[0].summary["row_bytes"]
+    fig = drawn["mrc.png"]
+    ax = fig.axes[0]
+    tops = [c for c in ax.child_axes if "bytes" in c.get_xlabel()]
+    assert tops and f"{row_bytes} B per row" in tops[0].get_xlabel()
+    budget = [ln for ln in ax.get_lines() if ln.get_label().startswith("budget ")]
+    assert budget and budget[0].get_xdata()[0] == BUDGET
+    assert f"budget of {BUDGET:,} rows ({BUDGET * row_bytes / 1e3:.1f} kB)" in figure.caption
+    # a curve alone: no run, so no budget; the row size is the curve's own, if it says
+    alone, drawn = _draw([small / "mrc"], tmp_path / "alone")
+    ax = drawn["mrc.png"].axes[0]
+    assert "budget" not in alone["mrc.png"].caption
+    assert not any(ln.get_label().startswith("budget ") for ln in ax.get_lines())
+    own = load_results([small / "mrc"]).mrcs[0].document.get("row_bytes")
+    labels = [c.get_xlabel() for c in ax.child_axes]
+    assert labels == ([f"cache size (bytes, {own} B per row)"] if own else [])
+
+
+def test_checkpoint_figure_needs_three_checkpoints(small: Path, tmp_path: Path) -> None:
+    made, _ = _draw([small / "ck-once"], tmp_path / "once")
+    assert "checkpoint_bytes.png" not in made
+    made, drawn = _draw([small / "ck-often", small / "ck-once"], tmp_path / "both")
+    figure = made["checkpoint_bytes.png"]
+    assert "Left out with fewer than 3 writes during training: dram (ck-once)." in figure.caption
+    run = load_results([small / "ck-often"]).runs[0]
+    writes = run.checkpoints.filter((pl.col("batch") >= 0) & (pl.col("bytes") > 0))
+    assert writes.height == 6
+    assert f"{run.label} writes {writes.height:,} writes during training" in figure.caption
+    ax = drawn["checkpoint_bytes.png"].axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [run.label]
+
+
+def test_captions_name_each_series_by_its_own_run(small: Path, tmp_path: Path) -> None:
+    # lru-alone and the comparison's hbm-lru have identical data: drawn once, and the
+    # caption says which run stands for which, never "a = b"
+    made, drawn = _draw([small / "lru-alone", small / "budget"], tmp_path)
+    for figure in made.values():
+        assert " = " not in figure.caption, figure.name
+    hits = made["hierarchy_hits.png"]
+    assert "hbm-lru (lru-alone) also stands for hbm-lru." in hits.caption
+    fig = drawn["hierarchy_hits.png"]
+    boxes = [*fig.legends, fig.axes[0].get_legend()]
+    legend = [t.get_text() for box in boxes if box is not None for t in box.get_texts()]
+    assert legend == ["hbm-lru (lru-alone) (+1 identical)", "hbm-belady", "chunk"]

@@ -290,11 +290,19 @@ MRC_FOLDERS = [f"mrc {SCRIPT[:8]} {CJK}", f"mrc {LONE_DOLLAR} {NEWLINE}"]
 # what report.html may hold: these tags, these attributes
 HTML_TAGS = {
     "html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "ul", "li",
-    "table", "thead", "tbody", "tr", "th", "td", "figure", "img", "figcaption",
+    "table", "thead", "tbody", "tr", "th", "td", "figure", "img", "figcaption", "a", "div",
 }  # fmt: skip
-HTML_ATTRIBUTES = {"html": {"lang"}, "meta": {"charset"}, "img": {"alt", "src"}}
+# the report's own anchors (ids of headings, links to them) and numeric cells' class:
+# their values are checked below to be slugs, never a name as written
+HTML_ATTRIBUTES = {
+    "html": {"lang"}, "meta": {"charset"}, "img": {"alt", "src"}, "h1": {"id"}, "h2": {"id"},
+    "h3": {"id"}, "a": {"href"}, "td": {"class"}, "div": {"class"},
+}  # fmt: skip
+SLUG = re.compile(r"[a-z0-9_-]+")
 HEADINGS = {
     "replay report",
+    "Summary",
+    "Contents",
     "Claims: the papers beside this model",
     "Workload",
     "Memory hierarchy",
@@ -488,7 +496,14 @@ def test_html_makes_no_tag_attribute_or_link_of_a_name(hostile: Hostile) -> None
     assert all((a["src"] or "").startswith("data:image/png;base64,") for a in images)
     lowered = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]*", "", page).lower()
     assert "<script" not in lowered and "<img src=x" not in lowered and "<b>" not in lowered
-    assert "href" not in lowered  # no link at all (the only URLs are the data: above)
+    # links only to the report's own anchors, ids only slugs (never a name as written)
+    for _, attrs in parsed.tags:
+        if "href" in attrs:
+            assert (attrs["href"] or "").startswith("#") and SLUG.fullmatch(attrs["href"][1:])
+        if "id" in attrs:
+            assert SLUG.fullmatch(attrs["id"] or ""), attrs
+        if "class" in attrs:
+            assert SLUG.fullmatch(attrs["class"] or ""), attrs
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
     # the text a reader sees holds the names as written
@@ -523,7 +538,10 @@ def test_markdown_makes_no_markup_of_a_name(hostile: Hostile) -> None:
     md = (hostile.report / "report.md").read_text(encoding="utf-8")
     tokens = _md_tokens(md)
     kinds = {t.type for t in tokens}
-    assert not kinds & {"html_block", "html_inline", "link_open", "code_inline", "fence"}, kinds
+    assert not kinds & {"html_block", "html_inline", "code_inline", "fence"}, kinds
+    # links only to the report's own headings (`#slug`), never made of a name
+    links = [t.attrs.get("href", "") for t in tokens if t.type == "link_open"]
+    assert all(h.startswith("#") and SLUG.fullmatch(h[1:]) for h in links), links
     assert not kinds & {"code_block", "strong_open", "blockquote_open", "ordered_list_open"}
     figures = {f["name"] for f in _summary(hostile)["figures"]}
     images = [t.attrs["src"] for t in tokens if t.type == "image"]

@@ -92,5 +92,6 @@ def quickstart_command(
             out, trace, workers=n, force=True, on_step=step, on_run=report_runs
         )
     step(f"wrote {out}/report.md, report.html and {len(summary['figures'])} figures")
-    for claim in summary["claims"]:
-        typer.echo(f"  {claim['source']}: {claim['model']}")
+    # the report's summary, answers first (its claims follow in the report)
+    for line in summary.get("summary", []):
+        typer.echo(f"  {line}")

@@ -20,7 +20,18 @@ policy), not by folder names, and returns JSON-ready dicts (they go into the rep
   same interval, per increment mode and bit width.
 - `checkfreq`, `caches` (PatrickStar's chunks against row caches), `sensitivity` (two
   sweeps of one grid on different systems: the second against the first per point).
+- `failures`: each run with a failure model, and whether its interval is near enough
+  its Young/Daly optimum for its goodput to mean anything.
 - `claims`: DESIGN section 7's published claims beside what the model computes.
+
+Artifacts of a short trace are not results: a figure derived from fewer than
+`MIN_CHECKPOINTS` checkpoints, from a failure study whose interval lies outside
+`YOUNG_DALY_BAND` times its Young/Daly interval, or from an intermittent increment that
+never reaches its full refresh in the replayed span carries a `needs` text (what it
+would take) instead of being reported; `None` where it is a result.
+
+Ratios are written by `fmt_ratio`: a percentage up to 100%, a multiple (×) above, so no
+report says "621,167%".
 """
 
 from __future__ import annotations
@@ -31,6 +42,8 @@ from typing import Any
 
 import polars as pl
 
+from replay._units import format_duration
+from replay.report.document import fmt_multiple, fmt_ratio, fmt_saving
 from replay.report.load import Results, RunData, SweepData
 
 LADDER = ("ssd", "pmem-host", "pcie-ndp", "cxl-d", "cxl-b", "cxl")
@@ -68,6 +81,11 @@ PAPER = {
 }
 
 
+MIN_CHECKPOINTS = 3  # a stall share, a bandwidth or a goodput from fewer is no result
+YOUNG_DALY_BAND = (0.25, 4.0)  # a failure study's interval / its Young/Daly interval
+FASTPERSIST_OVERHEAD = 0.01  # the overhead under which checkpointing counts as negligible
+
+
 # -- per run ------------------------------------------------------------------------------
 
 
@@ -81,12 +99,20 @@ def _col(frame: pl.DataFrame, name: str) -> pl.Series:
     return pl.Series(name, [0.0] * frame.height, dtype=pl.Float64)
 
 
+def steady_batches(frame: pl.DataFrame) -> pl.DataFrame:
+    """The steady state of a run's batches: the second half in batch order (all of them
+    for a one-batch run), as `replay.plan.systems` averages."""
+    if frame.height <= 1:
+        return frame
+    if "batch" in frame.columns:
+        frame = frame.sort("batch")
+    return frame.slice(frame.height // 2)
+
+
 def time_terms(run: RunData, *, steady: bool = True) -> dict[str, float]:
     """Mean seconds per batch of each term (TERMS) and `total`, over all batches or the
-    steady state (batch 0 left out when there are more)."""
-    frame = run.batches
-    if steady and frame.height > 1:
-        frame = frame.filter(pl.col("batch") > frame["batch"].min())
+    steady state (the second half of the batches, `steady_batches`)."""
+    frame = steady_batches(run.batches) if steady else run.batches
     n = max(frame.height, 1)
     raw = _col(frame, "time_raw_stall_s")
     exposed = _col(frame, "time_embedding_exposed_s")
@@ -106,9 +132,7 @@ def time_terms(run: RunData, *, steady: bool = True) -> dict[str, float]:
 
 
 def energy_per_batch(run: RunData, *, steady: bool = True) -> float:
-    frame = run.batches
-    if steady and frame.height > 1:
-        frame = frame.filter(pl.col("batch") > frame["batch"].min())
+    frame = steady_batches(run.batches) if steady else run.batches
     return float(_col(frame, "energy_j").sum() / max(frame.height, 1))
 
 
@@ -212,12 +236,58 @@ def write_times(run: RunData) -> pl.Series:
     return (ck["durable_s"] - ck["start_s"]).alias("write_s")
 
 
+def checkpoints_taken(run: RunData) -> int:
+    """Checkpoints written during training (the initial full one, before batch 0, left
+    out)."""
+    ck = run.checkpoints
+    if ck.is_empty() or "batch" not in ck.columns:
+        return 0
+    return int((ck["batch"] >= 0).sum())
+
+
+def _interval_batches(run: RunData) -> int | None:
+    """The run's checkpoint interval in batches: as used, as set, or CheckFreq's rule."""
+    ck = run.summary.get("checkpoint") or {}
+    for value in (
+        ck.get("interval_batches_used"),
+        _checkpoint_spec(run).get("interval_batches"),
+        ck.get("rule_interval_batches"),
+    ):
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 1:
+            return math.ceil(value)
+    return None
+
+
+def needs_checkpoints(run: RunData) -> str | None:
+    """None when the run took at least MIN_CHECKPOINTS checkpoints, else what it needs."""
+    taken = checkpoints_taken(run)
+    if taken >= MIN_CHECKPOINTS:
+        return None
+    text = f"needs ≥ {MIN_CHECKPOINTS} checkpoints (this run took {taken})"
+    interval = _interval_batches(run)
+    if interval:
+        text += (
+            f": a trace of ≥ {MIN_CHECKPOINTS * interval:,} batches at its interval of "
+            f"{interval:,} batches"
+        )
+    return text + ", or see the plan section"
+
+
 def _fastpersist_row(run: RunData, base_write_s: float | None) -> dict[str, Any]:
     spec = _checkpoint_spec(run)
     writes = write_times(run)
     write_s = float(writes.mean()) if len(writes) else math.nan
-    compute_s = time_terms(run)["compute"]
+    terms = time_terms(run)
+    compute_s = terms["compute"]
+    # the training time of a batch, without the checkpoint stall: what an interval of k
+    # batches spreads one checkpoint's write over
+    train_s = terms["total"] - terms["checkpoint"]
     nbytes = float(run.checkpoints["bytes"].mean()) if len(writes) else math.nan
+    interval = (
+        max(1, math.ceil(write_s / (FASTPERSIST_OVERHEAD * train_s)))
+        if train_s > 0 and math.isfinite(write_s)
+        else None
+    )
     return {
         "label": run.label,
         "system": run.system,
@@ -232,7 +302,15 @@ def _fastpersist_row(run: RunData, base_write_s: float | None) -> dict[str, Any]
         "speedup": None if base_write_s is None else _ratio(base_write_s, write_s),
         "overhead": float(run.summary["checkpoint"].get("overhead", 0.0)),
         "compute_s": compute_s,
+        "train_s": train_s,
+        "write_over_compute": _ratio(write_s, compute_s),
         "free_per_batch": bool(write_s <= compute_s),
+        # one checkpoint every this many batches keeps its write under 1% of the training
+        # time (the write time bounds the stall from above)
+        "interval_1pct_batches": interval,
+        "interval_1pct_s": None if interval is None else interval * train_s,
+        "checkpoints": checkpoints_taken(run),
+        "needs": needs_checkpoints(run),
     }
 
 
@@ -250,10 +328,11 @@ def fastpersist(results: Results) -> dict[str, Any] | None:
         and not r.checkpoints.is_empty()
     ]
     base = _fastpersist_row(sync[0], None) if sync else None
-    base_write = base["write_s"] if base else None
+    base_write = base["write_s"] if base and base["needs"] is None else None
     rows = [_fastpersist_row(r, base_write) for r in fast]
-    speedups = [r["speedup"] for r in rows if r["speedup"] is not None]
-    best = max(rows, key=lambda r: r["speedup"] or 0.0)
+    shown = [r for r in rows if r["needs"] is None]
+    speedups = [r["speedup"] for r in shown if r["speedup"] is not None]
+    best = max(shown or rows, key=lambda r: r["speedup"] or 0.0)
     return {
         "baseline": base,
         "runs": rows,
@@ -262,6 +341,9 @@ def fastpersist(results: Results) -> dict[str, Any] | None:
         "per_batch_free": best["free_per_batch"],
         "per_batch_write_s": best["write_s"],
         "compute_s": best["compute_s"],
+        "write_over_compute": best["write_over_compute"],
+        "interval_1pct_batches": best["interval_1pct_batches"],
+        "interval_1pct_s": best["interval_1pct_s"],
         # the aggregate write rate per-batch checkpoints would need to be free
         "needed_write_bw_bytes_per_s": _ratio(best["bytes_per_checkpoint"], best["compute_s"]),
     }
@@ -271,6 +353,36 @@ def _steady_bytes_per_checkpoint(run: RunData) -> float:
     ck = run.checkpoints
     after = ck.filter(pl.col("batch") >= 0) if not ck.is_empty() else ck
     return float(after["bytes"].mean()) if after.height else math.nan
+
+
+def needs_refresh(run: RunData) -> str | None:
+    """None unless `run` is an intermittent increment that wrote no full checkpoint after
+    the initial one in the replayed span (it then equals one-shot): what it would need."""
+    spec = _checkpoint_spec(run)
+    if spec.get("increment") != "intermittent":
+        return None
+    ck = run.checkpoints
+    if ck.is_empty() or not {"kind", "batch", "rows"} <= set(ck.columns):
+        return None
+    if ck.filter((pl.col("kind") == "full") & (pl.col("batch") >= 0)).height:
+        return None
+    full = ck.filter(pl.col("kind") == "full")
+    incr = ck.filter(pl.col("kind") == "incremental").sort("batch")
+    threshold = float(spec.get("full_threshold_fraction", 0.5))
+    text = (
+        f"needs a span in which an increment exceeds {fmt_ratio(threshold)} of the rows "
+        "(its full refresh; until then it is one-shot)"
+    )
+    if full.height and incr.height:
+        total = float(full["rows"].max())
+        last = incr.row(-1, named=True)
+        share = last["rows"] / total if total else 0.0
+        text += f": the largest increment here held {fmt_ratio(share)}"
+        if share > 0:
+            # increments grow more slowly than linearly: a lower bound
+            want = math.ceil((int(last["batch"]) + 1) * threshold / share)
+            text += f", so a trace of more than {want:,} batches"
+    return text + ", or see the plan section"
 
 
 def check_n_run(results: Results) -> dict[str, Any] | None:
@@ -307,6 +419,9 @@ def check_n_run(results: Results) -> dict[str, Any] | None:
         if not same:
             continue
         base = same[0]
+        needs = needs_checkpoints(run) or needs_refresh(run)
+        if needs is None and needs_checkpoints(base):
+            needs = f"its baseline {base.label} {needs_checkpoints(base)}"
         base_bytes = _steady_bytes_per_checkpoint(base)
         own_bytes = _steady_bytes_per_checkpoint(run)
         base_kept = float(base.summary["checkpoint"]["max_bytes_retained"])
@@ -328,14 +443,18 @@ def check_n_run(results: Results) -> dict[str, Any] | None:
                 "quantization_error": (run.summary["checkpoint"].get("quantization") or {}).get(
                     "relative_error_mean"
                 ),
+                "checkpoints": checkpoints_taken(run),
+                "needs": needs,
             }
         )
     if not rows:
         return None
-    bw = [r["bandwidth_reduction"] for r in rows if r["bandwidth_reduction"] is not None]
-    cap = [r["capacity_reduction"] for r in rows if r["capacity_reduction"] is not None]
+    shown = [r for r in rows if r["needs"] is None]
+    bw = [r["bandwidth_reduction"] for r in shown if r["bandwidth_reduction"] is not None]
+    cap = [r["capacity_reduction"] for r in shown if r["capacity_reduction"] is not None]
     return {
         "runs": rows,
+        "shown": len(shown),
         "bandwidth_reduction_range": [min(bw), max(bw)] if bw else None,
         "capacity_reduction_range": [min(cap), max(cap)] if cap else None,
     }
@@ -345,8 +464,8 @@ def checkfreq(results: Results) -> dict[str, Any] | None:
     """CheckFreq at its own interval (runs without interval_batches or interval_s).
 
     `rule_overhead` is the steady-state stall share the rule aims at, t_snapshot /
-    (k · t_iter), from the run's own figures; it stands in for the measured overhead
-    when the trace is shorter than one interval (no checkpoint taken).
+    (k · t_iter), from the run's own figures. A run of fewer than MIN_CHECKPOINTS
+    checkpoints measures nothing: its `needs` says how long a trace would.
     """
     runs = [
         r
@@ -371,11 +490,60 @@ def checkfreq(results: Results) -> dict[str, Any] | None:
                 "rule_interval_batches": k,
                 "rule_overhead": rule,
                 "batches": int(r.summary["batches"]),
+                "needs": needs_checkpoints(r),
             }
         )
-    overheads = [r["overhead"] if r["count"] else r["rule_overhead"] for r in rows]
-    known = [o for o in overheads if o is not None]
+    known = [r["overhead"] for r in rows if r["needs"] is None]
     return {"runs": rows, "max_overhead": max(known) if known else None}
+
+
+# -- failures ------------------------------------------------------------------------------
+
+
+def failures(results: Results) -> list[dict[str, Any]]:
+    """Every run with a failure model; `needs` is None when its goodput is a result: the
+    interval it checkpointed at lies within YOUNG_DALY_BAND of its Young/Daly interval
+    and it took MIN_CHECKPOINTS checkpoints (a run without checkpoints needs neither)."""
+    rows = []
+    low, high = YOUNG_DALY_BAND
+    for run in _unique(results.all_runs()):
+        f = run.summary.get("failures")
+        if not isinstance(f, dict):
+            continue
+        yd = f.get("young_daly_interval_s")
+        used = f.get("interval_s_used")
+        ratio = _ratio(float(used), float(yd)) if used is not None and yd else None
+        needs = None
+        if run.strategy != "none":
+            if ratio is None or not low <= ratio <= high:
+                needs = (
+                    f"its interval, {_duration(used)}, is "
+                    + ("not comparable to" if ratio is None else f"{ratio:.3g}×")
+                    + f" its Young/Daly interval ({_duration(yd)}): needs an interval within "
+                    f"{low:g}–{high:g}× that ({_duration(low * yd if yd else None)} to "
+                    f"{_duration(high * yd if yd else None)}), or see the plan section"
+                )
+            else:
+                needs = needs_checkpoints(run)
+        rows.append(
+            {
+                "label": run.label,
+                "strategy": run.strategy,
+                "mtbf_s": float(f["mtbf_s"]),
+                "goodput_mean": float(f["goodput_mean"]),
+                "goodput_p5": float(f["goodput_p5"]),
+                "lost_work_s_mean": float(f["lost_work_s_mean"]),
+                "young_daly_interval_s": yd,
+                "interval_s_used": used,
+                "interval_over_young_daly": ratio,
+                "needs": needs,
+            }
+        )
+    return rows
+
+
+def _duration(seconds: float | None) -> str:
+    return "n/a" if seconds is None or not math.isfinite(seconds) else format_duration(seconds)
 
 
 # -- placement ------------------------------------------------------------------------------
@@ -459,11 +627,11 @@ def sensitivity(results: Results) -> list[dict[str, Any]]:
 
 
 def _fmt_pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.0f}%"
+    return fmt_ratio(x, 2)
 
 
 def _fmt_x(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3g}×"
+    return fmt_multiple(x)
 
 
 def _spec_value(runs: Sequence[RunData], system: str, *path: str) -> str:
@@ -488,9 +656,8 @@ def claims(results: Results, sections: dict[str, Any]) -> list[dict[str, str]]:
     if lad and "cxl_over_pmem_host" in lad:
         head = lad["cxl_over_pmem_host"]
         model = (
-            f"{_fmt_x(head['speedup'])} faster and {_fmt_pct(head['energy_saving'])} less "
-            f"energy per batch in steady state ({_fmt_x(head['speedup_whole_trace'])} and "
-            f"{_fmt_pct(head['energy_saving_whole_trace'])} over the whole trace)"
+            f"{_fmt_x(head['speedup'])} faster and {fmt_saving(head['energy_saving'])} "
+            "energy per batch (steady state)"
         )
     else:
         model = "not computed: give a comparison with pmem-host and cxl"
@@ -548,12 +715,14 @@ def claims(results: Results, sections: dict[str, Any]) -> list[dict[str, str]]:
     )
     fp = sections.get("fastpersist")
     if fp and fp.get("max_speedup") is not None:
-        free = "free" if fp["per_batch_free"] else "not free"
         model = (
             f"up to {_fmt_x(fp['max_speedup'])} faster writes than torch-save ({fp['best']}); "
-            f"per-batch checkpointing is {free} here: {fp['per_batch_write_s'] * 1e3:.3g} ms "
-            f"to write against {fp['compute_s'] * 1e3:.3g} ms of forward + backward"
+            + (fastpersist_per_batch(fp))
         )
+    elif fp:
+        needs = [r["needs"] for r in fp["runs"] if r["needs"]]
+        base_needs = (fp.get("baseline") or {}).get("needs")
+        model = "not shown: " + (base_needs or (needs[0] if needs else "no torch-save run"))
     else:
         model = "not computed: give torch-save and fastpersist runs"
     base = (fp or {}).get("baseline") or {}
@@ -577,8 +746,13 @@ def claims(results: Results, sections: dict[str, Any]) -> list[dict[str, str]]:
         clo, chi = cnr["capacity_reduction_range"]
         model = (
             f"{lo:.3g}–{hi:.3g}× less write bandwidth and {clo:.3g}–{chi:.3g}× less capacity "
-            f"over {len(cnr['runs'])} increment modes and bit widths"
+            f"over {cnr['shown']} increment modes and bit widths"
         )
+        hidden = len(cnr["runs"]) - cnr["shown"]
+        if hidden:
+            model += f" ({hidden} more not shown: artifacts of the short trace)"
+    elif cnr:
+        model = "not shown: " + next(r["needs"] for r in cnr["runs"] if r["needs"])
     else:
         model = "not computed: give check-n-run runs and a sync-full run at one interval"
     rows.append(
@@ -604,17 +778,36 @@ def claims(results: Results, sections: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def _checkfreq_text(cf: dict[str, Any] | None) -> str:
-    if not cf or cf["max_overhead"] is None:
-        return "not computed: give a checkfreq run without an interval"
-    row = cf["runs"][0]
-    text = f"{100 * cf['max_overhead']:.2f}% stall overhead at CheckFreq's own interval"
-    if row["count"] == 0 and row["rule_interval_batches"]:
+def fastpersist_per_batch(fp: dict[str, Any]) -> str:
+    """Per-batch checkpointing, like with like: one checkpoint's write time against the
+    forward + backward time of a batch, and the interval at which the overhead is under
+    1%."""
+    free = "free" if fp["per_batch_free"] else "not free"
+    text = (
+        f"per-batch checkpointing is {free} here: a checkpoint takes "
+        f"{_duration(fp['per_batch_write_s'])} to write against "
+        f"{_duration(fp['compute_s'])} of forward + backward per batch "
+        f"({fmt_ratio(fp.get('write_over_compute'))} of it)"
+    )
+    k = fp.get("interval_1pct_batches")
+    if k:
         text += (
-            f" (its rule checkpoints every {row['rule_interval_batches']:,} batches, more than "
-            f"the {row['batches']:,} replayed, so this is the rule's t_snapshot / (k·t_iter))"
+            f"; the overhead falls under {fmt_ratio(FASTPERSIST_OVERHEAD)} at one checkpoint "
+            f"every {k:,} batches ({_duration(fp['interval_1pct_s'])} of training)"
         )
     return text
+
+
+def _checkfreq_text(cf: dict[str, Any] | None) -> str:
+    if not cf:
+        return "not computed: give a checkfreq run without an interval"
+    if cf["max_overhead"] is None:
+        return "not shown: " + str(cf["runs"][0]["needs"])
+    return (
+        f"{fmt_ratio(cf['max_overhead'])} stall overhead at CheckFreq's own interval "
+        f"(measured over {min(r['count'] for r in cf['runs'] if r['needs'] is None):,} "
+        "checkpoints or more)"
+    )
 
 
 def _fmt_bw(value: float | None) -> str:
@@ -630,6 +823,7 @@ def analyse(results: Results) -> dict[str, Any]:
         "checkfreq": checkfreq(results),
         "caches": caches(results),
         "sensitivity": sensitivity(results),
+        "failures": failures(results),
     }
     sections["claims"] = claims(results, sections)
     return sections
@@ -637,16 +831,24 @@ def analyse(results: Results) -> dict[str, Any]:
 
 __all__ = [
     "LADDER",
+    "MIN_CHECKPOINTS",
     "PAPER",
     "TERMS",
+    "YOUNG_DALY_BAND",
     "analyse",
     "caches",
     "check_n_run",
     "checkfreq",
+    "checkpoints_taken",
     "claims",
     "energy_per_batch",
+    "failures",
     "fastpersist",
+    "fastpersist_per_batch",
     "ladder",
+    "needs_checkpoints",
+    "needs_refresh",
     "sensitivity",
+    "steady_batches",
     "time_terms",
 ]

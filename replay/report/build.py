@@ -5,31 +5,62 @@ folder holds `report.md`, a self-contained `report.html` (figures embedded),
 `figures/*.png` and `summary.json` (every number the text quotes, for pipelines). It is
 built beside its final place and renamed when complete. Output is deterministic: the
 same result folders give the same bytes.
+
+The answer comes first: a Summary of at most ten lines (the workload; how much cache and
+which checkpoint scheme, from a plan among the results, else the `replay plan` command
+that would answer; the fastest and the most frugal system), each linking to the section
+it comes from, then the contents. Per-batch figures are steady state throughout
+(`replay.report.analysis.steady_batches`); a figure a short trace cannot support is
+replaced by what it would need (`analysis`'s `needs`). Ratios above 100% are written as
+multiples (`document.fmt_ratio`), and `check_percentages` refuses a report that still
+holds one.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 from replay._output import atomic_folder, write_json
+from replay._units import format_bytes, format_duration
 from replay._version import __version__
 from replay.errors import OutputError
-from replay.report.analysis import LADDER, PAPER, analyse, energy_per_batch, time_terms
+from replay.report.analysis import (
+    LADDER,
+    MIN_CHECKPOINTS,
+    PAPER,
+    YOUNG_DALY_BAND,
+    analyse,
+    energy_per_batch,
+    fastpersist_per_batch,
+    needs_checkpoints,
+    time_terms,
+)
 from replay.report.document import (
     Block,
     Bullets,
     Heading,
     Image,
+    Link,
     Paragraph,
     Table,
+    Text,
+    assign_anchors,
+    fmt_multiple,
+    fmt_ratio,
+    fmt_saving,
+    plain_text,
     to_html,
     to_markdown,
 )
 from replay.report.figures import FigureOut, sweep_figure_names
 from replay.report.figures_all import generic_figures
 from replay.report.load import Results, RunData, load_results
+from replay.report.plan_section import SECTION as PLAN_SECTION
+from replay.report.plan_section import heading as plan_heading
+from replay.report.plan_section import plan_blocks, plan_figures, plan_lines
 from replay.report.scenario_figures import scenario_figures
 
 REPORT_FILES = frozenset({"report.md", "report.html", "summary.json", "figures"})
@@ -37,28 +68,44 @@ TITLE = "replay report"
 
 
 def _ms(seconds: float | None) -> str:
-    return "n/a" if seconds is None or not math.isfinite(seconds) else f"{seconds * 1e3:.4g} ms"
+    """A duration (`0.352 ms`, `2.16 s`): `replay._units.format_duration`."""
+    return "n/a" if seconds is None or not math.isfinite(seconds) else format_duration(seconds)
 
 
 def _x(value: float | None) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value:.3g}×"
+    return fmt_multiple(value)
 
 
-def _pct(value: float | None, digits: int = 1) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{100 * value:.{digits}f}%"
+def _pct(value: float | None, digits: int = 3) -> str:
+    """A share: a percentage up to 100%, a multiple above (`fmt_ratio`)."""
+    return fmt_ratio(value, digits)
 
 
 def _bytes(value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    for factor, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {unit}"
-    return f"{value:.3g} B"
+    return "n/a" if value is None or not math.isfinite(value) else format_bytes(value)
 
 
 def _images(figures: list[FigureOut], section: str) -> list[Block]:
     return [Image(f.name, f.title, f.caption) for f in figures if f.section == section]
+
+
+def _not_shown(items: list[tuple[str, str]]) -> list[Block]:
+    """Rows that are no result, grouped by what they need: (label, needs) pairs."""
+    if not items:
+        return []
+    grouped: dict[str, list[str]] = {}
+    for label, needs in items:
+        grouped.setdefault(needs, []).append(label)
+    return [
+        Paragraph("Not shown (artifacts of the replayed span, not results):"),
+        Bullets(
+            tuple(
+                f"{', '.join(labels[:8])}{f' (+{len(labels) - 8})' if len(labels) > 8 else ''}: "
+                f"{needs}"
+                for needs, labels in list(grouped.items())[:30]
+            )
+        ),
+    ]
 
 
 def _workload_blocks(results: Results, figures: list[FigureOut]) -> list[Block]:
@@ -90,6 +137,15 @@ def _compare_table(runs: tuple[RunData, ...]) -> Table:
         terms = time_terms(run)
         s = run.summary
         ck = s.get("checkpoint") or {}
+        strategy = str(ck.get("strategy", "none"))
+        if strategy == "none":
+            overhead = "-"
+        else:
+            overhead = (
+                f"needs ≥ {MIN_CHECKPOINTS} checkpoints"
+                if needs_checkpoints(run)
+                else _pct(ck.get("overhead", 0.0))
+            )
         rows.append(
             (
                 run.label,
@@ -97,19 +153,19 @@ def _compare_table(runs: tuple[RunData, ...]) -> Table:
                 _x(base / terms["total"] if terms["total"] > 0 else None),
                 f"{energy_per_batch(run):.4g} J",
                 f"{s['policy']['hit_ratio']:.4f}",
-                str(ck.get("strategy", "none")),
-                _pct(ck.get("overhead", 0.0)),
+                strategy,
+                overhead,
             )
         )
     return Table(
         (
             "system",
-            "time per batch (steady)",
+            "time per batch",
             "speedup",
             "energy per batch",
             "hit ratio",
             "checkpoint",
-            "checkpoint overhead",
+            "checkpoint stall / training time",
         ),
         tuple(rows),
     )
@@ -144,7 +200,7 @@ def _hierarchy_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> lis
                         r["policy"],
                         f"{r['capacity_rows']:,}",
                         f"{r['hit_ratio']:.4f}",
-                        f"{r['amplification']:.3g}",
+                        _x(r["amplification"]),
                         _bytes(r["link_bytes_per_batch"]),
                         _ms(r["batch_time_s"]),
                     )
@@ -162,9 +218,11 @@ def _time_blocks(results: Results, figures: list[FigureOut]) -> list[Block]:
     blocks: list[Block] = [
         Heading("Time per batch"),
         Paragraph(
-            "Steady state leaves out batch 0, which pays one-time costs (an initial full "
-            "checkpoint, cold caches); speedups are against the first system of each "
-            "comparison."
+            "Every time and energy per batch in this report is steady state: the mean over "
+            "the second half of a run's batches, as `replay plan` measures it, after the "
+            "one-time costs of the first (an initial full checkpoint, cold caches) that a run "
+            "of days amortizes. Speedups are against the first system of each comparison; "
+            f"a checkpoint stall share needs ≥ {MIN_CHECKPOINTS} checkpoints in the run."
         ),
     ]
     for compare in results.compares:
@@ -207,7 +265,7 @@ def _ladder_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> list[B
             items.append(
                 f"{prev} → {step['system']}: {_x(step['speedup_over_previous'])} "
                 f"({_ms(step['batch_time_s'])} per batch, "
-                f"{_pct(step['time_saved_fraction'])} less time). {step['change']}. "
+                f"{fmt_saving(step['time_saved_fraction'])} time). {step['change']}. "
                 f"Terms: {moved or 'none changed by 1% or more'}."
                 + (
                     f" {step['raw_lookups']:,} lookups read a row the previous batch wrote."
@@ -222,11 +280,9 @@ def _ladder_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> list[B
         blocks.append(
             Paragraph(
                 f"Overall, cxl over pmem-host: {_x(head['speedup'])} faster and "
-                f"{_pct(head['energy_saving'])} less energy per batch in steady state "
-                f"({_x(head['speedup_whole_trace'])} and "
-                f"{_pct(head['energy_saving_whole_trace'])} over the whole trace, which "
-                "includes pmem-host's initial full checkpoint); the paper reports 5.2× and "
-                "76%."
+                f"{fmt_saving(head['energy_saving'])} energy per batch; the paper reports "
+                f"{_x(PAPER['trainingcxl_speedup'])} and "
+                f"{_pct(PAPER['trainingcxl_energy_saving'])} less."
             )
         )
     blocks += _images(figures, "ladder")
@@ -234,24 +290,120 @@ def _ladder_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> list[B
 
 
 def _checkpoint_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> list[Block]:
-    blocks: list[Block] = [Heading("Checkpoints")]
+    blocks: list[Block] = [
+        Heading("Checkpoints"),
+        Paragraph(
+            f"A stall share, a write rate or a reduction from fewer than {MIN_CHECKPOINTS} "
+            "checkpoints, or from an intermittent increment that never reached its full "
+            "refresh, is no result: such rows say what they would need. For intervals and "
+            "goodput over a whole run, see the plan section."
+        ),
+    ]
     fp = analysis.get("fastpersist")
-    if fp and fp.get("max_speedup") is not None:
-        base = fp.get("baseline") or {}
+    if fp:
+        blocks += _fastpersist_blocks(fp)
+    cnr = analysis.get("check_n_run")
+    if cnr:
+        shown = [r for r in cnr["runs"] if r["needs"] is None]
         blocks += [
-            Heading("FastPersist against torch.save", 3),
+            Heading("Check-N-Run against full checkpoints", 3),
+            Paragraph(
+                "Reductions against sync-full at the same interval: write bandwidth is bytes "
+                "per checkpoint after the initial full one; capacity is the most bytes kept "
+                "for a restore (paper: 6–17× and 2.5–8×)."
+            ),
+        ]
+        if shown:
+            blocks.append(
+                Table(
+                    (
+                        "increment",
+                        "bits",
+                        "interval (batches)",
+                        "bytes per checkpoint",
+                        "bandwidth reduction",
+                        "capacity reduction",
+                        "restored-row error",
+                    ),
+                    tuple(
+                        (
+                            r["increment"],
+                            "fp32" if r["quantize_bits"] == 0 else str(r["quantize_bits"]),
+                            str(r["interval_batches"]),
+                            _bytes(r["bytes_per_checkpoint"]),
+                            _x(r["bandwidth_reduction"]),
+                            _x(r["capacity_reduction"]),
+                            "-"
+                            if not r["quantization_error"]
+                            else f"{float(r['quantization_error']):.3g}",
+                        )
+                        for r in shown
+                    ),
+                )
+            )
+        blocks += _not_shown(
+            [
+                (
+                    f"{r['increment']} {'fp32' if not r['quantize_bits'] else r['quantize_bits']}",
+                    r["needs"],
+                )
+                for r in cnr["runs"]
+                if r["needs"]
+            ]
+        )
+    cf = analysis.get("checkfreq")
+    if cf:
+        blocks += [
+            Heading("CheckFreq", 3),
+            Bullets(
+                tuple(
+                    f"{r['label']}: measured {_pct(r['overhead'])} stall over {r['count']:,} "
+                    f"checkpoints in {r['batches']:,} batches at the rule's interval of "
+                    f"{r['rule_interval_batches']:,} batches (paper: within "
+                    f"{_pct(PAPER['checkfreq_overhead'])})"
+                    if r["needs"] is None
+                    else f"{r['label']}: not shown: {r['needs']}"
+                    for r in cf["runs"]
+                )
+            ),
+        ]
+    blocks += _images(figures, "checkpoints")
+    if len(blocks) == 2:
+        blocks.append(Paragraph("No checkpointing runs in the results."))
+    return blocks
+
+
+def _fastpersist_blocks(fp: dict[str, Any]) -> list[Block]:
+    base = fp.get("baseline") or {}
+    blocks: list[Block] = [Heading("FastPersist against torch.save", 3)]
+    if fp.get("max_speedup") is not None:
+        blocks.append(
             Paragraph(
                 f"torch-save writes {_bytes(base.get('bytes_per_checkpoint'))} per checkpoint "
                 f"in {_ms(base.get('write_s'))}. The fastest FastPersist configuration "
-                f"({fp['best']}) is {_x(fp['max_speedup'])} faster (paper: up to 116×, across "
-                "many nodes). Per-batch checkpointing is "
-                + ("free" if fp["per_batch_free"] else "not free")
-                + f" for this workload: {_ms(fp['per_batch_write_s'])} to write against "
-                f"{_ms(fp['compute_s'])} of forward + backward; it would need "
+                f"({fp['best']}) is {_x(fp['max_speedup'])} faster (paper: up to "
+                f"{_x(PAPER['fastpersist_speedup'])}, across many nodes). Like with like: "
+                + fastpersist_per_batch(fp)
+                + f". Free per-batch checkpoints would need "
                 f"{_bytes(fp['needed_write_bw_bytes_per_s'])}/s of aggregate writes."
-            ),
+            )
+        )
+    elif base.get("needs"):
+        blocks.append(Paragraph(f"No speedups: the baseline {base['label']} {base['needs']}."))
+    shown = [r for r in fp["runs"] if r["needs"] is None]
+    if shown:
+        blocks.append(
             Table(
-                ("run", "writers", "drives", "write time", "write rate", "speedup", "overhead"),
+                (
+                    "run",
+                    "writers",
+                    "drives",
+                    "write time",
+                    "write rate",
+                    "speedup",
+                    "write / forward + backward",
+                    "every k batches for < 1% overhead",
+                ),
                 tuple(
                     (
                         r["label"],
@@ -260,87 +412,34 @@ def _checkpoint_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> li
                         _ms(r["write_s"]),
                         _bytes(r["write_bw_bytes_per_s"]) + "/s",
                         _x(r["speedup"]),
-                        _pct(r["overhead"], 0),
+                        _pct(r["write_over_compute"]),
+                        "n/a"
+                        if r["interval_1pct_batches"] is None
+                        else f"{r['interval_1pct_batches']:,} ({_ms(r['interval_1pct_s'])})",
                     )
-                    for r in fp["runs"]
+                    for r in shown
                 ),
-            ),
-        ]
-    cnr = analysis.get("check_n_run")
-    if cnr:
-        blocks += [
-            Heading("Check-N-Run against full checkpoints", 3),
-            Paragraph(
-                "Reductions against sync-full at the same interval: write bandwidth is bytes "
-                "per checkpoint after the initial full one; capacity is the most bytes kept "
-                "for a restore (paper: 6–17× and 2.5–8×)."
-            ),
-            Table(
-                (
-                    "increment",
-                    "bits",
-                    "interval (batches)",
-                    "bytes per checkpoint",
-                    "bandwidth reduction",
-                    "capacity reduction",
-                    "restored-row error",
-                ),
-                tuple(
-                    (
-                        r["increment"],
-                        "fp32" if r["quantize_bits"] == 0 else str(r["quantize_bits"]),
-                        str(r["interval_batches"]),
-                        _bytes(r["bytes_per_checkpoint"]),
-                        _x(r["bandwidth_reduction"]),
-                        _x(r["capacity_reduction"]),
-                        "-"
-                        if not r["quantization_error"]
-                        else f"{float(r['quantization_error']):.3g}",
-                    )
-                    for r in cnr["runs"]
-                ),
-            ),
-        ]
-    cf = analysis.get("checkfreq")
-    if cf:
-        blocks += [
-            Heading("CheckFreq", 3),
-            Bullets(
-                tuple(
-                    f"{r['label']}: the rule checkpoints every {r['rule_interval_batches']} "
-                    f"batches for a {_pct(r['rule_overhead'], 2)} stall share; measured "
-                    f"{_pct(r['overhead'], 2)} over {r['count']} checkpoints in "
-                    f"{r['batches']} batches (paper: within 3.5%)"
-                    for r in cf["runs"]
-                )
-            ),
-        ]
-    blocks += _images(figures, "checkpoints")
-    if len(blocks) == 1:
-        blocks.append(Paragraph("No checkpointing runs in the results."))
+            )
+        )
+    blocks += _not_shown([(r["label"], r["needs"]) for r in fp["runs"] if r["needs"]])
     return blocks
 
 
-def _failure_blocks(results: Results, figures: list[FigureOut]) -> list[Block]:
-    runs = [r for r in results.all_runs() if r.summary.get("failures")]
+def _failure_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> list[Block]:
+    rows = analysis.get("failures") or []
     blocks: list[Block] = [Heading("Failures and goodput")]
-    if runs:
-        rows = []
-        for run in runs[:30]:
-            f = run.summary["failures"]
-            yd = f.get("young_daly_interval_s")
-            used = f.get("interval_s_used")
-            rows.append(
-                (
-                    run.label,
-                    f"{f['mtbf_s']:.4g} s",
-                    f"{f['goodput_mean']:.4f}",
-                    f"{f['goodput_p5']:.4f}",
-                    f"{f['lost_work_s_mean']:.4g} s",
-                    "n/a" if yd is None else f"{yd:.4g} s",
-                    "n/a" if used is None else f"{used:.4g} s",
-                )
+    shown = [r for r in rows if r["needs"] is None]
+    if rows:
+        blocks.append(
+            Paragraph(
+                "Goodput from the failure simulator at each run's own checkpoint interval. "
+                f"A run whose interval lies outside {YOUNG_DALY_BAND[0]:g}–"
+                f"{YOUNG_DALY_BAND[1]:g}× its Young/Daly optimum measures its interval, not "
+                "the strategy, and is not shown; the plan section gives each strategy's "
+                "goodput at its best interval."
             )
+        )
+    if shown:
         blocks.append(
             Table(
                 (
@@ -352,9 +451,21 @@ def _failure_blocks(results: Results, figures: list[FigureOut]) -> list[Block]:
                     "Young/Daly interval",
                     "interval used",
                 ),
-                tuple(rows),
+                tuple(
+                    (
+                        r["label"],
+                        _ms(r["mtbf_s"]),
+                        _pct(r["goodput_mean"]),
+                        _pct(r["goodput_p5"]),
+                        _ms(r["lost_work_s_mean"]),
+                        _ms(r["young_daly_interval_s"]),
+                        _ms(r["interval_s_used"]),
+                    )
+                    for r in shown[:30]
+                ),
             )
         )
+    blocks += _not_shown([(r["label"], r["needs"]) for r in rows if r["needs"]])
     blocks += _images(figures, "failures")
     if len(blocks) == 1:
         blocks.append(Paragraph("No failure model in the results (set failures.mtbf_s)."))
@@ -375,7 +486,7 @@ def _sensitivity_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> l
     for study in studies:
         pts = ", ".join(
             f"{','.join(f'{k}={v}' for k, v in p['values'].items())}: {_x(p['speedup'])}, "
-            f"{_pct(p['energy_saving'], 0)} energy"
+            f"{fmt_saving(p['energy_saving'])} energy"
             for p in study["points"]
         )
         blocks.append(Paragraph(f"{study['system']} against {study['baseline']} — {pts}."))
@@ -405,33 +516,131 @@ def _sources_blocks(results: Results) -> list[Block]:
     ]
 
 
-def build_blocks(
-    results: Results, analysis: dict[str, Any], figures: list[FigureOut]
-) -> list[Block]:
+def _workload_line(results: Results) -> str:
     work = results.workload()
-    trace = (work or {}).get("trace", "")
     runs = results.all_runs()
     meta = runs[0].meta.get("trace", {}) if runs else {}
-    what = f"{meta['workload']} trace" if meta.get("workload") else "trace"
-    intro = (
-        f"Replay of the {what} {trace} ({work['batches']:,} batches, {work['lookups']:,} "
-        f"lookups) on {len(runs)} system configurations."
+    what = f"the {meta['workload']} trace" if meta.get("workload") else "the trace"
+    text = (
+        f"Workload: {what} replayed here has {work['batches']:,} batches, "
+        f"{work['lookups']:,} lookups over {len(work.get('tables', []))} tables "
+        f"({work['rows']:,} rows, {_pct(work['touched_fraction'])} touched; the hottest 1% "
+        f"take {_pct(work['top1pct_share'])} of the lookups)"
         if work
-        else f"{len(runs)} runs; the trace's statistics were not recorded."
+        else f"Workload: {len(runs)} runs; the trace's statistics were not recorded"
     )
-    blocks: list[Block] = [
-        Heading(TITLE, 1),
-        Paragraph(
-            intro + " Every number and figure below was computed by replay from the result "
-            "folders listed at the end."
-        ),
-    ]
-    blocks += [
-        Heading("Claims: the papers beside this model"),
+    if results.plans:
+        h = results.plans[0].document["horizon"]
+        text += (
+            f"; the plan covers {int(h['batches']):,} batches, "
+            f"{format_duration(h['training_time_s'])} of training"
+        )
+    return text + "."
+
+
+def _plan_command(results: Results) -> str:
+    """The `replay plan` command that would answer for this trace (no numbers made up)."""
+    runs = results.all_runs()
+    trace = runs[0].trace if runs else ""
+    system = runs[0].system if runs else "hbm-lru"
+    return (
+        f"replay plan {trace or 'TRACE'} --system {system} --cache-budget SIZE "
+        "--hit-target 0.9 --cluster-mtbf DURATION --out plan"
+    )
+
+
+def _run_extremes(results: Results) -> str | None:
+    """The fastest and the most frugal of the replayed runs (steady state)."""
+    runs = results.all_runs()
+    if not runs:
+        return None
+    costs = [(time_terms(r)["total"], energy_per_batch(r), r.label) for r in runs]
+    fast = min(costs, key=lambda c: (c[0], c[2]))
+    frugal = min(costs, key=lambda c: (c[1], c[2]))
+    text = (
+        f"Replayed runs (steady state, checkpointing as each was run): {fast[2]} is fastest "
+        f"at {_ms(fast[0])} and {fast[1]:.4g} J per batch"
+    )
+    if frugal[2] != fast[2]:
+        text += f"; {frugal[2]} the most energy-efficient at {frugal[1]:.4g} J and {_ms(frugal[0])}"
+    return text + "."
+
+
+def _summary_items(
+    results: Results, analysis: dict[str, Any], anchors: dict[str, str]
+) -> list[Text]:
+    """At most ten lines, each ending in a link to the section it comes from."""
+
+    def see(line: str, heading: str) -> Text:
+        target = anchors.get(heading)
+        return (line, " (", Link(heading, "#" + target), ")") if target else line
+
+    items: list[Text] = [see(_workload_line(results), "Workload")]
+    if results.plans:
+        lines = plan_lines(results.plans[0])
+        plan = results.plans[0]
+        items.append(see(str(lines["cache"]), plan_heading(plan, 0, "cache")))
+        items.append(see(str(lines["checkpoint"]), plan_heading(plan, 0, "checkpoints")))
+        if lines["systems"]:
+            items.append(see(lines["systems"], plan_heading(plan, 0, "systems")))
+        if plan.document.get("notes"):
+            n = len(plan.document["notes"])
+            items.append(see(f"The plan notes {n} caveat{'s' * (n > 1)} to read first.", "Plan"))
+    else:
+        command = _plan_command(results)
+        items.append(
+            f"Cache: no plan among the results, so no cache size is given; to get one, run "
+            f"`{command}` and report its folder with these results."
+        )
+        items.append(
+            "Checkpoint: no plan among the results, so no scheme or interval is given (a "
+            "replayed span of seconds cannot measure goodput over days); the same "
+            "`replay plan` answers it."
+        )
+    extremes = _run_extremes(results)
+    if extremes:
+        items.append(see(extremes, "Time per batch"))
+    claims = analysis.get("claims") or []
+    if claims:
+        shown = sum(not c["model"].startswith(("not computed", "not shown")) for c in claims)
+        items.append(
+            see(
+                f"Published claims: {shown} of {len(claims)} computed on this trace; the "
+                "others say what they need.",
+                CLAIMS,
+            )
+        )
+    return items[:10]
+
+
+def _contents(blocks: list[Block]) -> Bullets:
+    """One line per section: a link to it, then links to its sub-sections."""
+    items: list[list[str | Link]] = []
+    for block in blocks:
+        if not isinstance(block, Heading) or block.level == 1 or block.anchor in HEAD_ANCHORS:
+            continue
+        if block.level == 2:
+            items.append([Link(block.text, "#" + block.anchor)])
+        elif items and block.level == 3:
+            items[-1] += [
+                ": " if len(items[-1]) == 1 else ", ",
+                Link(block.text, "#" + block.anchor),
+            ]
+    return Bullets(tuple(tuple(item) for item in items))
+
+
+CLAIMS = "Claims: the papers beside this model"
+HEAD_ANCHORS = ("summary", "contents")
+
+
+def _claims_blocks(analysis: dict[str, Any]) -> list[Block]:
+    return [
+        Heading(CLAIMS),
         Paragraph(
             "Each published claim of DESIGN section 7 beside the figure this model "
             "computes for it on this trace, and the assumptions behind the figure. The "
-            "model need not match a number it cannot derive."
+            "model need not match a number it cannot derive; a figure the replayed span "
+            "cannot support says what it would need."
         ),
         Table(
             ("claim", "source", "this model", "assumptions"),
@@ -440,16 +649,39 @@ def build_blocks(
             ),
         ),
     ]
-    blocks += _workload_blocks(results, figures)
-    blocks += _hierarchy_blocks(analysis, figures)
-    blocks += _time_blocks(results, figures)
-    blocks += _ladder_blocks(analysis, figures)
-    blocks += _checkpoint_blocks(analysis, figures)
-    blocks += _failure_blocks(results, figures)
+
+
+def build_blocks(
+    results: Results,
+    analysis: dict[str, Any],
+    figures: list[FigureOut],
+) -> list[Block]:
+    work = results.workload()
+    trace = (work or {}).get("trace", "")
+    runs = results.all_runs()
+    meta = runs[0].meta.get("trace", {}) if runs else {}
+    what = f"{meta['workload']} trace" if meta.get("workload") else "trace"
+    intro = (
+        f"Replay of the {what} {trace} ({work['batches']:,} batches, {work['lookups']:,} "
+        f"lookups) on {len(runs)} system configurations"
+        if work
+        else f"{len(runs)} runs (the trace's statistics were not recorded)"
+    )
+    if results.plans:
+        intro += f", and {len(results.plans)} plan{'s' * (len(results.plans) > 1)}"
+    body: list[Block] = []
+    for index, plan in enumerate(results.plans):
+        body += plan_blocks(plan, index, [f for f in figures if f.section == PLAN_SECTION])
+    body += _workload_blocks(results, figures)
+    body += _hierarchy_blocks(analysis, figures)
+    body += _time_blocks(results, figures)
+    body += _ladder_blocks(analysis, figures)
+    body += _checkpoint_blocks(analysis, figures)
+    body += _failure_blocks(analysis, figures)
     energy = _images(figures, "energy")
     if energy:
-        blocks += [Heading("Energy"), *energy]
-    blocks += _sensitivity_blocks(analysis, figures)
+        body += [Heading("Energy"), *energy]
+    body += _sensitivity_blocks(analysis, figures)
     studied = {folder for study in analysis.get("sensitivity") or [] for folder in study["folders"]}
     paired = {
         name
@@ -458,9 +690,85 @@ def build_blocks(
     }
     other = [f for f in _images(figures, "sweeps") if f.name not in paired]
     if other:
-        blocks += [Heading("Other sweeps"), *other]
-    blocks += _sources_blocks(results)
-    return blocks
+        body += [Heading("Other sweeps"), *other]
+    body += _claims_blocks(analysis)
+    body += _sources_blocks(results)
+    head: list[Block] = [
+        Heading(TITLE, 1),
+        Paragraph(
+            intro + ". Every number and figure below was computed by replay from the result "
+            "folders listed at the end."
+        ),
+        Heading("Summary", 2, "summary"),
+        Heading("Contents", 2, "contents"),
+    ]
+    blocks = assign_anchors(head + body)
+    anchors: dict[str, str] = {}
+    for block in blocks:
+        if isinstance(block, Heading):
+            anchors.setdefault(block.text, block.anchor)
+    summary = Bullets(tuple(_summary_items(results, analysis, anchors)))
+    contents = _contents(blocks)
+    return [*blocks[:3], summary, blocks[3], contents, *blocks[4:]]
+
+
+# a percentage written out: digits (with thousands commas) and a decimal part, then %
+_PERCENT = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s?%")
+
+
+def percents_over_100(text: str) -> list[str]:
+    """Every percentage above 100% in `text` (`621,167%`), as written."""
+    return [m[0] for m in _PERCENT.finditer(text) if float(m[1].replace(",", "")) > 100]
+
+
+def as_multiples(text: str) -> str:
+    """`text` with each percentage above 100% written as a multiple (`77,648%` → `776×`):
+    for captions drawn by the figure modules."""
+
+    def one(m: re.Match[str]) -> str:
+        value = float(m[1].replace(",", ""))
+        return fmt_multiple(value / 100) if value > 100 else m[0]
+
+    return _PERCENT.sub(one, text)
+
+
+def check_percentages(blocks: list[Block], names: set[str]) -> None:
+    """RuntimeError when the report's own text holds a percentage above 100% (`names`,
+    the labels and paths from result folders, are left out: they are the user's)."""
+    texts: list[str] = []
+    for block in blocks:
+        if isinstance(block, Heading):
+            texts.append(block.text)
+        elif isinstance(block, Paragraph):
+            texts.append(plain_text(block.text))
+        elif isinstance(block, Bullets):
+            texts += [plain_text(item) for item in block.items]
+        elif isinstance(block, Table):
+            texts += [*block.headers, *(cell for row in block.rows for cell in row)]
+        else:
+            texts += [block.title, block.caption]
+    for text in texts:
+        for name in sorted(names, key=len, reverse=True):
+            text = text.replace(name, " ")
+        found = percents_over_100(text)
+        if found:
+            raise RuntimeError(f"report text holds a percentage above 100% ({found[0]}): {text}")
+
+
+def _names(results: Results) -> set[str]:
+    names = {str(p) for p in results.sources}
+    for run in results.all_runs():
+        names |= {run.label, run.system, str(run.path), run.trace}
+        names |= {" ".join(run.config.get("overrides", []))}
+        names |= {str(v) for v in run.values.values()}
+    for plan in results.plans:
+        names |= {str(plan.path), plan.path.name}
+        names |= {str(t.get("table", "")) for t in plan.document["cache"]["per_table"]}
+        names |= {str(s["name"]) for s in plan.document["systems"]}
+        names |= set(plan.document.get("notes", []))
+    work = results.workload() or {}
+    names |= {str(t.get("name", "")) for t in work.get("tables", []) if isinstance(t, dict)}
+    return {n for n in names if n}
 
 
 def check_report_folder(out: Path) -> None:
@@ -494,7 +802,15 @@ def build_report(
         fig_dir.mkdir()
         # both draw names as written (no mathtext, no TeX): see figures.save
         figures = generic_figures(results, fig_dir) + scenario_figures(analysis, fig_dir)
+        # captions state ratios as multiples above 100%, as the text does
+        figures = [
+            FigureOut(f.name, as_multiples(f.title), as_multiples(f.caption), f.section)
+            for f in figures
+        ]
+        for index, plan in enumerate(results.plans):
+            figures += plan_figures(plan, index, fig_dir)
         blocks = build_blocks(results, analysis, figures)
+        check_percentages(blocks, _names(results))
         (tmp / "report.md").write_text(to_markdown(blocks))
         (tmp / "report.html").write_text(to_html(blocks, fig_dir, title=TITLE))
         summary = {
@@ -507,6 +823,8 @@ def build_report(
             ],
             "workload": _workload_summary(results),
             "ladder_systems": list(LADDER),
+            "summary": [plain_text(item) for item in _summary_of(blocks)],
+            "plans": [_shown_folder_of(plan.path, paths) for plan in results.plans],
             **analysis,
             "figures": [
                 {"name": f.name, "title": f.title, "caption": f.caption, "section": f.section}
@@ -517,13 +835,25 @@ def build_report(
     return summary
 
 
+def _summary_of(blocks: list[Block]) -> tuple[Text, ...]:
+    for i, block in enumerate(blocks):
+        if isinstance(block, Heading) and block.anchor == "summary":
+            following = blocks[i + 1]
+            return following.items if isinstance(following, Bullets) else ()
+    return ()
+
+
 def _shown_folder(run: RunData, paths: list[Path]) -> str:
+    return _shown_folder_of(run.path, paths)
+
+
+def _shown_folder_of(path: Path, paths: list[Path]) -> str:
     for base in paths:
         try:
-            return run.path.relative_to(base).as_posix() or "."
+            return path.relative_to(base).as_posix() or "."
         except ValueError:
             continue
-    return run.path.name
+    return path.name
 
 
 def _workload_summary(results: Results) -> dict[str, Any] | None:

@@ -7,12 +7,20 @@ characters and bidirectional overrides (which could hide or reorder the text aro
 name) with U+FFFD. The HTML file
 embeds its figures as base64 `data:` URIs and its style inline: it loads nothing, from
 the network or from disk.
+
+Anchors: every heading has one (`Heading.anchor`, set by `assign_anchors`): GitHub's
+slug of its text (lower case, punctuation dropped, spaces as hyphens, `-1`, `-2` for
+repeats), so a Markdown renderer that makes ids of headings makes these, without raw
+HTML in the Markdown; the HTML page sets them as the headings' `id`. A `Link` inside a
+paragraph or a bullet points at an anchor (`#...`) or a figure (`figures/...`) only: its
+target is made by the report, never taken from a result folder.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,16 +42,33 @@ _UNSAFE_CHARS = re.compile(
 class Heading:
     text: str
     level: int = 2
+    anchor: str = ""  # set by `assign_anchors`
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link inside a paragraph or a bullet: to `#anchor` or `figures/NAME.png`."""
+
+    text: str
+    target: str
+
+    def __post_init__(self) -> None:
+        if not _TARGET.fullmatch(self.target):
+            raise ValueError(f"not a report-internal link target: {self.target!r}")
+
+
+# what a paragraph or a bullet holds: text, or text and links
+Text = str | tuple[str | Link, ...]
 
 
 @dataclass(frozen=True)
 class Paragraph:
-    text: str
+    text: Text
 
 
 @dataclass(frozen=True)
 class Bullets:
-    items: tuple[str, ...]
+    items: tuple[Text, ...]
 
 
 @dataclass(frozen=True)
@@ -60,6 +85,74 @@ class Image:
 
 
 Block = Heading | Paragraph | Bullets | Table | Image
+
+# a link target: an anchor, or a figure of the report (a plain file name)
+_TARGET = re.compile(r"#[a-z0-9_-]+|figures/[A-Za-z0-9_.-]+\.png")
+# a numeric table cell (kept on one line in HTML): a number with its unit or sign
+_NUMERIC = re.compile(
+    r"[~≈<>≥≤±+\-−]?\s?[0-9][0-9,.]*(?:e[+-]?[0-9]+)?\s?"
+    r"(?:%|×|[a-zA-Zµ/]{1,6}(?:/s)?)?(?:\s?[–-]\s?[0-9][0-9,.]*\s?(?:%|×|[a-zA-Z/]{1,6})?)?"
+    r"|n/a|-|—"
+)
+
+
+def slug(text: str) -> str:
+    """GitHub's anchor of a heading's text: lower case, letters, digits, `-` and `_`
+    kept, spaces as `-`, everything else dropped (ASCII only, so an id is plain)."""
+    text = _printable(text).strip().lower()
+    kept = re.sub(r"[^a-z0-9 _-]", "", text.encode("ascii", "ignore").decode())
+    return kept.replace(" ", "-") or "section"
+
+
+def assign_anchors(blocks: list[Block]) -> list[Block]:
+    """Each heading with its anchor: the one it was given, else its slug; a repeat gets
+    `-1`, `-2`, ... (as GitHub numbers them), so every anchor is unique."""
+    seen: dict[str, int] = {}
+    out: list[Block] = []
+    for block in blocks:
+        if isinstance(block, Heading):
+            base = block.anchor or slug(block.text)
+            anchor = base
+            while anchor in seen:
+                seen[base] += 1
+                anchor = f"{base}-{seen[base]}"
+            seen.setdefault(anchor, 0)
+            block = Heading(block.text, block.level, anchor)
+        out.append(block)
+    return out
+
+
+def _md_text(text: Text) -> str:
+    if isinstance(text, str):
+        return md_escape(text)
+    parts = []
+    for i, part in enumerate(text):
+        if isinstance(part, Link):
+            target = quote(part.target, safe="/#")
+            parts.append(f"[{md_escape(part.text, line_start=False)}]({target})")
+        else:  # the spaces around a piece of text separate it from the links
+            lead = " " if part[:1].isspace() and i else ""
+            trail = " " if part[-1:].isspace() and part.strip() else ""
+            parts.append(lead + md_escape(part, line_start=i == 0) + trail)
+    return "".join(parts)
+
+
+def _html_text(text: Text) -> str:
+    if isinstance(text, str):
+        return html_escape(text)
+    return "".join(
+        f'<a href="{html_escape(part.target)}">{html_escape(part.text)}</a>'
+        if isinstance(part, Link)
+        else html_escape(part)
+        for part in text
+    )
+
+
+def plain_text(text: Text) -> str:
+    """The words of a paragraph or bullet, links as their text."""
+    if isinstance(text, str):
+        return text
+    return "".join(p.text if isinstance(p, Link) else p for p in text)
 
 
 def _printable(text: object) -> str:
@@ -89,9 +182,9 @@ def to_markdown(blocks: list[Block]) -> str:
             text = re.sub(r"(^|\s)#(#*)$", r"\1\\#\2", md_escape(block.text))
             out.append(f"{'#' * block.level} {text}")
         elif isinstance(block, Paragraph):
-            out.append(md_escape(block.text))
+            out.append(_md_text(block.text))
         elif isinstance(block, Bullets):
-            out.append("\n".join(f"- {md_escape(item)}" for item in block.items))
+            out.append("\n".join(f"- {_md_text(item)}" for item in block.items))
         elif isinstance(block, Table):
 
             def cells(items: tuple[str, ...]) -> str:
@@ -109,18 +202,61 @@ def to_markdown(blocks: list[Block]) -> str:
 
 
 _STYLE = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:960px;
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:1100px;
 margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
 h1{border-bottom:2px solid #4c72b0;padding-bottom:.2em}
 h2{margin-top:1.8em;border-bottom:1px solid #ccc}
-table{border-collapse:collapse;margin:1em 0;font-size:.9em}
+a{color:#2a5599}
+table{display:block;max-width:100%;overflow-x:auto;border-collapse:collapse;margin:1em 0;
+font-size:.9em}
 th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top;
-overflow-wrap:anywhere}
-th{background:#f0f3f8}
+word-break:normal;overflow-wrap:normal;hyphens:none}
+th{background:#f0f3f8;min-width:5em}
+td{min-width:4em}
+td.num{white-space:nowrap;text-align:right;font-variant-numeric:tabular-nums}
 figure{margin:1.2em 0}
 figure img{max-width:100%;border:1px solid #eee}
 figcaption{font-size:.9em;color:#444}
 """
+
+
+def fmt_ratio(x: float | None, digits: int = 3) -> str:
+    """A ratio as people read it: a percentage up to 100% (`97.3%`, `0.12%`), a multiple
+    above (`1.5×`, `6,212×`); never a percentage over 100%."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if abs(x) > 1:
+        return fmt_multiple(x, digits)
+    text = f"{100 * x:.{digits}g}"
+    if "e" in text:  # a tiny share
+        text = f"{100 * x:.2e}"
+    return f"{text}%"
+
+
+def fmt_multiple(x: float | None, digits: int = 3) -> str:
+    """`2.19×`, `26×`, `6,212×`."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if abs(x) >= 10**digits:
+        return f"{x:,.0f}×"
+    return f"{x:.{digits}g}×"
+
+
+def fmt_saving(x: float | None) -> str:
+    """A saving (1 − new/old) as `35% less`, or `1.5× more` when it is negative past −100%."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if x >= 0:
+        return f"{fmt_ratio(x)} less"
+    return f"{fmt_ratio(-x)} more" if -x <= 1 else f"{fmt_multiple(1 - x)} as much"
+
+
+def _cell(text: str) -> str:
+    """A table cell; a number (with its unit) is kept on one line."""
+    numeric = _NUMERIC.fullmatch(" ".join(str(text).split())) is not None
+    return (
+        f'<td class="num">{html_escape(text)}</td>' if numeric else f"<td>{html_escape(text)}</td>"
+    )
 
 
 def to_html(blocks: list[Block], figures_dir: Path, *, title: str) -> str:
@@ -130,17 +266,16 @@ def to_html(blocks: list[Block], figures_dir: Path, *, title: str) -> str:
     for block in blocks:
         if isinstance(block, Heading):
             level = min(max(block.level, 1), 6)
-            body.append(f"<h{level}>{esc(block.text)}</h{level}>")
+            anchor = f' id="{esc(block.anchor)}"' if block.anchor else ""
+            body.append(f"<h{level}{anchor}>{esc(block.text)}</h{level}>")
         elif isinstance(block, Paragraph):
-            body.append(f"<p>{esc(block.text)}</p>")
+            body.append(f"<p>{_html_text(block.text)}</p>")
         elif isinstance(block, Bullets):
-            items = "".join(f"<li>{esc(item)}</li>" for item in block.items)
+            items = "".join(f"<li>{_html_text(item)}</li>" for item in block.items)
             body.append(f"<ul>{items}</ul>")
         elif isinstance(block, Table):
             head = "".join(f"<th>{esc(h)}</th>" for h in block.headers)
-            rows = "".join(
-                "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in block.rows
-            )
+            rows = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in block.rows)
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         else:
             data = base64.b64encode((figures_dir / block.name).read_bytes()).decode("ascii")
@@ -161,10 +296,18 @@ __all__ = [
     "Bullets",
     "Heading",
     "Image",
+    "Link",
     "Paragraph",
     "Table",
+    "Text",
+    "assign_anchors",
+    "fmt_multiple",
+    "fmt_ratio",
+    "fmt_saving",
     "html_escape",
     "md_escape",
+    "plain_text",
+    "slug",
     "to_html",
     "to_markdown",
 ]

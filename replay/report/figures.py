@@ -20,9 +20,14 @@ is skipped. The same run label has the same colour in every figure (`system_colo
 first-seen order over `Results.all_runs()`), and the time and energy components have
 fixed colours.
 
-Runs whose plotted data are identical are drawn once, under the joined labels ("hbm-lru =
-hbm-belady"); sweep points that change nothing shown (same system, same data) are dropped.
+Runs whose plotted data are identical are drawn once, under the first run's own name
+with "(+N identical)" in the legend, and the caption says which runs it stands for
+(`_merge_runs`, `_same_note`): a caption names every plotted series by its own run label.
 A sweep point is named by its system and the grid values that vary (`display_names`).
+
+Time, energy and traffic per batch are steady state: the mean over the second half of
+each run's batches (`steady_batches`), and the figures say so; a figure over the whole
+trace (the hit ratio per batch, the miss-ratio curve) says "whole trace".
 
 Names from result folders (systems, tiers, links, tables, folders) are drawn as written:
 `save`, which writes every figure, first makes each text plain (`_as_written`): no TeX,
@@ -455,33 +460,87 @@ def _varying(keys: Sequence[str], runs: Sequence[RunData]) -> list[str]:
 
 def _merge_runs(
     runs: Sequence[RunData], key: Any, names: dict[Path, str]
-) -> list[tuple[RunData, str]]:
-    """(run, label) for each run with new data (`key(run)`), in order. A run with a label
-    already seen is dropped (the first wins); one with the same data as an earlier run
-    adds its label to that run's ("a = b"), unless a run of its system is already named
-    there (the points of a sweep that change nothing shown)."""
+) -> list[tuple[RunData, str, list[str]]]:
+    """(run, name, same) for each run with new data (`key(run)`), in order: `name` is the
+    run's own name (`names`, else its label) and `same` the names of the later runs with
+    identical data, drawn once under it. A run with a label already seen is dropped (the
+    first wins)."""
     labels: set[str] = set()
     order: list[Any] = []
-    groups: dict[Any, tuple[RunData, list[str], set[str]]] = {}
+    groups: dict[Any, tuple[RunData, str, list[str]]] = {}
     for run in runs:
         if run.label in labels:
             continue
         labels.add(run.label)
         data = key(run)
+        own = names.get(run.path, run.label)
         if data in groups:
-            _, shown, systems = groups[data]
-            if run.system not in systems:
-                shown.append(names.get(run.path, run.label))
-                systems.add(run.system)
+            groups[data][2].append(own)
             continue
-        groups[data] = (run, [names.get(run.path, run.label)], {run.system})
+        groups[data] = (run, own, [])
         order.append(data)
-    merged = []
-    for data in order:
-        first, shown, _ = groups[data]
-        label = " = ".join(shown[:3]) + (f" (+{len(shown) - 3})" if len(shown) > 3 else "")
-        merged.append((first, label))
-    return merged
+    return [groups[data] for data in order]
+
+
+def _series_label(name: str, same: Sequence[str], width: int = 48) -> str:
+    """A legend entry: the run's own name, and how many runs share its data."""
+    label = _short(name, width)
+    if same:
+        label += f" (+{len(same)} identical)"
+    return _legend_label(label)
+
+
+def _same_note(merged: Sequence[tuple[RunData, str, list[str]]], limit: int = 4) -> str:
+    """A caption sentence naming the runs drawn under another's name ("" when none)."""
+    notes = []
+    for _, name, same in merged:
+        if not same:
+            continue
+        shown = ", ".join(same[:limit]) + (
+            f" and {len(same) - limit} more" if len(same) > limit else ""
+        )
+        notes.append(f"{name} also stands for {shown}")
+    if not notes:
+        return ""
+    return " Runs with identical data are drawn once: " + "; ".join(notes[:3]) + "."
+
+
+# -- steady state -------------------------------------------------------------------------
+
+STEADY = "steady state"
+WHOLE = "whole trace"
+
+
+def steady_batches(run: RunData) -> pl.DataFrame:
+    """The second half of a run's batches (in batch order): the steady state every
+    time, energy and traffic figure averages over (one batch: that batch)."""
+    frame = run.batches
+    if "batch" in frame.columns:
+        frame = frame.sort("batch")
+    return frame.slice(frame.height // 2)
+
+
+def steady_mean(run: RunData, column: str) -> float:
+    """The mean of `column` over the steady state (0.0 when absent)."""
+    frame = steady_batches(run)
+    if column not in frame.columns or frame.height == 0:
+        return 0.0
+    return float(frame[column].sum()) / frame.height
+
+
+def steady_span(runs: Sequence[RunData]) -> str:
+    """Which batches the steady state is, for a caption: "batches 20–39" when every run
+    has the same, else "the second half of each run's batches"."""
+    spans = set()
+    for run in runs:
+        frame = steady_batches(run)
+        if frame.height == 0 or "batch" not in frame.columns:
+            continue
+        spans.add((int(frame["batch"].min()), int(frame["batch"].max())))
+    if len(spans) == 1:
+        lo, hi = spans.pop()
+        return f"batch {lo}" if lo == hi else f"batches {lo}–{hi}"
+    return "the second half of each run's batches"
 
 
 __all__ = [
@@ -492,6 +551,8 @@ __all__ = [
     "display_names",
     "new_figure",
     "save",
+    "steady_batches",
+    "steady_mean",
     "sweep_figure_names",
     "system_colors",
 ]

@@ -10,7 +10,10 @@ section) in report order:
 - time and energy (`figures_time`): ``time_<group>.png`` then ``energy_<group>.png``
   for the runs given alone (group "runs") and each comparison (its folder name);
 - checkpoints (`figures_checkpoints`): ``checkpoint_bytes.png``;
-- sweeps (`figures_sweeps`): ``sweep_<folder>.png`` for every sweep.
+- sweeps (`figures_sweeps`): ``sweep_<folder>.png`` for every sweep; a sweep over
+  `policy.chunk_rows` of the `chunk` policy gets PatrickStar's chunk-size figure under
+  that name instead (hit ratio, link bytes and time per batch against the chunk size,
+  beside the row caches of the same budget; section "hierarchy").
 
 A figure whose data is absent is skipped. What they share (how a figure is drawn and
 written, the colours, the names of runs) is in `replay.report.figures`.
@@ -31,7 +34,7 @@ from replay.report.figures import (
 )
 from replay.report.figures_checkpoints import _checkpoint_bytes
 from replay.report.figures_hierarchy import _hierarchy_hits, _hierarchy_traffic, _mrc
-from replay.report.figures_sweeps import _sweep_figure
+from replay.report.figures_sweeps import _chunk_figure, _sweep_figure, is_chunk_sweep
 from replay.report.figures_time import _energy_figure, _time_figure
 from replay.report.figures_workload import (
     _workload_distinct,
@@ -75,7 +78,10 @@ def generic_figures(results: Results, out_dir: Path) -> list[FigureOut]:
     figures.append(_checkpoint_bytes(runs, colors, names, out))
 
     for sweep, name in zip(results.sweeps, sweep_figure_names(results.sweeps), strict=True):
-        figures.append(_sweep_figure(sweep, name, out))
+        if is_chunk_sweep(sweep):
+            figures.append(_chunk_figure(sweep, name, results, colors, out))
+        else:
+            figures.append(_sweep_figure(sweep, name, out))
     return [f for f in figures if f is not None]
 
 

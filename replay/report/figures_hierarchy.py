@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 from matplotlib import colormaps
 from matplotlib.colors import to_hex
-from matplotlib.ticker import PercentFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter, PercentFormatter
 
 # `figures.save` is looked up when a figure is written, as in figures.py itself, so a
 # patched `figures.save` (tests/test_untrusted.py records the texts drawn) sees it too
@@ -35,11 +35,12 @@ from replay.report.figures import (
     MAX_MARKERS,
     MAX_SERIES,
     MAX_TITLE_NAME,
+    STEADY,
+    WHOLE,
     WIDTH,
     FigureOut,
     _bytes_unit,
     _capacity_rows,
-    _col_sum,
     _cut,
     _g,
     _is_cache,
@@ -51,14 +52,18 @@ from replay.report.figures import (
     _pct,
     _policy,
     _rows,
-    _run_batches,
+    _same_note,
+    _series_label,
     _short,
     _smooth,
     _spans,
     _Styler,
     _thin,
+    _varying,
     _wrap,
     new_figure,
+    steady_mean,
+    steady_span,
 )
 from replay.report.load import Results, RunData
 
@@ -89,7 +94,7 @@ def _hierarchy_hits(
     style = _Styler(colors)
     windows = []
     ratios: list[tuple[float, str]] = []
-    for run, shown in chosen:
+    for run, shown, same in chosen:
         frame = run.batches
         hits = frame["hits"].to_numpy().astype(float)
         misses = frame["misses"].to_numpy().astype(float)
@@ -103,12 +108,8 @@ def _hierarchy_hits(
         x, y = _thin(x.astype(float), y)
         color, linestyle = style(run.label)
         policy = str(_policy(run).get("name", ""))
-        label = _short(shown, 48)
-        if policy and policy not in shown and " = " not in shown:
-            label = f"{label} ({policy})"
-        ax.plot(
-            x, 100 * y, color=color, linestyle=linestyle, linewidth=1.3, label=_legend_label(label)
-        )
+        label = _series_label(_with_policy(shown, policy), same)
+        ax.plot(x, 100 * y, color=color, linestyle=linestyle, linewidth=1.3, label=label)
         overall = _num(_policy(run).get("hit_ratio"))
         if overall is None:
             sums = float(hits.sum() + misses.sum())
@@ -120,7 +121,9 @@ def _hierarchy_hits(
     ax.yaxis.set_major_formatter(PercentFormatter(100, decimals=0))
     top = ax.get_ylim()[1]
     ax.set_ylim(max(0.0, ax.get_ylim()[0]), min(100.5, max(top, 1.0)))
-    ax.set_title(f"{title} (rolling mean over {win} batches)" if win > 1 else title)
+    ax.set_title(
+        f"{title}, {WHOLE} (rolling mean over {win} batches)" if win > 1 else f"{title}, {WHOLE}"
+    )
     ax.grid(True, alpha=0.3)
     _legend(ax, outside_from=5)
     figures.save(fig, out / name)
@@ -134,27 +137,19 @@ def _hierarchy_hits(
         )
     if total > len(chosen):
         caption += f" The first {len(chosen)} of {total} are shown."
+    caption += _same_note(chosen)
     return FigureOut(name, title, caption, "hierarchy")
 
 
 def _link_traffic(run: RunData) -> list[tuple[str, float]]:
-    """(`link direction`, bytes per batch) for every link direction that carries bytes."""
-    batches = max(_run_batches(run), 1)
+    """(`link direction`, bytes per batch) for every link direction that carries bytes,
+    steady state (the mean over the second half of the batches)."""
     rows = []
     for link in _names(run, "links"):
         for direction in ("h2d", "d2h"):
-            column = f"{link}_{direction}_bytes"
-            if column in run.batches.columns:
-                total = _col_sum(run.batches, column)
-            else:
-                total = float(
-                    ((run.summary.get("links") or {}).get(link) or {}).get(
-                        f"{direction}_bytes", 0.0
-                    )
-                    or 0.0
-                )
-            if total > 0:
-                rows.append((f"{link} {direction}", total / batches))
+            value = steady_mean(run, f"{link}_{direction}_bytes")
+            if value > 0:
+                rows.append((f"{link} {direction}", value))
     return rows
 
 
@@ -167,8 +162,8 @@ def _hierarchy_traffic(
         return None
     total_runs = len(merged)
     chosen = merged[:12]
-    name, title = "hierarchy_traffic.png", "Link traffic per batch"
-    traffic = [_link_traffic(r) for r, _ in chosen]
+    name, title = "hierarchy_traffic.png", f"Link traffic per batch, {STEADY}"
+    traffic = [_link_traffic(r) for r, _, _ in chosen]
     kinds = list(dict.fromkeys(kind for rows in traffic for kind, _ in rows))
     link_of = {kind: kind.rsplit(" ", 1)[0] for kind in kinds}  # a link name may hold spaces
     links = list(dict.fromkeys(link_of.values()))
@@ -180,7 +175,9 @@ def _hierarchy_traffic(
     largest = max(v for rows in traffic for _, v in rows)
     scale, unit = _bytes_unit(largest)
     bars = sum(len(rows) for rows in traffic)
-    ticks = [" =\n".join(_wrap(n) for n in shown.split(" = ")) for _, shown in chosen]
+    ticks = [
+        _wrap(shown) + (f"\n(+{len(same)} identical)" if same else "") for _, shown, same in chosen
+    ]
     lines = sum(t.count("\n") + 1 for t in ticks)
     fig = new_figure(WIDTH, min(9.0, max(HEIGHT, 0.9 + 0.2 * bars + 0.15 * lines)))
     ax = fig.add_subplot()
@@ -215,7 +212,7 @@ def _hierarchy_traffic(
         ax.set_xlim(min(values) / 2, max(values) * 6)
     else:
         ax.set_xlim(0, max(values) * 1.18)
-    ax.set_xlabel(f"{unit} per batch{' (log scale)' if log else ''}")
+    ax.set_xlabel(f"{unit} per batch, {STEADY}{' (log scale)' if log else ''}")
     ax.set_title(title)
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(  # even for one kind: it says which link and direction
@@ -225,22 +222,24 @@ def _hierarchy_traffic(
     per_run = sorted(
         (
             (sum(v for _, v in rows), shown)
-            for rows, (_, shown) in zip(traffic, chosen, strict=True)
+            for rows, (_, shown, _) in zip(traffic, chosen, strict=True)
         ),
         key=lambda t: t[0],
     )
     hi, lo = per_run[-1], per_run[0]
     s2, u2 = _bytes_unit(hi[0])
+    steady = f"In steady state ({steady_span([r for r, _, _ in chosen])}) "
     if len(per_run) == 1:
-        caption = f"{hi[1]} moves {_g(hi[0] / s2)} {u2} per batch over its links."
+        caption = f"{steady}{hi[1]} moves {_g(hi[0] / s2)} {u2} per batch over its links."
     else:
         s3, u3 = _bytes_unit(lo[0])
         caption = (
-            f"{hi[1]} moves the most over its links, {_g(hi[0] / s2)} {u2} per batch; "
-            f"{lo[1]} the least, {_g(lo[0] / s3)} {u3} per batch."
+            f"{steady}{hi[1]} moves the most over its links, {_g(hi[0] / s2)} {u2} per "
+            f"batch; {lo[1]} the least, {_g(lo[0] / s3)} {u3} per batch."
         )
     if total_runs > len(chosen):
         caption += f" The first {len(chosen)} of {total_runs} runs are shown."
+    caption += _same_note(chosen)
     return FigureOut(name, title, caption, "hierarchy")
 
 
@@ -340,12 +339,92 @@ def _mrc(
         first = singles[0]
         who = _with_policy(first[1], first[0])
         facts.append(f"{who} misses {_pct(first[3])} with {_rows(first[2])}.")
+    budgets = _budgets(results)
+    row_bytes = _row_bytes(results)
+    for b_i, budget in enumerate(budgets[:MAX_BUDGETS]):
+        text = f"budget {_rows(budget)}"
+        if row_bytes:
+            text += f" ({_bytes(budget * row_bytes)})"
+        ax.axvline(
+            budget,
+            color="dimgray",
+            linestyle=":",
+            linewidth=1.2,
+            label=text if b_i < 3 else None,
+        )
+        entries += 1
+    if budgets and curves:
+        frame = curves[0].curve.filter(pl.col("cache_rows") > 0).sort("cache_rows")
+        x = frame["cache_rows"].to_numpy().astype(float)
+        y = frame["miss_ratio"].to_numpy().astype(float)
+        budget = budgets[0]
+        if len(x) and x[0] <= budget <= x[-1]:
+            at = float(np.interp(np.log(budget), np.log(x), y))
+            size = f" ({_bytes(budget * row_bytes)})" if row_bytes else ""
+            facts.insert(
+                1,
+                f"At the cached runs' budget of {_rows(budget)}{size} the LRU curve "
+                f"misses {_pct(at)}.",
+            )
     ax.set_xscale("log")
     ax.set_xlabel("cache size (rows, log scale)")
-    ax.set_ylabel("miss ratio")
+    ax.set_ylabel(f"miss ratio ({WHOLE})")
     ax.set_ylim(0, min(1.02, max(ax.get_ylim()[1], 0.05)))
+    if row_bytes:
+        top = ax.secondary_xaxis(
+            "top", functions=(lambda r: r * row_bytes, lambda b: b / row_bytes)
+        )
+        top.set_xscale("log")
+        top.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _bytes(v) if v > 0 else ""))
+        top.xaxis.set_minor_formatter(NullFormatter())
+        top.set_xlabel(f"cache size (bytes, {_g(row_bytes)} B per row)", fontsize=9)
+        top.tick_params(labelsize=8)
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     _legend(ax, outside_from=4)
     figures.save(fig, out / name)
-    return FigureOut(name, title, " ".join(facts[:3]), "hierarchy")
+    return FigureOut(name, title, " ".join(facts[:4]), "hierarchy")
+
+
+MAX_BUDGETS = 3
+
+
+def _bytes(value: float) -> str:
+    scale, unit = _bytes_unit(value)
+    return f"{_g(round(value / scale, 3 if value / scale < 10 else 1))} {unit}"
+
+
+def _row_bytes(results: Results) -> float | None:
+    """Bytes of a cached row: the runs' `row_bytes` (the most common when they differ),
+    else a miss-ratio curve's document's, else None."""
+    counts: dict[float, int] = {}
+    for run in results.all_runs():
+        value = _num(run.summary.get("row_bytes"))
+        if value and value > 0:
+            counts[value] = counts.get(value, 0) + 1
+    if counts:
+        return max(counts, key=lambda v: counts[v])
+    for mrc in results.mrcs:
+        value = _num(mrc.document.get("row_bytes"))
+        if value and value > 0:
+            return value
+    return None
+
+
+def _budgets(results: Results) -> list[float]:
+    """The cached runs' capacities in rows, most common first (ties: first seen); the
+    points of a sweep over the capacity are not budgets but the curve's own points."""
+    runs = [*results.runs, *(r for c in results.compares for r in c.runs)]
+    for sweep in results.sweeps:
+        if not any(k.startswith("policy.capacity") for k in _varying(sweep.keys, sweep.runs)):
+            runs.extend(sweep.runs)
+    counts: dict[float, int] = {}
+    for run in runs:
+        rows = _capacity_rows(run) if _is_cache(run) else 0.0
+        if rows > 0:
+            counts[rows] = counts.get(rows, 0) + 1
+    kept: list[float] = []
+    for rows in sorted(counts, key=lambda v: -counts[v]):
+        if all(abs(rows - k) > 0.05 * k for k in kept):  # 99,328 rows of chunks ≈ 100 k
+            kept.append(rows)
+    return kept

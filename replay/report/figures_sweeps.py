@@ -25,27 +25,35 @@ from replay.report import figures
 from replay.report.figures import (
     MARKERS,
     MAX_TITLE_NAME,
+    STEADY,
+    WIDTH,
     FigureOut,
+    _bytes_unit,
     _category_ticks,
     _cut,
     _g,
+    _is_cache,
     _legend,
+    _names,
     _num,
     _pct,
     _policy,
-    _run_batches,
     _spans,
+    _time_unit,
     _value,
     _varying,
     new_figure,
+    steady_mean,
+    steady_span,
 )
-from replay.report.load import RunData, SweepData
+from replay.report.load import Results, RunData, SweepData
 
 
 def _time_per_batch_ms(run: RunData) -> float | None:
-    batches = _run_batches(run)
-    time_s = _num(run.summary.get("time_s"))
-    return None if not batches or time_s is None else 1e3 * time_s / batches
+    """Steady-state time per batch (the second half of the batches), in ms."""
+    if run.batches.height == 0 or "time_s" not in run.batches.columns:
+        return None
+    return 1e3 * steady_mean(run, "time_s")
 
 
 def _overhead_pct(run: RunData) -> float | None:
@@ -71,7 +79,7 @@ _METRICS: dict[str, tuple[Any, str, str]] = {
     "overhead": (_overhead_pct, "checkpoint overhead (% of failure-free time)", "checkpoints"),
     "goodput": (_goodput, "goodput (useful time / wall time)", "failures"),
     "miss": (_miss_ratio, "miss ratio", "hierarchy"),
-    "time": (_time_per_batch_ms, "time per batch (ms)", "sweeps"),
+    "time": (_time_per_batch_ms, f"time per batch (ms), {STEADY}", "sweeps"),
 }
 
 
@@ -152,14 +160,14 @@ def _sweep_bars(sweep: SweepData, name: str, out: Path) -> FigureOut | None:
     ax.set_ylim(0, max(values) * 1.15 or 1.0)
     _category_ticks(ax, labels, width=30)
     ax.set_xlabel("sweep point")
-    ax.set_ylabel("time per batch (ms)")
+    ax.set_ylabel(f"time per batch (ms), {STEADY}")
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
     figures.save(fig, out / name)
     lo = min(range(len(values)), key=lambda i: values[i])
     hi = max(range(len(values)), key=lambda i: values[i])
     caption = (
-        f"Time per batch ranges from {_g(values[lo])} ms ({labels[lo]}) to "
+        f"Steady-state time per batch ranges from {_g(values[lo])} ms ({labels[lo]}) to "
         f"{_g(values[hi])} ms ({labels[hi]})."
     )
     return FigureOut(name, title, caption, "sweeps")
@@ -284,3 +292,151 @@ def _sweep_figure(sweep: SweepData, name: str, out: Path) -> FigureOut | None:
         else:
             trends.append(f"For {label}: {_fmt_metric(metric, y0)} to {_fmt_metric(metric, y1)}.")
     return FigureOut(name, title, " ".join([*trends, *facts]), section)
+
+
+# -- PatrickStar: the chunk-size trade-off --------------------------------------------------
+
+CHUNK_KEY = "policy.chunk_rows"
+
+
+def is_chunk_sweep(sweep: SweepData) -> bool:
+    """A sweep over `policy.chunk_rows` (its only varying key) of the `chunk` policy."""
+    runs = list(sweep.runs)
+    return (
+        bool(runs)
+        and _varying(list(sweep.keys), runs) == [CHUNK_KEY]
+        and all(str(_policy(r).get("name", "")) == "chunk" for r in runs)
+        and all(_num(r.values.get(CHUNK_KEY)) for r in runs)
+    )
+
+
+def _steady_hit_ratio(run: RunData) -> float | None:
+    hits, misses = steady_mean(run, "hits"), steady_mean(run, "misses")
+    return hits / (hits + misses) if hits + misses > 0 else None
+
+
+def _steady_link_bytes(run: RunData) -> float:
+    return sum(
+        steady_mean(run, f"{link}_{d}_bytes")
+        for link in _names(run, "links")
+        for d in ("h2d", "d2h")
+    )
+
+
+def _budget_rows(run: RunData) -> float | None:
+    """The configured cache budget in rows (the spec's `policy.capacity_rows`)."""
+    policy = run.spec.get("policy")
+    return _num(policy.get("capacity_rows")) if isinstance(policy, dict) else None
+
+
+def _trace_digest(run: RunData) -> Any:
+    return (run.summary.get("digests") or {}).get("trace_sha256")
+
+
+def _row_caches(sweep: SweepData, results: Results) -> list[RunData]:
+    """Row caches (a cache policy other than `chunk`) on the same trace with the same
+    budget in rows as the sweep's runs, one per label."""
+    budgets = {_budget_rows(r) for r in sweep.runs}
+    traces = {_trace_digest(r) for r in sweep.runs}
+    kept: dict[str, RunData] = {}
+    for run in results.all_runs():
+        if run in sweep.runs or run.batches.height == 0:
+            continue
+        policy = str(_policy(run).get("name", ""))
+        if policy in ("", "static", "chunk") or not _is_cache(run):
+            continue
+        if _budget_rows(run) in budgets and _trace_digest(run) in traces:
+            kept.setdefault(run.label, run)
+    return list(kept.values())
+
+
+def _chunk_figure(
+    sweep: SweepData, name: str, results: Results, colors: dict[str, str], out: Path
+) -> FigureOut | None:
+    points = sorted(
+        (float(_num(r.values[CHUNK_KEY]) or 0.0), r) for r in sweep.runs if r.batches.height > 0
+    )
+    points = [(x, r) for x, r in points if x > 0]
+    if len(points) < 2:
+        return None
+    caches = _row_caches(sweep, results)
+    xs = [x for x, _ in points]
+    hit = [_steady_hit_ratio(r) for _, r in points]
+    moved = [_steady_link_bytes(r) for _, r in points]
+    times = [steady_mean(r, "time_s") for _, r in points]
+    metrics = (
+        (
+            "hit ratio",
+            [h if h is not None else np.nan for h in hit],
+            lambda r: _steady_hit_ratio(r),
+        ),
+        ("link bytes per batch (h2d + d2h)", moved, _steady_link_bytes),
+        ("time per batch", times, lambda r: steady_mean(r, "time_s")),
+    )
+    b_scale, b_unit = _bytes_unit(max([*moved, *(_steady_link_bytes(c) for c in caches), 1.0]))
+    t_all = [*times, *(steady_mean(c, "time_s") for c in caches)]
+    t_scale, t_unit = _time_unit(max(t_all))
+    scales = (100.0, 1.0 / b_scale, t_scale)
+    ylabels = ("hit ratio (%)", f"link {b_unit} per batch", f"time per batch ({t_unit})")
+    budget = _budget_rows(points[0][1])
+    title = f"PatrickStar chunk size, {STEADY} — {_cut(sweep.path.name, MAX_TITLE_NAME)}"
+    fig = new_figure(WIDTH + 3.0, 3.8)
+    axes = fig.subplots(1, 3)
+    for ax, (label, values, func), scale, ylabel in zip(
+        axes, metrics, scales, ylabels, strict=True
+    ):
+        ys = np.array(values, dtype=float) * scale
+        ax.plot(xs, ys, color="black", marker="o", linewidth=1.4, label="chunk")
+        for c_i, cache in enumerate(caches[:6]):
+            value = func(cache)
+            if value is None:
+                continue
+            color = colors.get(cache.label) or f"C{c_i + 1}"
+            ax.axhline(
+                value * scale,
+                color=color,
+                linestyle=("--", ":", "-.")[c_i % 3],
+                linewidth=1.2,
+                label=f"{cache.label} (rows)",
+            )
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+        ax.set_xlabel("chunk size (rows, log scale)")
+        ax.set_ylabel(ylabel)
+        top = max([*ys[np.isfinite(ys)], *(ln.get_ydata()[0] for ln in ax.get_lines()[1:])])
+        if label == "hit ratio":
+            ax.set_ylim(0, 100.5)
+            ax.yaxis.set_major_formatter(PercentFormatter(100, decimals=0))
+        elif _spans([v for v in ys if v > 0], 20.0):
+            ax.set_yscale("log")
+            ax.set_ylabel(ylabel + ", log scale")
+        else:
+            ax.set_ylim(0, top * 1.15 or 1.0)
+        ax.grid(True, which="major", alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if len(labels) > 1:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)),
+                   fontsize=8, frameon=False)  # fmt: skip
+    budget_text = f" at a budget of {_g(budget)} rows" if budget else ""
+    fig.suptitle(f"{title}{budget_text}", fontsize=11)
+    figures.save(fig, out / name)
+    i_best = max(range(len(points)), key=lambda i: hit[i] if hit[i] is not None else -1.0)
+    i_fast = min(range(len(points)), key=lambda i: times[i])
+    facts = [
+        f"Steady state ({steady_span([r for _, r in points])}), chunk policy{budget_text}: "
+        f"from {_g(xs[0])} to {_g(xs[-1])} rows per chunk the hit ratio goes from "
+        f"{_pct(hit[0] or 0.0)} to {_pct(hit[-1] or 0.0)}, the link moves "
+        f"{_g(moved[0] * scales[1])} to {_g(moved[-1] * scales[1])} {b_unit} per batch and a "
+        f"batch takes {_g(times[0] * t_scale)} to {_g(times[-1] * t_scale)} {t_unit}.",
+        f"The fastest chunk size is {_g(xs[i_fast])} rows ({_g(times[i_fast] * t_scale)} "
+        f"{t_unit}); the best hit ratio is at {_g(xs[i_best])} rows "
+        f"({_pct(hit[i_best] or 0.0)}).",
+    ]
+    for cache in caches[:3]:
+        h = _steady_hit_ratio(cache)
+        facts.append(
+            f"{cache.label} caches rows{budget_text}: hit ratio {_pct(h or 0.0)}, "
+            f"{_g(_steady_link_bytes(cache) * scales[1])} {b_unit} and "
+            f"{_g(steady_mean(cache, 'time_s') * t_scale)} {t_unit} per batch."
+        )
+    return FigureOut(name, title, " ".join(facts), "hierarchy")

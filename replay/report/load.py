@@ -10,6 +10,9 @@ curves, recognised by the files they hold (never by their names).
   per system;
 - a sweep (`replay sweep`): `sweep.json`, `sweep.parquet` and a run folder per point;
 - a miss-ratio curve (`replay mrc --out`): `mrc.parquet` (and `mrc.json`);
+- a plan (`replay plan --out`): `plan.json` (and `figures/mrc.png`,
+  `figures/goodput.png` when drawn); the parts of the document a report quotes are
+  checked for their types (`check_plan`), so an edited file is an error, not a crash;
 - any other folder: each of its sub-folders that is one of the above, in name order (so
   `replay report reports/quickstart/results` takes everything `quickstart` wrote).
 
@@ -100,6 +103,18 @@ class MrcData:
     document: dict[str, Any]  # mrc.json ({} when absent)
 
 
+@dataclass(frozen=True)
+class PlanData:
+    """One `replay plan` folder."""
+
+    path: Path
+    document: dict[str, Any]  # plan.json
+    figures: dict[str, Path]  # "mrc", "goodput": the figures the folder holds
+
+
+PLAN_FIGURES = ("mrc", "goodput")
+
+
 @dataclass
 class Results:
     """Everything given to one report."""
@@ -108,6 +123,7 @@ class Results:
     compares: list[CompareData] = field(default_factory=list)
     sweeps: list[SweepData] = field(default_factory=list)
     mrcs: list[MrcData] = field(default_factory=list)
+    plans: list[PlanData] = field(default_factory=list)
     sources: list[Path] = field(default_factory=list)
 
     def all_runs(self) -> list[RunData]:
@@ -422,7 +438,117 @@ def load_mrc(path: Path) -> MrcData:
     return MrcData(path, curve, document)
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _fraction_or_none(value: Any) -> bool:
+    return value is None or (_number(value) and 0.0 <= value <= 1.0)
+
+
+def check_plan(where: Path, doc: dict[str, Any]) -> None:
+    """ReportError naming the first field of plan.json a report quotes that is missing or
+    of the wrong type (numbers finite, fractions within [0, 1])."""
+
+    def fail(key: str, what: str) -> ReportError:
+        return ReportError(f"{where}: {key} {what}")
+
+    def obj(node: Any, key: str) -> dict[str, Any]:
+        value = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(value, dict):
+            raise fail(key, "is missing or not an object")
+        return value
+
+    def num(node: dict[str, Any], key: str, *, fraction: bool = False) -> None:
+        value = node.get(key)
+        if not _number(value) or value < 0 or (fraction and value > 1):
+            raise fail(key, "is missing or not a " + ("fraction" if fraction else "number ≥ 0"))
+
+    horizon = obj(doc, "horizon")
+    for key in ("batches", "lookups", "training_time_s", "time_per_batch_s"):
+        num(horizon, key)
+    num(horizon, "sample_rate", fraction=True)
+    for key in ("row_bytes", "state_bytes_per_row", "distinct_rows"):
+        num(doc, key)
+    cache = obj(doc, "cache")
+    num(cache, "budget_bytes")
+    for key in ("split_hit", "uniform_hit"):
+        num(cache, key, fraction=True)
+    num(cache, "uniform_load_factor")
+    for policy, hit in obj(cache, "hit_at_budget").items():
+        if not _fraction_or_none(hit):
+            raise fail(f"cache.hit_at_budget.{policy}", "is not a fraction")
+    for policy, needs in obj(cache, "bytes_for_hit").items():
+        if not isinstance(needs, dict):
+            raise fail(f"cache.bytes_for_hit.{policy}", "is not an object")
+        for target, size in needs.items():
+            if not _fraction_or_none(_float(target)) or not (size is None or _number(size)):
+                raise fail(f"cache.bytes_for_hit.{policy}", "holds a bad target or size")
+    tables = cache.get("per_table")
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise fail("cache.per_table", "is missing or not a list of objects")
+    for t in tables:
+        for key in ("rows", "bytes", "load_factor"):
+            num(t, key)
+        num(t, "hit", fraction=True)
+    mrc = obj(doc, "mrc")
+    for key in ("rows", "bytes", "miss_ratio"):
+        values = mrc.get(key)
+        if not isinstance(values, list) or not all(_number(v) for v in values):
+            raise fail(f"mrc.{key}", "is missing or not a list of numbers")
+    if not len(mrc["rows"]) == len(mrc["bytes"]) == len(mrc["miss_ratio"]):
+        raise fail("mrc", "has lists of different lengths")
+    checkpoint = obj(doc, "checkpoint")
+    num(checkpoint, "cluster_mtbf_s")
+    strategies = checkpoint.get("strategies")
+    if not isinstance(strategies, list) or not all(isinstance(x, dict) for x in strategies):
+        raise fail("checkpoint.strategies", "is missing or not a list of objects")
+    for x in strategies:
+        if not isinstance(x.get("name"), str):
+            raise fail("checkpoint.strategies", "holds a strategy without a name")
+        for key in (
+            "interval_s", "young_daly_interval_s", "cost_s", "bytes", "storage_bytes",
+            "restore_s", "lost_work_s",
+        ):  # fmt: skip
+            num(x, key)
+        for key in ("goodput", "goodput_p5"):
+            num(x, key, fraction=True)
+    systems = doc.get("systems")
+    if not isinstance(systems, list) or not all(isinstance(x, dict) for x in systems):
+        raise fail("systems", "is missing or not a list of objects")
+    for x in systems:
+        if not isinstance(x.get("name"), str):
+            raise fail("systems", "holds a system without a name")
+        num(x, "time_per_batch_s")
+        num(x, "energy_per_batch_j")
+        if not _fraction_or_none(x.get("hit_ratio")):
+            raise fail("systems", "holds a hit ratio that is not a fraction")
+    notes = doc.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise fail("notes", "is not a list of strings")
+
+
+def _float(text: Any) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def load_plan(path: Path) -> PlanData:
+    document = _read_json(path / "plan.json")
+    check_plan(path / "plan.json", document)
+    figures = {
+        name: path / "figures" / f"{name}.png"
+        for name in PLAN_FIGURES
+        if (path / "figures" / f"{name}.png").is_file()
+    }
+    return PlanData(path, document, figures)
+
+
 def _kind(path: Path) -> str:
+    if (path / "plan.json").is_file():
+        return "plan"
     if (path / "compare.json").is_file():
         return "compare"
     if (path / "sweep.json").is_file():
@@ -439,6 +565,8 @@ def _add(results: Results, path: Path, kind: str) -> None:
         results.compares.append(load_compare(path))
     elif kind == "sweep":
         results.sweeps.append(load_sweep(path))
+    elif kind == "plan":
+        results.plans.append(load_plan(path))
     elif kind == "run":
         run = load_run(path)
         if run.label != path.name:  # e.g. "hbm-lru (sync-full)": the folder says what differs
@@ -463,8 +591,8 @@ def load_results(paths: Sequence[Path]) -> Results:
             children = sorted(p for p in path.iterdir() if p.is_dir() and _kind(p))
             if not children:
                 raise ReportError(
-                    f"{path}: not a result folder (no summary.json, compare.json, sweep.json "
-                    "or mrc.parquet in it or in its sub-folders)"
+                    f"{path}: not a result folder (no summary.json, compare.json, sweep.json, "
+                    "mrc.parquet or plan.json in it or in its sub-folders)"
                 )
             for child in children:
                 _add(results, child, _kind(child))
@@ -475,11 +603,14 @@ def load_results(paths: Sequence[Path]) -> Results:
 __all__ = [
     "CompareData",
     "MrcData",
+    "PlanData",
     "ReportError",
     "Results",
     "RunData",
     "SweepData",
+    "check_plan",
     "is_run",
+    "load_plan",
     "load_results",
     "load_run",
 ]

@@ -58,7 +58,7 @@ COMPARE_FILES = frozenset({"comparison.parquet", "compare.json"})
 SWEEP_FILES = frozenset({"sweep.parquet", "sweep.json"})
 _MAX_FOLDER_CHARS = 120  # well under the 255-byte name limit of common filesystems
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+=,-]*")
-_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._+=,-]")
+_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._+-]")
 
 Kind = Literal["str", "int", "float"]
 
@@ -219,8 +219,11 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[tuple[str, Any]]]:
 
 
 def point_folder(index: int, width: int, labels: dict[str, str]) -> str:
-    """`<index>-<key=value,...>`, zero-padded and filesystem-safe (the index keeps it unique)."""
-    text = ",".join(f"{key}={label}" for key, label in labels.items())
+    """`<index>-<key-value+...>`, zero-padded, of letters, digits and `._+-` only: a name
+    every shell takes unquoted (no `=`, which starts an assignment in sh and an expansion
+    in zsh) and every filesystem stores (the index keeps it unique; sweep.json holds the
+    values as given)."""
+    text = "+".join(f"{key}-{label}" for key, label in labels.items())
     name = f"{index:0{width}d}-{_UNSAFE_CHARS.sub('_', text)}"
     return name[:_MAX_FOLDER_CHARS]
 

@@ -1,0 +1,318 @@
+"""A plan (`replay plan --out`) in a report: its answers as summary lines, and its section
+(the answers, then how each was reached: its tables and its two figures).
+
+Every number is plan.json's, formatted as `replay plan` formats it
+(`replay._units.format_bytes`, `format_duration`, `format_percent`), so the report and
+plan.md agree to the digit. The figures are copied into the report's `figures/` as
+`plan_mrc.png` and `plan_goodput.png` (`_2`, `_3`, ... for a second, third plan).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replay._units import format_bytes, format_duration, format_percent
+from replay.report.document import Block, Bullets, Heading, Image, Paragraph, Table
+from replay.report.figures import FigureOut
+from replay.report.load import PlanData
+
+SECTION = "plan"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else format_percent(x)
+
+
+def minutes(seconds: float) -> str:
+    """An interval in minutes, 3 significant digits (`12.5 min`, `0.115 min`)."""
+    return f"{seconds / 60:.3g} min"
+
+
+def suffix(index: int) -> str:
+    return "" if index == 0 else f"_{index + 1}"
+
+
+def heading(plan: PlanData, index: int, part: str = "") -> str:
+    """`Plan`, `Plan: cache`; a second plan is named by its folder."""
+    name = "Plan" if index == 0 else f"Plan {index + 1} ({plan.path.name})"
+    return f"{name}: {part}" if part else name
+
+
+def _targets(needs: dict[str, Any]) -> str:
+    return ", ".join(
+        f"hit {float(t):g} needs {format_bytes(b)}"
+        if b is not None
+        else f"hit {float(t):g} is out of reach"
+        for t, b in needs.items()
+    )
+
+
+def cache_line(doc: dict[str, Any]) -> str:
+    """How much cache to buy: bytes per hit target, the hit at the budget, the split."""
+    cache = doc["cache"]
+    lru = cache["bytes_for_hit"].get("lru", {})
+    hit = cache["hit_at_budget"].get("lru")
+    gain = cache["split_hit"] - cache["uniform_hit"]
+    text = "Cache: "
+    if lru:
+        text += f"LRU {_targets(lru)}; "
+    text += (
+        f"the {format_bytes(cache['budget_bytes'])} budget hits {_pct(hit)} of the run's "
+        f"lookups; split per table it hits {_pct(cache['split_hit'])} against "
+        f"{_pct(cache['uniform_hit'])} with one load factor "
+        f"({gain * 100:+.3g} points)."
+    )
+    return text
+
+
+def checkpoint_line(doc: dict[str, Any]) -> str:
+    """Which checkpoint scheme, how often, what goodput, how many bytes."""
+    ck = doc["checkpoint"]
+    mtbf = format_duration(ck["cluster_mtbf_s"])
+    if not ck["strategies"]:
+        return f"Checkpoint: no strategy was planned (cluster MTBF {mtbf})."
+    s = ck["strategies"][0]
+    if s["name"] == "none":
+        return (
+            f"Checkpoint: at a cluster MTBF of {mtbf}, no strategy beats running without "
+            f"checkpoints over this run: goodput {_pct(s['goodput'])}."
+        )
+    return (
+        f"Checkpoint: {s['name']} every {minutes(s['interval_s'])} gives goodput "
+        f"{_pct(s['goodput'])} at a cluster MTBF of {mtbf} (5th percentile "
+        f"{_pct(s['goodput_p5'])}), writing {format_bytes(s['bytes'])} per checkpoint."
+    )
+
+
+def systems_line(doc: dict[str, Any]) -> str | None:
+    systems = doc["systems"]
+    if not systems:
+        return None
+    fast = min(systems, key=lambda s: s["time_per_batch_s"])
+    frugal = min(systems, key=lambda s: s["energy_per_batch_j"])
+    text = (
+        f"Systems (steady state, no checkpointing): {fast['name']} is fastest at "
+        f"{format_duration(fast['time_per_batch_s'])} and {fast['energy_per_batch_j']:.4g} J "
+        "per batch"
+    )
+    if frugal["name"] != fast["name"]:
+        text += (
+            f"; {frugal['name']} is the most energy-efficient at "
+            f"{frugal['energy_per_batch_j']:.4g} J and "
+            f"{format_duration(frugal['time_per_batch_s'])} per batch"
+        )
+    else:
+        text += ", and the most energy-efficient"
+    return text + "."
+
+
+def horizon_text(doc: dict[str, Any]) -> str:
+    h = doc["horizon"]
+    rate = h["sample_rate"]
+    sampled = "every lookup" if rate >= 1 else f"a spatial sample of the rows at R = {rate:g}"
+    return (
+        f"{int(h['batches']):,} batches, {int(h['lookups']):,} lookups, "
+        f"{format_duration(h['training_time_s'])} of training at "
+        f"{format_duration(h['time_per_batch_s'])} per batch ({h.get('time_per_batch_from', '')}); "
+        f"curves from {sampled}; {int(doc['distinct_rows']):,} distinct rows of "
+        f"{int(doc['row_bytes'])} B in a cache and {int(doc['state_bytes_per_row'])} B in a "
+        "checkpoint (with optimizer state)"
+    )
+
+
+def plan_lines(plan: PlanData) -> dict[str, str | None]:
+    doc = plan.document
+    return {
+        "cache": cache_line(doc),
+        "checkpoint": checkpoint_line(doc),
+        "systems": systems_line(doc),
+    }
+
+
+def plan_figures(plan: PlanData, index: int, fig_dir: Path) -> list[FigureOut]:
+    """Copy the plan's figures into the report's figures/ and describe them."""
+    doc = plan.document
+    out = []
+    where = "" if index == 0 else f" ({plan.path.name})"
+    cache = doc["cache"]
+    if "mrc" in plan.figures:
+        name = f"plan_mrc{suffix(index)}.png"
+        shutil.copyfile(plan.figures["mrc"], fig_dir / name)
+        lru = cache["bytes_for_hit"].get("lru", {})
+        caption = (
+            f"The LRU miss ratio over the planned run against cache bytes: the "
+            f"{format_bytes(cache['budget_bytes'])} budget (red line) hits "
+            f"{_pct(cache['hit_at_budget'].get('lru'))}"
+            + (f"; {_targets(lru)} (dots)." if lru else ".")
+        )
+        out.append(
+            FigureOut(name, f"Plan{where}: miss ratio against cache bytes", caption, SECTION)
+        )
+    if "goodput" in plan.figures:
+        name = f"plan_goodput{suffix(index)}.png"
+        shutil.copyfile(plan.figures["goodput"], fig_dir / name)
+        caption = checkpoint_line(doc).removeprefix("Checkpoint: ") + (
+            " Each strategy's optimum is marked."
+        )
+        out.append(
+            FigureOut(name, f"Plan{where}: goodput against checkpoint interval", caption, SECTION)
+        )
+    return out
+
+
+def plan_blocks(plan: PlanData, index: int, figures: list[FigureOut]) -> list[Block]:
+    doc = plan.document
+    lines = plan_lines(plan)
+    images = {f.name: Image(f.name, f.title, f.caption) for f in figures}
+    blocks: list[Block] = [
+        Heading(heading(plan, index)),
+        Paragraph(
+            f"From `replay plan` ({plan.path.name}): answers for the whole run, "
+            f"{horizon_text(doc)}. Per-batch costs are steady state; everything that grows "
+            "with time (rows touched, failures) is taken over the whole run, not the "
+            "replayed span."
+        ),
+        Bullets(tuple(line for line in lines.values() if line)),
+    ]
+    if doc.get("notes"):
+        blocks += [Paragraph("Read this first:"), Bullets(tuple(doc["notes"]))]
+    blocks += _cache_blocks(plan, index, images)
+    blocks += _checkpoint_blocks(plan, index, images)
+    blocks += _systems_blocks(plan, index)
+    return blocks
+
+
+def _cache_blocks(plan: PlanData, index: int, images: dict[str, Image]) -> list[Block]:
+    doc = plan.document
+    m, cache = doc["mrc"], doc["cache"]
+    others = "; ".join(f"{p}: {how}" for p, how in cache.get("methods", {}).items() if p != "lru")
+    blocks: list[Block] = [
+        Heading(heading(plan, index, "cache"), 3),
+        Paragraph(
+            f"The LRU miss-ratio curve ({m.get('method', '')}, error bound "
+            f"{float(m.get('error_bound') or 0):.3g}) over the run's lookups, in bytes of "
+            f"embedding rows; other policies: {others or 'none among the systems planned'}."
+        ),
+    ]
+    analytic = m.get("analytic_miss_ratio") or []
+    headers = ("cache", "rows", "miss ratio") + (("analytic (Che)",) if analytic else ())
+    rows = []
+    n = len(m["rows"])
+    if n:
+        for i in np.unique(np.linspace(0, n - 1, min(12, n)).astype(int)):
+            row = (
+                format_bytes(m["bytes"][i]),
+                f"{int(m['rows'][i]):,}",
+                f"{m['miss_ratio'][i]:.4f}",
+            )
+            if analytic and i < len(analytic):
+                row += (f"{float(analytic[i]):.4f}",)
+            elif analytic:
+                row += ("n/a",)
+            rows.append(row)
+    blocks.append(Table(headers, tuple(rows)))
+    name = f"plan_mrc{suffix(index)}.png"
+    if name in images:
+        blocks.append(Paragraph(f"Figure {name}: the curve with the budget and the targets."))
+        blocks.append(images[name])
+    blocks += [
+        Paragraph(
+            f"The budget split across tables (load factor = cache rows / table rows): "
+            f"{_pct(cache['split_hit'])} of lookups hit, against {_pct(cache['uniform_hit'])} "
+            f"with one load factor of {cache['uniform_load_factor']:.3g} for every table."
+        ),
+        Table(
+            ("table", "cache", "load factor", "hit"),
+            tuple(
+                (
+                    str(t.get("table", "")),
+                    format_bytes(t["bytes"]),
+                    f"{t['load_factor']:.4g}",
+                    _pct(t["hit"]),
+                )
+                for t in cache["per_table"]
+            ),
+        ),
+    ]
+    return blocks
+
+
+def _checkpoint_blocks(plan: PlanData, index: int, images: dict[str, Image]) -> list[Block]:
+    doc = plan.document
+    ck = doc["checkpoint"]
+    blocks: list[Block] = [
+        Heading(heading(plan, index, "checkpoints"), 3),
+        Paragraph(
+            f"On {ck.get('system', '')}, at a cluster MTBF of "
+            f"{format_duration(ck['cluster_mtbf_s'])}: each strategy's interval maximises the "
+            "expected goodput of the whole run (from Young/Daly, refined numerically); "
+            "goodput from the failure simulator over the run; best first."
+        ),
+        Table(
+            (
+                "strategy",
+                "interval",
+                "Young/Daly",
+                "stall",
+                "written",
+                "storage",
+                "restore",
+                "lost work",
+                "goodput",
+                "p5",
+            ),
+            tuple(
+                (
+                    s["name"],
+                    format_duration(s["interval_s"]),
+                    format_duration(s["young_daly_interval_s"]),
+                    format_duration(s["cost_s"]),
+                    format_bytes(s["bytes"]),
+                    format_bytes(s["storage_bytes"]),
+                    format_duration(s["restore_s"]),
+                    format_duration(s["lost_work_s"]),
+                    _pct(s["goodput"]),
+                    _pct(s["goodput_p5"]),
+                )
+                for s in ck["strategies"]
+            ),
+        ),
+    ]
+    name = f"plan_goodput{suffix(index)}.png"
+    if name in images:
+        blocks.append(Paragraph(f"Figure {name}: goodput against the interval, per strategy."))
+        blocks.append(images[name])
+    return blocks
+
+
+def _systems_blocks(plan: PlanData, index: int) -> list[Block]:
+    systems = plan.document["systems"]
+    if not systems:
+        return []
+    return [
+        Heading(heading(plan, index, "systems"), 3),
+        Paragraph(
+            "Each system's steady-state time and energy per batch (checkpointing off: it is "
+            "planned above); Pareto: no other system is both as fast and as frugal."
+        ),
+        Table(
+            ("system", "time per batch", "energy per batch", "hit ratio", "Pareto"),
+            tuple(
+                (
+                    s["name"],
+                    format_duration(s["time_per_batch_s"]),
+                    f"{s['energy_per_batch_j']:.4g} J",
+                    _pct(s.get("hit_ratio")),
+                    "yes" if s.get("pareto") else "",
+                )
+                for s in systems
+            ),
+        ),
+    ]
+
+
+__all__ = ["SECTION", "heading", "minutes", "plan_blocks", "plan_figures", "plan_lines"]
