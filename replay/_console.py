@@ -18,10 +18,11 @@ def main() -> None:
     _signals.install()
     try:
         from replay.cli import console_main
-    except KeyboardInterrupt:
+
+        console_main()
+    except KeyboardInterrupt:  # outside `main`'s own handling: the imports, the exit
         print(_signals.message(), file=sys.stderr)
         os._exit(_signals.exit_code())
-    console_main()
 
 
 __all__ = ["main"]

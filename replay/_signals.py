@@ -10,7 +10,8 @@ message; a batch scheduler's `kill` or a container's stop sends SIGTERM.
 A second signal while the first is being handled (the clean-up of a large partial
 folder) is recorded but raises nothing, so clean-up is not cut short with a traceback;
 SIGKILL still ends the process at once (and `--resume`/`--force` deal with what it
-leaves).
+leaves). A signal that lands where Python prints and drops the exception (a weakref
+or ctypes callback, a `__del__`: `sys.unraisablehook`) is sent again 10 ms later instead.
 
 This module imports nothing heavy: the console script installs the handlers before it
 imports numpy, typer or numba, so an interrupt during those imports is handled too.
@@ -18,21 +19,46 @@ imports numpy, typer or numba, so an interrupt during those imports is handled t
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 
 _received: int | None = None
+_raised = False
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
-    global _received
-    if _received is not None:
+    global _received, _raised
+    if _raised:
         return  # already unwinding from the first one
-    _received = signum
+    if _received is None:
+        _received = signum
+    _raised = True
     raise KeyboardInterrupt
+
+
+def _unraisable(hook: Any) -> Callable[[Any], None]:
+    """A `sys.unraisablehook` that catches the interrupt Python would print and drop: a
+    signal that landed in a weakref callback (importlib's module locks, during the
+    imports), a ctypes callback (llvmlite's object cache, while numba loads) or a
+    `__del__`. Nothing is printed; the signal is sent again 10 ms later, when the main
+    thread is past that frame, and raised there."""
+
+    def handle(unraisable: Any) -> None:
+        global _raised
+        if _received is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            _raised = False
+            threading.Timer(0.01, os.kill, (os.getpid(), _received)).start()
+            return
+        hook(unraisable)
+
+    return handle
 
 
 def install() -> None:
@@ -42,6 +68,7 @@ def install() -> None:
         return
     for signum in HANDLED:
         signal.signal(signum, _handler)
+    sys.unraisablehook = _unraisable(sys.unraisablehook)
 
 
 def received() -> int | None:
@@ -50,8 +77,9 @@ def received() -> int | None:
 
 
 def reset() -> None:
-    global _received
+    global _received, _raised
     _received = None
+    _raised = False
 
 
 def exit_code() -> int:

@@ -99,11 +99,10 @@ def _register(command: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    retain_freed_memory()
-    _signals.reset()
     if argv is None:
         argv = sys.argv[1:]
     try:
+        retain_freed_memory()
         load_commands(argv)
         group = get_command(app)  # built once: for the check and for the run
         check_outputs(group, argv)

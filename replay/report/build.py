@@ -18,13 +18,12 @@ holds one.
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Any
 
 from replay._output import atomic_folder, write_json
-from replay._units import format_bytes, format_duration
+from replay._units import format_duration
 from replay._version import __version__
 from replay.errors import OutputError
 from replay.report.analysis import (
@@ -38,18 +37,22 @@ from replay.report.analysis import (
     needs_checkpoints,
     time_terms,
 )
+from replay.report.blocks import bytes_text as _bytes
+from replay.report.blocks import images as _images
+from replay.report.blocks import ms as _ms
+from replay.report.blocks import not_shown as _not_shown
+from replay.report.blocks import pct as _pct
+from replay.report.blocks import x as _x
 from replay.report.document import (
     Block,
     Bullets,
     Heading,
-    Image,
     Link,
     Paragraph,
     Table,
     Text,
     assign_anchors,
     fmt_multiple,
-    fmt_ratio,
     fmt_saving,
     plain_text,
     to_html,
@@ -65,47 +68,6 @@ from replay.report.scenario_figures import scenario_figures
 
 REPORT_FILES = frozenset({"report.md", "report.html", "summary.json", "figures"})
 TITLE = "replay report"
-
-
-def _ms(seconds: float | None) -> str:
-    """A duration (`0.352 ms`, `2.16 s`): `replay._units.format_duration`."""
-    return "n/a" if seconds is None or not math.isfinite(seconds) else format_duration(seconds)
-
-
-def _x(value: float | None) -> str:
-    return fmt_multiple(value)
-
-
-def _pct(value: float | None, digits: int = 3) -> str:
-    """A share: a percentage up to 100%, a multiple above (`fmt_ratio`)."""
-    return fmt_ratio(value, digits)
-
-
-def _bytes(value: float | None) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else format_bytes(value)
-
-
-def _images(figures: list[FigureOut], section: str) -> list[Block]:
-    return [Image(f.name, f.title, f.caption) for f in figures if f.section == section]
-
-
-def _not_shown(items: list[tuple[str, str]]) -> list[Block]:
-    """Rows that are no result, grouped by what they need: (label, needs) pairs."""
-    if not items:
-        return []
-    grouped: dict[str, list[str]] = {}
-    for label, needs in items:
-        grouped.setdefault(needs, []).append(label)
-    return [
-        Paragraph("Not shown (artifacts of the replayed span, not results):"),
-        Bullets(
-            tuple(
-                f"{', '.join(labels[:8])}{f' (+{len(labels) - 8})' if len(labels) > 8 else ''}: "
-                f"{needs}"
-                for needs, labels in list(grouped.items())[:30]
-            )
-        ),
-    ]
 
 
 def _workload_blocks(results: Results, figures: list[FigureOut]) -> list[Block]:
@@ -425,7 +387,9 @@ def _fastpersist_blocks(fp: dict[str, Any]) -> list[Block]:
     return blocks
 
 
-def _failure_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> list[Block]:
+def _failure_blocks(
+    analysis: dict[str, Any], figures: list[FigureOut], plan: bool = False
+) -> list[Block]:
     rows = analysis.get("failures") or []
     blocks: list[Block] = [Heading("Failures and goodput")]
     shown = [r for r in rows if r["needs"] is None]
@@ -467,7 +431,19 @@ def _failure_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> list[
         )
     blocks += _not_shown([(r["label"], r["needs"]) for r in rows if r["needs"]])
     blocks += _images(figures, "failures")
-    if len(blocks) == 1:
+    if len(blocks) == 1 and plan:
+        blocks.append(
+            Paragraph(
+                (
+                    "The replayed runs have no failure model: a few hundred batches cannot "
+                    "hold a failure study at realistic intervals. The plan gives goodput at "
+                    "the cluster's MTBF over the whole training run (",
+                    Link("Plan: checkpoints", "#plan-checkpoints"),
+                    ").",
+                )
+            )
+        )
+    elif len(blocks) == 1:
         blocks.append(Paragraph("No failure model in the results (set failures.mtbf_s)."))
     return blocks
 
@@ -677,7 +653,7 @@ def build_blocks(
     body += _time_blocks(results, figures)
     body += _ladder_blocks(analysis, figures)
     body += _checkpoint_blocks(analysis, figures)
-    body += _failure_blocks(analysis, figures)
+    body += _failure_blocks(analysis, figures, plan=bool(results.plans))
     energy = _images(figures, "energy")
     if energy:
         body += [Heading("Energy"), *energy]

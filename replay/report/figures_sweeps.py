@@ -174,7 +174,17 @@ def _sweep_bars(sweep: SweepData, name: str, out: Path) -> FigureOut | None:
 
 
 def _sweep_figure(sweep: SweepData, name: str, out: Path) -> FigureOut | None:
-    runs = list(sweep.runs)
+    from replay.report.analysis import needs_checkpoints, needs_refresh
+
+    # points the replayed span cannot support are not drawn as results: too few
+    # checkpoints, or an intermittent increment that never reached its full refresh
+    # (it is then one-shot under another name)
+    def unsupported(run: RunData) -> bool:
+        strategy = (run.spec.get("checkpoint") or {}).get("strategy", "none")
+        return strategy != "none" and bool(needs_checkpoints(run) or needs_refresh(run))
+
+    left_out = [r for r in sweep.runs if unsupported(r)]
+    runs = [r for r in sweep.runs if r not in left_out]
     if not runs:
         return None
     keys = list(sweep.keys) or list(dict.fromkeys(k for r in runs for k in r.values))
@@ -291,6 +301,12 @@ def _sweep_figure(sweep: SweepData, name: str, out: Path) -> FigureOut | None:
             )
         else:
             trends.append(f"For {label}: {_fmt_metric(metric, y0)} to {_fmt_metric(metric, y1)}.")
+    if left_out:
+        why = needs_refresh(left_out[0]) or needs_checkpoints(left_out[0])
+        facts.append(
+            f"Not drawn: {len(left_out)} point{'s' if len(left_out) > 1 else ''} the replayed "
+            f"span cannot support ({why})."
+        )
     return FigureOut(name, title, " ".join([*trends, *facts]), section)
 
 
