@@ -88,7 +88,6 @@ def _load(name: str):
 
 
 __all__ = [
-    "GC_THRESHOLDS",
     "ReplayError",
     "Trace",
     "__version__",
@@ -102,3 +101,9 @@ __all__ = [
     "replay_trace",
     "resolve_system",
 ]
+
+
+def __dir__() -> list[str]:
+    """The documented API only (`help(replay)`, tab completion): not the module's
+    helpers (the collector's thresholds, the lazy loader)."""
+    return sorted(__all__)

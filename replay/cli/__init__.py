@@ -36,20 +36,21 @@ from replay.cli._outputs import check_outputs  # noqa: E402
 from replay.cli.app import app  # noqa: E402
 from replay.errors import Interrupted, ReplayError  # noqa: E402
 
+# in the order of the workflow: `replay --help` lists them so
 COMMANDS = (
-    "bench",
-    "compare",
-    "fit",
     "generate",
     "ingest",
     "inspect",
+    "run",
     "mrc",
+    "compare",
+    "sweep",
     "plan",
+    "report",
+    "fit",
     "presets",
     "quickstart",
-    "report",
-    "run",
-    "sweep",
+    "bench",
 )
 
 
@@ -63,6 +64,8 @@ def load_commands(argv: list[str] | None = None) -> None:
     name = argv[0] if argv else None
     for command in [name] if name in COMMANDS else COMMANDS:
         _register(command)
+    # `--help` lists them as registered: in COMMANDS' order, whatever imported them first
+    app.registered_commands.sort(key=lambda c: COMMANDS.index(c.name or ""))
 
 
 def _register(command: str | None) -> None:

@@ -15,11 +15,14 @@ from typing import Annotated
 import typer
 
 from replay.cli.app import app, default_workers, show_progress
+from replay.errors import ConfigError
 from replay.runs.quickstart import (
+    CHECKPOINT_INTERVAL_BATCHES,
     DEFAULT_BATCH_SIZE,
     DEFAULT_BATCHES,
     DEFAULT_SEED,
     DEFAULT_WORKLOAD,
+    MIN_BATCHES,
 )
 
 
@@ -50,6 +53,13 @@ def quickstart_command(
     from replay.runs.quickstart import check_quickstart_folder, run_quickstart
     from replay.trace.writer import partial_path
 
+    if batches < MIN_BATCHES:
+        # a span too short for the studies is no result: refuse it rather than report it
+        raise ConfigError(
+            f"--batches: {batches} is out of range: the studies checkpoint every "
+            f"{CHECKPOINT_INTERVAL_BATCHES} batches and average the second half of the "
+            f"run, so they need at least {MIN_BATCHES}"
+        )
     n = check_workers(default_workers() if workers is None else workers)
     check_quickstart_folder(out)
     start = time.perf_counter()

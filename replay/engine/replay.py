@@ -36,9 +36,10 @@ from replay.workload.onthefly import GeneratedTrace
 from replay.workload.source import Source
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RunResult:
-    """Everything a run folder holds."""
+    """Everything a run folder holds. Compared by identity (its columns are arrays, which
+    `==` cannot reduce to one truth value); compare `summary` dicts for equal results."""
 
     system: SystemSpec
     columns: dict[str, np.ndarray]  # batches.parquet

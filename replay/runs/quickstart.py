@@ -60,6 +60,7 @@ FASTPERSIST_SYSTEMS = ("torch-save", "fastpersist-1", "fastpersist", "fastpersis
 # 2 GB/s, more than a Gen4 drive's 1.25 GB/s share, so drives bound small writer counts.
 WRITER_BW_BYTES_PER_S = 2e9
 CHECKPOINT_INTERVAL_BATCHES = 20
+MIN_BATCHES = 100  # 5 checkpoints at that interval; a steady-state half of 50 batches
 # smaller than the ~800 k rows the default trace touches, so placement matters (the
 # presets' 256 MiB budget holds them all; the miss-ratio curve shows the whole range)
 CACHE_ROWS = "policy.capacity_rows=100000"
@@ -302,6 +303,7 @@ __all__ = [
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_WORKLOAD",
     "LADDER_SYSTEMS",
+    "MIN_BATCHES",
     "WRITER_BW_BYTES_PER_S",
     "check_quickstart_folder",
     "run_quickstart",

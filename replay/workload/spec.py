@@ -36,13 +36,12 @@ from __future__ import annotations
 import json
 import math
 import re
-import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from replay._memory import MAX_ROW_SPACE
-from replay._toml import has_too_long_int
+from replay._toml import parse_toml
 from replay.errors import ConfigError
 
 MAPPINGS = ("permuted", "contiguous")
@@ -302,17 +301,7 @@ def load_spec(path: str | Path) -> WorkloadSpec:
         raise ConfigError(f"{path}: cannot read ({exc})") from None
     except ValueError:  # a NUL byte in the name
         raise ConfigError(f"{str(path)!r}: not a valid file name") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-    except ValueError:  # an integer of more than 4300 digits
-        raise ConfigError(f"{path}: not valid TOML (a number is too long)") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: not valid TOML (arrays or tables nested too deeply)") from None
-    if has_too_long_int(data):
-        raise ConfigError(f"{path}: not valid TOML (a number is too long)")
-    return spec_from_dict(data, where=str(path))
+    return spec_from_dict(parse_toml(text, str(path)), where=str(path))
 
 
 def spec_to_toml(spec: WorkloadSpec) -> str:
