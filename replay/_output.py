@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from replay.errors import OutputError
+from replay.errors import OutputError, opt
 
 
 def partial_path(out: Path) -> Path:
@@ -80,7 +80,9 @@ def _check_output_folder(
         entries = list(out.iterdir())
         # with `resume` the caller decides: it may hold the finished output being resumed
         if entries and not force and not resume:
-            raise OutputError(f"{out}: already holds files (use --force to replace it)")
+            raise OutputError(
+                f"{out}: already holds files (use {opt('--force', 'force=True')} to replace it)"
+            )
         if entries and owned is not None and not all(e.name in owned for e in entries):
             raise OutputError(
                 f"{out}: holds other files, not only an earlier {what}; replay replaces "

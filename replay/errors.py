@@ -7,11 +7,50 @@ anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import contextlib
+import re
+from collections.abc import Iterator
+
+# A message names an option as its caller gave it: `opt("--force", "force=True")` reads
+# "--force" when the command line raised the error and "force=True" through the Python
+# API. The message holds both, between control characters no user text contains, and
+# `str(error)` picks one (`cli_names` is on while `replay.cli.main` runs a command).
+_SEP, _END = "\x1e", "\x1f"
+_OPTION = re.compile(f"{_END}([^{_SEP}{_END}]*){_SEP}([^{_END}]*){_END}")
+_cli_names = False
+
+
+def opt(cli: str, api: str | None = None) -> str:
+    """An option named in an error message: `cli` on the command line, `api` (default:
+    the flag without dashes, `-` as `_`: "--batch-size" -> "batch_size") in Python."""
+    if api is None:
+        api = cli.split()[0].lstrip("-").replace("-", "_") + cli[len(cli.split()[0]) :]
+    return f"{_END}{cli}{_SEP}{api}{_END}"
+
+
+def render(text: str) -> str:
+    """`text` with each `opt` as the current caller names it."""
+    return _OPTION.sub(lambda m: m[1] if _cli_names else m[2], text)
+
+
+@contextlib.contextmanager
+def cli_names() -> Iterator[None]:
+    """Error messages name command-line flags (`--force`) for the duration."""
+    global _cli_names
+    before, _cli_names = _cli_names, True
+    try:
+        yield
+    finally:
+        _cli_names = before
+
 
 class ReplayError(Exception):
     """An error caused by the user's input; printed as one line, exit code 2."""
 
     exit_code = 2
+
+    def __str__(self) -> str:
+        return render(super().__str__())
 
 
 class ConfigError(ReplayError):

@@ -90,3 +90,90 @@ def test_help_lists_the_commands_in_workflow_order(capsys: pytest.CaptureFixture
         "sweep",
         "plan",
     )
+
+
+# one placeholder style: upper-case words (a literal choice such as `local|` before one)
+PLACEHOLDER = (
+    r"(local\|)?[A-Z][A-Z0-9_]*([=,][A-Z0-9_]+)*(,\.\.\.|\.\.\.)?"  # DIR, KEY=VALUE, SIZE,...
+    r"|\[[A-Z_]+\]"  # an optional argument: [TRACE]
+    r"|[a-z]+(\|[a-z]+)+"  # the choices: declared|observed|extrapolate
+)
+# the same flag for the same thing: these options take these short forms wherever they are
+SHORT_FLAGS = {"--out": "-o", "--workers": "-j", "--system": "-s", "--systems": "-s"}
+
+
+def _commands() -> list:
+    from typer.main import get_command
+
+    from replay.cli import COMMANDS, app, load_commands
+
+    load_commands()
+    group = get_command(app)
+    found = []
+    for name in COMMANDS:
+        command = group.commands[name]  # type: ignore[attr-defined]
+        subs = getattr(command, "commands", None)  # `bench` is a group
+        found += [(f"{name} {s}", c) for s, c in subs.items()] if subs else [(name, command)]
+    return found
+
+
+def test_every_option_shows_its_placeholder_and_default() -> None:
+    """`--help` of every command: one placeholder style, every default shown (in the
+    `[default: ...]` click prints, or in the help text where it depends on the input),
+    the same short flag for the same option everywhere."""
+    import re
+
+    problems = []
+    for name, command in _commands():
+        for param in command.params:
+            flag = param.opts[0]
+            where = f"replay {name} {flag}"
+            if param.param_type_name == "argument":
+                if not re.fullmatch(PLACEHOLDER, param.metavar or ""):
+                    problems.append(f"{where}: placeholder {param.metavar!r}")
+                continue
+            if not param.is_flag and not re.fullmatch(PLACEHOLDER, param.metavar or ""):
+                problems.append(f"{where}: placeholder {param.metavar!r}")
+            if flag in SHORT_FLAGS and SHORT_FLAGS[flag] not in param.opts:
+                problems.append(f"{where}: no {SHORT_FLAGS[flag]}")
+            if param.required or (param.is_flag and not param.secondary_opts):
+                continue  # nothing to default; an on/off flag is off unless given
+            shown = param.default is not None and param.show_default
+            if not shown and "default" not in (param.help or ""):
+                problems.append(f"{where}: default not shown")
+    assert not problems, "\n".join(problems)
+
+
+def test_help_shows_each_command_in_full(capsys: pytest.CaptureFixture[str]) -> None:
+    # `replay --help` lists a command by its first sentence: never cut off with "..."
+    assert main(["--help"]) == 0
+    listing = capsys.readouterr().out.split("Commands:")[1]
+    assert "..." not in listing, listing
+    for name, _ in _commands():
+        assert main([*name.split(), "--help"]) == 0, name
+        assert "Usage: replay " + name in capsys.readouterr().out
+
+
+def test_api_errors_name_parameters_and_the_cli_names_flags(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An error raised through the Python API names the API's parameter (`force=True`,
+    `overrides`); the same error from the command line names the flag (`--force`)."""
+    trace = tmp_path / "t"
+    replay.generate("tiny", trace, batches=2, workers=1)
+    with pytest.raises(replay.ReplayError) as api:
+        replay.generate("tiny", trace, batches=2, workers=1)
+    assert "use force=True to replace it" in str(api.value) and "--" not in str(api.value)
+    assert main(["generate", "--preset", "tiny", "--batches", "2", "-o", str(trace)]) == 2
+    assert "(use --force to replace it)" in capsys.readouterr().err
+    cases = [
+        (lambda: replay.resolve_system("hbm-lru", ["nope"]), "overrides 'nope'"),
+        (lambda: replay.mrc_trace(trace, sizes=[0]), "sizes: cache size 0"),
+        (lambda: replay.mrc_trace(trace, sample_rate=2.0), "sample_rate 2.0 must be"),
+        (lambda: replay.generate("tiny", tmp_path / "u", workers=0), "workers must be"),
+        (lambda: replay.ingest([], tmp_path / "v"), "max_ind_range=M or dictionary=True"),
+    ]
+    for call, message in cases:
+        with pytest.raises(replay.ReplayError) as caught:
+            call()
+        assert message in str(caught.value) and "--" not in str(caught.value)

@@ -231,7 +231,7 @@ def test_reuse_and_drift_are_refused_below_rate_one(option: str, value: float) -
         open_sampled_workload(spec, 0.5)
     message = str(info.value)
     assert "\n" not in message and f"{option} = {value:g}" in message
-    with pytest.raises(ConfigError, match="sample-rate"):
+    with pytest.raises(ConfigError, match="sample_rate"):
         open_sampled_workload(_spec(), 0.0)
 
 

@@ -105,7 +105,7 @@ def test_not_json_missing_and_corrupt(tmp_path: Path) -> None:
 
 def test_existing_output_needs_force(tmp_path: Path) -> None:
     path = _small_trace(tmp_path / "t")
-    with pytest.raises(OutputError, match="--force"):
+    with pytest.raises(OutputError, match="force=True"):
         _small_trace(path)
     other = tmp_path / "mine"
     other.mkdir()

@@ -304,6 +304,7 @@ HEADINGS = {
     "Summary",
     "Contents",
     "Claims: the papers beside this model",
+    "Warnings",
     "Workload",
     "Memory hierarchy",
     "Time per batch",
@@ -670,6 +671,26 @@ def test_save_draws_names_as_written_whatever_the_matplotlibrc(tmp_path: Path, r
     log_labels = [t.get_text() for t in log_ax.yaxis.get_ticklabels() if t.get_text()]
     assert log_labels and all(is_math_text(label) for label in log_labels)
     assert all(t.get_parse_math() for t in log_ax.yaxis.get_ticklabels())
+
+
+def test_characters_the_font_cannot_draw_show_as_escapes(tmp_path: Path) -> None:
+    # a control character, a bidi override or a glyph DejaVu Sans lacks would draw as an
+    # empty box (and matplotlib warns): they draw as their escapes, in titles, legends
+    # and category ticks alike, and no warning is raised (the suite makes warnings errors)
+    fig = figures_module.new_figure()
+    ax = fig.subplots()
+    title = ax.set_title(CONTROL)
+    ax.bar([0, 1], [1, 2], label=CJK)
+    ax.set_xticks([0, 1], [CONTROL, "表"])
+    ax.legend()
+    figures_module.save(fig, tmp_path / "f.png")
+    shown = r"esc\x1b[31mred\x07 rtl\u202eevil"
+    assert title.get_text() == shown
+    legend = ax.get_legend()
+    assert legend is not None and legend.get_texts()[0].get_text() == "\\u8868 😀"
+    ticks = [t.get_text() for t in ax.xaxis.get_ticklabels()]
+    assert ticks == [shown, "\\u8868"]
+    assert figures_module._drawable("a\nb é") == "a\nb é"  # line breaks and accents stay
 
 
 def test_markdown_heading_keeps_a_trailing_hash() -> None:

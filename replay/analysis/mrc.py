@@ -47,7 +47,7 @@ from replay.analysis.stack import (
     reference_stack_distances,
     stack_distances,
 )
-from replay.errors import ConfigError, TraceError
+from replay.errors import ConfigError, TraceError, opt
 from replay.trace.format import LOOKUPS_DIR
 from replay.trace.keys import _flat_keys_checked, bad_lookup_error, table_offsets
 from replay.trace.reader import Trace, open_trace
@@ -113,16 +113,20 @@ def validate_sizes(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
     """Sizes as a sorted, deduplicated int64 array of positive integers (ConfigError)."""
     values = sizes.ravel().tolist() if isinstance(sizes, np.ndarray) else list(sizes)
     if not values:
-        raise ConfigError("--sizes: give at least one cache size")
+        raise ConfigError(f"{opt('--sizes')}: give at least one cache size")
     out = []
     for value in values:
         integral = isinstance(value, int | np.integer) or (
             isinstance(value, float | np.floating) and float(value).is_integer()
         )
         if isinstance(value, bool | np.bool_) or not integral:
-            raise ConfigError(f"--sizes: cache size {value!r} is not an integer number of rows")
+            raise ConfigError(
+                f"{opt('--sizes')}: cache size {value!r} is not an integer number of rows"
+            )
         if not 1 <= int(value) < 2**62:
-            raise ConfigError(f"--sizes: cache size {int(value)} must be a positive number of rows")
+            raise ConfigError(
+                f"{opt('--sizes')}: cache size {int(value)} must be a positive number of rows"
+            )
         out.append(int(value))
     return np.unique(np.array(out, dtype=np.int64))
 
@@ -137,8 +141,9 @@ def validate_options(
         floor = resolution_rows(threshold)
         if chosen is not None and chosen[0] < floor:
             raise ConfigError(
-                f"--sizes: cache size {int(chosen[0])} is below what a sample at rate "
-                f"{sample_rate} resolves (sizes >= {floor} rows); use a higher --sample-rate "
+                f"{opt('--sizes')}: cache size {int(chosen[0])} is below what a sample at rate "
+                f"{sample_rate} resolves (sizes >= {floor} rows); use a higher "
+                f"{opt('--sample-rate')} "
                 "or the exact curve"
             )
     return chosen

@@ -34,7 +34,7 @@ from replay import _signals  # noqa: E402
 from replay._malloc import retain_freed_memory  # noqa: E402
 from replay.cli._outputs import check_outputs  # noqa: E402
 from replay.cli.app import app  # noqa: E402
-from replay.errors import Interrupted, ReplayError  # noqa: E402
+from replay.errors import Interrupted, ReplayError, cli_names  # noqa: E402
 
 # in the order of the workflow: `replay --help` lists them so
 COMMANDS = (
@@ -104,6 +104,11 @@ def _register(command: str | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
+    with cli_names():  # errors name the command's flags, not the API's parameters
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     try:
         retain_freed_memory()
         load_commands(argv)

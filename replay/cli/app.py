@@ -33,7 +33,8 @@ def show_progress() -> bool:
 
 SCHEDULER_HELP = (
     "Run on a Dask cluster: 'local' starts one of --workers processes, an address "
-    "(tcp://host:8786) uses a running one. Needs pip install 'replay[distributed]'."
+    "(tcp://host:8786) uses a running one. Needs pip install 'replay[distributed]' "
+    "(default: no cluster, threads in this process)."
 )
 
 
@@ -51,6 +52,12 @@ def shown(name: object, *, markup: bool = True) -> str:
 
         text = escape(text)
     return text
+
+
+def warn(message: str) -> None:
+    """A one-line warning on stderr: a result stands but the replayed span makes it
+    degenerate (summary.json's `warnings` says the same)."""
+    typer.echo(f"replay: warning: {shown(message, markup=False)}", err=True)
 
 
 def _print_version(value: bool) -> None:

@@ -15,10 +15,13 @@ app.add_typer(bench_app, name="bench")
 
 @bench_app.command("generate")
 def bench_generate_command(
-    preset: Annotated[str, typer.Option(help="Workload preset.")] = "criteo-kaggle",
-    batches: Annotated[int, typer.Option(help="Number of batches.")] = 1000,
-    batch_size: Annotated[int, typer.Option(help="Samples per batch.")] = 2048,
-    workers: Annotated[int | None, typer.Option(help="Workers (default: all cores).")] = None,
+    preset: Annotated[str, typer.Option(metavar="NAME", help="Workload preset.")] = "criteo-kaggle",
+    batches: Annotated[int, typer.Option(metavar="N", help="Number of batches.")] = 1000,
+    batch_size: Annotated[int, typer.Option(metavar="N", help="Samples per batch.")] = 2048,
+    workers: Annotated[
+        int | None,
+        typer.Option("--workers", "-j", metavar="N", help="Workers (default: all cores)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Generation rate against writing the same columns to Parquet from memory."""
@@ -55,12 +58,17 @@ def bench_generate_command(
 @bench_app.command("replay")
 def bench_replay_command(
     trace: Annotated[
-        str | None, typer.Option(help="Trace folder (default: generate criteo-kaggle).")
+        str | None,
+        typer.Option(metavar="DIR", help="Trace folder (default: generate criteo-kaggle)."),
     ] = None,
-    batches: Annotated[int, typer.Option(help="Batches of the generated trace.")] = 1000,
-    batch_size: Annotated[int, typer.Option(help="Samples per batch.")] = 2048,
-    capacity_rows: Annotated[int, typer.Option(help="Cache capacity in rows.")] = 150_000,
-    repeats: Annotated[int, typer.Option(help="Timed runs per system.")] = 3,
+    batches: Annotated[
+        int, typer.Option(metavar="N", help="Batches of the generated trace.")
+    ] = 1000,
+    batch_size: Annotated[int, typer.Option(metavar="N", help="Samples per batch.")] = 2048,
+    capacity_rows: Annotated[
+        int, typer.Option(metavar="ROWS", help="Cache capacity in rows.")
+    ] = 150_000,
+    repeats: Annotated[int, typer.Option(metavar="N", help="Timed runs per system.")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Lookups/s of whole `replay run` processes (hbm-lru, hbm-hot) and of `replay mrc`."""
@@ -101,10 +109,13 @@ def bench_replay_command(
 @bench_app.command("checkpoint")
 def bench_checkpoint_command(
     trace: Annotated[
-        str | None, typer.Option(help="Trace folder (default: generate criteo-kaggle).")
+        str | None,
+        typer.Option(metavar="DIR", help="Trace folder (default: generate criteo-kaggle)."),
     ] = None,
-    batches: Annotated[int, typer.Option(help="Batches of the generated trace.")] = 1000,
-    batch_size: Annotated[int, typer.Option(help="Samples per batch.")] = 2048,
+    batches: Annotated[
+        int, typer.Option(metavar="N", help="Batches of the generated trace.")
+    ] = 1000,
+    batch_size: Annotated[int, typer.Option(metavar="N", help="Samples per batch.")] = 2048,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Share of the replay's run time taken by the checkpoint and failure models."""
@@ -132,11 +143,19 @@ def bench_checkpoint_command(
 
 @bench_app.command("all")
 def bench_all_command(
-    batches: Annotated[int, typer.Option(help="Batches of the criteo-kaggle trace.")] = 1000,
-    batch_size: Annotated[int, typer.Option(help="Samples per batch.")] = 2048,
-    repeats: Annotated[int, typer.Option(help="Timed runs per row (after a warm-up).")] = 2,
+    batches: Annotated[
+        int, typer.Option(metavar="N", help="Batches of the criteo-kaggle trace.")
+    ] = 1000,
+    batch_size: Annotated[int, typer.Option(metavar="N", help="Samples per batch.")] = 2048,
+    repeats: Annotated[
+        int, typer.Option(metavar="N", help="Timed runs per row (after a warm-up).")
+    ] = 2,
     only: Annotated[
-        str | None, typer.Option(help="Only rows whose group or operation contains this.")
+        str | None,
+        typer.Option(
+            metavar="TEXT",
+            help="Only rows whose group or operation contains this (default: every row).",
+        ),
     ] = None,
     markdown: Annotated[
         bool, typer.Option("--markdown", help="Print the table as Markdown (the README's).")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from replay.cli.app import SCHEDULER_HELP, app, default_workers, show_progress, shown
+from replay.cli.app import SCHEDULER_HELP, app, default_workers, show_progress, shown, warn
 from replay.cli.run import InspectOption
 from replay.cli.source import (
     AlphaOption,
@@ -29,6 +29,7 @@ from replay.cli.source import (
     DriftOption,
     ReuseOption,
     SeedOption,
+    SetsOption,
     TraceArgument,
     VerifyOption,
     WorkloadOption,
@@ -46,20 +47,12 @@ WHAT = "`replay compare` or `replay sweep` output"
 _PROGRESS_EVERY_S = 5.0
 _MARKERS = ("compare.json", "sweep.json")
 
-SetsOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--set",
-        metavar="KEY=VALUE",
-        help="Override a system field by dotted path, e.g. policy.capacity_rows=150000 "
-        "(repeatable; applies to every run).",
-    ),
-]
 WorkersOption = Annotated[
     int | None,
     typer.Option(
         "--workers",
         "-j",
+        metavar="N",
         help="Runs at once, one process each (default: all cores); with --scheduler local, "
         "the cluster's workers.",
     ),
@@ -73,7 +66,7 @@ ForceOption = Annotated[
 ]
 
 
-@app.command("compare")
+@app.command("compare", short_help="Replay one trace on several systems, side by side.")
 def compare_command(
     trace: TraceArgument = None,
     *,
@@ -81,7 +74,8 @@ def compare_command(
         str,
         typer.Option(
             "--systems",
-            metavar="A,B,C",
+            "-s",
+            metavar="SYSTEM,...",
             help="System presets or TOML files, comma-separated; the first is the baseline "
             "of speedup and energy saving.",
         ),
@@ -238,6 +232,7 @@ def _run_into(
     from replay.runs.results import atomic_folder, write_run
 
     metrics: dict[int, dict[str, Any]] = {}
+    warnings: dict[int, list[str]] = {}
     # the ownership is checked again inside: DIR may have changed during the runs
     owned = owned_entries(out, own_files)
     with atomic_folder(out, force=force, owned=owned, what=WHAT) as tmp:
@@ -252,6 +247,7 @@ def _run_into(
                 workload=workload,
             )
             metrics[index] = metrics_row(result)
+            warnings[index] = list(result.summary.get("warnings", []))
 
         runs = iter_runs(trace, jobs, workers=n, client=client)
         if show_progress():
@@ -270,7 +266,19 @@ def _run_into(
                 if echo is not None and time.perf_counter() - last > _PROGRESS_EVERY_S:
                     last = time.perf_counter()
                     echo(f"  {done:,}/{len(jobs):,} runs done")
-        return finish(tmp, [metrics[i] for i in range(len(jobs))])
+        rows = finish(tmp, [metrics[i] for i in range(len(jobs))])
+    warn_runs([(jobs[i].folder, warnings[i]) for i in range(len(jobs))])
+    return rows
+
+
+def warn_runs(runs: Sequence[tuple[str, Sequence[str]]], *, most: int = 10) -> None:
+    """The runs' warnings (summary.json's `warnings`) on stderr, a line each and at most
+    `most` lines: a sweep of hundreds of degenerate points says so without a flood."""
+    lines = [f"{folder}: {w}" for folder, ws in runs for w in ws]
+    for line in lines[:most]:
+        warn(line)
+    if len(lines) > most:
+        warn(f"{len(lines) - most:,} more warnings: see the runs' summary.json")
 
 
 def folders_text(n: int) -> str:
@@ -304,10 +312,10 @@ def print_table(
     table = Table(title=shown(title), title_justify="left")
     for _, header in label_columns:
         table.add_column(header)
-    table.add_column("time", justify="right")
+    table.add_column("time (total)", justify="right")
     if speedup:
         table.add_column("speedup", justify="right")
-    table.add_column("energy", justify="right")
+    table.add_column("energy (total)", justify="right")
     table.add_column("hit ratio", justify="right")
     checkpoints = any(row["checkpoint_strategy"] != "none" for row in rows)
     goodput = any(row["goodput_mean"] is not None for row in rows)
@@ -321,7 +329,7 @@ def print_table(
         if speedup:
             cells.append("-" if row["speedup"] is None else f"{row['speedup']:.3g}x")
         cells.append(_si(row["energy_j"], "J"))
-        cells.append(f"{row['hit_ratio']:.4f}")
+        cells.append("n/a" if row["hit_ratio"] is None else f"{row['hit_ratio']:.4f}")
         if checkpoints:
             cells.append(f"{100 * row['checkpoint_overhead']:.2f}%")
         if goodput:

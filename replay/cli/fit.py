@@ -30,13 +30,19 @@ if TYPE_CHECKING:
     from replay.workload.fit import FitResult
 
 
-@app.command("fit")
+@app.command("fit", short_help="Fit a workload spec (skew, reuse, drift) to a trace.")
 def fit_command(
     trace: Annotated[
         Path, typer.Argument(metavar="TRACE", help="Trace folder (e.g. from `replay ingest`).")
     ],
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Where to write the fitted spec (TOML).")
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="FILE",
+            help="Where to write the fitted spec, TOML (default: print only).",
+        ),
     ] = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the fit (and the check) as one JSON object.")
@@ -53,6 +59,7 @@ def fit_command(
         Path | None,
         typer.Option(
             "--figure",
+            metavar="FILE",
             help="PNG of the --check curves (default: SPEC.check.png beside --out).",
         ),
     ] = None,
@@ -60,6 +67,7 @@ def fit_command(
         str,
         typer.Option(
             "--rows",
+            metavar="declared|observed|extrapolate",
             help="Table rows: declared (the trace's), observed (rows touched) or "
             "extrapolate (Chao1 estimate of the distinct values).",
         ),
@@ -67,10 +75,14 @@ def fit_command(
     max_lookups: Annotated[
         int,
         typer.Option(
-            "--max-lookups", help="Fit on a prefix of whole batches with at most this many lookups."
+            "--max-lookups",
+            metavar="N",
+            help="Fit on a prefix of whole batches with at most this many lookups.",
         ),
     ] = 1 << 24,
-    seed: Annotated[int, typer.Option(help="Seed of the fitted spec (and the check).")] = 0,
+    seed: Annotated[
+        int, typer.Option(metavar="N", help="Seed of the fitted spec (and the check).")
+    ] = 0,
     force: Annotated[
         bool, typer.Option("--force", help="Replace an existing spec file or figure.")
     ] = False,

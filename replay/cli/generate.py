@@ -10,34 +10,47 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from replay.cli.app import SCHEDULER_HELP, app, default_workers, show_progress
+from replay.cli.source import (
+    AlphaOption,
+    BatchesOption,
+    BatchSizeOption,
+    DriftOption,
+    ReuseOption,
+    SeedOption,
+)
 from replay.errors import ConfigError
 
 if TYPE_CHECKING:
     from replay.workload.spec import WorkloadSpec
 
 
-@app.command("generate")
+@app.command("generate", short_help="Write a synthetic access and update trace (Parquet).")
 def generate_command(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output trace folder.")],
-    preset: Annotated[str | None, typer.Option(help="Workload preset name.")] = None,
-    spec: Annotated[Path | None, typer.Option(help="Workload spec TOML file.")] = None,
-    batches: Annotated[int | None, typer.Option(help="Number of batches.")] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Samples per batch.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
-    alpha: Annotated[float | None, typer.Option(help="Power-law exponent for every table.")] = None,
-    drift: Annotated[
-        float | None,
-        typer.Option(help="Popularity drift for every table (share of rows per batch; 0 = off)."),
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Trace folder to write.")],
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME", help="Workload preset (`replay presets`; default: give --spec)."
+        ),
     ] = None,
-    reuse: Annotated[
-        float | None,
-        typer.Option(help="Probability of repeating a recent lookup, every table (0 = off)."),
+    spec: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Workload spec TOML file (default: give --preset)."),
     ] = None,
+    batches: BatchesOption = None,
+    batch_size: BatchSizeOption = None,
+    seed: SeedOption = None,
+    alpha: AlphaOption = None,
+    drift: DriftOption = None,
+    reuse: ReuseOption = None,
     workers: Annotated[
         int | None,
         typer.Option(
+            "--workers",
+            "-j",
+            metavar="N",
             help="Parallel workers (default: all cores): threads here, or the processes of "
-            "--scheduler local."
+            "--scheduler local.",
         ),
     ] = None,
     scheduler: Annotated[

@@ -10,7 +10,7 @@ import typer
 from replay.cli.app import app, show_progress
 
 
-@app.command("ingest")
+@app.command("ingest", short_help="Turn real Criteo click logs (TSV) into a trace.")
 def ingest_command(
     files: Annotated[
         list[Path],
@@ -18,18 +18,23 @@ def ingest_command(
             help="Criteo TSV files (label, 13 integer and 26 categorical features, tab-"
             "separated; .gz read as a stream), taken in the order given.",
             show_default=False,
+            metavar="FILE...",
         ),
     ],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Trace folder to write.")],
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Trace folder to write.")],
     batch_size: Annotated[
-        int, typer.Option("--batch-size", help="Samples per batch (the last may be partial).")
+        int,
+        typer.Option(
+            "--batch-size", metavar="N", help="Samples per batch (the last may be partial)."
+        ),
     ] = 2048,
     max_ind_range: Annotated[
         int | None,
         typer.Option(
             "--max-ind-range",
+            metavar="M",
             help="Row = 1 + hash % M, tables of M+1 rows (as DLRM's --max-ind-range); "
-            "row 0 is the missing value.",
+            "row 0 is the missing value (default: give --dictionary).",
             show_default=False,
         ),
     ] = None,

@@ -19,7 +19,7 @@ from replay.cli.source import VerifyOption
 _SHOWN_CURVE_POINTS = 6
 
 
-@app.command("inspect")
+@app.command("inspect", short_help="Statistics of a trace: skew, reuse, rows touched.")
 def inspect_command(
     trace: Annotated[
         Path, typer.Argument(metavar="TRACE", help="Trace folder (with manifest.json).")
@@ -32,6 +32,7 @@ def inspect_command(
         int,
         typer.Option(
             "--curve-points",
+            metavar="N",
             min=2,
             max=MAX_CURVE_POINTS,
             help="About how many log-spaced points the touched curve has "

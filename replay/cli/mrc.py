@@ -44,16 +44,16 @@ if TYPE_CHECKING:
 _SHOWN_POINTS = 12  # curve points in the human-readable table
 
 
-@app.command("mrc")
+@app.command("mrc", short_help="LRU miss ratio against cache size, in rows and bytes.")
 def mrc_command(
     trace: TraceArgument = None,
     sizes: Annotated[
         str | None,
         typer.Option(
             "--sizes",
-            metavar="A,B,C",
+            metavar="SIZE,...",
             help="Cache sizes, comma-separated, in rows (1000,50000) or bytes of fp32 rows "
-            "(8MiB,1GiB) (default: ~64 log-spaced sizes).",
+            "(8MiB,1GiB) (default: ~64 log-spaced sizes up to the rows the trace touches).",
         ),
     ] = None,
     sample_rate: Annotated[
@@ -69,7 +69,12 @@ def mrc_command(
     ] = False,
     out: Annotated[
         Path | None,
-        typer.Option("--out", metavar="DIR", help="Write mrc.parquet, mrc.json and mrc.png."),
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="DIR",
+            help="Write mrc.parquet, mrc.json and mrc.png here (default: print only).",
+        ),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Replace an earlier output folder.")
@@ -79,7 +84,12 @@ def mrc_command(
     ] = None,
     workers: Annotated[
         int | None,
-        typer.Option(help="Workers of --scheduler local (default: all cores)."),
+        typer.Option(
+            "--workers",
+            "-j",
+            metavar="N",
+            help="Workers of --scheduler local (default: all cores).",
+        ),
     ] = None,
     workload: WorkloadOption = None,
     batches: BatchesOption = None,
@@ -90,7 +100,7 @@ def mrc_command(
     reuse: ReuseOption = None,
     verify: VerifyOption = True,
 ) -> None:
-    """LRU miss ratio against cache size in rows, from one pass over the lookups (exact
+    """LRU miss ratio against cache size in rows and bytes, from one pass over the lookups (exact
     stack distances) or from a SHARDS sample with its expected error."""
     from replay._memory import mrc_estimate
     from replay.analysis.mrc import mrc_source, validate_options

@@ -18,6 +18,7 @@ from replay.cli.source import (
     DriftOption,
     ReuseOption,
     SeedOption,
+    SetsOption,
     TraceArgument,
     WorkloadOption,
     resolve_source,
@@ -25,7 +26,7 @@ from replay.cli.source import (
 from replay.errors import ConfigError
 
 
-@app.command("plan")
+@app.command("plan", short_help="Plan a training run: cache bytes, checkpoints, goodput.")
 def plan_command(
     trace: TraceArgument = None,
     *,
@@ -34,7 +35,8 @@ def plan_command(
         typer.Option(
             "--system",
             "-s",
-            help="System preset or TOML file (repeatable; the first is planned for).",
+            metavar="SYSTEM",
+            help="System preset name or TOML file (repeatable; the first is planned for).",
         ),
     ],
     cache_budget: Annotated[
@@ -44,7 +46,9 @@ def plan_command(
     hit_targets: Annotated[
         list[float] | None,
         typer.Option(
-            "--hit-target", metavar="H", help="Hit ratio to size a cache for (repeatable)."
+            "--hit-target",
+            metavar="H",
+            help="Hit ratio to size a cache for (repeatable; default: 0.9).",
         ),
     ] = None,
     cluster_mtbf: Annotated[
@@ -52,18 +56,26 @@ def plan_command(
         typer.Option(
             "--cluster-mtbf",
             metavar="DURATION",
-            help="Mean time between failures of the whole job, e.g. 6h.",
+            help="Mean time between failures of the whole job, e.g. 6h (default: give "
+            "--nodes and --node-mtbf).",
         ),
     ] = None,
     nodes: Annotated[
-        int | None, typer.Option("--nodes", min=1, help="Nodes of the job (with --node-mtbf).")
+        int | None,
+        typer.Option(
+            "--nodes",
+            min=1,
+            metavar="N",
+            help="Nodes of the job, with --node-mtbf (default: give --cluster-mtbf).",
+        ),
     ] = None,
     node_mtbf: Annotated[
         str | None,
         typer.Option(
             "--node-mtbf",
             metavar="DURATION",
-            help="Mean time between failures of one node, e.g. 30d.",
+            help="Mean time between failures of one node, e.g. 30d, with --nodes (default: "
+            "give --cluster-mtbf).",
         ),
     ] = None,
     sample_rate: Annotated[
@@ -90,12 +102,12 @@ def plan_command(
     alpha: AlphaOption = None,
     drift: DriftOption = None,
     reuse: ReuseOption = None,
-    sets: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a field of every system (repeatable)."),
-    ] = None,
+    sets: SetsOption = None,
     draws: Annotated[
-        int, typer.Option("--draws", min=1, max=100_000, help="Failure draws per strategy.")
+        int,
+        typer.Option(
+            "--draws", min=1, max=100_000, metavar="N", help="Failure draws per strategy."
+        ),
     ] = 1000,
     force: Annotated[
         bool, typer.Option("--force", help="Replace an existing plan folder.")

@@ -9,7 +9,7 @@ import typer
 from replay.cli.app import app
 
 
-@app.command("presets")
+@app.command("presets", short_help="List the built-in workload and system presets.")
 def presets_command() -> None:
     """List the built-in workload presets and system presets (with their sources)."""
     from replay.engine.systems import system_preset_summary

@@ -26,7 +26,7 @@ from replay.runs.quickstart import (
 )
 
 
-@app.command("quickstart")
+@app.command("quickstart", short_help="Generate a small trace, compare systems, write a report.")
 def quickstart_command(
     out: Annotated[
         Path, typer.Option("--out", "-o", metavar="DIR", help="Report folder to write.")
@@ -35,15 +35,17 @@ def quickstart_command(
         Path, typer.Option("--trace", metavar="DIR", help="Where to generate the trace.")
     ] = Path("traces/quickstart"),
     batches: Annotated[
-        int, typer.Option("--batches", help="Batches of the generated trace.")
+        int, typer.Option("--batches", metavar="N", help="Batches of the generated trace.")
     ] = DEFAULT_BATCHES,
     batch_size: Annotated[
-        int, typer.Option("--batch-size", help="Samples per batch.")
+        int, typer.Option("--batch-size", metavar="N", help="Samples per batch.")
     ] = DEFAULT_BATCH_SIZE,
-    seed: Annotated[int, typer.Option("--seed", help="Generator seed.")] = DEFAULT_SEED,
+    seed: Annotated[
+        int, typer.Option("--seed", metavar="N", help="Generator seed.")
+    ] = DEFAULT_SEED,
     workers: Annotated[
         int | None,
-        typer.Option("--workers", "-j", help="Runs at once (default: all cores)."),
+        typer.Option("--workers", "-j", metavar="N", help="Runs at once (default: all cores)."),
     ] = None,
 ) -> None:
     """Run the seeds' comparisons on a small built-in trace and write a report."""

@@ -15,7 +15,7 @@ import typer
 from replay.cli.app import app
 
 
-@app.command("report")
+@app.command("report", short_help="Write a report (Markdown, HTML, figures) from results.")
 def report_command(
     results: Annotated[
         list[Path],

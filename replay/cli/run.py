@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from replay.cli.app import app, show_progress, shown
+from replay.cli.app import app, show_progress, shown, warn
 from replay.cli.source import (
     AlphaOption,
     BatchesOption,
@@ -16,6 +16,7 @@ from replay.cli.source import (
     DriftOption,
     ReuseOption,
     SeedOption,
+    SetsOption,
     TraceArgument,
     VerifyOption,
     WorkloadOption,
@@ -39,20 +40,16 @@ InspectOption = Annotated[
 ]
 
 
-@app.command("run")
+@app.command("run", short_help="Replay a trace on one system: hits, traffic, time, energy.")
 def run_command(
     trace: TraceArgument = None,
     *,
-    system: Annotated[str, typer.Option("--system", "-s", help="System preset name or TOML file.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Run folder to write.")],
-    overrides: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            help="Override a system field by dotted path, e.g. policy.capacity_rows=150000 "
-            "(repeatable).",
-        ),
-    ] = None,
+    system: Annotated[
+        str,
+        typer.Option("--system", "-s", metavar="SYSTEM", help="System preset name or TOML file."),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Run folder to write.")],
+    overrides: SetsOption = None,
     force: Annotated[
         bool, typer.Option("--force", help="Replace an existing run folder (or a leftover one).")
     ] = False,
@@ -140,6 +137,8 @@ def run_command(
         typer.echo(json.dumps(summary, indent=2))
     else:
         print_summary(spec.name, summary, meta, out)
+    for warning in summary.get("warnings", []):
+        warn(warning)
 
 
 def _replay(opened: Any, spec: Any, *, inspect: bool) -> Any:
@@ -172,13 +171,17 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
+def _ratio(value: float | None) -> str:
+    return "n/a (no cache)" if value is None else f"{value:.4f}"
+
+
 def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out: Path) -> None:
     pol = summary["policy"]
     t = summary["time"]
     typer.echo(
         f"{shown(name, markup=False)}: {summary['lookups']:,} lookups in "
         f"{summary['batches']:,} batches; "
-        f"policy {pol['name']}: hit ratio {pol['hit_ratio']:.4f} "
+        f"policy {pol['name']}: hit ratio {_ratio(pol['hit_ratio'])} "
         f"({pol['misses']:,} misses, {pol['evictions']:,} evictions, "
         f"{pol['writebacks']:,} write-backs)"
     )
@@ -207,8 +210,6 @@ def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
             f"({_si(ck['bytes_written'], 'B')}, at most {_si(ck['max_bytes_retained'], 'B')} "
             f"kept), stall {ck['stall_s']:.4g} s = {100 * ck['overhead']:.2f}% overhead"
         )
-        for warning in ck.get("warnings", []):
-            typer.echo(f"  warning: {warning}")
     fail = summary.get("failures")
     if fail:
         yd = fail["young_daly_interval_s"]

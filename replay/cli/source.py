@@ -29,29 +29,61 @@ WorkloadOption = Annotated[
         "--workload",
         metavar="PRESET_OR_SPEC",
         help="Generate this workload preset or TOML spec in memory instead of reading a "
-        "trace (same results as `replay generate` then TRACE).",
+        "trace (same results as `replay generate` then TRACE; default: read TRACE).",
         rich_help_panel=_PANEL,
     ),
 ]
+# what the shape options default to: the preset's or spec's own value (`replay presets`)
+WORKLOAD_DEFAULT = "(default: the workload's; see `replay presets`)"
 BatchesOption = Annotated[
-    int | None, typer.Option(help="Number of batches.", rich_help_panel=_PANEL)
+    int | None,
+    typer.Option(
+        metavar="N", help=f"Number of batches {WORKLOAD_DEFAULT}.", rich_help_panel=_PANEL
+    ),
 ]
 BatchSizeOption = Annotated[
-    int | None, typer.Option(help="Samples per batch.", rich_help_panel=_PANEL)
+    int | None,
+    typer.Option(
+        metavar="N", help=f"Samples per batch {WORKLOAD_DEFAULT}.", rich_help_panel=_PANEL
+    ),
 ]
-SeedOption = Annotated[int | None, typer.Option(help="Random seed.", rich_help_panel=_PANEL)]
+SeedOption = Annotated[
+    int | None,
+    typer.Option(metavar="N", help=f"Random seed {WORKLOAD_DEFAULT}.", rich_help_panel=_PANEL),
+]
 AlphaOption = Annotated[
     float | None,
-    typer.Option(help="Power-law exponent for every table.", rich_help_panel=_PANEL),
+    typer.Option(
+        metavar="X",
+        help=f"Power-law exponent for every table {WORKLOAD_DEFAULT}.",
+        rich_help_panel=_PANEL,
+    ),
 ]
 DriftOption = Annotated[
     float | None,
-    typer.Option(help="Popularity drift for every table (0 = off).", rich_help_panel=_PANEL),
+    typer.Option(
+        metavar="X",
+        help=f"Popularity drift for every table, share of rows per batch; 0 = off "
+        f"{WORKLOAD_DEFAULT}.",
+        rich_help_panel=_PANEL,
+    ),
 ]
 ReuseOption = Annotated[
     float | None,
     typer.Option(
-        help="Probability of repeating a recent lookup (0 = off).", rich_help_panel=_PANEL
+        metavar="P",
+        help=f"Probability of repeating a recent lookup; 0 = off {WORKLOAD_DEFAULT}.",
+        rich_help_panel=_PANEL,
+    ),
+]
+SetsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a system field by dotted path, e.g. policy.capacity_bytes=8GiB or "
+        "checkpoint.interval_s=30min (repeatable; applies to every run; default: the "
+        "system as given).",
     ),
 ]
 VerifyOption = Annotated[

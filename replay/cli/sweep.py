@@ -22,7 +22,6 @@ from replay.cli.compare import (
     ForceOption,
     OutOption,
     SchedulerOption,
-    SetsOption,
     WorkersOption,
     folders_text,
     print_table,
@@ -36,6 +35,7 @@ from replay.cli.source import (
     DriftOption,
     ReuseOption,
     SeedOption,
+    SetsOption,
     TraceArgument,
     VerifyOption,
     WorkloadOption,
@@ -76,11 +76,14 @@ def _resolve(system: str, parsed: Any, sets: list[str], total: int) -> Any:
         )
 
 
-@app.command("sweep")
+@app.command("sweep", short_help="Replay one trace on a system over a grid of settings.")
 def sweep_command(
     trace: TraceArgument = None,
     *,
-    system: Annotated[str, typer.Option("--system", "-s", help="System preset or TOML file.")],
+    system: Annotated[
+        str,
+        typer.Option("--system", "-s", metavar="SYSTEM", help="System preset name or TOML file."),
+    ],
     grid: Annotated[
         list[str],
         typer.Option(

@@ -300,9 +300,17 @@ def _tier_seconds(t: TierSpec, io: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def summarize(
-    system: SystemSpec, cols: dict[str, np.ndarray], unit_rows: int, capacity_units: int
+    system: SystemSpec,
+    cols: dict[str, np.ndarray],
+    unit_rows: int,
+    capacity_units: int,
+    *,
+    cached: bool = True,
 ) -> dict[str, Any]:
-    """The run's totals (summary.json), from the per-batch columns."""
+    """The run's totals (summary.json), from the per-batch columns. A system whose policy
+    caches nothing (`static`: every table in one tier) has no hit or miss ratio: each is
+    None (JSON null), since counting every lookup as a hit of its one tier (1.0) would
+    read as a perfect cache."""
 
     def total(name: str) -> int:
         return int(cols[name].sum())
@@ -363,12 +371,48 @@ def summarize(
             "capacity_units": capacity_units,
             "unit_rows": unit_rows,
             "resident_max": int(cols["resident_max"].max()) if len(cols["batch"]) else 0,
-            "hit_ratio": hits / lookups if lookups else 0.0,
-            "miss_ratio": misses / lookups if lookups else 0.0,
+            "hit_ratio": (hits / lookups if lookups else 0.0) if cached else None,
+            "miss_ratio": (misses / lookups if lookups else 0.0) if cached else None,
             # bytes moved into the fast tier / bytes of the rows used from them
             "amplification": fills * unit_rows / needed if needed else 1.0,
         },
     }
 
 
-__all__ = ["Shape", "account", "summarize"]
+def study_warnings(summary: dict[str, Any], *, evicts: bool) -> list[str]:
+    """One line per way the replayed span makes a result degenerate (summary.json's
+    `warnings`; the CLI prints them on stderr and reports show them):
+
+    - a cache that never had to choose: it held every row the trace touched, so it never
+      evicted (for a pinned set: it had room to spare), every policy gives the same hit
+      ratio and only first touches miss, and the result says nothing about the policy;
+    - the checkpoint model's own (`checkpoint.warnings`: no checkpoint in the span).
+    """
+    out = []
+    pol = summary["policy"]
+    units, unit_rows = int(pol["capacity_units"]), int(pol["unit_rows"])
+    resident = int(pol["resident_max"])
+    if (
+        pol["hit_ratio"] is not None
+        and units > 0
+        and pol["evictions"] == 0
+        and (evicts or resident < units)
+    ):
+        touched = resident * unit_rows
+        what = (
+            f"{touched:,} rows"
+            if unit_rows == 1
+            else (f"{resident:,} chunks of {unit_rows:,} rows")
+        )
+        out.append(
+            f"the cache ({units * unit_rows:,} rows) holds everything the trace touched "
+            f"({what}) and never evicted: every policy (LRU, LFU, ...) gives the same hit "
+            f"ratio here and only first touches miss; give a cache smaller than "
+            f"{touched:,} rows or a longer trace"
+        )
+    checkpoint = summary.get("checkpoint") or {}
+    out += [str(w) for w in checkpoint.get("warnings", [])]
+    return out
+
+
+__all__ = ["Shape", "account", "study_warnings", "summarize"]

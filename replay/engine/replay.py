@@ -23,7 +23,7 @@ from replay._threads import OrderedWorker
 from replay.analysis.stats import inspect_trace, trace_inspector, trace_statistics
 from replay.checkpoint import STRATEGIES, CheckpointContext, CheckpointStrategy, Timing
 from replay.checkpoint.summarize import checkpoint_summary, failures_summary
-from replay.engine.account import Shape, account, summarize
+from replay.engine.account import Shape, account, study_warnings, summarize
 from replay.engine.raw import RawState, count_raw
 from replay.errors import ConfigError
 from replay.policies import POLICIES
@@ -243,11 +243,18 @@ def replay_trace(
         checkpointed.log,
         raw_lookups=raw,
     )
-    summary = summarize(system, columns, ctx.unit_rows, ctx.capacity_units)
+    summary = summarize(
+        system,
+        columns,
+        ctx.unit_rows,
+        ctx.capacity_units,
+        cached=POLICIES[system.policy.name].cached,
+    )
     summary["checkpoint"] = checkpoint_summary(strategy.ctx, timing, checkpointed)
     summary["failures"] = failures_summary(
         strategy.ctx, timing, checkpointed, summary["checkpoint"]
     )
+    summary["warnings"] = study_warnings(summary, evicts=POLICIES[system.policy.name].evicts)
     checkpoint_s = time.perf_counter() - checkpoint_start
     summary["row_bytes"] = BYTES_PER_VALUE * shape.embedding_dim
     summary["row_state_bytes"] = ctx.row_state_bytes

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.checkpoint import STRATEGIES
-from replay.errors import ConfigError
+from replay.errors import ConfigError, opt
 from replay.policies import POLICIES
 from replay.system.presets import SYSTEM_PRESETS
 from replay.system.spec import SystemSpec, apply_overrides, build_system, load_system_data
@@ -55,7 +55,7 @@ def resolve_system_with_origin(
     where = origin
     if overrides:
         data = apply_overrides(data, overrides)
-        where = f"{origin} with --set"
+        where = f"{origin} with {opt('--set', 'overrides')}"
     return system_from_dict(data, where=where), origin
 
 

@@ -77,6 +77,7 @@ class Policy(ABC):
 
     name: ClassVar[str]
     cached: ClassVar[bool] = True  # False: no fast tier (static)
+    evicts: ClassVar[bool] = True  # False: what is cached stays (hot's pinned set)
     #: documented per-key state, bytes (the memory a run needs besides the batches in flight)
     state_bytes_per_key: ClassVar[int] = 0
 

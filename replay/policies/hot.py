@@ -101,6 +101,7 @@ def select_hot(counts: np.ndarray, capacity: int) -> np.ndarray:
 @register_policy("hot")
 class HotPolicy(Policy):
     state_bytes_per_key = 5
+    evicts = False
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         super().__init__(spec, ctx)

@@ -89,6 +89,11 @@ FASTPERSIST_OVERHEAD = 0.01  # the overhead under which checkpointing counts as 
 # -- per run ------------------------------------------------------------------------------
 
 
+def _fraction(value: Any) -> float | None:
+    """A hit ratio as a float; None (a system with no cache has none) stays None."""
+    return None if value is None else float(value)
+
+
 def _link_names(run: RunData) -> list[str]:
     return [name for name in run.spec.get("links", {}) if f"{name}_time_s" in run.batches.columns]
 
@@ -569,7 +574,7 @@ def caches(results: Results) -> dict[str, Any] | None:
                         "policy": pol["name"],
                         "capacity_rows": int(pol.get("capacity_units", 0))
                         * int(pol.get("unit_rows", 1)),
-                        "hit_ratio": float(pol["hit_ratio"]),
+                        "hit_ratio": _fraction(pol["hit_ratio"]),
                         "amplification": float(pol.get("amplification", 1.0)),
                         "link_bytes_per_batch": link_bytes / batches,
                         "batch_time_s": time_terms(run)["total"],

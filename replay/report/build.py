@@ -43,6 +43,7 @@ from replay.report.blocks import ms as _ms
 from replay.report.blocks import not_shown as _not_shown
 from replay.report.blocks import pct as _pct
 from replay.report.blocks import x as _x
+from replay.report.caveats import WARNINGS, run_warnings, warning_blocks, warning_line
 from replay.report.document import (
     Block,
     Bullets,
@@ -68,6 +69,11 @@ from replay.report.scenario_figures import scenario_figures
 
 REPORT_FILES = frozenset({"report.md", "report.html", "summary.json", "figures"})
 TITLE = "replay report"
+
+
+def _ratio(value: float | None) -> str:
+    """A hit ratio to four places; "n/a" for a system with no cache."""
+    return "n/a" if value is None else f"{value:.4f}"
 
 
 def _workload_blocks(results: Results, figures: list[FigureOut]) -> list[Block]:
@@ -114,7 +120,7 @@ def _compare_table(runs: tuple[RunData, ...]) -> Table:
                 _ms(terms["total"]),
                 _x(base / terms["total"] if terms["total"] > 0 else None),
                 f"{energy_per_batch(run):.4g} J",
-                f"{s['policy']['hit_ratio']:.4f}",
+                _ratio(s["policy"]["hit_ratio"]),
                 strategy,
                 overhead,
             )
@@ -161,7 +167,7 @@ def _hierarchy_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> lis
                         r["system"],
                         r["policy"],
                         f"{r['capacity_rows']:,}",
-                        f"{r['hit_ratio']:.4f}",
+                        _ratio(r["hit_ratio"]),
                         _x(r["amplification"]),
                         _bytes(r["link_bytes_per_batch"]),
                         _ms(r["batch_time_s"]),
@@ -552,6 +558,9 @@ def _summary_items(
         return (line, " (", Link(heading, "#" + target), ")") if target else line
 
     items: list[Text] = [see(_workload_line(results), "Workload")]
+    warned = warning_line(results)
+    if warned:
+        items.append(see(warned, WARNINGS))
     if results.plans:
         lines = plan_lines(results.plans[0])
         plan = results.plans[0]
@@ -648,6 +657,7 @@ def build_blocks(
     body: list[Block] = []
     for index, plan in enumerate(results.plans):
         body += plan_blocks(plan, index, [f for f in figures if f.section == PLAN_SECTION])
+    body += warning_blocks(results)
     body += _workload_blocks(results, figures)
     body += _hierarchy_blocks(analysis, figures)
     body += _time_blocks(results, figures)
@@ -794,7 +804,12 @@ def build_report(
             "version": __version__,
             "sources": shown,
             "runs": [
-                {"label": r.label, "system": r.system, "folder": _shown_folder(r, paths)}
+                {
+                    "label": r.label,
+                    "system": r.system,
+                    "folder": _shown_folder(r, paths),
+                    "warnings": run_warnings(r),
+                }
                 for r in results.all_runs()
             ],
             "workload": _workload_summary(results),

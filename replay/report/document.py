@@ -228,8 +228,8 @@ def fmt_ratio(x: float | None, digits: int = 3) -> str:
     if abs(x) > 1:
         return fmt_multiple(x, digits)
     text = f"{100 * x:.{digits}g}"
-    if "e" in text:  # a tiny share
-        text = f"{100 * x:.2e}"
+    if "e" in text:  # a tiny share, or too few digits for a whole percentage (80 at 1)
+        text = f"{100 * x:.0f}" if abs(100 * x) >= 1 else f"{100 * x:.2e}"
     return f"{text}%"
 
 

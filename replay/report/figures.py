@@ -33,9 +33,13 @@ Names from result folders (systems, tiers, links, tables, folders) are drawn as 
 `save`, which writes every figure, first makes each text plain (`_as_written`): no TeX,
 whatever a matplotlibrc says, and no mathtext (`$...$`) but in the tick labels of
 matplotlib's own number formatters; the labels of every other formatter (names as
-categories) get their `$` escaped. A legend entry that starts with "_" (which matplotlib
-would leave out) gets a leading space; figure file names take only `[A-Za-z0-9_-]` from a
-folder name, at most `MAX_STEM` characters of it.
+categories) get their `$` escaped. Figures are drawn in DejaVu Sans (bundled with
+matplotlib, so the PNG bytes do not depend on the fonts a machine has), and a character
+that font has no glyph for, or that is not printable (control, format and private-use
+characters such as a bell or a bidi override), is drawn as its escape (``\\x07``,
+``\\u202e``, ``\\u8868``) rather than as an empty box with a warning. A legend entry
+that starts with "_" (which matplotlib would leave out) gets a leading space; figure file
+names take only `[A-Za-z0-9_-]` from a folder name, at most `MAX_STEM` characters of it.
 
 `new_figure`, `save`, `system_colors` and `display_names` are shared with the other
 report modules.
@@ -43,9 +47,11 @@ report modules.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import textwrap
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +65,8 @@ from matplotlib.axis import Axis, Tick
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties, findfont
+from matplotlib.ft2font import FT2Font
 from matplotlib.text import Text
 from matplotlib.ticker import Formatter, FuncFormatter, LogFormatter, ScalarFormatter
 
@@ -92,7 +100,8 @@ MAX_STEM = 80  # characters of a folder name in a figure's file name
 MAX_TITLE_NAME = 48  # characters of a folder name in a figure's title
 # while a figure is drawn, whatever a matplotlibrc says: no TeX, and the mathtext of the
 # number formatters' tick labels ($10^{3}$) drawn as math
-DRAW_RC = {"text.usetex": False, "text.parse_math": True}
+DRAW_RC = {"text.usetex": False, "text.parse_math": True, "font.family": "DejaVu Sans"}
+FONT = "DejaVu Sans"
 # formatters whose labels are numbers matplotlib writes in mathtext; no name goes in them
 MATH_FORMATTERS = (ScalarFormatter, LogFormatter)
 
@@ -133,7 +142,32 @@ class _AsWritten(Formatter):
 
 def _no_math(text: Any) -> str:
     # with no unescaped $ a text is not mathtext, and matplotlib draws each \$ as $
-    return str(text).replace("$", r"\$")
+    return _drawable(str(text)).replace("$", r"\$")
+
+
+@functools.cache
+def _glyphs() -> frozenset[int]:
+    """The code points `FONT` has a glyph for."""
+    return frozenset(FT2Font(findfont(FontProperties(family=FONT))).get_charmap())
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _drawable(text: str) -> str:
+    """`text` with every character `FONT` cannot draw, or that is not printable, as its
+    escape; line breaks stay."""
+    glyphs = _glyphs()
+    return "".join(
+        c
+        if c == "\n" or (ord(c) in glyphs and not unicodedata.category(c).startswith("C"))
+        else _escape(c)
+        for c in text
+    )
 
 
 def _as_written(fig: Figure) -> None:
@@ -156,6 +190,8 @@ def _as_written(fig: Figure) -> None:
     for text in fig.findobj(Text):
         text.set_usetex(False)
         text.set_parse_math(id(text) in ticks)
+        if id(text) not in ticks:
+            text.set_text(_drawable(text.get_text()))
 
 
 def new_figure(width: float = WIDTH, height: float = HEIGHT) -> Figure:

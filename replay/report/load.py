@@ -307,6 +307,8 @@ def _check_totals(
     check.exact("policy.resident_max", check.largest(batches, source, "resident_max"), source)
     lookups = check.total(batches, source, "lookups")
     for key, name in (("policy.hit_ratio", "hits"), ("policy.miss_ratio", "misses")):
+        if check.value(key) is None and check.value("policy.capacity_units") == 0:
+            continue  # a system with no cache has no hit ratio
         check.close(key, check.total(batches, source, name) / lookups if lookups else 0.0)
     unit_rows = check.value("policy.unit_rows")
     if type(unit_rows) is not int or unit_rows < 1:

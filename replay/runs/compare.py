@@ -559,7 +559,7 @@ def metrics_row(result: RunResult) -> dict[str, Any]:
         "time_embedding_exposed_s": float(t["embedding_exposed_s"]),
         "time_checkpoint_s": float(t["checkpoint_s"]),
         "time_other_s": float(t["other_s"]),
-        "hit_ratio": float(pol["hit_ratio"]),
+        "hit_ratio": None if pol["hit_ratio"] is None else float(pol["hit_ratio"]),
         "misses": int(pol["misses"]),
         "checkpoint_strategy": str(ck.get("strategy", "none")),
         "checkpoint_overhead": float(ck.get("overhead", 0.0)),

@@ -42,7 +42,7 @@ from typing import Any
 
 from replay._toml import has_too_long_int, parse_toml
 from replay._units import parse_bytes, parse_duration
-from replay.errors import ConfigError
+from replay.errors import ConfigError, opt
 
 LOCATIONS = ("gpu", "host", "near-memory")
 INCREMENTS = ("one-shot", "consecutive", "intermittent")
@@ -501,7 +501,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected key.path=value")
+            raise ConfigError(f"{opt('--set', 'overrides')} {item!r}: expected key.path=value")
         parts = key.split(".")
         node = out
         for i, part in enumerate(parts[:-1]):
@@ -512,7 +512,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 table = ".".join(parts[: i + 1])
                 if not key.isprintable():
                     key, table = repr(key), repr(table)
-                raise ConfigError(f"--set {key}: {table} is not a table")
+                raise ConfigError(f"{opt('--set', 'overrides')} {key}: {table} is not a table")
             else:
                 child = node[part] = dict(child)
             node = child

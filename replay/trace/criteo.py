@@ -44,7 +44,7 @@ import pyarrow as pa
 
 from replay import _arrow
 from replay._jit import kernel
-from replay.errors import ConfigError, InputError
+from replay.errors import ConfigError, InputError, opt
 from replay.trace.criteo_parse import (
     BLOCK_BYTES,
     MAX_IND_RANGE,
@@ -289,17 +289,22 @@ class _Producer:
 
 def _check_options(batch_size: int, max_ind_range: int | None, dictionary: bool) -> None:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ConfigError(f"--batch-size must be a positive integer, not {batch_size!r}")
+        raise ConfigError(f"{opt('--batch-size')} must be a positive integer, not {batch_size!r}")
     if batch_size > MAX_BATCH_SIZE:
-        raise ConfigError(f"--batch-size {batch_size} is too large (at most {MAX_BATCH_SIZE})")
+        raise ConfigError(
+            f"{opt('--batch-size')} {batch_size} is too large (at most {MAX_BATCH_SIZE})"
+        )
     if (max_ind_range is None) == (not dictionary):
-        raise ConfigError("give exactly one of --max-ind-range M or --dictionary")
+        raise ConfigError(
+            f"give exactly one of {opt('--max-ind-range M', 'max_ind_range=M')} or "
+            f"{opt('--dictionary', 'dictionary=True')}"
+        )
     if max_ind_range is not None:
         if isinstance(max_ind_range, bool) or not isinstance(max_ind_range, int):
-            raise ConfigError(f"--max-ind-range must be an integer, not {max_ind_range!r}")
+            raise ConfigError(f"{opt('--max-ind-range')} must be an integer, not {max_ind_range!r}")
         if not 1 <= max_ind_range <= MAX_IND_RANGE:
             raise ConfigError(
-                f"--max-ind-range must be between 1 and {MAX_IND_RANGE} "
+                f"{opt('--max-ind-range')} must be between 1 and {MAX_IND_RANGE} "
                 f"(row ids are uint32; hashes are 32-bit), not {max_ind_range}"
             )
 

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from replay import _arrow
 from replay._faults import kill_point
 from replay._output import partial_path
-from replay.errors import OutputError
+from replay.errors import OutputError, opt
 from replay.trace.format import (
     KINDS,
     LOOKUPS_DIR,
@@ -164,7 +164,8 @@ class TraceFolderWriter:
         if out.exists() and any(out.iterdir()):
             if not force:
                 raise OutputError(
-                    f"{out}: already exists and is not empty (use --force to replace it)"
+                    f"{out}: already exists and is not empty (use {opt('--force', 'force=True')} "
+                    "to replace it)"
                 )
             if not _is_replaceable(out):
                 raise OutputError(
@@ -172,10 +173,12 @@ class TraceFolderWriter:
                     "a trace or an empty folder"
                 )
         if self.partial.exists() and not (force or resume):
-            how = "finish it with --resume or " if resume is not None else ""
+            how = (
+                f"finish it with {opt('--resume', 'resume=True')} or " if resume is not None else ""
+            )
             raise OutputError(
                 f"{out}: an interrupted run (or one still running) left {self.partial.name}; "
-                f"{how}start over with --force"
+                f"{how}start over with {opt('--force', 'force=True')}"
             )
         parent = out.parent if out.parent != Path("") else Path(".")
         probe = parent
@@ -194,8 +197,8 @@ class TraceFolderWriter:
             return False
         if old != json.loads(json.dumps(self.plan)):
             raise OutputError(
-                f"{self.out}: --resume needs the same inputs as the interrupted run "
-                f"(its plan is in {plan_file})"
+                f"{self.out}: {opt('--resume', 'resume=True')} needs the same inputs as the "
+                f"interrupted run (its plan is in {plan_file})"
             )
         return True
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from replay import _arrow
 from replay._version import __version__
-from replay.errors import ConfigError, Interrupted
+from replay.errors import ConfigError, Interrupted, opt
 from replay.trace.format import (
     FORMAT_VERSION,
     LOOKUPS_DIR,
@@ -58,9 +58,9 @@ MAX_WORKERS = 1024
 def check_workers(workers: int) -> int:
     """`workers`, or ConfigError unless it is in [1, MAX_WORKERS]."""
     if workers < 1:
-        raise ConfigError(f"--workers must be at least 1, got {workers}")
+        raise ConfigError(f"{opt('--workers')} must be at least 1, got {workers}")
     if workers > MAX_WORKERS:
-        raise ConfigError(f"--workers: {workers} is above the limit of {MAX_WORKERS:,}")
+        raise ConfigError(f"{opt('--workers')}: {workers} is above the limit of {MAX_WORKERS:,}")
     return workers
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replay.errors import ConfigError
+from replay.errors import ConfigError, opt
 from replay.workload.spec import TableSpec, UpdateRule, WorkloadSpec, load_spec
 
 DEFAULT_ALPHA = 1.05  # DESIGN s.4: published generators use 0.9-1.45
@@ -119,16 +119,29 @@ def preset_summary(spec: WorkloadSpec) -> str:
     """One line describing a preset for `replay presets`."""
     pooling = sum(t.pooling for t in spec.tables)
     hot = "1 per table" if pooling == len(spec.tables) else f"multi-hot, {pooling} lookups/sample"
+    shape = ", ".join(
+        f"{what} {_span([getattr(t, what) for t in spec.tables])}"
+        for what in ("alpha", "drift", "reuse")
+    )
     return (
         f"{len(spec.tables)} tables, {spec.total_rows:,} rows, dim {spec.embedding_dim}, "
-        f"batch {spec.batch_size}, {hot} — {spec.source}"
+        f"{spec.batches:,} batches of {spec.batch_size}, {hot}, seed {spec.seed}, {shape}"
+        f" — {spec.source}"
     )
+
+
+def _span(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:g}" if low == high else f"{low:g}-{high:g}"
 
 
 def resolve_spec(preset: str | None = None, spec_file: str | Path | None = None) -> WorkloadSpec:
     """A spec from a preset name or a TOML file (exactly one of them)."""
     if (preset is None) == (spec_file is None):
-        raise ConfigError("give exactly one of --preset NAME or --spec FILE.toml")
+        raise ConfigError(
+            f"give exactly one of {opt('--preset NAME', 'a preset name')} or "
+            f"{opt('--spec FILE.toml', 'a spec file')}"
+        )
     if preset is not None:
         return get_preset(preset)
     assert spec_file is not None

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from replay._jit import kernel
-from replay.errors import ConfigError
+from replay.errors import ConfigError, opt
 
 GAMMA = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64 increment (golden ratio)
 MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -78,13 +78,14 @@ def shards_threshold(sample_rate: float) -> int:
     try:
         rate = float(sample_rate)
     except (TypeError, ValueError):
-        raise ConfigError(f"--sample-rate {sample_rate!r} is not a number") from None
+        raise ConfigError(f"{opt('--sample-rate')} {sample_rate!r} is not a number") from None
     if not (math.isfinite(rate) and 0.0 < rate <= 1.0):
-        raise ConfigError(f"--sample-rate {sample_rate!r} must be in (0, 1]")
+        raise ConfigError(f"{opt('--sample-rate')} {sample_rate!r} must be in (0, 1]")
     threshold = round(rate * SHARDS_MODULUS)
     if threshold < 1:
         raise ConfigError(
-            f"--sample-rate {sample_rate!r} is below the hash resolution 1/{SHARDS_MODULUS}"
+            f"{opt('--sample-rate')} {sample_rate!r} is below the hash resolution "
+            f"1/{SHARDS_MODULUS}"
         )
     return threshold
 
