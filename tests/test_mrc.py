@@ -14,7 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import replay
-from replay.analysis.mrc import bench_mrc, default_sizes, mrc_keys, mrc_trace, validate_sizes
+from replay.analysis.mrc import (
+    bench_mrc,
+    default_sizes,
+    mrc_keys,
+    mrc_trace,
+    validate_options,
+    validate_sizes,
+)
 from replay.analysis.shards import (
     SHARDS_MODULUS,
     ShardsSampler,
@@ -179,8 +186,15 @@ def test_rates_and_resolution() -> None:
     for bad in (0.0, -0.1, 1.5, float("nan"), 1e-9, "x"):
         with pytest.raises(ConfigError):
             shards_threshold(bad)  # type: ignore[arg-type]
+    # without an exact head, sizes below the resolution are refused before any work
     with pytest.raises(ConfigError, match=r"below what a sample at rate 0\.01 resolves"):
-        mrc_keys(np.arange(10), 10, [100], sample_rate=0.01)
+        validate_options([100], 0.01, head=False)
+    # with one (every sampled curve here), they are exact: 10 keys fit in the head
+    keys = np.random.default_rng(3).integers(0, 10, 500)
+    sampled = mrc_keys(keys, 10, [1, 5, 100], sample_rate=0.01)
+    exact = mrc_keys(keys, 10, [1, 5, 100])
+    assert np.array_equal(sampled.miss_ratios, exact.miss_ratios)
+    assert sampled.expected_error == 0.0 and sampled.resolution_rows == 1
 
 
 def test_shards_sample_is_by_key_with_the_adjustment() -> None:
@@ -206,15 +220,19 @@ def kaggle_like(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_shards_one_percent_against_exact(kaggle_like: Path) -> None:
-    """At R = 0.01: mean absolute error <= 0.005 (SHARDS's metric) and the stated error
-    covers the actual one. The largest error sits at the cliff near the distinct rows of
-    one batch, where sampling blurs the curve (see `replay.analysis.shards`)."""
+    """At R = 0.01: exact up to the head's capacity (the cliff near one batch's distinct
+    rows lies below it), largest error <= 0.01 above, and the stated error covers it."""
     sampled = mrc_trace(kaggle_like, sample_rate=0.01)
     exact = mrc_trace(kaggle_like, sizes=sampled.sizes)
     assert sampled.lookups == exact.lookups == 200 * 2048 * 26
-    assert sampled.sizes[0] == 1585 and len(sampled.sizes) >= 50
+    assert sampled.sizes[0] == 1 and len(sampled.sizes) >= 50
+    cx = sampled.extra["exact_below_rows"]
+    assert sampled.extra["head"]["exact"] and cx >= 4 * 2048  # >= 4 x one batch's rows
+    low = sampled.sizes <= cx
+    assert np.array_equal(sampled.miss_ratios[low], exact.miss_ratios[low])
+    assert not sampled.point_errors[low].any()
     err = np.abs(sampled.miss_ratios - exact.miss_ratios)
-    assert err.mean() <= 0.005
+    assert err.mean() <= 0.002 and err.max() <= 0.01
     assert err.max() <= sampled.expected_error
     assert np.mean(err <= sampled.point_errors) >= 0.9
     assert abs(sampled.distinct_keys / exact.distinct_keys - 1) < 0.05
@@ -223,7 +241,7 @@ def test_shards_one_percent_against_exact(kaggle_like: Path) -> None:
     look = trace.lookups()
     offsets = table_offsets(trace.table_rows)
     flat = flat_keys(look.table, look.row, offsets)
-    again = mrc_keys(flat, int(offsets[-1]), sampled.sizes, sample_rate=0.01)
+    again = mrc_keys(flat, int(offsets[-1]), sampled.sizes, sample_rate=0.01, head_rows=cx)
     assert np.array_equal(again.miss_ratios, sampled.miss_ratios)
 
 
@@ -275,7 +293,8 @@ def test_cli_json(small_trace: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert main(["mrc", str(small_trace), "--json", "--sample-rate", "0.5"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["exact"] is False and doc["expected_error"] >= 0.0
-    assert doc["curve"][0][0] == doc["resolution_rows"] == 16
+    # the exact head covers the small sizes: the curve starts at one row
+    assert doc["curve"][0][0] == doc["resolution_rows"] == 1
 
 
 def test_cli_table(small_trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -326,7 +345,6 @@ def test_cli_errors_leave_no_output(
     _fails([*base, "--sizes", ""], capsys, "not an integer")
     _fails([*base, "--sample-rate", "0"], capsys, "(0, 1]")
     _fails([*base, "--sample-rate", "1.5"], capsys, "(0, 1]")
-    _fails([*base, "--sample-rate", "0.01", "--sizes", "100"], capsys, "resolves")
     _fails(["mrc", str(tmp_path / "missing"), "--out", str(out)], capsys, "missing")
     assert not out.exists() and not list(tmp_path.iterdir())
     afile = tmp_path / "file"

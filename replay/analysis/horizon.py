@@ -50,6 +50,7 @@ import numpy as np
 from replay._intrinsics import PREFETCH_AHEAD, prefetch
 from replay._jit import kernel
 from replay._malloc import state_array
+from replay.analysis.head import HeadCurve, head_curves
 from replay.analysis.mrc import (
     MrcResult,
     _exact_result,
@@ -68,6 +69,7 @@ from replay.trace.stream import iter_batch_ranges
 from replay.workload.onthefly import GeneratedTrace
 from replay.workload.spec import WorkloadSpec
 
+HEAD_CHUNK_LOOKUPS = 1 << 20  # lookups generated at a time for the exact head
 DENSE_MAX_ROWS = 1 << 27  # per-key state in an array up to 512 MB (int32), else a map
 KINDS = ("updates", "lookups")
 
@@ -499,6 +501,34 @@ def _sample_groups(keys: np.ndarray, sampler: ShardsSampler, where: str) -> np.n
     return group
 
 
+def _full_stream_heads(src: Any, resolution: int) -> list[HeadCurve] | None:
+    """[the total head, then one per table] of the full stream a sampled workload was drawn
+    from (`replay.analysis.head`: its blocks generated in full from the spec, which gives
+    any batch range on its own); None for a sampled source without a workload spec. Kept
+    on the source, since the total and per-table curves share it."""
+    spec = getattr(src, "spec", None)
+    if not isinstance(spec, WorkloadSpec):
+        return None
+    cache: dict[int, list[HeadCurve]] = src.__dict__.setdefault("_replay_heads", {})
+    if resolution not in cache:
+        from replay.workload.generator import CompiledWorkload
+
+        compiled = CompiledWorkload.from_spec(spec)
+        offsets = table_offsets(np.array([t.rows for t in spec.tables], dtype=np.int64))
+        step = max(1, HEAD_CHUNK_LOOKUPS // max(spec.lookups_per_batch, 1))
+
+        def keys_of(a: int, b: int) -> Iterator[np.ndarray]:
+            for g0 in range(a, b, step):
+                _, table, row = compiled.lookups(g0, min(g0 + step, b))
+                yield offsets[table.astype(np.int64)] + row.astype(np.int64)
+
+        cache[resolution] = head_curves(
+            keys_of, int(src.num_batches), int(spec.lookups), offsets, resolution,
+            total=True, per_table=True,
+        )  # fmt: skip
+    return cache[resolution]
+
+
 def horizon_mrc(
     source: Any, sizes_rows: np.ndarray | Sequence[int] | None = None, *, threads: int | None = None
 ) -> MrcResult:
@@ -519,7 +549,8 @@ def horizon_mrc(
             return mrc_source(src.spec, chosen, threads=threads or src.threads)
         total = int(np.asarray(src.table_rows, dtype=np.int64).sum())
         return mrc_keys(_stream_keys(src), total, chosen)
-    chosen = validate_options(sizes_rows, rate)
+    with_head = isinstance(getattr(src, "spec", None), WorkloadSpec)
+    chosen = validate_options(sizes_rows, rate, head=with_head)
     total = int(np.asarray(src.table_rows, dtype=np.int64).sum())
     sampler = ShardsSampler(total, rate)
     where = _label(src)
@@ -529,7 +560,8 @@ def horizon_mrc(
         sampled += len(keys)
     requests = int(full_lookups(src, np.array([sampled]), rate).sum())
     sampler.feed_sampled(requests, np.empty(0, np.int64), np.empty(0, np.uint8))
-    return _sampled_result(sampler, chosen)
+    heads = _full_stream_heads(src, sampler.resolution)
+    return _sampled_result(sampler, chosen, heads[0] if heads else None)
 
 
 @kernel
@@ -564,7 +596,9 @@ def _split_by_table(
         fill[t] = j + 1
 
 
-def _per_table_sizes(sizes: Any, tables: int, rate: float | None) -> list[np.ndarray | None]:
+def _per_table_sizes(
+    sizes: Any, tables: int, rate: float | None, head: bool = False
+) -> list[np.ndarray | None]:
     """One validated size array (or None = default) per table: `sizes` None, one array for
     every table, or a sequence of `tables` arrays (each may be None)."""
     if sizes is None:
@@ -577,12 +611,12 @@ def _per_table_sizes(sizes: Any, tables: int, rate: float | None) -> list[np.nda
     ):
         one = True
     if one:
-        chosen = validate_options(sizes, rate)
+        chosen = validate_options(sizes, rate, head=head)
         return [chosen] * tables
     per = list(sizes)
     if len(per) != tables:
         raise ConfigError(f"sizes: give one size list per table ({tables}), got {len(per)}")
-    return [None if s is None else validate_options(s, rate) for s in per]
+    return [None if s is None else validate_options(s, rate, head=head) for s in per]
 
 
 def per_table_mrc(
@@ -606,7 +640,10 @@ def per_table_mrc(
     rows = np.asarray(src.table_rows, dtype=np.int64)
     tables = len(rows)
     offsets = table_offsets(rows)
-    sizes = _per_table_sizes(sizes_rows_per_table, tables, None if rate == 1.0 else rate)
+    with_head = isinstance(getattr(src, "spec", None), WorkloadSpec)
+    sizes = _per_table_sizes(
+        sizes_rows_per_table, tables, None if rate == 1.0 else rate, head=with_head
+    )
     names = list(getattr(src, "table_names", [f"table {t}" for t in range(tables)]))
     exact = rate == 1.0
     states = [StackDistances(int(r), direct=True) for r in rows] if exact else []
@@ -640,9 +677,11 @@ def per_table_mrc(
             results.append(_named(result, names[t]))
         return results
     requests = full_lookups(src, sampled, rate)
+    heads = _full_stream_heads(src, samplers[0].resolution) if tables else None
     for t in range(tables):
         samplers[t].feed_sampled(int(requests[t]), np.empty(0, np.int64), no_group)
-        results.append(_named(_sampled_result(samplers[t], sizes[t]), names[t]))
+        head = heads[1 + t] if heads else None
+        results.append(_named(_sampled_result(samplers[t], sizes[t], head), names[t]))
     return results
 
 

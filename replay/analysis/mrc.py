@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from replay._arrow import to_numpy
 from replay._threads import read_ahead
+from replay.analysis.head import ExactHead, HeadCurve, head_capacity, head_curves
 from replay.analysis.shards import (
     ERROR_T_QUANTILE,
     SHARDS_MODULUS,
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 
 DEFAULT_CURVE_POINTS = 64
 DEFAULT_TASK_LOOKUPS = 1 << 23  # lookups per map task of a spread sampled curve
+KEYS_HEAD_SAMPLE = 1 << 16  # keys without batches: the first ones size the exact head
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,11 +134,16 @@ def validate_sizes(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
 
 
 def validate_options(
-    sizes: Sequence[int] | np.ndarray | None, sample_rate: float | None
+    sizes: Sequence[int] | np.ndarray | None, sample_rate: float | None, *, head: bool = True
 ) -> np.ndarray | None:
-    """Validated sizes (None = default); ConfigError for bad sizes or rate, before any work."""
+    """Validated sizes (None = default); ConfigError for bad sizes or rate, before any work.
+
+    `head`: the sampled curve gets an exact head (`replay.analysis.head`), which covers
+    every size below the sample's resolution; without one, smaller sizes are an error."""
     chosen = None if sizes is None else validate_sizes(sizes)
     if sample_rate is not None:
+        shards_threshold(sample_rate)
+    if sample_rate is not None and not head:
         threshold = shards_threshold(sample_rate)
         floor = resolution_rows(threshold)
         if chosen is not None and chosen[0] < floor:
@@ -162,11 +169,14 @@ def mrc_keys(
     sample_rate: float | None = None,
     *,
     min_window: int = DEFAULT_MIN_WINDOW,
+    head_rows: int | None = None,
 ) -> MrcResult:
     """The LRU miss-ratio curve of flat keys in [0, total_keys): an array or its chunks.
 
-    `sample_rate` None gives the exact curve; a rate in (0, 1] the SHARDS estimate, whose
-    sizes must be at least `resolution_rows` of the rate (ConfigError otherwise).
+    `sample_rate` None gives the exact curve; a rate in (0, 1] the SHARDS estimate joined
+    to the exact head of the whole stream (`replay.analysis.head`) below `head_rows` rows
+    (default: `head_capacity` with the distinct keys of the first 65,536 standing for a
+    batch's, as keys come without batches).
     """
     chosen = validate_options(sizes, sample_rate)
     if sample_rate is None:
@@ -175,9 +185,17 @@ def mrc_keys(
             state.feed(chunk)
         return _exact_result(state, chosen)
     sampler = ShardsSampler(total_keys, sample_rate)
+    head: ExactHead | None = None
     for chunk in _chunks(keys):
         sampler.feed(chunk)
-    return _sampled_result(sampler, chosen)
+        if head is None:
+            # no batches here: the first 65,536 keys stand for one batch's distinct rows
+            first = len(np.unique(np.asarray(chunk[:KEYS_HEAD_SAMPLE])))
+            rows = head_rows or head_capacity(first, sampler.resolution, total_keys)
+            head = ExactHead(total_keys, min(int(rows), max(total_keys, 1)))
+        head.feed(chunk)
+    curve = None if head is None else HeadCurve(head.capacity, head.block_counts(), True)
+    return _sampled_result(sampler, chosen, curve)
 
 
 def _exact_result(state: StackDistances, sizes: np.ndarray | None) -> MrcResult:
@@ -198,11 +216,30 @@ def _exact_result(state: StackDistances, sizes: np.ndarray | None) -> MrcResult:
     )
 
 
-def _sampled_result(sampler: ShardsSampler, sizes: np.ndarray | None) -> MrcResult:
+def _sampled_result(
+    sampler: ShardsSampler, sizes: np.ndarray | None, head: HeadCurve | None = None
+) -> MrcResult:
     estimated = sampler.estimated_distinct
-    floor = sampler.resolution
+    with_head = head is not None and head.usable
+    floor = 1 if with_head else sampler.resolution
+    if sizes is not None and sizes[0] < floor:
+        raise ConfigError(
+            f"{opt('--sizes')}: cache size {int(sizes[0])} is below what a sample at rate "
+            f"{sampler.rate:.6g} resolves (sizes >= {floor} rows) and the exact head read "
+            "no lookups; use a higher rate or the exact curve"
+        )
     sizes = default_sizes(estimated, smallest=floor) if sizes is None else sizes
-    ratios, errors = sampler.miss_ratios(sizes)
+    ratios, errors, bound = sampler.estimate(sizes, head if with_head else None)
+    extra: dict[str, Any] = {"subsamples": len(sampler.groups)}
+    if with_head:
+        assert head is not None
+        extra["exact_below_rows"] = head.capacity
+        extra["head"] = {
+            "capacity_rows": head.capacity,
+            "exact": head.exact,
+            "blocks": len(head.counts),
+            "counted_lookups": head.counted,
+        }
     return MrcResult(
         sizes=sizes,
         miss_ratios=ratios.astype(np.float64),
@@ -211,10 +248,10 @@ def _sampled_result(sampler: ShardsSampler, sizes: np.ndarray | None) -> MrcResu
         lookups=sampler.requests,
         sampled_lookups=sampler.full.requests,
         distinct_keys=estimated,
-        expected_error=float(errors.max(initial=0.0)),
+        expected_error=bound,
         point_errors=errors,
         resolution_rows=floor,
-        extra={"subsamples": len(sampler.groups)},
+        extra=extra,
     )
 
 
@@ -272,7 +309,34 @@ def mrc_trace(
     sampler = ShardsSampler(total, sample_rate)
     for table, row in read_ahead(_lookup_columns(opened)):
         sampler.feed_columns(table, row, offsets, rows, where=str(opened.path))
-    return _sampled_result(sampler, chosen)
+    return _sampled_result(sampler, chosen, source_heads(opened, sampler.resolution)[0])
+
+
+def source_heads(
+    source: Any, resolution: int, *, total: bool = True, per_table: bool = False
+) -> list[HeadCurve]:
+    """The exact heads of a trace's or a workload's stream (`replay.analysis.head`):
+    its batches read again through `iter_lookups` (the whole stream when it is short, else
+    blocks spread over it), so the result is the same whoever ran the sample."""
+    rows = np.asarray(source.table_rows, dtype=np.int64)
+    offsets = table_offsets(rows)
+    where = str(getattr(source, "path", "lookups"))
+
+    def keys_of(a: int, b: int) -> Iterator[np.ndarray]:
+        for chunk in source.iter_lookups(a, b):
+            keys = np.empty(len(chunk.row), dtype=np.int64)
+            if _flat_keys_checked(chunk.table, chunk.row, offsets[:-1], rows, keys):
+                raise bad_lookup_error(where, 0, chunk.table, chunk.row, rows)
+            yield keys
+
+    num_batches = int(source.num_batches)
+    lookups = int(getattr(source, "num_lookups", 0) or 0)
+    if not lookups:
+        spec = getattr(source, "spec", None)
+        lookups = num_batches * int(spec.lookups_per_batch) if spec is not None else 0
+    return head_curves(
+        keys_of, num_batches, lookups, offsets, resolution, total=total, per_table=per_table
+    )
 
 
 def _row_space(source: Source) -> tuple[np.ndarray, np.ndarray, int]:
@@ -393,7 +457,7 @@ def mrc_source(
         )
     for requests, keys, group in parts:
         sampler.feed_sampled(requests, keys, group)
-    return _sampled_result(sampler, chosen)
+    return _sampled_result(sampler, chosen, source_heads(source, sampler.resolution)[0])
 
 
 def bench_mrc(trace_path: str | Path, sample_rate: float | None = None) -> dict[str, Any]:

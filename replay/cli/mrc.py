@@ -256,9 +256,16 @@ def print_report(
             f"sampled lookups: {result.sampled_lookups:,}   expected error: "
             f"±{result.expected_error:.4f} (about 95%, largest over the curve)"
         )
-        lines.append(
-            f"smallest size a sample at this rate resolves: {result.resolution_rows:,} rows"
-        )
+        head = result.extra.get("head")
+        if head:
+            how = "the whole stream" if head["exact"] else f"{head['blocks']} blocks of it"
+            lines.append(
+                f"sizes up to {head['capacity_rows']:,} rows: exact stack distances ({how})"
+            )
+        else:
+            lines.append(
+                f"smallest size a sample at this rate resolves: {result.resolution_rows:,} rows"
+            )
     if n > len(picks):
         lines.append(f"{len(picks)} of {n} points shown; --json or --out for all")
     if int(result.sizes[-1]) >= result.distinct_keys:

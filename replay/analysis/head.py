@@ -1,0 +1,478 @@
+"""Exact LRU stack distances below a bound: the small-cache part of a sampled curve.
+
+Why. SHARDS (`replay.analysis.shards`) estimates a request's stack distance d by d_s / R,
+d_s its distance among the sampled keys, which is about Binomial(d, R): a relative blur
+of sqrt((1 - R) / (d R)). Embedding traces have a near-vertical cliff in the miss-ratio
+curve at about the number of distinct rows per batch (a row used in one batch is often
+used in the next), and in a trace every batch shares the same sampled rows, so the blur
+does not average out: the whole cliff moves by one random amount. At R = 0.01 that put
+the sampled curve 4-17 points off at the cliff on generated Criteo-like traces. Small
+distances are cheap to get exactly, though: they only need the most recent distinct keys.
+
+What. An LRU stack truncated at `capacity` = C_x keys: the C_x most recently used
+distinct keys, each with the position of its last access. A request whose key is in it
+has distance d < C_x, counted exactly as in `replay.analysis.stack` (the number of live
+marks between its last position and now, popcounts and a Fenwick tree over bit words);
+a request whose key is not in it is *far*: a first access or d >= C_x, a miss for every
+cache of at most C_x rows. After each request the key C_x + 1 deep, if any, is dropped
+(the oldest live mark). So for every C <= C_x
+
+    misses(C) = far + #{requests with d in [C, C_x)},
+
+exactly, with memory for C_x keys only: an open-addressing map key -> position (linear
+probing, backward-shift deletion) at load <= 1/2, the position window (2 C_x slots,
+renumbered when full, at most once every C_x requests) and a histogram of C_x counts.
+
+Excerpts. Fed from the start of a stream the counts are exact. Fed a block of
+consecutive requests from the middle of a stream (`start_block(warm=True)`), a request
+whose key is not yet in the stack may have an earlier use before the block, so requests
+are only counted once the stack holds C_x distinct keys: from then on "not in the stack"
+means d >= C_x. Each block's counts are kept apart, so their spread gives a standard
+error (blocks spread over the stream are the random groups of Wolter, "Introduction to
+Variance Estimation", ch. 2; see `replay.analysis.shards`).
+
+`reference_head` is the slow, obviously correct version the tests compare with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from replay._jit import kernel
+from replay.analysis.stack import _FIB, _popcount, _trailing_zeros, reference_stack_distances
+from replay.errors import TraceError
+
+_ONE = np.uint64(1)
+
+# int64 scalar state, `sc`
+_H_POS = 0  # next position in the window
+_H_LIVE = 1  # keys in the stack (<= capacity)
+_H_OLDEST = 2  # no live mark below this position
+_H_FAR = 3  # counted requests whose key was not in the stack
+_H_COUNTED = 4  # counted requests
+_H_REQ = 5  # requests fed (counted or not)
+_H_WARMING = 6  # 1 while requests are not counted (an excerpt's warm-up)
+_H_SHIFT = 7  # 64 - log2(map slots)
+_H_WIDTH = 8
+
+_DONE = 0
+_WINDOW_FULL = 1
+_BAD_KEY = 2
+
+
+@kernel
+def _fenwick_add(tree: np.ndarray, word: int, delta: int) -> None:
+    j = word + 1
+    n = len(tree)
+    while j < n:
+        tree[j] += delta
+        j += j & -j
+
+
+@kernel
+def _fenwick_prefix(tree: np.ndarray, words: int) -> int:
+    """Sum of the popcounts of words [0, words)."""
+    s = 0
+    j = words
+    while j > 0:
+        s += tree[j]
+        j &= j - 1
+    return s
+
+
+@kernel
+def _map_delete(map_keys: np.ndarray, map_pos: np.ndarray, slot: int, shift: np.uint64) -> None:
+    """Remove the entry at `slot` by backward shift (linear probing stays tombstone-free)."""
+    mask = len(map_keys) - 1
+    i = slot
+    j = slot
+    while True:
+        j = (j + 1) & mask
+        k = map_keys[j]
+        if k < 0:
+            break
+        home = np.int64((np.uint64(k) * _FIB) >> shift)
+        # the entry at j may move to i unless its home lies cyclically in (i, j]
+        if i <= j:
+            if i < home <= j:
+                continue
+        elif home > i or home <= j:
+            continue
+        map_keys[i] = k
+        map_pos[i] = map_pos[j]
+        i = j
+    map_keys[i] = -1
+
+
+@kernel
+def _map_find(map_keys: np.ndarray, key: np.int64, shift: np.uint64) -> int:
+    """Slot of `key`, or of the empty slot where it would go."""
+    mask = len(map_keys) - 1
+    slot = np.int64((np.uint64(key) * _FIB) >> shift)
+    while True:
+        k = map_keys[slot]
+        if k == key or k < 0:
+            return slot
+        slot = (slot + 1) & mask
+
+
+@kernel
+def _head_kernel(
+    keys: np.ndarray,
+    start: int,
+    total_keys: int,
+    capacity: int,
+    map_keys: np.ndarray,
+    map_pos: np.ndarray,
+    bits: np.ndarray,
+    tree: np.ndarray,
+    pos2key: np.ndarray,
+    hist: np.ndarray,
+    sc: np.ndarray,
+) -> tuple[int, int]:
+    """Feed keys[start:] until done or the window is full; (next index, stop code)."""
+    window = len(pos2key)
+    p = sc[_H_POS]
+    live = sc[_H_LIVE]
+    oldest = sc[_H_OLDEST]
+    far = sc[_H_FAR]
+    counted = sc[_H_COUNTED]
+    warming = sc[_H_WARMING]
+    shift = np.uint64(sc[_H_SHIFT])
+    n = len(keys)
+    i = start
+    code = _DONE
+    while i < n:
+        if p >= window:
+            code = _WINDOW_FULL
+            break
+        key = keys[i]
+        if np.uint64(key) >= np.uint64(total_keys):
+            code = _BAD_KEY
+            break
+        if warming and live >= capacity:
+            warming = 0
+        slot = _map_find(map_keys, key, shift)
+        q = -1
+        if map_keys[slot] == key:
+            q = np.int64(map_pos[slot])
+        if q < 0:
+            if not warming:
+                far += 1
+                counted += 1
+            map_keys[slot] = key
+            live += 1
+        else:
+            wq = q >> 6
+            wp = p >> 6
+            bq = np.uint64(q & 63)
+            above_q = ~((_ONE << bq) - _ONE) & ~(_ONE << bq)
+            below_p = (_ONE << np.uint64(p & 63)) - _ONE
+            if wq == wp:
+                d = np.int64(_popcount(bits[wq] & above_q & below_p))
+            else:
+                d = np.int64(_popcount(bits[wq] & above_q) + _popcount(bits[wp] & below_p))
+                d += _fenwick_prefix(tree, wp) - _fenwick_prefix(tree, wq + 1)
+            bits[wq] &= ~(_ONE << bq)
+            _fenwick_add(tree, wq, -1)
+            if not warming:
+                hist[d] += 1
+                counted += 1
+        map_pos[slot] = p
+        bits[p >> 6] |= _ONE << np.uint64(p & 63)
+        _fenwick_add(tree, p >> 6, 1)
+        pos2key[p] = key
+        p += 1
+        if live > capacity:  # drop the key capacity + 1 deep: the oldest live mark
+            w = oldest >> 6
+            word = bits[w] & ~((_ONE << np.uint64(oldest & 63)) - _ONE)
+            while word == 0:
+                w += 1
+                word = bits[w]
+            o = (w << 6) + np.int64(_trailing_zeros(word))
+            bits[w] &= ~(_ONE << np.uint64(o & 63))
+            _fenwick_add(tree, w, -1)
+            _map_delete(map_keys, map_pos, _map_find(map_keys, pos2key[o], shift), shift)
+            live -= 1
+            oldest = o + 1
+        i += 1
+    sc[_H_REQ] += i - start
+    sc[_H_POS] = p
+    sc[_H_LIVE] = live
+    sc[_H_OLDEST] = oldest
+    sc[_H_FAR] = far
+    sc[_H_COUNTED] = counted
+    sc[_H_WARMING] = warming
+    return i, code
+
+
+@kernel
+def _head_compact(
+    map_keys: np.ndarray,
+    map_pos: np.ndarray,
+    bits: np.ndarray,
+    tree: np.ndarray,
+    pos2key: np.ndarray,
+    end: int,
+    shift: np.uint64,
+) -> int:
+    """Renumber the live marks 0..n-1 in order (map values too), rebuild bits and tree."""
+    n = 0
+    for w in range((end + 63) >> 6):
+        word = bits[w]
+        while word:
+            q = (w << 6) + np.int64(_trailing_zeros(word))
+            key = pos2key[q]
+            pos2key[n] = key  # n <= q: nothing unread is overwritten
+            map_pos[_map_find(map_keys, key, shift)] = n
+            n += 1
+            word &= word - _ONE
+    for w in range(len(bits)):
+        bits[w] = 0
+    for j in range(len(tree)):
+        tree[j] = 0
+    for q in range(n):
+        bits[q >> 6] |= _ONE << np.uint64(q & 63)
+    for w in range(len(bits)):
+        c = np.int64(_popcount(bits[w]))
+        if c:
+            _fenwick_add(tree, w, c)
+    return n
+
+
+class ExactHead:
+    """Exact LRU stack distances below `capacity` keys, over a stream or its excerpts."""
+
+    def __init__(self, total_keys: int, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.total_keys = int(total_keys)
+        self.capacity = int(capacity)
+        slots = 1 << max(4, int(2 * self.capacity + 1).bit_length())  # load <= 1/2
+        self.map_keys = np.full(slots, -1, dtype=np.int64)
+        self.map_pos = np.zeros(slots, dtype=np.int64)
+        window = -(-max(2 * self.capacity + 2, 128) // 64) * 64
+        self.bits = np.zeros(window // 64, dtype=np.uint64)
+        self.tree = np.zeros(window // 64 + 1, dtype=np.int64)
+        self.pos2key = np.zeros(window, dtype=np.int64)
+        self.sc = np.zeros(_H_WIDTH, dtype=np.int64)
+        self.sc[_H_SHIFT] = 64 - int(np.log2(slots))
+        self.blocks: list[np.ndarray] = []  # per finished block: hist + [far, counted]
+        self._hist = np.zeros(self.capacity, dtype=np.int64)
+        self._open = False
+
+    def start_block(self, *, warm: bool) -> None:
+        """Begin a block of consecutive requests with an empty stack. `warm`: the block
+        does not start the stream, so requests count only once the stack is full."""
+        self.end_block()
+        self.map_keys.fill(-1)
+        self.bits.fill(0)
+        self.tree.fill(0)
+        shift = self.sc[_H_SHIFT]
+        req = self.sc[_H_REQ]
+        self.sc[:] = 0
+        self.sc[_H_SHIFT] = shift
+        self.sc[_H_REQ] = req
+        self.sc[_H_WARMING] = 1 if warm else 0
+        self._hist = np.zeros(self.capacity, dtype=np.int64)
+        self._open = True
+
+    def end_block(self) -> None:
+        if self._open:
+            self.blocks.append(np.concatenate([self._hist, [self.sc[_H_FAR], self.sc[_H_COUNTED]]]))
+            self._open = False
+
+    def feed(self, keys: np.ndarray) -> None:
+        """Fold in keys (int64, stream order); a block from the stream's start if none
+        is open."""
+        if not self._open:
+            self.start_block(warm=False)
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        i = 0
+        while True:
+            i, code = _head_kernel(
+                keys, i, self.total_keys, self.capacity, self.map_keys, self.map_pos,
+                self.bits, self.tree, self.pos2key, self._hist, self.sc,
+            )  # fmt: skip
+            if code == _DONE:
+                return
+            if code == _WINDOW_FULL:
+                n = _head_compact(
+                    self.map_keys, self.map_pos, self.bits, self.tree, self.pos2key,
+                    int(self.sc[_H_POS]), np.uint64(self.sc[_H_SHIFT]),
+                )  # fmt: skip
+                self.sc[_H_POS] = n
+                self.sc[_H_OLDEST] = 0
+            else:
+                raise TraceError(
+                    f"key {int(keys[i])} is outside the row space [0, {self.total_keys})"
+                )
+
+    def block_counts(self) -> np.ndarray:
+        """int64 [blocks, capacity + 2]: per block the histogram of distances < capacity,
+        then far and counted requests."""
+        self.end_block()
+        if not self.blocks:
+            return np.zeros((0, self.capacity + 2), dtype=np.int64)
+        return np.stack(self.blocks)
+
+    @staticmethod
+    def miss_fractions(counts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """misses(C) / counted for sizes C <= capacity, from one row of `block_counts`
+        (or their sum): (far + #{d in [C, capacity)}) / counted."""
+        hist, far, counted = counts[:-2], counts[-2], counts[-1]
+        if counted <= 0:
+            return np.full(len(sizes), np.nan)
+        suffix = np.zeros(len(hist) + 1, dtype=np.int64)
+        suffix[:-1] = np.cumsum(hist[::-1])[::-1]
+        at = np.minimum(np.asarray(sizes, dtype=np.int64), len(hist))
+        return (far + suffix[at]) / counted
+
+
+def reference_head(keys: Iterable[int], capacity: int) -> tuple[np.ndarray, int]:
+    """(histogram of distances < capacity, far requests) from a whole stream, by the
+    explicit LRU stack of `replay.analysis.stack.reference_stack_distances`."""
+    hist = np.zeros(capacity, dtype=np.int64)
+    far = 0
+    for d in reference_stack_distances(keys):
+        if d is None or d >= capacity:
+            far += 1
+        else:
+            hist[d] += 1
+    return hist, far
+
+
+# -- the head of a sampled curve ------------------------------------------------------------
+
+HEAD_LOOKUPS = 1 << 25  # streams up to this many lookups: the head reads them whole
+HEAD_BLOCKS = 16  # else this many blocks spread evenly over the stream
+HEAD_MIN_ROWS = 1 << 12
+HEAD_MAX_ROWS = 1 << 19  # 2^19 keys: about 40 MB of state
+HEAD_DISTINCT_MULTIPLE = 4  # C_x >= 4 x distinct rows of the first batch
+BLOCK_T_QUANTILE = 2.131  # Student t, HEAD_BLOCKS - 1 = 15 degrees of freedom, two-sided 95%
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, int(x - 1).bit_length())
+
+
+def head_capacity(first_batch_distinct: int, resolution: int, total_keys: int) -> int:
+    """C_x: the power of two >= 4 x the first batch's distinct keys (the curve's cliff is
+    near one batch's distinct keys; reuse of older batches puts more of it below 4
+    batches' worth), in [2^12, 2^19], at least the sample's resolution (so every size is
+    exact or resolved), at most the keys there are."""
+    c = _pow2_at_least(HEAD_DISTINCT_MULTIPLE * max(int(first_batch_distinct), 1))
+    c = min(max(c, HEAD_MIN_ROWS), HEAD_MAX_ROWS)
+    return max(1, min(max(c, _pow2_at_least(resolution)), int(total_keys)))
+
+
+def head_blocks(num_batches: int, lookups: int, capacity: int) -> list[tuple[int, int]]:
+    """Batch ranges the head reads: the whole stream when it has at most `HEAD_LOOKUPS`
+    lookups, else `HEAD_BLOCKS` blocks, evenly spread, of max(HEAD_LOOKUPS / blocks,
+    8 capacity) lookups each (a block first fills the stack, then counts)."""
+    if num_batches <= 0:
+        return []
+    if lookups <= HEAD_LOOKUPS:
+        return [(0, num_batches)]
+    per_batch = max(lookups / num_batches, 1.0)
+    length = int(np.ceil(max(HEAD_LOOKUPS / HEAD_BLOCKS, 8 * capacity) / per_batch))
+    if length * HEAD_BLOCKS >= num_batches:
+        return [(0, num_batches)]
+    starts = [j * (num_batches - length) // (HEAD_BLOCKS - 1) for j in range(HEAD_BLOCKS)]
+    return [(a, a + length) for a in starts]
+
+
+@dataclass(frozen=True, eq=False)
+class HeadCurve:
+    """The exact part of a sampled curve: miss ratios for sizes <= `capacity`."""
+
+    capacity: int
+    counts: np.ndarray  # int64 [blocks, capacity + 2] (`ExactHead.block_counts`)
+    exact: bool  # one block from the stream's start: no error at all
+
+    @property
+    def counted(self) -> int:
+        return int(self.counts[:, -1].sum()) if len(self.counts) else 0
+
+    @property
+    def usable(self) -> bool:
+        return self.counted > 0
+
+    def miss_ratios(self, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(miss ratio, ~95% error) at min(size, capacity) for each size: pooled over the
+        blocks (a ratio estimator); the error is t s / sqrt(K) of the blocks' own ratios
+        (0 when exact)."""
+        at = np.minimum(np.asarray(sizes, dtype=np.int64), self.capacity)
+        pooled = ExactHead.miss_fractions(self.counts.sum(axis=0), at)
+        if self.exact:
+            return pooled, np.zeros(len(at))
+        per = np.array([ExactHead.miss_fractions(c, at) for c in self.counts if c[-1] > 0])
+        if len(per) < 2:
+            return pooled, np.ones(len(at))  # one warmed block says nothing of its spread
+        t = BLOCK_T_QUANTILE if len(per) == HEAD_BLOCKS else _t95(len(per) - 1)
+        return pooled, t * per.std(axis=0, ddof=1) / np.sqrt(len(per))
+
+
+def _t95(dof: int) -> float:
+    """Two-sided 95% Student t quantile (table values; 1.96 beyond 30)."""
+    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365,
+             8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145,
+             15: 2.131}  # fmt: skip
+    return table.get(dof, 1.96 if dof > 30 else 2.1)
+
+
+KeyBatches = Callable[[int, int], Iterable[np.ndarray]]
+
+
+def head_curves(
+    keys_of: KeyBatches,
+    num_batches: int,
+    lookups: int,
+    offsets: np.ndarray,
+    resolution: int,
+    *,
+    total: bool = True,
+    per_table: bool = False,
+) -> list[HeadCurve]:
+    """Head curves of a stream whose batches [a, b) `keys_of(a, b)` yields as flat keys
+    (int64, stream order) in [0, offsets[-1]): the whole key space's (`total`), then one
+    per table (table-local keys) with `per_table`, all from one read of the blocks.
+    Capacities come from batch 0."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    space = int(offsets[-1])
+    first = np.unique(
+        np.concatenate([np.asarray(k, dtype=np.int64) for k in keys_of(0, 1)] or [[]])
+    ).astype(np.int64)
+    heads: list[ExactHead] = []
+    if total:
+        heads.append(ExactHead(space, head_capacity(len(first), resolution, space)))
+    tables: list[ExactHead] = []
+    if per_table:
+        distinct = np.diff(np.searchsorted(first, offsets)).tolist()
+        for rows, d in zip(np.diff(offsets).tolist(), distinct, strict=True):
+            tables.append(ExactHead(int(rows), head_capacity(int(d), resolution, int(rows))))
+    every = heads + tables
+    if not every:
+        return []
+    blocks = head_blocks(num_batches, lookups, max(h.capacity for h in every))
+    exact = blocks == [(0, num_batches)]
+    for a, b in blocks:
+        for h in every:
+            h.start_block(warm=a > 0)
+        for chunk in keys_of(a, b):
+            keys = np.asarray(chunk, dtype=np.int64)
+            if total:
+                heads[0].feed(keys)
+            if not tables:
+                continue
+            table = np.searchsorted(offsets, keys, side="right") - 1
+            order = np.argsort(table, kind="stable")  # stream order within a table
+            cuts = np.searchsorted(table[order], np.arange(len(tables) + 1))
+            local = keys[order] - offsets[table[order]]
+            for t, h in enumerate(tables):
+                if cuts[t + 1] > cuts[t]:
+                    h.feed(local[cuts[t] : cuts[t + 1]])
+    return [HeadCurve(h.capacity, h.block_counts(), exact) for h in every]

@@ -1,0 +1,129 @@
+"""The exact head of sampled curves (`replay.analysis.head`) against the slow references."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.analysis.head import (
+    HEAD_BLOCKS,
+    HEAD_LOOKUPS,
+    HEAD_MAX_ROWS,
+    HEAD_MIN_ROWS,
+    ExactHead,
+    HeadCurve,
+    head_blocks,
+    head_capacity,
+    head_curves,
+    reference_head,
+)
+from replay.analysis.stack import reference_stack_distances
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    keys=st.lists(st.integers(0, 40), max_size=300),
+    capacity=st.integers(1, 50),
+    cuts=st.lists(st.integers(0, 300), max_size=3),
+)
+def test_head_equals_the_reference(keys: list[int], capacity: int, cuts: list[int]) -> None:
+    """Histogram of distances < capacity and far requests, fed in any chunks."""
+    head = ExactHead(41, capacity)
+    arr = np.array(keys, dtype=np.int64)
+    for part in np.split(arr, sorted(c for c in cuts if c <= len(arr))):
+        head.feed(part)
+    counts = head.block_counts()
+    hist, far = reference_head(keys, capacity)
+    assert counts.shape == (1, capacity + 2)
+    assert np.array_equal(counts[0, :-2], hist)
+    assert counts[0, -2] == far and counts[0, -1] == len(keys)
+
+
+def test_head_compacts_and_evicts_many_times() -> None:
+    """A long stream over a small window: every compaction and eviction path runs."""
+    rng = np.random.default_rng(4)
+    keys = (rng.zipf(1.2, 20_000) % 3_000).astype(np.int64)
+    head = ExactHead(3_000, 64)
+    head.feed(keys)
+    hist, far = reference_head(keys.tolist(), 64)
+    counts = head.block_counts()[0]
+    assert np.array_equal(counts[:-2], hist) and counts[-2] == far
+
+
+def test_warm_block_counts_only_exact_classifications() -> None:
+    """A block from the middle of a stream counts a request once the stack is full; from
+    then on its distances are the whole stream's (below capacity) or far (at or above)."""
+    rng = np.random.default_rng(9)
+    keys = (rng.zipf(1.1, 6_000) % 500).astype(np.int64)
+    cap = 32
+    head = ExactHead(500, cap)
+    head.start_block(warm=True)
+    head.feed(keys[2_000:4_000])
+    counts = head.block_counts()[0]
+    truth = reference_stack_distances(keys.tolist())[2_000:4_000]
+    # the stack fills once 32 distinct keys were seen in the block
+    seen: set[int] = set()
+    start = 0
+    for i, k in enumerate(keys[2_000:4_000].tolist()):
+        if len(seen) >= cap:
+            start = i
+            break
+        seen.add(k)
+    counted = truth[start:]
+    assert counts[-1] == len(counted)
+    assert counts[-2] == sum(d is None or d >= cap for d in counted)
+    expect = np.bincount([d for d in counted if d is not None and d < cap], minlength=cap)
+    assert np.array_equal(counts[:-2], expect)
+
+
+def test_capacity_and_blocks() -> None:
+    assert head_capacity(5_000, 1_585, 10**8) == 32_768  # 4 x 5,000 -> 2^15
+    assert head_capacity(1, 1, 10**8) == HEAD_MIN_ROWS
+    assert head_capacity(10**7, 1, 10**9) == HEAD_MAX_ROWS
+    assert head_capacity(100, 65_520, 10**8) == 65_536  # at least the resolution
+    assert head_capacity(5_000, 1_585, 300) == 300  # never more keys than there are
+    assert head_blocks(100, HEAD_LOOKUPS, 1_000) == [(0, 100)]
+    blocks = head_blocks(10_000, 100 * HEAD_LOOKUPS, 1_000)
+    assert len(blocks) == HEAD_BLOCKS and blocks[0][0] == 0 and blocks[-1][1] == 10_000
+    assert all(b0 < a1 for (_, b0), (a1, _) in itertools.pairwise(blocks))
+    assert sum(b - a for a, b in blocks) * 100 * HEAD_LOOKUPS / 10_000 >= HEAD_LOOKUPS
+
+
+def test_head_curves_total_and_per_table() -> None:
+    """One read of the stream gives the total head and each table's (table-local keys)."""
+    rng = np.random.default_rng(2)
+    offsets = np.array([0, 50, 250], dtype=np.int64)
+    batches = [
+        np.concatenate([rng.integers(0, 50, 8), 50 + rng.integers(0, 200, 8)]) for _ in range(40)
+    ]
+
+    def keys_of(a: int, b: int) -> Iterator[np.ndarray]:
+        yield from batches[a:b]
+
+    total, t0, t1 = head_curves(keys_of, 40, 640, offsets, 1, total=True, per_table=True)
+    flat = np.concatenate(batches)
+    for curve, keys, space in (
+        (total, flat, 250),
+        (t0, flat[flat < 50], 50),
+        (t1, flat[flat >= 50] - 50, 200),
+    ):
+        assert curve.exact and curve.capacity == min(HEAD_MIN_ROWS, space)
+        hist, far = reference_head(keys.tolist(), curve.capacity)
+        assert np.array_equal(curve.counts[0, :-2], hist) and curve.counts[0, -2] == far
+        ratios, errors = curve.miss_ratios(np.array([1, 10, 10**6]))
+        assert not errors.any()
+        assert ratios[-1] == pytest.approx(far / len(keys))
+
+
+def test_block_error_is_the_spread_of_the_blocks() -> None:
+    counts = np.array([[3, 1, 6, 10], [1, 1, 8, 10]], dtype=np.int64)  # hist(2), far, counted
+    curve = HeadCurve(2, counts, exact=False)
+    ratios, errors = curve.miss_ratios(np.array([1]))
+    assert ratios[0] == pytest.approx((7 + 9) / 20)
+    per = np.array([0.7, 0.9])
+    assert errors[0] == pytest.approx(12.706 * per.std(ddof=1) / np.sqrt(2))
