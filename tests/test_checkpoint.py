@@ -308,8 +308,16 @@ def test_failures_summary_and_young_daly(tiny: Path) -> None:
     assert f["young_daly_interval_s"] == pytest.approx(math.sqrt(2 * cost * 0.01))
     assert f["interval_s_used"] == result.summary["checkpoint"]["interval_s_used"]
     assert 0 < f["goodput_p5"] <= f["goodput_mean"] <= 1
-    for key in ("mtbf_s", "draws", "lost_work_s_mean", "restore_s_mean"):
+    for key in (
+        "mtbf_s",
+        "draws",
+        "lost_work_per_training_failure_s",
+        "failures_during_restore",
+        "failures_during_restore_per_draw_mean",
+        "restore_s_mean",
+    ):
         assert key in f
+    assert "lost_work_s_mean" not in f  # the average over every failure is gone
     # goodput rises with MTBF and with cheaper checkpoints
     longer = run(tiny, *sets, "failures.mtbf_s=1.0", *fail[1:]).summary["failures"]
     assert longer["goodput_mean"] > f["goodput_mean"]
@@ -421,3 +429,96 @@ def test_goodput_rises_with_mtbf_and_cheaper_checkpoints(
     base = goodput(*speed, "failures.mtbf_s=0.01")
     assert goodput(*speed, "failures.mtbf_s=0.1") > base
     assert goodput(*faster, "failures.mtbf_s=0.01") > base
+
+
+# -- the path a checkpoint's bytes take ------------------------------------------------------
+
+
+def checkpoint_traffic(
+    trace: Path, system: str, *sets: str
+) -> tuple[replay.engine.replay.RunResult, dict[str, tuple[int, int]], dict[str, int], float]:
+    """A run, and what its checkpoints added to each tier's (read, write) bytes, each link's
+    d2h bytes and the dynamic energy: the run minus the same system with no checkpoint."""
+    with_ck = run(trace, *sets, system=system)
+    without = run(trace, *sets, "checkpoint.strategy=none", system=system).summary
+    got = with_ck.summary
+    tiers = {
+        name: (
+            t["read_bytes"] - without["tiers"][name]["read_bytes"],
+            t["write_bytes"] - without["tiers"][name]["write_bytes"],
+        )
+        for name, t in got["tiers"].items()
+    }
+    links = {
+        name: lk["d2h_bytes"] - without["links"][name]["d2h_bytes"]
+        for name, lk in got["links"].items()
+    }
+    energy = got["energy"]["dynamic_j"] - without["energy"]["dynamic_j"]
+    return with_ck, tiers, links, energy
+
+
+def test_host_resident_tables_checkpoint_from_their_tier_not_through_hbm(tiny: Path) -> None:
+    # pmem-host: tables in host persistent memory, pooled by the host CPU; Check-N-Run's
+    # synchronous increments after every batch and a full baseline before batch 0. The
+    # writer reads the rows where they live (pmem) and writes the drive: no HBM (the GPU
+    # holds no table), no snapshot buffer (training waits), no link (checkpoint.link unset)
+    result, tiers, links, energy = checkpoint_traffic(tiny, "pmem-host")
+    ck, ckpt = result.checkpoints, result.summary["checkpoint"]
+    row_bytes = ckpt["row_bytes"]  # unquantized: 4 x dim + optimizer state
+    assert result.summary["checkpoint"]["snapshot_tier"] == "dram"  # not hbm
+    full = ck["kind"] == "full"
+    assert ck["batch"][full].tolist() == [-1]
+    rows = total_rows(tiny)
+    # a full checkpoint reads the table region sequentially; an increment reads whole
+    # 256 B XPLines per row (Optane's access size)
+    increments = int(ck["rows"][~full].sum())
+    pmem_read = rows * row_bytes + increments * (-(-row_bytes // 256) * 256)
+    written = int(ck["bytes"].sum())
+    assert tiers == {
+        "hbm": (0, 0),
+        "dram": (0, 0),
+        "nvme": (0, written),
+        "pmem": (pmem_read, 0),
+    }
+    assert links == {"pcie": 0}
+    system = result.system
+    joules = (
+        pmem_read * system.tier("pmem").energy_read_pj_per_byte
+        + written * system.tier("nvme").energy_write_pj_per_byte
+    ) * 1e-12
+    assert energy == pytest.approx(joules, rel=1e-9)
+    # the tiny trace: 25,324 rows of 32 B, 40 increments of 7,962 rows in all
+    assert (rows, row_bytes, increments) == (25_324, 32, 7_962)
+    assert (pmem_read, written) == (2_848_640, 79_127_020)
+    # with training going on meanwhile (not synchronous) every checkpoint is staged in a
+    # host buffer (DRAM), never in HBM
+    result, tiers, links, _ = checkpoint_traffic(tiny, "pmem-host", "checkpoint.synchronous=false")
+    written = int(result.checkpoints["bytes"].sum())
+    assert tiers["hbm"] == (0, 0) and tiers["dram"] == (written, written)
+    assert tiers["pmem"] == (pmem_read, 0) and tiers["nvme"] == (0, written)
+    # a full checkpoint every batch reads the whole table region each time
+    result, tiers, _, _ = checkpoint_traffic(tiny, "pmem-host", "checkpoint.strategy=sync-full")
+    count = len(result.checkpoints["index"])
+    assert tiers["pmem"] == (count * rows * row_bytes, 0) and tiers["hbm"] == (0, 0)
+
+
+def test_device_resident_tables_checkpoint_as_before(tiny: Path) -> None:
+    # a GPU cache's state leaves the device: staged in host DRAM (the snapshot tier),
+    # persisted to the drive; the device-side read is not counted, the backing tier is
+    # not read. Unchanged by the host-side path.
+    sets = ("checkpoint.strategy=check-n-run", "checkpoint.interval_batches=5")
+    result, tiers, links, _ = checkpoint_traffic(tiny, "hbm-lru", *sets)
+    written = int(result.checkpoints["bytes"].sum())
+    assert tiers == {"hbm": (0, 0), "dram": (written, written), "nvme": (0, written)}
+    assert links == {"pcie": 0} and written == 18_095_020
+    # synchronous: the increments go straight to the drive, the baseline through DRAM
+    result, tiers, _, _ = checkpoint_traffic(tiny, "hbm-lru", *sets, "checkpoint.synchronous=true")
+    baseline = int(result.checkpoints["bytes"][0])
+    assert tiers["dram"] == (baseline, baseline) == (2_714_316, 2_714_316)
+    assert tiers["nvme"] == (0, 18_095_020) and tiers["hbm"] == (0, 0)
+    # a full write every batch (torch.save): the drive only, over a link only when set
+    result, tiers, links, _ = checkpoint_traffic(tiny, "torch-save")
+    written = int(result.checkpoints["bytes"].sum())
+    assert tiers == {"hbm": (0, 0), "dram": (0, 0), "nvme": (0, written)}
+    result, _, links, _ = checkpoint_traffic(tiny, "torch-save", "checkpoint.link=pcie")
+    assert links == {"pcie": written}

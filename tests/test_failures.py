@@ -41,9 +41,15 @@ def _draws(*args: object, **kwargs: object) -> list[DrawResult]:
     """The kernel's per-draw outcomes, as the reference gives them."""
     r = simulate_draws(*args, **kwargs)  # type: ignore[arg-type]
     return [
-        DrawResult(float(w), int(n), float(lo), float(re), bool(c))
-        for w, n, lo, re, c in zip(
-            r.wall_s, r.failures, r.lost_s, r.restore_s, r.capped, strict=True
+        DrawResult(float(w), int(n), float(lo), float(re), bool(c), int(nr))
+        for w, n, lo, re, c, nr in zip(
+            r.wall_s,
+            r.failures,
+            r.lost_s,
+            r.restore_s,
+            r.capped,
+            r.failures_during_restore,
+            strict=True,
         )
     ]
 
@@ -51,7 +57,11 @@ def _draws(*args: object, **kwargs: object) -> list[DrawResult]:
 def _same(got: list[DrawResult], want: list[DrawResult]) -> None:
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
-        assert (g.failures, g.capped) == (w.failures, w.capped), (g, w)
+        assert (g.failures, g.failures_during_restore, g.capped) == (
+            w.failures,
+            w.failures_during_restore,
+            w.capped,
+        ), (g, w)
         for a, b in ((g.wall_s, w.wall_s), (g.lost_s, w.lost_s), (g.restore_s, w.restore_s)):
             assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12), (g, w)
 
@@ -160,7 +170,11 @@ def test_accounting_and_goodput_range(tl: dict[str, object], mtbf: float, seed: 
 def test_no_failure_gives_the_failure_free_goodput(extra: dict[str, object]) -> None:
     s = evaluate_failures(P, 87.5, TWO, scratch_restore_s=9.0, draws=5, **extra)  # type: ignore[arg-type]
     assert s.goodput_mean == s.goodput_min == s.goodput_p5 == 87.5 / P
-    assert (s.wall_s_mean, s.failures_per_draw_mean, s.lost_work_s_mean) == (P, 0.0, 0.0)
+    assert (s.wall_s_mean, s.failures_per_draw_mean, s.lost_work_per_training_failure_s) == (
+        P,
+        0.0,
+        0.0,
+    )
     assert (s.restore_s_mean, s.draws_capped) == (0.0, 0)
 
 
@@ -168,53 +182,105 @@ def test_one_failure_rolls_back_to_the_latest_durable_point() -> None:
     # failure at 50: point 0 (durable 30) holds; back to 20, 30 lost, 5 to restore,
     # then 80 more: wall 50 + 5 + 80
     s = evaluate_failures(P, 90.0, TWO, scratch_restore_s=9.0, times_s=[50.0])
-    assert (s.failures_per_draw_mean, s.lost_work_s_mean, s.restore_s_mean) == (1.0, 30.0, 5.0)
+    assert (s.failures_per_draw_mean, s.lost_work_per_training_failure_s, s.restore_s_mean) == (
+        1.0,
+        30.0,
+        5.0,
+    )
     assert s.wall_s_mean == 135.0 and s.goodput_mean == 0.9 * 100.0 / 135.0
     assert (s.draws, s.mtbf_s, s.horizon_s) == (1, 0.0, P)
     # at 75 point 1 (durable 70) holds: back to 60, 15 lost, 7 to restore
     s = evaluate_failures(P, 90.0, TWO, scratch_restore_s=9.0, times_s=[75.0])
-    assert (s.lost_work_s_mean, s.restore_s_mean, s.wall_s_mean) == (15.0, 7.0, 122.0)
+    assert (s.lost_work_per_training_failure_s, s.restore_s_mean, s.wall_s_mean) == (
+        15.0,
+        7.0,
+        122.0,
+    )
 
 
 def test_failure_before_any_durable_point_restarts_from_scratch() -> None:
     s = evaluate_failures(P, 90.0, TWO, scratch_restore_s=9.0, times_s=[10.0])
-    assert (s.lost_work_s_mean, s.restore_s_mean, s.wall_s_mean) == (10.0, 9.0, 119.0)
+    assert (s.lost_work_per_training_failure_s, s.restore_s_mean, s.wall_s_mean) == (
+        10.0,
+        9.0,
+        119.0,
+    )
     # no recovery point at all
     s = evaluate_failures(P, 90.0, RecoveryPoints.empty(), scratch_restore_s=9.0, times_s=[80.0])
-    assert (s.lost_work_s_mean, s.restore_s_mean, s.wall_s_mean) == (80.0, 9.0, 189.0)
+    assert (s.lost_work_per_training_failure_s, s.restore_s_mean, s.wall_s_mean) == (
+        80.0,
+        9.0,
+        189.0,
+    )
 
 
 def test_failure_during_a_restore_restarts_it() -> None:
     # restore of point 0 over [50, 55); a failure at 52 restarts it: [52, 57)
     s = evaluate_failures(P, 90.0, TWO, scratch_restore_s=9.0, times_s=[52.0, 50.0])
     assert s.failures_per_draw_mean == 2.0
-    assert s.lost_work_s_mean == 30.0 / 2  # no extra lost work
+    # one failure struck training (30 lost), one the restore (none lost): 30 per
+    # training failure, not 30 / 2 over both
+    assert (s.failures_during_restore, s.failures_during_restore_per_draw_mean) == (1, 1.0)
+    assert s.lost_work_per_training_failure_s == 30.0
     assert s.restore_s_mean == (2.0 + 5.0) / 2  # 2 s interrupted, then 5
     assert s.wall_s_mean == 57.0 + 80.0
     # a failure right at the end of the restore window hits training at position 20: no
     # point is durable there, but the one just restored is in storage: nothing lost
     s = evaluate_failures(P, 90.0, TWO, scratch_restore_s=9.0, times_s=[50.0, 55.0])
-    assert (s.lost_work_s_mean, s.restore_s_mean, s.wall_s_mean) == (15.0, 5.0, 140.0)
+    assert (s.lost_work_per_training_failure_s, s.restore_s_mean, s.wall_s_mean) == (
+        15.0,
+        5.0,
+        140.0,
+    )
+
+
+def test_lost_work_is_per_training_failure_and_restore_failures_are_counted_apart() -> None:
+    # 50: training at position 50, back to point 0 (resume 20): 30 lost; its restore
+    #     [50, 55) is struck at 52 (no work lost) and runs again [52, 57).
+    # 75: training at 20 + (75 - 57) = 38, back to 20: 18 lost; the restore [75, 80) is
+    #     struck at 76 and runs again [76, 81); then 80 more: wall 161.
+    # 4 failures, 2 of them during restores; 48 lost over the 2 that struck training:
+    # 24 each (the old average over all 4 gave 12); restores 2 + 5 + 1 + 5 = 13
+    times = [50.0, 52.0, 75.0, 76.0]
+    d = simulate_draws(P, 90.0, TWO, scratch_restore_s=9.0, times_s=times)
+    assert (d.failures[0], d.failures_during_restore[0], d.lost_s[0]) == (4, 2, 48.0)
+    assert (d.restore_s[0], d.wall_s[0]) == (13.0, 161.0)
+    s = evaluate_failures(P, 90.0, TWO, scratch_restore_s=9.0, times_s=times)
+    assert (s.failures_per_draw_mean, s.failures_during_restore) == (4.0, 2)
+    assert s.failures_during_restore_per_draw_mean == 2.0
+    assert s.lost_work_per_training_failure_s == 48.0 / 2
+    assert s.restore_s_mean == 13.0 / 4
+    assert s.goodput_mean == 0.9 * 100.0 / 161.0
+    ref = reference_evaluate_failures(P, 90.0, TWO, scratch_restore_s=9.0, times_s=times)
+    assert ref == [DrawResult(161.0, 4, 48.0, 13.0, False, 2)]
 
 
 def test_the_restored_point_stays_durable() -> None:
     # back to 20 at 50 (resumes at 55); at 60 the position is 25, before point 0's durable
     # time 30 on this pass, but point 0 was just restored: back to 20, not to scratch
     s = evaluate_failures(P, 90.0, TWO, scratch_restore_s=9.0, times_s=[50.0, 60.0])
-    assert (s.failures_per_draw_mean, s.lost_work_s_mean, s.restore_s_mean) == (2.0, 17.5, 5.0)
+    assert (s.failures_per_draw_mean, s.lost_work_per_training_failure_s, s.restore_s_mean) == (
+        2.0,
+        17.5,
+        5.0,
+    )
     assert s.wall_s_mean == 100.0 + 35.0 + 10.0
 
 
 def test_tiling_and_a_persist_past_the_period_end() -> None:
     # copy 1 of point 0 is durable at 130 and resumes at 120
     s = evaluate_failures(P, 90.0, TWO, scratch_restore_s=9.0, horizon_s=250.0, times_s=[140.0])
-    assert (s.lost_work_s_mean, s.wall_s_mean, s.horizon_s) == (20.0, 275.0, 250.0)
+    assert (s.lost_work_per_training_failure_s, s.wall_s_mean, s.horizon_s) == (20.0, 275.0, 250.0)
     assert s.goodput_mean == (90.0 / P) * (250.0 / 275.0)
     # one point durable after the period ends (110, resumes at 90): at 205 copy 1's (210)
     # is not yet durable but copy 0's is
     late = _points([110.0], [90.0], [4.0])
     s = evaluate_failures(P, 90.0, late, scratch_restore_s=9.0, horizon_s=300.0, times_s=[205.0])
-    assert (s.lost_work_s_mean, s.restore_s_mean, s.wall_s_mean) == (115.0, 4.0, 419.0)
+    assert (s.lost_work_per_training_failure_s, s.restore_s_mean, s.wall_s_mean) == (
+        115.0,
+        4.0,
+        419.0,
+    )
 
 
 def test_the_most_recent_state_wins_over_the_latest_durable_time() -> None:
@@ -223,7 +289,7 @@ def test_the_most_recent_state_wins_over_the_latest_durable_time() -> None:
     # copy 1's point 0 holds the newer state (110)
     pts = _points([20.0, 160.0], [10.0, 95.0], [1.0, 2.0])
     s = evaluate_failures(P, 90.0, pts, scratch_restore_s=9.0, horizon_s=300.0, times_s=[170.0])
-    assert (s.lost_work_s_mean, s.restore_s_mean) == (60.0, 1.0)
+    assert (s.lost_work_per_training_failure_s, s.restore_s_mean) == (60.0, 1.0)
 
 
 def test_ties_go_to_the_later_point() -> None:
@@ -233,7 +299,7 @@ def test_ties_go_to_the_later_point() -> None:
     # across copies: copy 0's point 1 and copy 1's point 0 both hold the state at 120
     pts = _points([25.0, 125.0], [20.0, 120.0], [5.0, 8.0])
     s = evaluate_failures(P, 90.0, pts, scratch_restore_s=9.0, horizon_s=300.0, times_s=[130.0])
-    assert (s.lost_work_s_mean, s.restore_s_mean) == (10.0, 5.0)
+    assert (s.lost_work_per_training_failure_s, s.restore_s_mean) == (10.0, 5.0)
 
 
 def test_capped_draws() -> None:

@@ -79,7 +79,8 @@ def test_plan_json_holds_what_the_readme_documents(plan: dict) -> None:
     assert ck["cluster_mtbf_s"] == 6 * 3600 and ck["best"] == ck["strategies"][0]["name"]
     for s in ck["strategies"]:
         assert {"name", "interval_s", "young_daly_interval_s", "cost_s", "bytes", "restore_s",
-                "goodput", "goodput_p5", "lost_work_s"} <= set(s)  # fmt: skip
+                "goodput", "goodput_p5", "lost_work_per_training_failure_s",
+                "failures_during_restore_per_run"} <= set(s)  # fmt: skip
     goodputs = [s["goodput"] for s in ck["strategies"]]
     assert goodputs == sorted(goodputs, reverse=True)
     assert {s["name"] for s in doc["systems"]} == {"hbm-lru", "dram"}

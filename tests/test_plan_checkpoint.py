@@ -171,7 +171,7 @@ def test_sync_full_plan_is_dalys_model() -> None:
     assert plan.goodput_model == pytest.approx(model, rel=1e-12)
     assert abs(plan.goodput - model) < 0.005
     assert 0 < plan.goodput_p5 <= plan.goodput < 1
-    assert 0 < plan.lost_work_s < plan.interval_s + delta
+    assert 0 < plan.lost_work_per_training_failure_s < plan.interval_s + delta
 
 
 def test_plan_checkpoints_ranks_the_applicable_strategies() -> None:
@@ -192,6 +192,16 @@ def test_plan_checkpoints_ranks_the_applicable_strategies() -> None:
     assert goodputs == sorted(goodputs, reverse=True)
     assert names[-1] == "none" and plans[-1].goodput < 1e-6
     by = {p.strategy: p for p in plans}
+    # no checkpoint over a week at a 3 h MTBF: Daly's form, not the simulator. Attempts
+    # fail e^x - 1 times (x = H / M), each losing M - H / (e^x - 1); each 60 s restart is
+    # struck e^(R/M) - 1 times, failures that lose no work and are counted apart
+    none, x, r = by["none"], 7 * 86400.0 / (3 * 3600.0), 60.0 / (3 * 3600.0)
+    assert not none.simulated
+    assert none.lost_work_per_training_failure_s == pytest.approx(
+        3 * 3600.0 - 7 * 86400.0 / math.expm1(x)
+    )
+    assert none.failures_during_restore_per_run == pytest.approx(math.expm1(x) * math.expm1(r))
+    assert none.failures_per_run == pytest.approx(math.expm1(x) * math.exp(r))
     # overlapped writes stall no longer than a synchronous one at the same interval
     sync = strategy_cost(system, strategy="sync-full", interval_batches=1000, **_cost_kw(kw))  # type: ignore[arg-type]
     for name in ("fastpersist", "checkfreq"):

@@ -211,9 +211,9 @@ def test_summary_golden(built: Built, summary: dict) -> None:
     assert lad["cxl_over_pmem_host"] == approx(
         {
             "speedup": 19.520582415524746,
-            "energy_saving": 0.8960452830216934,
+            "energy_saving": 0.8960563611809096,
             "speedup_whole_trace": 20.63008208434982,
-            "energy_saving_whole_trace": 0.9014140455200198,
+            "energy_saving_whole_trace": 0.9014250658716402,
         }
     )
     assert lad["cxl_d_vs_pcie_time_saved"] == approx(0.2292749874262875)
@@ -309,8 +309,8 @@ def test_ladder_comparison_parquet_golden(built: Built) -> None:
     )
     assert [r["energy_j"] for r in rows] == approx(
         [
-            4.804236072909026,
-            2.411384049460761,
+            4.824596721990626,
+            2.411653634222361,
             0.8761585995515971,
             0.7147258379515972,
             0.6764282379515973,

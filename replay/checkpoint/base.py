@@ -24,6 +24,25 @@ Timeline conventions (all times on the failure-free timeline, seconds from the s
 State size (DESIGN section 6): Σ rows × (4 × dim + optimizer bytes per row) + 4 bytes per
 dense parameter + the data-reader position (`READER_POSITION_BYTES`).
 
+The path a checkpoint's bytes take (its traffic, added to the tiers' and links' bytes and
+so to their energy) follows where the tables live (`tables_on_device`):
+- on the training device (a cache's fast tier beside the GPU, or a static tier that is
+  the device's): the state leaves the device, over `checkpoint.link` when one is set (d2h
+  bytes), is staged in the snapshot tier (written there, read back by the persist) and
+  written to the target; a synchronous write (Check-N-Run's `synchronous`) skips the
+  staging for increments, as before. The device-side read of the copy is not counted.
+- on the host side (a static tier across the lookup link, or pooled on the host or near
+  memory: host DRAM, persistent memory, an SSD): the writer reads the rows in place from
+  the tier that holds them (`home_tier_name`; a full checkpoint reads the whole table
+  region sequentially, Σ rows × state bytes; an increment reads its scattered rows, each
+  a whole number of the tier's accesses, as TrainingCXL's undo log does), stages them in
+  a host-side volatile tier only when training goes on meanwhile (not `synchronous`), and
+  writes the target. No device memory is touched and no link is crossed (the dense
+  parameters' few MB aside, which `checkpoint.link` counts when set).
+The default snapshot tier (`snapshot_tier_name`) is the first volatile tier that is not
+the cache's and not the device's own memory (`TierSpec.on_device`): a snapshot is a copy
+in host memory.
+
 Write bandwidth of a checkpoint (`write_bw`): the target tier's write bandwidth, or
 `drives` × `drive_write_bw_bytes_per_s` when drives are given; capped by `writers` ×
 `writer_bw_bytes_per_s` when a per-writer cap is given, and by the link's d2h bandwidth
@@ -114,6 +133,19 @@ class CheckpointContext:
     def restore_s(self, nbytes: float) -> float:
         return self.system.failures.restart_s + self.read_s(nbytes)
 
+    @property
+    def on_device(self) -> bool:
+        """Whether the tables live on the training device (`tables_on_device`)."""
+        return tables_on_device(self.system)
+
+    def home_read_bytes(self, rows: int, *, full: bool) -> int:
+        """Bytes a writer reading `rows` in place from the home tier moves there: the whole
+        region sequentially for a full checkpoint, whole accesses per row otherwise."""
+        if full:
+            return rows * self.row_state_bytes
+        granule = self.system.tier(home_tier_name(self.system)).access_bytes
+        return rows * (-(-self.row_state_bytes // granule) * granule)
+
     def snapshot_tier(self) -> TierSpec:
         return self.system.tier(snapshot_tier_name(self.system))
 
@@ -136,11 +168,36 @@ def target_tier_name(system: SystemSpec) -> str:
 
 
 def snapshot_tier_name(system: SystemSpec) -> str:
-    """checkpoint.snapshot_tier, or the first volatile tier that is not the cache's."""
+    """checkpoint.snapshot_tier, or the first volatile tier that is neither the cache's nor
+    the training device's own memory (a snapshot is a copy in host memory)."""
     if system.checkpoint.snapshot_tier:
         return system.checkpoint.snapshot_tier
     fast = system.policy.fast_tier
-    return next((t.name for t in system.tiers if not t.persistent and t.name != fast), "")
+    return next(
+        (t.name for t in system.tiers if not t.persistent and not t.on_device and t.name != fast),
+        "",
+    )
+
+
+def home_tier_name(system: SystemSpec) -> str:
+    """The tier that holds every row: the static tier, or a cache's backing tier."""
+    p = system.policy
+    return p.tier if p.name == "static" else p.backing_tier
+
+
+def tables_on_device(system: SystemSpec) -> bool:
+    """Whether the embedding state a checkpoint copies lives on the training device.
+
+    A cache's newest rows are in its fast tier beside the GPU (a dirty row there is newer
+    than the backing tier's copy), so its state leaves the device. A static tier is the
+    device's when it is marked `on_device`, or when GPU lookups reach it over no link
+    (`replay.engine.account`: then the tier is beside the GPU). Any other static tier is
+    on the host side (host DRAM or persistent memory, an SSD, a near-memory device)."""
+    p = system.policy
+    if p.name != "static":
+        return True
+    tier = system.tier(p.tier)
+    return tier.on_device or (system.lookup.location == "gpu" and not system.lookup.link)
 
 
 @dataclass(frozen=True)
@@ -391,6 +448,9 @@ def full_checkpoints(
     t_write = ctx.write_s(nbytes)
     target = ctx.target().name
     restore = ctx.restore_s(nbytes)
+    on_device = ctx.on_device
+    home = home_tier_name(ctx.system)
+    home_bytes = ctx.home_read_bytes(ctx.total_rows, full=True)
     ends = np.cumsum(timing.base_s)
     extra = 0.0  # stall of batches up to now
     durable, resume, restores = [], [], []
@@ -409,9 +469,11 @@ def full_checkpoints(
             log.stall_s[b] += stall
             resume_at = start + stall
         extra += stall
+        if not on_device:  # the writer reads the host-side tables in place
+            log.traffic("read", home, b, home_bytes)
         log.traffic("write", target, b, nbytes)
         if ctx.spec.link:
-            log.traffic("d2h", ctx.spec.link, b, nbytes)
+            log.traffic("d2h", ctx.spec.link, b, nbytes if on_device else ctx.dense_bytes)
         log.add(
             kind="full",
             batch=b,
@@ -469,6 +531,8 @@ def snapshot_persist(
     prev_needed = 0
     durable, resume, restores = [], [], []
     synchronous = ctx.spec.synchronous
+    on_device = ctx.on_device
+    home = home_tier_name(ctx.system)
     for p in planned:
         if p.batch < 0:
             ready = stall = 0.0
@@ -482,15 +546,19 @@ def snapshot_persist(
         log.stall_s[at] += stall
         extra += stall
         snap_end = ready + stall
-        if synchronous and p.batch >= 0:
-            persist_end = snap_end
-        else:
-            persist_end = snap_end + ctx.write_s(p.nbytes)
+        written = synchronous and p.batch >= 0  # durable when the stall ends
+        persist_end = snap_end if written else snap_end + ctx.write_s(p.nbytes)
+        # staged in host memory unless the write is synchronous; a device's state always
+        # leaves through it, the baseline's too. Host-side tables are read in place by a
+        # synchronous writer: training waits (the baseline: it is taken at set-up)
+        if not synchronous or (p.batch < 0 and on_device):
             log.traffic("write", snap_tier, at, p.nbytes)
             log.traffic("read", snap_tier, at, p.nbytes)
+        if not on_device:
+            log.traffic("read", home, at, ctx.home_read_bytes(p.rows, full=p.kind == "full"))
         log.traffic("write", target, at, p.nbytes)
         if ctx.spec.link:
-            log.traffic("d2h", ctx.spec.link, at, p.nbytes)
+            log.traffic("d2h", ctx.spec.link, at, p.nbytes if on_device else ctx.dense_bytes)
         log.add(
             kind=p.kind,
             batch=p.batch,

@@ -58,7 +58,8 @@ class CheckNRun(CheckpointStrategy):
         cls.check_interval(system, where)
         if not snapshot_tier_name(system):
             raise ConfigError(
-                f"{where}.snapshot_tier: the system has no volatile tier to snapshot into"
+                f"{where}.snapshot_tier: the system has no volatile tier off the training "
+                "device to snapshot into"
             )
 
     def __init__(self, ctx: CheckpointContext) -> None:

@@ -47,7 +47,8 @@ class CheckFreq(CheckpointStrategy):
         super().check_spec(system, where)
         if not snapshot_tier_name(system):
             raise ConfigError(
-                f"{where}.snapshot_tier: the system has no volatile tier to snapshot into"
+                f"{where}.snapshot_tier: the system has no volatile tier off the training "
+                "device to snapshot into"
             )
         ck = system.checkpoint
         if ck.interval_batches > 0 and ck.interval_s > 0:

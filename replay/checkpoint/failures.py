@@ -44,7 +44,14 @@ Model and assumptions:
 - Goodput of a draw = useful training time of the horizon (useful_s x H / P, batches
   without checkpoint stalls) over its wall time, computed as (useful_s / P) x (H / wall)
   with the wall time floored at H (rounding), so no failure gives exactly useful_s / P.
-  Lost work and restore time are reported per failure (over all failures of all draws).
+  Failures are of two kinds: those that strike training (at a position: they lose the
+  work since the recovery point) and those that strike a restore (they lose no work,
+  training is not running, but restart it). Lost work is reported per failure that
+  strikes training (`lost_work_per_training_failure_s`, over those failures of all
+  draws), since averaging it over every failure would count each restore failure as a
+  failure that lost nothing and understate it; the failures during restores are counted
+  apart (`failures_during_restore`, and per draw). Restore time is per failure of either
+  kind (each one starts a restore attempt).
 
 Randomness is counter-based: the k-th gap (k = 0, 1, ...) of draw d is
 -mtbf_s ln(u), u = (top 52 bits of mix64(key_d + (k + 1) GAMMA) + 1/2) / 2^52, in (0, 1),
@@ -144,6 +151,7 @@ class FailureDraws:
     horizon_s: float
     wall_s: np.ndarray  # float64: wall time of the draw (floored at the horizon)
     failures: np.ndarray  # int64: failures counted (restarted restores included)
+    failures_during_restore: np.ndarray  # int64: of those, the ones that struck a restore
     lost_s: np.ndarray  # float64: work lost, summed over the draw's failures
     restore_s: np.ndarray  # float64: wall time spent restoring, summed
     capped: np.ndarray  # bool: stopped at max_wall_factor x horizon
@@ -162,9 +170,13 @@ class FailureStats:
     goodput_p5: float  # 5th percentile over draws (numpy 'linear')
     goodput_min: float
     wall_s_mean: float
-    failures_per_draw_mean: float
-    lost_work_s_mean: float  # per failure, over all failures of all draws (0 if none)
-    restore_s_mean: float  # per failure (0 if none)
+    failures_per_draw_mean: float  # every failure: training's and restores'
+    failures_during_restore: int  # failures that struck a restore, over all draws
+    failures_during_restore_per_draw_mean: float
+    # work lost per failure that struck training, over those of all draws (0 if none);
+    # failures during restores lose none and are left out (counted above)
+    lost_work_per_training_failure_s: float
+    restore_s_mean: float  # restore wall time per failure of either kind (0 if none)
     draws_capped: int
 
     def to_json(self) -> dict[str, Any]:
@@ -330,6 +342,7 @@ def _draws_kernel(
     cap: float,
     wall_out: np.ndarray,
     failures_out: np.ndarray,
+    restore_failures_out: np.ndarray,
     lost_out: np.ndarray,
     restore_out: np.ndarray,
     capped_out: np.ndarray,
@@ -343,6 +356,7 @@ def _draws_kernel(
         w = 0.0
         x = 0.0
         nf = np.int64(0)
+        nr = np.int64(0)  # of which during a restore
         lost = 0.0
         rest = 0.0
         capped = False
@@ -389,6 +403,7 @@ def _draws_kernel(
                     capped = True
                     break
                 nf += 1
+                nr += 1
                 t = t_next
             if capped:
                 w = t_next
@@ -398,6 +413,7 @@ def _draws_kernel(
             t = t_next
         wall_out[dd] = max(w, horizon)
         failures_out[dd] = nf
+        restore_failures_out[dd] = nr
         lost_out[dd] = lost
         restore_out[dd] = rest
         capped_out[dd] = capped
@@ -440,6 +456,7 @@ def simulate_draws(
     mtbf = 0.0 if explicit else float(mtbf_s)
     wall = np.empty(n, dtype=np.float64)
     failures = np.empty(n, dtype=np.int64)
+    restore_failures = np.empty(n, dtype=np.int64)
     lost = np.empty(n, dtype=np.float64)
     restore = np.empty(n, dtype=np.float64)
     capped = np.empty(n, dtype=np.bool_)
@@ -457,6 +474,7 @@ def simulate_draws(
         float(max_wall_factor) * horizon,
         wall,
         failures,
+        restore_failures,
         lost,
         restore,
         capped,
@@ -469,6 +487,7 @@ def simulate_draws(
         horizon_s=horizon,
         wall_s=wall,
         failures=failures,
+        failures_during_restore=restore_failures,
         lost_s=lost,
         restore_s=restore,
         capped=capped,
@@ -479,7 +498,9 @@ def simulate_draws(
 def summarize_draws(result: FailureDraws) -> FailureStats:
     """Goodput, wall, failure, lost-work and restore statistics over the draws."""
     total_failures = int(result.failures.sum())
+    during_restore = int(result.failures_during_restore.sum())
     per_failure = max(total_failures, 1)
+    per_training_failure = max(total_failures - during_restore, 1)
     return FailureStats(
         mtbf_s=result.mtbf_s,
         draws=len(result.wall_s),
@@ -490,7 +511,9 @@ def summarize_draws(result: FailureDraws) -> FailureStats:
         goodput_min=float(np.min(result.goodput)),
         wall_s_mean=float(np.mean(result.wall_s)),
         failures_per_draw_mean=float(np.mean(result.failures)),
-        lost_work_s_mean=float(result.lost_s.sum()) / per_failure,
+        failures_during_restore=during_restore,
+        failures_during_restore_per_draw_mean=float(np.mean(result.failures_during_restore)),
+        lost_work_per_training_failure_s=float(result.lost_s.sum()) / per_training_failure,
         restore_s_mean=float(result.restore_s.sum()) / per_failure,
         draws_capped=int(result.capped.sum()),
     )
@@ -535,6 +558,7 @@ class DrawResult(NamedTuple):
     lost_s: float
     restore_s: float
     capped: bool
+    failures_during_restore: int
 
 
 def _ref_mix64(z: int) -> int:
@@ -616,7 +640,7 @@ def reference_evaluate_failures(
         t = failure_time(k, 0.0)
         k += 1
         w = x = 0.0
-        nf = 0
+        nf = nr = 0
         lost = rest = 0.0
         capped = False
         floor: tuple[float, float] | None = None  # (resume, cost) of the point restored last
@@ -654,6 +678,7 @@ def reference_evaluate_failures(
                     capped = True
                     break
                 nf += 1
+                nr += 1
                 t = t_next
             if capped:
                 w = t_next
@@ -661,5 +686,5 @@ def reference_evaluate_failures(
             rest += c
             w = t + c
             t = t_next
-        out.append(DrawResult(max(w, horizon), nf, lost, rest, capped))
+        out.append(DrawResult(max(w, horizon), nf, lost, rest, capped, nr))
     return out

@@ -30,6 +30,7 @@ from replay.checkpoint.base import (
     CheckpointResult,
     CheckpointStrategy,
     Timing,
+    home_tier_name,
     points_from,
     register_strategy,
 )
@@ -39,12 +40,6 @@ from replay.trace.stream import distinct_bitmap, distinct_kernel
 
 if TYPE_CHECKING:
     from replay.trace.stream import BatchRange
-
-
-def home_tier_name(system: SystemSpec) -> str:
-    """The tier that holds every row: the static tier, or a cache's backing tier."""
-    p = system.policy
-    return p.tier if p.name == "static" else p.backing_tier
 
 
 @register_strategy("trainingcxl")

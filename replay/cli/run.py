@@ -216,8 +216,10 @@ def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
         used = fail["interval_s_used"]
         typer.echo(
             f"  failures: goodput {fail['goodput_mean']:.4f} mean, {fail['goodput_p5']:.4f} p5 "
-            f"over {fail['draws']:,} draws; lost work {fail['lost_work_s_mean']:.4g} s and "
-            f"restore {fail['restore_s_mean']:.4g} s per failure"
+            f"over {fail['draws']:,} draws; lost work "
+            f"{fail['lost_work_per_training_failure_s']:.4g} s per failure of training, "
+            f"{fail['failures_during_restore_per_draw_mean']:.4g} failures during restores "
+            f"per draw, restore {fail['restore_s_mean']:.4g} s per failure"
             + (f"; Young/Daly interval {yd:.4g} s" if yd is not None else "")
             + (f" (used {used:.4g} s)" if used is not None else "")
         )

@@ -63,7 +63,8 @@ much re-execution to every recovery of Daly's renewal argument. The interval max
 is searched by `best_interval` (k >= 1 batch, rounded to whole batches), then the failure
 simulator (`replay.checkpoint.failures`) draws failures on the recovery points of one
 period at that interval, tiled over `horizon_s` (the whole run for consecutive and one-shot
-chains), for the mean and 5th-percentile goodput and the lost work per failure.
+chains), for the mean and 5th-percentile goodput, the lost work per failure that strikes
+training and the failures that strike a restore (they lose no work; counted apart).
 `horizon_s` is the run's training time without stalls (its batches × t_b); the simulated
 failure-free timeline adds the stalls (horizon × period / useful time).
 """
@@ -136,9 +137,10 @@ class StrategyPlan:
     goodput: float  # mean over the failure draws
     goodput_p5: float  # 5th percentile over the draws
     goodput_model: float  # Daly's complete model at the chosen interval
-    lost_work_s: float  # mean work lost per failure
+    lost_work_per_training_failure_s: float  # mean work lost per failure of training
     restore_per_failure_s: float  # mean restore wall time per failure (simulated)
-    failures_per_run: float
+    failures_per_run: float  # every failure: training's and restores'
+    failures_during_restore_per_run: float  # of those, the ones that struck a restore
     young_daly_interval_s: float  # √(2 cost M), at the chosen interval's cost
     daly_interval_s: float  # Daly's higher-order optimum at that cost
     draws: int
@@ -672,12 +674,18 @@ def plan_strategy(
     )
     if name == "none" and horizon_s / mtbf_s > NONE_SIMULATED_MAX:
         # restarting from scratch: Daly's form with τ = the run; the simulator would
-        # spend ~max_wall_factor × horizon / MTBF failures per draw reaching its cap
+        # spend ~max_wall_factor × horizon / MTBF failures per draw reaching its cap.
+        # Attempts fail e^x − 1 times in expectation before one lasts H, each losing
+        # E[T | T < H] = M − H / (e^x − 1); each restart of R is struck e^(R/M) − 1
+        # times in expectation (exponential gaps) before one completes
         x = horizon_s / mtbf_s
         lost = mtbf_s - horizon_s / math.expm1(x)
+        training = math.expm1(x)
+        during_restore = training * math.expm1(inp.restart_s / mtbf_s)
         return StrategyPlan(
             name, cost, mtbf_s, horizon_s, goodput_model, goodput_model, goodput_model,
-            lost, inp.restart_s, math.expm1(x), 0.0, 0.0, 0, 0, False,
+            lost, inp.restart_s, training + during_restore, during_restore, 0.0, 0.0, 0, 0,
+            False,
         )  # fmt: skip
     stats = evaluate_failures(
         ev.period_s,
@@ -699,9 +707,10 @@ def plan_strategy(
         goodput=stats.goodput_mean,
         goodput_p5=stats.goodput_p5,
         goodput_model=goodput_model,
-        lost_work_s=stats.lost_work_s_mean,
+        lost_work_per_training_failure_s=stats.lost_work_per_training_failure_s,
         restore_per_failure_s=stats.restore_s_mean,
         failures_per_run=stats.failures_per_draw_mean,
+        failures_during_restore_per_run=stats.failures_during_restore_per_draw_mean,
         young_daly_interval_s=young_interval_s(cost.cost_s, mtbf_s) if checkpoints else 0.0,
         daly_interval_s=daly_interval_s(cost.cost_s, mtbf_s) if checkpoints else 0.0,
         draws=stats.draws,

@@ -158,9 +158,9 @@ def plan_markdown(document: dict[str, Any]) -> str:
         "refined numerically); goodput from the failure simulator over the run. Figure "
         "`figures/goodput.png`.",
         "",
-        "| strategy | interval | Young/Daly | stall | written | storage | restore | lost work "
-        "| goodput | p5 |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| strategy | interval | Young/Daly | stall | written | storage | restore "
+        "| lost work per training failure | failures during restores per run | goodput | p5 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in ck["strategies"]:
         out.append(
@@ -168,7 +168,8 @@ def plan_markdown(document: dict[str, Any]) -> str:
             f"{format_duration(s['young_daly_interval_s'])} | {format_duration(s['cost_s'])} | "
             f"{format_bytes(s['bytes'])} | {format_bytes(s['storage_bytes'])} | "
             f"{format_duration(s['restore_s'])} | "
-            f"{format_duration(s['lost_work_s'])} | {_pct(s['goodput'])} | "
+            f"{format_duration(s['lost_work_per_training_failure_s'])} | "
+            f"{s['failures_during_restore_per_run']:.3g} | {_pct(s['goodput'])} | "
             f"{_pct(s['goodput_p5'])} |"
         )
     out += [

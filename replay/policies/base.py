@@ -78,6 +78,12 @@ class Policy(ABC):
     name: ClassVar[str]
     cached: ClassVar[bool] = True  # False: no fast tier (static)
     evicts: ClassVar[bool] = True  # False: what is cached stays (hot's pinned set)
+    #: True: a row enters the fast tier only when a lookup of that row misses, one row per
+    #: fill (or not even then: Belady's bypass). Belady's MIN with bypass has the fewest
+    #: misses of every such cache of the same capacity (Belady 1966; Mattson et al. 1970);
+    #: policies that copy rows in ahead of their lookups (hot's pinned set, chunk's
+    #: neighbours and backward-pass fills) are not bounded by it and can miss less.
+    demand_fill: ClassVar[bool] = False
     #: documented per-key state, bytes (the memory a run needs besides the batches in flight)
     state_bytes_per_key: ClassVar[int] = 0
 

@@ -1,4 +1,5 @@
-"""`belady`: the optimal offline row cache (Belady's MIN), the lower bound of the others.
+"""`belady`: the optimal offline row cache (Belady's MIN), the lower bound of the
+demand-fill caches.
 
 Source: L. A. Belady, "A study of replacement algorithms for a virtual-storage
 computer", IBM Systems Journal 5(2), 1966; the bypass variant (a miss may be served
@@ -18,6 +19,12 @@ Model and assumptions:
   optimal for the miss count among all policies that may bypass.
 - `spec.bypass = False`: demand Belady, every miss is filled (optimal among demand
   policies).
+- What it bounds: caches of the same capacity in rows that bring a row in only when a
+  lookup of it misses (`Policy.demand_fill`: `lru`, `lfu`, `belady` itself). Not `hot`,
+  whose pinned set is copied in before its lookups (fills, not misses: a prefetch), nor
+  `chunk`, which brings in a chunk's other rows and fills on backward-pass requests;
+  either can miss less than Belady at the same capacity (`hot` misses at least Belady's
+  count minus its fills).
 - Ties: finite next uses are distinct positions, so only rows never used again tie; among
   them the least recently used one (smallest last-lookup position) is evicted first, so
   that the write-back counts are deterministic.
@@ -231,6 +238,7 @@ def belady_kernel(
 @register_policy("belady")
 class BeladyPolicy(Policy):
     state_bytes_per_key = 12  # 4 (slot map) + 8 (next-position array, during prepare)
+    demand_fill = True
     #: kept from `prepare` to the end of the run: the next use of every lookup
     state_bytes_per_lookup: ClassVar[int] = 8
 

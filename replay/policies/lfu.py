@@ -191,6 +191,7 @@ def lfu_kernel(
 @register_policy("lfu")
 class LFUPolicy(Policy):
     state_bytes_per_key = 4
+    demand_fill = True
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         super().__init__(spec, ctx)

@@ -143,6 +143,7 @@ def lru_kernel(
 @register_policy("lru")
 class LRUPolicy(Policy):
     state_bytes_per_key = 4
+    demand_fill = True
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         super().__init__(spec, ctx)

@@ -537,7 +537,10 @@ def failures(results: Results) -> list[dict[str, Any]]:
                 "mtbf_s": float(f["mtbf_s"]),
                 "goodput_mean": float(f["goodput_mean"]),
                 "goodput_p5": float(f["goodput_p5"]),
-                "lost_work_s_mean": float(f["lost_work_s_mean"]),
+                "lost_work_per_training_failure_s": float(f["lost_work_per_training_failure_s"]),
+                "failures_during_restore_per_draw_mean": float(
+                    f["failures_during_restore_per_draw_mean"]
+                ),
                 "young_daly_interval_s": yd,
                 "interval_s_used": used,
                 "interval_over_young_daly": ratio,

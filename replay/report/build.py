@@ -406,7 +406,9 @@ def _failure_blocks(
                 f"A run whose interval lies outside {YOUNG_DALY_BAND[0]:g}–"
                 f"{YOUNG_DALY_BAND[1]:g}× its Young/Daly optimum measures its interval, not "
                 "the strategy, and is not shown; the plan section gives each strategy's "
-                "goodput at its best interval."
+                "goodput at its best interval. Lost work is per failure that strikes "
+                "training; a failure during a restore loses no work (it restarts the "
+                "restore) and is counted apart."
             )
         )
     if shown:
@@ -417,7 +419,8 @@ def _failure_blocks(
                     "MTBF",
                     "goodput (mean)",
                     "goodput (p5)",
-                    "lost work per failure",
+                    "lost work per training failure",
+                    "failures during restores per run",
                     "Young/Daly interval",
                     "interval used",
                 ),
@@ -427,7 +430,8 @@ def _failure_blocks(
                         _ms(r["mtbf_s"]),
                         _pct(r["goodput_mean"]),
                         _pct(r["goodput_p5"]),
-                        _ms(r["lost_work_s_mean"]),
+                        _ms(r["lost_work_per_training_failure_s"]),
+                        f"{r['failures_during_restore_per_draw_mean']:.3g}",
                         _ms(r["young_daly_interval_s"]),
                         _ms(r["interval_s_used"]),
                     )

@@ -510,7 +510,7 @@ def check_plan(where: Path, doc: dict[str, Any]) -> None:
             raise fail("checkpoint.strategies", "holds a strategy without a name")
         for key in (
             "interval_s", "young_daly_interval_s", "cost_s", "bytes", "storage_bytes",
-            "restore_s", "lost_work_s",
+            "restore_s", "lost_work_per_training_failure_s", "failures_during_restore_per_run",
         ):  # fmt: skip
             num(x, key)
         for key in ("goodput", "goodput_p5"):

@@ -76,6 +76,9 @@ class TierSpec:
     energy_write_pj_per_byte: float = field(default=0.0, metadata=_range(0, 1e9))
     static_power_w: float = field(default=0.0, metadata=_range(0, 1e6))
     persistent: bool = False
+    # the training device's own memory (GPU HBM): a copy made on the host side (a
+    # checkpoint's snapshot of host-resident tables) never lands there
+    on_device: bool = False
     # a lookup of a row the previous batch updated waits this long (media write-to-read
     # turnaround), over `parallelism`; 0: no read-after-write stall (replay/engine/raw.py)
     write_to_read_ns: float = field(default=0.0, metadata=_range(0, MAX_NS))
@@ -165,7 +168,8 @@ class CheckpointSpec:
     writer_bw_bytes_per_s: float = field(default=0.0, metadata=_range(0, MAX_RATE))  # 0: no cap
     drives: int = field(default=0, metadata=_range(0, 1 << 20))  # 0: the target tier as is
     drive_write_bw_bytes_per_s: float = field(default=0.0, metadata=_range(0, MAX_RATE))
-    snapshot_tier: str = ""  # checkfreq, check-n-run: "": first volatile non-fast tier
+    # checkfreq, check-n-run: "": the first volatile tier neither the cache's nor on_device
+    snapshot_tier: str = ""
     max_overhead_fraction: float = field(default=0.05, metadata=_range(0, 1, lo_open=True))
     increment: str = field(default="consecutive", metadata={"choices": INCREMENTS})
     full_threshold_fraction: float = field(default=0.5, metadata=_range(0, 1, lo_open=True))
