@@ -40,6 +40,22 @@ def _spec(**kw: object) -> WorkloadSpec:
     return WorkloadSpec(**base)  # type: ignore[arg-type]
 
 
+def _hot(
+    spec: WorkloadSpec, shares: tuple[float, ...] = (0.37, 0.2, 0.46, 0.3, 0.1)
+) -> WorkloadSpec:
+    """`spec` with a hot value on each table (issue 28): rank 1 with extra mass. Seed 5
+    puts the hot rows of tables mid, big and large among the rows SHARDS keeps at RATE
+    (`_hot_rows_sampled`), so the extra mass is on sampled rows as well as off them."""
+    tables = tuple(
+        TableSpec(**{**vars(t), "hot_share": h}) for t, h in zip(spec.tables, shares, strict=False)
+    )
+    return WorkloadSpec(**{**vars(spec), "tables": tables, "seed": 5})
+
+
+def _hot_rows_sampled(spec: WorkloadSpec, keeps: list[np.ndarray]) -> list[bool]:
+    return [bool(keeps[t][_rank_rows(spec, t)[0]]) for t in range(len(spec.tables))]
+
+
 def _all(source: GeneratedTrace, start: int = 0, stop: int | None = None) -> np.ndarray:
     """(batch, table, row) of every lookup, as one int64 [n, 3] array."""
     parts = [
@@ -103,13 +119,19 @@ def test_sampled_rows_are_the_rows_shards_keeps() -> None:
         assert int(w.sampled_rows[t]) == int(mask.sum())
 
 
-def test_sampled_mass_is_the_pmf_on_the_sampled_rows() -> None:
-    """S_t against the brute force: every rank mapped to its row, pmf summed (1e-12)."""
+@pytest.mark.parametrize("hot", [False, True])
+def test_sampled_mass_is_the_pmf_on_the_sampled_rows(hot: bool) -> None:
+    """S_t against the brute force: every rank mapped to its row, pmf summed (1e-12);
+    with hot values, rank 1's row carries h on top of its power-law share."""
     spec = _spec(tables=(*_spec().tables, TableSpec(name="large", rows=100_000, alpha=1.05)))
+    spec = _hot(spec) if hot else spec
     w = open_sampled_workload(spec, RATE, threads=1)
+    if hot:
+        sampled_hot = _hot_rows_sampled(spec, _keeps(spec, w.threshold))
+        assert sampled_hot == [False, True, True, False, True]
     for t, mask in enumerate(_keeps(spec, w.threshold)):
         table = spec.tables[t]
-        pmf = reference.exact_pmf(table.rows, table.alpha)
+        pmf = reference.exact_pmf(table.rows, table.alpha, table.hot_share)
         brute = math.fsum(pmf[mask[_rank_rows(spec, t)]].tolist())
         assert w.sampled_mass[t] == pytest.approx(brute, rel=1e-12), table.name
 
@@ -138,15 +160,20 @@ def test_binomial_table_is_the_binomial_pmf(n: int, p: float) -> None:
     assert np.abs(got - exact).max() < 1e-12
 
 
-def test_stream_has_the_law_of_the_filtered_full_stream() -> None:
+@pytest.mark.parametrize("hot", [False, True])
+def test_stream_has_the_law_of_the_filtered_full_stream(hot: bool) -> None:
     """Per table: rows of the sampled stream vs the full stream filtered (two-sample
     chi-square) and vs the exact restricted pmf (one-sample); per-batch counts vs
-    Binomial(n_t, S_t) (mean and variance within 5 standard errors)."""
+    Binomial(n_t, S_t) (mean and variance within 5 standard errors). With hot values
+    (issue 28) too: the hot row is rank 1's row, sampled or not like any other."""
     spec = _spec(batches=1500)
+    spec = _hot(spec) if hot else spec
     full = _all(GeneratedTrace(spec, threads=2))
     w = open_sampled_workload(spec.with_overrides(batches=20_000), RATE, threads=2)
     got = _all(w)
     keeps = _keeps(spec, w.threshold)
+    if hot:
+        assert _hot_rows_sampled(spec, keeps) == [False, True, True, False]
     for t, table in enumerate(spec.tables):
         mine = full[full[:, 1] == t, 2]
         a = np.bincount(mine[keeps[t][mine]], minlength=table.rows).astype(np.float64)
@@ -154,7 +181,7 @@ def test_stream_has_the_law_of_the_filtered_full_stream() -> None:
         assert not b[~keeps[t]].any(), f"{table.name}: a row outside the sample"
         # restricted pmf by row
         pmf = np.zeros(table.rows)
-        pmf[_rank_rows(spec, t)] = reference.exact_pmf(table.rows, table.alpha)
+        pmf[_rank_rows(spec, t)] = reference.exact_pmf(table.rows, table.alpha, table.hot_share)
         pmf = np.where(keeps[t], pmf, 0.0)
         pmf /= pmf.sum()
         # bins: sampled rows by decreasing pmf, the smallest merged until each expects >= 20

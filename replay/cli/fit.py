@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from replay.workload.fit import FitResult
 
 
-@app.command("fit", short_help="Fit a workload spec (skew, reuse, drift) to a trace.")
+@app.command("fit", short_help="Fit a workload spec (skew, hot value, reuse, drift) to a trace.")
 def fit_command(
     trace: Annotated[
         Path, typer.Argument(metavar="TRACE", help="Trace folder (e.g. from `replay ingest`).")
@@ -88,8 +88,8 @@ def fit_command(
     ] = False,
     verify: VerifyOption = True,
 ) -> None:
-    """Fit per-table power-law exponents (with confidence intervals), reuse and drift
-    to a trace, and write them as a workload spec."""
+    """Fit per-table hot values, power-law exponents (with confidence intervals), reuse
+    and drift to a trace, and write them as a workload spec."""
     from replay import __version__
     from replay.report.figures import save
     from replay.trace.reader import open_trace
@@ -236,7 +236,8 @@ def print_fit(result: FitResult, console: Console | None = None) -> None:
         f"{result.lookups:,} lookups",
         title_justify="left",
     )
-    for name in ("table", "rows", "lookups", "alpha", "95% CI", "plain MLE", "reuse", "drift"):
+    columns = ("table", "rows", "lookups", "hot share", "alpha", "95% CI", "plain MLE", "reuse")
+    for name in (*columns, "drift"):
         table.add_column(name, justify="left" if name == "table" else "right")
     table.add_column("note")
     for t in result.tables:
@@ -244,6 +245,7 @@ def print_fit(result: FitResult, console: Console | None = None) -> None:
             shown(t.name),
             f"{t.rows:,}",
             f"{t.lookups:,}",
+            f"{t.hot_share:.3f}" if t.hot_stands_out else "-",  # rank 1's extra share
             "-" if t.alpha is None else f"{t.alpha:.3f}",
             "-" if t.alpha_ci is None else f"{t.alpha_ci[0]:.3f}-{t.alpha_ci[1]:.3f}",
             "-" if t.alpha_mle is None else f"{t.alpha_mle:.3f}",

@@ -1,15 +1,25 @@
 """`replay fit`: estimate a workload spec from a trace, so synthetic traces look like it.
 
 The model fitted is the generator's own (DESIGN section 4, `replay.workload.sampler`):
-per table, a fresh lookup draws a popularity rank k in [1, rows] with p(k) ~ k^-alpha,
-the ranking moves `drift` x rows places per batch, and with probability `reuse` a lookup
-repeats a lookup of the batch before (reuse window 1, drift period 1: the fit does not
-estimate those two, and says so in the spec). Per table it estimates:
+per table, a fresh lookup draws a popularity rank k in [1, rows] with p(k) ~ k^-alpha
+(or, with probability `hot_share`, rank 1: a hot value), the ranking moves `drift` x rows
+places per batch, and with probability `reuse` a lookup repeats a lookup of the batch
+before (reuse window 1, drift period 1: the fit does not estimate those two, and says so
+in the spec). Per table it estimates:
 
 - **rows**: the table's declared rows (`--rows declared`, the default: the manifest's
   cardinality, e.g. the hash cap of `replay ingest --max-ind-range`), the rows the trace
   touched (`observed`), or a stated extrapolation (`extrapolate`): Chao's bias-corrected
   species estimator (`chao1`), never below the rows touched.
+- **hot_share**, first: whether the most frequent row stands out from the power law of
+  the other rows, by a likelihood-ratio test at level 0.001 (`fit_stats.hot_value_test`,
+  whose docstring derives it: the rest's exponent by the conditional MLE over ranks
+  2..rows, then the nested models h = 0 and h >= 0 compared, the boundary law
+  1/2 chi2_0 + 1/2 chi2_1). Where it stands out, the MLE of rank 1's share is the
+  observed share c_1 / n of that row, and the fit keeps it: every simulation (and the
+  fitted spec) sets h = (c_1 / n - q) / (1 - q), q = 1 / H(rows, alpha), for its own
+  alpha (`fit_stats.hot_share_for`), so the exponent below is the rest's while rank 1
+  takes the observed share whatever alpha the fit settles on. Elsewhere h = 0.
 - **alpha_mle**: the maximum-likelihood exponent of a discrete bounded power law over
   ranks 1..rows fitted to the observed frequencies ranked in decreasing order
   (`power_law_mle`): the classic estimator, biased by rows seen only a few times, by
@@ -78,14 +88,18 @@ from replay.errors import ConfigError, TraceError
 from replay.trace.keys import bad_lookup_error
 from replay.trace.reader import Trace
 from replay.workload.fit_stats import (
+    HOT_CRITICAL,
     STATISTICS,
     WINDOW_LOOKUPS,
     _lags,
     chao1,
+    hot_share_for,
+    hot_value_test,
     power_law_mle,
     table_statistics,
 )
 from replay.workload.generator import CompiledWorkload
+from replay.workload.sampler import power_law_sum
 from replay.workload.spec import MAX_ROWS, TableSpec, UpdateRule, WorkloadSpec, spec_from_dict
 
 ROWS_MODES = ("declared", "observed", "extrapolate")
@@ -247,6 +261,18 @@ class TableFit:
     observed: tuple[float, ...]  # the matched statistics (STATISTICS)
     fitted: tuple[float, ...]  # the same on the fitted spec's synthetic trace
     misfit: float  # sum of squared (fitted - observed) / simulation noise
+    # the hot value (`fit_stats.hot_value_test`): the most frequent row's observed share,
+    # the test's statistic and verdict, and the spec's hot_share (0 where it does not
+    # stand out); where it does, the spec's rank 1 takes top_share of the lookups
+    top_share: float = 0.0
+    hot_lr: float = 0.0
+    hot_stands_out: bool = False
+    hot_share: float = 0.0
+
+    @property
+    def fitted_top_share(self) -> float:
+        """Rank 1's share of the lookups in the fitted spec: h + (1 - h) / H(rows, alpha)."""
+        return _rank1_share(self.hot_share, self.alpha_spec, self.rows)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -263,6 +289,14 @@ class TableFit:
             "alpha_spec": self.alpha_spec,
             "alpha_mle": self.alpha_mle,
             "alpha_mle_se": self.alpha_mle_se,
+            "hot_share": self.hot_share,
+            "hot_value": {
+                "top_share_observed": self.top_share,
+                "top_share_fitted": self.fitted_top_share,
+                "lr": self.hot_lr,
+                "critical": HOT_CRITICAL,
+                "stands_out": self.hot_stands_out,
+            },
             "reuse": self.reuse,
             "drift": self.drift,
             "misfit": self.misfit,
@@ -317,6 +351,22 @@ class FitResult:
         }
 
 
+def _alpha_cap(top_share: float, rows: int) -> float:
+    """The largest alpha (up to ALPHA_MAX) whose power law gives rank 1 at most
+    `top_share`: 1 / H(rows, alpha) rises with alpha, so bisection."""
+    if 1.0 / power_law_sum(rows, ALPHA_MAX) <= top_share:
+        return ALPHA_MAX
+    lo, hi = 0.0, ALPHA_MAX
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if 1.0 / power_law_sum(rows, mid) <= top_share else (lo, mid)
+    return lo
+
+
+def _rank1_share(hot_share: float, alpha: float, rows: int) -> float:
+    return hot_share + (1.0 - hot_share) / power_law_sum(int(rows), float(alpha))
+
+
 def _misfit(stats: np.ndarray, observed: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return (((stats - observed) / scale) ** 2).sum(axis=1)
 
@@ -330,21 +380,41 @@ class _Simulator:
     """Synthetic traces of the sample's shape, and their statistics per table."""
 
     def __init__(
-        self, sample: _Sample, rows: np.ndarray, windows: np.ndarray, repeats: int
+        self,
+        sample: _Sample,
+        rows: np.ndarray,
+        windows: np.ndarray,
+        repeats: int,
+        top_share: np.ndarray,
     ) -> None:
         self.sample = sample
         self.rows = rows
         self.windows = windows
         self.repeats = repeats
+        self.top_share = top_share  # per table: rank 1's share to keep, NaN: no hot value
         self.count = 0
+
+    def hot_shares(self, params: np.ndarray) -> np.ndarray:
+        """Per table, the hot share that gives rank 1 its observed share at that table's
+        alpha (0 for tables without a hot value)."""
+        return np.array(
+            [
+                0.0 if math.isnan(top) else hot_share_for(top, float(params[t, ALPHA]), rows)
+                for t, (top, rows) in enumerate(
+                    zip(self.top_share, self.rows.tolist(), strict=True)
+                )
+            ]
+        )
 
     def spec(self, params: np.ndarray, seed: int, batches: int | None = None) -> WorkloadSpec:
         s = self.sample
+        hot = self.hot_shares(params)
         tables = tuple(
             TableSpec(
                 name=f"t{t}",
                 rows=int(self.rows[t]),
                 alpha=float(params[t, ALPHA]),
+                hot_share=float(hot[t]),
                 reuse=float(params[t, REUSE]),
                 drift=float(params[t, DRIFT]),
                 pooling=int(s.pooling[t]),
@@ -429,13 +499,31 @@ def fit_trace(
         ]
     )
     mle = [power_law_mle(c, int(rows[t])) for t, c in enumerate(counts)]
+    # the hot value first (module docstring): where the top row stands out, rank 1 keeps
+    # its observed share and the exponent starts from the rest's MLE
+    hot = [hot_value_test(c, int(rows[t])) for t, c in enumerate(counts)]
+    top_share = np.array([h.top_share if h.stands_out else math.nan for h in hot])
+    start = [
+        h.alpha_rest if h.stands_out and h.alpha_rest is not None else a
+        for h, (a, _) in zip(hot, mle, strict=True)
+    ]
+    # a hot table's alpha stays where rank 1 of the power law alone is below the observed
+    # top share (q(alpha) <= c_1 / n): beyond it h would be 0 and rank 1 would take more
+    # than observed, against the MLE the hot value was fixed from
+    alpha_cap = np.array(
+        [
+            ALPHA_MAX if math.isnan(top) else _alpha_cap(top, int(r))
+            for top, r in zip(top_share, rows, strict=True)
+        ]
+    )
     params = np.zeros((num_tables, 3))
-    params[:, ALPHA] = [min(a, ALPHA_MAX) if a is not None else 1.0 for a, _ in mle]
+    params[:, ALPHA] = [min(a, ALPHA_MAX) if a is not None else 1.0 for a in start]
+    params[:, ALPHA] = np.minimum(params[:, ALPHA], alpha_cap)
     # rows == 1 has nothing to fit; a single batch shows no reuse or drift
     fit_alpha = rows > 1
     fit_time = np.full(num_tables, sample.num_batches > 1)
     repeats = int(np.clip(-(-SIMULATED_LOOKUPS // max(int(lookups.sum()), 1)), 1, MAX_REPEATS))
-    sim = _Simulator(sample, rows, windows, repeats)
+    sim = _Simulator(sample, rows, windows, repeats, top_share)
     spec_seed, seed = seed, seed + _SIMULATION_SEED_OFFSET
     drift_floor = np.log10(0.25 / (rows.astype(np.float64) * sample.num_batches))
     # beyond one whole table over the trace the ranking wraps round and old hot rows
@@ -454,7 +542,7 @@ def fit_trace(
 
     def full_bracket(k: int) -> tuple[np.ndarray, np.ndarray]:
         if k == ALPHA:
-            return np.zeros(num_tables), np.full(num_tables, ALPHA_MAX)
+            return np.zeros(num_tables), alpha_cap.copy()
         if k == REUSE:
             return np.zeros(num_tables), np.full(num_tables, REUSE_MAX)
         return drift_floor.copy(), np.full(num_tables, drift_ceiling)
@@ -620,6 +708,9 @@ def fit_trace(
     tables = []
     for t in range(num_tables):
         alpha = float(params[t, ALPHA])
+        hot_share = 0.0
+        if hot[t].stands_out:  # at the rounded alpha the spec keeps, rank 1's share observed
+            hot_share = round(hot_share_for(top_share[t], round(alpha, 4), int(rows[t])), 6)
         ci: tuple[float, float] | None = None
         note = "fitted"
         if not fit_alpha[t]:
@@ -668,6 +759,10 @@ def fit_trace(
                 observed=tuple(float(v) for v in observed[t]),  # type: ignore[arg-type]
                 fitted=tuple(float(v) for v in fitted[t]),  # type: ignore[arg-type]
                 misfit=round(float(misfits[t]), 3),
+                top_share=hot[t].top_share,
+                hot_lr=round(hot[t].lr, 3),
+                hot_stands_out=hot[t].stands_out,
+                hot_share=hot_share,
             )
         )
     spec = _fitted_spec(trace, sample, tables, spec_seed)
@@ -707,6 +802,7 @@ def _fitted_spec(trace: Trace, sample: _Sample, tables: list[TableFit], seed: in
                 "name": t.name,
                 "rows": t.rows,
                 "alpha": t.alpha_spec,
+                **({"hot_share": t.hot_share} if t.hot_share > 0.0 else {}),
                 "drift": t.drift,
                 "reuse": t.reuse,
                 "pooling": t.pooling,
@@ -736,7 +832,8 @@ def spec_with_diagnostics(result: FitResult, version: str) -> str:
         f"sample: {result.batches:,} batches from batch {result.first_batch:,}, "
         f"{result.lookups:,} lookups, {len(result.tables)} tables",
         f"overall (lookup-weighted): reuse {result.reuse:.4f}, drift {result.drift:.4g}",
-        "model: bounded power law per table, reuse window 1 batch, drift period 1 batch",
+        "model: bounded power law per table (with a hot value where the top row stands "
+        "out), reuse window 1 batch, drift period 1 batch",
         "method: indirect inference against the generator "
         f"({result.simulations} simulated traces, {result.steps} Levenberg-Marquardt steps);"
         " see replay/workload/fit.py",
@@ -759,6 +856,15 @@ def spec_with_diagnostics(result: FitResult, version: str) -> str:
             f"declared {table.declared_rows:,})",
             f"alpha {table.alpha_spec:.4f}, 95% CI {ci}: {table.alpha_note}; "
             f"plain MLE over the ranked frequencies {mle}",
+            f"hot value: the top row takes {table.top_share:.4f} of the lookups; "
+            + (
+                f"it stands out (likelihood ratio {table.hot_lr:.1f} > {HOT_CRITICAL}): "
+                f"hot_share {table.hot_share:.6f}, so rank 1 takes "
+                f"{table.fitted_top_share:.4f}"
+                if table.hot_stands_out
+                else f"it does not stand out (likelihood ratio {table.hot_lr:.1f} <= "
+                f"{HOT_CRITICAL}): no hot value"
+            ),
             f"reuse {table.reuse:.4f}, drift {table.drift:.4g}; misfit {table.misfit:.3g}"
             f" ({'converged' if table.misfit <= MAX_MISFIT else 'NOT converged'})",
             "matched (sample -> fitted): "

@@ -32,6 +32,35 @@ The bounded power law, p(k) ~ k^-alpha over ranks k in [1, rows]:
   estimator, and it is biased whenever rows are seen only a few times (the empirical
   ranks of the tail are not the true ranks), when lookups repeat (reuse) and when the
   ranking moves (drift).
+- The hot value (`hot_share` h: p(k) = h [k == 1] + (1 - h) k^-alpha / H(rows, alpha),
+  `replay.workload.spec`). `hot_value_test` decides whether the most frequent row
+  stands out from the power law, before the exponent is fitted:
+
+  1. Given that a lookup is not on rank 1, its rank has the law k^-alpha over [2, rows]
+     whatever h is, so the exponent of the rest is estimated from the other rows alone:
+     `power_law_mle(counts, rows, first=2)` drops the top count and matches the mean
+     log-rank over ranks 2, 3, ... (the same conditional MLE as above, on [2, rows]).
+  2. The top row's count c_1 of n is Binomial(n, pi), pi = h + (1 - h) q with
+     q = 1 / H(rows, alpha) rank 1's share under the power law alone. The likelihood
+     factorises into pi^c_1 (1 - pi)^(n - c_1) and the rest's conditional law, so
+     where the observed share c_1 / n is above q(alpha_rest) the mixture's MLE is
+     pi^ = c_1 / n (the observed share) and alpha^ = alpha_rest, h^ = (pi^ - q) / (1 - q);
+     where it is not, the MLE is on h = 0 (the plain power law): no hot value.
+  3. H0: h = 0 (the plain power law over all ranks, its exponent re-fitted to all rows:
+     `power_law_mle(counts, rows)`) against H1: h >= 0, by the likelihood ratio of the
+     nested models, LR = 2 [max l_H1 - max l_H0] with the multinomial log-likelihoods
+     over the ranked counts. h = 0 is on the boundary of the parameter space, so under
+     H0 LR follows 1/2 chi2_0 + 1/2 chi2_1 asymptotically (Chernoff, Ann. Math. Stat.
+     25, 1954; Self & Liang, JASA 82, 1987): at level `HOT_LEVEL` = 0.001 the top row
+     stands out when LR exceeds the chi-square(1) upper 0.002 point, `HOT_CRITICAL`
+     = 9.55. The level is strict because the ranking is empirical (the top row of a
+     sample is the likeliest rank 1, not surely it) and a sparse tail's ranks are not
+     its true ranks: a hot value is added only on strong evidence.
+
+  Tables of fewer than 3 rows, or whose other rows are all one row, have no rest to
+  fit an exponent to: no hot value (a power law over 2 ranks already fits any share).
+  `hot_share_for` turns the observed top share back into h for any exponent, so the
+  fit can move alpha while the fitted rank 1 keeps the observed share.
 - `chao1` (the rows of `--rows extrapolate`): Chao's bias-corrected species estimator
   D + F1 (F1 - 1) / (2 (F2 + 1)) (Chao 1984; D = rows touched, F1, F2 = rows seen once,
   twice).
@@ -40,10 +69,12 @@ The bounded power law, p(k) ~ k^-alpha over ranks k in [1, rows]:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from replay._jit import kernel
+from replay.workload.sampler import power_law_sum
 
 WINDOW_LOOKUPS = 128
 CURVE_POINTS = 16
@@ -194,12 +225,14 @@ _EXPLICIT_RANKS = 1 << 16
 _QUAD_POINTS = 4097
 
 
-def mean_log_rank(alpha: float, rows: int) -> tuple[float, float]:
-    """(E[log k], Var[log k]) for p(k) ~ k^-alpha on [1, rows]: exact sums up to 2^16
+def mean_log_rank(alpha: float, rows: int, first: int = 1) -> tuple[float, float]:
+    """(E[log k], Var[log k]) for p(k) ~ k^-alpha on [first, rows]: exact sums up to 2^16
     ranks, the midpoint integral beyond (Simpson in log space; its error is below 1e-9
     relative there)."""
     head = min(int(rows), _EXPLICIT_RANKS)
-    k = np.arange(1, head + 1, dtype=np.float64)
+    if head < first:
+        return 0.0, 0.0
+    k = np.arange(first, head + 1, dtype=np.float64)
     logk = np.log(k)
     w = np.exp(-alpha * logk)
     s0, s1, s2 = w.sum(), (w * logk).sum(), (w * logk * logk).sum()
@@ -217,29 +250,100 @@ def mean_log_rank(alpha: float, rows: int) -> tuple[float, float]:
     return mean, max(s2 / s0 - mean * mean, 0.0)
 
 
-def power_law_mle(counts: np.ndarray, rows: int) -> tuple[float | None, float | None]:
-    """(alpha, standard error) of the bounded power law on [1, rows] fitted to `counts`
-    (lookups per touched row) ranked in decreasing order: (None, None) for a single row
-    or a concentration beyond alpha = 16, (0.0, None) when as flat as uniform or flatter."""
+def power_law_mle(
+    counts: np.ndarray, rows: int, first: int = 1
+) -> tuple[float | None, float | None]:
+    """(alpha, standard error) of the bounded power law on [first, rows] fitted to
+    `counts` (lookups per touched row) ranked in decreasing order, the largest count at
+    rank `first` (first = 2: the top row is left out, the rest's exponent): (None, None)
+    for a single rank or a concentration beyond alpha = 16, (0.0, None) when as flat as
+    uniform or flatter."""
     counts = np.sort(np.asarray(counts, dtype=np.float64)[np.asarray(counts) > 0])[::-1]
+    counts = counts[first - 1 :]
     n = float(counts.sum())
-    if rows < 2 or len(counts) == 0:
+    if rows - first < 1 or len(counts) == 0:
         return None, None
-    target = float((counts * np.log(np.arange(1, len(counts) + 1))).sum()) / n
+    ranks = np.arange(first, first + len(counts), dtype=np.float64)
+    target = float((counts * np.log(ranks)).sum()) / n
     lo, hi = 0.0, 16.0
-    if target >= mean_log_rank(0.0, rows)[0]:
+    if target >= mean_log_rank(0.0, rows, first)[0]:
         return 0.0, None  # as flat as the uniform law or flatter
-    if target <= mean_log_rank(hi, rows)[0]:
+    if target <= mean_log_rank(hi, rows, first)[0]:
         return None, None
     for _ in range(60):  # E[log k] decreases in alpha
         mid = 0.5 * (lo + hi)
-        if mean_log_rank(mid, rows)[0] > target:
+        if mean_log_rank(mid, rows, first)[0] > target:
             lo = mid
         else:
             hi = mid
     alpha = 0.5 * (lo + hi)
-    var = mean_log_rank(alpha, rows)[1]
+    var = mean_log_rank(alpha, rows, first)[1]
     return alpha, (1.0 / math.sqrt(n * var) if var > 0 else None)
+
+
+# -- the hot value -------------------------------------------------------------------
+
+HOT_LEVEL = 0.001
+# chi-square(1)'s upper 2 x HOT_LEVEL point: the level-HOT_LEVEL critical value of the
+# boundary law 1/2 chi2_0 + 1/2 chi2_1 (module docstring)
+HOT_CRITICAL = 9.5495
+
+
+@dataclass(frozen=True)
+class HotValue:
+    """Whether a table's most frequent row stands out from the power law of the rest."""
+
+    top_share: float  # c_1 / n: the observed share of the most frequent row
+    alpha_rest: float | None  # the MLE exponent over ranks 2..rows (None: no rest to fit)
+    power_law_share: float | None  # q = 1 / H(rows, alpha_rest): rank 1 without a hot value
+    lr: float  # the likelihood-ratio statistic (0 when the top share is not above q)
+    stands_out: bool  # lr > HOT_CRITICAL
+    alpha_plain: float | None = None  # H0's exponent: the plain MLE over all ranks
+
+    @property
+    def hot_share(self) -> float:
+        """h at alpha_rest: (c_1 / n - q) / (1 - q) where the row stands out, else 0."""
+        if not self.stands_out or self.power_law_share is None:
+            return 0.0
+        q = self.power_law_share
+        return max(0.0, (self.top_share - q) / (1.0 - q))
+
+
+def hot_value_test(counts: np.ndarray, rows: int) -> HotValue:
+    """The likelihood-ratio test of a hot value on a table's row counts (the module
+    docstring: steps 1-3)."""
+    counts = np.sort(np.asarray(counts, dtype=np.float64)[np.asarray(counts) > 0])[::-1]
+    n = float(counts.sum())
+    top = float(counts[0]) / n if n > 0 else 0.0
+    if rows < 3 or len(counts) < 2:
+        return HotValue(top, None, None, 0.0, False)
+    alpha, _ = power_law_mle(counts, rows, first=2)
+    plain, _ = power_law_mle(counts, rows)
+    if alpha is None or plain is None:  # the rest on one row: no exponent to test against
+        return HotValue(top, None, None, 0.0, False, plain)
+    norm = power_law_sum(int(rows), alpha)
+    q = 1.0 / norm
+    if top <= q:  # the MLE is on h = 0
+        return HotValue(top, alpha, q, 0.0, False, plain)
+    c1 = float(counts[0])
+    log_ranks = float((counts * np.log(np.arange(1, len(counts) + 1))).sum())
+    # H1: pi^ = c_1 / n on rank 1, the rest's conditional law k^-alpha / (H - 1) on [2, rows]
+    h1 = c1 * math.log(top) - alpha * log_ranks - (n - c1) * math.log(norm - 1.0)
+    if top < 1.0:
+        h1 += (n - c1) * math.log1p(-top)
+    # H0: the plain power law over all ranks at its own MLE
+    h0 = -plain * log_ranks - n * math.log(power_law_sum(int(rows), plain))
+    lr = max(0.0, 2.0 * (h1 - h0))
+    return HotValue(top, alpha, q, lr, lr > HOT_CRITICAL, plain)
+
+
+def hot_share_for(top_share: float, alpha: float, rows: int) -> float:
+    """h such that rank 1 of the mixture takes `top_share` of the lookups at exponent
+    `alpha`: (top_share - q) / (1 - q), q = 1 / H(rows, alpha); 0 when q reaches it."""
+    if rows < 2:
+        return 0.0
+    q = 1.0 / power_law_sum(int(rows), float(alpha))
+    return max(0.0, (top_share - q) / (1.0 - q))
 
 
 def chao1(counts: np.ndarray) -> int:

@@ -124,8 +124,11 @@ def batch_lookups(
     return out
 
 
-def exact_pmf(rows: int, alpha: float) -> np.ndarray:
-    """p(k) for k = 1..rows of the bounded power law (for distribution tests)."""
+def exact_pmf(rows: int, alpha: float, hot_share: float = 0.0) -> np.ndarray:
+    """p(k) for k = 1..rows of the bounded power law with a hot value: the mixture
+    h [k == 1] + (1 - h) k^-alpha / sum_j j^-alpha (for distribution tests)."""
     k = np.arange(1, rows + 1, dtype=np.float64)
     w = k**-alpha
-    return w / w.sum()
+    pmf = (1.0 - hot_share) * (w / w.sum())
+    pmf[0] += hot_share
+    return pmf

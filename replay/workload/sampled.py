@@ -26,7 +26,10 @@ depends only on (spec, seed, T, b), whatever the threads or the batch ranges rea
   (`sampler.unpermute_index`); the set and the weights are the same, at a fraction of
   the cost. The chunks of rows run in `threads` threads (numba releases the GIL).
   S_t = sum of k^-alpha over the sampled ranks / the generator's normaliser (the head
-  sum plus the Euler-Maclaurin tail of `sampler.build_sampler_tables`).
+  sum plus the Euler-Maclaurin tail of `sampler.build_sampler_tables`). A hot value
+  (`hot_share` h) is rank 1 with extra mass: its row's weight gets E = h / (1 - h) x
+  the normaliser Z, and S_t is divided by Z + E instead (the generator's own mixture,
+  p(k) = h [k == 1] + (1 - h) k^-alpha / Z); with h = 0, E = 0.0 changes nothing.
 - Rows: a Walker/Vose alias table over the sampled rows' weights (`sampler.build_alias`;
   Walker 1977, Vose 1991), one uniform picks the slot and another flips its coin.
 - K: n_t and S_t are fixed for the whole run, so K is drawn from an alias table of the
@@ -93,27 +96,33 @@ BINOMIAL_CUT = 2.0**-64  # mass the binomial tables may drop, in all
 @kernel
 def _sampled_rows_kernel(
     offset: np.int64, rows: np.int64, lo: np.int64, hi: np.int64, contiguous: bool,
-    bits: np.int64, keys: np.ndarray, threshold: np.int64, alpha: float,
+    bits: np.int64, keys: np.ndarray, threshold: np.int64, alpha: float, hot_extra: float,
     out_row: np.ndarray, out_weight: np.ndarray,
 ) -> np.int64:  # fmt: skip
-    """Rows of [lo, hi) that SHARDS keeps and their rank's weight k^-alpha; their count."""
+    """Rows of [lo, hi) that SHARDS keeps and their rank's weight k^-alpha (rank 1's plus
+    `hot_extra`, the hot value's mass); their count."""
     n = 0
     for r in range(lo, hi):
         if shards_keeps(offset + r, threshold):
             p = r if contiguous else unpermute_index(r, rows, bits, keys)
             out_row[n] = r
             out_weight[n] = 1.0 if alpha == 0.0 else math.exp(-alpha * math.log(p + 1.0))
+            if p == 0 and hot_extra > 0.0:
+                out_weight[n] += hot_extra
             n += 1
     return n
 
 
 def _normaliser(rows: int, alpha: float) -> float:
     """The sum the generator's pmf k^-alpha is divided by (head sum + tail sum)."""
-    if alpha == 0.0:
-        return float(rows)
-    head = rows if rows <= sampler.FULL_ALIAS_ROWS else sampler.HEAD_RANKS
-    weights = np.arange(1, head + 1, dtype=np.float64) ** -alpha
-    return math.fsum(weights.tolist()) + sampler.tail_sum(head + 1, rows, alpha)
+    return sampler.power_law_sum(rows, alpha)
+
+
+def _hot_extra(rows: int, alpha: float, hot_share: float) -> float:
+    """E = h / (1 - h) x Z: the hot value's mass in the units of the weights k^-alpha."""
+    if hot_share == 0.0:
+        return 0.0
+    return hot_share / (1.0 - hot_share) * _normaliser(rows, alpha)
 
 
 @kernel
@@ -199,6 +208,7 @@ def sampled_tables(
         for lo in range(0, int(rows[t]), SETUP_CHUNK_ROWS)
     ]
     keys = [sampler.feistel_round_keys(root, t) for t in range(len(rows))]
+    extras = [_hot_extra(t.rows, float(t.alpha), float(t.hot_share)) for t in spec.tables]
 
     def run(task: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
         t, lo, hi = task
@@ -208,7 +218,7 @@ def sampled_tables(
         n = _sampled_rows_kernel(
             int(offsets[t]), int(rows[t]), lo, hi, table.mapping == "contiguous",
             sampler.permutation_bits(int(rows[t])), keys[t], threshold, float(table.alpha),
-            out_row, out_weight,
+            extras[t], out_row, out_weight,
         )  # fmt: skip
         return out_row[:n].copy(), out_weight[:n].copy()
 
@@ -222,7 +232,8 @@ def sampled_tables(
     for t, table in enumerate(spec.tables):
         row = np.concatenate([r for r, _ in by_table[t]] or [np.empty(0, np.int64)])
         weight = np.concatenate([w for _, w in by_table[t]] or [np.empty(0)])
-        mass = min(1.0, float(weight.sum()) / _normaliser(int(table.rows), float(table.alpha)))
+        norm = _normaliser(int(table.rows), float(table.alpha)) + extras[t]
+        mass = min(1.0, float(weight.sum()) / norm)
         counts.append(len(row))
         masses.append(mass)
         ids.append(row.astype(row_dtype))

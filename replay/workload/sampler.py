@@ -12,6 +12,12 @@ Assumptions and sources of each model:
   exactly by rejection inversion (Hörmann & Derflinger, "Rejection-inversion to generate
   variates from monotone discrete distributions", ACM TOMACS 6(3), 1996; the variant of
   Apache Commons RNG's RejectionInversionZipfSampler). alpha = 0 is the uniform law.
+- A hot value (`hot_share` h > 0, `replay.workload.spec`): the pmf is the mixture
+  h [k == 1] + (1 - h) p(k). Rank 1 is always in the alias head (below), so the mixture
+  costs nothing at draw time: rank 1's alias weight gets the extra h / (1 - h) x the
+  power law's normaliser, and the head's probability becomes h + (1 - h) S_K / S_rows;
+  the tail, conditioned on being drawn, is the same power law. With h = 0 the extra is
+  0.0 and every number (so every lookup) is what it was before the knob.
 - Rank -> row is a keyed pseudo-random permutation of [0, rows): a 4-round Feistel
   network on the smallest bit width holding `rows`, with cycle walking (Black & Rogaway,
   "Ciphers with arbitrary finite domains", CT-RSA 2002). No per-table array: a 40 M-row
@@ -283,6 +289,16 @@ def tail_sum(first: int, last: int, alpha: float) -> float:
     )
 
 
+def power_law_sum(rows: int, alpha: float) -> float:
+    """H(rows, alpha) = sum_{k=1}^{rows} k^-alpha as the generator sums it: the head
+    ranks exactly, the tail by Euler-Maclaurin (`tail_sum`); rows for alpha = 0."""
+    if alpha == 0.0:
+        return float(rows)
+    head = rows if rows <= FULL_ALIAS_ROWS else HEAD_RANKS
+    weights = np.arange(1, head + 1, dtype=np.float64) ** -alpha
+    return math.fsum(weights.tolist()) + tail_sum(head + 1, rows, alpha)
+
+
 @kernel
 def build_alias(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Vose's alias method: (prob, alias) so that a uniform slot i keeps i with prob[i]."""
@@ -328,7 +344,8 @@ class SamplerTables:
 
 
 def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
-    """Flatten TableSpec-like objects (rows, pooling, alpha, drift, ...) for the kernels."""
+    """Flatten TableSpec-like objects (rows, pooling, alpha, drift, ..., and `hot_share`
+    where they have it) for the kernels."""
     n = len(tables)
     iparams = np.zeros((n, 10), dtype=np.int64)
     fparams = np.zeros((n, 7), dtype=np.float64)
@@ -339,8 +356,9 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
     alias_off = perm_off = 0
     for t, spec in enumerate(tables):
         rows, alpha = int(spec.rows), float(spec.alpha)
+        hot = float(getattr(spec, "hot_share", 0.0))
         head = rows if rows <= FULL_ALIAS_ROWS else HEAD_RANKS
-        if alpha == 0.0:
+        if alpha == 0.0 and hot == 0.0:
             head = 0  # uniform: no table needed
         bits = permutation_bits(rows)
         keys = feistel_round_keys(root, t)
@@ -352,13 +370,17 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
         p_head, lo, hi, sq = 1.0, 0.0, 0.0, 0.0
         if head:
             weights = np.arange(1, head + 1, dtype=np.float64) ** -alpha
+            s_head = math.fsum(weights.tolist())
+            s_tail = tail_sum(head + 1, rows, alpha) if head < rows else 0.0
+            # the hot value: rank 1's extra mass, in the power law's units (0.0 when h = 0)
+            extra = hot / (1.0 - hot) * (s_head + s_tail) if hot > 0.0 else 0.0
+            weights[0] += extra
             prob, alias = build_alias(weights)
             probs.append(prob)
             aliases.append(alias)
             alias_off += head
             if head < rows:
-                s_head = math.fsum(weights.tolist())
-                p_head = s_head / (s_head + tail_sum(head + 1, rows, alpha))
+                p_head = (s_head + extra) / (s_head + extra + s_tail)
                 lo = _h_integral(head + 0.5, alpha)
                 hi = _h_integral(rows + 0.5, alpha)
                 sq = zipf_constants(rows, alpha)[2]

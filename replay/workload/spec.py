@@ -14,6 +14,7 @@ that does not set the key itself)::
 
     [defaults]
     alpha = 1.05               # bounded power law p(k) ~ k^-alpha over ranks 1..rows
+    hot_share = 0.0            # share of lookups on one hot row (rank 1) on top of the law
     drift = 0.0                # share of a table's rows the popularity ranking moves per batch
     drift_period_batches = 1   # apply the drift in steps of this many batches (e.g. a day)
     reuse = 0.0                # probability that a lookup repeats one of the recent window
@@ -29,6 +30,15 @@ that does not set the key itself)::
     name = "C1"
     rows = 1460
     frozen = false             # a frozen table is looked up but never updated
+
+The hot value (`hot_share` = h, in [0, 1)): real categorical features put a fixed share
+of their lookups on one value (the empty value, a default id) on top of a long tail, so
+a table's rank pmf is the mixture p(k) = h [k == 1] + (1 - h) k^-alpha / H(rows, alpha):
+rank 1 (the hot row) takes h of the lookups plus its power-law share. It is rank 1 like
+any other: the same rank -> row permutation, and drift moves it as it moves every rank.
+h = 0 is the plain power law, and a spec with h = 0 everywhere is the spec it was before
+the knob existed: `to_dict` (manifests, digests, TOML) leaves the key out, and the
+generator draws the same lookups bit for bit.
 """
 
 from __future__ import annotations
@@ -63,6 +73,7 @@ class TableSpec:
     name: str
     rows: int
     alpha: float = 1.05
+    hot_share: float = 0.0  # share of lookups on rank 1 on top of the power law
     drift: float = 0.0
     drift_period_batches: int = 1
     reuse: float = 0.0
@@ -108,7 +119,7 @@ class WorkloadSpec:
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON/TOML-ready) that `spec_from_dict` turns back into this spec."""
         data = asdict(self)
-        data["tables"] = [asdict(t) for t in self.tables]
+        data["tables"] = [_table_dict(t) for t in self.tables]
         return data
 
     def with_overrides(
@@ -134,6 +145,15 @@ class WorkloadSpec:
             return spec_from_dict(data, where="overrides")
         except ConfigError as exc:  # name the option: "--batches: 0 is out of range ..."
             raise ConfigError(_OVERRIDE_KEY.sub(_option_name, str(exc))) from None
+
+
+def _table_dict(table: TableSpec) -> dict[str, Any]:
+    """A table as plain data; without `hot_share` when it is 0, so that a spec without a
+    hot value has the manifest, digest and TOML it had before the knob existed."""
+    data = asdict(table)
+    if data["hot_share"] == 0.0:
+        del data["hot_share"]
+    return data
 
 
 _OVERRIDE_KEY = re.compile(
@@ -221,6 +241,9 @@ def _table(data: Any, defaults: dict[str, Any], where: str) -> TableSpec:
         name=_str(merged["name"], f"{where}.name"),
         rows=_rows(merged["rows"], f"{where}.rows"),
         alpha=_float(merged.get("alpha", 1.05), f"{where}.alpha", 0.0, MAX_ALPHA),
+        hot_share=_float(
+            merged.get("hot_share", 0.0), f"{where}.hot_share", 0.0, 1.0, hi_open=True
+        ),
         drift=_float(merged.get("drift", 0.0), f"{where}.drift", 0.0, 1.0),
         drift_period_batches=_int(
             merged.get("drift_period_batches", 1), f"{where}.drift_period_batches", 1, 2**40
