@@ -127,3 +127,32 @@ def test_block_error_is_the_spread_of_the_blocks() -> None:
     assert ratios[0] == pytest.approx((7 + 9) / 20)
     per = np.array([0.7, 0.9])
     assert errors[0] == pytest.approx(12.706 * per.std(ddof=1) / np.sqrt(2))
+
+
+def test_blocks_count_after_filling_and_unfilled_stacks_are_not_used() -> None:
+    """Past HEAD_LOOKUPS the head reads 16 blocks, each (the first too) counting only once
+    its stack is full; a stack that cannot fill in a block (C_x near all the rows) makes
+    the head unusable, so the curve falls back to the sample."""
+    offsets = np.array([0, 10, 1_000_010], dtype=np.int64)
+    per = 200
+
+    def keys_of(a: int, b: int) -> Iterator[np.ndarray]:
+        for batch in range(a, b):
+            rng = np.random.default_rng(batch)
+            small = rng.integers(0, 10, per // 2)
+            big = 10 + rng.integers(0, 1_000_000, per // 2)
+            yield np.stack([small, big], axis=1).ravel()
+
+    batches = 3_200
+    total, small, big = head_curves(
+        keys_of, batches, 100 * HEAD_LOOKUPS, offsets, 1, total=True, per_table=True
+    )
+    assert not small.exact and small.counts.shape[0] == HEAD_BLOCKS
+    assert small.capacity == 10 and small.usable
+    # every block, the first too, skipped the lookups before its stack held 10 rows
+    assert (small.counts[:, -1] < per // 2 * 2).all()  # blocks of 2 batches here
+    assert (small.counts[:, -1] > 0).all()
+    # its miss ratio at 10 rows: no row is ever far once all 10 are in the stack
+    assert small.miss_ratios(np.array([10]))[0][0] == 0.0
+    assert big.capacity == HEAD_MIN_ROWS and not big.usable
+    assert not total.usable

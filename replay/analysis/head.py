@@ -399,7 +399,13 @@ class HeadCurve:
 
     @property
     def usable(self) -> bool:
-        return self.counted > 0
+        """Exact: it counted something. Blocks: every block filled its stack and counted
+        (a stack that cannot fill, e.g. C_x about all the rows of a small table, leaves
+        first uses in a block undecided; and blocks that did fill would be a biased
+        choice), so the curve falls back to the sample alone."""
+        if self.exact:
+            return self.counted > 0
+        return len(self.counts) > 1 and bool((self.counts[:, -1] > 0).all())
 
     def miss_ratios(self, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(miss ratio, ~95% error) at min(size, capacity) for each size: pooled over the
@@ -411,7 +417,7 @@ class HeadCurve:
             return pooled, np.zeros(len(at))
         per = np.array([ExactHead.miss_fractions(c, at) for c in self.counts if c[-1] > 0])
         if len(per) < 2:
-            return pooled, np.ones(len(at))  # one warmed block says nothing of its spread
+            return pooled, np.ones(len(at))  # not `usable`: no spread to tell
         t = BLOCK_T_QUANTILE if len(per) == HEAD_BLOCKS else _t95(len(per) - 1)
         return pooled, t * per.std(axis=0, ddof=1) / np.sqrt(len(per))
 
@@ -461,7 +467,9 @@ def head_curves(
     exact = blocks == [(0, num_batches)]
     for a, b in blocks:
         for h in every:
-            h.start_block(warm=a > 0)
+            # blocks stand for the whole run: the first one too skips its filling, or
+            # the stream's cold start would weigh one block in 16
+            h.start_block(warm=not exact)
         for chunk in keys_of(a, b):
             keys = np.asarray(chunk, dtype=np.int64)
             if total:
