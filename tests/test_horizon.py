@@ -369,33 +369,37 @@ def test_che_refusals() -> None:
     assert hits[0] == 0.0 and 0 < hits[1] < 1 and hits[2] == pytest.approx(1.0)
 
 
-# -- Che's approximation with a hot value (issue 28) -----------------------------------------
+# -- Che's approximation with hot values (issue 28) -----------------------------------------
 
 
-@pytest.mark.parametrize(("rows", "alpha", "hot"), [(300_000, 1.05, 0.37), (50_000, 0.0, 0.46)])
-def test_che_bucketed_sum_with_a_hot_value_matches_the_full_sum(
-    rows: int, alpha: float, hot: float
+@pytest.mark.parametrize(
+    ("rows", "alpha", "hot"),
+    [(300_000, 1.05, (0.37,)), (50_000, 0.0, (0.46,)), (300_000, 1.1, (0.374, 0.077, 0.074))],
+)
+def test_che_bucketed_sum_with_hot_values_matches_the_full_sum(
+    rows: int, alpha: float, hot: tuple[float, ...]
 ) -> None:
-    pop = table_popularity(rows, alpha, hot_share=hot)
+    pop = table_popularity(rows, alpha, hot_shares=hot)
     assert pop.counts.sum() == rows
     assert float((pop.counts * pop.probabilities).sum()) == pytest.approx(1.0, rel=1e-12)
     full = np.arange(1, rows + 1, dtype=np.float64) ** -alpha
-    full = (1.0 - hot) * full / full.sum()
-    full[0] += hot
-    assert pop.probabilities[0] == pytest.approx(full[0], rel=1e-12)
+    j = len(hot)
+    full[j:] = (1.0 - sum(hot)) * full[j:] / full[j:].sum()
+    full[:j] = hot
+    assert pop.probabilities[:j] == pytest.approx(full[:j], rel=1e-12)
     sizes = np.geomspace(1, rows - 1, 12)
     bucketed = che_hit_ratios(pop.counts, pop.probabilities, sizes)[0]
     exact = che_hit_ratios(np.ones(rows), full, sizes)[0]
     assert np.max(np.abs(bucketed - exact) / exact) < 1e-6
 
 
-def test_che_with_a_hot_value_matches_an_exact_lru_curve() -> None:
-    """As `test_che_matches_an_exact_lru_curve`, with hot values of 0.37 and 0.46: the
-    same 0.02 above one batch's lookups, and the hot value shows (the curve without it
-    is further off than that)."""
+def test_che_with_hot_values_matches_an_exact_lru_curve() -> None:
+    """As `test_che_matches_an_exact_lru_curve`, with hot values of 0.37 and (0.46, 0.2):
+    the same 0.02 above one batch's lookups, and the hot values show (the curve without
+    them is further off than that)."""
     tables = (
-        TableSpec("a", 2_000, alpha=1.0, hot_share=0.37),
-        TableSpec("b", 20_000, alpha=1.0, hot_share=0.46),
+        TableSpec("a", 2_000, alpha=1.0, hot_shares=(0.37,)),
+        TableSpec("b", 20_000, alpha=1.0, hot_shares=(0.46, 0.2)),
     )
     spec = WorkloadSpec(name="che-hot", tables=tables, batch_size=256, batches=5_000)
     exact = mrc_source(spec, threads=2)

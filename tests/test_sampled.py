@@ -41,13 +41,15 @@ def _spec(**kw: object) -> WorkloadSpec:
 
 
 def _hot(
-    spec: WorkloadSpec, shares: tuple[float, ...] = (0.37, 0.2, 0.46, 0.3, 0.1)
+    spec: WorkloadSpec,
+    shares: tuple[tuple[float, ...], ...] = ((0.37, 0.1), (0.2,), (0.46, 0.3), (0.3,), (0.1,)),
 ) -> WorkloadSpec:
-    """`spec` with a hot value on each table (issue 28): rank 1 with extra mass. Seed 5
-    puts the hot rows of tables mid, big and large among the rows SHARDS keeps at RATE
-    (`_hot_rows_sampled`), so the extra mass is on sampled rows as well as off them."""
+    """`spec` with hot values on each table (issue 28): ranks 1 (and 2) with their own
+    shares. Seed 5 puts rank 1's row of tables mid, big and large among the rows SHARDS
+    keeps at RATE (`_hot_rows_sampled`), so the hot mass is on sampled rows as well as
+    off them."""
     tables = tuple(
-        TableSpec(**{**vars(t), "hot_share": h}) for t, h in zip(spec.tables, shares, strict=False)
+        TableSpec(**{**vars(t), "hot_shares": h}) for t, h in zip(spec.tables, shares, strict=False)
     )
     return WorkloadSpec(**{**vars(spec), "tables": tables, "seed": 5})
 
@@ -122,7 +124,7 @@ def test_sampled_rows_are_the_rows_shards_keeps() -> None:
 @pytest.mark.parametrize("hot", [False, True])
 def test_sampled_mass_is_the_pmf_on_the_sampled_rows(hot: bool) -> None:
     """S_t against the brute force: every rank mapped to its row, pmf summed (1e-12);
-    with hot values, rank 1's row carries h on top of its power-law share."""
+    with hot values, ranks 1 and 2's rows carry their shares."""
     spec = _spec(tables=(*_spec().tables, TableSpec(name="large", rows=100_000, alpha=1.05)))
     spec = _hot(spec) if hot else spec
     w = open_sampled_workload(spec, RATE, threads=1)
@@ -131,7 +133,7 @@ def test_sampled_mass_is_the_pmf_on_the_sampled_rows(hot: bool) -> None:
         assert sampled_hot == [False, True, True, False, True]
     for t, mask in enumerate(_keeps(spec, w.threshold)):
         table = spec.tables[t]
-        pmf = reference.exact_pmf(table.rows, table.alpha, table.hot_share)
+        pmf = reference.exact_pmf(table.rows, table.alpha, table.hot_shares)
         brute = math.fsum(pmf[mask[_rank_rows(spec, t)]].tolist())
         assert w.sampled_mass[t] == pytest.approx(brute, rel=1e-12), table.name
 
@@ -181,7 +183,7 @@ def test_stream_has_the_law_of_the_filtered_full_stream(hot: bool) -> None:
         assert not b[~keeps[t]].any(), f"{table.name}: a row outside the sample"
         # restricted pmf by row
         pmf = np.zeros(table.rows)
-        pmf[_rank_rows(spec, t)] = reference.exact_pmf(table.rows, table.alpha, table.hot_share)
+        pmf[_rank_rows(spec, t)] = reference.exact_pmf(table.rows, table.alpha, table.hot_shares)
         pmf = np.where(keeps[t], pmf, 0.0)
         pmf /= pmf.sum()
         # bins: sampled rows by decreasing pmf, the smallest merged until each expects >= 20

@@ -125,29 +125,38 @@ def test_generate_kernel_matches_reference() -> None:
         assert out_r[out_t == t].max() < spec.rows
 
 
-# -- the hot value (issue 28): rank 1 with extra mass ----------------------------------------
+# -- the hot values (issue 28): ranks 1..j with their own shares ---------------------------
 
 
 @pytest.mark.parametrize(
     ("rows", "alpha", "hot"),
-    [(50_000, 1.05, 0.37), (10_000_000, 0.9, 0.46), (200_000, 0.0, 0.3), (10, 0.0, 0.5)],
+    [
+        (50_000, 1.05, (0.37,)),
+        (10_000_000, 0.9, (0.46,)),
+        (200_000, 0.0, (0.3,)),
+        (10, 0.0, (0.5,)),
+        (100_000, 1.1, (0.46, 0.37)),
+        (2_000, 0.8, (0.374, 0.077, 0.074)),
+        (4, 1.05, (0.461, 0.459)),
+    ],
 )
-def test_hot_value_takes_its_share_on_top_of_the_power_law(
-    rows: int, alpha: float, hot: float
+def test_hot_values_take_their_shares_and_the_power_law_the_rest(
+    rows: int, alpha: float, hot: tuple[float, ...]
 ) -> None:
-    """Rank 1's frequency is h + (1 - h) p(1): within 4.5 binomial standard errors
-    (one-sided p about 3.4e-6 per check; the seed is fixed, so the test is repeatable),
-    as are ranks 2 and 3 at (1 - h) p(k); the log-bucket total variation <= 0.002."""
-    root, tables = _tables([TableSpec(name="t", rows=rows, alpha=alpha, hot_share=hot)])
+    """Rank i <= j's frequency is s_i, rank k above j's (1 - sum s) k^-alpha / H_(j+1):
+    within 4.5 binomial standard errors (one-sided p about 3.4e-6 per check; the seed is
+    fixed, so the test is repeatable); the log-bucket total variation <= 0.002."""
+    root, tables = _tables([TableSpec(name="t", rows=rows, alpha=alpha, hot_shares=hot)])
     n = 4_000_000
     draws = sampler.sample_ranks(
         np.uint64(root), 0, n, tables.iparams, tables.fparams, tables.alias_prob,
         tables.alias_index,
     )  # fmt: skip
     assert draws.min() >= 1 and draws.max() <= rows
-    q = 1.0 / sampler.power_law_sum(rows, alpha)  # the power law's p(1)
-    for k in (1, 2, 3):
-        p = (hot if k == 1 else 0.0) + (1.0 - hot) * q * k**-alpha
+    j = len(hot)
+    rest = sampler.power_law_sum(rows, alpha) - sum(i**-alpha for i in range(1, j + 1))
+    for k in range(1, min(j + 2, rows) + 1):
+        p = hot[k - 1] if k <= j else (1.0 - sum(hot)) * k**-alpha / rest
         assert abs(np.mean(draws == k) - p) <= 4.5 * math.sqrt(p * (1 - p) / n), (k, p)
     if rows <= 10_000_000:
         edges = _log_buckets(rows)
@@ -157,30 +166,35 @@ def test_hot_value_takes_its_share_on_top_of_the_power_law(
         assert 0.5 * np.abs(observed - expected).sum() <= 0.002
 
 
-def test_a_hot_share_of_zero_changes_nothing() -> None:
-    """hot_share = 0 builds the very tables (so the very lookups) of a spec without it,
-    and the spec's plain data (manifests, digests, TOML) has no hot_share key."""
+def test_no_hot_values_change_nothing() -> None:
+    """hot_shares = [] or [0.0] builds the very tables (so the very lookups) of a spec
+    without them, and the spec's plain data (manifests, digests, TOML) has no key."""
     from replay.workload.spec import WorkloadSpec, spec_from_dict, spec_to_toml
 
     root = sampler.root_key(5)
     plain = sampler.build_sampler_tables(MODEL_TABLES, root)
-    zero = sampler.build_sampler_tables(
-        [TableSpec(**{**vars(t), "hot_share": 0.0}) for t in MODEL_TABLES], root
-    )
-    for name in ("iparams", "fparams", "round_keys", "alias_prob", "alias_index", "perm"):
-        assert getattr(plain, name).tobytes() == getattr(zero, name).tobytes(), name
     spec = WorkloadSpec("w", tuple(MODEL_TABLES))
-    assert all("hot_share" not in t for t in spec.to_dict()["tables"])
-    assert "hot_share" not in spec_to_toml(spec)
-    hot = spec_from_dict({**spec.to_dict(), "defaults": {"hot_share": 0.25}})
-    assert [t.hot_share for t in hot.tables] == [0.25] * len(MODEL_TABLES)
-    assert all(t["hot_share"] == 0.25 for t in hot.to_dict()["tables"])
+    zero = spec_from_dict({**spec.to_dict(), "defaults": {"hot_shares": [0.0]}})
+    assert all(t.hot_shares == () for t in zero.tables)
+    built = sampler.build_sampler_tables(zero.tables, root)
+    for name in ("iparams", "fparams", "round_keys", "alias_prob", "alias_index", "perm"):
+        assert getattr(plain, name).tobytes() == getattr(built, name).tobytes(), name
+    assert all("hot_shares" not in t for t in spec.to_dict()["tables"])
+    assert "hot" not in spec_to_toml(spec)
+    several = WorkloadSpec("w", tuple(t for t in MODEL_TABLES if t.rows > 2))
+    hot = spec_from_dict({**several.to_dict(), "defaults": {"hot_shares": [0.25, 0.0625]}})
+    assert [t.hot_shares for t in hot.tables] == [(0.25, 0.0625)] * len(several.tables)
+    assert all(t["hot_shares"] == [0.25, 0.0625] for t in hot.to_dict()["tables"])
+    assert spec_from_dict(hot.to_dict()) == hot
 
 
 def test_hot_generate_kernel_matches_reference() -> None:
     """With hot values, drift, reuse and both mappings the kernel is the reference,
     lookup for lookup (the hot row is rank 1's row: drift moves it like any rank)."""
-    specs = [TableSpec(**{**vars(t), "hot_share": 0.4}) for t in MODEL_TABLES]
+    specs = [
+        TableSpec(**{**vars(t), "hot_shares": (0.4, 0.1)[: min(2, t.rows - 1)]})
+        for t in MODEL_TABLES
+    ]
     root, tables = _tables(specs, seed=13)
     batch_size, start, stop = 6, 2, 6
     n = (stop - start) * batch_size * sum(t.pooling for t in specs)
@@ -197,10 +211,15 @@ def test_hot_generate_kernel_matches_reference() -> None:
     assert list(zip(out_b.tolist(), out_t.tolist(), out_r.tolist(), strict=True)) == expected
 
 
-def test_hot_share_is_validated() -> None:
+def test_hot_shares_are_validated() -> None:
     from replay.errors import ConfigError
     from replay.workload.spec import spec_from_dict
 
-    for bad in (1.0, -0.1, 1.5, "0.3", True):
-        with pytest.raises(ConfigError, match="hot_share"):
-            spec_from_dict({"tables": [{"name": "t", "rows": 10, "hot_share": bad}]})
+    for bad in ([1.0], [-0.1], [1.5], ["0.3"], [True], 0.3, [0.6, 0.4], [0.1] * 4):
+        with pytest.raises(ConfigError, match="hot_shares"):
+            spec_from_dict({"tables": [{"name": "t", "rows": 10, "hot_shares": bad}]})
+    with pytest.raises(ConfigError, match="no rank to the power law"):
+        spec_from_dict({"tables": [{"name": "t", "rows": 2, "hot_shares": [0.5, 0.3]}]})
+    # the first version's key, whose share was on top of the power law: refused, pointed
+    with pytest.raises(ConfigError, match="replaced by hot_shares"):
+        spec_from_dict({"tables": [{"name": "t", "rows": 10, "hot_share": 0.3}]})

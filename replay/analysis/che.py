@@ -12,11 +12,12 @@ request, t_C (in requests) solving
 A workload spec (`replay.workload.spec`) draws table t's lookups from the bounded power
 law p_t(k) = k^-alpha / Z_t over ranks 1..rows_t (`replay.workload.sampler`), n_t =
 batch_size x pooling_t of the n lookups of a batch, so rank k of table t is requested with
-probability (n_t / n) p_t(k). A table with a hot value (`hot_share` h) has the mixture
-p_t(k) = h [k == 1] + (1 - h) k^-alpha / Z_t (`replay.workload.spec`): rank 1, always a
-head rank summed on its own, gets h on top of its scaled power-law share, and the rest
-are scaled by 1 - h; the bucketing below and its error bound are unchanged (the buckets
-hold ranks above the head, whose probabilities are the power law's times 1 - h).
+probability (n_t / n) p_t(k). A table with hot values (`hot_shares` s_1..s_j,
+`replay.workload.spec`) has p_t(k) = s_k for k <= j and (1 - sum s) k^-alpha / R_t
+above, R_t = Z_t less the hot ranks' k^-alpha: each hot rank, always a head rank summed
+on its own, gets its share, and the other ranks the power law's probabilities scaled
+to 1 - sum s; the bucketing below and its error bound are unchanged (the buckets hold
+ranks above the head).
 Within a batch the tables come in a fixed order, in runs of
 n_t lookups, not at random, so caches smaller than a batch's lookups see more hits than the
 model (measured: up to 0.07 in miss ratio below one batch of 512 lookups, 2 tables of
@@ -112,28 +113,26 @@ def table_popularity(
     weight: float = 1.0,
     tolerance: float = DEFAULT_TOLERANCE,
     *,
-    hot_share: float = 0.0,
+    hot_shares: Sequence[float] = (),
 ) -> Popularity:
     """One table's ranks: the head one by one, the tail in buckets (module docstring);
-    probabilities scaled to sum to `weight` (the table's share of the lookups), rank 1
-    with the hot value's share `hot_share` of them on top of its power-law share."""
+    probabilities scaled to sum to `weight` (the table's share of the lookups), ranks
+    1..j with the hot values' shares `hot_shares` of it."""
     rows = int(rows)
     if rows < 1:
         raise ConfigError("rows must be >= 1")
     if not tolerance > 0.0:
         raise ConfigError("tolerance must be > 0")
-    if not 0.0 <= hot_share < 1.0:
-        raise ConfigError("hot_share must be in [0, 1)")
-    if alpha == 0.0 and (hot_share == 0.0 or rows == 1):
+    hot = np.array(hot_shares, dtype=np.float64)
+    if (hot < 0.0).any() or hot.sum() >= 1.0 or (len(hot) and len(hot) >= rows):
+        raise ConfigError("hot_shares must be >= 0, sum below 1 and be fewer than the rows")
+    total = math.fsum(hot.tolist())
+    if alpha == 0.0 and (not len(hot) or rows == 1):
         return Popularity(np.array([float(rows)]), np.array([weight / rows]), 1.0, rows)
-    if alpha == 0.0:  # the hot row, then the other rows, all equally likely
-        rest = (1.0 - hot_share) * weight / rows
-        return Popularity(
-            np.array([1.0, float(rows - 1)]),
-            np.array([rest + hot_share * weight, rest]),
-            1.0,
-            rows,
-        )
+    if alpha == 0.0:  # the hot rows one by one, then the other rows, all equally likely
+        counts = [1.0] * len(hot) + [float(rows - len(hot))]
+        probs = [*(hot * weight).tolist(), (1.0 - total) * weight / (rows - len(hot))]
+        return Popularity(np.array(counts), np.array(probs), 1.0, rows)
     growth = (1.0 + tolerance) ** (1.0 / alpha)
     head = min(rows, max(MIN_HEAD, math.ceil(1.0 / (growth - 1.0)) + 1))
     head_w = np.arange(1, head + 1, dtype=np.float64) ** -alpha
@@ -151,10 +150,12 @@ def table_popularity(
     tail = _bucket_sums(lo, hi, float(alpha)) if len(lo) else np.zeros(0)
     norm = math.fsum(head_w.tolist()) + math.fsum(tail.tolist())
     counts = np.concatenate([np.ones(head), (hi - lo + 1).astype(np.float64)])
-    probs = np.concatenate([head_w, tail / (hi - lo + 1)]) * (weight / norm)
-    if hot_share > 0.0:  # rank 1 (a head rank, on its own) takes the hot value's share
-        probs *= 1.0 - hot_share
-        probs[0] += hot_share * weight
+    if len(hot):  # the hot ranks (head ranks, each on its own) take their shares
+        norm = math.fsum(head_w[len(hot) :].tolist()) + math.fsum(tail.tolist())
+        probs = np.concatenate([head_w, tail / (hi - lo + 1)]) * ((1.0 - total) * weight / norm)
+        probs[: len(hot)] = hot * weight
+    else:
+        probs = np.concatenate([head_w, tail / (hi - lo + 1)]) * (weight / norm)
     ratio = float(((hi / lo).astype(np.float64) ** alpha).max()) if len(lo) else 1.0
     return Popularity(counts, probs, ratio, rows)
 
@@ -183,7 +184,7 @@ def spec_popularity(spec: WorkloadSpec, tolerance: float = DEFAULT_TOLERANCE) ->
     pooling = sum(t.pooling for t in spec.tables)
     parts = [
         table_popularity(
-            t.rows, float(t.alpha), t.pooling / pooling, tolerance, hot_share=float(t.hot_share)
+            t.rows, float(t.alpha), t.pooling / pooling, tolerance, hot_shares=t.hot_shares
         )
         for t in spec.tables
     ]

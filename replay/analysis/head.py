@@ -41,11 +41,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replay._intrinsics import PREFETCH_AHEAD, prefetch
 from replay._jit import kernel
 from replay.analysis.stack import _FIB, _popcount, _trailing_zeros, reference_stack_distances
 from replay.errors import TraceError
 
 _ONE = np.uint64(1)
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 # int64 scalar state, `sc`
 _H_POS = 0  # next position in the window
@@ -61,26 +63,6 @@ _H_WIDTH = 8
 _DONE = 0
 _WINDOW_FULL = 1
 _BAD_KEY = 2
-
-
-@kernel
-def _fenwick_add(tree: np.ndarray, word: int, delta: int) -> None:
-    j = word + 1
-    n = len(tree)
-    while j < n:
-        tree[j] += delta
-        j += j & -j
-
-
-@kernel
-def _fenwick_prefix(tree: np.ndarray, words: int) -> int:
-    """Sum of the popcounts of words [0, words)."""
-    s = 0
-    j = words
-    while j > 0:
-        s += tree[j]
-        j &= j - 1
-    return s
 
 
 @kernel
@@ -120,6 +102,18 @@ def _map_find(map_keys: np.ndarray, key: np.int64, shift: np.uint64) -> int:
 
 
 @kernel
+def _remove_mark(bits: np.ndarray, tree: np.ndarray, q: int, wp: int) -> None:
+    """Clear the mark at position q; update the materialized tree nodes (those of complete
+    words, <= wp) above its word."""
+    wq = q >> 6
+    bits[wq] &= ~(_ONE << np.uint64(q & 63))
+    j = wq + 1
+    while j <= wp:
+        tree[j] -= 1
+        j += j & -j
+
+
+@kernel
 def _head_kernel(
     keys: np.ndarray,
     start: int,
@@ -133,7 +127,12 @@ def _head_kernel(
     hist: np.ndarray,
     sc: np.ndarray,
 ) -> tuple[int, int]:
-    """Feed keys[start:] until done or the window is full; (next index, stop code)."""
+    """Feed keys[start:] until done or the window is full; (next index, stop code).
+
+    The counting tree is `replay.analysis.stack`'s: one bit per position, a Fenwick tree
+    over the words' popcounts whose node j (word j - 1) is written when that word is
+    complete, and range counts that walk both prefix paths only until they meet, so a
+    request costs O(log of its distance in words), not O(log of the window)."""
     window = len(pos2key)
     p = sc[_H_POS]
     live = sc[_H_LIVE]
@@ -155,37 +154,47 @@ def _head_kernel(
             break
         if warming and live >= capacity:
             warming = 0
+        if i + PREFETCH_AHEAD < n:
+            # the map outgrows the caches at large C_x: start the loads of a later
+            # request's slot now (each request's own work is a chain of dependent loads)
+            ahead = np.int64((np.uint64(keys[i + PREFETCH_AHEAD]) * _FIB) >> shift)
+            prefetch(map_keys, ahead)
+            prefetch(map_pos, ahead)
         slot = _map_find(map_keys, key, shift)
-        q = -1
-        if map_keys[slot] == key:
-            q = np.int64(map_pos[slot])
-        if q < 0:
+        wp = p >> 6
+        below_p = (_ONE << np.uint64(p & 63)) - _ONE  # bits of positions < p in word wp
+        if map_keys[slot] != key:
             if not warming:
                 far += 1
                 counted += 1
             map_keys[slot] = key
             live += 1
         else:
+            q = np.int64(map_pos[slot])
             wq = q >> 6
-            wp = p >> 6
             bq = np.uint64(q & 63)
             above_q = ~((_ONE << bq) - _ONE) & ~(_ONE << bq)
-            below_p = (_ONE << np.uint64(p & 63)) - _ONE
             if wq == wp:
                 d = np.int64(_popcount(bits[wq] & above_q & below_p))
             else:
                 d = np.int64(_popcount(bits[wq] & above_q) + _popcount(bits[wp] & below_p))
-                d += _fenwick_prefix(tree, wp) - _fenwick_prefix(tree, wq + 1)
-            bits[wq] &= ~(_ONE << bq)
-            _fenwick_add(tree, wq, -1)
+                # words wq+1 .. wp-1: prefix(wp) - prefix(wq + 1), walking until they meet
+                a = wp
+                b = wq + 1
+                while a != b:
+                    if a > b:
+                        d += tree[a]
+                        a &= a - 1
+                    else:
+                        d -= tree[b]
+                        b &= b - 1
+            _remove_mark(bits, tree, q, wp)
             if not warming:
                 hist[d] += 1
                 counted += 1
         map_pos[slot] = p
-        bits[p >> 6] |= _ONE << np.uint64(p & 63)
-        _fenwick_add(tree, p >> 6, 1)
+        bits[wp] |= below_p + _ONE
         pos2key[p] = key
-        p += 1
         if live > capacity:  # drop the key capacity + 1 deep: the oldest live mark
             w = oldest >> 6
             word = bits[w] & ~((_ONE << np.uint64(oldest & 63)) - _ONE)
@@ -193,11 +202,20 @@ def _head_kernel(
                 w += 1
                 word = bits[w]
             o = (w << 6) + np.int64(_trailing_zeros(word))
-            bits[w] &= ~(_ONE << np.uint64(o & 63))
-            _fenwick_add(tree, w, -1)
+            _remove_mark(bits, tree, o, wp)
             _map_delete(map_keys, map_pos, _map_find(map_keys, pos2key[o], shift), shift)
             live -= 1
             oldest = o + 1
+        p += 1
+        if p & 63 == 0:  # word wp is complete: materialize its node from its children
+            node = wp + 1
+            v = np.int64(_popcount(bits[wp]))
+            low = node & -node
+            k2 = 1
+            while k2 < low:
+                v += tree[node - k2]
+                k2 <<= 1
+            tree[node] = v
         i += 1
     sc[_H_REQ] += i - start
     sc[_H_POS] = p
@@ -230,16 +248,16 @@ def _head_compact(
             map_pos[_map_find(map_keys, key, shift)] = n
             n += 1
             word &= word - _ONE
+    full = n >> 6
     for w in range(len(bits)):
-        bits[w] = 0
+        if w < full:
+            bits[w] = _ALL
+        elif w == full:
+            bits[w] = (_ONE << np.uint64(n & 63)) - _ONE
+        else:
+            bits[w] = 0
     for j in range(len(tree)):
-        tree[j] = 0
-    for q in range(n):
-        bits[q >> 6] |= _ONE << np.uint64(q & 63)
-    for w in range(len(bits)):
-        c = np.int64(_popcount(bits[w]))
-        if c:
-            _fenwick_add(tree, w, c)
+        tree[j] = 64 * (j & -j) if 1 <= j <= full else 0  # complete words hold 64 marks
     return n
 
 

@@ -93,8 +93,9 @@ def fit_command(
     from replay import __version__
     from replay.report.figures import save
     from replay.trace.reader import open_trace
-    from replay.workload.fit import ROWS_MODES, fit_trace, spec_with_diagnostics
+    from replay.workload.fit import ROWS_MODES, fit_trace
     from replay.workload.fit_check import check_fit
+    from replay.workload.fit_toml import spec_with_diagnostics
 
     if out is None and not json_output:
         raise ConfigError("give --out SPEC.toml (or --json to print the fit)")
@@ -236,7 +237,7 @@ def print_fit(result: FitResult, console: Console | None = None) -> None:
         f"{result.lookups:,} lookups",
         title_justify="left",
     )
-    columns = ("table", "rows", "lookups", "hot share", "alpha", "95% CI", "plain MLE", "reuse")
+    columns = ("table", "rows", "lookups", "hot shares", "alpha", "95% CI", "plain MLE", "reuse")
     for name in (*columns, "drift"):
         table.add_column(name, justify="left" if name == "table" else "right")
     table.add_column("note")
@@ -245,7 +246,8 @@ def print_fit(result: FitResult, console: Console | None = None) -> None:
             shown(t.name),
             f"{t.rows:,}",
             f"{t.lookups:,}",
-            f"{t.hot_share:.3f}" if t.hot_stands_out else "-",  # rank 1's extra share
+            # the exact shares of the hot ranks 1..j (the observed shares of the top rows)
+            " ".join(f"{h:.3f}" for h in t.hot_shares) or "-",
             "-" if t.alpha is None else f"{t.alpha:.3f}",
             "-" if t.alpha_ci is None else f"{t.alpha_ci[0]:.3f}-{t.alpha_ci[1]:.3f}",
             "-" if t.alpha_mle is None else f"{t.alpha_mle:.3f}",

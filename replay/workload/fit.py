@@ -1,25 +1,26 @@
 """`replay fit`: estimate a workload spec from a trace, so synthetic traces look like it.
 
 The model fitted is the generator's own (DESIGN section 4, `replay.workload.sampler`):
-per table, a fresh lookup draws a popularity rank k in [1, rows] with p(k) ~ k^-alpha
-(or, with probability `hot_share`, rank 1: a hot value), the ranking moves `drift` x rows
-places per batch, and with probability `reuse` a lookup repeats a lookup of the batch
-before (reuse window 1, drift period 1: the fit does not estimate those two, and says so
-in the spec). Per table it estimates:
+per table, a fresh lookup draws a popularity rank k in [1, rows]: the hot ranks 1..j
+(j <= 3, `hot_shares`) with their own shares s_1..s_j, the others with p(k) ~ k^-alpha
+scaled to 1 - sum s; the ranking moves `drift` x rows places per batch, and with
+probability `reuse` a lookup repeats a lookup of the batch before (reuse window 1, drift
+period 1: the fit does not estimate those two, and says so in the spec). Per table it
+estimates:
 
 - **rows**: the table's declared rows (`--rows declared`, the default: the manifest's
   cardinality, e.g. the hash cap of `replay ingest --max-ind-range`), the rows the trace
   touched (`observed`), or a stated extrapolation (`extrapolate`): Chao's bias-corrected
   species estimator (`chao1`), never below the rows touched.
-- **hot_share**, first: whether the most frequent row stands out from the power law of
-  the other rows, by a likelihood-ratio test at level 0.001 (`fit_stats.hot_value_test`,
-  whose docstring derives it: the rest's exponent by the conditional MLE over ranks
-  2..rows, then the nested models h = 0 and h >= 0 compared, the boundary law
-  1/2 chi2_0 + 1/2 chi2_1). Where it stands out, the MLE of rank 1's share is the
-  observed share c_1 / n of that row, and the fit keeps it: every simulation (and the
-  fitted spec) sets h = (c_1 / n - q) / (1 - q), q = 1 / H(rows, alpha), for its own
-  alpha (`fit_stats.hot_share_for`), so the exponent below is the rest's while rank 1
-  takes the observed share whatever alpha the fit settles on. Elsewhere h = 0.
+- **hot_shares**, first: how many of the most frequent rows stand out from the power law
+  of the rows below them, by likelihood-ratio tests at level 0.001 (`fit_stats.
+  hot_values_test`, whose docstring derives them: rank j's point mass against the
+  power law over ranks >= j, ranks 1..j-1 free, the boundary law 1/2 chi2_0 + 1/2
+  chi2_1; the nested models M_0 < M_1 < M_2 < M_3 tested from the largest down,
+  Anderson 1962). Where j rows stand out, the MLE of their shares is their observed
+  shares c_i / n, and the fit keeps them: every simulation and the fitted spec give
+  ranks 1..j exactly those shares, whatever alpha the fit settles on, and the exponent
+  below is the rest's (ranks j + 1..rows). Elsewhere there are none.
 - **alpha_mle**: the maximum-likelihood exponent of a discrete bounded power law over
   ranks 1..rows fitted to the observed frequencies ranked in decreasing order
   (`power_law_mle`): the classic estimator, biased by rows seen only a few times, by
@@ -54,8 +55,9 @@ in the spec). Per table it estimates:
   (alpha 0, its own reuse) matches the statistics about as well as the fit (its misfit
   at most `FLAT_MARGIN` above; the spec then generates that uniform law) or the
   interval reaches 0; **not converged** when its statistics stay more than `MAX_MISFIT`
-  (squared noise units, the noise pooled over the start's traces and the replicates)
-  from the sample's. `alpha` is then null in the report, while the spec keeps the
+  (squared noise units, the noise pooled over the start's traces and the replicates,
+  22 degrees of freedom; for the rows-touched statistics at least a count's rounding
+  error, `_TOUCHED`) from the sample's. `alpha` is then null in the report, while the spec keeps the
   point estimate as the best guess to generate with.
 
 Known limits: the 10% agreement `--check` shows needs a sample whose own statistics
@@ -71,12 +73,12 @@ diagnostics say when they vary).
 
 `replay.workload.fit_stats` holds the statistics (one kernel for the trace and every
 simulation, each statistic's reasons) and the power law's estimators with their
-derivations and sources; `replay.workload.fit_check` the check (`replay fit --check`).
+derivations and sources; `replay.workload.fit_check` the check (`replay fit --check`);
+`replay.workload.fit_toml` the spec file with the diagnostics as comments.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -93,13 +95,11 @@ from replay.workload.fit_stats import (
     WINDOW_LOOKUPS,
     _lags,
     chao1,
-    hot_share_for,
-    hot_value_test,
+    hot_values_test,
     power_law_mle,
     table_statistics,
 )
 from replay.workload.generator import CompiledWorkload
-from replay.workload.sampler import power_law_sum
 from replay.workload.spec import MAX_ROWS, TableSpec, UpdateRule, WorkloadSpec, spec_from_dict
 
 ROWS_MODES = ("declared", "observed", "extrapolate")
@@ -109,7 +109,7 @@ _LM_TRIES = 4  # damped retries within a step before the Jacobian is taken again
 _LM_DAMPING = 1e-2
 _LM_DAMPING_MAX = 1e4
 DRIFT_GRID = 9
-_NOISE_SEEDS = 4
+_NOISE_SEEDS = 8
 # the fit's simulations draw from seed + this, the spec (and --check) from the seed:
 # the check is then a trace the fit never saw
 _SIMULATION_SEED_OFFSET = 1 << 20
@@ -121,13 +121,15 @@ MAX_REPEATS = 4
 _REPEAT_SEED_STRIDE = 1 << 16
 ALPHA_MAX = 4.0
 REUSE_MAX = 0.95
-BOOTSTRAP_REPLICATES = 8
+BOOTSTRAP_REPLICATES = 16
 MIN_FIT_LOOKUPS = 100
 FLAT_MARGIN = 6.63  # chi-square, 1 degree of freedom, 99%
 MAX_CI_WIDTH = 1.0
 # a fit whose statistics stay further than this (sum of squared misfits in noise units,
 # over the 8 statistics less 3 parameters: a chi-square(5) 99.9% point is 20.5, and the
-# noise is itself estimated from 10 degrees of freedom) did not converge
+# noise is itself estimated from 22 degrees of freedom, the start's traces and the
+# replicates pooled: with 10, as before issue 28, the misfit of one table of 1,000 Criteo
+# lookups moved from 42 to 118 with the seed alone) did not converge
 MAX_MISFIT = 25.0
 FULL_STEPS = 11  # bisection steps over a whole bracket
 ALPHA, REUSE, DRIFT = range(3)
@@ -138,6 +140,12 @@ _FD_STEP = np.array([0.05, 0.03, 0.3])
 _MAX_STEP = np.array([0.3, 0.15, 1.0])
 _TOLERANCE = np.array([0.002, 0.002, 0.02])
 _SCALE_FLOOR = 1e-3  # statistics' noise estimates are at least this
+# the rows-touched statistics are logs of counts: their noise is at least the rounding
+# error of a count, 1 / sqrt(12) rows (Sheppard's correction for grouping, Biometrika
+# 1898), i.e. 1 / (sqrt(12) D) in log at D rows touched. On a small table every
+# simulation can touch every row, the spread is then 0, and a sample one row short
+# would count (0.07 / 0.001)^2 = 4,400 noise units (Criteo's C25, 13 of 14 rows)
+_TOUCHED = [STATISTICS.index("touched_log_final"), STATISTICS.index("touched_log_mean")]
 
 
 # -- the sample ------------------------------------------------------------------------
@@ -261,18 +269,20 @@ class TableFit:
     observed: tuple[float, ...]  # the matched statistics (STATISTICS)
     fitted: tuple[float, ...]  # the same on the fitted spec's synthetic trace
     misfit: float  # sum of squared (fitted - observed) / simulation noise
-    # the hot value (`fit_stats.hot_value_test`): the most frequent row's observed share,
-    # the test's statistic and verdict, and the spec's hot_share (0 where it does not
-    # stand out); where it does, the spec's rank 1 takes top_share of the lookups
-    top_share: float = 0.0
-    hot_lr: float = 0.0
-    hot_stands_out: bool = False
-    hot_share: float = 0.0
+    # the hot values (`fit_stats.hot_values_test`): per rank tested (1, 2, 3), the j-th
+    # most frequent row's observed share and the test's statistic LR_j; the spec's
+    # hot_shares are the observed shares of the ranks kept (none where none stands out)
+    hot_tests: tuple[tuple[float, float], ...] = ()
+    hot_shares: tuple[float, ...] = ()
 
     @property
-    def fitted_top_share(self) -> float:
-        """Rank 1's share of the lookups in the fitted spec: h + (1 - h) / H(rows, alpha)."""
-        return _rank1_share(self.hot_share, self.alpha_spec, self.rows)
+    def top_share(self) -> float:
+        """The most frequent row's observed share of the table's lookups."""
+        return self.hot_tests[0][0] if self.hot_tests else 0.0
+
+    @property
+    def hot_stands_out(self) -> bool:
+        return bool(self.hot_shares)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -289,13 +299,14 @@ class TableFit:
             "alpha_spec": self.alpha_spec,
             "alpha_mle": self.alpha_mle,
             "alpha_mle_se": self.alpha_mle_se,
-            "hot_share": self.hot_share,
-            "hot_value": {
-                "top_share_observed": self.top_share,
-                "top_share_fitted": self.fitted_top_share,
-                "lr": self.hot_lr,
+            "hot_shares": list(self.hot_shares),
+            "hot_values": {
                 "critical": HOT_CRITICAL,
-                "stands_out": self.hot_stands_out,
+                "kept": len(self.hot_shares),
+                "ranks": [
+                    {"rank": i + 1, "share": share, "lr": lr, "stands_out": lr > HOT_CRITICAL}
+                    for i, (share, lr) in enumerate(self.hot_tests)
+                ],
             },
             "reuse": self.reuse,
             "drift": self.drift,
@@ -351,22 +362,6 @@ class FitResult:
         }
 
 
-def _alpha_cap(top_share: float, rows: int) -> float:
-    """The largest alpha (up to ALPHA_MAX) whose power law gives rank 1 at most
-    `top_share`: 1 / H(rows, alpha) rises with alpha, so bisection."""
-    if 1.0 / power_law_sum(rows, ALPHA_MAX) <= top_share:
-        return ALPHA_MAX
-    lo, hi = 0.0, ALPHA_MAX
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if 1.0 / power_law_sum(rows, mid) <= top_share else (lo, mid)
-    return lo
-
-
-def _rank1_share(hot_share: float, alpha: float, rows: int) -> float:
-    return hot_share + (1.0 - hot_share) / power_law_sum(int(rows), float(alpha))
-
-
 def _misfit(stats: np.ndarray, observed: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return (((stats - observed) / scale) ** 2).sum(axis=1)
 
@@ -385,36 +380,23 @@ class _Simulator:
         rows: np.ndarray,
         windows: np.ndarray,
         repeats: int,
-        top_share: np.ndarray,
+        hot_shares: list[tuple[float, ...]],
     ) -> None:
         self.sample = sample
         self.rows = rows
         self.windows = windows
         self.repeats = repeats
-        self.top_share = top_share  # per table: rank 1's share to keep, NaN: no hot value
+        self.hot_shares = hot_shares  # per table: the hot ranks' shares, kept at any alpha
         self.count = 0
-
-    def hot_shares(self, params: np.ndarray) -> np.ndarray:
-        """Per table, the hot share that gives rank 1 its observed share at that table's
-        alpha (0 for tables without a hot value)."""
-        return np.array(
-            [
-                0.0 if math.isnan(top) else hot_share_for(top, float(params[t, ALPHA]), rows)
-                for t, (top, rows) in enumerate(
-                    zip(self.top_share, self.rows.tolist(), strict=True)
-                )
-            ]
-        )
 
     def spec(self, params: np.ndarray, seed: int, batches: int | None = None) -> WorkloadSpec:
         s = self.sample
-        hot = self.hot_shares(params)
         tables = tuple(
             TableSpec(
                 name=f"t{t}",
                 rows=int(self.rows[t]),
                 alpha=float(params[t, ALPHA]),
-                hot_share=float(hot[t]),
+                hot_shares=self.hot_shares[t],
                 reuse=float(params[t, REUSE]),
                 drift=float(params[t, DRIFT]),
                 pooling=int(s.pooling[t]),
@@ -499,31 +481,20 @@ def fit_trace(
         ]
     )
     mle = [power_law_mle(c, int(rows[t])) for t, c in enumerate(counts)]
-    # the hot value first (module docstring): where the top row stands out, rank 1 keeps
-    # its observed share and the exponent starts from the rest's MLE
-    hot = [hot_value_test(c, int(rows[t])) for t, c in enumerate(counts)]
-    top_share = np.array([h.top_share if h.stands_out else math.nan for h in hot])
+    # the hot values first (module docstring): the ranks that stand out keep their
+    # observed shares, and the exponent starts from the rest's MLE
+    hot = [hot_values_test(c, int(rows[t])) for t, c in enumerate(counts)]
     start = [
         h.alpha_rest if h.stands_out and h.alpha_rest is not None else a
         for h, (a, _) in zip(hot, mle, strict=True)
     ]
-    # a hot table's alpha stays where rank 1 of the power law alone is below the observed
-    # top share (q(alpha) <= c_1 / n): beyond it h would be 0 and rank 1 would take more
-    # than observed, against the MLE the hot value was fixed from
-    alpha_cap = np.array(
-        [
-            ALPHA_MAX if math.isnan(top) else _alpha_cap(top, int(r))
-            for top, r in zip(top_share, rows, strict=True)
-        ]
-    )
     params = np.zeros((num_tables, 3))
     params[:, ALPHA] = [min(a, ALPHA_MAX) if a is not None else 1.0 for a in start]
-    params[:, ALPHA] = np.minimum(params[:, ALPHA], alpha_cap)
     # rows == 1 has nothing to fit; a single batch shows no reuse or drift
     fit_alpha = rows > 1
     fit_time = np.full(num_tables, sample.num_batches > 1)
     repeats = int(np.clip(-(-SIMULATED_LOOKUPS // max(int(lookups.sum()), 1)), 1, MAX_REPEATS))
-    sim = _Simulator(sample, rows, windows, repeats, top_share)
+    sim = _Simulator(sample, rows, windows, repeats, [h.shares for h in hot])
     spec_seed, seed = seed, seed + _SIMULATION_SEED_OFFSET
     drift_floor = np.log10(0.25 / (rows.astype(np.float64) * sample.num_batches))
     # beyond one whole table over the trace the ranking wraps round and old hot rows
@@ -542,7 +513,7 @@ def fit_trace(
 
     def full_bracket(k: int) -> tuple[np.ndarray, np.ndarray]:
         if k == ALPHA:
-            return np.zeros(num_tables), alpha_cap.copy()
+            return np.zeros(num_tables), np.full(num_tables, ALPHA_MAX)
         if k == REUSE:
             return np.zeros(num_tables), np.full(num_tables, REUSE_MAX)
         return drift_floor.copy(), np.full(num_tables, drift_ceiling)
@@ -579,7 +550,11 @@ def fit_trace(
     # the statistics' noise at the start (single traces of the sample's shape): the
     # weights of the misfit the solver lowers
     noise = np.array([sim.single(params_of(x), seed + 1000 + i) for i in range(_NOISE_SEEDS)])
-    scale = np.maximum(np.std(noise, axis=0, ddof=1), _SCALE_FLOOR)
+    floor = np.full((num_tables, len(STATISTICS)), _SCALE_FLOOR)
+    floor[:, _TOUCHED] = np.maximum(
+        _SCALE_FLOOR, 1.0 / (math.sqrt(12.0) * np.maximum(distinct, 1))
+    )[:, None]
+    scale = np.maximum(np.std(noise, axis=0, ddof=1), floor)
     # a short sample clamps the long lags to its length: a lag counted twice would weigh
     # twice, so its copies get no weight
     lags = _lags(sample.num_batches)
@@ -686,7 +661,7 @@ def fit_trace(
         )
         / (len(replicates) + len(noise) - 2)
     )
-    spread = np.maximum(spread, _SCALE_FLOOR)
+    spread = np.maximum(spread, floor)
     spread[:, repeated] = np.inf
     misfits = _misfit(fitted, observed, spread) / inflation
 
@@ -708,9 +683,6 @@ def fit_trace(
     tables = []
     for t in range(num_tables):
         alpha = float(params[t, ALPHA])
-        hot_share = 0.0
-        if hot[t].stands_out:  # at the rounded alpha the spec keeps, rank 1's share observed
-            hot_share = round(hot_share_for(top_share[t], round(alpha, 4), int(rows[t])), 6)
         ci: tuple[float, float] | None = None
         note = "fitted"
         if not fit_alpha[t]:
@@ -759,10 +731,8 @@ def fit_trace(
                 observed=tuple(float(v) for v in observed[t]),  # type: ignore[arg-type]
                 fitted=tuple(float(v) for v in fitted[t]),  # type: ignore[arg-type]
                 misfit=round(float(misfits[t]), 3),
-                top_share=hot[t].top_share,
-                hot_lr=round(hot[t].lr, 3),
-                hot_stands_out=hot[t].stands_out,
-                hot_share=hot_share,
+                hot_tests=tuple((r.share, round(r.lr, 3)) for r in hot[t].ranks),
+                hot_shares=hot[t].shares,
             )
         )
     spec = _fitted_spec(trace, sample, tables, spec_seed)
@@ -802,7 +772,7 @@ def _fitted_spec(trace: Trace, sample: _Sample, tables: list[TableFit], seed: in
                 "name": t.name,
                 "rows": t.rows,
                 "alpha": t.alpha_spec,
-                **({"hot_share": t.hot_share} if t.hot_share > 0.0 else {}),
+                **({"hot_shares": list(t.hot_shares)} if t.hot_shares else {}),
                 "drift": t.drift,
                 "reuse": t.reuse,
                 "pooling": t.pooling,
@@ -812,66 +782,3 @@ def _fitted_spec(trace: Trace, sample: _Sample, tables: list[TableFit], seed: in
         ],
     }
     return spec_from_dict(data, where="fitted spec")
-
-
-# -- the spec file with its diagnostics -------------------------------------------------
-
-
-def _comment(text: str) -> str:
-    """A TOML comment line: control characters (a newline in a name) escaped."""
-    return "# " + "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def spec_with_diagnostics(result: FitResult, version: str) -> str:
-    """The fitted spec as TOML (`spec_to_toml`, so `load_spec` reads it back), with the
-    fit's diagnostics as comments: a header, then one block above each table."""
-    from replay.workload.spec import spec_to_toml
-
-    header = [
-        f"replay {version} fit of {result.trace}",
-        f"sample: {result.batches:,} batches from batch {result.first_batch:,}, "
-        f"{result.lookups:,} lookups, {len(result.tables)} tables",
-        f"overall (lookup-weighted): reuse {result.reuse:.4f}, drift {result.drift:.4g}",
-        "model: bounded power law per table (with a hot value where the top row stands "
-        "out), reuse window 1 batch, drift period 1 batch",
-        "method: indirect inference against the generator "
-        f"({result.simulations} simulated traces, {result.steps} Levenberg-Marquardt steps);"
-        " see replay/workload/fit.py",
-        "generate a trace N times longer: replay generate --spec THIS.toml --batches N*"
-        f"{result.batches} --out DIR",
-        *result.notes,
-    ]
-    blocks = spec_to_toml(result.spec).split("\n[[tables]]\n")
-    out = ["\n".join(_comment(line) for line in header), blocks[0]]
-    for table, block in zip(result.tables, blocks[1:], strict=True):
-        ci = (
-            f"[{table.alpha_ci[0]:.3f}, {table.alpha_ci[1]:.3f}]"
-            if table.alpha_ci is not None
-            else "none"
-        )
-        mle = "none" if table.alpha_mle is None else f"{table.alpha_mle:.4f}"
-        lines = [
-            f"table {json.dumps(table.name, ensure_ascii=False)}: {table.lookups:,} lookups, "
-            f"{table.distinct_rows:,} distinct rows; rows {table.rows:,} ({table.rows_source}; "
-            f"declared {table.declared_rows:,})",
-            f"alpha {table.alpha_spec:.4f}, 95% CI {ci}: {table.alpha_note}; "
-            f"plain MLE over the ranked frequencies {mle}",
-            f"hot value: the top row takes {table.top_share:.4f} of the lookups; "
-            + (
-                f"it stands out (likelihood ratio {table.hot_lr:.1f} > {HOT_CRITICAL}): "
-                f"hot_share {table.hot_share:.6f}, so rank 1 takes "
-                f"{table.fitted_top_share:.4f}"
-                if table.hot_stands_out
-                else f"it does not stand out (likelihood ratio {table.hot_lr:.1f} <= "
-                f"{HOT_CRITICAL}): no hot value"
-            ),
-            f"reuse {table.reuse:.4f}, drift {table.drift:.4g}; misfit {table.misfit:.3g}"
-            f" ({'converged' if table.misfit <= MAX_MISFIT else 'NOT converged'})",
-            "matched (sample -> fitted): "
-            + ", ".join(
-                f"{name} {o:.4g} -> {f:.4g}"
-                for name, o, f in zip(STATISTICS, table.observed, table.fitted, strict=True)
-            ),
-        ]
-        out.append("\n".join(_comment(line) for line in lines) + "\n[[tables]]\n" + block)
-    return "\n\n".join(part.rstrip("\n") for part in out) + "\n"

@@ -32,35 +32,49 @@ The bounded power law, p(k) ~ k^-alpha over ranks k in [1, rows]:
   estimator, and it is biased whenever rows are seen only a few times (the empirical
   ranks of the tail are not the true ranks), when lookups repeat (reuse) and when the
   ranking moves (drift).
-- The hot value (`hot_share` h: p(k) = h [k == 1] + (1 - h) k^-alpha / H(rows, alpha),
-  `replay.workload.spec`). `hot_value_test` decides whether the most frequent row
-  stands out from the power law, before the exponent is fitted:
+- The hot values (`hot_shares` h_1..h_j: p(k) = sum_i h_i [k == i] + (1 - sum h)
+  k^-alpha / H(rows, alpha), `replay.workload.spec`). `hot_values_test` decides how many
+  of the most frequent rows (j <= `MAX_HOT_VALUES`) stand out from the power law of the
+  rest, before the exponent is fitted. M_j is the model whose ranks 1..j take free
+  shares pi_1..pi_j and whose ranks above j follow k^-alpha (j = 0: the plain law):
 
-  1. Given that a lookup is not on rank 1, its rank has the law k^-alpha over [2, rows]
-     whatever h is, so the exponent of the rest is estimated from the other rows alone:
-     `power_law_mle(counts, rows, first=2)` drops the top count and matches the mean
-     log-rank over ranks 2, 3, ... (the same conditional MLE as above, on [2, rows]).
-  2. The top row's count c_1 of n is Binomial(n, pi), pi = h + (1 - h) q with
-     q = 1 / H(rows, alpha) rank 1's share under the power law alone. The likelihood
-     factorises into pi^c_1 (1 - pi)^(n - c_1) and the rest's conditional law, so
-     where the observed share c_1 / n is above q(alpha_rest) the mixture's MLE is
-     pi^ = c_1 / n (the observed share) and alpha^ = alpha_rest, h^ = (pi^ - q) / (1 - q);
-     where it is not, the MLE is on h = 0 (the plain power law): no hot value.
-  3. H0: h = 0 (the plain power law over all ranks, its exponent re-fitted to all rows:
-     `power_law_mle(counts, rows)`) against H1: h >= 0, by the likelihood ratio of the
-     nested models, LR = 2 [max l_H1 - max l_H0] with the multinomial log-likelihoods
-     over the ranked counts. h = 0 is on the boundary of the parameter space, so under
-     H0 LR follows 1/2 chi2_0 + 1/2 chi2_1 asymptotically (Chernoff, Ann. Math. Stat.
-     25, 1954; Self & Liang, JASA 82, 1987): at level `HOT_LEVEL` = 0.001 the top row
-     stands out when LR exceeds the chi-square(1) upper 0.002 point, `HOT_CRITICAL`
-     = 9.55. The level is strict because the ranking is empirical (the top row of a
-     sample is the likeliest rank 1, not surely it) and a sparse tail's ranks are not
-     its true ranks: a hot value is added only on strong evidence.
+  1. Given that a lookup is not on ranks 1..j, its rank has the law k^-alpha over
+     [j + 1, rows] whatever the hot shares are, so the likelihood of M_j factorises into
+     a multinomial over (rank 1, ..., rank j, the rest) and the rest's conditional power
+     law. Its MLE is pi^_i = c_i / n (the observed shares of the ranked counts) and
+     alpha^ = the conditional MLE over ranks j + 1, ... (`power_law_mle(counts, rows,
+     first=j + 1)`, the mean log-rank matched as below).
+  2. Rank j's point mass is tested by the likelihood ratio of M_j against M_(j-1): ranks
+     1..j-1 have the same free shares in both and drop out, so LR_j = 2 [l_1 - l_0] over
+     the m lookups on ranks >= j, l_1 = c_j log(c_j / m) + (m - c_j) log(1 - c_j / m) -
+     alpha_1 sum_(k > j) c_k log k - (m - c_j) log H_(j+1)(alpha_1) and l_0 = -alpha_0
+     sum_(k >= j) c_k log k - m log H_j(alpha_0), H_a(alpha) = sum_(k=a)^rows k^-alpha.
+     Where c_j / m is not above j^-alpha_1 / H_j(alpha_1) (rank j's share of the rest's
+     law) the MLE of M_j is on M_(j-1) (h_j = 0): LR_j = 0. h_j = 0 is on the boundary
+     of the parameter space, so under M_(j-1) LR_j follows 1/2 chi2_0 + 1/2 chi2_1
+     asymptotically (Chernoff, Ann. Math. Stat. 25, 1954; Self & Liang, JASA 82, 1987):
+     at level `HOT_LEVEL` = 0.001 rank j stands out when LR_j exceeds the chi-square(1)
+     upper 0.002 point, `HOT_CRITICAL` = 9.55. The level is strict because the ranking is
+     empirical (the top rows of a sample are the likeliest top ranks, not surely them)
+     and a sparse tail's ranks are not its true ranks: a hot value is added only on
+     strong evidence.
+  3. The number of hot values: the nested models M_0 < M_1 < M_2 < M_3 are tested from
+     the largest down, the classical procedure for ordered nested hypotheses (Anderson,
+     "The choice of the degree of a polynomial regression as a multiple decision
+     problem", Ann. Math. Stat. 33, 1962): j is the largest rank whose LR_j stands out,
+     0 if none does. Stepping up from rank 1 instead would stop at once on tables whose
+     two top values are alike (Criteo's C14, C16, C17, C19, C23: the empty value and
+     one other, 46% each): against a law fitted to ranks >= 2, whose own rank 2 takes
+     46%, rank 1's 47% is no point mass (LR_1 = 0), while the pair stands far out of
+     the tail. Under the plain law each step rejects with probability 0.001, so the
+     whole procedure with at most 0.003.
 
-  Tables of fewer than 3 rows, or whose other rows are all one row, have no rest to
-  fit an exponent to: no hot value (a power law over 2 ranks already fits any share).
-  `hot_share_for` turns the observed top share back into h for any exponent, so the
-  fit can move alpha while the fitted rank 1 keeps the observed share.
+  Tables of fewer than j + 2 rows, or with no lookups beyond rank j, have no rest to fit
+  an exponent to and test no rank j (a power law over 2 ranks already fits any share).
+  `hot_shares_for` turns the observed shares s_1..s_j back into h_1..h_j for any
+  exponent (h_i = s_i - (1 - S) / (1 - Q) q_i, S = sum s_i, q_i = i^-alpha / H(rows,
+  alpha), Q = sum q_i: the mixture's rank i then takes s_i), so the fit can move alpha
+  while the fitted hot ranks keep the observed shares.
 - `chao1` (the rows of `--rows extrapolate`): Chao's bias-corrected species estimator
   D + F1 (F1 - 1) / (2 (F2 + 1)) (Chao 1984; D = rows touched, F1, F2 = rows seen once,
   twice).
@@ -69,12 +83,14 @@ The bounded power law, p(k) ~ k^-alpha over ranks k in [1, rows]:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from replay._jit import kernel
 from replay.workload.sampler import power_law_sum
+from replay.workload.spec import MAX_HOT_VALUES
 
 WINDOW_LOOKUPS = 128
 CURVE_POINTS = 16
@@ -281,7 +297,7 @@ def power_law_mle(
     return alpha, (1.0 / math.sqrt(n * var) if var > 0 else None)
 
 
-# -- the hot value -------------------------------------------------------------------
+# -- the hot values ------------------------------------------------------------------
 
 HOT_LEVEL = 0.001
 # chi-square(1)'s upper 2 x HOT_LEVEL point: the level-HOT_LEVEL critical value of the
@@ -290,60 +306,100 @@ HOT_CRITICAL = 9.5495
 
 
 @dataclass(frozen=True)
-class HotValue:
-    """Whether a table's most frequent row stands out from the power law of the rest."""
+class HotRank:
+    """The test of rank j's point mass given ranks 1..j-1 free (module docstring, step 2)."""
 
-    top_share: float  # c_1 / n: the observed share of the most frequent row
-    alpha_rest: float | None  # the MLE exponent over ranks 2..rows (None: no rest to fit)
-    power_law_share: float | None  # q = 1 / H(rows, alpha_rest): rank 1 without a hot value
-    lr: float  # the likelihood-ratio statistic (0 when the top share is not above q)
+    rank: int
+    share: float  # c_j / n: the observed share of the j-th most frequent row
+    lr: float  # LR_j (0 when rank j's share is not above the rest's law, or untested)
     stands_out: bool  # lr > HOT_CRITICAL
-    alpha_plain: float | None = None  # H0's exponent: the plain MLE over all ranks
+
+
+@dataclass(frozen=True)
+class HotValues:
+    """How many of a table's most frequent rows stand out from the power law of the rest."""
+
+    ranks: tuple[HotRank, ...]  # the ranks tested, 1..min(MAX_HOT_VALUES, ...)
+    count: int  # j: the largest rank that stands out (step 3), 0 if none
+    alpha_rest: float | None  # the MLE exponent over ranks j+1..rows (None: none to fit)
+    alpha_plain: float | None  # M_0's exponent: the plain MLE over all ranks
+    top_share: float  # c_1 / n: the observed share of the most frequent row
+    rows: int
 
     @property
-    def hot_share(self) -> float:
-        """h at alpha_rest: (c_1 / n - q) / (1 - q) where the row stands out, else 0."""
-        if not self.stands_out or self.power_law_share is None:
-            return 0.0
-        q = self.power_law_share
-        return max(0.0, (self.top_share - q) / (1.0 - q))
+    def shares(self) -> tuple[float, ...]:
+        """The observed shares of the hot ranks 1..j (the MLE of their shares)."""
+        return tuple(r.share for r in self.ranks[: self.count])
+
+    @property
+    def stands_out(self) -> bool:
+        return self.count > 0
+
+    @property
+    def hot_shares(self) -> tuple[float, ...]:
+        """h_1..h_j at alpha_rest (`hot_shares_for`); () without hot values."""
+        if not self.count or self.alpha_rest is None:
+            return ()
+        return hot_shares_for(self.shares, self.alpha_rest, self.rows)
 
 
-def hot_value_test(counts: np.ndarray, rows: int) -> HotValue:
-    """The likelihood-ratio test of a hot value on a table's row counts (the module
-    docstring: steps 1-3)."""
+def _tail_sum(rows: int, alpha: float, first: int) -> float:
+    """H_first(alpha) = sum_(k=first)^rows k^-alpha (the generator's H, its first ranks
+    taken off)."""
+    head = np.arange(1, first, dtype=np.float64) ** -alpha
+    return power_law_sum(int(rows), alpha) - math.fsum(head.tolist())
+
+
+def _rank_lr(counts: np.ndarray, log_ranks: np.ndarray, rows: int, j: int) -> float:
+    """LR_j of rank j's point mass against the power law over ranks >= j (`counts`
+    sorted decreasing; module docstring, step 2); 0 where no rest can be fitted."""
+    if rows < j + 2 or len(counts) <= j:
+        return 0.0
+    alpha1, _ = power_law_mle(counts, rows, first=j + 1)
+    alpha0, _ = power_law_mle(counts, rows, first=j)
+    if alpha1 is None or alpha0 is None:  # the rest on one row, or beyond alpha = 16
+        return 0.0
+    c_j = float(counts[j - 1])
+    m = float(counts[j - 1 :].sum())
+    share = c_j / m
+    norm1 = _tail_sum(rows, alpha1, j + 1)
+    if share <= j**-alpha1 / (norm1 + j**-alpha1):  # the MLE is on h_j = 0
+        return 0.0
+    l1 = c_j * math.log(share) + (m - c_j) * (math.log1p(-share) - math.log(norm1))
+    l1 -= alpha1 * float((counts[j:] * log_ranks[j:]).sum())
+    l0 = -alpha0 * float((counts[j - 1 :] * log_ranks[j - 1 :]).sum())
+    l0 -= m * math.log(_tail_sum(rows, alpha0, j))
+    return max(0.0, 2.0 * (l1 - l0))
+
+
+def hot_values_test(counts: np.ndarray, rows: int, max_hot: int = MAX_HOT_VALUES) -> HotValues:
+    """The likelihood-ratio tests of hot values on a table's row counts, ranks 1..max_hot,
+    and the number kept (module docstring, steps 1-3)."""
     counts = np.sort(np.asarray(counts, dtype=np.float64)[np.asarray(counts) > 0])[::-1]
     n = float(counts.sum())
     top = float(counts[0]) / n if n > 0 else 0.0
-    if rows < 3 or len(counts) < 2:
-        return HotValue(top, None, None, 0.0, False)
-    alpha, _ = power_law_mle(counts, rows, first=2)
-    plain, _ = power_law_mle(counts, rows)
-    if alpha is None or plain is None:  # the rest on one row: no exponent to test against
-        return HotValue(top, None, None, 0.0, False, plain)
-    norm = power_law_sum(int(rows), alpha)
-    q = 1.0 / norm
-    if top <= q:  # the MLE is on h = 0
-        return HotValue(top, alpha, q, 0.0, False, plain)
-    c1 = float(counts[0])
-    log_ranks = float((counts * np.log(np.arange(1, len(counts) + 1))).sum())
-    # H1: pi^ = c_1 / n on rank 1, the rest's conditional law k^-alpha / (H - 1) on [2, rows]
-    h1 = c1 * math.log(top) - alpha * log_ranks - (n - c1) * math.log(norm - 1.0)
-    if top < 1.0:
-        h1 += (n - c1) * math.log1p(-top)
-    # H0: the plain power law over all ranks at its own MLE
-    h0 = -plain * log_ranks - n * math.log(power_law_sum(int(rows), plain))
-    lr = max(0.0, 2.0 * (h1 - h0))
-    return HotValue(top, alpha, q, lr, lr > HOT_CRITICAL, plain)
+    plain = power_law_mle(counts, rows)[0] if len(counts) else None
+    log_ranks = np.log(np.arange(1, len(counts) + 1, dtype=np.float64))
+    ranks = []
+    for j in range(1, min(max_hot, len(counts)) + 1):
+        lr = _rank_lr(counts, log_ranks, int(rows), j)
+        ranks.append(HotRank(j, float(counts[j - 1]) / n, lr, lr > HOT_CRITICAL))
+    # from the largest rank down (step 3): the largest that stands out
+    count = next((r.rank for r in reversed(ranks) if r.stands_out), 0)
+    rest = power_law_mle(counts, rows, first=count + 1)[0] if len(counts) > count else None
+    return HotValues(tuple(ranks), count, rest, plain, top, int(rows))
 
 
-def hot_share_for(top_share: float, alpha: float, rows: int) -> float:
-    """h such that rank 1 of the mixture takes `top_share` of the lookups at exponent
-    `alpha`: (top_share - q) / (1 - q), q = 1 / H(rows, alpha); 0 when q reaches it."""
-    if rows < 2:
-        return 0.0
-    q = 1.0 / power_law_sum(int(rows), float(alpha))
-    return max(0.0, (top_share - q) / (1.0 - q))
+def hot_shares_for(shares: Sequence[float], alpha: float, rows: int) -> tuple[float, ...]:
+    """h_1..h_j such that ranks 1..j of the mixture take `shares` of the lookups at
+    exponent `alpha` (module docstring); a rank whose share its power-law share alone
+    reaches gets 0 (the boundary of the MLE), the others keep the formula's h."""
+    if not shares or rows <= len(shares):
+        return ()
+    norm = power_law_sum(int(rows), float(alpha))
+    q = np.arange(1, len(shares) + 1, dtype=np.float64) ** -float(alpha) / norm
+    factor = (1.0 - math.fsum(shares)) / (1.0 - math.fsum(q.tolist()))
+    return tuple(max(0.0, float(s) - factor * float(qi)) for s, qi in zip(shares, q, strict=True))
 
 
 def chao1(counts: np.ndarray) -> int:

@@ -3,9 +3,17 @@
 Cardinalities are the published per-table row counts of the Criteo datasets as the DLRM
 and MLPerf references preprocess them. The access-model knobs (alpha, drift, reuse) are
 not published per table; the presets use alpha = 1.05, inside the 0.9-1.45 range of
-published synthetic generators (DESIGN section 4), and no drift or extra reuse, so that
-every preset is a plain bounded power law until the user says otherwise (or fits one
-with `replay fit`).
+published synthetic generators (DESIGN section 4), and no drift or extra reuse.
+
+Hot values (`hot_shares`, issue 28) are measured: the two presets built from Criteo 1TB
+(`criteo-terabyte`, `criteo-mlperf-dcnv2`) give the tables whose top values stand out in
+the real rows (Criteo 1TB Click Logs day 0, first 1,000 rows, by `replay fit`'s test at
+the preset's own rows, `replay.workload.fit_stats.hot_values_test`) those values'
+observed shares (`CRITEO_1TB_HOT_SHARES`); a hot share is exact whatever alpha and rows,
+so rank j takes the observed share in the preset as in the data. `criteo-kaggle` is
+left a plain power law: it is another dataset (the Kaggle challenge's 7 days), and no
+rows of it were measured. 1,000 rows are few: the shares carry a binomial standard error
+of about 0.015, and values below the level-0.001 test's reach are not there.
 """
 
 from __future__ import annotations
@@ -32,6 +40,28 @@ CRITEO_TERABYTE_ROWS = (
     2208, 11938, 155, 4, 976, 14, 39979771, 25641295, 39664984, 585935, 12972, 108, 36,
 )  # fmt: skip
 
+# The hot values of Criteo 1TB Click Logs day 0, first 1,000 rows (CC BY-NC-SA), measured
+# by `replay fit` (`replay ingest --dictionary`, then its hot-value test,
+# `fit_stats.hot_values_test`, level 0.001, run at the presets' own rows): per table the
+# observed shares of the values that stand out (the LR of rank 1 or 2 above 9.55). C1,
+# C10, C20 and C22 share one value on the same 374 rows; C14, C16, C17, C19 and C23 have
+# two (the empty value, 461 of 1,000 rows in C14, C16, C17, C23, and one other). C11's
+# and C21's second and third values (LR 3-8) do not stand out at the presets' 2.9 M and
+# 25.6 M rows (they do at the rows the 1,000 rows themselves extrapolate to: `replay fit
+# --rows extrapolate`).
+CRITEO_1TB_HOT_SHARES: dict[str, tuple[float, ...]] = {
+    "C1": (0.374,),
+    "C10": (0.374,),
+    "C12": (0.259,),
+    "C14": (0.472, 0.461),
+    "C16": (0.474, 0.461),
+    "C17": (0.461, 0.459),
+    "C19": (0.431, 0.374),
+    "C20": (0.374,),
+    "C22": (0.374,),
+    "C23": (0.461, 0.374),
+}
+
 # MLPerf Training v3.0+ DLRM-DCNv2 reference (mlcommons/training,
 # recommendation_v2/torchrec_dlrm): num_embeddings_per_feature; sum 204,184,588 rows.
 MLPERF_DCNV2_ROWS = (
@@ -44,10 +74,21 @@ MLPERF_DCNV2_POOLING = (
 )  # fmt: skip
 
 
-def _tables(rows: tuple[int, ...], pooling: tuple[int, ...] | None = None) -> tuple[TableSpec, ...]:
+def _tables(
+    rows: tuple[int, ...],
+    pooling: tuple[int, ...] | None = None,
+    hot: dict[str, tuple[float, ...]] | None = None,
+) -> tuple[TableSpec, ...]:
     pooling = pooling or (1,) * len(rows)
+    hot = hot or {}
     return tuple(
-        TableSpec(name=f"C{i + 1}", rows=r, alpha=DEFAULT_ALPHA, pooling=p)
+        TableSpec(
+            name=f"C{i + 1}",
+            rows=r,
+            alpha=DEFAULT_ALPHA,
+            hot_shares=hot.get(f"C{i + 1}", ()),
+            pooling=p,
+        )
         for i, (r, p) in enumerate(zip(rows, pooling, strict=True))
     )
 
@@ -66,25 +107,27 @@ PRESETS: dict[str, WorkloadSpec] = {
     ),
     "criteo-terabyte": WorkloadSpec(
         name="criteo-terabyte",
-        tables=_tables(CRITEO_TERABYTE_ROWS),
+        tables=_tables(CRITEO_TERABYTE_ROWS, hot=CRITEO_1TB_HOT_SHARES),
         # MLPerf Training DLRM v1 reference: --max-ind-range=40000000,
         # --arch-sparse-feature-size=128, --mini-batch-size=2048
         batch_size=2048,
         batches=1000,
         embedding_dim=128,
         source="Criteo 1TB with DLRM --max-ind-range=40000000 (MLPerf DLRM v1 reference): "
-        "cardinalities, batch 2048, dim 128",
+        "cardinalities, batch 2048, dim 128; hot values measured on Criteo 1TB day 0, first "
+        "1,000 rows (CC BY-NC-SA), by replay fit",
     ),
     "criteo-mlperf-dcnv2": WorkloadSpec(
         name="criteo-mlperf-dcnv2",
-        tables=_tables(MLPERF_DCNV2_ROWS, MLPERF_DCNV2_POOLING),
+        tables=_tables(MLPERF_DCNV2_ROWS, MLPERF_DCNV2_POOLING, CRITEO_1TB_HOT_SHARES),
         # mlcommons/training recommendation_v2 (DLRM-DCNv2): embedding_dim 128, multi-hot
         # sizes above; per-device batch 2048 (DESIGN section 4)
         batch_size=2048,
         batches=100,
         embedding_dim=128,
         source="MLPerf Training DLRM-DCNv2 reference (mlcommons/training recommendation_v2): "
-        "cardinalities, multi-hot sizes, dim 128",
+        "cardinalities, multi-hot sizes, dim 128; hot values measured on Criteo 1TB day 0, "
+        "first 1,000 rows (CC BY-NC-SA), by replay fit",
     ),
     "tiny": WorkloadSpec(
         name="tiny",

@@ -9,6 +9,7 @@ exact pmf.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -124,11 +125,16 @@ def batch_lookups(
     return out
 
 
-def exact_pmf(rows: int, alpha: float, hot_share: float = 0.0) -> np.ndarray:
-    """p(k) for k = 1..rows of the bounded power law with a hot value: the mixture
-    h [k == 1] + (1 - h) k^-alpha / sum_j j^-alpha (for distribution tests)."""
+def exact_pmf(rows: int, alpha: float, hot_shares: Sequence[float] = ()) -> np.ndarray:
+    """p(k) for k = 1..rows of the bounded power law with hot values: s_k for the hot
+    ranks k <= j, (1 - sum s) k^-alpha / sum_(i > j) i^-alpha above (for distribution
+    tests)."""
     k = np.arange(1, rows + 1, dtype=np.float64)
     w = k**-alpha
-    pmf = (1.0 - hot_share) * (w / w.sum())
-    pmf[0] += hot_share
+    if not len(hot_shares):
+        return w / w.sum()
+    j = len(hot_shares)
+    pmf = np.empty(rows)
+    pmf[:j] = hot_shares
+    pmf[j:] = (1.0 - math.fsum(hot_shares)) * (w[j:] / w[j:].sum())
     return pmf

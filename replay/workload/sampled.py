@@ -26,10 +26,11 @@ depends only on (spec, seed, T, b), whatever the threads or the batch ranges rea
   (`sampler.unpermute_index`); the set and the weights are the same, at a fraction of
   the cost. The chunks of rows run in `threads` threads (numba releases the GIL).
   S_t = sum of k^-alpha over the sampled ranks / the generator's normaliser (the head
-  sum plus the Euler-Maclaurin tail of `sampler.build_sampler_tables`). A hot value
-  (`hot_share` h) is rank 1 with extra mass: its row's weight gets E = h / (1 - h) x
-  the normaliser Z, and S_t is divided by Z + E instead (the generator's own mixture,
-  p(k) = h [k == 1] + (1 - h) k^-alpha / Z); with h = 0, E = 0.0 changes nothing.
+  sum plus the Euler-Maclaurin tail of `sampler.build_sampler_tables`). Hot values
+  (`hot_shares` s_1..s_j) are ranks 1..j with their own weights: rank i's row weighs
+  W_i = s_i / (1 - sum s) x R instead of i^-alpha, R the normaliser less the hot ranks'
+  i^-alpha (`sampler.hot_weights`, the generator's own), and S_t is divided by R +
+  sum W_i; without hot values no weight is replaced and the normaliser is Z.
 - Rows: a Walker/Vose alias table over the sampled rows' weights (`sampler.build_alias`;
   Walker 1977, Vose 1991), one uniform picks the slot and another flips its coin.
 - K: n_t and S_t are fixed for the whole run, so K is drawn from an alias table of the
@@ -96,19 +97,19 @@ BINOMIAL_CUT = 2.0**-64  # mass the binomial tables may drop, in all
 @kernel
 def _sampled_rows_kernel(
     offset: np.int64, rows: np.int64, lo: np.int64, hi: np.int64, contiguous: bool,
-    bits: np.int64, keys: np.ndarray, threshold: np.int64, alpha: float, hot_extra: float,
-    out_row: np.ndarray, out_weight: np.ndarray,
+    bits: np.int64, keys: np.ndarray, threshold: np.int64, alpha: float,
+    hot_weight: np.ndarray, out_row: np.ndarray, out_weight: np.ndarray,
 ) -> np.int64:  # fmt: skip
-    """Rows of [lo, hi) that SHARDS keeps and their rank's weight k^-alpha (rank 1's plus
-    `hot_extra`, the hot value's mass); their count."""
+    """Rows of [lo, hi) that SHARDS keeps and their rank's weight k^-alpha (hot rank i's
+    `hot_weight[i - 1]`); their count."""
     n = 0
     for r in range(lo, hi):
         if shards_keeps(offset + r, threshold):
             p = r if contiguous else unpermute_index(r, rows, bits, keys)
             out_row[n] = r
             out_weight[n] = 1.0 if alpha == 0.0 else math.exp(-alpha * math.log(p + 1.0))
-            if p == 0 and hot_extra > 0.0:
-                out_weight[n] += hot_extra
+            if p < len(hot_weight):
+                out_weight[n] = hot_weight[p]
             n += 1
     return n
 
@@ -118,11 +119,18 @@ def _normaliser(rows: int, alpha: float) -> float:
     return sampler.power_law_sum(rows, alpha)
 
 
-def _hot_extra(rows: int, alpha: float, hot_share: float) -> float:
-    """E = h / (1 - h) x Z: the hot value's mass in the units of the weights k^-alpha."""
-    if hot_share == 0.0:
-        return 0.0
-    return hot_share / (1.0 - hot_share) * _normaliser(rows, alpha)
+def _hot_weights(
+    rows: int, alpha: float, hot_shares: tuple[float, ...]
+) -> tuple[np.ndarray, float]:
+    """(W, normaliser): the hot ranks' weights in the units of k^-alpha and the sum the
+    weights are divided by (module docstring); (empty, Z) without hot values."""
+    norm = _normaliser(rows, alpha)
+    if not hot_shares:
+        return np.zeros(0, dtype=np.float64), norm
+    plain = np.arange(1, len(hot_shares) + 1, dtype=np.float64) ** -alpha
+    rest = norm - math.fsum(plain.tolist())
+    weights = sampler.hot_weights(hot_shares, np.zeros(len(hot_shares)), rest)
+    return weights, rest + math.fsum(weights.tolist())
 
 
 @kernel
@@ -208,7 +216,7 @@ def sampled_tables(
         for lo in range(0, int(rows[t]), SETUP_CHUNK_ROWS)
     ]
     keys = [sampler.feistel_round_keys(root, t) for t in range(len(rows))]
-    extras = [_hot_extra(t.rows, float(t.alpha), float(t.hot_share)) for t in spec.tables]
+    hot = [_hot_weights(t.rows, float(t.alpha), t.hot_shares) for t in spec.tables]
 
     def run(task: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
         t, lo, hi = task
@@ -218,7 +226,7 @@ def sampled_tables(
         n = _sampled_rows_kernel(
             int(offsets[t]), int(rows[t]), lo, hi, table.mapping == "contiguous",
             sampler.permutation_bits(int(rows[t])), keys[t], threshold, float(table.alpha),
-            extras[t], out_row, out_weight,
+            hot[t][0], out_row, out_weight,
         )  # fmt: skip
         return out_row[:n].copy(), out_weight[:n].copy()
 
@@ -232,7 +240,7 @@ def sampled_tables(
     for t, table in enumerate(spec.tables):
         row = np.concatenate([r for r, _ in by_table[t]] or [np.empty(0, np.int64)])
         weight = np.concatenate([w for _, w in by_table[t]] or [np.empty(0)])
-        norm = _normaliser(int(table.rows), float(table.alpha)) + extras[t]
+        norm = hot[t][1]  # Z without hot values
         mass = min(1.0, float(weight.sum()) / norm)
         counts.append(len(row))
         masses.append(mass)

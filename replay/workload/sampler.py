@@ -12,12 +12,14 @@ Assumptions and sources of each model:
   exactly by rejection inversion (Hörmann & Derflinger, "Rejection-inversion to generate
   variates from monotone discrete distributions", ACM TOMACS 6(3), 1996; the variant of
   Apache Commons RNG's RejectionInversionZipfSampler). alpha = 0 is the uniform law.
-- A hot value (`hot_share` h > 0, `replay.workload.spec`): the pmf is the mixture
-  h [k == 1] + (1 - h) p(k). Rank 1 is always in the alias head (below), so the mixture
-  costs nothing at draw time: rank 1's alias weight gets the extra h / (1 - h) x the
-  power law's normaliser, and the head's probability becomes h + (1 - h) S_K / S_rows;
-  the tail, conditioned on being drawn, is the same power law. With h = 0 the extra is
-  0.0 and every number (so every lookup) is what it was before the knob.
+- Hot values (`hot_shares` s_1..s_j, `replay.workload.spec`): rank i <= j takes s_i of
+  the lookups and ranks above j the power law's k^-alpha scaled to 1 - sum s. The hot
+  ranks (j <= 3) are always in the alias head (below), so they cost nothing at draw
+  time: rank i's alias weight is replaced by s_i / (1 - sum s) x R, R the power law's
+  sum over the ranks above j (`hot_weights`), and the head's probability becomes
+  S'_K / (S'_K + S_tail) with S'_K the head's new sum; the tail, conditioned on being
+  drawn, is the same power law. Without hot values the weights are not touched, so
+  every number (so every lookup) is what it was before the knob.
 - Rank -> row is a keyed pseudo-random permutation of [0, rows): a 4-round Feistel
   network on the smallest bit width holding `rows`, with cycle walking (Black & Rogaway,
   "Ciphers with arbitrary finite domains", CT-RSA 2002). No per-table array: a 40 M-row
@@ -289,6 +291,15 @@ def tail_sum(first: int, last: int, alpha: float) -> float:
     )
 
 
+def hot_weights(hot_shares: Sequence[float], weights: np.ndarray, tail: float) -> np.ndarray:
+    """The hot ranks' weights in the power law's units: s_i / (1 - sum s) x R, R the
+    weights' sum over the ranks above the hot ones plus `tail` (the sum beyond
+    `weights`), so that rank i takes s_i of all and the other ranks share 1 - sum s."""
+    j = len(hot_shares)
+    rest = math.fsum(weights[j:].tolist()) + tail
+    return np.asarray(hot_shares, dtype=np.float64) / (1.0 - math.fsum(hot_shares)) * rest
+
+
 def power_law_sum(rows: int, alpha: float) -> float:
     """H(rows, alpha) = sum_{k=1}^{rows} k^-alpha as the generator sums it: the head
     ranks exactly, the tail by Euler-Maclaurin (`tail_sum`); rows for alpha = 0."""
@@ -344,8 +355,8 @@ class SamplerTables:
 
 
 def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
-    """Flatten TableSpec-like objects (rows, pooling, alpha, drift, ..., and `hot_share`
-    where they have it) for the kernels."""
+    """Flatten TableSpec-like objects (rows, pooling, alpha, drift, ..., and `hot_shares`
+    where they have them) for the kernels."""
     n = len(tables)
     iparams = np.zeros((n, 10), dtype=np.int64)
     fparams = np.zeros((n, 7), dtype=np.float64)
@@ -356,9 +367,9 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
     alias_off = perm_off = 0
     for t, spec in enumerate(tables):
         rows, alpha = int(spec.rows), float(spec.alpha)
-        hot = float(getattr(spec, "hot_share", 0.0))
+        hot = tuple(float(h) for h in getattr(spec, "hot_shares", ()))
         head = rows if rows <= FULL_ALIAS_ROWS else HEAD_RANKS
-        if alpha == 0.0 and hot == 0.0:
+        if alpha == 0.0 and not hot:
             head = 0  # uniform: no table needed
         bits = permutation_bits(rows)
         keys = feistel_round_keys(root, t)
@@ -370,17 +381,16 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
         p_head, lo, hi, sq = 1.0, 0.0, 0.0, 0.0
         if head:
             weights = np.arange(1, head + 1, dtype=np.float64) ** -alpha
-            s_head = math.fsum(weights.tolist())
             s_tail = tail_sum(head + 1, rows, alpha) if head < rows else 0.0
-            # the hot value: rank 1's extra mass, in the power law's units (0.0 when h = 0)
-            extra = hot / (1.0 - hot) * (s_head + s_tail) if hot > 0.0 else 0.0
-            weights[0] += extra
+            if hot:  # the hot ranks' weights (none: the plain law's weights, bit for bit)
+                weights[: len(hot)] = hot_weights(hot, weights, s_tail)
+            s_head = math.fsum(weights.tolist())
             prob, alias = build_alias(weights)
             probs.append(prob)
             aliases.append(alias)
             alias_off += head
             if head < rows:
-                p_head = (s_head + extra) / (s_head + extra + s_tail)
+                p_head = s_head / (s_head + s_tail)
                 lo = _h_integral(head + 0.5, alpha)
                 hi = _h_integral(rows + 0.5, alpha)
                 sq = zipf_constants(rows, alpha)[2]

@@ -14,7 +14,7 @@ that does not set the key itself)::
 
     [defaults]
     alpha = 1.05               # bounded power law p(k) ~ k^-alpha over ranks 1..rows
-    hot_share = 0.0            # share of lookups on one hot row (rank 1) on top of the law
+    hot_shares = []            # exact shares of the lookups on ranks 1, 2, ... (hot values)
     drift = 0.0                # share of a table's rows the popularity ranking moves per batch
     drift_period_batches = 1   # apply the drift in steps of this many batches (e.g. a day)
     reuse = 0.0                # probability that a lookup repeats one of the recent window
@@ -31,14 +31,24 @@ that does not set the key itself)::
     rows = 1460
     frozen = false             # a frozen table is looked up but never updated
 
-The hot value (`hot_share` = h, in [0, 1)): real categorical features put a fixed share
-of their lookups on one value (the empty value, a default id) on top of a long tail, so
-a table's rank pmf is the mixture p(k) = h [k == 1] + (1 - h) k^-alpha / H(rows, alpha):
-rank 1 (the hot row) takes h of the lookups plus its power-law share. It is rank 1 like
-any other: the same rank -> row permutation, and drift moves it as it moves every rank.
-h = 0 is the plain power law, and a spec with h = 0 everywhere is the spec it was before
-the knob existed: `to_dict` (manifests, digests, TOML) leaves the key out, and the
-generator draws the same lookups bit for bit.
+The hot values (`hot_shares` = [s_1, ..., s_j], j <= `MAX_HOT_VALUES` and below rows,
+each in [0, 1), their sum below 1): real categorical features put a fixed share of their
+lookups on a few values (the empty value, a default id, a dominant campaign) on top of a
+long tail, so rank i <= j takes exactly s_i of the table's lookups and the other ranks
+share the rest by the power law over ranks j + 1..rows:
+
+    p(k) = s_k for k <= j,   p(k) = (1 - s_1 - ... - s_j) k^-alpha / H_(j+1) for k > j,
+
+H_(j+1) = sum_(k=j+1)^rows k^-alpha. This is the model `replay fit` tests and estimates
+(`replay.workload.fit_stats`: the shares are the observed shares of the top rows, alpha
+the exponent of the rest), and a share is what one reads off a real table ("the empty
+value is 46% of C14"), whatever alpha and rows. Hot ranks are ranks like any other: the
+same rank -> row permutation, and drift moves them as it moves every rank. Trailing zero
+shares are dropped, so [] (or [0.0]) is the plain power law, and a spec without hot
+values is the spec it was before the knob existed: `to_dict` (manifests, digests, TOML)
+leaves the key out, and the generator draws the same lookups bit for bit. (The first
+version of the knob, `hot_share` = h, put h on rank 1 on top of its power-law share; it
+is refused with a pointer here.)
 """
 
 from __future__ import annotations
@@ -64,6 +74,9 @@ MAX_ROWS = 2**53
 MAX_ROWS_TEXT = "2^53"
 MAX_ALPHA = 10.0
 MAX_POOLING = 1 << 20
+# hot values per table: real tables show one to three (issue 28; `replay fit` tests them
+# rank by rank), and every hot rank must be a head rank of each generator
+MAX_HOT_VALUES = 3
 
 
 @dataclass(frozen=True)
@@ -73,7 +86,8 @@ class TableSpec:
     name: str
     rows: int
     alpha: float = 1.05
-    hot_share: float = 0.0  # share of lookups on rank 1 on top of the power law
+    # the exact shares of the lookups on ranks 1..j; the power law shares the rest
+    hot_shares: tuple[float, ...] = ()
     drift: float = 0.0
     drift_period_batches: int = 1
     reuse: float = 0.0
@@ -148,11 +162,13 @@ class WorkloadSpec:
 
 
 def _table_dict(table: TableSpec) -> dict[str, Any]:
-    """A table as plain data; without `hot_share` when it is 0, so that a spec without a
-    hot value has the manifest, digest and TOML it had before the knob existed."""
+    """A table as plain data; without `hot_shares` when there are none, so that a spec
+    without hot values has the manifest, digest and TOML it had before the knob existed."""
     data = asdict(table)
-    if data["hot_share"] == 0.0:
-        del data["hot_share"]
+    if data["hot_shares"]:
+        data["hot_shares"] = list(data["hot_shares"])
+    else:
+        del data["hot_shares"]
     return data
 
 
@@ -169,6 +185,11 @@ def _option_name(match: re.Match[str]) -> str:
 
 
 def _check_keys(data: dict[str, Any], allowed: set[str], where: str) -> None:
+    if "hot_share" in data and "hot_shares" in allowed:
+        raise ConfigError(
+            f"{where}: 'hot_share' (one hot value on top of the power law) is replaced by"
+            " hot_shares = [s_1, ...], the exact shares of ranks 1, 2, ... (issue 28)"
+        )
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(
@@ -212,6 +233,31 @@ def _float(value: Any, where: str, lo: float, hi: float, *, hi_open: bool = Fals
     return value
 
 
+def _hot_shares(merged: dict[str, Any], where: str) -> tuple[float, ...]:
+    """The table's hot values, trailing zeros dropped: each in [0, 1), their sum below 1,
+    at most MAX_HOT_VALUES of them and fewer than its rows."""
+    value = merged.get("hot_shares", [])
+    if not isinstance(value, list | tuple):
+        raise ConfigError(f"{where}.hot_shares: expected a list of numbers, got {value!r}")
+    shares = [
+        _float(v, f"{where}.hot_shares[{i}]", 0.0, 1.0, hi_open=True) for i, v in enumerate(value)
+    ]
+    while shares and shares[-1] == 0.0:
+        shares.pop()
+    if len(shares) > MAX_HOT_VALUES:
+        raise ConfigError(f"{where}.hot_shares: at most {MAX_HOT_VALUES} hot values")
+    rows = merged.get("rows")
+    if shares and isinstance(rows, int) and len(shares) >= rows:
+        raise ConfigError(
+            f"{where}.hot_shares: {len(shares)} hot values on {rows} rows leave no rank to the"
+            " power law"
+        )
+    total = math.fsum(shares)
+    if total >= 1.0:
+        raise ConfigError(f"{where}.hot_shares: the shares sum to {total}, not below 1")
+    return tuple(shares)
+
+
 def _str(value: Any, where: str, choices: tuple[str, ...] | None = None) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"{where}: expected a string, got {value!r}")
@@ -241,9 +287,7 @@ def _table(data: Any, defaults: dict[str, Any], where: str) -> TableSpec:
         name=_str(merged["name"], f"{where}.name"),
         rows=_rows(merged["rows"], f"{where}.rows"),
         alpha=_float(merged.get("alpha", 1.05), f"{where}.alpha", 0.0, MAX_ALPHA),
-        hot_share=_float(
-            merged.get("hot_share", 0.0), f"{where}.hot_share", 0.0, 1.0, hi_open=True
-        ),
+        hot_shares=_hot_shares(merged, where),
         drift=_float(merged.get("drift", 0.0), f"{where}.drift", 0.0, 1.0),
         drift_period_batches=_int(
             merged.get("drift_period_batches", 1), f"{where}.drift_period_batches", 1, 2**40
@@ -335,6 +379,8 @@ def spec_to_toml(spec: WorkloadSpec) -> str:
             return "true" if v else "false"
         if isinstance(v, int | float):
             return repr(v)
+        if isinstance(v, list | tuple):
+            return "[" + ", ".join(value(x) for x in v) + "]"
         # a TOML basic string: JSON's escapes are TOML's, but for DEL, which TOML also escapes
         return json.dumps(str(v), ensure_ascii=False).replace("\x7f", "\\u007f")
 
@@ -352,6 +398,7 @@ def spec_to_toml(spec: WorkloadSpec) -> str:
 
 
 __all__ = [
+    "MAX_HOT_VALUES",
     "TableSpec",
     "UpdateRule",
     "WorkloadSpec",
