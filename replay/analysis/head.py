@@ -272,7 +272,9 @@ class ExactHead:
         slots = 1 << max(4, int(2 * self.capacity + 1).bit_length())  # load <= 1/2
         self.map_keys = np.full(slots, -1, dtype=np.int64)
         self.map_pos = np.zeros(slots, dtype=np.int64)
-        window = -(-max(2 * self.capacity + 2, 128) // 64) * 64
+        # at least 2^16 positions: small stacks would compact (and return to Python)
+        # every few dozen requests
+        window = -(-max(2 * self.capacity + 2, 1 << 16) // 64) * 64
         self.bits = np.zeros(window // 64, dtype=np.uint64)
         self.tree = np.zeros(window // 64 + 1, dtype=np.int64)
         self.pos2key = np.zeros(window, dtype=np.int64)
