@@ -171,17 +171,15 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
-def _ratio(value: float | None) -> str:
-    return "n/a (no cache)" if value is None else f"{value:.4f}"
-
-
 def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out: Path) -> None:
+    from replay.report.blocks import hit_ratio_text
+
     pol = summary["policy"]
     t = summary["time"]
     typer.echo(
         f"{shown(name, markup=False)}: {summary['lookups']:,} lookups in "
         f"{summary['batches']:,} batches; "
-        f"policy {pol['name']}: hit ratio {_ratio(pol['hit_ratio'])} "
+        f"policy {pol['name']}: hit ratio {hit_ratio_text(pol['hit_ratio'], 'n/a (no cache)')} "
         f"({pol['misses']:,} misses, {pol['evictions']:,} evictions, "
         f"{pol['writebacks']:,} write-backs)"
     )

@@ -38,6 +38,7 @@ from replay.report.analysis import (
     time_terms,
 )
 from replay.report.blocks import bytes_text as _bytes
+from replay.report.blocks import hit_ratio_text
 from replay.report.blocks import images as _images
 from replay.report.blocks import ms as _ms
 from replay.report.blocks import not_shown as _not_shown
@@ -69,11 +70,6 @@ from replay.report.scenario_figures import scenario_figures
 
 REPORT_FILES = frozenset({"report.md", "report.html", "summary.json", "figures"})
 TITLE = "replay report"
-
-
-def _ratio(value: float | None) -> str:
-    """A hit ratio to four places; "n/a" for a system with no cache."""
-    return "n/a" if value is None else f"{value:.4f}"
 
 
 def _workload_blocks(results: Results, figures: list[FigureOut]) -> list[Block]:
@@ -120,7 +116,7 @@ def _compare_table(runs: tuple[RunData, ...]) -> Table:
                 _ms(terms["total"]),
                 _x(base / terms["total"] if terms["total"] > 0 else None),
                 f"{energy_per_batch(run):.4g} J",
-                _ratio(s["policy"]["hit_ratio"]),
+                hit_ratio_text(s["policy"]["hit_ratio"]),
                 strategy,
                 overhead,
             )
@@ -167,7 +163,7 @@ def _hierarchy_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> lis
                         r["system"],
                         r["policy"],
                         f"{r['capacity_rows']:,}",
-                        _ratio(r["hit_ratio"]),
+                        hit_ratio_text(r["hit_ratio"]),
                         _x(r["amplification"]),
                         _bytes(r["link_bytes_per_batch"]),
                         _ms(r["batch_time_s"]),
