@@ -69,7 +69,8 @@ def fit_command(
             "--rows",
             metavar="declared|observed|extrapolate",
             help="Table rows: declared (the trace's), observed (rows touched) or "
-            "extrapolate (Chao1 estimate of the distinct values).",
+            "extrapolate (fitted with the others by the rows touched, at least the Chao1 "
+            "estimate of the distinct values).",
         ),
     ] = "declared",
     max_lookups: Annotated[

@@ -10,8 +10,20 @@ estimates:
 
 - **rows**: the table's declared rows (`--rows declared`, the default: the manifest's
   cardinality, e.g. the hash cap of `replay ingest --max-ind-range`), the rows the trace
-  touched (`observed`), or a stated extrapolation (`extrapolate`): Chao's bias-corrected
-  species estimator (`chao1`), never below the rows touched.
+  touched (`observed`), or a stated extrapolation (`extrapolate`): fitted with alpha,
+  reuse and drift (below) in log rows, from Chao's bias-corrected species estimator
+  (`chao1`, Chao 1984: a lower bound of the richness, never below the rows touched) up
+  to the declared rows where they are above it (a hash cap, `--max-ind-range`), else
+  lookups^2 (beyond that a sample of n lookups expects fewer than one coincidence among
+  the rows it has not seen: it cannot tell more rows apart). The rows of a table are not
+  known from a sample, and the rows-touched statistics (final and curve) are what tell
+  them: where the tail below the hot values is flatter than the one power law, Chao1's
+  rows leave the fitted trace touching 15-20% fewer rows than the sample (Criteo's C1,
+  C11, C20 in batches of 50). A simulation at other rows draws other ranks (the
+  sampler's and the permutation's bounds change), so common random numbers do not steady
+  the finite differences in log rows: a grid over the bracket gives the solver its start.
+  A table whose Chao1 is its rows touched (no row seen once), of one row, or of one
+  batch keeps Chao1's rows.
 - **hot_shares**, first: how many of the most frequent rows stand out from the power law
   of the rows below them, by likelihood-ratio tests at level 0.001 (`fit_stats.
   hot_values_test`, whose docstring derives them: rank j's point mass against the
@@ -35,15 +47,16 @@ estimates:
   batches (which tell reuse from drift).
   A start comes from bisecting each parameter alone (alpha on the log-rank, reuse on the
   consecutive reuse, drift on the rows touched), then a grid over drift's whole bracket
-  (a drift that moves the hot rows is a plateau no local step leaves). Then
-  Levenberg-Marquardt steps on all three at once, with a forward-difference Jacobian
-  (every table in the same three simulations: tables draw independent streams), each
-  statistic weighted by its noise (the spread over `_NOISE_SEEDS` traces at the
-  start). A simulation averages the statistics of up to `MAX_REPEATS` traces of the
-  sample's shape (enough for `SIMULATED_LOOKUPS` lookups), so that a small sample's fit
-  does not carry as much simulation noise as sampling noise; all simulations share
-  their seeds (common random numbers), offset from the spec's seed so that `--check`
-  sees an independent trace.
+  (a drift that moves the hot rows is a plateau no local step leaves), and under `--rows
+  extrapolate` a grid over log rows (see rows). Then Levenberg-Marquardt steps on all
+  three (four with `--rows extrapolate`) at once, with a forward-difference Jacobian
+  (every table in the same simulations: tables draw independent streams), each
+  statistic weighted by its noise (the spread over `_NOISE_SEEDS` traces at the start).
+  A simulation averages the statistics of up to `MAX_REPEATS` traces of the sample's
+  shape (enough for `SIMULATED_LOOKUPS` lookups), so that a small sample's fit does not
+  carry as much simulation noise as sampling noise; all simulations share their seeds
+  (common random numbers), offset from the spec's seed so that `--check` sees an
+  independent trace.
 - **alpha_ci**: the delta method of indirect inference: the statistics' covariance over
   `BOOTSTRAP_REPLICATES` single traces with other seeds at the fitted parameters, times
   1 + 1/repeats (the trace's statistics are as noisy as one trace, the simulation's
@@ -51,14 +64,15 @@ estimates:
   Jacobian (the sandwich of the weighted least squares the solver runs); 95% =
   alpha +/- 1.96 se.
 - **notes**: a table is **too small** when it has fewer than `MIN_FIT_LOOKUPS` lookups
-  or the interval is wider than `MAX_CI_WIDTH`; **too flat** when the uniform law
-  (alpha 0, its own reuse) matches the statistics about as well as the fit (its misfit
-  at most `FLAT_MARGIN` above; the spec then generates that uniform law) or the
-  interval reaches 0; **not converged** when its statistics stay more than `MAX_MISFIT`
-  (squared noise units, the noise pooled over the start's traces and the replicates,
-  22 degrees of freedom; for the rows-touched statistics at least a count's rounding
-  error, `_TOUCHED`) from the sample's. `alpha` is then null in the report, while the spec keeps the
-  point estimate as the best guess to generate with.
+  or the interval is wider than `MAX_CI_WIDTH`; **too flat** when the uniform law (alpha
+  0, its own reuse, Chao1's rows under `--rows extrapolate`) matches the statistics
+  about as well as the fit (its misfit at most `FLAT_MARGIN` above; the spec then
+  generates that uniform law) or the interval reaches 0; **not converged** when its
+  statistics stay more than `MAX_MISFIT` (squared noise units, the noise pooled over the
+  start's traces and the replicates, 22 degrees of freedom; for the rows-touched
+  statistics at least a count's rounding error, `_TOUCHED`) from the sample's. `alpha`
+  is then null in the report, while the spec keeps the point estimate as the best guess
+  to generate with.
 
 Known limits: the 10% agreement `--check` shows needs a sample whose own statistics
 are steadier than that: on a table of 256 lookups per batch whose few hot rows drift,
@@ -74,21 +88,22 @@ diagnostics say when they vary).
 `replay.workload.fit_stats` holds the statistics (one kernel for the trace and every
 simulation, each statistic's reasons) and the power law's estimators with their
 derivations and sources; `replay.workload.fit_check` the check (`replay fit --check`);
-`replay.workload.fit_toml` the spec file with the diagnostics as comments.
+`replay.workload.fit_toml` the spec file with the diagnostics as comments;
+`replay.workload.fit_sample` the sample read from the trace.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from replay.errors import ConfigError, TraceError
-from replay.trace.keys import bad_lookup_error
+from replay.errors import ConfigError
 from replay.trace.reader import Trace
+from replay.workload.fit_sample import Sample, read_sample
 from replay.workload.fit_stats import (
     HOT_CRITICAL,
     STATISTICS,
@@ -109,6 +124,7 @@ _LM_TRIES = 4  # damped retries within a step before the Jacobian is taken again
 _LM_DAMPING = 1e-2
 _LM_DAMPING_MAX = 1e4
 DRIFT_GRID = 9
+ROWS_GRID = 13
 _NOISE_SEEDS = 8
 # the fit's simulations draw from seed + this, the spec (and --check) from the seed:
 # the check is then a trace the fit never saw
@@ -129,16 +145,18 @@ MAX_CI_WIDTH = 1.0
 # over the 8 statistics less 3 parameters: a chi-square(5) 99.9% point is 20.5, and the
 # noise is itself estimated from 22 degrees of freedom, the start's traces and the
 # replicates pooled: with 10, as before issue 28, the misfit of one table of 1,000 Criteo
-# lookups moved from 42 to 118 with the seed alone) did not converge
+# lookups moved from 42 to 118 with the seed alone) did not converge. `--rows
+# extrapolate` fits a fourth parameter (log rows): 4 degrees of freedom there, whose
+# chi-square 99.9% point is 18.5; the threshold is the same for every mode
 MAX_MISFIT = 25.0
 FULL_STEPS = 11  # bisection steps over a whole bracket
-ALPHA, REUSE, DRIFT = range(3)
-_PARAM_NAMES = ("alpha", "reuse", "drift")
+ALPHA, REUSE, DRIFT, ROWS = range(4)
+_PARAM_NAMES = ("alpha", "reuse", "drift", "rows")
 # Levenberg-Marquardt: forward-difference steps, largest steps and convergence, in the
-# solver's coordinates (alpha, reuse, log10 drift)
-_FD_STEP = np.array([0.05, 0.03, 0.3])
-_MAX_STEP = np.array([0.3, 0.15, 1.0])
-_TOLERANCE = np.array([0.002, 0.002, 0.02])
+# solver's coordinates (alpha, reuse, log10 drift, log rows)
+_FD_STEP = np.array([0.05, 0.03, 0.3, 0.2])
+_MAX_STEP = np.array([0.3, 0.15, 1.0, 0.7])
+_TOLERANCE = np.array([0.002, 0.002, 0.02, 0.02])
 _SCALE_FLOOR = 1e-3  # statistics' noise estimates are at least this
 # the rows-touched statistics are logs of counts: their noise is at least the rounding
 # error of a count, 1 / sqrt(12) rows (Sheppard's correction for grouping, Biometrika
@@ -146,102 +164,6 @@ _SCALE_FLOOR = 1e-3  # statistics' noise estimates are at least this
 # simulation can touch every row, the spread is then 0, and a sample one row short
 # would count (0.07 / 0.001)^2 = 4,400 noise units (Criteo's C25, 13 of 14 rows)
 _TOUCHED = [STATISTICS.index("touched_log_final"), STATISTICS.index("touched_log_mean")]
-
-
-# -- the sample ------------------------------------------------------------------------
-
-
-@dataclass
-class _Sample:
-    """The trace's lookups, split per table, and the shape a simulation copies."""
-
-    names: list[str]
-    declared_rows: np.ndarray
-    num_batches: int
-    batch_size: int
-    pooling: np.ndarray  # lookups per batch per table / batch_size
-    per_table: list[tuple[np.ndarray, np.ndarray]]  # (batch, row) in trace order
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def lookups_per_batch(self) -> np.ndarray:
-        return self.pooling * self.batch_size
-
-
-def _read_sample(
-    trace: Trace, max_lookups: int, batch_range: tuple[int, int] | None = None
-) -> _Sample:
-    first, last = batch_range if batch_range is not None else (0, trace.num_batches)
-    if not 0 <= first < last <= trace.num_batches:
-        raise ConfigError(
-            f"batch range [{first}, {last}) is not inside the trace's {trace.num_batches} batches"
-        )
-    notes: list[str] = []
-    if batch_range is not None:
-        notes.append(f"fitted on batches [{first:,}, {last:,}) of {trace.num_batches:,}")
-    stop = last
-    in_range = trace.num_lookups * (last - first) // max(trace.num_batches, 1)
-    if in_range > max_lookups:
-        stop = first + max(1, (last - first) * max_lookups // in_range)
-        notes.append(
-            f"fitted on the first {stop - first:,} of {last - first:,} batches "
-            f"(--max-lookups {max_lookups:,})"
-        )
-    chunk = trace.lookups(first, stop)
-    stop -= first
-    num_tables = len(trace.table_names)
-    rows_t = trace.table_rows
-    t64 = chunk.table.astype(np.int64)
-    wrong = (t64 >= num_tables) | (chunk.row >= rows_t[np.minimum(t64, num_tables - 1)])
-    if wrong.any():  # the engine's check and message (replay.trace.keys)
-        raise bad_lookup_error(str(trace.path), 0, chunk.table, chunk.row, rows_t, chunk.batch)
-    batch = chunk.batch.astype(np.int64) - first
-    table = t64
-    per_batch = np.bincount(batch * num_tables + table, minlength=stop * num_tables).reshape(
-        stop, num_tables
-    )
-    if stop > 1 and (per_batch[-1] < per_batch[:-1].max(axis=0)).any():
-        stop -= 1  # a short last batch (ingest's remainder): its shape is not the others'
-        keep = batch < stop
-        batch, table, row = batch[keep], table[keep], chunk.row[keep]
-        per_batch = per_batch[:stop]
-        notes.append("the last batch is shorter than the others and is left out")
-    else:
-        row = chunk.row
-    if not len(row):
-        raise TraceError(f"{trace.path}: no lookups to fit")
-    lookups_t = per_batch.sum(axis=0)
-    mean_t = np.rint(lookups_t / stop).astype(np.int64)
-    varying = [trace.table_names[t] for t in range(num_tables) if np.ptp(per_batch[:, t]) > 0]
-    if varying:
-        shown = ", ".join(varying[:5]) + (" ..." if len(varying) > 5 else "")
-        notes.append(f"lookups per batch vary in {shown}; the synthetic trace uses their mean")
-    mean_t = np.maximum(mean_t, 1)
-    batch_size = int(trace.manifest.get("batch_size") or 0)
-    if batch_size < 1 or (mean_t % batch_size).any():
-        batch_size = int(np.gcd.reduce(mean_t))
-    per_table = _split_by_table(batch, table, row, num_tables)
-    return _Sample(
-        names=list(trace.table_names),
-        declared_rows=trace.table_rows.copy(),
-        num_batches=stop,
-        batch_size=batch_size,
-        pooling=mean_t // batch_size,
-        per_table=per_table,
-        notes=notes,
-    )
-
-
-def _split_by_table(
-    batch: np.ndarray, table: np.ndarray, row: np.ndarray, num_tables: int
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per table, its (batch, row) in trace order."""
-    order = np.argsort(table, kind="stable")
-    bounds = np.searchsorted(table[order], np.arange(num_tables + 1))
-    return [
-        (batch[order[bounds[t] : bounds[t + 1]]], row[order[bounds[t] : bounds[t + 1]]])
-        for t in range(num_tables)
-    ]
 
 
 # -- the fit ---------------------------------------------------------------------------
@@ -253,7 +175,7 @@ class TableFit:
 
     name: str
     rows: int
-    rows_source: str  # declared | observed | extrapolated (chao1)
+    rows_source: str  # declared | observed | extrapolated (chao1) | extrapolated (fitted, ...)
     declared_rows: int
     lookups: int
     distinct_rows: int
@@ -376,14 +298,12 @@ class _Simulator:
 
     def __init__(
         self,
-        sample: _Sample,
-        rows: np.ndarray,
+        sample: Sample,
         windows: np.ndarray,
         repeats: int,
         hot_shares: list[tuple[float, ...]],
     ) -> None:
         self.sample = sample
-        self.rows = rows
         self.windows = windows
         self.repeats = repeats
         self.hot_shares = hot_shares  # per table: the hot ranks' shares, kept at any alpha
@@ -394,14 +314,14 @@ class _Simulator:
         tables = tuple(
             TableSpec(
                 name=f"t{t}",
-                rows=int(self.rows[t]),
+                rows=int(params[t, ROWS]),
                 alpha=float(params[t, ALPHA]),
                 hot_shares=self.hot_shares[t],
                 reuse=float(params[t, REUSE]),
                 drift=float(params[t, DRIFT]),
                 pooling=int(s.pooling[t]),
             )
-            for t in range(len(self.rows))
+            for t in range(len(params))
         )
         return WorkloadSpec(
             name="fit", tables=tables, batch_size=s.batch_size,
@@ -436,7 +356,9 @@ class _Simulator:
         self.count += 1
         return np.array(
             [
-                table_statistics(b, r, int(self.rows[t]), self.sample.num_batches, self.windows[t])
+                table_statistics(
+                    b, r, int(params[t, ROWS]), self.sample.num_batches, int(self.windows[t])
+                )
                 for t, (b, r) in enumerate(self.lookups(params, seed))
             ]
         )
@@ -460,7 +382,7 @@ def fit_trace(
     if max_lookups < 1:
         raise ConfigError(f"--max-lookups: {max_lookups} must be at least 1")
     say = progress or (lambda _: None)
-    sample = _read_sample(trace, max_lookups, batch_range)
+    sample = read_sample(trace, max_lookups, batch_range)
     num_tables = len(sample.names)
     counts = [np.unique(r, return_counts=True)[1] for _, r in sample.per_table]
     distinct = np.array([len(c) for c in counts], dtype=np.int64)
@@ -473,6 +395,23 @@ def fit_trace(
         rows = np.array([min(max(chao1(c), 1), MAX_ROWS) for c in counts], dtype=np.int64)
         rows_source = ["extrapolated (chao1)"] * num_tables
     lookups = sample.lookups_per_batch * sample.num_batches
+    # --rows extrapolate fits log(rows) with the others, from Chao1 (a lower bound) up to
+    # the declared rows where they are above it (a hash cap), else lookups^2 (module
+    # docstring); a table of one row, or whose Chao1 is the rows it touched, keeps it
+    fit_rows = np.zeros(num_tables, dtype=bool)
+    rows_cap = rows.astype(np.float64)
+    if rows_mode == "extrapolate":
+        chao = rows.copy()
+        identifiable = np.minimum(lookups.astype(np.float64) ** 2, float(MAX_ROWS))
+        rows_cap = np.where(
+            sample.declared_rows > chao, sample.declared_rows.astype(np.float64), identifiable
+        )
+        rows_cap = np.maximum(rows_cap, chao)
+        fit_rows = (chao > 1) & (chao > distinct) & (sample.num_batches > 1)
+        rows_source = [
+            f"extrapolated (fitted, at least chao1 {int(c):,})" if f else "extrapolated (chao1)"
+            for c, f in zip(chao, fit_rows, strict=True)
+        ]
     windows = np.clip(-(-WINDOW_LOOKUPS // sample.lookups_per_batch), 1, sample.num_batches)
     observed = np.array(
         [
@@ -488,13 +427,15 @@ def fit_trace(
         h.alpha_rest if h.stands_out and h.alpha_rest is not None else a
         for h, (a, _) in zip(hot, mle, strict=True)
     ]
-    params = np.zeros((num_tables, 3))
+    params = np.zeros((num_tables, 4))
+    start_rows = rows.copy()
+    params[:, ROWS] = rows
     params[:, ALPHA] = [min(a, ALPHA_MAX) if a is not None else 1.0 for a in start]
     # rows == 1 has nothing to fit; a single batch shows no reuse or drift
     fit_alpha = rows > 1
     fit_time = np.full(num_tables, sample.num_batches > 1)
     repeats = int(np.clip(-(-SIMULATED_LOOKUPS // max(int(lookups.sum()), 1)), 1, MAX_REPEATS))
-    sim = _Simulator(sample, rows, windows, repeats, [h.shares for h in hot])
+    sim = _Simulator(sample, windows, repeats, [h.shares for h in hot])
     spec_seed, seed = seed, seed + _SIMULATION_SEED_OFFSET
     drift_floor = np.log10(0.25 / (rows.astype(np.float64) * sample.num_batches))
     # beyond one whole table over the trace the ranking wraps round and old hot rows
@@ -504,11 +445,15 @@ def fit_trace(
     def to_param(k: int, x: np.ndarray) -> np.ndarray:
         if k == DRIFT:  # bisected in log10; the bracket's floor (< 1 place moved) is 0
             return np.where(x <= drift_floor + 1e-9, 0.0, 10.0**x)
+        if k == ROWS:  # natural log; whole rows
+            return np.clip(np.rint(np.exp(x)), 1.0, float(MAX_ROWS))
         return x
 
     def from_param(k: int, p: np.ndarray) -> np.ndarray:
         if k == DRIFT:
             return np.where(p > 0, np.log10(np.maximum(p, 1e-300)), drift_floor)
+        if k == ROWS:
+            return np.log(np.maximum(p, 1.0))
         return p
 
     def full_bracket(k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -516,6 +461,8 @@ def fit_trace(
             return np.zeros(num_tables), np.full(num_tables, ALPHA_MAX)
         if k == REUSE:
             return np.zeros(num_tables), np.full(num_tables, REUSE_MAX)
+        if k == ROWS:
+            return np.log(np.maximum(rows, 1)), np.log(rows_cap)
         return drift_floor.copy(), np.full(num_tables, drift_ceiling)
 
     def solve(base: np.ndarray, k: int, active: np.ndarray) -> np.ndarray:
@@ -539,13 +486,13 @@ def fit_trace(
         if active.any():
             say(f"start: {STATISTICS[k]} -> {_PARAM_NAMES[k]}")
             params = solve(params, k, active)
-    free = np.stack([fit_alpha, fit_time, fit_time], axis=1)
-    lower = np.stack([full_bracket(k)[0] for k in range(3)], axis=1)
-    upper = np.stack([full_bracket(k)[1] for k in range(3)], axis=1)
-    x = np.stack([from_param(k, params[:, k]) for k in range(3)], axis=1)
+    free = np.stack([fit_alpha, fit_time, fit_time, fit_rows], axis=1)
+    lower = np.stack([full_bracket(k)[0] for k in range(4)], axis=1)
+    upper = np.stack([full_bracket(k)[1] for k in range(4)], axis=1)
+    x = np.stack([from_param(k, params[:, k]) for k in range(4)], axis=1)
 
     def params_of(x: np.ndarray) -> np.ndarray:
-        return np.stack([to_param(k, x[:, k]) for k in range(3)], axis=1)
+        return np.stack([to_param(k, x[:, k]) for k in range(4)], axis=1)
 
     # the statistics' noise at the start (single traces of the sample's shape): the
     # weights of the misfit the solver lowers
@@ -566,13 +513,17 @@ def fit_trace(
     # can land on a drift that moves the hot rows, which the lag overlaps see at once, and
     # no local step gets out of that plateau
     current = sim.statistics(params_of(x), seed)
-    if fit_time.any():
-        say("start: a drift grid")
+
+    def grid(k: int, active: np.ndarray, points: int) -> None:
+        """Parameter k (where `active`) moved to the best of `points` evenly spaced over
+        its bracket in the solver's coordinates, where one lowers the misfit."""
+        nonlocal x, current
+        say(f"start: a {_PARAM_NAMES[k]} grid")
         best = _misfit(current, observed, scale)
-        for point in np.linspace(0.0, 1.0, DRIFT_GRID):
+        for point in np.linspace(0.0, 1.0, points):
             trial_x = x.copy()
-            trial_x[:, DRIFT] = np.where(
-                fit_time, lower[:, DRIFT] + point * (upper[:, DRIFT] - lower[:, DRIFT]), x[:, DRIFT]
+            trial_x[:, k] = np.where(
+                active, lower[:, k] + point * (upper[:, k] - lower[:, k]), x[:, k]
             )
             trial = sim.statistics(params_of(trial_x), seed)
             misfit = _misfit(trial, observed, scale)
@@ -580,17 +531,25 @@ def fit_trace(
             current = np.where((misfit < best)[:, None], trial, current)
             best = np.minimum(misfit, best)
 
+    if fit_time.any():
+        grid(DRIFT, fit_time, DRIFT_GRID)
+    # the rows too: a simulation at other rows draws other ranks and rows (the sampler's
+    # and the permutation's bounds change), so common random numbers do not steady the
+    # finite differences in log rows, and the solver needs a start near the best rows
+    if fit_rows.any():
+        grid(ROWS, fit_rows, ROWS_GRID)
+
     # 3. Levenberg-Marquardt on all three at once: reuse and drift pull the consecutive
     # reuse and the touched curve in opposite directions, so one at a time wanders along
     # the ridge between them; the Jacobian (forward differences, every table in the same
     # three simulations) takes the coupling into account, and the damping turns a step
     # that does not lower the misfit into a shorter, steeper one
     damping = np.full(num_tables, _LM_DAMPING)
-    jacobian = np.zeros((num_tables, len(STATISTICS), 3))
+    jacobian = np.zeros((num_tables, len(STATISTICS), 4))
     steps = 0
     for steps in range(1, LM_STEPS + 1):
         say(f"Levenberg-Marquardt step {steps}")
-        for k in range(3):
+        for k in np.flatnonzero(free.any(axis=0)):
             step = np.full(num_tables, _FD_STEP[k])
             if k == DRIFT:  # near the floor drift does nothing: look further up
                 step = np.where(x[:, k] < drift_floor + 1.0, 1.5, step)
@@ -627,6 +586,7 @@ def fit_trace(
         if ((np.abs(moved_by) <= _TOLERANCE).all(axis=1) | stuck).all():
             break
     params = params_of(x)
+    rows = params[:, ROWS].astype(np.int64)
     # a drift that moves the ranking by less than one place over the sample is none
     params[:, DRIFT] = np.where(
         params[:, DRIFT] * rows * sample.num_batches < 1.0, 0.0, params[:, DRIFT]
@@ -671,6 +631,7 @@ def fit_trace(
     # delta-method interval misses this when drift sits at its ceiling: there a small
     # alpha and the fastest drift look uniform too.
     uniform = np.zeros_like(params)
+    uniform[:, ROWS] = start_rows  # the uniform law at the rows the fit started from
     if (fit_time & fit_alpha).any():
         uniform = solve(uniform, REUSE, fit_time & fit_alpha)
     uniform_stats = sim.statistics(uniform, seed)
@@ -680,6 +641,11 @@ def fit_trace(
     params = np.where(flat[:, None], uniform, params)
     fitted = np.where(flat[:, None], uniform_stats, fitted)
     misfits = np.where(flat, uniform_misfits, misfits)
+    rows = params[:, ROWS].astype(np.int64)
+    mle = [
+        power_law_mle(c, int(rows[t])) if rows[t] != start_rows[t] else mle[t]
+        for t, c in enumerate(counts)
+    ]
     tables = []
     for t in range(num_tables):
         alpha = float(params[t, ALPHA])
@@ -750,7 +716,7 @@ def fit_trace(
     )
 
 
-def _fitted_spec(trace: Trace, sample: _Sample, tables: list[TableFit], seed: int) -> WorkloadSpec:
+def _fitted_spec(trace: Trace, sample: Sample, tables: list[TableFit], seed: int) -> WorkloadSpec:
     workload = trace.workload if isinstance(trace.workload, dict) else {}
     embedding_dim = workload.get("embedding_dim", 16)
     update = workload.get("update", {})

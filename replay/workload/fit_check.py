@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from replay.trace.reader import Trace
-from replay.workload.fit import FitResult, _read_sample, _split_by_table
+from replay.workload.fit import FitResult
+from replay.workload.fit_sample import read_sample, split_by_table
 from replay.workload.fit_stats import _table_stats
 from replay.workload.generator import CompiledWorkload
 
@@ -105,7 +106,7 @@ def check_fit(
     The sample is the batches the fit used, or `against` = (first, stop): other batches
     of the trace, e.g. the half the fit did not see."""
     first, stop = against or (result.first_batch, result.first_batch + result.batches)
-    sample = _read_sample(trace, max(result.max_lookups, trace.num_lookups), (first, stop))
+    sample = read_sample(trace, max(result.max_lookups, trace.num_lookups), (first, stop))
     spec = replace(result.spec, batches=sample.num_batches)
     rows = [t.rows for t in spec.tables]
     observed = _check_stats(sample.per_table, rows, sample.num_batches)
@@ -113,7 +114,7 @@ def check_fit(
     for i in range(CHECK_TRACES):
         compiled = CompiledWorkload.from_spec(replace(spec, seed=spec.seed + i))
         batch, table, row = compiled.lookups(0, sample.num_batches)
-        synthetic = _split_by_table(batch, table, row, len(spec.tables))
+        synthetic = split_by_table(batch, table, row, len(spec.tables))
         runs.append(_check_stats(synthetic, rows, sample.num_batches))
     generated = runs[0]
     entries = []

@@ -75,9 +75,9 @@ The bounded power law, p(k) ~ k^-alpha over ranks k in [1, rows]:
   exponent (h_i = s_i - (1 - S) / (1 - Q) q_i, S = sum s_i, q_i = i^-alpha / H(rows,
   alpha), Q = sum q_i: the mixture's rank i then takes s_i), so the fit can move alpha
   while the fitted hot ranks keep the observed shares.
-- `chao1` (the rows of `--rows extrapolate`): Chao's bias-corrected species estimator
-  D + F1 (F1 - 1) / (2 (F2 + 1)) (Chao 1984; D = rows touched, F1, F2 = rows seen once,
-  twice).
+- `chao1` (the lower bound of the rows `--rows extrapolate` fits): Chao's
+  bias-corrected species estimator D + F1 (F1 - 1) / (2 (F2 + 1)) (Chao 1984; D = rows
+  touched, F1, F2 = rows seen once, twice).
 """
 
 from __future__ import annotations
