@@ -112,3 +112,8 @@ def format_percent(fraction: float) -> str:
 
 
 __all__ = ["format_bytes", "format_duration", "format_percent", "parse_bytes", "parse_duration"]
+
+
+def format_hit_ratio(value: float | None, missing: str = "n/a") -> str:
+    """A hit (or miss) ratio to four places; `missing` for a system with no cache."""
+    return missing if value is None else f"{value:.4f}"

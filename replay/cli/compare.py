@@ -308,7 +308,7 @@ def print_table(
     from rich.console import Console
     from rich.table import Table
 
-    from replay.report.blocks import hit_ratio_text
+    from replay._units import format_hit_ratio
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     table = Table(title=shown(title), title_justify="left")
@@ -331,7 +331,7 @@ def print_table(
         if speedup:
             cells.append("-" if row["speedup"] is None else f"{row['speedup']:.3g}x")
         cells.append(_si(row["energy_j"], "J"))
-        cells.append(hit_ratio_text(row["hit_ratio"]))
+        cells.append(format_hit_ratio(row["hit_ratio"]))
         if checkpoints:
             cells.append(f"{100 * row['checkpoint_overhead']:.2f}%")
         if goodput:

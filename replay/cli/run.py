@@ -172,14 +172,14 @@ def _si(value: float, unit: str) -> str:
 
 
 def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out: Path) -> None:
-    from replay.report.blocks import hit_ratio_text
+    from replay._units import format_hit_ratio
 
     pol = summary["policy"]
     t = summary["time"]
     typer.echo(
         f"{shown(name, markup=False)}: {summary['lookups']:,} lookups in "
         f"{summary['batches']:,} batches; "
-        f"policy {pol['name']}: hit ratio {hit_ratio_text(pol['hit_ratio'], 'n/a (no cache)')} "
+        f"policy {pol['name']}: hit ratio {format_hit_ratio(pol['hit_ratio'], 'n/a (no cache)')} "
         f"({pol['misses']:,} misses, {pol['evictions']:,} evictions, "
         f"{pol['writebacks']:,} write-backs)"
     )

@@ -25,11 +25,6 @@ def pct(value: float | None, digits: int = 3) -> str:
     return fmt_ratio(value, digits)
 
 
-def hit_ratio_text(value: float | None, missing: str = "n/a") -> str:
-    """A hit (or miss) ratio to four places; `missing` for a system with no cache."""
-    return missing if value is None else f"{value:.4f}"
-
-
 def bytes_text(value: float | None) -> str:
     return "n/a" if value is None or not math.isfinite(value) else format_bytes(value)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from replay._output import atomic_folder, write_json
-from replay._units import format_duration
+from replay._units import format_duration, format_hit_ratio
 from replay._version import __version__
 from replay.errors import OutputError
 from replay.report.analysis import (
@@ -38,7 +38,6 @@ from replay.report.analysis import (
     time_terms,
 )
 from replay.report.blocks import bytes_text as _bytes
-from replay.report.blocks import hit_ratio_text
 from replay.report.blocks import images as _images
 from replay.report.blocks import ms as _ms
 from replay.report.blocks import not_shown as _not_shown
@@ -116,7 +115,7 @@ def _compare_table(runs: tuple[RunData, ...]) -> Table:
                 _ms(terms["total"]),
                 _x(base / terms["total"] if terms["total"] > 0 else None),
                 f"{energy_per_batch(run):.4g} J",
-                hit_ratio_text(s["policy"]["hit_ratio"]),
+                format_hit_ratio(s["policy"]["hit_ratio"]),
                 strategy,
                 overhead,
             )
@@ -163,7 +162,7 @@ def _hierarchy_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> lis
                         r["system"],
                         r["policy"],
                         f"{r['capacity_rows']:,}",
-                        hit_ratio_text(r["hit_ratio"]),
+                        format_hit_ratio(r["hit_ratio"]),
                         _x(r["amplification"]),
                         _bytes(r["link_bytes_per_batch"]),
                         _ms(r["batch_time_s"]),
