@@ -43,11 +43,18 @@ import numpy as np
 
 from replay._intrinsics import PREFETCH_AHEAD, prefetch
 from replay._jit import kernel
-from replay.analysis.stack import _FIB, _popcount, _trailing_zeros, reference_stack_distances
+from replay.analysis.stack import (
+    _FIB,
+    _dense_marks,
+    _marks_between,
+    _materialize,
+    _remove_mark,
+    _trailing_zeros,
+    reference_stack_distances,
+)
 from replay.errors import TraceError
 
 _ONE = np.uint64(1)
-_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 # int64 scalar state, `sc`
 _H_POS = 0  # next position in the window
@@ -102,18 +109,6 @@ def _map_find(map_keys: np.ndarray, key: np.int64, shift: np.uint64) -> int:
 
 
 @kernel
-def _remove_mark(bits: np.ndarray, tree: np.ndarray, q: int, wp: int) -> None:
-    """Clear the mark at position q; update the materialized tree nodes (those of complete
-    words, <= wp) above its word."""
-    wq = q >> 6
-    bits[wq] &= ~(_ONE << np.uint64(q & 63))
-    j = wq + 1
-    while j <= wp:
-        tree[j] -= 1
-        j += j & -j
-
-
-@kernel
 def _head_kernel(
     keys: np.ndarray,
     start: int,
@@ -162,7 +157,6 @@ def _head_kernel(
             prefetch(map_pos, ahead)
         slot = _map_find(map_keys, key, shift)
         wp = p >> 6
-        below_p = (_ONE << np.uint64(p & 63)) - _ONE  # bits of positions < p in word wp
         if map_keys[slot] != key:
             if not warming:
                 far += 1
@@ -171,29 +165,13 @@ def _head_kernel(
             live += 1
         else:
             q = np.int64(map_pos[slot])
-            wq = q >> 6
-            bq = np.uint64(q & 63)
-            above_q = ~((_ONE << bq) - _ONE) & ~(_ONE << bq)
-            if wq == wp:
-                d = np.int64(_popcount(bits[wq] & above_q & below_p))
-            else:
-                d = np.int64(_popcount(bits[wq] & above_q) + _popcount(bits[wp] & below_p))
-                # words wq+1 .. wp-1: prefix(wp) - prefix(wq + 1), walking until they meet
-                a = wp
-                b = wq + 1
-                while a != b:
-                    if a > b:
-                        d += tree[a]
-                        a &= a - 1
-                    else:
-                        d -= tree[b]
-                        b &= b - 1
+            d = _marks_between(bits, tree, q, p)
             _remove_mark(bits, tree, q, wp)
             if not warming:
                 hist[d] += 1
                 counted += 1
         map_pos[slot] = p
-        bits[wp] |= below_p + _ONE
+        bits[wp] |= _ONE << np.uint64(p & 63)
         pos2key[p] = key
         if live > capacity:  # drop the key capacity + 1 deep: the oldest live mark
             w = oldest >> 6
@@ -207,15 +185,8 @@ def _head_kernel(
             live -= 1
             oldest = o + 1
         p += 1
-        if p & 63 == 0:  # word wp is complete: materialize its node from its children
-            node = wp + 1
-            v = np.int64(_popcount(bits[wp]))
-            low = node & -node
-            k2 = 1
-            while k2 < low:
-                v += tree[node - k2]
-                k2 <<= 1
-            tree[node] = v
+        if p & 63 == 0:  # word wp is complete
+            _materialize(bits, tree, wp)
         i += 1
     sc[_H_REQ] += i - start
     sc[_H_POS] = p
@@ -248,16 +219,7 @@ def _head_compact(
             map_pos[_map_find(map_keys, key, shift)] = n
             n += 1
             word &= word - _ONE
-    full = n >> 6
-    for w in range(len(bits)):
-        if w < full:
-            bits[w] = _ALL
-        elif w == full:
-            bits[w] = (_ONE << np.uint64(n & 63)) - _ONE
-        else:
-            bits[w] = 0
-    for j in range(len(tree)):
-        tree[j] = 64 * (j & -j) if 1 <= j <= full else 0  # complete words hold 64 marks
+    _dense_marks(bits, tree, n)
     return n
 
 

@@ -107,6 +107,74 @@ _ONE = np.uint64(1)
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
+# -- the counting tree (shared with `replay.analysis.head`) --------------------------------
+
+
+@kernel
+def _marks_between(bits: np.ndarray, tree: np.ndarray, q: int, p: int) -> int:
+    """Set bits at positions strictly between q < p: popcounts inside the two end words,
+    the tree's materialized nodes for the words between, walking both prefix paths
+    (prefix(wp) - prefix(wq + 1)) only until they meet."""
+    wq = q >> 6
+    wp = p >> 6
+    bq = np.uint64(q & 63)
+    above_q = ~((_ONE << bq) - _ONE) & ~(_ONE << bq)  # bits of positions > q
+    below_p = (_ONE << np.uint64(p & 63)) - _ONE  # bits of positions < p in word wp
+    if wq == wp:
+        return np.int64(_popcount(bits[wq] & above_q & below_p))
+    d = np.int64(_popcount(bits[wq] & above_q) + _popcount(bits[wp] & below_p))
+    a = wp
+    b = wq + 1
+    while a != b:
+        if a > b:
+            d += tree[a]
+            a &= a - 1
+        else:
+            d -= tree[b]
+            b &= b - 1
+    return d
+
+
+@kernel
+def _remove_mark(bits: np.ndarray, tree: np.ndarray, q: int, wp: int) -> None:
+    """Clear the mark at position q; update the materialized nodes (those of complete
+    words, <= wp, the current word's index) above its word."""
+    wq = q >> 6
+    bits[wq] &= ~(_ONE << np.uint64(q & 63))
+    j = wq + 1
+    while j <= wp:
+        tree[j] -= 1
+        j += j & -j
+
+
+@kernel
+def _materialize(bits: np.ndarray, tree: np.ndarray, w: int) -> None:
+    """Word w is complete: write its node (w + 1) from its popcount and its children."""
+    node = w + 1
+    v = np.int64(_popcount(bits[w]))
+    low = node & -node
+    k2 = 1
+    while k2 < low:
+        v += tree[node - k2]
+        k2 <<= 1
+    tree[node] = v
+
+
+@kernel
+def _dense_marks(bits: np.ndarray, tree: np.ndarray, n: int) -> None:
+    """Bits and tree after a compaction: marks at positions 0..n-1, none above."""
+    full = n >> 6
+    for w in range(len(bits)):
+        if w < full:
+            bits[w] = _ALL
+        elif w == full:
+            bits[w] = (_ONE << np.uint64(n & 63)) - _ONE
+        else:
+            bits[w] = 0
+    for j in range(1, full + 1):
+        tree[j] = 64 * (j & -j)  # every complete word holds 64 marks
+
+
 @kernel
 def _stack_kernel(
     keys: np.ndarray,
@@ -187,51 +255,21 @@ def _stack_kernel(
                 ident = nids
                 nids += 1
         wp = p >> 6
-        below_p = (_ONE << np.uint64(p & 63)) - _ONE  # bits of positions < p in word wp
         q = np.int64(last[ident])
         if q < 0:
             cold += 1
             live += 1
             d = -1
         else:
-            wq = q >> 6
-            bq = np.uint64(q & 63)
-            above_q = ~((_ONE << bq) - _ONE) & ~(_ONE << bq)  # bits of positions > q
-            if wq == wp:
-                d = np.int64(_popcount(bits[wq] & above_q & below_p))
-                bits[wq] &= ~(_ONE << bq)
-            else:
-                d = np.int64(_popcount(bits[wq] & above_q) + _popcount(bits[wp] & below_p))
-                # words wq+1 .. wp-1: prefix(wp) - prefix(wq + 1), walking until they meet
-                a = wp
-                b = wq + 1
-                while a != b:
-                    if a > b:
-                        d += tree[a]
-                        a &= a - 1
-                    else:
-                        d -= tree[b]
-                        b &= b - 1
-                bits[wq] &= ~(_ONE << bq)
-                # the mark leaves word wq: update the materialized nodes (<= wp) above it
-                j = wq + 1
-                while j <= wp:
-                    tree[j] -= 1
-                    j += j & -j
+            d = _marks_between(bits, tree, q, p)
+            _remove_mark(bits, tree, q, wp)
             hist[d] += 1
-        bits[wp] |= below_p + _ONE  # set the bit of p (below_p + 1 = 1 << (p & 63))
+        bits[wp] |= _ONE << np.uint64(p & 63)
         pos2id[p] = ident
         last[ident] = p
         p += 1
-        if p & 63 == 0:  # word wp is complete: materialize its node from its children
-            node = wp + 1
-            v = np.int64(_popcount(bits[wp]))
-            low = node & -node
-            k2 = 1
-            while k2 < low:
-                v += tree[node - k2]
-                k2 <<= 1
-            tree[node] = v
+        if p & 63 == 0:  # word wp is complete
+            _materialize(bits, tree, wp)
         if record:
             dist_out[i] = d
         i += 1
@@ -268,16 +306,7 @@ def _compact(
             last[ident] = n
             n += 1
             word &= word - _ONE
-    full = n >> 6
-    for w in range(len(new_bits)):
-        if w < full:
-            new_bits[w] = _ALL
-        elif w == full:
-            new_bits[w] = (_ONE << np.uint64(n & 63)) - _ONE
-        else:
-            new_bits[w] = 0
-    for j in range(1, full + 1):
-        new_tree[j] = 64 * (j & -j)  # every complete word holds 64 marks
+    _dense_marks(new_bits, new_tree, n)
     return n
 
 
