@@ -101,15 +101,14 @@ MODEL_TABLES = [
 ]
 
 
-def test_generate_kernel_matches_reference() -> None:
-    root, tables = _tables(MODEL_TABLES, seed=11)
-    batch_size = 6
-    per_batch = batch_size * sum(t.pooling for t in MODEL_TABLES)
-    start, stop = 3, 7
-    n = (stop - start) * per_batch
-    out_b = np.empty(n, np.uint32)
-    out_t = np.empty(n, np.uint16)
-    out_r = np.empty(n, np.uint32)
+def _kernel_and_reference(
+    specs: list[TableSpec], seed: int, batch_size: int, start: int, stop: int
+) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]], np.ndarray, np.ndarray]:
+    """(kernel's lookups, reference's lookups, kernel's table and row columns) of
+    batches [start, stop)."""
+    root, tables = _tables(specs, seed=seed)
+    n = (stop - start) * batch_size * sum(t.pooling for t in specs)
+    out_b, out_t, out_r = np.empty(n, np.uint32), np.empty(n, np.uint16), np.empty(n, np.uint32)
     sampler.generate_lookups(
         np.uint64(root), start, stop, batch_size, tables.iparams, tables.fparams,
         tables.round_keys, tables.alias_prob, tables.alias_index, tables.perm, out_b, out_t, out_r,
@@ -120,6 +119,11 @@ def test_generate_kernel_matches_reference() -> None:
         for t, r in reference.batch_lookups(root, b, batch_size, tables)
     ]
     got = list(zip(out_b.tolist(), out_t.tolist(), out_r.tolist(), strict=True))
+    return got, expected, out_t, out_r
+
+
+def test_generate_kernel_matches_reference() -> None:
+    got, expected, out_t, out_r = _kernel_and_reference(MODEL_TABLES, 11, 6, 3, 7)
     assert got == expected
     for t, spec in enumerate(MODEL_TABLES):
         assert out_r[out_t == t].max() < spec.rows
@@ -195,20 +199,8 @@ def test_hot_generate_kernel_matches_reference() -> None:
         TableSpec(**{**vars(t), "hot_shares": (0.4, 0.1)[: min(2, t.rows - 1)]})
         for t in MODEL_TABLES
     ]
-    root, tables = _tables(specs, seed=13)
-    batch_size, start, stop = 6, 2, 6
-    n = (stop - start) * batch_size * sum(t.pooling for t in specs)
-    out_b, out_t, out_r = np.empty(n, np.uint32), np.empty(n, np.uint16), np.empty(n, np.uint32)
-    sampler.generate_lookups(
-        np.uint64(root), start, stop, batch_size, tables.iparams, tables.fparams,
-        tables.round_keys, tables.alias_prob, tables.alias_index, tables.perm, out_b, out_t, out_r,
-    )  # fmt: skip
-    expected = [
-        (b, t, r)
-        for b in range(start, stop)
-        for t, r in reference.batch_lookups(root, b, batch_size, tables)
-    ]
-    assert list(zip(out_b.tolist(), out_t.tolist(), out_r.tolist(), strict=True)) == expected
+    got, expected, _, _ = _kernel_and_reference(specs, 13, 6, 2, 6)
+    assert got == expected
 
 
 def test_hot_shares_are_validated() -> None:
