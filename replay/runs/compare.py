@@ -325,7 +325,8 @@ def preflight(ref: SourceRef | Path, jobs: Sequence[RunJob]) -> Source:
 # constructors): lru slot_key 8 + prev 4 + next 4 + dirty 1; lfu slot_key, frequency,
 # time 8 each + heap slot and position 4 each + dirty 1; belady slot_key 8 + heap
 # priority 8 + heap slot and position 4 each + dirty 1; chunk heap priority and slot 8 each
-_SLOT_BYTES = {"lru": 17, "lfu": 33, "belady": 25, "chunk": 16}
+# lru: 17 B per slot + its hash table, 4-8 entries of 8 B (replay.policies.lru)
+_SLOT_BYTES = {"lru": 81, "lfu": 33, "belady": 25, "chunk": 16}
 # hot's selection of the hottest rows: per looked-up row, its flat id (8), its count and
 # the partition's copy (4 + 4), two masks (2) and the selected ids (8), rounded up
 _HOT_SELECT_BYTES = 32

@@ -1,0 +1,107 @@
+"""The LRU's key -> slot hash table (`replay.policies.lru`): its find, insert-at-stop and
+backward-shift removal against a dict, on tables small enough that clusters wrap around
+the end and collide; and the whole LRU kernel against `reference_lru` on key spaces much
+larger than the cache (where the old per-key map would have been the cost)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.errors import ConfigError
+from replay.policies import POLICIES, PolicyContext
+from replay.policies.base import NUM_COUNTERS
+from replay.policies.lru import _find, _home, _remove, reference_lru, table_shape
+from replay.system.spec import PolicySpec
+from replay.trace.stream import BatchRange
+
+
+def run_lru(batches: list[tuple[list[int], list[int]]], capacity: int, total: int) -> np.ndarray:
+    """The lru kernel's counters on a key space of `total` keys, one range."""
+    ctx = PolicyContext(
+        total_keys=total,
+        table_rows=np.array([total], dtype=np.int64),
+        offsets=np.array([0, total], dtype=np.int64),
+        num_batches=len(batches),
+        row_state_bytes=64,
+        capacity_units=capacity,
+        unit_rows=1,
+    )
+    policy = POLICIES["lru"](PolicySpec(name="lru"), ctx)
+
+    def flat(parts: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        keys = np.array([k for p in parts for k in p], dtype=np.int64)
+        return keys, np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+
+    keys, bounds = flat([lookups for lookups, _ in batches])
+    ukeys, ubounds = flat([updates for _, updates in batches])
+    out = np.zeros((len(batches), NUM_COUNTERS), dtype=np.int64)
+    policy.process(BatchRange(0, len(batches), keys, bounds, ukeys, ubounds), out)
+    return out
+
+
+def _check_table(table: np.ndarray, live: dict[int, int], slot_bits: int, shift: int) -> None:
+    assert int(np.count_nonzero(table)) == len(live)
+    mask = len(table) - 1
+    for k, s in live.items():
+        assert _find(table, k, slot_bits, shift) == s
+    for i in np.flatnonzero(table):  # no empty entry between a key's home and the key
+        k = int((table[i] >> slot_bits) - 1)
+        j = _home(k, shift)
+        while j != i:
+            assert table[j] != 0, (k, i, j)
+            j = (j + 1) & mask
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ops=st.lists(st.tuples(st.booleans(), st.integers(0, 40)), max_size=200),
+    log_entries=st.integers(2, 4),
+)
+def test_table_matches_a_dict(ops: list[tuple[bool, int]], log_entries: int) -> None:
+    # tables far fuller than the kernel's (up to all but one entry live), so that clusters
+    # collide and wrap around the end
+    entries = 1 << log_entries
+    capacity = entries - 1
+    slot_bits, shift = capacity.bit_length(), 64 - log_entries
+    table = np.zeros(entries, dtype=np.int64)
+    live: dict[int, int] = {}
+    free = list(range(capacity))
+    for add, k in ops:
+        found = _find(table, k, slot_bits, shift)
+        assert (found >= 0) == (k in live)
+        if add and k not in live and free:
+            s = free.pop()
+            assert table[-1 - found] == 0
+            table[-1 - found] = ((k + 1) << slot_bits) | s  # what the kernel does on a miss
+            live[k] = s
+        elif not add and k in live:
+            _remove(table, k, slot_bits, shift)
+            free.append(live.pop(k))
+        _check_table(table, live, slot_bits, shift)
+
+
+def test_table_refuses_what_cannot_pack() -> None:
+    assert table_shape(2**40 - 1, 2**23) == (2**25, 23, 39)
+    with pytest.raises(ConfigError, match="64-bit table entries"):
+        table_shape(2**41, 2**23)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    capacity=st.integers(1, 50),
+    key_bits=st.integers(4, 40),
+)
+def test_lru_on_large_key_spaces_matches_reference(seed: int, capacity: int, key_bits: int) -> None:
+    rng = np.random.default_rng(seed)
+    hot = rng.integers(0, 2**key_bits, size=capacity * 2)
+    trace = []
+    for _ in range(6):
+        lookups = rng.choice(hot, size=int(rng.integers(0, 40))).tolist()
+        updates = sorted(set(lookups))[: int(rng.integers(0, 10))]
+        trace.append((lookups, updates))
+    got = run_lru(trace, capacity, 2**key_bits)
+    np.testing.assert_array_equal(got, reference_lru(trace, capacity))
