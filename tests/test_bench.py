@@ -74,3 +74,38 @@ def test_sampled_curve_of_a_billion_lookups_same_on_a_local_dask_cluster() -> No
     assert np.array_equal(single.miss_ratios, spread.miss_ratios)
     assert np.array_equal(single.sizes, spread.sizes)
     assert 0 < single.expected_error == spread.expected_error
+
+
+@pytest.mark.bench
+def test_replay_run_is_5x_libcachesim_lru() -> None:
+    """Issue 29: whole `replay run --system hbm-lru` processes (statistics on) >= 5x
+    libCacheSim's LRU (its own venv, whole processes) at both key spaces, 2000 x 2048
+    (106 M lookups each), 1 M rows of cache, median of 3 pairs; misses identical; replay's
+    peak RSS <= 1.5 GiB. Without libCacheSim this fails with how to install it (no skip)."""
+    from replay.errors import ConfigError
+    from replay.runs.bench_lcs import bench_vs_libcachesim
+
+    try:
+        result = bench_vs_libcachesim(batches=2000, batch_size=2048, capacity_rows=1_000_000)
+    except ConfigError as exc:
+        pytest.fail(str(exc))
+    rows = {row["key_space"]: row for row in result["rows"]}
+    assert set(rows) == {"criteo-kaggle", "criteo-terabyte"}
+    for row in rows.values():
+        assert row["lookups"] == 2000 * 2048 * 26
+        assert row["misses_identical"], row
+        assert row["ratio_median"] >= 5.0, row
+        assert row["replay"]["peak_rss_bytes"] <= 1.5 * 2**30, row
+
+
+@pytest.mark.bench
+def test_terabyte_day_on_the_fly_in_90_s() -> None:
+    """Issue 29: a day of Criteo Terabyte (88,978 x 2048, 4.74 B lookups) generated on the
+    fly and replayed on hbm-lru, one whole process: <= 90 s and <= 1.5 GiB peak RSS."""
+    from replay.runs.bench_lcs import TERABYTE_DAY_BATCHES, bench_vs_libcachesim
+
+    result = bench_vs_libcachesim(key_spaces=(), day_batches=TERABYTE_DAY_BATCHES)
+    day = result["day"]
+    assert day["lookups"] == TERABYTE_DAY_BATCHES * 2048 * 26
+    assert day["wall_s"] <= 90, day
+    assert day["peak_rss_bytes"] <= 1.5 * 2**30, day

@@ -189,3 +189,93 @@ def bench_all_command(
         typer.echo(markdown_table(result))
     else:
         typer.echo(f"on {result['machine']}")
+
+
+@bench_app.command("libcachesim")
+def bench_libcachesim_command(
+    batches: Annotated[int, typer.Option(metavar="N", help="Batches of each trace.")] = 2000,
+    batch_size: Annotated[int, typer.Option(metavar="N", help="Samples per batch.")] = 2048,
+    capacity_rows: Annotated[
+        int, typer.Option(metavar="ROWS", help="Cache capacity in rows (objects).")
+    ] = 1_000_000,
+    pairs: Annotated[
+        int, typer.Option(metavar="N", help="Timed pairs (replay, then libCacheSim).")
+    ] = 3,
+    lcs_python: Annotated[
+        str | None,
+        typer.Option(
+            metavar="PATH",
+            help="Python that has libcachesim (default: $REPLAY_LCS_PYTHON, else this one "
+            "if it has it, else /tmp/lcs-venv/bin/python).",
+        ),
+    ] = None,
+    key_space: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="PRESET",
+            help="Workload preset to compare on (repeatable; default: criteo-kaggle and "
+            "criteo-terabyte).",
+        ),
+    ] = None,
+    day: Annotated[
+        bool,
+        typer.Option(
+            "--day/--no-day",
+            help="Also time a Criteo Terabyte day on the fly (88,978 x 2048, 4.7 B lookups).",
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """`replay run --system hbm-lru` against libCacheSim's LRU (a C library, run in its own
+    interpreter) on the same keys: whole processes, miss counts checked equal."""
+    from replay.errors import ConfigError
+    from replay.runs.bench_lcs import (
+        KEY_SPACES,
+        TERABYTE_DAY_BATCHES,
+        bench_vs_libcachesim,
+        find_lcs_python,
+        markdown_table,
+        pairs_text,
+    )
+    from replay.workload.presets import get_preset
+
+    if batches < 1 or batch_size < 1 or capacity_rows < 1 or pairs < 1:
+        raise ConfigError("--batches, --batch-size, --capacity-rows and --pairs must be > 0")
+    spaces = tuple(key_space) if key_space else KEY_SPACES
+    for name in spaces:
+        get_preset(name)  # an unknown preset: one line, before any work
+    python = find_lcs_python(lcs_python)  # no libCacheSim: one line, before any work
+
+    def show(name: str, row: dict) -> None:
+        # progress on stderr: stdout holds only the table (or the JSON)
+        if as_json:
+            return
+        if name == "day":
+            typer.echo(f"  day on the fly: {row['wall_s']:.1f} s", err=True)
+        else:
+            typer.echo(
+                f"  {name}: replay run {row['replay']['wall_s_median']:.2f} s, libCacheSim "
+                f"{row['libcachesim']['wall_s_median']:.2f} s (medians)",
+                err=True,
+            )
+
+    result = bench_vs_libcachesim(
+        key_spaces=spaces,
+        batches=batches,
+        batch_size=batch_size,
+        capacity_rows=capacity_rows,
+        pairs=pairs,
+        lcs_python=python,
+        day_batches=TERABYTE_DAY_BATCHES if day else None,
+        on_row=show,
+    )
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    typer.echo(markdown_table(result))
+    typer.echo("")
+    for row in result["rows"]:
+        typer.echo(
+            f"{row['key_space']}: replay run is {row['ratio_median']:.1f} x libCacheSim "
+            f"(median of {pairs_text(pairs)})"
+        )

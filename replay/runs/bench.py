@@ -89,19 +89,53 @@ def bench_generate(
     }
 
 
-def _run_with_rusage(args: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of one child process, from wait4."""
+@dataclass(frozen=True)
+class ProcessUsage:
+    """What one finished child process cost, from wait4's rusage (its threads included)."""
+
+    wall_s: float
+    user_s: float
+    sys_s: float
+    peak_rss_bytes: int
+    stdout: str  # empty unless asked for
+
+
+def run_with_usage(args: list[str], *, capture_stdout: bool = False) -> ProcessUsage:
+    """Run one child process to its end: wall, user and system seconds and peak RSS.
+
+    stdout and stderr go to temporary files, not pipes: wait4 reaps the child before
+    anything is read, and a pipe left unread would block a child that writes more than
+    the pipe's buffer. A non-zero exit raises RuntimeError with the child's stderr.
+    """
     import subprocess
 
-    started = time.perf_counter()
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed: {err.strip()}")
-    return wall, usage.ru_maxrss * 1024
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            args, stdout=out if capture_stdout else subprocess.DEVNULL, stderr=err
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err.seek(0)
+            text = err.read().decode(errors="replace").strip()
+            raise RuntimeError(f"{' '.join(args)} failed (exit {proc.returncode}): {text}")
+        out.seek(0)
+        stdout = out.read().decode(errors="replace") if capture_stdout else ""
+    return ProcessUsage(
+        wall_s=wall,
+        user_s=usage.ru_utime,
+        sys_s=usage.ru_stime,
+        peak_rss_bytes=usage.ru_maxrss * 1024,  # Linux reports KiB
+        stdout=stdout,
+    )
+
+
+def _run_with_rusage(args: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of one child process, from wait4."""
+    usage = run_with_usage(args)
+    return usage.wall_s, usage.peak_rss_bytes
 
 
 def _kaggle_trace(out: Path, batches: int, batch_size: int) -> Path:
