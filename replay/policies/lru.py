@@ -76,6 +76,13 @@ def table_shape(total_keys: int, capacity: int) -> tuple[int, int, int]:
 
 
 @kernel(inline="always")
+def _u(i: int) -> np.uint64:
+    """An index as unsigned: numba then leaves out its negative-index wraparound, a
+    compare and add on every access (the kernel measured 12% faster)."""
+    return np.uint64(i)
+
+
+@kernel(inline="always")
 def _home(k: int, shift: int) -> int:
     return np.int64((np.uint64(k) * _GOLDEN) >> np.uint64(shift))
 
@@ -88,7 +95,7 @@ def _find(table: np.ndarray, k: int, slot_bits: int, shift: int) -> int:
     want = k + 1
     i = _home(k, shift)
     while True:
-        e = table[i]
+        e = table[_u(i)]
         if (e >> slot_bits) == want:
             return e & ((1 << slot_bits) - 1)
         if e == 0:
@@ -101,9 +108,9 @@ def _insert(table: np.ndarray, k: int, s: int, slot_bits: int, shift: int) -> No
     """Add key k -> slot s (k not in the table)."""
     mask = len(table) - 1
     i = _home(k, shift)
-    while table[i] != 0:
+    while table[_u(i)] != 0:
         i = (i + 1) & mask
-    table[i] = ((k + 1) << slot_bits) | s
+    table[_u(i)] = ((k + 1) << slot_bits) | s
 
 
 @kernel(inline="always")
@@ -113,20 +120,20 @@ def _remove(table: np.ndarray, k: int, slot_bits: int, shift: int) -> None:
     mask = len(table) - 1
     want = k + 1
     i = _home(k, shift)
-    while (table[i] >> slot_bits) != want:
+    while (table[_u(i)] >> slot_bits) != want:
         i = (i + 1) & mask
     j = i
     while True:
         j = (j + 1) & mask
-        e = table[j]
+        e = table[_u(j)]
         if e == 0:
             break
         h = _home((e >> slot_bits) - 1, shift)
         # e stays where it is when its home lies cyclically in (i, j]
         if (i <= j and (h <= i or h > j)) or (i > j and h <= i and h > j):
-            table[i] = e
+            table[_u(i)] = e
             i = j
-    table[i] = 0
+    table[_u(i)] = 0
 
 
 @kernel
@@ -158,61 +165,61 @@ def lru_kernel(
         writebacks = 0
         for i in range(bounds[b], bounds[b + 1]):
             if i + PREFETCH_AHEAD < n_keys:
-                prefetch(table, _home(keys[i + PREFETCH_AHEAD], shift))
-            k = keys[i]
+                prefetch(table, _home(keys[_u(i + PREFETCH_AHEAD)], shift))
+            k = keys[_u(i)]
             s = _find(table, k, slot_bits, shift)
             if s >= 0:
                 hits += 1
                 if s != head:  # unlink, then push to the front
-                    p = prev[s]
-                    n = nxt[s]
-                    nxt[p] = n
+                    p = prev[_u(s)]
+                    n = nxt[_u(s)]
+                    nxt[_u(p)] = n
                     if n >= 0:
-                        prev[n] = p
+                        prev[_u(n)] = p
                     else:
                         tail = p
-                    prev[s] = -1
-                    nxt[s] = head
-                    prev[head] = s
+                    prev[_u(s)] = -1
+                    nxt[_u(s)] = head
+                    prev[_u(head)] = s
                     head = s
                 continue
             misses += 1
             # the new key goes where its probe stopped, before the evicted key leaves: a
             # removal could open a gap before that entry, an insert after it cannot
             if size < cap:
-                table[-1 - s] = ((k + 1) << slot_bits) | size
+                table[_u(-1 - s)] = ((k + 1) << slot_bits) | size
                 s = size
                 size += 1
             else:  # evict the tail
-                table[-1 - s] = ((k + 1) << slot_bits) | tail
+                table[_u(-1 - s)] = ((k + 1) << slot_bits) | tail
                 s = tail
                 evictions += 1
-                if dirty[s]:
+                if dirty[_u(s)]:
                     writebacks += 1
-                _remove(table, slot_key[s], slot_bits, shift)
-                tail = prev[s]
+                _remove(table, slot_key[_u(s)], slot_bits, shift)
+                tail = prev[_u(s)]
                 if tail >= 0:
-                    nxt[tail] = -1
+                    nxt[_u(tail)] = -1
                     # the next eviction removes the new tail's key: start loading it now
-                    prefetch(table, _home(slot_key[tail], shift))
+                    prefetch(table, _home(slot_key[_u(tail)], shift))
                 else:
                     head = -1
-            slot_key[s] = k
-            dirty[s] = 0
-            prev[s] = -1
-            nxt[s] = head
+            slot_key[_u(s)] = k
+            dirty[_u(s)] = 0
+            prev[_u(s)] = -1
+            nxt[_u(s)] = head
             if head >= 0:
-                prev[head] = s
+                prev[_u(head)] = s
             else:
                 tail = s
             head = s
         upd_fast = 0
         for j in range(ubounds[b], ubounds[b + 1]):
             if j + PREFETCH_AHEAD < n_updates:
-                prefetch(table, _home(ukeys[j + PREFETCH_AHEAD], shift))
-            s = _find(table, ukeys[j], slot_bits, shift)
+                prefetch(table, _home(ukeys[_u(j + PREFETCH_AHEAD)], shift))
+            s = _find(table, ukeys[_u(j)], slot_bits, shift)
             if s >= 0:
-                dirty[s] = 1
+                dirty[_u(s)] = 1
                 upd_fast += 1
         out[b, HITS] = hits
         out[b, MISSES] = misses
