@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from replay._intrinsics import PREFETCH_AHEAD, prefetch
+from replay._intrinsics import PREFETCH_AHEAD, ix, prefetch
 from replay._jit import kernel
 from replay._malloc import state_array
 from replay._memory import MAX_ROW_SPACE
@@ -307,9 +307,9 @@ def _inspect_runs(
         nw = 0
         for k in range(i, j):
             if k + PREFETCH_AHEAD < j:  # rows of a run are random: overlap the misses
-                prefetch(state, keys[k + PREFETCH_AHEAD])
-            f = keys[k]
-            v = np.int64(state[f])
+                prefetch(state, keys[ix(k + PREFETCH_AHEAD)])
+            f = keys[ix(k)]
+            v = np.int64(state[ix(f)])
             s = v >> _TAG_SHIFT
             c = v & _COUNT_MASK
             d += s != tag
@@ -320,7 +320,7 @@ def _inspect_runs(
                     wraps[nwraps] = f
                 nwraps += 1
                 c = 0
-            state[f] = np.uint16(stamp | (c + 1))
+            state[ix(f)] = np.uint16(stamp | (c + 1))
         if nwraps > len(wraps):  # pragma: no cover - the caller's bound prevents it
             code = _WRAP_OVERFLOW
             break

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replay._intrinsics import PREFETCH_AHEAD, prefetch
+from replay._intrinsics import PREFETCH_AHEAD, ix, prefetch
 from replay._jit import kernel
 
 # Tables of up to this many rows find a row's output slot in a dense array; larger ones
@@ -227,12 +227,12 @@ def _step_keys_kernel(
         for i in range(bounds[b], hi):
             if i + PREFETCH_AHEAD < hi:  # the set is larger than L2 at batch 2,048
                 a = i + PREFETCH_AHEAD
-                ahead = offsets[np.int64(table[a])] + np.int64(row[a])
+                ahead = offsets[ix(table[ix(a)])] + np.int64(row[ix(a)])
                 prefetch(set_keys, (np.uint64(ahead) * GOLDEN) >> shift)
-            t = np.int64(table[i])
-            k = offsets[t] + np.int64(row[i])
-            keys[i] = k
-            if frozen[t]:
+            t = np.int64(table[ix(i)])
+            k = offsets[ix(t)] + np.int64(row[ix(i)])
+            keys[ix(i)] = k
+            if frozen[ix(t)]:
                 continue
             h = (np.uint64(k) * GOLDEN) >> shift
             e = set_keys[h]
@@ -241,13 +241,13 @@ def _step_keys_kernel(
                 e = set_keys[h]
             # stores instead of a branch on whether k is new (it is at random)
             set_keys[h] = k + 1
-            ukeys[out] = k
+            ukeys[ix(out)] = k
             out += e == 0
         # clear exactly the entries this batch set (each search matches its key, so it
         # walks past entries already cleared)
         for at in range(begin, out):
-            h = (np.uint64(ukeys[at]) * GOLDEN) >> shift
-            while set_keys[h] != ukeys[at] + 1:
+            h = (np.uint64(ukeys[ix(at)]) * GOLDEN) >> shift
+            while set_keys[h] != ukeys[ix(at)] + 1:
                 h = (h + np.uint64(1)) & mask
             set_keys[h] = 0
         ubounds[b + 1] = out

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from replay._intrinsics import ix
 from replay._jit import kernel
 from replay.errors import ConfigError, opt
 
@@ -443,9 +444,9 @@ def draw_rank_scalar(
         v = -1.0
     if v >= 0.0:
         slot = np.int64(v)
-        other = np.int64(alias_index[alias_off + slot])
+        other = np.int64(alias_index[ix(alias_off + slot)])
         # a select, not a branch: the coin is unpredictable
-        return (slot if v - slot < alias_prob[alias_off + slot] else other) + 1
+        return (slot if v - slot < alias_prob[ix(alias_off + slot)] else other) + 1
     attempt = 2
     while True:
         w = hi + uniform(key, attempt) * (lo - hi)
@@ -565,10 +566,10 @@ def generate_lookups(
                     p = (p - drift_shift(src_b, rows, drift, period)) % rows
                 if not contiguous:
                     if p < perm_len:
-                        p = np.int64(perm[perm_off + p])
+                        p = np.int64(perm[ix(perm_off + p)])
                     else:
                         p = permute_index(p, rows, bits, keys)
-                out_row[out + j] = p
+                out_row[ix(out + j)] = p
             out_batch[out : out + n_t] = b
             out_table[out : out + n_t] = t
             out += n_t
