@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from replay._intrinsics import ix
 from replay._jit import kernel
 from replay.errors import TraceError
 
@@ -37,12 +38,12 @@ def _flat_keys_checked(
     tables = len(rows)
     bad = 0
     for i in range(len(row)):
-        tb = np.int64(table[i])
+        tb = np.int64(table[ix(i)])
         bad += tb >= tables
         tb = min(tb, tables - 1)
-        r = np.uint64(row[i])
-        bad += r >= np.uint64(rows[tb])
-        out[i] = offsets[tb] + np.int64(min(r, np.uint64(rows[tb] - 1)))
+        r = np.uint64(row[ix(i)])
+        bad += r >= np.uint64(rows[ix(tb)])
+        out[ix(i)] = offsets[ix(tb)] + np.int64(min(r, np.uint64(rows[ix(tb)] - 1)))
     return bad
 
 

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from replay._intrinsics import ix
 from replay._jit import kernel
 from replay._threads import read_ahead as read_ahead_items
 from replay.trace.keys import batch_bounds, flat_keys, key_dtype, table_offsets, table_runs
@@ -80,14 +81,14 @@ def distinct_kernel(
         hi = bounds[b + 1]
         n = 0
         for i in range(lo, hi):
-            k = keys[i]
-            word = k >> 6
+            k = keys[ix(i)]
+            word = ix(k >> 6)
             bit = np.uint64(1) << np.uint64(k & 63)
             old = seen[word]
             n += (old & bit) == 0  # branchless: new keys come at random
             seen[word] = old | bit
         for i in range(lo, hi):
-            seen[keys[i] >> 6] = 0
+            seen[ix(keys[ix(i)] >> 6)] = 0
         out[b] = n
 
 
