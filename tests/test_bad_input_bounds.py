@@ -108,21 +108,31 @@ CASES: list[Case] = [
          "sweep {trace} --system hbm-lru --grid policy.capacity_rows=1,2 --max-runs 0 "
          "--out {out}", "--max-runs", "at least 1"),
     # -- item 7: more memory than the machine has -----------------------------------------
-    case("bounds-run-1e14-rows", "run --workload {tmp}/e14.toml --system dram --out {out}",
-         "replay run", *NEEDS, "1e14 rows", "TiB", setup=E14),
+    # on the fly, `dram` and `hbm-lru` keep nothing per row: the statistics do
+    case("bounds-run-1e14-rows", "run --workload {tmp}/e14.toml --system dram --inspect "
+         "--out {out}", "replay run", *NEEDS, "1e14 rows", "TiB", setup=E14),
     case("bounds-mrc-1e14-rows", "mrc --workload {tmp}/e14.toml --out {out}",
          "replay mrc", *NEEDS, "1e14 rows", setup=E14),
     case("bounds-inspect-1e14-rows", "inspect {bad}", "replay inspect", *NEEDS, "TiB",
          setup=_manifest_rows(10**14)),
     case("bounds-compare-1e14-rows",
-         "compare --workload {tmp}/e14.toml --systems hbm-lru,dram --out {out}",
+         "compare --workload {tmp}/e14.toml --systems hbm-lru,dram --inspect --out {out}",
          "replay compare", *NEEDS, setup=E14),
+    # without the statistics nothing is kept per row, and the LRU's table entry (key and
+    # slot in 64 bits) is the limit
+    case("bounds-compare-1e14-rows-lru-entry",
+         "compare --workload {tmp}/e14.toml --systems hbm-lru,dram --out {out}",
+         "policy", "100,000,000,000,000 rows", "64-bit table entries", setup=E14),
     case("bounds-sweep-1e14-rows",
-         "sweep --workload {tmp}/e14.toml --system hbm-lru "
+         "sweep --workload {tmp}/e14.toml --system hbm-lfu "
          "--grid policy.capacity_rows=100,1000 --out {out}", "replay sweep", *NEEDS,
          setup=E14),
-    case("bounds-run-12x4e9-rows", "run --workload {tmp}/w12.toml --system hbm-lru "
-         "--out {out}", "replay run", "12 tables x 4,000,000,000 rows", PINNED, setup=W12),
+    # hbm-lru itself keeps nothing per row (its key map is sized to the cache): the
+    # statistics' 2 B per row are what does not fit
+    case("bounds-run-12x4e9-rows", "run --workload {tmp}/w12.toml --system hbm-lru --inspect "
+         "--out {out}", "replay run", "12 tables x 4,000,000,000 rows x 2 B", PINNED, setup=W12),
+    case("bounds-run-lfu-12x4e9-rows", "run --workload {tmp}/w12.toml --system hbm-lfu "
+         "--out {out}", "replay run", "12 tables x 4,000,000,000 rows x 4 B", PINNED, setup=W12),
     case("bounds-mrc-12x4e9-rows", "mrc --workload {tmp}/w12.toml --out {out}",
          "replay mrc", "12 tables x 4,000,000,000 rows x 8 B", PINNED, setup=W12),
     case("bounds-inspect-4x4e9-rows", "inspect {bad}", "replay inspect",

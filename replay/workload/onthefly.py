@@ -78,6 +78,14 @@ class GeneratedTrace:
         return Path(f"workload:{self.spec.name}")
 
     @property
+    def steps_every_batch(self) -> bool:
+        """A step every batch and no frozen table: each batch's update rows are its
+        distinct lookups, so a replay stream needs no distinct-row bitmap."""
+        return self.spec.update.accumulate_batches == 1 and not any(
+            t.frozen for t in self.spec.tables
+        )
+
+    @property
     def num_batches(self) -> int:
         return self.spec.batches
 
@@ -226,11 +234,7 @@ class GeneratedTrace:
         # update sets' four columns and two flat-key passes), and the update keys' count
         # per batch is the distinct count (no bitmap pass, a random touch of 1 bit per
         # row per lookup: 7 ns).
-        fused = (
-            with_updates
-            and self.spec.update.accumulate_batches == 1
-            and not any(t.frozen for t in self.spec.tables)
-        )
+        fused = with_updates and self.steps_every_batch
         no_frozen = np.zeros(len(self.spec.tables), dtype=np.bool_)
         dtype = key_dtype(int(offsets[-1]))
 
