@@ -3,7 +3,7 @@
 The large allocations of every replaying command are per row of the row space (R = Σ
 rows over the tables, whatever the trace's length): the policy's key map, the distinct
 -row bitmap, the statistics' state word, the miss-ratio curve's last-access array. A
-workload of 12 tables x 4e9 rows asks for ~100 GiB at 2 B per row; without a check the
+workload of 12 tables x 4e9 rows asks for ~45 GiB at 1 B per row; without a check the
 first `mmap` fails with ENOMEM, which the CLI can only report as an operating-system
 error that reads like a disk problem. So each command adds up its state here, from the
 shape alone (row counts, lookups, batches: the manifest or the spec), and refuses with
@@ -114,18 +114,29 @@ def _ceil(x: float) -> int:
 # -- estimates --------------------------------------------------------------------------
 
 
-INSPECT_BYTES_PER_ROW = 2  # replay.analysis.stats: one uint16 state word per row
-INSPECT_BYTES_PER_WRAP = 8  # one int64 flat row per 255 lookups of a row, at most
+INSPECT_BYTES_PER_ROW = 1  # replay.analysis.stats: one uint8 state word per row
+INSPECT_BYTES_PER_WRAP = 8  # one int64 flat row per 63 lookups of a row, at most
+INSPECT_WRAPS_HELD = 1 << 22  # wrap events held before they are folded into pairs
+INSPECT_SMALL_ROWS = 1 << 16  # tables of at most this many rows count apart, 8 B a row
+
+
+def inspect_wraps_bytes(table_rows: Sequence[int], lookups: int) -> int:
+    """The statistics beside their byte per row: the count wraps (events, then one
+    (row, wraps) pair of 16 B per row that wrapped) and the small tables' counts."""
+    rows = [int(r) for r in table_rows]
+    events = min(max(lookups, 0) // 63 + 1, INSPECT_WRAPS_HELD) * INSPECT_BYTES_PER_WRAP
+    pairs = min(max(lookups, 0) // 64 + 1, sum(rows)) * 16
+    return events + pairs + 8 * sum(r for r in rows if r <= INSPECT_SMALL_ROWS)
 
 
 def inspect_estimate(table_rows: Sequence[int], lookups: int) -> Estimate:
-    """`replay inspect`: 2 B per row and one entry per 255 lookups of a row."""
+    """`replay inspect`: 1 B per row, the count wraps and the small tables' counts."""
     total = row_space(table_rows)
     return Estimate(
         "replay inspect",
         (
             ("row state", total * INSPECT_BYTES_PER_ROW),
-            ("count wraps", (lookups // 255 + 1) * INSPECT_BYTES_PER_WRAP),
+            ("count wraps", inspect_wraps_bytes(table_rows, lookups)),
         ),
         _rows_detail(table_rows, INSPECT_BYTES_PER_ROW),
     )
@@ -195,7 +206,7 @@ def run_estimate(
 ) -> Estimate:
     """A replay of each of `states` (compare, sweep: `parallel` at once, the largest
     ones, each in its own process), plus, with `statistics`, the trace statistics that
-    `compare`/`sweep` compute first (2 B per row)."""
+    `compare`/`sweep` compute first (1 B per row)."""
     total = row_space(table_rows)
     per_run = [
         _ceil(total * s.bytes_per_key)

@@ -128,15 +128,15 @@ CASES: list[Case] = [
          "--grid policy.capacity_rows=100,1000 --out {out}", "replay sweep", *NEEDS,
          setup=E14),
     # hbm-lru itself keeps nothing per row (its key map is sized to the cache): the
-    # statistics' 2 B per row are what does not fit
+    # statistics. 1 B per row is what does not fit
     case("bounds-run-12x4e9-rows", "run --workload {tmp}/w12.toml --system hbm-lru --inspect "
-         "--out {out}", "replay run", "12 tables x 4,000,000,000 rows x 2 B", PINNED, setup=W12),
+         "--out {out}", "replay run", "12 tables x 4,000,000,000 rows x 1 B", PINNED, setup=W12),
     case("bounds-run-lfu-12x4e9-rows", "run --workload {tmp}/w12.toml --system hbm-lfu "
          "--out {out}", "replay run", "12 tables x 4,000,000,000 rows x 4 B", PINNED, setup=W12),
     case("bounds-mrc-12x4e9-rows", "mrc --workload {tmp}/w12.toml --out {out}",
          "replay mrc", "12 tables x 4,000,000,000 rows x 8 B", PINNED, setup=W12),
-    case("bounds-inspect-4x4e9-rows", "inspect {bad}", "replay inspect",
-         "4 tables x 4,000,000,000 rows x 2 B", PINNED, setup=_manifest_rows(4 * 10**9)),
+    case("bounds-inspect-4x8e9-rows", "inspect {bad}", "replay inspect",
+         "4 tables x 8,000,000,000 rows x 1 B", PINNED, setup=_manifest_rows(8 * 10**9)),
 ]  # fmt: skip
 PINNED_CASES = {c.id for c in CASES if any(PINNED in str(e) for e in c.expect)}
 

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from replay.analysis.stats import (
     _COUNT_WRAP,
-    _SWEEP_BATCHES,
     _TAG_PERIOD,
     RUN_BATCH,
     RUN_START,
@@ -33,6 +32,19 @@ from replay.cli import main
 from replay.errors import TraceError
 from replay.trace.reader import open_trace
 from replay.trace.writer import write_trace_from_arrays
+
+
+@pytest.fixture(
+    scope="module", autouse=True, params=[0, 50, 1 << 16], ids=["counts", "mixed", "small"]
+)
+def small_table_limit(request: pytest.FixtureRequest) -> Any:
+    """Every test of the module three times: no table counted apart (every count in the
+    state word's 6 bits, with wraps), tables of at most 50 rows apart (mixed), and the
+    default (every table of the tests' traces apart)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("replay.analysis.stats._DENSE_ROWS", request.param)
+        yield request.param
+
 
 INT_KEYS = ("batches", "lookups", "rows", "distinct_rows", "top1pct_rows")
 FLOAT_KEYS = (
@@ -238,8 +250,11 @@ def test_kernel_matches_reference(case: dict[str, Any]) -> None:
     assert whole == got
 
 
-def test_count_wraps_are_added_back() -> None:
-    """Narrow per-row counters wrap; the top-1% must still see the true counts."""
+@pytest.mark.parametrize("fold", [1, 3, 1 << 22])
+def test_count_wraps_are_added_back(fold: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Narrow per-row counters wrap; the top-1% must still see the true counts, whether
+    the wrap events are folded into (row, wraps) pairs early (`fold`) or at the end."""
+    monkeypatch.setattr("replay.analysis.stats._WRAP_FOLD", fold)
     rng = np.random.default_rng(7)
     rows = [300, 5]  # k = 3 and 1; overall 305 rows, k = 4
     counts = {(0, 0): 700, (0, 1): 256, (0, 2): 255, (0, 3): 513, (0, 9): 3, (1, 4): 1000}
@@ -294,12 +309,12 @@ def test_top_sum_matches_sort(counts: list[int], k: int) -> None:
     assert _top_sum(hist, wrapped, k) == sum(sorted(counts, reverse=True)[:k])
 
 
-@pytest.mark.parametrize("gap", [0, 1, _SWEEP_BATCHES - 1, _SWEEP_BATCHES, 300])
+@pytest.mark.parametrize("gap", [0, 1, 2, 3, 4, 300])
 def test_batch_tags_never_alias(gap: int) -> None:
-    """The state word keeps an 8-bit batch tag that repeats every _TAG_PERIOD batches; a
+    """The state word keeps a 2-bit batch tag that repeats every _TAG_PERIOD batches; a
     row looked up again exactly one period (or one period + 1) later must not count as
-    repeated in its batch or as reused from the batch before, across every sweep, with
-    and without empty batches in between (`gap`), however the trace is chunked."""
+    repeated in its batch or as reused from the batch before, with and without empty
+    batches in between (`gap`), however the trace is chunked."""
     rng = np.random.default_rng(gap)
     period = _TAG_PERIOD
     lookups: list[tuple[int, int, int]] = []

@@ -24,10 +24,12 @@ L_n,t are the same restricted to table t. B is the number of batches in the mani
 
 Means with nothing to average over are 0.0, so an empty trace gives zeros.
 
-Memory is bounded by per-row state, whatever the trace length: one 2-byte word per row
-of the flat row space (the tag of the last batch that looked the row up and an 8-bit
-lookup count; `_TAG_SHIFT` tells the layout), plus per-table counters and one entry per
-wrap of a row's count (at most lookups / 255: 1.7 MB for 53 M lookups). The top-k sums
+Memory is bounded by per-row state, whatever the trace length: one byte per row of the
+flat row space (a 2-bit tag of the last batch that looked the row up and a 6-bit lookup
+count; `_TAG_SHIFT` tells the layout), plus per-table counters, the rows each of the last
+two batches looked up first (a list each), and the wraps of the rows' counts (events, at
+most lookups / 63, folded into one (row, wraps) pair per row when they pile up). The
+top-k sums
 come from a histogram of the counts per table, the rows whose count wrapped (which
 outrank every other row) taken apart with their true counts. The kernel folds each batch
 into float64 running sums in batch order, so the results are bit-identical however the
@@ -50,7 +52,7 @@ import numpy as np
 from replay._intrinsics import PREFETCH_AHEAD, ix, prefetch
 from replay._jit import kernel
 from replay._malloc import state_array
-from replay._memory import MAX_ROW_SPACE
+from replay._memory import INSPECT_SMALL_ROWS, INSPECT_WRAPS_HELD, MAX_ROW_SPACE
 from replay._threads import read_ahead
 from replay.errors import TraceError
 from replay.trace.keys import (
@@ -92,7 +94,10 @@ _G_CURVE_POS = 2  # next curve point to fill
 _G_WRAPS = 3  # count wraps recorded by the last kernel call
 _G_DPB_N = 4
 _G_REUSE_N = 5
-_GI_WIDTH = 6
+_G_SIDE = 6  # which row of the lists holds the current batch's rows
+_G_N_CUR = 7  # rows in the current batch's list
+_G_N_PREV = 8  # rows in the previous batch's list (0 when that batch had no lookups)
+_GI_WIDTH = 9
 # float64 global state
 _G_DPB_SUM = 0
 _G_REUSE_SUM = 1
@@ -107,24 +112,28 @@ _BAD_BATCH = 4
 _WRAP_OVERFLOW = 5
 
 _MAX_BATCHES = 2**32  # batch ids are uint32
-# One uint16 state word per row: the tag of the last batch that looked it up in the high
-# byte, its lookup count in the low byte; 0 means never looked up, so fresh zeroed memory
-# is the initial state. 2 bytes per row, not 8 (a stamp and a count of 32 bits each, the
-# previous layout): 68 MB instead of 270 MB for criteo-kaggle's 33.8 M rows, which on the
-# 2-core VM is what decides the run time when fresh memory is slow to fault in (filling
-# 272 MB fresh took 0.03-0.6 s there, 68 MB 0.008 s); the feed itself runs at the same
-# speed (one cache line per lookup either way).
-# - count: 1..255 once looked up; the 256th lookup records a wrap (worth 255 lookups) and
-#   restarts it at 1, so the true count is count + 255 * wraps, and 0 still means never.
-# - tag: batch b is tagged b % 254 + 1 (1..254); 0 = not looked up recently. A tag from
-#   batch b - 254 would read as batch b's, so every `_SWEEP_BATCHES` batches (and across
-#   any gap of that many) `_sweep` clears every tag but the previous batch's: between two
-#   sweeps no tag is more than `_SWEEP_BATCHES` batches old (see `_inspect_runs`).
-_TAG_SHIFT = 8
-_COUNT_MASK = 0xFF
-_COUNT_WRAP = 255  # lookups one wrap stands for
-_TAG_PERIOD = 254
-_SWEEP_BATCHES = 252  # <= _TAG_PERIOD - 2
+# One uint8 state word per row: the tag of the last batch that looked it up in the top 2
+# bits, its lookup count in the low 6; 0 means never looked up, so fresh zeroed memory is
+# the initial state. One byte per row (two until issue 29: an 8-bit tag and an 8-bit
+# count): criteo-terabyte's 187.8 M rows take 188 MB instead of 376 MB, and on the 2-core
+# VM faulting fresh memory in costs about 3.5 ms per MB (1.3 s for the 376 MB), more than
+# the feed itself.
+# - count: 1..63 once looked up; the 64th lookup records a wrap (worth 63 lookups) and
+#   restarts it at 1, so the true count is count + 63 * wraps, and 0 still means never.
+# - tag: batch b is tagged b % 3 + 1 (1..3); 0 = not looked up in the current or the
+#   previous batch. A tag repeats every 3 batches, so a row's tag must not outlive the
+#   batch after its own: when batch b starts, the rows that batch b - 2 looked up first
+#   (its list) lose their tag unless a later batch retagged them, and across an empty
+#   batch both lists are cleared. Between batches no tag but the previous batch's is left.
+_TAG_SHIFT = 6
+_COUNT_MASK = 0x3F
+_COUNT_WRAP = 63  # lookups one wrap stands for
+_TAG_PERIOD = 3
+_NO_TAG = _TAG_PERIOD + 1  # fits no 2-bit tag: "no batch before"
+# wrap events kept before they are folded into (row, wraps) pairs: 32 MB
+_WRAP_FOLD = INSPECT_WRAPS_HELD
+# tables of at most this many rows count in an int64 per row, apart (`_inspect_runs`)
+_DENSE_ROWS = INSPECT_SMALL_ROWS
 _NO_DISTINCT = np.zeros(0, dtype=np.int64)  # feed() without per-batch distinct counts
 # a constant to the kernels: np.iinfo in a kernel makes numba import numba.np.arraymath
 # (0.07 s) when it loads that kernel from its cache
@@ -181,13 +190,14 @@ def _tag(b: int) -> int:
 
 
 @kernel
-def _sweep(state: np.ndarray, keep: int) -> None:
-    """Clear every row's tag except `keep` (the previous batch's, or 0 for none); the
-    counts stay. Branch-free, so it runs at memory speed (25 ms for the 375 MB of
-    criteo-terabyte's 187.8 M rows)."""
-    for i in range(len(state)):
-        v = state[i]
-        state[i] = v if (v >> _TAG_SHIFT) == keep else v & _COUNT_MASK
+def _clear_tags(state: np.ndarray, rows: np.ndarray, n: int, tag: int) -> None:
+    """Drop `tag` from the first n `rows` that still hold it (their counts stay)."""
+    for i in range(n):
+        if i + PREFETCH_AHEAD < n:
+            prefetch(state, rows[ix(i + PREFETCH_AHEAD)])
+        f = rows[ix(i)]
+        v = state[ix(f)]
+        state[ix(f)] = v & _COUNT_MASK if (v >> _TAG_SHIFT) == tag else v
 
 
 @kernel
@@ -240,21 +250,30 @@ def _inspect_runs(
     batch_distinct: np.ndarray,
     first_batch: int,
     counters: np.ndarray,
+    lists: np.ndarray,
+    dense_at: np.ndarray,
+    dense: np.ndarray,
 ) -> int:
     """Fold a chunk of checked lookups into the state: `keys` are their flat rows and
     `runs` their (batch, table) runs in trace order (`_checked_keys`, `table_runs`).
     Returns the code (_OK, or _WRAP_OVERFLOW).
 
-    `state` is the uint16 state word per flat row (`_TAG_SHIFT`); each count wrap's flat
-    row goes to `wraps` (sized by the caller: a wrap takes 255 lookups of one row). When
+    `state` is the uint8 state word per flat row (`_TAG_SHIFT`); each count wrap's flat
+    row goes to `wraps` (sized by the caller: a wrap takes 63 lookups of one row). When
     `batch_distinct` is not empty, the distinct pairs of batch b are added to
     batch_distinct[b - first_batch] (batches outside it are skipped).
 
-    Tags: when the batch crosses a multiple of `_SWEEP_BATCHES`, `_sweep` keeps only the
-    previous batch's tag (none when the previous batch had no lookups). A row's tag then
-    comes from a batch in [m - 1, b], m the multiple crossed last, so it is at most
-    `_SWEEP_BATCHES` <= 252 batches old and cannot alias tag(b) (age 254) or tag(b - 1)
-    (age 255).
+    Small tables (dense_at[t, 0] = 1) count in `dense` (int64, flat row f at
+    dense[dense_at[t, 1] + f]) instead of the state word's 6 bits, whose wraps they would
+    fill with events (a table of a few rows takes hundreds of lookups per row per batch);
+    their state words keep the tag and count 1 once looked up.
+
+    Tags: `lists[side]` collects the rows the current batch looks up first, and
+    `lists[1 - side]` the previous batch's (`_G_N_CUR`, `_G_N_PREV` rows; the caller
+    gives each room for its rows plus every lookup of the chunk). When batch b follows
+    batch b - 1, the rows of b - 2 that b - 1 did not retag lose their tag and the lists
+    turn; after an empty batch both lose theirs. So when batch b starts, only tag(b - 1)
+    is left, held by exactly the rows of b - 1, and tag(b) = tag(b - 3) by none.
 
     A run's keys go through a branch-free loop (but for the rare count wrap) that
     prefetches each row's state 16 lookups ahead. Taking flat keys and precomputed runs
@@ -274,6 +293,9 @@ def _inspect_runs(
         reuse[t] = ti[t, _T_REUSE_CUR]
         new[t] = 0
     cur = gi[_G_CUR]
+    side = gi[_G_SIDE]
+    n_cur = gi[_G_N_CUR]
+    n_prev = gi[_G_N_PREV]
     nwraps = 0
     code = _OK
     for q in range(len(runs) - 1):  # the last row only ends the last run
@@ -288,8 +310,15 @@ def _inspect_runs(
                     dist[t] = 0
                     reuse[t] = 0
                 _flush_batch(cur, ti, tf, gi, gf)
-                if b // _SWEEP_BATCHES != cur // _SWEEP_BATCHES:
-                    _sweep(state, _tag(cur) if cur == b - 1 else 0)
+                # the rows of batch cur - 1 not looked up again in cur
+                _clear_tags(state, lists[1 - side], n_prev, _tag(cur - 1))
+                if b == cur + 1:
+                    side = 1 - side
+                    n_prev = n_cur
+                else:  # empty batches between: batch cur's tags go too
+                    _clear_tags(state, lists[side], n_cur, _tag(cur))
+                    n_prev = 0
+                n_cur = 0
             for t in range(num_tables):
                 ti[t, _T_DISTINCT] += new[t]
                 gi[_G_TOUCHED] += new[t]
@@ -299,28 +328,47 @@ def _inspect_runs(
         t = runs[q, RUN_TABLE]
         i = runs[q, RUN_START]
         j = runs[q + 1, RUN_START]
+        small = dense_at[t, 0] != 0
+        at = dense_at[t, 1]
         tag = _tag(b)
-        previous = _tag(b - 1) if b > 0 else _TAG_PERIOD + 1  # no row holds that tag
+        previous = _tag(b - 1) if n_prev > 0 else _NO_TAG  # no row holds _NO_TAG
         stamp = tag << _TAG_SHIFT
+        mine = lists[side]
         d = 0
         rr = 0
         nw = 0
-        for k in range(i, j):
+        for k in range(i, i if small else j):
             if k + PREFETCH_AHEAD < j:  # rows of a run are random: overlap the misses
                 prefetch(state, keys[ix(k + PREFETCH_AHEAD)])
             f = keys[ix(k)]
             v = np.int64(state[ix(f)])
             s = v >> _TAG_SHIFT
             c = v & _COUNT_MASK
-            d += s != tag
+            fresh = s != tag  # first lookup of the row in this batch
+            d += fresh
             nw += c == 0
             rr += s == previous
-            if c == _COUNT_WRAP:  # rare: once per 255 lookups of a row
+            mine[ix(n_cur)] = f  # kept only when fresh: a store, not a branch
+            n_cur += fresh
+            if c == _COUNT_WRAP:  # rare: once per 63 lookups of a row
                 if nwraps < len(wraps):
                     wraps[nwraps] = f
                 nwraps += 1
                 c = 0
-            state[ix(f)] = np.uint16(stamp | (c + 1))
+            state[ix(f)] = np.uint8(stamp | (c + 1))
+        for k in range(i, j if small else i):  # a small table (its state stays in cache)
+            f = keys[ix(k)]
+            v = np.int64(state[ix(f)])
+            s = v >> _TAG_SHIFT
+            fresh = s != tag
+            d += fresh
+            rr += s == previous
+            mine[ix(n_cur)] = f
+            n_cur += fresh
+            c = dense[ix(at + f)]
+            nw += c == 0
+            dense[ix(at + f)] = c + 1
+            state[ix(f)] = np.uint8(stamp | 1)
         if nwraps > len(wraps):  # pragma: no cover - the caller's bound prevents it
             code = _WRAP_OVERFLOW
             break
@@ -332,6 +380,9 @@ def _inspect_runs(
         reuse[t] += rr
         new[t] += nw
     gi[_G_CUR] = cur
+    gi[_G_SIDE] = side
+    gi[_G_N_CUR] = n_cur
+    gi[_G_N_PREV] = n_prev
     gi[_G_WRAPS] = min(nwraps, len(wraps))
     for t in range(num_tables):
         ti[t, _T_LOOK_CUR] = look[t]
@@ -373,13 +424,13 @@ def _count_histograms(
 
 def _top_sum(hist: np.ndarray, wrapped: np.ndarray, k: int) -> int:
     """Sum of the k largest lookup counts of a set of rows: `wrapped` holds the true
-    counts of its rows whose count wrapped (each > 255, so they outrank the others, sorted
-    largest first), `hist[c]` how many of the other rows have count c."""
+    counts of its rows whose count wrapped (each > `_COUNT_WRAP`, so they outrank the
+    others, sorted largest first), `hist[c]` how many of the other rows have count c."""
     if k <= len(wrapped):
         return int(wrapped[:k].sum())
     total = int(wrapped.sum())
     remaining = k - len(wrapped)
-    for c in range(255, 0, -1):
+    for c in range(_COUNT_WRAP, 0, -1):
         take = min(int(hist[c]), remaining)
         total += take * c
         remaining -= take
@@ -430,7 +481,16 @@ class Inspector:
         self.rows_u = rows.astype(np.uint64)
         self.offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
         total = int(rows.sum())
-        self.state = state_array(total, np.uint16)
+        self.state = state_array(total, np.uint8)
+        # the rows the current and the previous batch looked up first (`_inspect_runs`)
+        self.lists = np.empty((2, 0), dtype=np.uint32 if total <= 2**32 else np.int64)
+        # small tables count exactly, apart (`_inspect_runs`)
+        small = rows <= _DENSE_ROWS
+        starts = np.concatenate([[0], np.cumsum(np.where(small, rows, 0))[:-1]])
+        self.dense_at = np.zeros((len(rows), 2), dtype=np.int64)
+        self.dense_at[:, 0] = small
+        self.dense_at[:, 1] = np.where(small, starts - self.offsets, 0)
+        self.dense = np.zeros(int(rows[small].sum()), dtype=np.int64)
         self.ti = np.zeros((len(rows), _TI_WIDTH), dtype=np.int64)
         self._counters = np.empty((4, len(rows)), dtype=np.int64)  # `_inspect_runs` scratch
         self.tf = np.zeros((len(rows), 2), dtype=np.float64)
@@ -441,7 +501,11 @@ class Inspector:
         self.curve_val = np.zeros(len(self.curve_x), dtype=np.int64)
         self.fed = 0
         self.wraps: list[np.ndarray] = []  # flat rows, one entry per count wrap
-        self.wrap_count = 0
+        self.wrap_count = 0  # wrap events so far
+        self.wraps_pending = 0  # of them in `self.wraps`, not yet folded
+        # the folded wraps: distinct rows and their wraps
+        self.wrapped_rows = np.empty(0, dtype=np.int64)
+        self.wrapped_counts = np.empty(0, dtype=np.int64)
         self._keys: np.ndarray | None = None  # `feed`'s scratch
         self.done = False
 
@@ -494,10 +558,16 @@ class Inspector:
         n = len(keys)
         if n == 0:
             return
-        # every wrap of a row's count takes 255 lookups of that row, so the trace so far
-        # holds at most lookups // 255 of them
-        room = (self.fed + n) // _COUNT_WRAP - self.wrap_count + 1
+        # every wrap of a row's count takes 63 lookups of that row, so the trace so far
+        # holds at most lookups // 63 of them, and a lookup makes one at most
+        room = min((self.fed + n) // _COUNT_WRAP - self.wrap_count, n) + 1
         wraps = np.empty(max(room, 1), dtype=np.int64)
+        # each list gets room for its rows so far and every lookup of the chunk
+        need = int(max(self.gi[_G_N_CUR], self.gi[_G_N_PREV])) + n
+        if self.lists.shape[1] < need:
+            grown = np.empty((2, need + need // 4), dtype=self.lists.dtype)
+            grown[:, : self.lists.shape[1]] = self.lists
+            self.lists = grown
         code = _inspect_runs(
             keys,
             runs,
@@ -513,10 +583,16 @@ class Inspector:
             _NO_DISTINCT if batch_distinct is None else batch_distinct,
             first_batch,
             self._counters,
+            self.lists,
+            self.dense_at,
+            self.dense,
         )
         if self.gi[_G_WRAPS]:
             self.wraps.append(wraps[: self.gi[_G_WRAPS]].copy())
             self.wrap_count += int(self.gi[_G_WRAPS])
+            self.wraps_pending += int(self.gi[_G_WRAPS])
+            if self.wraps_pending >= _WRAP_FOLD:
+                self._fold_wraps()
         self.fed += n
         if code != _OK:  # pragma: no cover - the bound on wraps makes this unreachable
             self.done = True
@@ -541,19 +617,41 @@ class Inspector:
             msg = f"{at}: batch {b} is beyond the manifest's {self.num_batches} batches"
         raise TraceError(f"{self.where}: {msg}")
 
+    def _fold_wraps(self) -> None:
+        """Fold the wrap events into (row, wraps) pairs: memory then follows the rows
+        that wrapped, not the lookups."""
+        events = np.concatenate([self.wrapped_rows, *self.wraps])
+        weights = np.concatenate([self.wrapped_counts, np.ones(self.wraps_pending, dtype=np.int64)])
+        rows, inverse = np.unique(events, return_inverse=True)
+        self.wrapped_rows = rows
+        self.wrapped_counts = np.bincount(inverse, weights=weights).astype(np.int64)
+        self.wraps = []
+        self.wraps_pending = 0
+
     def _top_shares(self) -> tuple[list[int], int]:
         """Top-1% lookup sums per table and overall, from each table's histogram of the
-        state words' counts and the true counts of the rows whose count wrapped."""
+        state words' counts, the true counts of the rows whose count wrapped, and the
+        small tables' own counts (those above the state word's range go with the
+        wrapped rows, the others into the histogram)."""
         tables = len(self.rows)
         bounds = np.append(self.offsets, self.offsets[-1] + self.rows[-1])
         hist = np.zeros((tables, 256), dtype=np.int64)
         _count_histograms(self.state, bounds, hist, np.zeros((4, 256), dtype=np.int64))
-        flat = np.concatenate(self.wraps) if self.wraps else np.empty(0, dtype=np.int64)
-        rows, wrap_counts = np.unique(flat, return_counts=True)
+        self._fold_wraps()
+        rows, wrap_counts = self.wrapped_rows, self.wrapped_counts
         low = (self.state[rows] & _COUNT_MASK).astype(np.int64)
         true = low + _COUNT_WRAP * wrap_counts.astype(np.int64)
         table_of = np.searchsorted(self.offsets, rows, side="right") - 1
         np.subtract.at(hist, (table_of, low), 1)  # wrapped rows are counted apart
+        extra_true, extra_table = [true], [table_of]
+        for t in np.flatnonzero(self.dense_at[:, 0]).tolist():
+            start = int(self.dense_at[t, 1] + self.offsets[t])
+            counts = self.dense[start : start + int(self.rows[t])]
+            above = counts > _COUNT_WRAP
+            hist[t] = np.bincount(counts[~above], minlength=256)
+            extra_true.append(counts[above])
+            extra_table.append(np.full(int(above.sum()), t, dtype=np.int64))
+        true, table_of = np.concatenate(extra_true), np.concatenate(extra_table)
         order = np.argsort(-true, kind="stable")
         true, table_of = true[order], table_of[order]
         per_table = [

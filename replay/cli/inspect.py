@@ -47,7 +47,7 @@ def inspect_command(
     from replay.trace.reader import open_trace
 
     opened = open_trace(trace)
-    # 2 B per row of the row space: refused with the figure before anything is read
+    # 1 B per row of the row space: refused with the figure before anything is read
     rows = opened.table_rows.tolist()
     check_row_space(rows, str(trace))
     check_fits(inspect_estimate(rows, opened.num_lookups))

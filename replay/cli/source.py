@@ -200,7 +200,7 @@ def _no_check() -> None:
 
 def inspect_default(ref: SourceRef, inspect: bool | None) -> bool:
     """workload.json by default for a trace; for an on-the-fly workload only when asked,
-    since it costs another generation pass and 2 bytes per row of the model."""
+    since it costs another generation pass and a byte per row of the model."""
     if inspect is not None:
         return inspect
     return isinstance(ref, str)

@@ -3,7 +3,7 @@
 Pure: it returns a `RunResult` and writes nothing (`replay.runs.results` writes run folders).
 Memory: the per-key state of the policy and of the checkpoint strategy (each class's
 `state_bytes_per_key`) + 1 bit per key for the distinct-row count (or, with `inspect`,
-the trace statistics' 2 bytes per row, which count the distinct rows instead) + the batch
+the trace statistics' byte per row, which count the distinct rows instead) + the batch
 ranges in flight (read ahead, and queued for the statistics: 4 each at most) + one row of
 counters per batch.
 """
