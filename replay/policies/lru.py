@@ -2,7 +2,8 @@
 
 Every missed lookup fetches its row into the cache (demand fill); when the cache is full
 the least recently used row is evicted first, and written back if dirty. The cache is a
-doubly linked list over `capacity` slots plus a key -> slot hash table, so a request
+doubly linked list over `capacity` slots (a circle through a sentinel slot) plus a key
+-> slot hash table, so a request
 costs O(1) with one random access into the table.
 
 Why a hash table and not a map indexed by key: a map of 4 B per possible row is 751 MB
@@ -56,7 +57,7 @@ from replay.system.spec import PolicySpec
 from replay.trace.stream import BatchRange
 
 # meta slots
-_HEAD, _TAIL, _SIZE, _CAP, _SLOT_BITS, _HASH_SHIFT = 0, 1, 2, 3, 4, 5
+_SIZE, _CAP, _SLOT_BITS, _HASH_SHIFT = 0, 1, 2, 3
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / phi
 
 
@@ -137,96 +138,81 @@ def lru_kernel(
     ubounds: np.ndarray,
     table: np.ndarray,
     slot_key: np.ndarray,
-    prev: np.ndarray,
-    nxt: np.ndarray,
+    links: np.ndarray,
     dirty: np.ndarray,
     meta: np.ndarray,
     out: np.ndarray,
 ) -> None:
-    head = meta[_HEAD]
-    tail = meta[_TAIL]
+    # links[2 s] is slot s's previous (more recent) slot, links[2 s + 1] its next; slot
+    # `cap` is a sentinel that closes the circle (its next: the most recent slot, its
+    # previous: the least recent), so no move to the front tests for an end. Hits and
+    # evictions follow from the lookups, misses and the fills of free slots: fewer live
+    # values in the loop, which numba otherwise keeps on the stack.
     size = meta[_SIZE]
     cap = meta[_CAP]
     slot_bits = meta[_SLOT_BITS]
     shift = meta[_HASH_SHIFT]
-    n_keys = len(keys)
-    n_updates = len(ukeys)
+    last = len(keys) - 1
+    ulast = len(ukeys) - 1
     for b in range(len(bounds) - 1):
-        hits = 0
         misses = 0
-        evictions = 0
         writebacks = 0
+        size_before = size
         for i in range(bounds[b], bounds[b + 1]):
-            if i + PREFETCH_AHEAD < n_keys:
-                prefetch(table, _home(keys[ix(i + PREFETCH_AHEAD)], shift))
+            # the last key stands in for those past the end: a prefetch, not a test
+            prefetch(table, _home(keys[ix(min(i + PREFETCH_AHEAD, last))], shift))
             k = keys[ix(i)]
             s = _find(table, k, slot_bits, shift)
-            if s >= 0:
-                hits += 1
-                if s != head:  # unlink, then push to the front
-                    p = prev[ix(s)]
-                    n = nxt[ix(s)]
-                    nxt[ix(p)] = n
-                    if n >= 0:
-                        prev[ix(n)] = p
-                    else:
-                        tail = p
-                    prev[ix(s)] = -1
-                    nxt[ix(s)] = head
-                    prev[ix(head)] = s
-                    head = s
-                continue
-            misses += 1
-            # the new key goes where its probe stopped, before the evicted key leaves: a
-            # removal could open a gap before that entry, an insert after it cannot
-            if size < cap:
-                table[ix(-1 - s)] = ((k + 1) << slot_bits) | size
-                s = size
-                size += 1
-            else:  # evict the tail
-                table[ix(-1 - s)] = ((k + 1) << slot_bits) | tail
-                s = tail
-                evictions += 1
-                if dirty[ix(s)]:
-                    writebacks += 1
-                _remove(table, slot_key[ix(s)], slot_bits, shift)
-                tail = prev[ix(s)]
-                if tail >= 0:
-                    nxt[ix(tail)] = -1
-                    # the next eviction removes the new tail's key: start loading it now
-                    prefetch(table, _home(slot_key[ix(tail)], shift))
-                else:
-                    head = -1
-            slot_key[ix(s)] = k
-            dirty[ix(s)] = 0
-            prev[ix(s)] = -1
-            nxt[ix(s)] = head
-            if head >= 0:
-                prev[ix(head)] = s
+            if s >= 0:  # unlink; the move to the front is below
+                p = links[ix(2 * s)]
+                n = links[ix(2 * s + 1)]
+                links[ix(2 * p + 1)] = n
+                links[ix(2 * n)] = p
             else:
-                tail = s
-            head = s
+                misses += 1
+                # the new key goes where its probe stopped, before the evicted key
+                # leaves: a removal could open a gap before that entry, an insert after
+                # it cannot
+                if size < cap:
+                    table[ix(-1 - s)] = ((k + 1) << slot_bits) | size
+                    s = size
+                    size += 1
+                else:  # evict the least recent slot
+                    v = links[ix(2 * cap)]
+                    table[ix(-1 - s)] = ((k + 1) << slot_bits) | v
+                    s = v
+                    writebacks += dirty[ix(s)]
+                    _remove(table, slot_key[ix(s)], slot_bits, shift)
+                    p = links[ix(2 * s)]
+                    links[ix(2 * p + 1)] = cap
+                    links[ix(2 * cap)] = p
+                    # the next eviction removes the new last slot's key: load it now
+                    prefetch(table, _home(slot_key[ix(p)], shift))
+                slot_key[ix(s)] = k
+                dirty[ix(s)] = 0
+            first = links[ix(2 * cap + 1)]
+            links[ix(2 * s)] = cap
+            links[ix(2 * s + 1)] = first
+            links[ix(2 * first)] = s
+            links[ix(2 * cap + 1)] = s
         upd_fast = 0
         for j in range(ubounds[b], ubounds[b + 1]):
-            if j + PREFETCH_AHEAD < n_updates:
-                prefetch(table, _home(ukeys[ix(j + PREFETCH_AHEAD)], shift))
+            prefetch(table, _home(ukeys[ix(min(j + PREFETCH_AHEAD, ulast))], shift))
             s = _find(table, ukeys[ix(j)], slot_bits, shift)
             if s >= 0:
                 dirty[ix(s)] = 1
                 upd_fast += 1
-        out[b, HITS] = hits
+        out[b, HITS] = (bounds[b + 1] - bounds[b]) - misses
         out[b, MISSES] = misses
         out[b, BYPASS] = 0
         out[b, FILLS] = misses
-        out[b, EVICTIONS] = evictions
+        out[b, EVICTIONS] = misses - (size - size_before)
         out[b, WRITEBACKS] = writebacks
         out[b, UPDATES_FAST] = upd_fast
         out[b, UPDATES_BACKING] = (ubounds[b + 1] - ubounds[b]) - upd_fast
         out[b, RESIDENT] = size
         out[b, RESIDENT_MAX] = size  # size only grows within a batch
         out[b, NEEDED_ROWS] = misses
-    meta[_HEAD] = head
-    meta[_TAIL] = tail
     meta[_SIZE] = size
 
 
@@ -240,14 +226,14 @@ class LRUPolicy(Policy):
         cap = ctx.capacity_units
         entries, slot_bits, shift = table_shape(ctx.total_keys, cap)
         self.table = state_array(entries, np.int64)
-        # The kernel writes a slot's links, key and dirty flag when the slot first enters
-        # the list and reads them only for slots in it: no fill, and pages of slots never
-        # used are never touched.
+        # A slot's key, links and dirty flag are written when the slot is first filled
+        # and read only for filled slots: no fill, and pages of slots never used are
+        # never touched; the sentinel's links start as an empty circle.
         self.slot_key = np.empty(cap, dtype=np.int64)
-        self.prev = np.empty(cap, dtype=np.int32)
-        self.nxt = np.empty(cap, dtype=np.int32)
+        self.links = np.empty(2 * cap + 2, dtype=np.int32)
+        self.links[2 * cap :] = cap
         self.dirty = np.empty(cap, dtype=np.uint8)
-        self.meta = np.array([-1, -1, 0, cap, slot_bits, shift], dtype=np.int64)
+        self.meta = np.array([0, cap, slot_bits, shift], dtype=np.int64)
 
     def warm_up(self, empty: BatchRange) -> None:
         self.process(empty, np.zeros((0, NUM_COUNTERS), dtype=np.int64))
@@ -261,8 +247,7 @@ class LRUPolicy(Policy):
             batch_range.update_bounds,
             self.table,
             self.slot_key,
-            self.prev,
-            self.nxt,
+            self.links,
             self.dirty,
             self.meta,
             out,
