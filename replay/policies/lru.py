@@ -2,9 +2,8 @@
 
 Every missed lookup fetches its row into the cache (demand fill); when the cache is full
 the least recently used row is evicted first, and written back if dirty. The cache is a
-doubly linked list over `capacity` slots (a circle through a sentinel slot) plus a key
--> slot hash table, so a request
-costs O(1) with one random access into the table.
+doubly linked list over `capacity` slots (a circle through a sentinel slot) plus a
+key -> slot hash table, so a request costs O(1) with one random access into the table.
 
 Why a hash table and not a map indexed by key: a map of 4 B per possible row is 751 MB
 at criteo-terabyte's 188 M rows, touched at random on every lookup, and on a VM whose
