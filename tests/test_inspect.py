@@ -15,10 +15,6 @@ from hypothesis import strategies as st
 
 from replay.analysis.stats import (
     _COUNT_WRAP,
-    _TAG_PERIOD,
-    RUN_BATCH,
-    RUN_START,
-    RUN_TABLE,
     _top_sum,
     curve_batches,
     inspect_arrays,
@@ -28,8 +24,10 @@ from replay.analysis.stats import (
     trace_inspector,
     trace_statistics,
 )
+from replay.analysis.stats_kernels import _TAG_PERIOD
 from replay.cli import main
 from replay.errors import TraceError
+from replay.trace.keys import RUN_BATCH, RUN_START, RUN_TABLE
 from replay.trace.reader import open_trace
 from replay.trace.writer import write_trace_from_arrays
 

@@ -1,0 +1,371 @@
+"""The numba kernels of the trace statistics (`replay.analysis.stats`) and the layout of
+the state they share with its `Inspector`: per-table and global counters, the state byte
+per row, the per-batch lists and the count wraps. The module docstring of
+`replay.analysis.stats` defines the statistics; the comments here say how the state
+holds them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from replay._intrinsics import PREFETCH_AHEAD, ix, prefetch
+from replay._jit import kernel
+from replay.trace.keys import RUN_BATCH, RUN_START, RUN_TABLE
+
+# int64 per-table state, shape (tables, _TI_WIDTH)
+_T_LOOK_CUR = 0  # lookups of the table in the current batch
+_T_DIST_CUR = 1  # distinct rows of the table in the current batch
+_T_REUSE_CUR = 2  # of those, rows also seen in the batch before
+_T_LOOKUPS = 3  # lookups so far
+_T_DISTINCT = 4  # distinct rows so far
+_T_DPB_N = 5  # batches averaged in distinct_per_batch
+_T_REUSE_N = 6  # batches averaged in consecutive_reuse
+_TI_WIDTH = 7
+# float64 per-table state, shape (tables, 2)
+_T_DPB_SUM = 0
+_T_REUSE_SUM = 1
+# int64 global state
+_G_CUR = 0  # batch being accumulated, -1 before the first lookup
+_G_TOUCHED = 1  # distinct pairs so far
+_G_CURVE_POS = 2  # next curve point to fill
+_G_WRAPS = 3  # count wraps recorded by the last kernel call
+_G_DPB_N = 4
+_G_REUSE_N = 5
+_G_SIDE = 6  # which row of the lists holds the current batch's rows
+_G_N_CUR = 7  # rows in the current batch's list
+_G_N_PREV = 8  # rows in the previous batch's list (0 when that batch had no lookups)
+_GI_WIDTH = 9
+# float64 global state
+_G_DPB_SUM = 0
+_G_REUSE_SUM = 1
+
+
+# kernel return codes
+_OK = 0
+_BAD_TABLE = 1
+_BAD_ROW = 2
+_UNSORTED = 3
+_BAD_BATCH = 4
+_WRAP_OVERFLOW = 5
+
+# One uint8 state word per row: the tag of the last batch that looked it up in the top 2
+# bits, its lookup count in the low 6; 0 means never looked up, so fresh zeroed memory is
+# the initial state. One byte per row (two until issue 29: an 8-bit tag and an 8-bit
+# count): criteo-terabyte's 187.8 M rows take 188 MB instead of 376 MB, and on the 2-core
+# VM faulting fresh memory in costs about 3.5 ms per MB (1.3 s for the 376 MB), more than
+# the feed itself.
+# - count: 1..63 once looked up; the 64th lookup records a wrap (worth 63 lookups) and
+#   restarts it at 1, so the true count is count + 63 * wraps, and 0 still means never.
+# - tag: batch b is tagged b % 3 + 1 (1..3); 0 = not looked up in the current or the
+#   previous batch. A tag repeats every 3 batches, so a row's tag must not outlive the
+#   batch after its own: when batch b starts, the rows that batch b - 2 looked up first
+#   (its list) lose their tag unless a later batch retagged them, and across an empty
+#   batch both lists are cleared. Between batches no tag but the previous batch's is left.
+_TAG_SHIFT = 6
+_COUNT_MASK = 0x3F
+_COUNT_WRAP = 63  # lookups one wrap stands for
+_TAG_PERIOD = 3
+_NO_TAG = _TAG_PERIOD + 1  # fits no 2-bit tag: "no batch before"
+# a constant to the kernels: np.iinfo in a kernel makes numba import numba.np.arraymath
+# (0.07 s) when it loads that kernel from its cache
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+@kernel
+def _flush_batch(b: int, ti: np.ndarray, tf: np.ndarray, gi: np.ndarray, gf: np.ndarray) -> None:
+    """Fold the counters of batch b into the running sums, in table order."""
+    look = 0
+    dist = 0
+    reuse = 0
+    for t in range(ti.shape[0]):
+        lt = ti[t, _T_LOOK_CUR]
+        if lt == 0:
+            continue
+        dt = ti[t, _T_DIST_CUR]
+        rt = ti[t, _T_REUSE_CUR]
+        tf[t, _T_DPB_SUM] += dt / lt
+        ti[t, _T_DPB_N] += 1
+        if b >= 1:
+            tf[t, _T_REUSE_SUM] += rt / dt
+            ti[t, _T_REUSE_N] += 1
+        ti[t, _T_LOOKUPS] += lt
+        look += lt
+        dist += dt
+        reuse += rt
+        ti[t, _T_LOOK_CUR] = 0
+        ti[t, _T_DIST_CUR] = 0
+        ti[t, _T_REUSE_CUR] = 0
+    if look > 0:
+        gf[_G_DPB_SUM] += dist / look
+        gi[_G_DPB_N] += 1
+        if b >= 1:
+            gf[_G_REUSE_SUM] += reuse / dist
+            gi[_G_REUSE_N] += 1
+
+
+@kernel
+def _fill_curve(upto: int, gi: np.ndarray, curve_x: np.ndarray, curve_val: np.ndarray) -> None:
+    """Record the touched count for every curve point x <= upto (batches 0..x-1 done)."""
+    pos = gi[_G_CURVE_POS]
+    while pos < len(curve_x) and curve_x[pos] <= upto:
+        curve_val[pos] = gi[_G_TOUCHED]
+        pos += 1
+    gi[_G_CURVE_POS] = pos
+
+
+@kernel
+def _tag(b: int) -> int:
+    """The state word's tag of batch b (1.._TAG_PERIOD)."""
+    return b % _TAG_PERIOD + 1
+
+
+@kernel
+def _clear_tags(state: np.ndarray, rows: np.ndarray, n: int, tag: int) -> None:
+    """Drop `tag` from the first n `rows` that still hold it (their counts stay)."""
+    for i in range(n):
+        if i + PREFETCH_AHEAD < n:
+            prefetch(state, rows[ix(i + PREFETCH_AHEAD)])
+        f = rows[ix(i)]
+        v = state[ix(f)]
+        state[ix(f)] = v & _COUNT_MASK if (v >> _TAG_SHIFT) == tag else v
+
+
+@kernel
+def _checked_keys(
+    batch: np.ndarray,
+    table: np.ndarray,
+    row: np.ndarray,
+    num_batches: int,
+    table_rows: np.ndarray,
+    offsets: np.ndarray,
+    last_batch: int,
+    keys: np.ndarray,
+) -> tuple[int, int]:
+    """Check a chunk of lookups (trace order) and flatten it for `_inspect_runs`:
+    keys[i] = offsets[table[i]] + row[i]. Returns (code, index of the first bad lookup);
+    `last_batch` is the batch of the lookup before the chunk (-1 for none)."""
+    num_tables = len(table_rows)
+    cur_b = np.int64(last_batch)
+    for i in range(len(row)):
+        b = np.int64(batch[i])
+        if b != cur_b:
+            if b < cur_b:
+                return _UNSORTED, i
+            if b >= num_batches:
+                return _BAD_BATCH, i
+            cur_b = b
+        t = np.int64(table[i])
+        if t >= num_tables:
+            return _BAD_TABLE, i
+        r = np.uint64(row[i])
+        if r >= table_rows[t]:
+            return _BAD_ROW, i
+        keys[i] = offsets[t] + np.int64(r)
+    return _OK, -1
+
+
+@kernel
+def _inspect_runs(
+    keys: np.ndarray,
+    runs: np.ndarray,
+    num_tables: int,
+    state: np.ndarray,
+    ti: np.ndarray,
+    tf: np.ndarray,
+    gi: np.ndarray,
+    gf: np.ndarray,
+    curve_x: np.ndarray,
+    curve_val: np.ndarray,
+    wraps: np.ndarray,
+    batch_distinct: np.ndarray,
+    first_batch: int,
+    counters: np.ndarray,
+    lists: np.ndarray,
+    dense_at: np.ndarray,
+    dense: np.ndarray,
+) -> int:
+    """Fold a chunk of checked lookups into the state: `keys` are their flat rows and
+    `runs` their (batch, table) runs in trace order (`_checked_keys`, `table_runs`).
+    Returns the code (_OK, or _WRAP_OVERFLOW).
+
+    `state` is the uint8 state word per flat row (`_TAG_SHIFT`); each count wrap's flat
+    row goes to `wraps` (sized by the caller: a wrap takes 63 lookups of one row). When
+    `batch_distinct` is not empty, the distinct pairs of batch b are added to
+    batch_distinct[b - first_batch] (batches outside it are skipped).
+
+    Small tables (dense_at[t, 0] = 1) count in `dense` (int64, flat row f at
+    dense[dense_at[t, 1] + f]) instead of the state word's 6 bits, whose wraps they would
+    fill with events (a table of a few rows takes hundreds of lookups per row per batch);
+    their state words keep the tag and count 1 once looked up.
+
+    Tags: `lists[side]` collects the rows the current batch looks up first, and
+    `lists[1 - side]` the previous batch's (`_G_N_CUR`, `_G_N_PREV` rows; the caller
+    gives each room for its rows plus every lookup of the chunk). When batch b follows
+    batch b - 1, the rows of b - 2 that b - 1 did not retag lose their tag and the lists
+    turn; after an empty batch both lose theirs. So when batch b starts, only tag(b - 1)
+    is left, held by exactly the rows of b - 1, and tag(b) = tag(b - 3) by none.
+
+    A run's keys go through a branch-free loop (but for the rare count wrap) that
+    prefetches each row's state 16 lookups ahead. Taking flat keys and precomputed runs
+    rather than the (batch, table, row) columns spares the run scan and the row checks
+    here: `replay run` gets both from its reader, which makes the keys anyway.
+    The per-table counters of the current batch live in the rows of the caller's scratch
+    `counters` (4 x num_tables int64; allocated by the caller, see `table_runs`) and go
+    back to `ti` at each batch end and at the end of the chunk (a batch may span chunks).
+    """
+    look = counters[0]
+    dist = counters[1]
+    reuse = counters[2]
+    new = counters[3]
+    for t in range(num_tables):
+        look[t] = ti[t, _T_LOOK_CUR]
+        dist[t] = ti[t, _T_DIST_CUR]
+        reuse[t] = ti[t, _T_REUSE_CUR]
+        new[t] = 0
+    cur = gi[_G_CUR]
+    side = gi[_G_SIDE]
+    n_cur = gi[_G_N_CUR]
+    n_prev = gi[_G_N_PREV]
+    nwraps = 0
+    code = _OK
+    for q in range(len(runs) - 1):  # the last row only ends the last run
+        b = runs[q, RUN_BATCH]
+        if b != cur:
+            if cur >= 0:
+                for t in range(num_tables):
+                    ti[t, _T_LOOK_CUR] = look[t]
+                    ti[t, _T_DIST_CUR] = dist[t]
+                    ti[t, _T_REUSE_CUR] = reuse[t]
+                    look[t] = 0
+                    dist[t] = 0
+                    reuse[t] = 0
+                _flush_batch(cur, ti, tf, gi, gf)
+                # the rows of batch cur - 1 not looked up again in cur
+                _clear_tags(state, lists[1 - side], n_prev, _tag(cur - 1))
+                if b == cur + 1:
+                    side = 1 - side
+                    n_prev = n_cur
+                else:  # empty batches between: batch cur's tags go too
+                    _clear_tags(state, lists[side], n_cur, _tag(cur))
+                    n_prev = 0
+                n_cur = 0
+            for t in range(num_tables):
+                ti[t, _T_DISTINCT] += new[t]
+                gi[_G_TOUCHED] += new[t]
+                new[t] = 0
+            _fill_curve(b, gi, curve_x, curve_val)
+            cur = b
+        t = runs[q, RUN_TABLE]
+        i = runs[q, RUN_START]
+        j = runs[q + 1, RUN_START]
+        small = dense_at[t, 0] != 0
+        at = dense_at[t, 1]
+        tag = _tag(b)
+        previous = _tag(b - 1) if n_prev > 0 else _NO_TAG  # no row holds _NO_TAG
+        stamp = tag << _TAG_SHIFT
+        mine = lists[side]
+        d = 0
+        rr = 0
+        nw = 0
+        for k in range(i, i if small else j):
+            if k + PREFETCH_AHEAD < j:  # rows of a run are random: overlap the misses
+                prefetch(state, keys[ix(k + PREFETCH_AHEAD)])
+            f = keys[ix(k)]
+            v = np.int64(state[ix(f)])
+            s = v >> _TAG_SHIFT
+            c = v & _COUNT_MASK
+            fresh = s != tag  # first lookup of the row in this batch
+            d += fresh
+            nw += c == 0
+            rr += s == previous
+            mine[ix(n_cur)] = f  # kept only when fresh: a store, not a branch
+            n_cur += fresh
+            if c == _COUNT_WRAP:  # rare: once per 63 lookups of a row
+                if nwraps < len(wraps):
+                    wraps[nwraps] = f
+                nwraps += 1
+                c = 0
+            state[ix(f)] = np.uint8(stamp | (c + 1))
+        for k in range(i, j if small else i):  # a small table (its state stays in cache)
+            f = keys[ix(k)]
+            v = np.int64(state[ix(f)])
+            s = v >> _TAG_SHIFT
+            fresh = s != tag
+            d += fresh
+            rr += s == previous
+            mine[ix(n_cur)] = f
+            n_cur += fresh
+            c = dense[ix(at + f)]
+            nw += c == 0
+            dense[ix(at + f)] = c + 1
+            state[ix(f)] = np.uint8(stamp | 1)
+        if nwraps > len(wraps):  # pragma: no cover - the caller's bound prevents it
+            code = _WRAP_OVERFLOW
+            break
+        look[t] += j - i
+        dist[t] += d
+        slot = b - first_batch
+        if 0 <= slot < len(batch_distinct):
+            batch_distinct[slot] += d
+        reuse[t] += rr
+        new[t] += nw
+    gi[_G_CUR] = cur
+    gi[_G_SIDE] = side
+    gi[_G_N_CUR] = n_cur
+    gi[_G_N_PREV] = n_prev
+    gi[_G_WRAPS] = min(nwraps, len(wraps))
+    for t in range(num_tables):
+        ti[t, _T_LOOK_CUR] = look[t]
+        ti[t, _T_DIST_CUR] = dist[t]
+        ti[t, _T_REUSE_CUR] = reuse[t]
+        ti[t, _T_DISTINCT] += new[t]
+        gi[_G_TOUCHED] += new[t]
+    return code
+
+
+@kernel
+def _finish_kernel(
+    ti: np.ndarray,
+    tf: np.ndarray,
+    gi: np.ndarray,
+    gf: np.ndarray,
+    curve_x: np.ndarray,
+    curve_val: np.ndarray,
+) -> None:
+    if gi[_G_CUR] >= 0:
+        _flush_batch(gi[_G_CUR], ti, tf, gi, gf)
+    _fill_curve(_INT64_MAX, gi, curve_x, curve_val)
+
+
+@kernel
+def _count_histograms(
+    state: np.ndarray, words: np.ndarray, bounds: np.ndarray, hist: np.ndarray, part: np.ndarray
+) -> None:
+    """hist[t, c] += rows of table t (flat rows bounds[t]..bounds[t+1]) whose state word
+    holds count c. `words` is `state` read 8 bytes at a time (its first len(state) // 8
+    x 8 bytes): most rows were never looked up, and a zero word counts 8 of them at once
+    (188 M rows: 0.14 -> 0.03 s). Four interleaved histograms (`part`, 4 x 256 int64
+    scratch) for the other bytes, which would otherwise chain their increments."""
+    for t in range(len(bounds) - 1):
+        part[:] = 0
+        lo = bounds[t]
+        hi = bounds[t + 1]
+        i = lo
+        while i < hi and (i & 7) != 0:  # up to the first whole word
+            part[i & 3, state[ix(i)] & _COUNT_MASK] += 1
+            i += 1
+        zeros = 0
+        while i + 8 <= hi:
+            if words[ix(i >> 3)] == 0:
+                zeros += 8
+            else:
+                for j in range(i, i + 8):
+                    part[j & 3, state[ix(j)] & _COUNT_MASK] += 1
+            i += 8
+        while i < hi:
+            part[i & 3, state[ix(i)] & _COUNT_MASK] += 1
+            i += 1
+        part[0, 0] += zeros
+        for c in range(256):
+            hist[t, c] += part[0, c] + part[1, c] + part[2, c] + part[3, c]
