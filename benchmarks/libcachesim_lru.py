@@ -25,7 +25,6 @@ import argparse
 import hashlib
 import importlib.util
 import json
-import os
 import shlex
 import shutil
 import statistics
@@ -55,28 +54,17 @@ def _sidecar(out: Path) -> Path:
 
 
 def export(trace_dir: Path, out: Path) -> dict[str, Any]:
-    """Write the flat key of every lookup, in trace order, as uint64 to `out`."""
-
-    from replay.trace.keys import flat_keys, table_offsets
-    from replay.trace.reader import open_trace
+    """Write the flat key of every lookup, in trace order, as uint64 to `out` (the
+    package's `replay.runs.bench_lcs.export_keys`), and its sidecar."""
+    from replay.runs.bench_lcs import export_keys
 
     t0 = time.perf_counter()
-    trace = open_trace(trace_dir)
-    offsets = table_offsets(trace.table_rows)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    written = 0
-    with open(partial, "wb") as fh:
-        for chunk in trace.iter_lookups():
-            keys = flat_keys(chunk.table, chunk.row, offsets)  # uint32 or int64, non-negative
-            keys.astype("<u8", copy=False).tofile(fh)
-            written += len(keys)
-    os.replace(partial, out)
+    written = export_keys(trace_dir, out)
     meta = {
         "trace": str(trace_dir.resolve()),
         "manifest_sha256": _manifest_sha256(trace_dir),
-        "requests": written,
-        "distinct_key_space": int(offsets[-1]),
+        "requests": written.requests,
+        "distinct_key_space": written.key_space_rows,
         "format": KEY_FORMAT,
         "key": "offsets[table] + row",
         "seconds": round(time.perf_counter() - t0, 3),

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_policies import batch_range  # the policy tests' trace-to-range harness
 
 from replay.errors import ConfigError
 from replay.policies import POLICIES, PolicyContext
 from replay.policies.base import NUM_COUNTERS
 from replay.policies.lru import _find, _home, _remove, reference_lru, table_shape
 from replay.system.spec import PolicySpec
-from replay.trace.stream import BatchRange
 
 
 def run_lru(batches: list[tuple[list[int], list[int]]], capacity: int, total: int) -> np.ndarray:
@@ -33,15 +33,8 @@ def run_lru(batches: list[tuple[list[int], list[int]]], capacity: int, total: in
         unit_rows=1,
     )
     policy = POLICIES["lru"](PolicySpec(name="lru"), ctx)
-
-    def flat(parts: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-        keys = np.array([k for p in parts for k in p], dtype=np.int64)
-        return keys, np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
-
-    keys, bounds = flat([lookups for lookups, _ in batches])
-    ukeys, ubounds = flat([updates for _, updates in batches])
     out = np.zeros((len(batches), NUM_COUNTERS), dtype=np.int64)
-    policy.process(BatchRange(0, len(batches), keys, bounds, ukeys, ubounds), out)
+    policy.process(batch_range(batches, 0, len(batches)), out)
     return out
 
 

@@ -97,16 +97,6 @@ def _find(table: np.ndarray, k: int, slot_bits: int, shift: int) -> int:
 
 
 @kernel(inline="always")
-def _insert(table: np.ndarray, k: int, s: int, slot_bits: int, shift: int) -> None:
-    """Add key k -> slot s (k not in the table)."""
-    mask = len(table) - 1
-    i = _home(k, shift)
-    while table[ix(i)] != 0:
-        i = (i + 1) & mask
-    table[ix(i)] = ((k + 1) << slot_bits) | s
-
-
-@kernel(inline="always")
 def _remove(table: np.ndarray, k: int, slot_bits: int, shift: int) -> None:
     """Drop key k (in the table); the entries after it move back into the gap where
     their probe would otherwise pass it (backward-shift deletion)."""
