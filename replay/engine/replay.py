@@ -27,7 +27,7 @@ from replay.engine.account import Shape, account, study_warnings, summarize
 from replay.engine.raw import RawState, count_raw
 from replay.errors import ConfigError
 from replay.policies import POLICIES
-from replay.policies.base import NUM_COUNTERS, Policy, PolicyContext, capacity_units
+from replay.policies.base import NUM_COUNTERS, Policy, PolicyContext
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
 from replay.trace.keys import key_dtype, table_offsets
 from replay.trace.reader import Trace
@@ -92,9 +92,9 @@ def make_policy(system: SystemSpec, trace: Source, shape: Shape) -> Policy:
     dim = shape.embedding_dim
     state = BYTES_PER_VALUE * dim + optimizer_bytes_per_row(system.model.optimizer, dim)
     unit_rows = cls.unit_rows(system.policy)
-    cap = capacity_units(system, unit_rows, state) if cls.cached else 0
     rows = np.asarray(trace.table_rows, dtype=np.int64)
     offsets = table_offsets(rows)
+    cap = cls.capacity(system, unit_rows, state, int(offsets[-1])) if cls.cached else 0
     ctx = PolicyContext(
         total_keys=int(offsets[-1]),
         table_rows=rows,
@@ -250,6 +250,7 @@ def replay_trace(
         ctx.capacity_units,
         cached=POLICIES[system.policy.name].cached,
     )
+    summary["policy"].update(policy.summary_extra())
     summary["checkpoint"] = checkpoint_summary(strategy.ctx, timing, checkpointed)
     summary["failures"] = failures_summary(
         strategy.ctx, timing, checkpointed, summary["checkpoint"]

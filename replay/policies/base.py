@@ -111,6 +111,18 @@ class Policy(ABC):
     def unit_rows(cls, spec: PolicySpec) -> int:
         return 1
 
+    @classmethod
+    def capacity(
+        cls, system: SystemSpec, unit_rows: int, row_state_bytes: int, total_keys: int
+    ) -> int:
+        """Units the fast tier holds for this policy (`capacity_units` unless a policy
+        sizes its cache its own way, as `tbe` does with a load factor and whole sets)."""
+        return capacity_units(system, unit_rows, row_state_bytes)
+
+    def summary_extra(self) -> dict[str, object]:
+        """Policy-specific totals for summary.json's `policy` section (none by default)."""
+        return {}
+
     def prepare(self, trace: Source | None) -> None:  # noqa: B027 - optional hook
         """An optional pass over the whole trace before `process` (oracles)."""
 

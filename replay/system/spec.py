@@ -49,6 +49,8 @@ INCREMENTS = ("one-shot", "consecutive", "intermittent")
 QUANTIZE_BITS = (0, 2, 3, 4, 8)  # 0: no quantization (Check-N-Run's b in 2, 3, 4, 8)
 OPTIMIZERS = ("sgd", "rowwise-adagrad", "adagrad", "adam")
 CHUNK_EVICTIONS = ("furthest", "lru")
+TBE_ALGORITHMS = ("lru", "lfu")  # fbgemm_gpu CacheAlgorithm
+TBE_ASSOCIATIVITIES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 BYTES_PER_VALUE = 4  # fp32 embeddings and optimizer state
 MAX_BYTES = 1e18
 MAX_RATE = 1e18
@@ -135,6 +137,12 @@ class PolicySpec:
     forward_budget_fraction: float = field(default=1.0, metadata=_range(0, 1, lo_open=True))
     backward_budget_fraction: float = field(default=1.0, metadata=_range(0, 1, lo_open=True))
     optimizer_budget_fraction: float = field(default=1.0, metadata=_range(0, 1, lo_open=True))
+    # tbe (FBGEMM's set-associative TBE cache): rows = int(Σ table rows x load factor),
+    # rounded up to whole sets; 0: from capacity_rows or the byte budget
+    cache_load_factor: float = field(default=0.0, metadata=_range(0, 1))
+    # tbe: ways per set, a power of two (32: the CUDA warp; 64: AMD CDNA wavefronts)
+    associativity: int = field(default=32, metadata={"choices_int": TBE_ASSOCIATIVITIES})
+    cache_algorithm: str = field(default="lru", metadata={"choices": TBE_ALGORITHMS})  # tbe
 
 
 @dataclass(frozen=True)
