@@ -1,4 +1,6 @@
-"""`replay ingest FILE... --out DIR`: stream real Criteo TSV files into a trace."""
+"""`replay ingest FILE... --out DIR`: turn real traces into a trace folder: Criteo TSV
+click logs (`--format criteo`, the default) or Meta's FBGEMM embedding traces
+(`--format fbgemm`, `torch.save` files of indices, offsets and lengths)."""
 
 from __future__ import annotations
 
@@ -8,32 +10,47 @@ from typing import Annotated
 import typer
 
 from replay.cli.app import app, show_progress
+from replay.errors import ConfigError
+
+FORMATS = ("criteo", "fbgemm")
 
 
-@app.command("ingest", short_help="Turn real Criteo click logs (TSV) into a trace.")
+@app.command("ingest", short_help="Turn real Criteo click logs or FBGEMM traces into a trace.")
 def ingest_command(
     files: Annotated[
         list[Path],
         typer.Argument(
-            help="Criteo TSV files (label, 13 integer and 26 categorical features, tab-"
-            "separated; .gz read as a stream), taken in the order given.",
+            help="Input files, taken in the order given: Criteo TSV (label, 13 integer and "
+            "26 categorical features, tab-separated; .gz read as a stream), or FBGEMM "
+            "torch.save files (one batch each).",
             show_default=False,
             metavar="FILE...",
         ),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Trace folder to write.")],
-    batch_size: Annotated[
-        int,
+    input_format: Annotated[
+        str,
         typer.Option(
-            "--batch-size", metavar="N", help="Samples per batch (the last may be partial)."
+            "--format",
+            metavar="criteo|fbgemm",
+            help="Input format: Criteo TSV, or FBGEMM (dlrm_datasets) torch.save files.",
         ),
-    ] = 2048,
+    ] = "criteo",
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-size",
+            metavar="N",
+            help="Criteo: samples per batch, the last may be partial (default: 2048).",
+            show_default=False,
+        ),
+    ] = None,
     max_ind_range: Annotated[
         int | None,
         typer.Option(
             "--max-ind-range",
             metavar="M",
-            help="Row = 1 + hash % M, tables of M+1 rows (as DLRM's --max-ind-range); "
+            help="Criteo: row = 1 + hash % M, tables of M+1 rows (as DLRM's --max-ind-range); "
             "row 0 is the missing value (default: give --dictionary).",
             show_default=False,
         ),
@@ -42,22 +59,55 @@ def ingest_command(
         bool,
         typer.Option(
             "--dictionary",
-            help="Row = first-seen order per table (1, 2, ...); row 0 is the missing value.",
+            help="Criteo: row = first-seen order per table (1, 2, ...); row 0 is the "
+            "missing value.",
         ),
     ] = False,
     skip_bad_lines: Annotated[
         bool,
-        typer.Option("--skip-bad-lines", help="Skip and count malformed lines instead of failing."),
+        typer.Option(
+            "--skip-bad-lines", help="Criteo: skip and count malformed lines instead of failing."
+        ),
     ] = False,
+    table_rows: Annotated[
+        str | None,
+        typer.Option(
+            "--table-rows",
+            metavar="ROWS,...",
+            help="FBGEMM: rows of every table, or one per table (default: largest row id "
+            "+ 1 per table over all files).",
+            show_default=False,
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output.")] = False,
 ) -> None:
-    """Turn real Criteo click logs into a trace (exactly one of --max-ind-range, --dictionary)."""
-    from replay.trace.criteo import ingest
+    """Turn real Criteo click logs (exactly one of --max-ind-range, --dictionary) or
+    FBGEMM embedding traces (--format fbgemm) into a trace."""
+    if input_format not in FORMATS:
+        raise ConfigError(f"--format must be criteo or fbgemm, not {input_format!r}")
+    given = {
+        "--batch-size": batch_size is not None,
+        "--max-ind-range": max_ind_range is not None,
+        "--dictionary": dictionary,
+        "--skip-bad-lines": skip_bad_lines,
+        "--table-rows": table_rows is not None,
+    }
+    applies = {"criteo": ("--batch-size", "--max-ind-range", "--dictionary", "--skip-bad-lines")}
+    applies["fbgemm"] = ("--table-rows",)
+    wrong = [flag for flag, on in given.items() if on and flag not in applies[input_format]]
+    if wrong:
+        other = "fbgemm" if input_format == "criteo" else "criteo"
+        why = " (each FBGEMM file is one batch)" if "--batch-size" in wrong else ""
+        raise ConfigError(f"{wrong[0]} applies to --format {other} only{why}")
+    if input_format == "fbgemm":
+        _ingest_fbgemm(files, out, table_rows, force)
+        return
+    from replay.trace.criteo import DEFAULT_BATCH_SIZE, ingest
 
     result = ingest(
         files,
         out,
-        batch_size=batch_size,
+        batch_size=DEFAULT_BATCH_SIZE if batch_size is None else batch_size,
         max_ind_range=max_ind_range,
         dictionary=dictionary,
         skip_bad_lines=skip_bad_lines,
@@ -70,4 +120,16 @@ def ingest_command(
     typer.echo(
         f"ingested {result.samples:,} samples: {result.batches:,} batches, "
         f"{result.lookups:,} lookups, {skipped} -> {result.path}"
+    )
+
+
+def _ingest_fbgemm(files: list[Path], out: Path, table_rows: str | None, force: bool) -> None:
+    from replay.trace.fbgemm import ROWS_GIVEN, ingest_fbgemm
+
+    result = ingest_fbgemm(files, out, table_rows=table_rows, force=force, progress=show_progress())
+    rows = "rows given" if result.rows_rule == ROWS_GIVEN else "rows = largest id + 1"
+    typer.echo(
+        f"ingested {result.files:,} files: {result.batches:,} batches of "
+        f"{result.batch_size:,} samples, {result.lookups:,} lookups, {result.tables:,} "
+        f"tables ({rows}) -> {result.path}"
     )
