@@ -84,6 +84,10 @@ def _load(name: str):
         from replay.analysis.mrc import mrc_trace
 
         return mrc_trace
+    if name == "parameter_constraints":
+        from replay.plan.torchrec import parameter_constraints
+
+        return parameter_constraints
     raise AttributeError(f"module 'replay' has no attribute {name!r}")
 
 
@@ -98,6 +102,7 @@ __all__ = [
     "mrc_trace",
     "open_trace",
     "open_workload",
+    "parameter_constraints",
     "replay_trace",
     "resolve_system",
 ]

@@ -138,7 +138,12 @@ def test_cli_writes_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert printed.startswith("Cache: 1 MiB of LRU cache hits ")
-    assert sorted(p.name for p in out.iterdir()) == ["figures", "plan.json", "plan.md"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "figures",
+        "plan.json",
+        "plan.md",
+        "torchrec.json",
+    ]
     assert sorted(p.name for p in (out / "figures").iterdir()) == ["goodput.png", "mrc.png"]
     doc = json.loads((out / "plan.json").read_text())
     assert doc["checkpoint"]["cluster_mtbf_s"] == pytest.approx(30 * 86400 / 64)

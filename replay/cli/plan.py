@@ -109,6 +109,17 @@ def plan_command(
             "--draws", min=1, max=100_000, metavar="N", help="Failure draws per strategy."
         ),
     ] = 1000,
+    torchrec_bins: Annotated[
+        int,
+        typer.Option(
+            "--torchrec-bins",
+            min=1,
+            max=1_000_000,
+            metavar="N",
+            help="Bins of each table's stack-distance histogram in torchrec.json (TorchRec's "
+            "planner reads a table's curve to rows / N).",
+        ),
+    ] = 100,
     force: Annotated[
         bool, typer.Option("--force", help="Replace an existing plan folder.")
     ] = False,
@@ -120,7 +131,7 @@ def plan_command(
     from replay._output import check_output_folder
     from replay._units import parse_bytes, parse_duration
     from replay.plan.plan import PlanRequest, make_plan
-    from replay.plan.write import OUTPUT_FILES, answers, write_plan
+    from replay.plan.write import OUTPUT_FILES, answers, plan_json, write_plan
 
     budget = parse_bytes(cache_budget, "--cache-budget")
     if budget <= 0:
@@ -161,15 +172,16 @@ def plan_command(
         time_per_batch_s=step_s,
         sets=tuple(sets or ()),
         draws=draws,
+        torchrec_bins=torchrec_bins,
     )
     # progress on stderr: stdout holds the answers (or the JSON), first
     document, curves = make_plan(request, progress=lambda m: typer.echo(f"  {m}", err=True))
     write_plan(document, out, force=force, curves=curves)
     if json_output:
-        typer.echo(json.dumps(document, indent=2))
+        typer.echo(json.dumps(plan_json(document), indent=2))
         return
     for line in answers(document):
         typer.echo(line)
     for note in document["notes"]:
         typer.echo(f"note: {note}")
-    typer.echo(f"wrote {out}/plan.md, plan.json and figures/")
+    typer.echo(f"wrote {out}/plan.md, plan.json, torchrec.json and figures/")

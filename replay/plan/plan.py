@@ -14,7 +14,8 @@ grows with time from long-horizon curves over the whole run (`replay.analysis.ho
    its cold misses), and `touched(k)`, the distinct rows updated within k
    consecutive batches (what an incremental checkpoint at interval k writes);
 3. the answers: cache bytes for each hit target and the hit at the budget, the budget's
-   split across tables (`replay.plan.cache`), each checkpoint strategy's best interval at
+   split across tables (`replay.plan.cache`) with each table's statistics for TorchRec's
+   planner (`replay.plan.torchrec`), each checkpoint strategy's best interval at
    the cluster's MTBF with its goodput over the run (`replay.plan.checkpoint`), and each
    system's steady-state time and energy per batch with the Pareto front.
 
@@ -58,6 +59,7 @@ class PlanRequest:
     draws: int = 1000
     seed: int = 0
     notes: list[str] = field(default_factory=list)
+    torchrec_bins: int = 100  # torchrec.json's histogram bins (`replay.plan.torchrec`)
 
 
 def choose_sample_rate(lookups: int) -> float:
@@ -130,8 +132,9 @@ def _interpolator(xs: np.ndarray, ys: np.ndarray) -> Callable[[Any], Any]:
 def make_plan(
     request: PlanRequest, progress: Callable[[str], None] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The plan as the JSON document `plan.json` holds (see the README), and the curves
-    its goodput figure draws (goodput against interval, per strategy)."""
+    """The plan as the JSON document `plan.json` holds (see the README; its `torchrec`
+    part is written as `torchrec.json`), and the curves its goodput figure draws (goodput
+    against interval, per strategy)."""
     from replay.analysis.horizon import horizon_mrc, per_table_mrc, touched_curve
     from replay.engine.systems import resolve_system
     from replay.plan.cache import curve_sizes, hit_at, rows_for_hit, split_budget
@@ -206,6 +209,14 @@ def make_plan(
     tables = per_table_mrc(horizon, [curve_sizes(r, smallest) for r in table_rows])
     curves = [(np.asarray(t.sizes, np.float64), 1.0 - np.asarray(t.miss_ratios)) for t in tables]
     split = split_budget(names, table_rows, [t.lookups for t in tables], curves, budget_rows)
+    say("TorchRec's cache statistics per table (torchrec.json)")
+    from replay.plan.torchrec import torchrec_stats
+
+    torchrec = torchrec_stats(
+        horizon,
+        bins=request.torchrec_bins,
+        load_factors={s.table: s.load_factor for s in split.tables},
+    )
 
     say("systems: steady state per batch")
     systems = steady_state(_steady_source(request, horizon), request.systems, sets=request.sets)
@@ -322,6 +333,7 @@ def make_plan(
             for c in systems
         ],
         "notes": notes,
+        "torchrec": torchrec,  # written apart as torchrec.json (`replay.plan.write`)
     }
     return document, curves
 

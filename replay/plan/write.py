@@ -1,9 +1,10 @@
 """The files of `replay plan --out DIR`: `plan.md` (the answers in its first lines, then
-how each was reached), `plan.json` (the document `make_plan` returns) and
-`figures/mrc.png` (the miss-ratio curve in bytes with the budget and the hit targets
-marked) and `figures/goodput.png` (goodput against the checkpoint interval, per
-strategy, each optimum marked). Built in `.DIR.partial` and renamed into place whole
-(`replay._output.atomic_folder`).
+how each was reached), `plan.json` (the document `make_plan` returns, but its `torchrec`
+part), `torchrec.json` (that part: each table's cache statistics for TorchRec's planner,
+`replay.plan.torchrec`) and `figures/mrc.png` (the miss-ratio curve in bytes with the
+budget and the hit targets marked) and `figures/goodput.png` (goodput against the
+checkpoint interval, per strategy, each optimum marked). Built in `.DIR.partial` and
+renamed into place whole (`replay._output.atomic_folder`).
 """
 
 from __future__ import annotations
@@ -16,14 +17,23 @@ import numpy as np
 
 from replay._output import atomic_folder
 from replay._units import format_bytes, format_duration, format_percent
+from replay.plan.torchrec import FEW_SAMPLED_ROWS
 
-OUTPUT_FILES = frozenset({"plan.md", "plan.json", "figures"})
+OUTPUT_FILES = frozenset({"plan.md", "plan.json", "torchrec.json", "figures"})
+TORCHREC_KEY = "torchrec"  # the document's part written as torchrec.json
+
+
+def plan_json(document: dict[str, Any]) -> dict[str, Any]:
+    """What plan.json holds: the document without its torchrec part (its own file)."""
+    return {k: v for k, v in document.items() if k != TORCHREC_KEY}
 
 
 def write_plan(document: dict[str, Any], out: Path, *, force: bool, curves: dict[str, Any]) -> None:
     """`curves`: what the figures draw beyond plan.json (goodput against interval)."""
     with atomic_folder(out, force=force, owned=OUTPUT_FILES, what="`replay plan` output") as tmp:
-        (tmp / "plan.json").write_text(json.dumps(document, indent=2) + "\n")
+        (tmp / "plan.json").write_text(json.dumps(plan_json(document), indent=2) + "\n")
+        if document.get(TORCHREC_KEY) is not None:
+            (tmp / "torchrec.json").write_text(json.dumps(document[TORCHREC_KEY], indent=2) + "\n")
         (tmp / "figures").mkdir()
         _mrc_figure(document, tmp / "figures" / "mrc.png")
         _goodput_figure(document, curves, tmp / "figures" / "goodput.png")
@@ -148,6 +158,23 @@ def plan_markdown(document: dict[str, Any]) -> str:
             f"| {t['table']} | {format_bytes(t['bytes'])} | {t['load_factor']:.4g} | "
             f"{_pct(t['hit'])} |"
         )
+    trec = document.get(TORCHREC_KEY)
+    if trec:
+        bins = next(iter(trec["tables"].values()))["bins"] if trec["tables"] else 0
+        out += [
+            "",
+            "`torchrec.json`: for TorchRec's planner, each table's load factor above with its "
+            f"LRU stack-distance histogram ({bins} bins over the table's rows), distinct rows "
+            "per batch and cold-miss ratio (`EmbeddingOffloadStats`; "
+            "`replay.parameter_constraints` reads it). TorchRec's curve leaves out the "
+            "first lookups of rows: ours is cold + (1 - cold) x TorchRec's.",
+        ]
+        if trec.get("few_sampled_rows"):
+            out[-1] += (
+                f" The sample holds under {FEW_SAMPLED_ROWS} rows of "
+                f"{', '.join(trec['few_sampled_rows'])}: their curves say little (raise "
+                "--sample-rate)."
+            )
     ck = document["checkpoint"]
     out += [
         "",
@@ -236,4 +263,4 @@ def _goodput_figure(document: dict[str, Any], curves: dict[str, Any], path: Path
     save(fig, path)
 
 
-__all__ = ["OUTPUT_FILES", "answers", "plan_markdown", "write_plan"]
+__all__ = ["OUTPUT_FILES", "TORCHREC_KEY", "answers", "plan_json", "plan_markdown", "write_plan"]

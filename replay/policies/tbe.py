@@ -104,6 +104,9 @@ FBGEMM_COUNTERS = (
 _LFU_COUNT_BITS = 40  # FBGEMM's kLFUCounterBits: the sort key is set << 40 | ~count
 _LFU_MAX_SETS = 1 << 23  # set << 40 stays a positive int64
 _FIRST_TIMESTEP = 2  # TBE's timestep starts at 1, +1 before every prefetch
+# a set with up to this many misses first tries a selection of its oldest ways (k x assoc
+# compares), exact when they are untied; the warp sort's network is ~240 compare-exchanges
+_SELECT_MAX = 4
 # meta slots: next time step, hash-set generation, resident ways, then FBGEMM's counters
 _T, _GEN, _RES = 0, 1, 2
 _TOTALS = 3
@@ -129,13 +132,16 @@ def cache_set(key: int, sets: int) -> int:
 
 @kernel(inline="always")
 def _swap_if_greater(cost: np.ndarray, slot: np.ndarray, i: int, j: int) -> None:
-    if cost[i] > cost[j]:
-        c = cost[i]
-        cost[i] = cost[j]
-        cost[j] = c
-        s = slot[i]
-        slot[i] = slot[j]
-        slot[j] = s
+    # selects, not branches: which pairs swap is data-dependent and mispredicts
+    ci = cost[ix(i)]
+    cj = cost[ix(j)]
+    si = slot[ix(i)]
+    sj = slot[ix(j)]
+    swap = ci > cj
+    cost[ix(i)] = cj if swap else ci
+    cost[ix(j)] = ci if swap else cj
+    slot[ix(i)] = sj if swap else si
+    slot[ix(j)] = si if swap else sj
 
 
 @kernel
@@ -146,16 +152,65 @@ def warp_bitonic_sort(cost: np.ndarray, slot: np.ndarray, assoc: int) -> None:
     lane i ^ (2L - 1), the others with i ^ stride."""
     half = 1
     while half < assoc:
-        for i in range(assoc):
-            if i & half == 0:
+        # lanes i with bit `half` clear: i = hi + lo, lo < half, hi a multiple of 2 half
+        for hi in range(0, assoc, 2 * half):
+            for lo in range(half):
+                i = hi + lo
                 _swap_if_greater(cost, slot, i, i ^ (2 * half - 1))
         stride = half >> 1
         while stride > 0:
-            for i in range(assoc):
-                if i & stride == 0:
-                    _swap_if_greater(cost, slot, i, i ^ stride)
+            for hi in range(0, assoc, 2 * stride):
+                for lo in range(stride):
+                    i = hi + lo
+                    _swap_if_greater(cost, slot, i, i + stride)
             stride >>= 1
         half <<= 1
+
+
+@kernel(inline="always")
+def _select_unique_smallest(cost: np.ndarray, slot: np.ndarray, assoc: int, k: int) -> bool:
+    """Selection-sort the k smallest costs into lanes 0..k-1 if each is held by one way
+    alone and all are below the rest: any sorting network, the warp sort included, then
+    puts exactly these ways first, in this order. False (lanes partly moved) on a tie."""
+    for pos in range(k):
+        best = pos
+        ties = 0
+        for w in range(pos + 1, assoc):
+            c = cost[ix(w)]
+            if c < cost[ix(best)]:
+                best = w
+                ties = 0
+            elif c == cost[ix(best)]:
+                ties += 1
+        if ties:
+            return False
+        c = cost[ix(best)]
+        cost[ix(best)] = cost[ix(pos)]
+        cost[ix(pos)] = c
+        v = slot[ix(best)]
+        slot[ix(best)] = slot[ix(pos)]
+        slot[ix(pos)] = v
+    return True
+
+
+@kernel(inline="always")
+def _way_costs(
+    way_key: np.ndarray,
+    way_time: np.ndarray,
+    lfu: np.ndarray,
+    use_lfu: bool,
+    base: int,
+    assoc: int,
+    cost: np.ndarray,
+    slot: np.ndarray,
+) -> None:
+    for w in range(assoc):
+        slot[ix(w)] = w
+        if use_lfu:
+            held = way_key[ix(base + w)] - 1
+            cost[ix(w)] = lfu[ix(held)] if held >= 0 else -1
+        else:
+            cost[ix(w)] = way_time[ix(base + w)]
 
 
 @kernel(inline="always")
@@ -186,6 +241,7 @@ def tbe_kernel(
     hs_gen: np.ndarray,
     hs_res: np.ndarray,
     hbits: int,
+    key_bits: int,
     uniq: np.ndarray,
     mkey: np.ndarray,
     mset: np.ndarray,
@@ -196,6 +252,7 @@ def tbe_kernel(
 ) -> None:
     mask = (1 << hbits) - 1
     shift = np.uint64(64 - hbits)
+    key_mask = (1 << key_bits) - 1
     count_cap = (1 << _LFU_COUNT_BITS) - 1
     resident = meta[_RES]
     for b in range(len(bounds) - 1):
@@ -241,42 +298,39 @@ def tbe_kernel(
                 hs_res[ix(j)] = 1
                 if not use_lfu:
                     way_time[ix(base + found)] = t
-            else:
-                mkey[ix(nm)] = k
+            else:  # (set, index): one sort groups the misses by set, ascending index
+                mkey[ix(nm)] = (base // assoc) << key_bits | k
                 nm += 1
-        # the misses grouped by set, in FBGEMM's order within a set
         mk = np.sort(mkey[:nm])
-        for m in range(nm):
-            k = mk[m]
-            s = cache_set(k, sets)
-            if use_lfu:
-                c = min(lfu[ix(k)], count_cap)
-                mset[ix(m)] = (s << _LFU_COUNT_BITS) | (count_cap - c)
-            else:
-                mset[ix(m)] = s
-        order = np.argsort(mset[:nm], kind="mergesort")
         fills = 0
         evictions = 0
         conflict_unique = 0
         g = 0
         while g < nm:
-            k0 = mk[order[g]]
-            s = cache_set(k0, sets)
+            s = mk[g] >> key_bits
             e = g + 1
-            while e < nm and cache_set(mk[order[e]], sets) == s:
+            while e < nm and mk[e] >> key_bits == s:
                 e += 1
+            for m in range(g, e):
+                mset[ix(m - g)] = mk[m] & key_mask
+            if use_lfu:  # most counted first; CUB's radix sort is stable: index order kept
+                for m in range(1, e - g):
+                    k = mset[ix(m)]
+                    c = min(lfu[ix(k)], count_cap)
+                    i = m
+                    while i > 0 and min(lfu[ix(mset[ix(i - 1)])], count_cap) < c:
+                        mset[ix(i)] = mset[ix(i - 1)]
+                        i -= 1
+                    mset[ix(i)] = k
             base = s * assoc
-            for w in range(assoc):
-                slot[w] = w
-                if use_lfu:
-                    held = way_key[ix(base + w)] - 1
-                    cost[w] = lfu[ix(held)] if held >= 0 else -1
-                else:
-                    cost[w] = way_time[ix(base + w)]
-            warp_bitonic_sort(cost, slot, assoc)
+            _way_costs(way_key, way_time, lfu, use_lfu, base, assoc, cost, slot)
+            take = min(e - g, assoc)
+            if take > _SELECT_MAX or not _select_unique_smallest(cost, slot, assoc, take):
+                _way_costs(way_key, way_time, lfu, use_lfu, base, assoc, cost, slot)
+                warp_bitonic_sort(cost, slot, assoc)
             inserted = 0
-            for lane in range(min(e - g, assoc)):
-                k = mk[order[g + lane]]
+            for lane in range(take):
+                k = mset[ix(lane)]
                 if use_lfu:
                     if cost[lane] > lfu[ix(k)]:
                         break
@@ -386,6 +440,13 @@ class TBEPolicy(Policy):
             raise ConfigError("policy.associativity: a power of two (FBGEMM's warp sort)")
         self.sets = tbe_sets(ctx.capacity_units, self.assoc)
         self.use_lfu = spec.cache_algorithm == "lfu"
+        # a miss sorts as set << key_bits | linear index, in one int64
+        self.key_bits = max(1, int(ctx.total_keys - 1).bit_length())
+        if self.key_bits + int(self.sets - 1).bit_length() > 63:
+            raise ConfigError(
+                f"policy: tbe takes sets x linear indices within 2^63 ({self.sets:,} sets, "
+                f"{ctx.total_keys:,} rows)"
+            )
         ways = self.sets * self.assoc
         # a way's row + 1 (0: empty) and its time step: zeroed memory is the empty cache,
         # and the pages of sets never used are never touched
@@ -437,6 +498,7 @@ class TBEPolicy(Policy):
             self.hs_gen,
             self.hs_res,
             self.hbits,
+            self.key_bits,
             self.uniq,
             self.mkey,
             self.mset,
