@@ -14,7 +14,8 @@ grows with time from long-horizon curves over the whole run (`replay.analysis.ho
    its cold misses), and `touched(k)`, the distinct rows updated within k
    consecutive batches (what an incremental checkpoint at interval k writes);
 3. the answers: cache bytes for each hit target and the hit at the budget, the budget's
-   split across tables (`replay.plan.cache`) with each table's statistics for TorchRec's
+   split across tables (`replay.plan.cache`), FBGEMM's TBE cache against an ideal LRU of
+   the same bytes per load factor (`replay.plan.tbe`), each table's statistics for TorchRec's
    planner (`replay.plan.torchrec`), each checkpoint strategy's best interval at
    the cluster's MTBF with its goodput over the run (`replay.plan.checkpoint`), and each
    system's steady-state time and energy per batch with the Pareto front.
@@ -205,6 +206,17 @@ def make_plan(
         }
         methods[answer.policy] = f"{answer.method} ({answer.replays} replays of {answer.system})"
 
+    from replay.plan.tbe import tbe_curves
+
+    def lru_hit_at(rows: np.ndarray) -> np.ndarray:
+        return 1.0 - np.asarray(horizon_mrc(horizon, rows).miss_ratios, dtype=np.float64)
+
+    say("FBGEMM's TBE cache against an ideal LRU, per load factor (one replay each)")
+    tbe = tbe_curves(
+        horizon, request.systems, request.sets, rate=rate, total_rows=sum(table_rows),
+        distinct_rows=distinct, min_rows=smallest, lru_hit_at=lru_hit_at,
+    )  # fmt: skip
+
     say("per-table curves and the budget's split")
     tables = per_table_mrc(horizon, [curve_sizes(r, smallest) for r in table_rows])
     curves = [(np.asarray(t.sizes, np.float64), 1.0 - np.asarray(t.miss_ratios)) for t in tables]
@@ -314,6 +326,8 @@ def make_plan(
             "split_hit": split.split_hit,
             "uniform_hit": split.uniform_hit,
             "uniform_load_factor": split.uniform_load_factor,
+            # FBGEMM's TBE cache against an ideal LRU of the same rows (`replay.plan.tbe`)
+            "tbe": [c.to_dict() for c in tbe],
         },
         "checkpoint": {
             "cluster_mtbf_s": request.mtbf_s,

@@ -2,7 +2,8 @@
 simulation.
 
 LRU has its miss-ratio curve for every size in one pass (`replay.analysis.horizon`). The
-other row-cache policies (LFU, the static hot set, Belady's optimum) have no stack
+other row-cache policies (LFU, the static hot set, Belady's optimum, FBGEMM's TBE cache,
+named `tbe-lru` / `tbe-lfu` by its replacement) have no stack
 property, so each size is one replay. Over a spatially sampled stream at rate R, a cache
 of C rows of the full stream behaves like a cache of C x R rows of the sample
 (Waldspurger, Park, Garthwaite, Ahmad, "Cache Modeling and Optimization using Miniature
@@ -30,8 +31,9 @@ from typing import Any
 from replay.engine.replay import replay_trace
 from replay.engine.systems import resolve_system
 from replay.plan.cache import SIZE_RATIO
+from replay.plan.tbe import tbe_label
 
-MINIATURE_POLICIES = ("lfu", "hot", "belady")  # row caches without a one-pass curve
+MINIATURE_POLICIES = ("lfu", "hot", "belady", "tbe")  # row caches without a one-pass curve
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,10 @@ def policy_answers(
     seen: set[str] = set()
     for name in systems:
         spec = resolve_system(name, list(sets))
-        policy = spec.policy.name
-        if policy not in MINIATURE_POLICIES or policy in seen:
+        if spec.policy.name not in MINIATURE_POLICIES:
+            continue
+        policy = tbe_label(spec) if spec.policy.name == "tbe" else spec.policy.name
+        if policy in seen:
             continue
         seen.add(policy)
         replays = 0

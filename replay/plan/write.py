@@ -2,8 +2,10 @@
 how each was reached), `plan.json` (the document `make_plan` returns, but its `torchrec`
 part), `torchrec.json` (that part: each table's cache statistics for TorchRec's planner,
 `replay.plan.torchrec`) and `figures/mrc.png` (the miss-ratio curve in bytes with the
-budget and the hit targets marked) and `figures/goodput.png` (goodput against the
-checkpoint interval, per strategy, each optimum marked). Built in `.DIR.partial` and
+budget and the hit targets marked), `figures/goodput.png` (goodput against the
+checkpoint interval, per strategy, each optimum marked) and, with a `tbe` system,
+`figures/tbe.png` (FBGEMM's TBE cache against an ideal LRU of the same bytes, hit ratio
+against load factor). Built in `.DIR.partial` and
 renamed into place whole (`replay._output.atomic_folder`).
 """
 
@@ -37,7 +39,22 @@ def write_plan(document: dict[str, Any], out: Path, *, force: bool, curves: dict
         (tmp / "figures").mkdir()
         _mrc_figure(document, tmp / "figures" / "mrc.png")
         _goodput_figure(document, curves, tmp / "figures" / "goodput.png")
+        if document["cache"].get("tbe"):
+            _tbe_figure(document, tmp / "figures" / "tbe.png")
         (tmp / "plan.md").write_text(plan_markdown(document))
+
+
+def policy_title(policy: str) -> str:
+    """A policy's answers as plan.md names them (`tbe-lru`: FBGEMM's TBE cache, LRU)."""
+    if policy.startswith("tbe-"):
+        return f"FBGEMM TBE cache ({policy[4:].upper()})"
+    return policy.upper()
+
+
+def _points(diff: float) -> str:
+    """A difference of hit ratios in percentage points, signed."""
+    points = diff * 100
+    return "within 0.05 points" if abs(points) < 0.05 else f"{points:+.1f} points"
 
 
 def _pct(x: float | None) -> str:
@@ -68,7 +85,15 @@ def answers(document: dict[str, Any]) -> list[str]:
             else f"{float(t):g} is out of reach"
             for t, b in cache["bytes_for_hit"][policy].items()
         )
-        lines.append(f"Cache, {policy.upper()}: the budget hits {_pct(other)}; hit ratio {need}.")
+        versus = ""
+        if policy.startswith("tbe-") and hit is not None and other is not None:
+            versus = (
+                f" against {_pct(hit)} for an ideal LRU of the same bytes ({_points(other - hit)})"
+            )
+        lines.append(
+            f"Cache, {policy_title(policy)}: the budget hits {_pct(other)}{versus}; "
+            f"hit ratio {need}."
+        )
     lines.append(
         f"Split: per-table caches of the budget hit {_pct(cache['split_hit'])} (one load "
         f"factor of {cache['uniform_load_factor']:.3g} for every table: "
@@ -175,6 +200,7 @@ def plan_markdown(document: dict[str, Any]) -> str:
                 f"{', '.join(trec['few_sampled_rows'])}: their curves say little (raise "
                 "--sample-rate)."
             )
+    out += _tbe_section(document)
     ck = document["checkpoint"]
     out += [
         "",
@@ -213,6 +239,57 @@ def plan_markdown(document: dict[str, Any]) -> str:
             f"{'yes' if s['pareto'] else ''} |"
         )
     return "\n".join(out) + "\n"
+
+
+def _tbe_section(document: dict[str, Any]) -> list[str]:
+    """plan.md's comparison of FBGEMM's TBE cache with an ideal LRU of the same bytes."""
+    out: list[str] = []
+    for c in document["cache"].get("tbe", []):
+        out += [
+            "",
+            f"FBGEMM's TBE cache on {c['system']} ({c['associativity']}-way sets, "
+            f"{c['algorithm'].upper()}) against an ideal LRU of the same bytes, per load factor "
+            f"({c['method']}); figure `figures/tbe.png`. TBE - LRU: positive where the TBE cache "
+            "hits more (it admits a batch's misses only into ways the batch does not use: cold "
+            "rows do not displace the batch's own), negative where its sets cost more.",
+            "",
+            "| load factor | cache | rows | ideal LRU | TBE | TBE - LRU |",
+            "|---|---|---|---|---|---|",
+        ]
+        for f, rows, lru, tbe in zip(
+            c["load_factors"], c["rows"], c["lru_hit"], c["tbe_hit"], strict=True
+        ):
+            out.append(
+                f"| {f:g} | {format_bytes(rows * document['row_bytes'])} | {rows:,} | "
+                f"{_pct(lru)} | {_pct(tbe)} | {_points(tbe - lru)} |"
+            )
+        if not c["load_factors"]:
+            out.append("| (every load factor holds all the rows the run touches) | | | | | |")
+    return out
+
+
+def _tbe_figure(document: dict[str, Any], path: Path) -> None:
+    from replay.report.figures import new_figure, save
+
+    fig = new_figure(7.5, 4.5)
+    ax = fig.add_subplot(1, 1, 1)
+    drawn_lru = False
+    for c in document["cache"]["tbe"]:
+        if not c["load_factors"]:
+            continue
+        x = np.asarray(c["load_factors"], dtype=np.float64)
+        if not drawn_lru:
+            ax.plot(x, np.asarray(c["lru_hit"]) * 100, color="#08519c", lw=2, marker="o",
+                    label="ideal LRU, same bytes")  # fmt: skip
+            drawn_lru = True
+        color = "#d94801" if c["algorithm"] == "lru" else "#238b45"
+        ax.plot(x, np.asarray(c["tbe_hit"]) * 100, lw=1.5, marker="s", color=color,
+                label=f"FBGEMM TBE, {c['associativity']}-way {c['algorithm'].upper()}")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xlabel("cache load factor (cache rows / all rows)")
+    ax.set_ylabel("hit ratio over the run (%)")
+    ax.legend(loc="lower right", fontsize=8)
+    save(fig, path)
 
 
 def _mrc_figure(document: dict[str, Any], path: Path) -> None:
@@ -263,4 +340,12 @@ def _goodput_figure(document: dict[str, Any], curves: dict[str, Any], path: Path
     save(fig, path)
 
 
-__all__ = ["OUTPUT_FILES", "TORCHREC_KEY", "answers", "plan_json", "plan_markdown", "write_plan"]
+__all__ = [
+    "OUTPUT_FILES",
+    "TORCHREC_KEY",
+    "answers",
+    "plan_json",
+    "plan_markdown",
+    "policy_title",
+    "write_plan",
+]
