@@ -316,7 +316,8 @@ def _default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def _check_files(files: list[Path]) -> None:
+def check_input_files(files: list[Path]) -> None:
+    """One-line errors for input files that are missing, folders or unreadable."""
     if not files:
         raise InputError("no input files given")
     for path in files:
@@ -362,7 +363,7 @@ def ingest(
         workers = _default_workers()
     if workers < 1:
         raise ConfigError(f"workers must be positive, not {workers}")
-    _check_files(paths)
+    check_input_files(paths)
     out = Path(out)
     rule = "dictionary" if dictionary else "max-ind-range"
     layout = plan_layout(batch_size * NUM_CAT)

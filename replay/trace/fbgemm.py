@@ -64,7 +64,6 @@ seeking and a gzip stream cannot seek.
 from __future__ import annotations
 
 import importlib.util
-import os
 import warnings
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -78,6 +77,7 @@ import pyarrow as pa
 from replay import _arrow
 from replay.errors import ConfigError, InputError, opt
 from replay.trace import torch_zip
+from replay.trace.criteo import check_input_files
 from replay.trace.format import (
     KINDS,
     LOOKUPS_DIR,
@@ -322,22 +322,6 @@ def parse_table_rows(value: str | int | Sequence[int] | None) -> tuple[int, ...]
     return tuple(int(r) for r in rows)
 
 
-def _check_files(paths: list[Path]) -> None:
-    if not paths:
-        raise InputError("no input files given")
-    for path in paths:
-        try:
-            exists, is_dir = path.exists(), path.is_dir()
-        except OSError as exc:  # e.g. a name too long
-            raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-        if not exists:
-            raise InputError(f"{path}: no such file")
-        if is_dir:
-            raise InputError(f"{path}: is a folder, not a file")
-        if not os.access(path, os.R_OK):
-            raise InputError(f"{path}: cannot read (permission denied)")
-
-
 # -- the ingester ------------------------------------------------------------------------------
 
 
@@ -446,7 +430,7 @@ def ingest_fbgemm(
     rows_option = parse_table_rows(table_rows)
     if reader not in READERS:
         raise ConfigError(f"reader must be one of {', '.join(READERS)}, not {reader!r}")
-    _check_files(paths)
+    check_input_files(paths)
     out = Path(out)
     plan = {
         "created_by": "ingest",
