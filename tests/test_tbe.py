@@ -319,3 +319,17 @@ def test_presets_run_and_report_fbgemms_counters(preset: str, algorithm: str) ->
     assert pol["misses"] == pol["fills"] + pol["bypass"]
     assert pol["writebacks"] == pol["evictions"]
     assert POLICIES["tbe"].demand_fill
+
+
+def test_run_prints_fbgemms_counters(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from replay.cli import main
+
+    out = tmp_path / "run"
+    code = main([
+        "run", "--workload", "tiny", "--batches", "8", "--system", "hbm-tbe-lfu",
+        "--set", "policy.cache_load_factor=0.01", "--out", str(out),
+    ])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "FBGEMM TBE cache: " in printed and " ways (load factor " in printed
+    assert "conflict unique misses" in printed

@@ -183,6 +183,16 @@ def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
         f"({pol['misses']:,} misses, {pol['evictions']:,} evictions, "
         f"{pol['writebacks']:,} write-backs)"
     )
+    fb = pol.get("fbgemm_counters")
+    if fb:
+        typer.echo(
+            f"  FBGEMM TBE cache: {pol['sets']:,} sets x {pol['associativity']} ways (load "
+            f"factor {pol['load_factor']:.4g}), {pol['algorithm'].upper()}; per FBGEMM's "
+            f"counters: {fb['unique_misses']:,} unique misses of {fb['unique_indices']:,} unique "
+            f"indices ({fb['requested_indices']:,} requested, {fb['calls']:,} calls), "
+            f"{fb['conflict_unique_misses']:,} conflict unique misses, "
+            f"{fb['conflict_misses']:,} conflict misses"
+        )
     typer.echo(
         f"  time {summary['time_s']:.4g} s (compute {t['compute_s']:.4g}, embedding exposed "
         f"{t['embedding_exposed_s']:.4g}, checkpoint {t['checkpoint_s']:.4g}, "
