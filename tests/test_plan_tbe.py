@@ -15,7 +15,7 @@ from replay.cli import main
 from replay.engine.replay import replay_trace
 from replay.engine.systems import resolve_system
 from replay.plan.plan import PlanRequest, make_plan
-from replay.plan.tbe import LOAD_FACTORS
+from replay.plan.tbe import LOAD_FACTORS, tbe_curves
 from replay.policies.tbe import tbe_sets
 from replay.workload.onthefly import GeneratedTrace
 from replay.workload.presets import get_preset
@@ -87,3 +87,26 @@ def test_cli_writes_the_tbe_figure_and_section(
     assert "| load factor | cache | rows | ideal LRU | TBE | TBE - LRU |" in text
     doc = json.loads((out / "plan.json").read_text())
     assert [c["system"] for c in doc["cache"]["tbe"]] == ["hbm-tbe-lru"]
+
+
+def test_a_sampled_horizon_gives_the_tbe_hit_within_a_point() -> None:
+    """Miniature simulation: the TBE cache replayed over a quarter of the rows with the
+    cache scaled by R = 1/4 hits within 0.01 of the exact replay (measured: 0.005-0.007,
+    the sample's share of first lookups; 0.0002-0.002 on 300 Kaggle batches of 2,048)."""
+    from replay.workload.sampled import open_sampled_workload
+
+    spec = get_preset("criteo-kaggle").with_overrides(batches=60, batch_size=512, seed=3)
+    total = sum(t.rows for t in spec.tables)
+    kwargs = {"total_rows": total, "distinct_rows": int(0.02 * total), "min_rows": 1}
+    exact = tbe_curves(
+        GeneratedTrace(spec), ["hbm-tbe-lru", "hbm-tbe-lfu"], [], rate=1.0,
+        lru_hit_at=lambda r: np.zeros(len(r)), **kwargs,
+    )  # fmt: skip
+    sampled_source = open_sampled_workload(spec, 0.25)
+    sampled = tbe_curves(
+        sampled_source, ["hbm-tbe-lru", "hbm-tbe-lfu"], [], rate=sampled_source.sample_rate,
+        lru_hit_at=lambda r: np.zeros(len(r)), **kwargs,
+    )  # fmt: skip
+    for e, s in zip(exact, sampled, strict=True):
+        assert e.load_factors == s.load_factors == [0.001, 0.002, 0.005, 0.01]
+        assert np.max(np.abs(np.subtract(e.tbe_hit, s.tbe_hit))) < 0.01, (e, s)
