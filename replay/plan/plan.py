@@ -193,12 +193,14 @@ def make_plan(
     policy_hits: dict[str, float] = {"lru": hit_at_budget}
     policy_bytes: dict[str, dict[str, float | None]] = {"lru": bytes_for_hit}
     methods = {"lru": "exact stack distances" if mrc.exact else f"SHARDS at R = {rate:g}"}
+    # the full stream's lookups: a sampled replay's misses are scaled by R x these
+    full_lookups = float(spec.lookups) if spec is not None else float(lookups)
     say("other cache policies of the systems (one replay per size)")
     from replay.plan.policies import policy_answers
 
     for answer in policy_answers(
         horizon, request.systems, request.sets, rate=rate, budget_rows=budget_rows,
-        targets=request.hit_targets, distinct_rows=distinct,
+        targets=request.hit_targets, distinct_rows=distinct, full_lookups=full_lookups,
     ):  # fmt: skip
         policy_hits[answer.policy] = answer.hit_at_budget
         policy_bytes[answer.policy] = {
@@ -215,6 +217,7 @@ def make_plan(
     tbe = tbe_curves(
         horizon, request.systems, request.sets, rate=rate, total_rows=sum(table_rows),
         distinct_rows=distinct, min_rows=smallest, lru_hit_at=lru_hit_at,
+        full_lookups=full_lookups,
     )  # fmt: skip
 
     say("per-table curves and the budget's split")

@@ -6,9 +6,10 @@ For each load factor f of `LOAD_FACTORS` the TBE cache has FBGEMM's
 is one replay of the horizon's stream with the system's own `tbe` spec at that capacity
 (checkpointing off); the ideal LRU's is the exact LRU curve at the same rows (the same
 bytes: both hold `ways` rows). Over a spatially sampled stream at rate R both are
-miniatures: the TBE replay runs a cache of round(ways × R) rows, rounded up to whole sets
-(Waldspurger et al., USENIX ATC 2017, as for the plan's other policies), and the LRU
-curve is SHARDS at R. The sample keeps keys by SplitMix64's finalizer and the TBE's set
+miniatures: the TBE replay runs a cache of round(ways × R) rows, rounded up to whole sets,
+its misses over R x the full stream's lookups (Waldspurger et al., USENIX ATC 2017, with
+SHARDS_adj's correction, as for the plan's other policies), and the LRU curve is SHARDS
+at R. The sample keeps keys by SplitMix64's finalizer and the TBE's set
 is MurmurHash3's: independent hashes, so the sample spreads over the sets as the full
 stream does. Load factors whose ways hold every row the horizon touches are left out:
 there every cache hits all it can and nothing is compared.
@@ -32,6 +33,7 @@ import numpy as np
 
 from replay.engine.replay import replay_trace
 from replay.engine.systems import resolve_system
+from replay.plan.policies import miniature_hit
 from replay.policies.tbe import tbe_sets
 
 # FBGEMM's default is 0.2; TorchRec's planner proposes load factors down to ~0.001
@@ -55,11 +57,6 @@ class TBECurve:
         return asdict(self)
 
 
-def tbe_label(spec: Any) -> str:
-    """How plan.json names a TBE system's answers: `tbe-lru`, `tbe-lfu`."""
-    return f"tbe-{spec.policy.cache_algorithm}"
-
-
 def tbe_systems(systems: Sequence[str], sets: Sequence[str]) -> list[tuple[str, Any]]:
     """The first system of each TBE replacement (LRU, LFU) among `systems`."""
     found: dict[str, tuple[str, Any]] = {}
@@ -80,10 +77,12 @@ def tbe_curves(
     distinct_rows: int,
     min_rows: int,
     lru_hit_at: Any,
+    full_lookups: float = 0.0,
 ) -> list[TBECurve]:
     """One curve per TBE replacement among `systems`. `lru_hit_at(rows)` gives the ideal
-    LRU's hit ratios at full-stream cache sizes (an array of rows); sizes below `min_rows`
-    (a sampled curve's resolution) are left out."""
+        LRU's hit ratios at full-stream cache sizes (an array of rows); sizes below `min_rows`
+        (a sampled curve's resolution) are left out. `full_lookups`: the full stream's lookups
+    (the miniature's misses are scaled by R x it: `replay.plan.policies.miniature_hit`)."""
     out = []
     lru_cache: dict[tuple[int, ...], list[float]] = {}
     for name, spec in tbe_systems(systems, sets):
@@ -107,7 +106,7 @@ def tbe_curves(
                     f"policy.capacity_rows={max(1, round(ways * rate))}",
                 ],
             )
-            hits.append(float(replay_trace(source, system).summary["policy"]["hit_ratio"]))
+            hits.append(miniature_hit(replay_trace(source, system).summary, rate, full_lookups))
         key = tuple(rows)
         if key not in lru_cache:  # one LRU pass per set of sizes (LRU and LFU share it)
             lru_cache[key] = (
@@ -134,4 +133,4 @@ def tbe_curves(
     return out
 
 
-__all__ = ["LOAD_FACTORS", "TBECurve", "tbe_curves", "tbe_label", "tbe_systems"]
+__all__ = ["LOAD_FACTORS", "TBECurve", "tbe_curves", "tbe_systems"]
