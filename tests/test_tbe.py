@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_policies import Batches, assert_same, batch_range  # the policy tests harness
 
 from replay.engine.systems import resolve_system
 from replay.errors import ConfigError
@@ -39,7 +40,6 @@ from replay.trace.stream import iter_batch_ranges
 from replay.workload.onthefly import GeneratedTrace
 from replay.workload.presets import get_preset
 from replay.workload.spec import spec_from_dict
-from tests.test_policies import Batches, assert_same, batch_range
 
 # -- the pieces ------------------------------------------------------------------------
 
