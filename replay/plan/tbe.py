@@ -80,8 +80,8 @@ def tbe_curves(
     full_lookups: float = 0.0,
 ) -> list[TBECurve]:
     """One curve per TBE replacement among `systems`. `lru_hit_at(rows)` gives the ideal
-        LRU's hit ratios at full-stream cache sizes (an array of rows); sizes below `min_rows`
-        (a sampled curve's resolution) are left out. `full_lookups`: the full stream's lookups
+    LRU's hit ratios at full-stream cache sizes (an array of rows); sizes below `min_rows`
+    (a sampled curve's resolution) are left out. `full_lookups`: the full stream's lookups
     (the miniature's misses are scaled by R x it: `replay.plan.policies.miniature_hit`)."""
     out = []
     lru_cache: dict[tuple[int, ...], list[float]] = {}
