@@ -333,3 +333,18 @@ def test_run_prints_fbgemms_counters(tmp_path: Any, capsys: pytest.CaptureFixtur
     assert code == 0, printed
     assert "FBGEMM TBE cache: " in printed and " ways (load factor " in printed
     assert "conflict unique misses" in printed
+
+
+def test_conflicts_without_evictions_are_no_degenerate_cache() -> None:
+    """The 'held everything, never evicted' warning is not for a cache that served misses
+    uncached: one way, batch [1, 2]: 1 fills the empty way, 2 finds it used (a conflict)."""
+    from replay.engine.account import study_warnings
+
+    out, totals = run_tbe([([1, 2], [])], sets=1, assoc=1, algorithm="lru")
+    assert out[0, EVICTIONS] == 0 and out[0, BYPASS] == 1 and totals["conflict_misses"] == 1
+    policy = {
+        "capacity_units": 1, "unit_rows": 1, "resident_max": 1, "hit_ratio": 0.0,
+        "evictions": 0, "bypass": int(out[0, BYPASS]),
+    }  # fmt: skip
+    assert study_warnings({"policy": policy}, evicts=True) == []
+    assert len(study_warnings({"policy": {**policy, "bypass": 0}}, evicts=True)) == 1

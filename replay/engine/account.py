@@ -396,6 +396,7 @@ def study_warnings(summary: dict[str, Any], *, evicts: bool) -> list[str]:
         pol["hit_ratio"] is not None
         and units > 0
         and pol["evictions"] == 0
+        and pol["bypass"] == 0  # a miss served uncached (tbe's conflicts): it had to choose
         and (evicts or resident < units)
     ):
         touched = resident * unit_rows
