@@ -321,7 +321,9 @@ def test_presets_run_and_report_fbgemms_counters(preset: str, algorithm: str) ->
     assert POLICIES["tbe"].demand_fill
 
 
-def test_run_prints_fbgemms_counters(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_and_report_show_fbgemms_counters(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     from replay.cli import main
 
     out = tmp_path / "run"
@@ -333,6 +335,11 @@ def test_run_prints_fbgemms_counters(tmp_path: Any, capsys: pytest.CaptureFixtur
     assert code == 0, printed
     assert "FBGEMM TBE cache: " in printed and " ways (load factor " in printed
     assert "conflict unique misses" in printed
+    # and the report shows FBGEMM's counters of every tbe run
+    assert main(["report", str(out), "--out", str(tmp_path / "report")]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "| system | cache | load factor | unique misses | conflict unique misses |" in text
+    assert " x 32, LFU | " in text
 
 
 def test_conflicts_without_evictions_are_no_degenerate_cache() -> None:

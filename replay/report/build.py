@@ -66,6 +66,7 @@ from replay.report.plan_section import SECTION as PLAN_SECTION
 from replay.report.plan_section import heading as plan_heading
 from replay.report.plan_section import plan_blocks, plan_figures, plan_lines
 from replay.report.scenario_figures import scenario_figures
+from replay.report.tbe import tbe_blocks
 
 REPORT_FILES = frozenset({"report.md", "report.html", "summary.json", "figures"})
 TITLE = "replay report"
@@ -659,6 +660,7 @@ def build_blocks(
     body += warning_blocks(results)
     body += _workload_blocks(results, figures)
     body += _hierarchy_blocks(analysis, figures)
+    body += tbe_blocks(results)
     body += _time_blocks(results, figures)
     body += _ladder_blocks(analysis, figures)
     body += _checkpoint_blocks(analysis, figures)
