@@ -300,16 +300,12 @@ def test_sets_follow_fbgemms_rounding() -> None:
 
 @pytest.mark.parametrize(("preset", "algorithm"), [("hbm-tbe-lru", "lru"), ("hbm-tbe-lfu", "lfu")])
 def test_presets_run_and_report_fbgemms_counters(preset: str, algorithm: str) -> None:
-    import replay
+    from replay.engine.replay import replay_trace
 
     system = resolve_system(preset, ["policy.cache_load_factor=0.001"])
     assert system.policy.name == "tbe" and system.policy.cache_algorithm == algorithm
     trace = _workload("criteo-kaggle", scale=1e-3, pooling=1)
-    result = replay.run(trace, system) if hasattr(replay, "run") else None
-    if result is None:
-        from replay.engine.replay import replay_trace
-
-        result = replay_trace(trace, system)
+    result = replay_trace(trace, system)
     pol = result.summary["policy"]
     assert pol["algorithm"] == algorithm and pol["associativity"] == 32
     counters = pol["fbgemm_counters"]
