@@ -221,16 +221,26 @@ def make_plan(
     )  # fmt: skip
 
     say("per-table curves and the budget's split")
-    tables = per_table_mrc(horizon, [curve_sizes(r, smallest) for r in table_rows])
-    curves = [(np.asarray(t.sizes, np.float64), 1.0 - np.asarray(t.miss_ratios)) for t in tables]
+    from replay.plan.torchrec import torchrec_sizes, torchrec_stats
+
+    # one pass for both: the split's sizes and torchrec.json's edge sizes
+    split_sizes = [curve_sizes(r, smallest) for r in table_rows]
+    both = [
+        np.union1d(a, b)
+        for a, b in zip(split_sizes, torchrec_sizes(horizon, request.torchrec_bins), strict=True)
+    ]
+    tables = per_table_mrc(horizon, both)
+    curves = []
+    for t, wanted in zip(tables, split_sizes, strict=True):
+        at = np.searchsorted(np.asarray(t.sizes), wanted)
+        curves.append((wanted.astype(np.float64), 1.0 - np.asarray(t.miss_ratios)[at]))
     split = split_budget(names, table_rows, [t.lookups for t in tables], curves, budget_rows)
     say("TorchRec's cache statistics per table (torchrec.json)")
-    from replay.plan.torchrec import torchrec_stats
-
     torchrec = torchrec_stats(
         horizon,
         bins=request.torchrec_bins,
         load_factors={s.table: s.load_factor for s in split.tables},
+        curves=tables,
     )
 
     say("systems: steady state per batch")

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -157,18 +157,29 @@ def _sizes_per_table(src: Any, heights: list[int], bins: int, rate: float) -> tu
     return sizes, below
 
 
+def torchrec_sizes(source: Any, bins: int) -> list[np.ndarray]:
+    """The cache sizes (rows) `torchrec_stats` reads each table's curve at."""
+    from replay.analysis.horizon import source_sample_rate
+
+    heights = [int(r) for r in source.table_rows]
+    return _sizes_per_table(source, heights, int(bins), source_sample_rate(source))[0]
+
+
 def torchrec_stats(
     source: Any,
     *,
     bins: int = DEFAULT_BINS,
     load_factors: Mapping[str, float] | None = None,
     threads: int | None = None,
+    curves: Sequence[Any] | None = None,
 ) -> dict[str, Any]:
     """The `torchrec.json` document of a source (a trace folder, an on-the-fly or a
     sampled workload, as `replay.analysis.horizon` reads them): per table its histogram
     in `bins` bins, expected lookups, cacheability, cold-miss ratio, height and the load
     factor given in `load_factors` (None where none is given). Two passes over the
-    source: the per-table curves at the edge sizes, and the distinct rows per batch."""
+    source: the per-table curves at the edge sizes, and the distinct rows per batch.
+    `curves`: the per-table curves already read at (at least) `torchrec_sizes`' sizes,
+    as the plan does in one pass with its own sizes (then one pass here)."""
     from replay._version import __version__
     from replay.analysis.horizon import _open, per_table_mrc, source_sample_rate
 
@@ -182,7 +193,8 @@ def torchrec_stats(
     names = [str(n) for n in src.table_names]
     heights = [int(r) for r in src.table_rows]
     sizes, below = _sizes_per_table(src, heights, bins, rate)
-    curves = per_table_mrc(src, sizes, threads=threads)
+    if curves is None:
+        curves = per_table_mrc(src, sizes, threads=threads)
     spec = getattr(src, "spec", None)
     if rate < 1.0 and isinstance(spec, WorkloadSpec):  # i.i.d. batches: see the docstring
         from replay.workload.onthefly import GeneratedTrace
