@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_policies import Batches, assert_same, batch_range  # the policy tests harness
+from test_policies import Batches, assert_same, batch_range, make_policy  # the harness
 
 from replay.engine.systems import resolve_system
 from replay.errors import ConfigError
-from replay.policies import POLICIES, PolicyContext
+from replay.policies import POLICIES
 from replay.policies.base import (
     BYPASS,
     EVICTIONS,
@@ -35,7 +35,6 @@ from replay.policies.tbe import (
     tbe_sets,
     warp_bitonic_sort,
 )
-from replay.system.spec import PolicySpec
 from replay.trace.stream import iter_batch_ranges
 from replay.workload.onthefly import GeneratedTrace
 from replay.workload.presets import get_preset
@@ -83,17 +82,10 @@ def test_warp_sort_is_not_stable() -> None:
 def run_tbe(
     batches: Batches, sets: int, assoc: int, algorithm: str, cuts: tuple[int, ...] = ()
 ) -> tuple[np.ndarray, dict[str, int]]:
-    total = 1 + max((k for lk, up in batches for k in (*lk, *up)), default=0)
-    spec = PolicySpec(name="tbe", associativity=assoc, cache_algorithm=algorithm)
-    ctx = PolicyContext(
-        total_keys=total,
-        table_rows=np.array([total], dtype=np.int64),
-        offsets=np.array([0, total], dtype=np.int64),
-        num_batches=len(batches),
-        row_state_bytes=64,
-        capacity_units=sets * assoc,
+    policy = make_policy(
+        "tbe", batches, sets * assoc, associativity=assoc, cache_algorithm=algorithm
     )
-    policy = TBEPolicy(spec, ctx)
+    assert isinstance(policy, TBEPolicy)
     out = np.zeros((len(batches), NUM_COUNTERS), dtype=np.int64)
     edges = [0, *sorted(set(cuts)), len(batches)]
     for lo, hi in itertools.pairwise(edges):
