@@ -6,12 +6,13 @@ and FBGEMM's own counters from summary.json (`policy.fbgemm_counters`, see
 from __future__ import annotations
 
 from replay._units import format_hit_ratio
+from replay.report.blocks import pct
 from replay.report.document import Block, Paragraph, Table
 from replay.report.load import Results
 
 
 def _share(part: int, whole: int) -> str:
-    return f"{part:,} ({100 * part / whole:.3g}%)" if whole else f"{part:,}"
+    return f"{part:,} ({pct(part / whole)})" if whole else f"{part:,}"
 
 
 def tbe_blocks(results: Results) -> list[Block]:
