@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from replay._arrow import to_numpy
 from replay._threads import lower_priority
 from replay.errors import TraceError
+from replay.trace.counts import COUNTS_KEY, decode_counts
 from replay.trace.format import KINDS, LOOKUPS_DIR, UPDATES_DIR, load_manifest, safe_member
 from replay.trace.writer import sha256_file
 
@@ -59,6 +60,37 @@ class UpdateChunk:
 
     def __len__(self) -> int:
         return len(self.row)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A row group's rows of batches [batch_start, batch_stop) (`Trace.iter_groups`)."""
+
+    batch_start: int
+    batch_stop: int
+    # counts[b, t]: rows of batch batch_start + b and table t, in that order (None: not
+    # sorted by table; `columns` then holds `batch` and `table` too)
+    counts: np.ndarray | None
+    columns: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.columns["row"])
+
+
+def _trim(columns: dict[str, np.ndarray], start: int, stop: int) -> dict[str, np.ndarray]:
+    """The rows of batches [start, stop) (the `batch` column is sorted)."""
+    batch = columns["batch"]
+    if len(batch) and (batch[0] < start or batch[-1] >= stop):
+        lo, hi = np.searchsorted(batch, np.array([start, stop], dtype=np.int64).astype(batch.dtype))
+        columns = {name: col[lo:hi] for name, col in columns.items()}
+    return columns
+
+
+def _decoded_group(columns: dict[str, np.ndarray]) -> Group:
+    """A `Group` of decoded columns (a file without footer counts): no matrix, so a
+    reader takes the columns as they are."""
+    batch = columns["batch"]
+    return Group(int(batch[0]), int(batch[-1]) + 1, None, columns)
 
 
 _COLUMNS = {LOOKUPS_DIR: ("batch", "table", "row"), UPDATES_DIR: ("batch", "table", "row", "count")}
@@ -179,7 +211,19 @@ class Trace:
     def _row_groups(
         self, kind: str, start: int, stop: int
     ) -> Iterator[tuple[Path, pq.ParquetFile, int]]:
-        """(file, row group index) pairs that may hold batches in [start, stop).
+        """(file, row group index) pairs that may hold batches in [start, stop)."""
+        for entry in self.manifest["files"][kind]:
+            # files the manifest calls empty are opened too: a count edited to 0 would
+            # otherwise hide the file's rows without an error
+            if entry["batch_stop"] <= start or entry["batch_start"] >= stop:
+                continue
+            member, handle = self._open(kind, entry)
+            yield from self._file_row_groups(entry, member, handle, start, stop)
+
+    def _file_row_groups(
+        self, entry: dict[str, Any], member: Path, handle: pq.ParquetFile, start: int, stop: int
+    ) -> Iterator[tuple[Path, pq.ParquetFile, int]]:
+        """The row groups of one file that may hold batches in [start, stop).
 
         A file inside the range yields all its row groups. In a file that straddles an
         end of the range, a row group is kept when its (sorted) `batch` column meets the
@@ -188,21 +232,15 @@ class Trace:
         chunk metadata of a damaged footer, where reading the row group fails cleanly.
         Whole-trace reads and ranges cut at file boundaries decode nothing extra.
         """
-        for entry in self.manifest["files"][kind]:
-            # files the manifest calls empty are opened too: a count edited to 0 would
-            # otherwise hide the file's rows without an error
-            if entry["batch_stop"] <= start or entry["batch_start"] >= stop:
-                continue
-            member, handle = self._open(kind, entry)
-            inside = start <= entry["batch_start"] and entry["batch_stop"] <= stop
-            for index in range(handle.metadata.num_row_groups):
-                if not inside:
-                    first, last = _batch_span(member, handle, index)
-                    if first >= stop:
-                        break  # row groups come in batch order
-                    if last < start:
-                        continue
-                yield member, handle, index
+        inside = start <= entry["batch_start"] and entry["batch_stop"] <= stop
+        for index in range(handle.metadata.num_row_groups):
+            if not inside:
+                first, last = _batch_span(member, handle, index)
+                if first >= stop:
+                    break  # row groups come in batch order
+                if last < start:
+                    continue
+            yield member, handle, index
 
     def _open(self, kind: str, entry: dict[str, Any]) -> tuple[Path, pq.ParquetFile]:
         """Open the file of a manifest entry (after its checksum, when being verified) and
@@ -232,6 +270,23 @@ class Trace:
             if got != want:
                 raise TraceError(f"{member}: column {name!r} is {got}, not {want}")
 
+    def _read_group(
+        self,
+        member: Path,
+        handle: pq.ParquetFile,
+        index: int,
+        names: tuple[str, ...] | list[str],
+        use_threads: bool = False,
+    ) -> dict[str, np.ndarray]:
+        """The `names` columns of one row group as numpy arrays (TraceError if damaged)."""
+        try:
+            table = handle.read_row_group(index, columns=list(names), use_threads=use_threads)
+        except _PARQUET_ERRORS as exc:
+            raise TraceError(f"{member}: unreadable row group {index} ({_one_line(exc)})") from None
+        if any(table.column(name).null_count for name in names):
+            raise TraceError(f"{member}: row group {index} holds null values")
+        return {name: to_numpy(table.column(name)) for name in names}
+
     def _iter(
         self,
         kind: str,
@@ -241,27 +296,97 @@ class Trace:
         names: tuple[str, ...] | None = None,
     ) -> Iterator[dict[str, np.ndarray]]:
         names = names or _COLUMNS[kind]
+        stop = self._check_range(start, stop)
+        for member, handle, index in self._row_groups(kind, start, stop):
+            columns = self._read_group(member, handle, index, names, use_threads)
+            columns = _trim(columns, start, stop)
+            if len(columns["batch"]):
+                yield columns
+
+    def _check_range(self, start: int, stop: int | None) -> int:
         stop = self.num_batches if stop is None else min(stop, self.num_batches)
         if start < 0 or start > stop:
             raise TraceError(f"{self.path}: bad batch range [{start}, {stop})")
-        for member, handle, index in self._row_groups(kind, start, stop):
-            try:
-                table = handle.read_row_group(index, columns=list(names), use_threads=use_threads)
-            except _PARQUET_ERRORS as exc:
+        return stop
+
+    def _footer_counts(
+        self, kind: str, entry: dict[str, Any], member: Path, handle: pq.ParquetFile
+    ) -> list[tuple[int, np.ndarray]] | None:
+        """The (first batch, counts) of every row group from the file's footer
+        (`replay.trace.counts`), checked against the footer's row counts, the file's batch
+        range and the tables; None when the footer has none."""
+        text = (handle.metadata.metadata or {}).get(COUNTS_KEY.encode())
+        if text is None:
+            return None
+        try:
+            groups = decode_counts(text)
+        except ValueError as exc:
+            raise TraceError(f"{member}: damaged row group counts in the footer ({exc})") from None
+        meta = handle.metadata
+        if len(groups) != meta.num_row_groups:
+            raise TraceError(
+                f"{member}: the footer counts {len(groups)} row groups, the file holds "
+                f"{meta.num_row_groups}"
+            )
+        tables = len(self.table_rows)
+        at = int(entry["batch_start"])
+        for index, (first, counts) in enumerate(groups):
+            rows = meta.row_group(index).num_rows
+            if counts.shape[1] > tables or int(counts.sum()) != rows:
                 raise TraceError(
-                    f"{member}: unreadable row group {index} ({_one_line(exc)})"
-                ) from None
-            if any(table.column(name).null_count for name in names):
-                raise TraceError(f"{member}: row group {index} holds null values")
-            columns = {name: to_numpy(table.column(name)) for name in names}
-            batch = columns["batch"]
-            if len(batch) and (batch[0] < start or batch[-1] >= stop):
-                lo, hi = np.searchsorted(
-                    batch, np.array([start, stop], dtype=np.int64).astype(batch.dtype)
+                    f"{member}: row group {index}'s counts do not match its {rows} rows "
+                    f"of {tables} tables"
                 )
-                columns = {name: col[lo:hi] for name, col in columns.items()}
-            if len(columns["batch"]):
-                yield columns
+            if len(counts) and (first < at or first + len(counts) > entry["batch_stop"]):
+                raise TraceError(
+                    f"{member}: row group {index} holds batches outside the file's range "
+                    f"[{entry['batch_start']}, {entry['batch_stop']}) or out of order"
+                )
+            at = first + len(counts) if len(counts) else at
+        return groups
+
+    def iter_groups(
+        self, kind: str, start: int = 0, stop: int | None = None, names: tuple[str, ...] = ("row",)
+    ) -> Iterator[Group]:
+        """The row groups of `kind` that hold batches in [start, stop), trimmed to it, in
+        trace order, decoded on the calling thread: with its counts matrix
+        (`replay.trace.counts`) and only the `names` columns where the file's footer has
+        the matrix, else with every column and no matrix (a file written before the
+        footer counts, or by another tool; whole batches per group). Groups without rows
+        are skipped."""
+        stop = self._check_range(start, stop)
+        for entry in self.manifest["files"][kind]:
+            if entry["batch_stop"] <= start or entry["batch_start"] >= stop:
+                continue
+            member, handle = self._open(kind, entry)
+            footer = self._footer_counts(kind, entry, member, handle)
+            if footer is None:
+                names_all = _COLUMNS[kind]
+                pieces = (
+                    _trim(self._read_group(member, handle, index, names_all), start, stop)
+                    for _, _, index in self._file_row_groups(entry, member, handle, start, stop)
+                )
+                # a batch may span row groups in such a file: whole batches per group
+                for columns in _gather((p for p in pieces if len(p["batch"])), 1):
+                    yield _decoded_group(columns)
+                continue
+            for index, (first, counts) in enumerate(footer):
+                last = first + len(counts)
+                if last <= start or first >= stop or not counts.any():
+                    continue
+                columns = self._read_group(member, handle, index, names)
+                lo, hi = max(first, start), min(last, stop)
+                if lo > first or hi < last:
+                    cut = np.concatenate([[0], np.cumsum(counts.sum(axis=1))])
+                    r0, r1 = int(cut[lo - first]), int(cut[hi - first])
+                    columns = {name: col[r0:r1] for name, col in columns.items()}
+                    counts = counts[lo - first : hi - first]
+                # from its first batch with rows to its last, as a decoded group spans
+                held = np.flatnonzero(counts.any(axis=1))
+                if not len(held):
+                    continue
+                counts = counts[held[0] : held[-1] + 1]
+                yield Group(lo + int(held[0]), lo + int(held[-1]) + 1, counts, columns)
 
     def iter_lookups(
         self,
@@ -372,7 +497,10 @@ def _concat(pieces: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 
 class Verification:
-    """The checksums of a trace's files, hashed on two threads in manifest order."""
+    """The checksums of a trace's files, hashed on two threads in the order a stream
+    reads them: by batch range, each range's lookups then its updates. (In manifest
+    order, every lookups file came first, and a replay's reader waited ~0.09 s for the
+    first updates file of a 289 MB trace on the 2-core VM.)"""
 
     def __init__(self, trace: Trace) -> None:
         entries = [e for kind in KINDS for e in trace.manifest["files"][kind]]
@@ -380,7 +508,9 @@ class Verification:
         pool = ThreadPoolExecutor(
             max_workers=2, thread_name_prefix="replay-verify", initializer=lower_priority
         )
-        self._digests = {m: pool.submit(_digest_or_error, m) for m in self._expected}
+        order = sorted(range(len(entries)), key=lambda i: int(entries[i]["batch_start"]))
+        members = list(self._expected)
+        self._digests = {members[i]: pool.submit(_digest_or_error, members[i]) for i in order}
         pool.shutdown(wait=False)
 
     def file(self, member: Path) -> None:

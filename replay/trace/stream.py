@@ -10,7 +10,7 @@ kernel runs on the current one, so reading costs little wall time on two cores.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -18,8 +18,18 @@ import numpy as np
 from replay._intrinsics import ix
 from replay._jit import kernel
 from replay._threads import read_ahead as read_ahead_items
-from replay.trace.keys import batch_bounds, flat_keys, key_dtype, table_offsets, table_runs
-from replay.trace.reader import Trace
+from replay.trace.counts import keys_from_counts, runs_of
+from replay.trace.format import LOOKUPS_DIR, UPDATES_DIR
+from replay.trace.keys import (
+    RUN_WIDTH,
+    bad_lookup_error,
+    batch_bounds,
+    flat_keys,
+    key_dtype,
+    table_offsets,
+    table_runs,
+)
+from replay.trace.reader import Group, Trace
 
 
 class GeneratedRanges(Protocol):
@@ -35,7 +45,7 @@ class GeneratedRanges(Protocol):
 
 
 DEFAULT_MIN_LOOKUPS = 1  # one row group (~1 M lookups) per range: no concatenation
-READ_AHEAD = 4
+READ_AHEAD = 2
 
 
 @dataclass(frozen=True)
@@ -142,43 +152,122 @@ def build_range(
     return BatchRange(lo, hi, keys, bounds, ukeys, ubounds, distinct, runs)
 
 
-class _UpdateCursor:
-    """Update rows of consecutive batch ranges, from one streaming pass over the files."""
+def _range_from_counts(
+    lo: int,
+    hi: int,
+    offsets: np.ndarray,
+    group: Group,
+    ukeys: np.ndarray,
+    ubounds: np.ndarray,
+    seen: np.ndarray | None,
+    where: str,
+    with_runs: bool,
+) -> BatchRange:
+    """The `BatchRange` of batches [lo, hi) whose lookups are one counted group (its
+    batches end at hi; [lo, group.batch_start) hold no lookups)."""
+    assert group.counts is not None and group.batch_stop == hi
+    keys, bounds, runs = _keys_of_group(offsets, group, where, with_runs)
+    if group.batch_start > lo:
+        bounds = np.concatenate([np.zeros(group.batch_start - lo, dtype=np.int64), bounds])
+    distinct = None
+    if seen is not None:
+        distinct = np.zeros(hi - lo, dtype=np.int64)
+        distinct_kernel(keys, bounds, seen, distinct)
+    return BatchRange(lo, hi, keys, bounds, ukeys, ubounds, distinct, runs)
 
-    def __init__(self, trace: Trace, start: int, stop: int, min_rows: int) -> None:
-        self._chunks = trace.iter_updates(
-            start, stop, min_rows=min_rows, use_threads=False, with_count=False
-        )
-        self._batch = np.empty(0, dtype=np.uint32)
-        self._table = np.empty(0, dtype=np.uint16)
-        self._row = np.empty(0, dtype=trace.row_dtype)
+
+def _keys_of_group(
+    offsets: np.ndarray, group: Group, where: str, with_runs: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(flat keys, per-batch bounds from group.batch_start, runs or None) of a counted
+    group; a TraceError naming the batch when a row id is outside its table."""
+    counts = group.counts
+    assert counts is not None
+    row = group.columns["row"]
+    keys = np.empty(len(row), dtype=key_dtype(int(offsets[-1])))
+    bounds = np.empty(len(counts) + 1, dtype=np.int64)
+    runs = runs_of(counts) if with_runs else np.empty((0, RUN_WIDTH), dtype=np.int64)
+    rows = np.diff(offsets)
+    bad = keys_from_counts(row, counts, offsets, rows, keys, bounds, runs, group.batch_start)
+    if bad >= 0:
+        b = int(np.searchsorted(bounds, bad, side="right")) - 1
+        per_table = np.concatenate([[0], np.cumsum(counts[b])]) + bounds[b]
+        t = int(np.searchsorted(per_table, bad, side="right")) - 1
+        table = np.array([t], dtype=np.uint16)
+        batch = np.array([group.batch_start + b], dtype=np.uint32)
+        raise bad_lookup_error(where, 0, table, row[bad : bad + 1], rows, batch)
+    return keys, bounds, runs if with_runs else None
+
+
+class _UpdateKeys:
+    """Flat keys of the update rows of consecutive batch ranges, from one streaming pass
+    over the update files (`Trace.iter_groups`)."""
+
+    def __init__(self, trace: Trace, start: int, stop: int, offsets: np.ndarray) -> None:
+        self._groups = trace.iter_groups(UPDATES_DIR, start, stop, ("row",))
+        self._offsets = offsets
+        self._where = f"{trace.path} (updates)"
+        # (first batch, update rows per batch, keys), in batch order
+        self._pending: list[tuple[int, np.ndarray, np.ndarray]] = []
         self._exhausted = False
 
-    def take(self, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(batch, table, row) of every buffered or upcoming update of batches < stop."""
-        # chunks never split a batch, so a buffer that reaches batch stop - 1 holds all of
-        # them: reading on to the next chunk would only copy it in here (row groups end
-        # where the lookups' ranges end, so each range's updates then pass uncopied)
-        while not self._exhausted and (len(self._batch) == 0 or self._batch[-1] < stop - 1):
+    def _piece(self, group: Group) -> tuple[int, np.ndarray, np.ndarray]:
+        if group.counts is not None:
+            keys, bounds, _ = _keys_of_group(self._offsets, group, self._where)
+            return group.batch_start, np.diff(bounds), keys
+        cols = group.columns
+        keys = flat_keys(
+            cols["table"], cols["row"], self._offsets, where=self._where, batch=cols["batch"]
+        )
+        first = group.batch_start
+        sizes = np.diff(batch_bounds(cols["batch"], first, group.batch_stop))
+        return first, sizes, keys
+
+    def take(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, bounds) of the update rows of batches [lo, hi); ranges come in order."""
+        # a group that starts at or after hi shows that nothing before hi is left unread
+        while not self._exhausted and (
+            not self._pending or self._pending[-1][0] + len(self._pending[-1][1]) < hi
+        ):
             try:
-                chunk = next(self._chunks)
+                self._pending.append(self._piece(next(self._groups)))
             except StopIteration:
                 self._exhausted = True
-                break
-            if len(self._batch):
-                self._batch = np.concatenate([self._batch, chunk.batch])
-                self._table = np.concatenate([self._table, chunk.table])
-                self._row = np.concatenate([self._row, chunk.row])
-            else:
-                self._batch, self._table, self._row = chunk.batch, chunk.table, chunk.row
-        cut = int(np.searchsorted(self._batch, self._batch.dtype.type(min(stop, 2**32 - 1))))
-        taken = self._batch[:cut], self._table[:cut], self._row[:cut]
-        self._batch, self._table, self._row = (
-            self._batch[cut:],
-            self._table[cut:],
-            self._row[cut:],
-        )
-        return taken
+        sizes = np.zeros(hi - lo, dtype=np.int64)
+        parts = []
+        kept = []
+        for first, per_batch, keys in self._pending:
+            last = first + len(per_batch)
+            if first >= hi:
+                kept.append((first, per_batch, keys))
+                continue
+            a, b = max(first, lo), min(last, hi)
+            cut = np.concatenate([[0], np.cumsum(per_batch)])
+            sizes[a - lo : b - lo] = per_batch[a - first : b - first]
+            parts.append(keys[cut[a - first] : cut[b - first]])
+            if last > hi:
+                kept.append((hi, per_batch[hi - first :], keys[cut[hi - first] :]))
+        self._pending = kept
+        bounds = np.zeros(hi - lo + 1, dtype=np.int64)
+        np.cumsum(sizes, out=bounds[1:])
+        if len(parts) == 1:
+            return parts[0], bounds
+        empty = np.empty(0, dtype=key_dtype(int(self._offsets[-1])))
+        return (np.concatenate(parts) if parts else empty), bounds
+
+
+def _merge(groups: list[Group]) -> Group:
+    """Consecutive counted groups as one (batches between them hold no lookups)."""
+    if len(groups) == 1:
+        return groups[0]
+    lo, hi = groups[0].batch_start, groups[-1].batch_stop
+    width = max(g.counts.shape[1] for g in groups if g.counts is not None)
+    counts = np.zeros((hi - lo, width), dtype=np.int64)
+    for g in groups:
+        assert g.counts is not None
+        counts[g.batch_start - lo : g.batch_stop - lo, : g.counts.shape[1]] = g.counts
+    row = np.concatenate([g.columns["row"] for g in groups])
+    return Group(lo, hi, counts, {"row": row})
 
 
 def _ranges(
@@ -191,30 +280,62 @@ def _ranges(
     with_runs: bool = False,
 ) -> Iterator[BatchRange]:
     offsets = table_offsets(trace.table_rows)
-    seen = distinct_bitmap(int(offsets[-1]) if with_distinct else 0)
-    updates = _UpdateCursor(trace, start, stop, max(1, min_lookups // 2)) if with_updates else None
+    seen = distinct_bitmap(int(offsets[-1]) if with_distinct else 0) if with_distinct else None
+    updates = _UpdateKeys(trace, start, stop, offsets) if with_updates else None
+    where = str(trace.path)
+    empty = np.empty(0, dtype=key_dtype(int(offsets[-1])))
 
-    def make(
-        lo: int, hi: int, batch: np.ndarray, table: np.ndarray | None, row: np.ndarray | None
-    ) -> BatchRange:
-        if updates is not None:
-            ubatch, utable, urow = updates.take(hi)
-        else:
-            ubatch = utable = urow = None
-        return build_range(
-            lo, hi, offsets, batch, table, row, ubatch, utable, urow,
-            seen if with_distinct else None, str(trace.path), with_runs,
+    def update_keys(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        if updates is None:
+            return empty, np.zeros(hi - lo + 1, dtype=np.int64)
+        return updates.take(lo, hi)
+
+    def make(lo: int, group: Group) -> BatchRange:
+        hi = group.batch_stop
+        ukeys, ubounds = update_keys(lo, hi)
+        if group.counts is not None:
+            return _range_from_counts(
+                lo, hi, offsets, group, ukeys, ubounds, seen, where, with_runs
+            )
+        cols = group.columns  # a file without footer counts: its decoded columns
+        r = build_range(
+            lo, hi, offsets, cols["batch"], cols["table"], cols["row"], None, None, None,
+            seen, where, with_runs,
         )  # fmt: skip
+        return replace(r, update_keys=ukeys, update_bounds=ubounds)
 
     cursor = start
+    pending: list[Group] = []
+    size = 0
     # decode on this thread only: the caller's kernels use the other core
-    for chunk in trace.iter_lookups(start, stop, min_lookups=min_lookups, use_threads=False):
-        # a range starts where the previous one stopped, so batches without lookups
-        # (possible in ingested traces) still belong to exactly one range
-        yield make(cursor, chunk.batch_stop, chunk.batch, chunk.table, chunk.row)
-        cursor = chunk.batch_stop
+    for group in trace.iter_groups(LOOKUPS_DIR, start, stop, ("row",)):
+        if group.counts is None or size + len(group) >= min_lookups:
+            if group.counts is not None:
+                pending.append(group)
+                group, pending, size = _merge(pending), [], 0
+            elif pending:
+                merged = _merge(pending)
+                pending, size = [], 0
+                yield make(cursor, merged)
+                cursor = merged.batch_stop
+            # a range starts where the previous one stopped, so batches without lookups
+            # (possible in ingested traces) still belong to exactly one range
+            yield make(cursor, group)
+            cursor = group.batch_stop
+        else:
+            pending.append(group)
+            size += len(group)
+    if pending:
+        merged = _merge(pending)
+        yield make(cursor, merged)
+        cursor = merged.batch_stop
     if cursor < stop:  # trailing batches without lookups
-        yield make(cursor, stop, np.empty(0, dtype=np.uint32), None, None)
+        ukeys, ubounds = update_keys(cursor, stop)
+        yield BatchRange(
+            cursor, stop, empty, np.zeros(stop - cursor + 1, dtype=np.int64), ukeys, ubounds,
+            np.zeros(stop - cursor, dtype=np.int64) if seen is not None else None,
+            np.array([[0, 0, 0]], dtype=np.int64) if with_runs else None,
+        )  # fmt: skip
 
 
 def iter_batch_ranges(

@@ -26,6 +26,7 @@ from replay import _arrow
 from replay._faults import kill_point
 from replay._output import partial_path
 from replay.errors import OutputError, opt
+from replay.trace.counts import COUNTS_KEY, encode_counts, group_counts
 from replay.trace.format import (
     KINDS,
     LOOKUPS_DIR,
@@ -103,12 +104,28 @@ def write_parts(
         kind: pq.ParquetWriter(tmps[kind], schema, **PARQUET_WRITE_OPTIONS)
         for kind, schema in schemas.items()
     }
+    # each row group's (batch, table) counts go into the footer (`replay.trace.counts`),
+    # unless a group is not sorted by (batch, table): then the file has none
+    counted: dict[str, list[tuple[int, np.ndarray]] | None] = {kind: [] for kind in schemas}
     try:
         for group in groups:
             for kind, table in group.items():
                 writers[kind].write_table(table, row_group_size=max(table.num_rows, 1))
                 rows[kind] += table.num_rows
+                kept = counted[kind]
+                if kept is not None:
+                    counts = group_counts(
+                        _arrow.to_numpy(table.column("batch")),
+                        _arrow.to_numpy(table.column("table")),
+                    )
+                    if counts is None:
+                        counted[kind] = None
+                    else:
+                        kept.append(counts)
             kill_point("trace:row-group")
+        for kind, kept in counted.items():
+            if kept is not None:
+                writers[kind].add_key_value_metadata({COUNTS_KEY: encode_counts(kept)})
     finally:
         for w in writers.values():
             w.close()
