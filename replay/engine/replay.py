@@ -154,6 +154,12 @@ def replay_trace(
     raw_state = _raw_state(system, policy)
     raw = np.zeros(nb, dtype=np.int64) if raw_state is not None else None
     inspector = trace_inspector(trace) if inspect and isinstance(trace, Trace) else None
+    # the policy may take each batch's update rows as its distinct lookups (where the
+    # source declares so) when nothing else needs their keys: a trace's update files are
+    # then not decoded, and the LRU searches no update key
+    from_lookups = (
+        type(policy).updates_from_lookups and not strategy.needs_updates and raw_state is None
+    )
     # Threads on numba kernels that release the GIL: the reader decodes ahead and counts
     # distinct rows (1 bit per key), the caller runs the policy. With the trace
     # statistics, a third thread feeds the inspector (whose per-row state counts the
@@ -173,6 +179,7 @@ def replay_trace(
             with_updates=True,
             with_distinct=inspector is None,
             with_runs=inspector is not None,
+            updates_from_lookups=from_lookups,
         ):
             window = slice(br.batch_start, br.batch_stop)
             fed = None

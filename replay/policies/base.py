@@ -86,6 +86,10 @@ class Policy(ABC):
     demand_fill: ClassVar[bool] = False
     #: documented per-key state, bytes (the memory a run needs besides the batches in flight)
     state_bytes_per_key: ClassVar[int] = 0
+    #: True: `process` takes ranges whose update rows are their batches' distinct lookups
+    #: without their keys (`BatchRange.updates_are_lookups`); the engine asks for such
+    #: ranges only then (`iter_batch_ranges(updates_from_lookups=True)`)
+    updates_from_lookups: ClassVar[bool] = False
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         self.spec = spec

@@ -53,7 +53,7 @@ from replay.policies.base import (
     register_policy,
 )
 from replay.system.spec import PolicySpec
-from replay.trace.stream import BatchRange
+from replay.trace.stream import BatchRange, updates_as_keys
 
 # meta slots
 _SIZE, _CAP, _SLOT_BITS, _HASH_SHIFT = 0, 1, 2, 3
@@ -131,7 +131,14 @@ def lru_kernel(
     dirty: np.ndarray,
     meta: np.ndarray,
     out: np.ndarray,
+    derived: bool,
 ) -> None:
+    # `derived`: each batch's update rows are its distinct lookups and the cache holds
+    # every lookup of a batch (the caller checks), so a row looked up stays until the
+    # batch ends and its update lands in the cache: the row turns dirty as it is looked
+    # up, and the update keys are not searched for (their count is the batch's
+    # update_bounds). Exactly the counters of the update pass below, without its second
+    # hash search per distinct row (12.9 -> 11.5 ns per lookup on criteo-kaggle).
     # links[2 s] is slot s's previous (more recent) slot, links[2 s + 1] its next; slot
     # `cap` is a sentinel that closes the circle (its next: the most recent slot, its
     # previous: the least recent), so no move to the front tests for an end. Hits and
@@ -179,18 +186,22 @@ def lru_kernel(
                     prefetch(table, _home(slot_key[ix(p)], shift))
                 slot_key[ix(s)] = k
                 dirty[ix(s)] = 0
+            if derived:
+                dirty[ix(s)] = 1
             first = links[ix(2 * cap + 1)]
             links[ix(2 * s)] = cap
             links[ix(2 * s + 1)] = first
             links[ix(2 * first)] = s
             links[ix(2 * cap + 1)] = s
         upd_fast = 0
-        for j in range(ubounds[b], ubounds[b + 1]):
+        for j in range(ubounds[b], ubounds[b] if derived else ubounds[b + 1]):
             prefetch(table, _home(ukeys[ix(min(j + PREFETCH_AHEAD, ulast))], shift))
             s = _find(table, ukeys[ix(j)], slot_bits, shift)
             if s >= 0:
                 dirty[ix(s)] = 1
                 upd_fast += 1
+        if derived:
+            upd_fast = ubounds[b + 1] - ubounds[b]
         out[b, HITS] = (bounds[b + 1] - bounds[b]) - misses
         out[b, MISSES] = misses
         out[b, BYPASS] = 0
@@ -209,6 +220,7 @@ def lru_kernel(
 class LRUPolicy(Policy):
     state_bytes_per_key = 0
     demand_fill = True
+    updates_from_lookups = True
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         super().__init__(spec, ctx)
@@ -229,17 +241,19 @@ class LRUPolicy(Policy):
         populate(self.table)  # its pages, off the caller's thread
 
     def process(self, batch_range: BatchRange, out: np.ndarray) -> None:
+        br = updates_as_keys(batch_range, len(self.slot_key))
         lru_kernel(
-            batch_range.keys,
-            batch_range.bounds,
-            batch_range.update_keys,
-            batch_range.update_bounds,
+            br.keys,
+            br.bounds,
+            br.update_keys,
+            br.update_bounds,
             self.table,
             self.slot_key,
             self.links,
             self.dirty,
             self.meta,
             out,
+            br.updates_are_lookups,
         )
 
 

@@ -74,7 +74,9 @@ class Group:
     columns: dict[str, np.ndarray]
 
     def __len__(self) -> int:
-        return len(self.columns["row"])
+        if self.counts is not None:
+            return int(self.counts.sum())
+        return len(self.columns["batch"])
 
 
 def _trim(columns: dict[str, np.ndarray], start: int, stop: int) -> dict[str, np.ndarray]:
@@ -146,6 +148,23 @@ class Trace:
     @property
     def row_dtype(self) -> np.dtype:
         return np.dtype(self.manifest["row_dtype"])
+
+    @property
+    def updates_are_lookups(self) -> bool:
+        """Whether the manifest declares that each batch's update rows are exactly its
+        distinct looked-up rows: an optimizer step every batch (`update.accumulate_batches`
+        1) and a workload table list with no frozen table (`replay.trace.updates`). A
+        manifest without the declaration (e.g. `write_trace_from_arrays` without a
+        workload) says no."""
+        workload = self.manifest.get("workload") or {}
+        update = workload.get("update") or {}
+        tables = workload.get("tables")
+        return (
+            update.get("accumulate_batches") == 1
+            and isinstance(tables, list)
+            and len(tables) == len(self.manifest["tables"])
+            and not any(bool(t.get("frozen", False)) for t in tables)
+        )
 
     @property
     def workload(self) -> dict[str, Any]:
@@ -279,6 +298,8 @@ class Trace:
         use_threads: bool = False,
     ) -> dict[str, np.ndarray]:
         """The `names` columns of one row group as numpy arrays (TraceError if damaged)."""
+        if not names:
+            return {}
         try:
             table = handle.read_row_group(index, columns=list(names), use_threads=use_threads)
         except _PARQUET_ERRORS as exc:

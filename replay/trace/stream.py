@@ -9,6 +9,7 @@ kernel runs on the current one, so reading costs little wall time on two cores.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -40,7 +41,13 @@ class GeneratedRanges(Protocol):
     def num_batches(self) -> int: ...
 
     def generated_ranges(
-        self, start: int, stop: int, *, with_updates: bool, with_distinct: bool
+        self,
+        start: int,
+        stop: int,
+        *,
+        with_updates: bool,
+        with_distinct: bool,
+        updates_from_lookups: bool = False,
     ) -> Iterator[BatchRange]: ...
 
 
@@ -62,10 +69,31 @@ class BatchRange:
     # the lookups' (batch, table) runs for the trace statistics (`replay.trace.keys.table_runs`,
     # when asked for)
     runs: np.ndarray | None = None
+    # True: each batch's update rows are its distinct lookups (the source declares it and
+    # the caller asked, `iter_batch_ranges(updates_from_lookups=True)`); update_bounds
+    # count them, update_keys may be empty
+    updates_are_lookups: bool = False
 
     @property
     def batches(self) -> int:
         return self.batch_stop - self.batch_start
+
+
+def updates_as_keys(batch_range: BatchRange, max_lookups: int) -> BatchRange:
+    """`batch_range` as it is, unless its update rows are its lookups
+    (`updates_are_lookups`) and a batch holds more than `max_lookups` lookups (a cache
+    that cannot keep one batch's rows until it ends): then with each batch's distinct
+    lookups as its update keys, and the flag off."""
+    br = batch_range
+    if not br.updates_are_lookups or not br.batches or np.diff(br.bounds).max() <= max_lookups:
+        return br
+    if len(br.update_keys) != br.update_bounds[-1]:  # no keys with the range (a trace's)
+        keys = [np.unique(br.keys[lo:hi]) for lo, hi in itertools.pairwise(br.bounds)]
+        ubounds = np.zeros(br.batches + 1, dtype=np.int64)
+        np.cumsum([len(k) for k in keys], out=ubounds[1:])
+        ukeys = np.concatenate(keys).astype(br.keys.dtype)
+        br = replace(br, update_keys=ukeys, update_bounds=ubounds)
+    return replace(br, updates_are_lookups=False)
 
 
 def empty_range(total_keys: int) -> BatchRange:
@@ -203,8 +231,12 @@ class _UpdateKeys:
     """Flat keys of the update rows of consecutive batch ranges, from one streaming pass
     over the update files (`Trace.iter_groups`)."""
 
-    def __init__(self, trace: Trace, start: int, stop: int, offsets: np.ndarray) -> None:
-        self._groups = trace.iter_groups(UPDATES_DIR, start, stop, ("row",))
+    def __init__(
+        self, trace: Trace, start: int, stop: int, offsets: np.ndarray, keys: bool = True
+    ) -> None:
+        # without keys, files with footer counts are not decoded at all
+        self._groups = trace.iter_groups(UPDATES_DIR, start, stop, ("row",) if keys else ())
+        self._keys = keys
         self._offsets = offsets
         self._where = f"{trace.path} (updates)"
         # (first batch, update rows per batch, keys), in batch order
@@ -212,10 +244,16 @@ class _UpdateKeys:
         self._exhausted = False
 
     def _piece(self, group: Group) -> tuple[int, np.ndarray, np.ndarray]:
+        if group.counts is not None and not self._keys:
+            empty = np.empty(0, dtype=key_dtype(int(self._offsets[-1])))
+            return group.batch_start, group.counts.sum(axis=1), empty
         if group.counts is not None:
             keys, bounds, _ = _keys_of_group(self._offsets, group, self._where)
             return group.batch_start, np.diff(bounds), keys
         cols = group.columns
+        if not self._keys:
+            first, empty = group.batch_start, np.empty(0, dtype=key_dtype(int(self._offsets[-1])))
+            return first, np.diff(batch_bounds(cols["batch"], first, group.batch_stop)), empty
         keys = flat_keys(
             cols["table"], cols["row"], self._offsets, where=self._where, batch=cols["batch"]
         )
@@ -278,10 +316,12 @@ def _ranges(
     with_updates: bool,
     with_distinct: bool = False,
     with_runs: bool = False,
+    updates_from_lookups: bool = False,
 ) -> Iterator[BatchRange]:
     offsets = table_offsets(trace.table_rows)
     seen = distinct_bitmap(int(offsets[-1]) if with_distinct else 0) if with_distinct else None
-    updates = _UpdateKeys(trace, start, stop, offsets) if with_updates else None
+    derived = with_updates and updates_from_lookups and trace.updates_are_lookups
+    updates = _UpdateKeys(trace, start, stop, offsets, not derived) if with_updates else None
     where = str(trace.path)
     empty = np.empty(0, dtype=key_dtype(int(offsets[-1])))
 
@@ -294,15 +334,14 @@ def _ranges(
         hi = group.batch_stop
         ukeys, ubounds = update_keys(lo, hi)
         if group.counts is not None:
-            return _range_from_counts(
-                lo, hi, offsets, group, ukeys, ubounds, seen, where, with_runs
-            )
-        cols = group.columns  # a file without footer counts: its decoded columns
-        r = build_range(
-            lo, hi, offsets, cols["batch"], cols["table"], cols["row"], None, None, None,
-            seen, where, with_runs,
-        )  # fmt: skip
-        return replace(r, update_keys=ukeys, update_bounds=ubounds)
+            r = _range_from_counts(lo, hi, offsets, group, ukeys, ubounds, seen, where, with_runs)
+        else:
+            cols = group.columns  # a file without footer counts: its decoded columns
+            r = build_range(
+                lo, hi, offsets, cols["batch"], cols["table"], cols["row"], None, None, None,
+                seen, where, with_runs,
+            )  # fmt: skip
+        return replace(r, update_keys=ukeys, update_bounds=ubounds, updates_are_lookups=derived)
 
     cursor = start
     pending: list[Group] = []
@@ -335,6 +374,7 @@ def _ranges(
             cursor, stop, empty, np.zeros(stop - cursor + 1, dtype=np.int64), ukeys, ubounds,
             np.zeros(stop - cursor, dtype=np.int64) if seen is not None else None,
             np.array([[0, 0, 0]], dtype=np.int64) if with_runs else None,
+            derived,
         )  # fmt: skip
 
 
@@ -348,22 +388,33 @@ def iter_batch_ranges(
     with_distinct: bool = False,
     read_ahead: int = READ_AHEAD,
     with_runs: bool = False,
+    updates_from_lookups: bool = False,
 ) -> Iterator[BatchRange]:
     """Consecutive `BatchRange`s covering [start, stop), decoded in a background thread
     (for an on-the-fly workload: generated in its own pool of threads).
 
     `with_runs` (trace folders only) adds each range's (batch, table) runs, for the trace
-    statistics. Errors raised while reading (a corrupt file) are re-raised in
-    the caller's thread.
+    statistics. `updates_from_lookups`: where the source declares that each batch's
+    update rows are its distinct lookups (`updates_are_lookups`), the ranges say so and
+    carry only the update rows' count per batch (`update_bounds`; update keys only where
+    they cost nothing, as on the fly): a trace's update files are then not decoded, only
+    their footer counts read. Errors raised while reading (a corrupt file) are re-raised
+    in the caller's thread.
     """
     stop = trace.num_batches if stop is None else min(stop, trace.num_batches)
     generated = getattr(trace, "generated_ranges", None)
     if generated is not None:  # an on-the-fly workload makes its ranges in its own threads
         if with_runs:
             raise ValueError("with_runs needs a trace folder")
-        yield from generated(start, stop, with_updates=with_updates, with_distinct=with_distinct)
+        yield from generated(
+            start, stop, with_updates=with_updates, with_distinct=with_distinct,
+            updates_from_lookups=updates_from_lookups,
+        )  # fmt: skip
         return
-    ranges = _ranges(trace, start, stop, min_lookups, with_updates, with_distinct, with_runs)
+    ranges = _ranges(
+        trace, start, stop, min_lookups, with_updates, with_distinct, with_runs,
+        updates_from_lookups,
+    )  # fmt: skip
     if read_ahead <= 0:
         yield from ranges
     else:

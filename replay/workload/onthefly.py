@@ -218,10 +218,22 @@ class GeneratedTrace:
             if chunk is not None and len(chunk):
                 yield chunk
 
+    @property
+    def updates_are_lookups(self) -> bool:
+        """Each batch's update rows are its distinct lookups (as `Trace`'s)."""
+        return self.steps_every_batch
+
     def generated_ranges(
-        self, start: int, stop: int, *, with_updates: bool, with_distinct: bool
+        self,
+        start: int,
+        stop: int,
+        *,
+        with_updates: bool,
+        with_distinct: bool,
+        updates_from_lookups: bool = False,
     ) -> Iterator[BatchRange]:
-        """The replay stream's `BatchRange`s of [start, stop), one per row group."""
+        """The replay stream's `BatchRange`s of [start, stop), one per row group
+        (`iter_batch_ranges` says what `updates_from_lookups` asks)."""
         from replay.trace.keys import batch_bounds, key_dtype
         from replay.trace.stream import BatchRange, build_range, distinct_bitmap
         from replay.trace.updates import step_keys
@@ -247,7 +259,10 @@ class GeneratedTrace:
                     lookups.table, lookups.row, bounds, offsets, no_frozen, dtype
                 )
                 distinct = np.diff(ubounds) if with_distinct else None
-                return BatchRange(lo, hi, keys, bounds, ukeys, ubounds, distinct)
+                return BatchRange(
+                    lo, hi, keys, bounds, ukeys, ubounds, distinct,
+                    updates_are_lookups=updates_from_lookups,
+                )  # fmt: skip
             lookups, chunk = self._make(g0, g1, start, stop, with_updates)
             seen = None
             if with_distinct:
