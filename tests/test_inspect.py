@@ -573,3 +573,29 @@ def test_first_bad_row_is_reported(first_bad: int) -> None:
     for min_lookups in (1, 100, 1 << 20):
         with pytest.raises(TraceError, match=expected):
             inspect_arrays(batch, table, row, rows, min_lookups=min_lookups)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(1, 300), min_size=1, max_size=6),
+    st.integers(0, 2**16),
+    st.floats(0.0, 1.0),
+)
+def test_count_histograms_split_in_two_halves_match_one_pass(rows, seed, zeros) -> None:
+    """The per-table histograms of the state words' counts are the same counted on two
+    threads (two halves of the row space, cut at a word) as in one pass, and as numpy's."""
+    from replay.analysis import stats as stats_module
+
+    rng = np.random.default_rng(seed)
+    bounds = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+    state = rng.integers(0, 256, int(bounds[-1]), dtype=np.uint8)
+    state[rng.random(len(state)) < zeros] = 0  # whole zero words take the fast path
+    want = np.zeros((len(rows), 256), dtype=np.int64)
+    for t in range(len(rows)):
+        want[t] = np.bincount(state[bounds[t] : bounds[t + 1]] & 0x3F, minlength=256)
+    one = stats_module._histograms(state, bounds)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(stats_module, "_SPLIT_HISTOGRAM_ROWS", 0)
+        two = stats_module._histograms(state, bounds)
+    assert np.array_equal(one, want)
+    assert np.array_equal(two, want)
