@@ -119,6 +119,26 @@ def resolve_source(
     with `verify` its files are checked against the manifest's SHA-256s. `check` sees
     the shape (from the manifest or the spec) first: a command's memory estimate.
     """
+    return _resolve(
+        trace, workload, check=check, batches=batches, batch_size=batch_size, seed=seed,
+        alpha=alpha, drift=drift, reuse=reuse, verify=verify,
+    )[0]  # fmt: skip
+
+
+def _resolve(
+    trace: Path | None,
+    workload: str | None,
+    *,
+    check: ShapeCheck | None = None,
+    batches: int | None = None,
+    batch_size: int | None = None,
+    seed: int | None = None,
+    alpha: float | None = None,
+    drift: float | None = None,
+    reuse: float | None = None,
+    verify: bool | None = None,
+) -> tuple[SourceRef, Source | None]:
+    """`resolve_source`, with the trace it opened (None for a workload spec)."""
     overrides = {
         "--batches": batches, "--batch-size": batch_size, "--seed": seed,
         "--alpha": alpha, "--drift": drift, "--reuse": reuse,
@@ -136,7 +156,7 @@ def resolve_source(
             check(opened.table_rows.tolist(), opened.num_lookups, opened.num_batches)
         if verify:
             opened.verify()
-        return str(trace)
+        return str(trace), opened
     if trace is not None:
         raise ConfigError("give a TRACE folder or --workload, not both")
     from replay.workload.generator import resolve_workload
@@ -146,7 +166,7 @@ def resolve_source(
     )
     if check is not None:
         check([t.rows for t in spec.tables], spec.lookups, spec.batches)
-    return spec
+    return spec, None
 
 
 def checksums_verified(ref: SourceRef, verify: bool) -> bool | None:
@@ -173,8 +193,8 @@ def resolve_source_verified_later(
     from replay.trace.reader import Trace
     from replay.workload.source import open_source
 
-    ref = resolve_source(trace, workload, verify=False, **overrides)
-    opened = open_source(ref)
+    ref, trace_opened = _resolve(trace, workload, verify=False, **overrides)
+    opened = trace_opened if trace_opened is not None else open_source(ref)
     if check is not None:
         check(opened)
     if verify and isinstance(opened, Trace):

@@ -98,9 +98,10 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     tmp.replace(path)
 
 
-def safe_member(root: Path, relative: str) -> Path:
+def safe_member(root: Path, relative: str, real_root: Path | None = None) -> Path:
     """Resolve a manifest path, refusing anything that points outside the trace folder,
-    whether by its name (absolute, ``..``) or through a symlink on the way."""
+    whether by its name (absolute, ``..``) or through a symlink on the way. `real_root`:
+    `root.resolve()`, for a caller that checks many paths of one folder."""
     where = root / MANIFEST_NAME
     pure = PurePosixPath(relative)
     if pure.is_absolute() or ".." in pure.parts or not pure.parts:
@@ -109,7 +110,7 @@ def safe_member(root: Path, relative: str) -> Path:
         raise TraceError(f"{where}: file path {relative!r} holds a NUL byte")
     member = root.joinpath(*pure.parts)
     try:
-        real_root = root.resolve()
+        real_root = root.resolve() if real_root is None else real_root
         real = member.resolve()
     except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
         detail = getattr(exc, "strerror", None) or "symlink loop"
@@ -184,6 +185,10 @@ def load_manifest(root: Path) -> dict[str, Any]:
     if manifest["row_dtype"] not in ("uint32", "uint64"):
         raise TraceError(f"{where}: row_dtype must be uint32 or uint64")
     files = _require(manifest, "files", dict, where)
+    try:
+        real_root: Path | None = root.resolve()
+    except (OSError, RuntimeError):
+        real_root = None  # each path's check says why
     for kind in KINDS:
         entries = files.get(kind)
         if not isinstance(entries, list):
@@ -194,7 +199,7 @@ def load_manifest(root: Path) -> dict[str, Any]:
             if not isinstance(entry, dict):
                 raise TraceError(f"{where}: files.{kind} holds a non-object entry")
             path = _require(entry, "path", str, where)
-            safe_member(root, path)
+            safe_member(root, path, real_root)
             start = _require(entry, "batch_start", int, where)
             stop = _require(entry, "batch_stop", int, where)
             rows = _require(entry, "rows", int, where)

@@ -114,15 +114,27 @@ class Trace:
         self.path = Path(path)
         self.manifest: dict[str, Any] = load_manifest(self.path)
         self._verification: Verification | None = None
+        self._members: dict[str, Path] = {}
+        try:
+            self._real_root: Path | None = self.path.resolve()
+        except (OSError, RuntimeError):
+            self._real_root = None  # `member` says why, path by path
         for kind in KINDS:
             for entry in self.manifest["files"][kind]:
-                member = safe_member(self.path, entry["path"])
+                member = self.member(entry["path"])
                 try:
                     found = member.is_file()
                 except OSError as exc:  # e.g. a name too long
                     raise TraceError(f"{member}: cannot be read ({exc.strerror})") from None
                 if not found:
                     raise TraceError(f"{member}: listed in the manifest but missing")
+
+    def member(self, relative: str) -> Path:
+        """The file of a manifest path (`safe_member`), resolved once per trace."""
+        found = self._members.get(relative)
+        if found is None:
+            found = self._members[relative] = safe_member(self.path, relative, self._real_root)
+        return found
 
     # -- description ------------------------------------------------------------------
     @property
@@ -196,7 +208,7 @@ class Trace:
         if self.num_batches > 0 and self.num_lookups > 0:
             return
         for entry in self.manifest["files"][LOOKUPS_DIR]:
-            member = safe_member(self.path, entry["path"])
+            member = self.member(entry["path"])
             # hashed before its footer is parsed, as with `verify_in_background`: no
             # damaged byte reaches pyarrow (this runs before a command verifies)
             digest = _digest_or_error(member)
@@ -264,7 +276,7 @@ class Trace:
     def _open(self, kind: str, entry: dict[str, Any]) -> tuple[Path, pq.ParquetFile]:
         """Open the file of a manifest entry (after its checksum, when being verified) and
         check its footer: the columns of `kind` and the row count the manifest gives."""
-        member = safe_member(self.path, entry["path"])
+        member = self.member(entry["path"])
         if self._verification is not None:
             self._verification.file(member)
         try:
@@ -525,7 +537,7 @@ class Verification:
 
     def __init__(self, trace: Trace) -> None:
         entries = [e for kind in KINDS for e in trace.manifest["files"][kind]]
-        self._expected = {safe_member(trace.path, e["path"]): e["sha256"] for e in entries}
+        self._expected = {trace.member(e["path"]): e["sha256"] for e in entries}
         pool = ThreadPoolExecutor(
             max_workers=2, thread_name_prefix="replay-verify", initializer=lower_priority
         )
