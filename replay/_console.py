@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from replay import _signals
+from replay import _prehash, _signals
 
 
 def main() -> None:
@@ -20,6 +20,8 @@ def main() -> None:
     # waiting for work: ~0.1 s of the second core in a `replay run` (2.6% of its samples),
     # which uses no multi-threaded BLAS. A user's own setting is kept.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # the checksums of a trace named on the command line, on the core the imports leave idle
+    _prehash.start(sys.argv[1:])
     try:
         from replay.cli import console_main
 
