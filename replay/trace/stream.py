@@ -52,7 +52,7 @@ class GeneratedRanges(Protocol):
 
 
 DEFAULT_MIN_LOOKUPS = 1  # one row group (~1 M lookups) per range: no concatenation
-READ_AHEAD = 2
+READ_AHEAD = 4
 
 
 @dataclass(frozen=True)
