@@ -168,10 +168,11 @@ def replay_trace(
     # count alone measured slower: it preempts the policy.
     with OrderedWorker(name="replay-inspect") as worker:
         # while the reader decodes the first range (and numba loads its registries), the
-        # worker loads the policy's kernels and faults its state in
+        # worker loads the policy's kernels, then faults its state in (not waited for)
         warming: Future[object] | None = worker.submit(
             policy.warm_up, empty_range(policy.ctx.total_keys)
         )
+        worker.submit(policy.prefault)
         if inspector is not None:  # and the kernels of the statistics' last step
             worker.submit(inspector.warm_up)
         for br in iter_batch_ranges(

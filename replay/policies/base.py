@@ -144,6 +144,11 @@ class Policy(ABC):
         argument types it will see) and fault in the per-key state. Must not change
         what `process` computes."""
 
+    def prefault(self) -> None:  # noqa: B027 - optional hook
+        """Fault in large state while `process` may already run (on a helper thread,
+        after `warm_up`, not waited for): only what leaves the state's contents as they
+        are, such as `replay._malloc.populate`."""
+
 
 POLICIES: dict[str, type[Policy]] = {}
 
