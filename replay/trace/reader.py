@@ -542,9 +542,12 @@ class Verification:
         pool = ThreadPoolExecutor(
             max_workers=2, thread_name_prefix="replay-verify", initializer=lower_priority
         )
-        order = sorted(range(len(entries)), key=lambda i: int(entries[i]["batch_start"]))
-        members = list(self._expected)
-        self._digests = {members[i]: pool.submit(_digest_or_error, members[i]) for i in order}
+        first: dict[Path, int] = {}  # a file listed twice goes at its earlier range
+        for e in entries:
+            member = trace.member(e["path"])
+            first[member] = min(first.get(member, int(e["batch_start"])), int(e["batch_start"]))
+        order = sorted(first, key=first.__getitem__)  # stable: lookups before updates
+        self._digests = {m: pool.submit(_digest_or_error, m) for m in order}
         pool.shutdown(wait=False)
 
     def file(self, member: Path) -> None:

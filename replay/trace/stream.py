@@ -406,10 +406,11 @@ def iter_batch_ranges(
     if generated is not None:  # an on-the-fly workload makes its ranges in its own threads
         if with_runs:
             raise ValueError("with_runs needs a trace folder")
+        # asked only when wanted: a source without the keyword never gets it
+        derive = {"updates_from_lookups": True} if updates_from_lookups else {}
         yield from generated(
-            start, stop, with_updates=with_updates, with_distinct=with_distinct,
-            updates_from_lookups=updates_from_lookups,
-        )  # fmt: skip
+            start, stop, with_updates=with_updates, with_distinct=with_distinct, **derive
+        )
         return
     ranges = _ranges(
         trace, start, stop, min_lookups, with_updates, with_distinct, with_runs,
