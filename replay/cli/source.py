@@ -100,32 +100,13 @@ VerifyOption = Annotated[
 ShapeCheck = Callable[[Sequence[int], int, int], None]
 
 
-def resolve_source(
-    trace: Path | None,
-    workload: str | None,
-    *,
-    check: ShapeCheck | None = None,
-    batches: int | None = None,
-    batch_size: int | None = None,
-    seed: int | None = None,
-    alpha: float | None = None,
-    drift: float | None = None,
-    reuse: float | None = None,
-    verify: bool | None = None,
-) -> SourceRef:
-    """A trace folder path, or the workload spec with its overrides (validated).
-
-    A trace is opened here, so a bad or empty one fails before any output is made, and
-    with `verify` its files are checked against the manifest's SHA-256s. `check` sees
-    the shape (from the manifest or the spec) first: a command's memory estimate.
-    """
-    return _resolve(
-        trace, workload, check=check, batches=batches, batch_size=batch_size, seed=seed,
-        alpha=alpha, drift=drift, reuse=reuse, verify=verify,
-    )[0]  # fmt: skip
+def resolve_source(trace: Path | None, workload: str | None, **options: Any) -> SourceRef:
+    """A trace folder path, or the workload spec with its overrides (validated); options
+    as `resolve_opened`'s."""
+    return resolve_opened(trace, workload, **options)[0]
 
 
-def _resolve(
+def resolve_opened(
     trace: Path | None,
     workload: str | None,
     *,
@@ -138,7 +119,12 @@ def _resolve(
     reuse: float | None = None,
     verify: bool | None = None,
 ) -> tuple[SourceRef, Source | None]:
-    """`resolve_source`, with the trace it opened (None for a workload spec)."""
+    """`resolve_source`, with the trace it opened (None for a workload spec).
+
+    A trace is opened here, so a bad or empty one fails before any output is made, and
+    with `verify` its files are checked against the manifest's SHA-256s. `check` sees
+    the shape (from the manifest or the spec) first: a command's memory estimate.
+    """
     overrides = {
         "--batches": batches, "--batch-size": batch_size, "--seed": seed,
         "--alpha": alpha, "--drift": drift, "--reuse": reuse,
@@ -193,7 +179,7 @@ def resolve_source_verified_later(
     from replay.trace.reader import Trace
     from replay.workload.source import open_source
 
-    ref, trace_opened = _resolve(trace, workload, verify=False, **overrides)
+    ref, trace_opened = resolve_opened(trace, workload, verify=False, **overrides)
     opened = trace_opened if trace_opened is not None else open_source(ref)
     if check is not None:
         check(opened)
