@@ -63,6 +63,15 @@ def retain_freed_memory() -> bool:
 # bytes came back 4 KiB-aligned and filled in 0.26 s, against 0.016 s when aligned
 # (measured). The mapping is therefore padded to whole huge pages plus one, and the array
 # starts at the first 2 MiB boundary inside it.
+# Huge pages are not always the cheaper ones. Right after another process freed its
+# memory (a libCacheSim run, 2-core Firecracker VM with free page reporting), 188 MB in
+# huge pages took 0.38-0.39 s to fault in and in 4 KiB pages 0.08 s (45,899 faults; the
+# next process, huge pages again: 0.03 s): a 2 MiB page comes from the free blocks the
+# guest has handed back to the host, which backs them again page by page, while 4 KiB
+# pages come from the memory just freed. Huge pages pay off where the random accesses
+# are on the critical path (the LRU's table: 12.2-12.5 against 13.2-13.4 ns per lookup on
+# criteo-terabyte); `huge=False` suits state that a helper thread updates (the trace
+# statistics' byte per row).
 _HUGE_MIN_BYTES = 1 << 25
 _HUGE_PAGE_BYTES = 1 << 21
 
@@ -93,16 +102,19 @@ def populate(array: np.ndarray) -> bool:
     return True
 
 
-def state_array(length: int, dtype: object, fill: int | float = 0) -> np.ndarray:
-    """A 1-D array of `length` items set to `fill`, in huge pages when it is large."""
+def state_array(
+    length: int, dtype: object, fill: int | float = 0, *, huge: bool = True
+) -> np.ndarray:
+    """A 1-D array of `length` items set to `fill`, in huge pages when it is large and
+    `huge` (see the note above `populate` for when 4 KiB pages are the better choice)."""
     dt = np.dtype(dtype)  # type: ignore[call-overload]
     nbytes = int(length) * dt.itemsize
     if nbytes < _HUGE_MIN_BYTES or not sys.platform.startswith("linux"):
         return np.full(length, fill, dtype=dt)
     pages = -(-nbytes // _HUGE_PAGE_BYTES) + 1
     area = mmap.mmap(-1, pages * _HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    with contextlib.suppress(AttributeError, OSError):  # no THP here: 4 KiB pages
-        area.madvise(mmap.MADV_HUGEPAGE)
+    with contextlib.suppress(AttributeError, OSError):  # no THP here: 4 KiB pages anyway
+        area.madvise(mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE)
     start = np.frombuffer(area, dtype=np.uint8, count=1).ctypes.data
     skip = -start % _HUGE_PAGE_BYTES
     array = np.frombuffer(area, dtype=dt, count=int(length), offset=skip)

@@ -34,6 +34,29 @@ def test_large_state_array_starts_on_a_huge_page() -> None:
     assert array.ctypes.data % _HUGE_PAGE_BYTES == 0
 
 
+def _vm_flags(address: int) -> set[str]:
+    """The VmFlags of the mapping holding `address` (/proc/self/smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= address < hi
+        elif inside and head == "VmFlags:":
+            return set(line.split()[1:])
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="page advice: Linux only")
+@pytest.mark.parametrize(("huge", "flag"), [(True, "hg"), (False, "nh")])
+def test_large_state_array_is_advised_its_page_size(huge: bool, flag: str) -> None:
+    # the statistics' state asks for 4 KiB pages (cheaper to fault in after another
+    # process freed memory), the policies' tables for huge pages
+    array = state_array(_HUGE_MIN_BYTES + 5, np.uint8, 3, huge=huge)
+    assert np.all(array == 3)
+    assert flag in _vm_flags(array.ctypes.data)
+
+
 def test_ordered_worker_runs_in_order_and_bounds_its_backlog() -> None:
     done: list[int] = []
     lock = threading.Lock()

@@ -192,7 +192,10 @@ class Inspector:
         self.rows_u = rows.astype(np.uint64)
         self.offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
         total = int(rows.sum())
-        self.state = state_array(total, np.uint8)
+        # 4 KiB pages: this thread's random updates run beside the caller's kernel, and
+        # huge pages cost 5x as much to fault in right after another process freed its
+        # memory (`replay._malloc`)
+        self.state = state_array(total, np.uint8, huge=False)
         # the rows the current and the previous batch looked up first (`_inspect_runs`)
         self.lists = np.empty((2, 0), dtype=np.uint32 if total <= 2**32 else np.int64)
         # small tables count exactly, apart (`_inspect_runs`)
@@ -374,9 +377,8 @@ class Inspector:
         """Load the kernels `result` calls (from numba's cache, ~10 ms each), so that a
         replay's helper thread can do it before the first range instead of the caller
         after the last; on copies and empty slices, so nothing of the state changes.
-        And fault the per-row state in, in huge pages (`populate`: 0.02-0.03 s for
-        criteo-terabyte's 188 MB on the 2-core VM), before the first feed touches it
-        row by row."""
+        And fault the per-row state in (`populate`: 0.08 s for criteo-terabyte's 188 MB
+        in 4 KiB pages on the 2-core VM), before the first feed touches it row by row."""
         populate(self.state)
         scratch = (self.ti, self.tf, self.gi, self.gf, self.curve_x, self.curve_val)
         _finish_kernel(*(a.copy() for a in scratch))
