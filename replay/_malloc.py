@@ -77,7 +77,7 @@ _HUGE_PAGE_BYTES = 1 << 21
 
 
 _MADV_POPULATE_WRITE = 23  # Linux >= 5.14
-_POPULATE_CHUNK_BYTES = 4 * _HUGE_PAGE_BYTES
+_POPULATE_CHUNK_BYTES = _HUGE_PAGE_BYTES
 
 
 def populate(array: np.ndarray) -> bool:
@@ -91,10 +91,11 @@ def populate(array: np.ndarray) -> bool:
     start = array.ctypes.data
     first = start - start % mmap.PAGESIZE
     end = start + array.nbytes
-    # in chunks: the kernel holds the process's memory-map lock while it faults a range
-    # in, and a thread that maps memory meanwhile (the reader's next buffers) waits for
-    # the whole range (0.5 s for 188 MB on the 2-core VM right after a process that
-    # freed 1 GB: the host backs the pages again)
+    # in chunks of one huge page: the kernel holds the process's memory-map lock while
+    # it faults a range in, and a thread that maps memory meanwhile (the reader's next
+    # buffers, numba loading a kernel) waits for the whole range (0.5 s for 188 MB of
+    # huge pages on the 2-core VM right after a process that freed 1 GB: the host backs
+    # the pages again)
     for at in range(first, end, _POPULATE_CHUNK_BYTES):
         length = ctypes.c_size_t(min(_POPULATE_CHUNK_BYTES, end - at))
         if libc.madvise(ctypes.c_void_p(at), length, _MADV_POPULATE_WRITE) != 0:

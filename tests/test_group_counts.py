@@ -5,6 +5,9 @@ the `batch` and `table` columns."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -270,3 +273,40 @@ def test_unsorted_row_groups_get_no_footer(tmp_path) -> None:
     assert decode_counts(first[COUNTS_KEY.encode()])[0][1].tolist() == [[1, 1], [1, 0]]
     assert not second or COUNTS_KEY.encode() not in second
     assert counts_module.encode_counts([]).startswith("1:")
+
+
+_WARM_UP_CHECK = """
+import sys
+from replay.trace.counts import keys_from_counts
+from replay.trace.reader import open_trace
+from replay.trace.stream import distinct_kernel, iter_batch_ranges, warm_up_reader
+
+trace = open_trace(sys.argv[1])
+kernels = (keys_from_counts, distinct_kernel)
+warm_up_reader(trace, with_distinct=True)
+loaded = [set(k.signatures) for k in kernels]
+for runs in (True, False):
+    for _ in iter_batch_ranges(trace, with_runs=runs, with_distinct=not runs):
+        pass
+print([[len(s) for s in loaded], [len(set(k.signatures) - s) for k, s in zip(kernels, loaded)]])
+"""
+
+
+def test_reader_warm_up_loads_what_the_reader_calls(tmp_path) -> None:
+    # in a fresh interpreter: the warm-up on a helper thread must load the very
+    # versions (argument types) of the reader's kernels that the stream calls, or the
+    # reader loads its own while the helper faults memory in (`warm_up_reader`)
+    rng = np.random.default_rng(5)
+    batch = np.repeat(np.arange(12, dtype=np.uint32), 6)
+    table = np.tile(np.repeat(np.arange(2, dtype=np.uint16), 3), 12)
+    row = rng.integers(0, 40, len(batch))
+    path = _write(tmp_path / "t", (np.array([40, 50]), batch, table, row), footer=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _WARM_UP_CHECK, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONWARNINGS": "error"},
+    )
+    loaded, added = json.loads(out.stdout)
+    assert loaded == [1, 1] and added == [0, 0], out.stdout

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from replay._threads import OrderedWorker
-from replay.analysis.stats import inspect_trace, trace_inspector, trace_statistics
+from replay.analysis.stats import Inspector, inspect_trace, trace_inspector, trace_statistics
 from replay.checkpoint import STRATEGIES, CheckpointContext, CheckpointStrategy, Timing
 from replay.checkpoint.summarize import checkpoint_summary, failures_summary
 from replay.engine.account import Shape, account, study_warnings, summarize
@@ -31,7 +31,7 @@ from replay.policies.base import NUM_COUNTERS, Policy, PolicyContext
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
 from replay.trace.keys import key_dtype, table_offsets
 from replay.trace.reader import Trace
-from replay.trace.stream import empty_range, iter_batch_ranges
+from replay.trace.stream import empty_range, iter_batch_ranges, warm_up_reader
 from replay.workload.onthefly import GeneratedTrace
 from replay.workload.source import Source
 
@@ -167,14 +167,15 @@ def replay_trace(
     # 2 cores than the statistics in the reader thread). A third thread for the distinct
     # count alone measured slower: it preempts the policy.
     with OrderedWorker(name="replay-inspect") as worker:
-        # while the reader decodes the first range (and numba loads its registries), the
-        # worker loads the policy's kernels, then faults its state in (not waited for)
+        # while the reader decodes the first range, the worker loads the policy's
+        # kernels, the reader's and the statistics', and only then faults state in (the
+        # policy's not waited for): a kernel loads in maps of memory, which wait while
+        # another thread faults a range in (`warm_up_reader`)
         warming: Future[object] | None = worker.submit(
             policy.warm_up, empty_range(policy.ctx.total_keys)
         )
-        worker.submit(policy.prefault)
-        if inspector is not None:  # and the kernels of the statistics' last step
-            worker.submit(inspector.warm_up)
+        worker.submit(_load_kernels, trace, inspector)
+        worker.submit(_prefault, policy, inspector)
         for br in iter_batch_ranges(
             trace,
             with_updates=True,
@@ -288,6 +289,18 @@ def replay_trace(
         },
     }
     return RunResult(system, columns, checkpointed.log.columns(), summary, meta, workload)
+
+
+def _load_kernels(trace: Source, inspector: Inspector | None) -> None:
+    warm_up_reader(trace, with_distinct=inspector is None)
+    if inspector is not None:
+        inspector.warm_up()
+
+
+def _prefault(policy: Policy, inspector: Inspector | None) -> None:
+    policy.prefault()
+    if inspector is not None:
+        inspector.prefault()
 
 
 def _raw_state(system: SystemSpec, policy: Policy) -> RawState | None:
