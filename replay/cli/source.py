@@ -91,7 +91,9 @@ VerifyOption = Annotated[
     typer.Option(
         "--verify/--no-verify",
         help="Check every trace file's SHA-256 against the manifest before reading "
-        "(about 0.1 s per 100 MB); --no-verify skips it and the output says so.",
+        "(about 0.1 s per 100 MB; a file unchanged since it matched on this machine is not "
+        "hashed again, REPLAY_CACHE_DIR= hashes every file); --no-verify skips it and the "
+        "output says so.",
     ),
 ]
 

@@ -14,6 +14,7 @@ about it, and a manifest edited to list nothing must not read as a valid, empty 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import pyarrow.parquet as pq
 from replay._arrow import to_numpy
 from replay._prehash import claim_or_wait
 from replay._threads import lower_priority
+from replay._verified import Identity, Records, identity, now_ns
 from replay.errors import TraceError
 from replay.trace.counts import COUNTS_KEY, decode_counts
 from replay.trace.format import KINDS, LOOKUPS_DIR, UPDATES_DIR, load_manifest, safe_member
@@ -547,8 +549,23 @@ class Verification:
             member = trace.member(e["path"])
             first[member] = min(first.get(member, int(e["batch_start"])), int(e["batch_start"]))
         order = sorted(first, key=first.__getitem__)  # stable: lookups before updates
-        self._digests = {m: pool.submit(_digest_or_error, m) for m in order}
+        # files unchanged since this machine matched them with the manifest are not
+        # hashed again (`replay._verified`); what is hashed now is recorded on success
+        self._records = Records(trace.path)
+        self._started_ns = now_ns()
+        self._hashed: dict[str, tuple[Identity, str]] = {}
+        self._digests = {m: pool.submit(self._digest, m) for m in order}
         pool.shutdown(wait=False)
+
+    def _digest(self, member: Path) -> str | OSError:
+        before = identity(member)
+        recorded = self._records.digest(member, before)
+        if recorded is not None:
+            return recorded
+        digest = _digest_or_error(member)
+        if isinstance(digest, str) and before is not None and identity(member) == before:
+            self._hashed[os.path.realpath(member)] = (before, digest)
+        return digest
 
     def file(self, member: Path) -> None:
         """Wait for one file's digest; raise TraceError unless it matches."""
@@ -559,9 +576,11 @@ class Verification:
             raise TraceError(f"{member}: checksum does not match the manifest")
 
     def __call__(self) -> None:
-        """Wait for every file; raise for the first mismatch in manifest order."""
+        """Wait for every file; raise for the first mismatch in manifest order. When
+        all match, record the digests hashed (`replay._verified`)."""
         for member in self._expected:
             self.file(member)
+        self._records.save(self._hashed, self._started_ns)
 
 
 def _digest_or_error(member: Path) -> str | OSError:
