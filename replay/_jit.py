@@ -21,6 +21,7 @@ keeps numba's own cache.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -58,4 +59,28 @@ def kernel(fn: F | None = None, *, inline: str = "never") -> Any:
     return wrap if fn is None else wrap(fn)
 
 
-__all__ = ["LOADS_WITHOUT_REFRESH", "kernel"]
+_runtime_started = False
+
+
+def initialize_runtime_in_background() -> None:
+    """Start initialising numba's runtime (NRT) on a helper thread, once. The first kernel
+    a process loads otherwise does it, under numba's lock: 35 ms of LLVM compiling the
+    runtime's helper functions (llvmlite releases the GIL while LLVM works), which a
+    `replay run` paid on its helper thread while the caller waited for the policy's kernel
+    and the reader for its own. The console calls this once the command's modules are
+    imported (no numba registry is being filled then), so it overlaps the options'
+    parsing and the opening of the trace instead."""
+    global _runtime_started
+    if _runtime_started or not LOADS_WITHOUT_REFRESH:
+        return
+    _runtime_started = True
+
+    def initialize() -> None:
+        from numba.core.registry import cpu_target
+
+        rtsys.initialize(cpu_target.target_context)
+
+    threading.Thread(target=initialize, name="replay-numba-runtime", daemon=True).start()
+
+
+__all__ = ["LOADS_WITHOUT_REFRESH", "initialize_runtime_in_background", "kernel"]

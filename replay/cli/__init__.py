@@ -176,6 +176,9 @@ def console_main() -> None:
     else:
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
+        jit = sys.modules.get("replay._jit")  # the command's modules have kernels
+        if jit is not None:
+            jit.initialize_runtime_in_background()
         code = main()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe (`... | head`)
