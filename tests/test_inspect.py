@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from replay.analysis.stats import (
     _COUNT_WRAP,
+    Inspector,
     _top_sum,
     curve_batches,
     inspect_arrays,
@@ -599,3 +600,26 @@ def test_count_histograms_split_in_two_halves_match_one_pass(rows, seed, zeros) 
         two = stats_module._histograms(state, bounds)
     assert np.array_equal(one, want)
     assert np.array_equal(two, want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.integers(0, 60), st.integers(1, 9), max_size=20),
+    st.lists(st.lists(st.integers(0, 80), max_size=15), max_size=4),
+)
+def test_wrap_folding_sums_events_per_row(folded: dict[int, int], chunks: list[list[int]]) -> None:
+    """`_fold_wraps` against a Counter: (row, wraps) pairs folded before plus the new
+    events, one pair per row, sorted by row."""
+    inspector = Inspector([100], 1)
+    inspector.wrapped_rows = np.array(sorted(folded), dtype=np.int64)
+    inspector.wrapped_counts = np.array([folded[r] for r in sorted(folded)], dtype=np.int64)
+    inspector.wraps = [np.array(c, dtype=np.int64) for c in chunks]
+    inspector.wraps_pending = sum(len(c) for c in chunks)
+    inspector._fold_wraps()
+    want = dict(folded)
+    for row in itertools.chain.from_iterable(chunks):
+        want[row] = want.get(row, 0) + 1
+    assert inspector.wrapped_rows.tolist() == sorted(want)
+    assert inspector.wrapped_counts.tolist() == [want[r] for r in sorted(want)]
+    assert inspector.wrapped_rows.dtype == inspector.wrapped_counts.dtype == np.int64
+    assert inspector.wraps == [] and inspector.wraps_pending == 0
