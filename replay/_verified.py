@@ -21,7 +21,8 @@ began is hashed again next time rather than recorded.
 
 Records live in `$REPLAY_CACHE_DIR/verified/` (default `$XDG_CACHE_HOME/replay`, else
 `~/.cache/replay`), one JSON file per trace folder (named by the SHA-256 of its real path),
-written to a temporary name and renamed. A record that cannot be read or written is no
+written to a temporary name and renamed; past 256 records, those of folders that no longer
+exist are deleted when a record is written. A record that cannot be read or written is no
 error: it only saves time. This module imports only the standard library (the console
 script uses it before the heavy imports).
 """
@@ -37,6 +38,7 @@ import time
 from pathlib import Path
 
 RACY_NS = 2_000_000_000
+PRUNE_ABOVE = 256  # records kept before those of folders that are gone are deleted
 Identity = tuple[int, int, int, int, int]  # (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)
 
 
@@ -115,6 +117,25 @@ class Records:
             except OSError:
                 with contextlib.suppress(OSError):
                     os.unlink(temp)
+                return
+            _prune(self.path.parent)
+
+
+def _prune(where: Path) -> None:
+    """Delete the records of trace folders that no longer exist (benchmarks and scratch
+    traces come and go), once there are more than `PRUNE_ABOVE` of them."""
+    with contextlib.suppress(OSError):
+        records = list(where.glob("*.json"))
+        if len(records) <= PRUNE_ABOVE:
+            return
+        for record in records:
+            try:
+                root = json.loads(record.read_text()).get("root")
+            except (OSError, ValueError, AttributeError, RecursionError):
+                root = None
+            if not isinstance(root, str) or not os.path.isdir(root):
+                with contextlib.suppress(OSError):
+                    record.unlink()
 
 
 def now_ns() -> int:

@@ -151,3 +151,20 @@ def test_the_console_takes_recorded_digests_while_it_imports(tmp_path, monkeypat
     assert hashed == []
     for file in sorted(trace.rglob("*.parquet")):
         assert _prehash.claim_or_wait(file) == sha256_file(file)
+
+
+def test_records_of_folders_that_are_gone_are_pruned(tmp_path, monkeypatch) -> None:
+    trace = _trace(tmp_path / "t")
+    where = _verified.records_dir()
+    assert where is not None
+    where.mkdir(parents=True)
+    monkeypatch.setattr(_verified, "PRUNE_ABOVE", 5)
+    for i in range(8):  # records of scratch traces deleted since
+        gone = {"root": str(tmp_path / f"gone{i}"), "files": {}}
+        (where / f"{i:064x}.json").write_text(json.dumps(gone))
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (where / f"{99:064x}.json").write_text(json.dumps({"root": str(kept), "files": {}}))
+    open_trace(trace).verify()
+    left = sorted(p.name for p in where.glob("*.json"))
+    assert left == sorted([f"{99:064x}.json", _verified.Records(trace).path.name])
