@@ -6,11 +6,13 @@ needs is the SHA-256 of the trace's files (0.2 s of CPU for the 289 MB of 106 M 
 2-core VM), which `replay.trace.reader.Verification` computes on helper threads that
 compete with the reader and the statistics for that second core. `start(argv)`, called
 by the console script before those imports (this module imports only the standard
-library), looks for a trace folder among the arguments of a command that verifies
-checksums, reads its manifest and hashes the listed files on one thread, in the order a
-replay reads them. `Verification` asks `claim_or_wait(path)` before hashing a file: it
-gets the digest when this thread hashed (or is hashing) that very file, and otherwise
-hashes the file itself, the claim keeping the two from hashing one file twice.
+library and `replay._verified`, which does too), looks for a trace folder among the
+arguments of a command that verifies checksums, reads its manifest and hashes the listed
+files on one thread, in the order a replay reads them (a file unchanged since its digest
+was recorded as verified takes that digest instead). `Verification` asks
+`claim_or_wait(path)` before hashing a file: it gets the digest when this thread hashed
+(or is hashing) that very file, and otherwise hashes the file itself, the claim keeping
+the two from hashing one file twice.
 
 A guess never changes a result. The manifest is read again, and validated, by the
 reader; a folder that is no trace, or a file not listed, is never hashed here; a file

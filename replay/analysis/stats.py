@@ -336,7 +336,7 @@ class Inspector:
         that wrapped, not the lookups."""
         # a sort and run lengths, not np.unique(return_inverse) and a weighted bincount:
         # the last fold runs after the replay's loop, on the caller's critical path
-        # (1 M wrap events of criteo-terabyte: 0.03 -> ~0.01 s)
+        # (the last fold of a 106 M-lookup criteo-terabyte trace: 0.028-0.031 -> 0.007 s)
         new = np.sort(np.concatenate(self.wraps)) if self.wraps else self.wrapped_rows[:0]
         if len(new):
             starts = np.flatnonzero(np.concatenate([[True], new[1:] != new[:-1]]))
