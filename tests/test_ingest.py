@@ -5,9 +5,12 @@ Every test writes its own small Criteo-format files into tmp_path.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import os
 import random
+import threading
 from pathlib import Path
 
 import duckdb
@@ -293,6 +296,62 @@ def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert code == 2
     assert stderr.strip() == f"replay: error: {tmp_path / 'nope.tsv'}: no such file"
     assert_no_output(out)
+
+
+def _unblock_readers(fifo: Path, done: threading.Event) -> None:
+    """From 10 s on, open `fifo` for writing and close it whenever a reader waits (it
+    reads end of file): a test that regresses fails instead of hanging."""
+    wait = 10.0
+    while not done.wait(wait):
+        wait = 0.2
+        with contextlib.suppress(OSError):  # no reader waiting
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A FIFO can block the open or the read forever (issue 39): refused unopened."""
+    src = write(tmp_path / "a.tsv", GOLDEN)
+    fifo = tmp_path / "pipe.tsv"
+    os.mkfifo(fifo)
+    done = threading.Event()
+    guard = threading.Thread(target=_unblock_readers, args=(fifo, done), daemon=True)
+    guard.start()
+    out = tmp_path / "trace"
+    try:
+        code, _, stderr = cli(capsys, "ingest", src, fifo, "--out", out, "--dictionary")
+    finally:
+        done.set()
+        guard.join()
+    assert code == 2
+    assert stderr == f"replay: error: {fifo}: is a FIFO (named pipe), not a regular file\n"
+    assert_no_output(out)
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
+def test_a_device_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """/dev/zero never ends: it was read (6.2 GiB in 10 s) until the kernel killed it."""
+    out = tmp_path / "trace"
+    code, _, stderr = cli(capsys, "ingest", "/dev/zero", "--out", out, "--max-ind-range", "9")
+    assert code == 2
+    assert stderr == "replay: error: /dev/zero: is a character device, not a regular file\n"
+    assert_no_output(out)
+
+
+def test_a_link_to_a_file_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    link = tmp_path / "link.tsv"
+    link.symlink_to(write(tmp_path / "a.tsv", GOLDEN))
+    broken = tmp_path / "broken.tsv"
+    broken.symlink_to(tmp_path / "gone.tsv")
+    out = tmp_path / "trace"
+    code, _, stderr = cli(capsys, "ingest", link, broken, "--out", out, "--dictionary")
+    assert code == 2 and stderr == f"replay: error: {broken}: no such file\n"
+    assert cli(capsys, "ingest", link, "--out", out, "--dictionary")[0] == 0
+
+
+def test_a_nul_in_a_name_is_one_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="embedded null byte"):
+        ingest(tmp_path / "a\0b.tsv", tmp_path / "trace", dictionary=True)
 
 
 @pytest.mark.parametrize(

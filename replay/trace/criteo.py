@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -317,20 +318,40 @@ def _default_workers() -> int:
 
 
 def check_input_files(files: list[Path]) -> None:
-    """One-line errors for input files that are missing, folders or unreadable."""
+    """One-line errors for input files that are missing, folders, not regular files or
+    unreadable.
+
+    Only regular files (or links to them) are read: a device such as /dev/zero never
+    ends and a FIFO can block the open or the read forever. `os.stat` looks without
+    opening, so a FIFO cannot block this check.
+    """
     if not files:
         raise InputError("no input files given")
     for path in files:
         try:
-            exists, is_dir = path.exists(), path.is_dir()
-        except OSError as exc:  # e.g. a name too long
-            raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-        if not exists:
-            raise InputError(f"{path}: no such file")
-        if is_dir:
+            mode = os.stat(path).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            raise InputError(f"{path}: no such file") from None
+        except OSError as exc:  # e.g. a name too long, a folder on the way not searchable
+            raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        except ValueError as exc:  # a NUL in the name (from the API; argv holds none)
+            raise InputError(f"{str(path)!r}: cannot read ({exc})") from None
+        if stat.S_ISDIR(mode):
             raise InputError(f"{path}: is a folder, not a file")
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{path}: is {_file_kind(mode)}, not a regular file")
         if not os.access(path, os.R_OK):
             raise InputError(f"{path}: cannot read (permission denied)")
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def ingest(

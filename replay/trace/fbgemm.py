@@ -45,11 +45,12 @@ boundaries (no trace does: Criteo's bags hold one lookup), so per-table bag stat
 (mean and largest pooling factor, empty bags) go to the manifest's ``workload.tables``.
 Update sets follow `replay.trace.updates` with plain SGD, as the Criteo ingester's do.
 
-Reading a file (`read_tensors`): with torch installed, ``torch.load(weights_only=True,
-map_location="cpu", mmap=True)`` (FBGEMM's call, with the file mapped rather than
-copied); without it, `replay.trace.torch_zip`, which reads the same zip format with the
-same allow-list idea. Both give numpy arrays; torch 2.14 and the built-in reader were
-checked to give the same arrays and the same trace bytes (the tests use the built-in one).
+Reading a file (`read_tensors`): with torch 2.6 or later installed,
+``torch.load(weights_only=True, map_location="cpu", mmap=True)`` (FBGEMM's call, with the
+file mapped rather than copied); without it, or with an older torch (`MIN_TORCH`),
+`replay.trace.torch_zip`, which reads the same zip format with the same allow-list idea.
+Both give numpy arrays; torch 2.14 and the built-in reader were checked to give the same
+arrays and the same trace bytes (the tests use the built-in one).
 
 Memory: files are read one at a time, and a row group (whole batches; the layout is
 planned from the first file) is freed as soon as it is written. A batch costs about 40
@@ -63,7 +64,9 @@ seeking and a gzip stream cannot seek.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import re
 import warnings
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -75,6 +78,7 @@ import numpy as np
 import pyarrow as pa
 
 from replay import _arrow
+from replay._memory import MAX_ROW_SPACE, row_space
 from replay.errors import ConfigError, InputError, opt
 from replay.trace import torch_zip
 from replay.trace.criteo import check_input_files
@@ -95,6 +99,7 @@ from replay.trace.writer import TraceFolderWriter
 
 MAX_TABLES = 1 << 16  # the trace's table column is uint16
 READERS = ("auto", "torch", "builtin")
+_ROWS_TEXT = re.compile(r"[0-9]+(_[0-9]+)*")  # what int() reads, in ASCII digits
 ROWS_OBSERVED = "max row id + 1 per table over all files"
 ROWS_GIVEN = "given (--table-rows)"
 
@@ -121,15 +126,56 @@ def table_name(t: int) -> str:
 # -- reading a file ----------------------------------------------------------------------------
 
 
+# torch.load(weights_only=True) is the safety of the torch path, and before torch 2.6 it
+# could be made to run code (CVE-2025-32434, GHSA-53q9-r3pm-6pq6; fixed in 2.6.0). The
+# torch path is kept, not dropped for the built-in reader, because torch reads every file
+# it wrote (legacy pre-1.6 files, any layout) where the built-in reader reads the released
+# one; so the `fbgemm` extra asks for torch>=2.6 and an older torch installed beside
+# replay is never used (``auto`` reads with the built-in reader instead).
+MIN_TORCH = (2, 6)
+
+
+def torch_version() -> str | None:
+    """The installed torch's version, from its metadata (importing torch takes seconds),
+    or None when torch is not installed."""
+    if importlib.util.find_spec("torch") is None:
+        return None
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"  # importable but not installed as a package: no version to trust
+
+
+def torch_is_safe(version: str) -> bool:
+    """Whether torch `version` ("2.6.0+cu124", "2.10.1") is MIN_TORCH or later."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return match is not None and (int(match[1]), int(match[2])) >= MIN_TORCH
+
+
 def torch_available() -> bool:
-    return importlib.util.find_spec("torch") is not None
+    """Whether a torch that `read_tensors` may use is installed (MIN_TORCH or later)."""
+    version = torch_version()
+    return version is not None and torch_is_safe(version)
+
+
+def _check_torch(version: str | None) -> None:
+    """ConfigError unless torch `version` may read untrusted files (``reader="torch"``)."""
+    if version is None:
+        raise ConfigError("reader='torch': torch is not installed (the fbgemm extra installs it)")
+    if not torch_is_safe(version):
+        raise ConfigError(
+            f"reader='torch': torch {version} is older than "
+            f"{'.'.join(map(str, MIN_TORCH))}, whose torch.load(weights_only=True) can be "
+            "made to run code (CVE-2025-32434); upgrade torch or use reader='builtin'"
+        )
 
 
 def read_tensors(path: str | Path, reader: str = "auto") -> Any:
     """What the file at `path` holds, its tensors as numpy arrays.
 
-    The one place the reader is chosen (`reader`: ``auto`` is torch when installed, else
-    the built-in reader). Two readers, because torch is a 2+ GB dependency that nothing
+    The one place the reader is chosen (`reader`: ``auto`` is torch when torch 2.6 or
+    later is installed, else the built-in reader; an older torch is never used, see
+    `MIN_TORCH`). Two readers, because torch is a 2+ GB dependency that nothing
     else in replay needs: with the ``fbgemm`` extra, torch's own ``weights_only`` loader
     reads every file torch can write; without it, `replay.trace.torch_zip` reads the same
     zip format with the same idea (an allow-list of the globals of plain tensors, nothing
@@ -142,11 +188,14 @@ def read_tensors(path: str | Path, reader: str = "auto") -> Any:
         reader = "torch" if torch_available() else "builtin"
     if reader == "builtin":
         return torch_zip.load(path)
+    _check_torch(torch_version())
     return _load_with_torch(path)
 
 
 def _load_with_torch(path: Path) -> Any:
     import torch
+
+    _check_torch(str(torch.__version__))  # the module imported, in case its metadata lied
 
     with path.open("rb") as handle:  # torch's own message for these says little
         if handle.read(2) == b"\x1f\x8b":
@@ -286,8 +335,12 @@ def _table_max(indices: np.ndarray, bounds: np.ndarray) -> np.ndarray:
         # reduceat over the busy tables' starts: each segment runs to the next busy
         # table's start, and the empty tables between hold nothing
         top = np.maximum.reduceat(indices, bounds[:-1][busy])
-        if top.dtype == np.uint64 and int(top.max()) > MAX_TABLE_ROWS - 1:
-            raise InputError("a row id beyond 2^63 - 1")  # the caller names the file
+        if top.dtype == np.uint64 and int(top.max()) > MAX_TABLE_ROWS:
+            # the caller names the file
+            raise InputError(
+                f"a row id of {int(top.max()):,}, beyond the 2^63 - 1 rows that a trace's "
+                "int64 row keys can number"
+            )
         out[busy] = top
     return out
 
@@ -300,16 +353,28 @@ def parse_table_rows(value: str | int | Sequence[int] | None) -> tuple[int, ...]
     if value is None:
         return None
     if isinstance(value, str):
-        parts = [p.strip().replace("_", "") for p in value.split(",")]
-        if not all(p.isdigit() for p in parts):
+        parts = [p.strip() for p in value.split(",")]
+        # ASCII digits only: str.isdigit() passes "²", which int() then refuses
+        if not all(_ROWS_TEXT.fullmatch(p) for p in parts):
             raise ConfigError(
-                f"{opt('--table-rows')} takes a number or a comma list of numbers, not {value!r}"
+                f"{opt('--table-rows')} takes a number or a comma list of numbers, not "
+                f"{value[:60]!r}{'...' if len(value) > 60 else ''}"
             )
+        for p in parts:
+            # past 19 digits a number is out of range anyway, and int() of thousands of
+            # digits raises ValueError (sys.get_int_max_str_digits)
+            if len(p.replace("_", "").lstrip("0")) > 19:
+                raise ConfigError(
+                    f"{opt('--table-rows')}: every table needs between 1 and 2^63 - 1 rows, "
+                    f"not {p[:40]}{'...' if len(p) > 40 else ''}"
+                )
         rows = tuple(int(p) for p in parts)
     elif isinstance(value, int) and not isinstance(value, bool):
         rows = (value,)
-    else:
+    elif isinstance(value, Iterable):
         rows = tuple(value)
+    else:
+        rows = (value,)  # refused below, with what it is
     for r in rows:
         if (
             isinstance(r, bool)
@@ -359,6 +424,7 @@ def _start_state(path: Path, batch: _Batch, table_rows: tuple[int, ...] | None) 
                 f"{batch.tables}"
             )
         given = np.broadcast_to(np.array(table_rows, dtype=np.int64), batch.tables).copy()
+        _check_given_space(given)
     zeros = np.zeros(batch.tables, dtype=np.int64)
     return _State(
         tables=batch.tables,
@@ -391,12 +457,48 @@ def _accept(state: _State, path: Path, batch: _Batch) -> None:
                 f"{path}: table {t} looks up row {batch.table_max[t]}, but "
                 f"{opt('--table-rows')} gives it {rows:,} rows (ids 0 to {rows - 1:,})"
             )
-    elif state.row_dtype == np.uint32 and batch.table_max.max() >= UINT32_ROWS:
-        raise _WideRows
+    else:
+        # before _WideRows: a file no trace can hold is refused, not read a second time
+        _check_observed_space(path, np.maximum(state.table_max, batch.table_max))
+        if state.row_dtype == np.uint32 and batch.table_max.max() >= UINT32_ROWS:
+            raise _WideRows
     np.maximum(state.table_max, batch.table_max, out=state.table_max)
     state.lookups += np.diff(batch.bounds)
     np.maximum(state.largest_bag, batch.lengths.max(axis=1), out=state.largest_bag)
     state.empty_bags += (batch.lengths == 0).sum(axis=1)
+
+
+# The trace's row space (Σ rows over its tables) must fit the flat int64 keys that every
+# other command numbers rows by (`replay._memory.check_row_space`, as `inspect` and `run`
+# refuse): a trace beyond it would be written only to be refused, and a table of 2^63
+# rows overflows the int64 row counts that the update-set kernel indexes by.
+_LIMIT = f"2^63 - 1 ({MAX_ROW_SPACE:,})"
+
+
+def _check_given_space(given: np.ndarray) -> None:
+    total = row_space(given.tolist())
+    if total > MAX_ROW_SPACE:
+        raise ConfigError(
+            f"{opt('--table-rows')} gives {len(given)} tables {total:,} rows in all, above "
+            f"the {_LIMIT} rows over all tables that a trace's int64 row keys can number "
+            f"({len(given)} tables of one size: at most {MAX_ROW_SPACE // len(given):,} "
+            "rows each)"
+        )
+
+
+def _check_observed_space(path: Path, table_max: np.ndarray) -> None:
+    """`table_max`: each table's largest row id over the files so far, this one included."""
+    top = int(table_max.max())
+    if top < MAX_ROW_SPACE // len(table_max):
+        return  # every table's rows (at most top + 1) fit, however many tables
+    total = row_space(np.maximum(table_max, 0).tolist()) + len(table_max)  # rows = id + 1
+    if total > MAX_ROW_SPACE:
+        t = int(np.argmax(table_max))
+        raise InputError(
+            f"{path}: table {t} looks up row {top:,}, which makes the trace's "
+            f"{len(table_max):,} tables (rows = largest id + 1) {total:,} rows in all, "
+            f"above the {_LIMIT} rows over all tables that a trace's int64 row keys can number"
+        )
 
 
 def _load(path: Path, reader: str) -> _Batch:
@@ -438,17 +540,26 @@ def ingest_fbgemm(
         "files": [str(p) for p in paths],
         "table_rows": list(rows_option) if rows_option is not None else None,
     }
-    wide = False
-    while True:
-        writer = TraceFolderWriter(out, plan, force=force, resume=None)  # no --resume
+    # `TraceFolderWriter` claims `out` (its `.NAME.partial`, `replay._output.partial_path`)
+    # until `finish` renames it into place or `abort` removes it
+    writer = TraceFolderWriter(out, plan, force=force, resume=None)  # no --resume
+    try:
         try:
-            return _ingest_into(writer, paths, rows_option, progress, reader, wide)
+            return _ingest_into(writer, paths, rows_option, progress, reader, wide=False)
         except _WideRows:
-            writer.abort()  # a table beyond 2^32 rows: write uint64 row columns instead
-            wide, force = True, True
-        except BaseException:
-            writer.abort()
-            raise
+            # a table beyond 2^32 rows: uint64 row columns, written over in the same
+            # folder, so that `out` stays claimed (and --force is never assumed) meanwhile
+            _clear_parts(writer)
+            return _ingest_into(writer, paths, rows_option, progress, reader, wide=True)
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def _clear_parts(writer: TraceFolderWriter) -> None:
+    for kind in KINDS:
+        for part in (writer.partial / kind).iterdir():
+            part.unlink()
 
 
 def _ingest_into(

@@ -528,7 +528,8 @@ def _what_it_is(path: Path) -> str:
     if head.startswith(LEGACY_MAGIC):
         return (
             "a legacy (pre-1.6, non-zip) torch.save file; this reader reads the zip format "
-            "(install the fbgemm extra for torch to read it, or save it again with torch)"
+            "(install the fbgemm extra, torch 2.6 or later, to read it, or save it again "
+            "with torch)"
         )
     if head.startswith(b"\x1f\x8b"):
         return "gzip-compressed; decompress it first (gunzip -k FILE)"
