@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from replay.workload.source import Source, SourceRef
 
 DEFAULT_CURVE_POINTS = 64
+MAX_SIZE_ROWS = 2**62 - 1  # the largest cache size a curve is read at (int64 with room)
 DEFAULT_TASK_LOOKUPS = 1 << 23  # lookups per map task of a spread sampled curve
 KEYS_HEAD_SAMPLE = 1 << 16  # keys without batches: the first ones size the exact head
 
@@ -125,9 +126,11 @@ def validate_sizes(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
             raise ConfigError(
                 f"{opt('--sizes')}: cache size {value!r} is not an integer number of rows"
             )
-        if not 1 <= int(value) < 2**62:
+        if not 1 <= int(value) <= MAX_SIZE_ROWS:
+            # both ends: "positive" alone reads wrong for a size too large
             raise ConfigError(
-                f"{opt('--sizes')}: cache size {int(value)} must be a positive number of rows"
+                f"{opt('--sizes')}: cache size {int(value)} must be a positive number of rows "
+                "up to 2^62 - 1"
             )
         out.append(int(value))
     return np.unique(np.array(out, dtype=np.int64))
@@ -508,6 +511,7 @@ __all__ = [
     "DEFAULT_MIN_WINDOW",
     "DEFAULT_TASK_LOOKUPS",
     "ERROR_T_QUANTILE",
+    "MAX_SIZE_ROWS",
     "SHARDS_MODULUS",
     "SHARDS_SALT",
     "SUBSAMPLES",

@@ -32,6 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replay.analysis.mrc import MAX_SIZE_ROWS
+from replay.errors import ConfigError
+
 
 def hit_at(sizes_rows: np.ndarray, hits: np.ndarray, size_rows: float) -> float:
     """The curve's hit ratio at `size_rows`: that of the largest measured size not above
@@ -60,11 +63,22 @@ SIZE_RATIO = 1.05  # consecutive curve sizes: a step of 5%, finer than "10% smal
 def curve_sizes(top_rows: int, smallest: int = 1) -> np.ndarray:
     """Cache sizes (rows) from `smallest` to `top_rows`, each at most `SIZE_RATIO` times
     the one before (a sampled curve starts at its resolution, `smallest`)."""
+    if int(top_rows) > MAX_SIZE_ROWS:
+        # the curve code's limit, said in the user's terms: plan has no --sizes option (a
+        # workload's tables of up to 2^53 rows each, or a trace's, can add up to 2^63 - 1)
+        raise ConfigError(
+            f"the workload's or trace's tables hold {int(top_rows):,} rows in all: a plan's "
+            f"cache curves take at most 2^62 - 1 ({MAX_SIZE_ROWS:,}); plan fewer or smaller "
+            "tables"
+        )
     lo = max(int(smallest), 1)
     top = max(int(top_rows), lo)
     n = int(np.ceil(np.log(top / lo) / np.log(SIZE_RATIO))) + 1 if top > lo else 1
-    xs = np.rint(np.geomspace(lo, top, max(n, 2))).astype(np.int64)
-    return np.unique(np.concatenate([[lo], xs, [top]]))
+    xs = np.rint(np.geomspace(lo, top, max(n, 2)))
+    # float64 rounds a top above 2^53 to a neighbour, 2^62 - 1 up to 2^62 (past what the
+    # curves take): the sizes below it come from floats, `top` itself stays exact
+    xs = xs[xs < float(top)].astype(np.int64)
+    return np.unique(np.concatenate([[lo], xs, [top]]).astype(np.int64))
 
 
 @dataclass(frozen=True)

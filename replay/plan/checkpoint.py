@@ -90,13 +90,25 @@ from replay.checkpoint.base import (
 from replay.checkpoint.failures import RecoveryPoints, evaluate_failures
 from replay.checkpoint.quantize import quantized_row_bytes
 from replay.checkpoint.trainingcxl import home_tier_name
-from replay.errors import ConfigError
-from replay.plan.daly import best_interval, daly_goodput, daly_interval_s, young_interval_s
+from replay.errors import ConfigError, opt
+from replay.plan.daly import (
+    MtbfTooShort,
+    best_interval,
+    daly_goodput,
+    daly_interval_s,
+    least_mtbf,
+    mtbf_too_short,
+    progress_bound,
+    young_interval_s,
+)
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
 
 TouchedRows = Callable[[Any], Any]
 MAX_CHECKPOINTS = 2_000_000  # walked over a run (consecutive / one-shot chains)
 NONE_SIMULATED_MAX = 10.0  # `none`: simulate up to horizon / MTBF = this, else Daly's form
+# the simulator stops a draw at this many times the run's training time; below its inverse
+# in goodput a strategy makes no progress (`plan_checkpoints` refuses such an MTBF)
+MAX_WALL_FACTOR = 1000.0
 
 
 @dataclass(frozen=True)
@@ -255,6 +267,14 @@ def _dim(system: SystemSpec, row_bytes: int, embedding_dim: int) -> int:
     return int(dim)
 
 
+def _check_time_per_batch(time_per_batch_s: float) -> None:
+    if not (time_per_batch_s > 0 and math.isfinite(time_per_batch_s)):
+        raise ConfigError(
+            f"{opt('--time-per-batch', 'time_per_batch_s')}: the time per batch must be a "
+            f"finite number of seconds above 0, got {time_per_batch_s:g} s"
+        )
+
+
 def _inputs(
     system: SystemSpec,
     name: str,
@@ -269,12 +289,14 @@ def _inputs(
     embedding_dim: int,
     dense_bytes: int | None,
 ) -> _Inputs:
-    if not (time_per_batch_s > 0 and math.isfinite(time_per_batch_s)):
-        raise ConfigError(f"time_per_batch_s: must be finite and > 0, got {time_per_batch_s}")
+    _check_time_per_batch(time_per_batch_s)
     if total_rows < 1 or row_bytes < 1:
         raise ConfigError("total_rows and row_bytes: must be >= 1")
     if not (horizon_s >= 0 and math.isfinite(horizon_s)):
-        raise ConfigError(f"horizon_s: must be finite and >= 0, got {horizon_s}")
+        raise ConfigError(
+            f"the run's training time ({opt('its batches x --time-per-batch', 'horizon_s')}) "
+            f"must be a finite number of seconds, got {horizon_s:g} s"
+        )
     check_applicable(system, name)
     system = _with_strategy(system, name)
     comp = system.compute
@@ -482,9 +504,12 @@ def _checkpoints_in_run(inp: _Inputs, tau: float) -> int:
     """Checkpoints at τ, 2τ, ... up to the run's work (at least one)."""
     n = max(1, math.floor(inp.horizon_s / tau * (1 + 1e-12)))
     if n > MAX_CHECKPOINTS:
+        # a plan never asks for this (its search starts at horizon / 200,000); the remedy
+        # names strategy_cost's own parameter, which only the Python API gives
         raise ConfigError(
-            f"check-n-run: {n} checkpoints over the horizon every {tau:g} s: more than "
-            f"{MAX_CHECKPOINTS}; plan a longer interval"
+            f"check-n-run: an interval of {tau:.3g} s over {inp.horizon_s:.3g} s of training "
+            f"is {n:,} checkpoints, more than the {MAX_CHECKPOINTS:,} a chain walk holds"
+            + opt("", "; give a larger interval_batches")
         )
     return n
 
@@ -605,6 +630,84 @@ def _evaluate(
     return MODELS[name](inp, float(interval_batches))
 
 
+@dataclass
+class _Chosen:
+    """A strategy at the interval Daly's complete model prefers, before the simulator."""
+
+    name: str
+    inp: _Inputs
+    costs: dict[float, StrategyCost]  # by interval (batches): they do not depend on the MTBF
+    mtbf_s: float
+    k: float
+    goodput_model: float
+
+
+def _choose(
+    inp: _Inputs, name: str, mtbf_s: float, costs: dict[float, StrategyCost]
+) -> tuple[float, float]:
+    """(k, Daly's goodput there): the whole number of batches between checkpoints that
+    maximises the model's goodput at `mtbf_s`, searched by `best_interval`."""
+    model = MODELS[name]
+    tb = inp.tb
+    horizon_s = inp.horizon_s
+
+    def at(k: float) -> StrategyCost:
+        if k not in costs:
+            costs[k] = model(inp, k).cost
+        return costs[k]
+
+    def model_goodput(k: float) -> float:
+        c = at(k)
+        return float(daly_goodput(k * tb, c.cost_s, c.restore_s + c.rollback_lag_s, mtbf_s))
+
+    if name == "none":
+        return horizon_s / tb, float(daly_goodput(horizon_s, 0.0, inp.restart_s, mtbf_s))
+    if name in FIXED_INTERVAL:
+        return 1.0, model_goodput(1.0)
+    lo = tb
+    if name == "check-n-run":  # the run's chain is walked: at most 2e5 checkpoints
+        lo = max(tb, horizon_s / 200_000)
+    tau = best_interval(
+        lambda t: at(t / tb).cost_s,
+        lambda t: at(t / tb).restore_s + at(t / tb).rollback_lag_s,
+        mtbf_s,
+        lo_s=lo,
+        hi_s=max(horizon_s, lo),
+    )
+    whole = {max(1.0, math.floor(tau / tb)), max(1.0, math.ceil(tau / tb))}
+    k = max(sorted(whole), key=model_goodput)
+    return k, model_goodput(k)
+
+
+_OPTIONAL_INPUTS = {"compute_s_per_batch": None, "batch_size": 0, "embedding_dim": 0}
+
+
+def _prepare(
+    system: SystemSpec, name: str, *, mtbf_s: float, horizon_s: float, **inputs: Any
+) -> _Chosen:
+    """Checked inputs and the model's interval. `inputs`: `_inputs`' keywords, the
+    optional ones defaulting as plan_strategy's do (dense_bytes as well: None)."""
+    # the plan's inputs come from options: a message names the option (`opt`), not only
+    # the parameter, and says what it must be
+    if not (mtbf_s > 0 and math.isfinite(mtbf_s)):
+        raise ConfigError(
+            f"{opt('--cluster-mtbf (or --node-mtbf / --nodes)', 'mtbf_s')}: the cluster MTBF "
+            f"must be a finite number of seconds above 0, got {mtbf_s:g} s"
+        )
+    _check_time_per_batch(inputs["time_per_batch_s"])  # before the run's time it makes
+    if not (horizon_s > 0 and math.isfinite(horizon_s)):
+        raise ConfigError(
+            f"the run's training time ({opt('its batches x --time-per-batch', 'horizon_s')}) "
+            f"must be a finite number of seconds above 0, got {horizon_s:g} s"
+        )
+    inp = _inputs(
+        system, name, horizon_s=horizon_s, **{**_OPTIONAL_INPUTS, "dense_bytes": None, **inputs}
+    )
+    costs: dict[float, StrategyCost] = {}
+    k, goodput_model = _choose(inp, name, float(mtbf_s), costs)
+    return _Chosen(name, inp, costs, float(mtbf_s), k, goodput_model)
+
+
 def plan_strategy(
     system: SystemSpec,
     *,
@@ -621,57 +724,31 @@ def plan_strategy(
     batch_size: int = 0,
     embedding_dim: int = 0,
     dense_bytes: int | None = None,
-    max_wall_factor: float = 1000.0,
+    max_wall_factor: float = MAX_WALL_FACTOR,
 ) -> StrategyPlan:
     """The interval that maximises the run's expected goodput (Daly's complete model with
     the strategy's δ(τ), R(τ) + rollback lag, searched by `best_interval` over whole
-    batches), and the failure simulator's goodput there over `horizon_s`."""
-    name = strategy or system.checkpoint.strategy
-    if not (mtbf_s > 0 and math.isfinite(mtbf_s)):
-        raise ConfigError(f"mtbf_s: must be finite and > 0, got {mtbf_s}")
-    if not (horizon_s > 0 and math.isfinite(horizon_s)):
-        raise ConfigError(f"horizon_s: must be finite and > 0, got {horizon_s}")
-    inp = _inputs(
-        system, name, time_per_batch_s=time_per_batch_s, total_rows=total_rows,
-        row_bytes=row_bytes, touched_rows=touched_rows, horizon_s=horizon_s,
-        compute_s_per_batch=compute_s_per_batch, batch_size=batch_size,
+    batches), and the failure simulator's goodput there over `horizon_s`. `MtbfTooShort`
+    when the strategy makes no progress at `mtbf_s` (see `plan_checkpoints`)."""
+    chosen = _prepare(
+        system, strategy or system.checkpoint.strategy, time_per_batch_s=time_per_batch_s,
+        total_rows=total_rows, row_bytes=row_bytes, touched_rows=touched_rows, mtbf_s=mtbf_s,
+        horizon_s=horizon_s, compute_s_per_batch=compute_s_per_batch, batch_size=batch_size,
         embedding_dim=embedding_dim, dense_bytes=dense_bytes,
     )  # fmt: skip
-    model = MODELS[name]
-    tb = inp.tb
-    cache: dict[float, StrategyCost] = {}
+    if not _progresses([chosen], chosen.mtbf_s, max_wall_factor):
+        raise _too_short(system, [chosen], max_wall_factor)  # the simulator would not end
+    return _simulate(chosen, draws=draws, seed=seed, max_wall_factor=max_wall_factor)
 
-    def at(k: float) -> StrategyCost:
-        if k not in cache:
-            cache[k] = model(inp, k).cost
-        return cache[k]
 
-    def model_goodput(k: float) -> float:
-        c = at(k)
-        return float(daly_goodput(k * tb, c.cost_s, c.restore_s + c.rollback_lag_s, mtbf_s))
-
-    if name in FIXED_INTERVAL:
-        k = 1.0 if name == "trainingcxl" else horizon_s / tb
-    else:
-        lo = tb
-        if name == "check-n-run":  # the run's chain is walked: at most 2e5 checkpoints
-            lo = max(tb, horizon_s / 200_000)
-        tau = best_interval(
-            lambda t: at(t / tb).cost_s,
-            lambda t: at(t / tb).restore_s + at(t / tb).rollback_lag_s,
-            mtbf_s,
-            lo_s=lo,
-            hi_s=max(horizon_s, lo),
-        )
-        whole = {max(1.0, math.floor(tau / tb)), max(1.0, math.ceil(tau / tb))}
-        k = max(sorted(whole), key=model_goodput)
-    ev = model(inp, k)
+def _simulate(chosen: _Chosen, *, draws: int, seed: int, max_wall_factor: float) -> StrategyPlan:
+    """The failure simulator's goodput at the chosen interval (Daly's form for `none`
+    over a run much longer than the MTBF)."""
+    name, inp, k, mtbf_s = chosen.name, chosen.inp, chosen.k, chosen.mtbf_s
+    horizon_s = inp.horizon_s
+    goodput_model = chosen.goodput_model
+    ev = MODELS[name](inp, k)
     cost = ev.cost
-    goodput_model = (
-        model_goodput(k)
-        if name != "none"
-        else float(daly_goodput(horizon_s, 0.0, inp.restart_s, mtbf_s))
-    )
     if name == "none" and horizon_s / mtbf_s > NONE_SIMULATED_MAX:
         # restarting from scratch: Daly's form with τ = the run; the simulator would
         # spend ~max_wall_factor × horizon / MTBF failures per draw reaching its cap.
@@ -679,9 +756,11 @@ def plan_strategy(
         # E[T | T < H] = M − H / (e^x − 1); each restart of R is struck e^(R/M) − 1
         # times in expectation (exponential gaps) before one completes
         x = horizon_s / mtbf_s
-        lost = mtbf_s - horizon_s / math.expm1(x)
-        training = math.expm1(x)
-        during_restore = training * math.expm1(inp.restart_s / mtbf_s)
+        # beyond e^709 the expected failures are no float: infinite, each losing M
+        training = math.expm1(x) if x < 709.0 else math.inf
+        lost = mtbf_s - horizon_s / training
+        r = inp.restart_s / mtbf_s
+        during_restore = training * (math.expm1(r) if r < 709.0 else math.inf)
         return StrategyPlan(
             name, cost, mtbf_s, horizon_s, goodput_model, goodput_model, goodput_model,
             lost, inp.restart_s, training + during_restore, during_restore, 0.0, 0.0, 0, 0,
@@ -738,14 +817,50 @@ def plan_checkpoints(
     **kw: Any,
 ) -> list[StrategyPlan]:
     """`plan_strategy` for each strategy (default: every applicable one), best mean
-    goodput first (ties: lower stall, then name). `kw`: plan_strategy's keywords."""
+    goodput first (ties: lower stall, then name). `kw`: plan_strategy's keywords.
+
+    `MtbfTooShort` when no strategy makes progress at the MTBF (`_progresses`: Daly's
+    goodput below 1 / max_wall_factor over a run that expects failures), before any
+    failure is simulated."""
     names = applicable_strategies(system) if strategies is None else list(strategies)
-    plans = [plan_strategy(system, strategy=name, **kw) for name in names]
+    draws, seed = kw.pop("draws", 1000), kw.pop("seed", 0)
+    max_wall_factor = kw.pop("max_wall_factor", MAX_WALL_FACTOR)
+    chosen = [_prepare(system, name, **kw) for name in names]
+    if chosen and not _progresses(chosen, chosen[0].mtbf_s, max_wall_factor):
+        raise _too_short(system, chosen, max_wall_factor)
+    plans = [_simulate(c, draws=draws, seed=seed, max_wall_factor=max_wall_factor) for c in chosen]
     return sorted(plans, key=lambda p: (-p.goodput, p.cost_s, p.strategy))
+
+
+def _progresses(chosen: Sequence[_Chosen], mtbf_s: float, max_wall_factor: float) -> bool:
+    """Some strategy's Daly goodput is at least 1 / max_wall_factor, or the run sees no
+    failure with at least that chance, e^(−H / M) (a run of seconds at an MTBF of seconds
+    is planned: most draws finish; it simulates at most ln(max_wall_factor) failures)."""
+    inp = chosen[0].inp
+    if inp.horizon_s / mtbf_s <= math.log(max_wall_factor):
+        return True
+    threshold = 1.0 / max_wall_factor
+    if progress_bound(inp.restart_s, inp.tb, mtbf_s) < threshold:
+        return False
+    if mtbf_s == chosen[0].mtbf_s:
+        return max(c.goodput_model for c in chosen) >= threshold
+    return max(_choose(c.inp, c.name, mtbf_s, c.costs)[1] for c in chosen) >= threshold
+
+
+def _too_short(system: SystemSpec, chosen: Sequence[_Chosen], factor: float) -> MtbfTooShort:
+    inp, mtbf_s = chosen[0].inp, chosen[0].mtbf_s
+    best = max(chosen, key=lambda c: c.goodput_model)
+    return mtbf_too_short(
+        mtbf_s=mtbf_s, least_s=least_mtbf(lambda m: _progresses(chosen, m, factor), mtbf_s),
+        horizon_s=inp.horizon_s, restart_s=inp.restart_s, tb=inp.tb, system=system.name,
+        which="any checkpoint strategy" if len(chosen) > 1 else chosen[0].name,
+        best=(best.name, best.goodput_model), max_wall_factor=factor,
+    )  # fmt: skip
 
 
 __all__ = [
     "MODELS",
+    "MtbfTooShort",
     "StrategyCost",
     "StrategyPlan",
     "applicable_strategies",
