@@ -334,6 +334,14 @@ HEAD_BLOCKS = 16  # else this many blocks spread evenly over the stream
 HEAD_MIN_ROWS = 1 << 12
 HEAD_MAX_ROWS = 1 << 19  # 2^19 keys: about 40 MB of state
 HEAD_DISTINCT_MULTIPLE = 4  # C_x >= 4 x distinct rows of the first batch
+# C_x reaches up to the sample's resolution only this far: at R = 2^-23 the resolution is
+# 2^27 keys, and a head of that capacity holds ~29 GB (~216 B a key with its 16 blocks'
+# histograms). Sizes between C_x and the resolution then come from the sample anchored at
+# C_x (`ShardsSampler.estimate`), with the wider error that their blur gives.
+HEAD_MAX_RESOLVED_ROWS = 1 << 20
+# the per-table heads' capacities in all (~450 MB): 400 tables of millions of rows would
+# otherwise ask for one full head each; beyond, every table's is cut to a common level
+HEAD_TABLES_MAX_KEYS = 1 << 21
 BLOCK_T_QUANTILE = 2.131  # Student t, HEAD_BLOCKS - 1 = 15 degrees of freedom, two-sided 95%
 
 
@@ -345,10 +353,37 @@ def head_capacity(first_batch_distinct: int, resolution: int, total_keys: int) -
     """C_x: the power of two >= 4 x the first batch's distinct keys (the curve's cliff is
     near one batch's distinct keys; reuse of older batches puts more of it below 4
     batches' worth), in [2^12, 2^19], at least the sample's resolution (so every size is
-    exact or resolved), at most the keys there are."""
+    exact or resolved) up to `HEAD_MAX_RESOLVED_ROWS`, at most the keys there are."""
     c = _pow2_at_least(HEAD_DISTINCT_MULTIPLE * max(int(first_batch_distinct), 1))
     c = min(max(c, HEAD_MIN_ROWS), HEAD_MAX_ROWS)
-    return max(1, min(max(c, _pow2_at_least(resolution)), int(total_keys)))
+    resolved = min(_pow2_at_least(resolution), HEAD_MAX_RESOLVED_ROWS)
+    return max(1, min(max(c, resolved), int(total_keys)))
+
+
+def shared_capacities(wanted: list[int], budget: int = HEAD_TABLES_MAX_KEYS) -> list[int]:
+    """`wanted` capacities cut to a common level L (min(c, L) each) so they sum to at
+    most `budget` (as they are when they already do); each at least 1."""
+    if sum(wanted) <= budget:
+        return list(wanted)
+    lo, hi = 1, max(wanted)  # the largest level that fits is in [lo, hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if sum(min(c, mid) for c in wanted) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return [max(1, min(c, lo)) for c in wanted]
+
+
+def head_bytes(capacities: list[int], blocks: int) -> int:
+    """What heads of these capacities hold, read over `blocks` blocks (an upper bound:
+    the map is sized to a power of two >= 2 C + 1 slots)."""
+    total = 0
+    for c in capacities:
+        slots = 1 << max(4, int(2 * c + 1).bit_length())
+        window = -(-max(2 * c + 2, 1 << 16) // 64) * 64
+        total += 16 * slots + 8 * window + window // 4 + 8 * (c + 2) * (blocks + 1)
+    return total
 
 
 def head_blocks(num_batches: int, lookups: int, capacity: int) -> list[tuple[int, int]]:
@@ -440,8 +475,13 @@ def head_curves(
     tables: list[ExactHead] = []
     if per_table:
         distinct = np.diff(np.searchsorted(first, offsets)).tolist()
-        for rows, d in zip(np.diff(offsets).tolist(), distinct, strict=True):
-            tables.append(ExactHead(int(rows), head_capacity(int(d), resolution, int(rows))))
+        table_rows = np.diff(offsets).tolist()
+        wanted = [
+            head_capacity(int(d), resolution, int(rows))
+            for rows, d in zip(table_rows, distinct, strict=True)
+        ]
+        for rows, c in zip(table_rows, shared_capacities(wanted), strict=True):
+            tables.append(ExactHead(int(rows), c))
     every = heads + tables
     if not every:
         return []

@@ -41,6 +41,11 @@ from replay.workload.spec import WorkloadSpec
 # cost about this many lookups whatever the length of the run
 SAMPLED_LOOKUPS_TARGET = 30_000_000
 STEADY_BATCHES = 200  # the span each system replays for its per-batch costs
+# ... cut to about this many lookups (at least `STEADY_MIN_BATCHES`): 200 batches of a
+# production batch (400 tables x 65,536 samples) are 5.2 G lookups, minutes of replay for a
+# per-batch cost that a few batches give as well
+STEADY_MAX_LOOKUPS = 1 << 27
+STEADY_MIN_BATCHES = 4
 MIN_SAMPLE_RATE = 2.0**-24  # SHARDS's resolution: one key in 2^24
 
 
@@ -102,8 +107,16 @@ def _steady_source(request: PlanRequest, horizon: Any) -> Any:
         from replay.workload.onthefly import GeneratedTrace
 
         spec = request.source
-        return GeneratedTrace(spec.with_overrides(batches=min(spec.batches, STEADY_BATCHES)))
+        return GeneratedTrace(spec.with_overrides(batches=steady_batches(spec)))
     return horizon
+
+
+def steady_batches(spec: WorkloadSpec) -> int:
+    """The span each system replays on a workload: `STEADY_BATCHES`, or fewer where that
+    many batches hold more than `STEADY_MAX_LOOKUPS` lookups (at least
+    `STEADY_MIN_BATCHES`), never more than the run."""
+    fit = STEADY_MAX_LOOKUPS // max(int(spec.lookups_per_batch), 1)
+    return max(1, min(int(spec.batches), STEADY_BATCHES, max(STEADY_MIN_BATCHES, fit)))
 
 
 def _row_sizes(workload: dict[str, Any], system: Any) -> tuple[int, int]:

@@ -3,7 +3,8 @@
 `GeneratedTrace(spec)` offers what the engine, `replay mrc` and the statistics read from
 a `replay.trace.reader.Trace` (shape, `iter_lookups`, `iter_updates`, the replay
 stream's batch ranges) without writing anything: each row group of the layout that
-`replay generate` would write (`plan_files`) is sampled in memory when it is read.
+`replay generate` would write (`plan_files`; `RowGroups` computes them) is sampled in
+memory when it is read.
 Because every draw is a pure function of (spec, seed, batch, table, position) and row
 groups hold whole gradient-accumulation windows, the lookups and update rows are exactly
 those of the generated trace, so a replay gives the same results (tests check it).
@@ -27,7 +28,7 @@ import json
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
 from pathlib import Path
@@ -38,7 +39,7 @@ import numpy as np
 from replay.trace.format import FORMAT_VERSION
 from replay.trace.keys import table_offsets
 from replay.trace.reader import LookupChunk, UpdateChunk
-from replay.workload.generator import CompiledWorkload, plan_files
+from replay.workload.generator import CompiledWorkload, plan_layout
 from replay.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -46,6 +47,57 @@ if TYPE_CHECKING:
 
 AHEAD = 2  # row groups made beyond one per thread, so no thread waits on the consumer
 Item = TypeVar("Item")
+
+
+class RowGroups(Sequence[tuple[int, int]]):
+    """The row groups [g0, g1) of a layout, computed, not listed: files of `per_file`
+    batches, each cut into groups of `per_group` (the last of a file may be shorter).
+
+    A list of them costs ~200 B a group: 1.5 GB for a run of 7.2 M batches of one group
+    each, which a plan of a production-size workload held for nothing (issue 39)."""
+
+    def __init__(self, batches: int, per_file: int, per_group: int) -> None:
+        self.batches = max(0, int(batches))
+        self.per_file = max(1, int(per_file))
+        self.per_group = max(1, min(int(per_group), self.per_file))
+        self._in_file = -(-self.per_file // self.per_group)  # groups in a whole file
+
+    def __len__(self) -> int:
+        whole, rest = divmod(self.batches, self.per_file)
+        return whole * self._in_file + -(-rest // self.per_group)
+
+    def _group(self, i: int) -> tuple[int, int]:
+        f, j = divmod(i, self._in_file)
+        start = f * self.per_file + j * self.per_group
+        stop = min(start + self.per_group, (f + 1) * self.per_file, self.batches)
+        return start, stop
+
+    def _index(self, batch: int) -> int:
+        """The index of the group holding `batch` (in [0, batches))."""
+        f, within = divmod(batch, self.per_file)
+        return f * self._in_file + within // self.per_group
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        if isinstance(i, slice):
+            return [self._group(k) for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("row group index out of range")
+        return self._group(i)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        for i in range(len(self)):
+            yield self._group(i)
+
+    def meeting(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The groups with g1 > start and g0 < stop, in order (found, not scanned for)."""
+        lo, hi = max(0, int(start)), min(self.batches, int(stop))
+        if lo >= self.batches or hi <= 0:
+            return []
+        first, last = self._index(lo), self._index(hi - 1)
+        return [self._group(i) for i in range(first, last + 1)]
 
 
 class GeneratedTrace:
@@ -57,8 +109,10 @@ class GeneratedTrace:
         self.spec = spec
         self.threads = max(1, int(threads))
         self.compiled = CompiledWorkload.from_spec(spec)
-        self.layout, tasks = plan_files(spec)
-        self.row_groups: list[tuple[int, int]] = [g for t in tasks for g in t.row_groups]
+        self.layout = plan_layout(spec.lookups_per_batch, spec.update.accumulate_batches)
+        self.row_groups: Sequence[tuple[int, int]] = RowGroups(
+            spec.batches, self.layout["batches_per_file"], self.layout["batches_per_row_group"]
+        )
         self.manifest: dict[str, Any] = {
             "format_version": FORMAT_VERSION,
             "created_by": "on-the-fly",
@@ -127,6 +181,8 @@ class GeneratedTrace:
 
     # -- streaming ------------------------------------------------------------------------
     def _groups(self, start: int, stop: int) -> list[tuple[int, int]]:
+        if isinstance(self.row_groups, RowGroups):
+            return self.row_groups.meeting(start, stop)
         return [(g0, g1) for g0, g1 in self.row_groups if g1 > start and g0 < stop]
 
     def _ordered(self, work: Callable[[int, int], Item], start: int, stop: int) -> Iterator[Item]:

@@ -74,7 +74,7 @@ from replay.errors import ConfigError
 from replay.trace.keys import table_offsets
 from replay.workload import sampler
 from replay.workload.generator import CompiledWorkload
-from replay.workload.onthefly import GeneratedTrace
+from replay.workload.onthefly import GeneratedTrace, RowGroups
 from replay.workload.sampler import (
     PURPOSE_SAMPLED,
     SHARDS_MODULUS,
@@ -412,9 +412,7 @@ class SampledWorkload(GeneratedTrace):
             per_group = _batches_per_group(
                 self.tables.expected_per_batch, spec.update.accumulate_batches
             )
-            self.row_groups = [
-                (g, min(g + per_group, spec.batches)) for g in range(0, spec.batches, per_group)
-            ]
+            self.row_groups = RowGroups(spec.batches, spec.batches, per_group)
             self.layout = {"batches_per_row_group": per_group}
             self.manifest["layout"] = self.layout
             del self.manifest["lookups"]  # a random number: `num_lookups` counts it
