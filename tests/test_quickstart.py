@@ -153,8 +153,15 @@ def test_quickstart_again_replaces_its_output(
     quick: Quick, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = quick.out
+    # what an earlier version wrote: a figure its summary.json lists, a run folder of a
+    # system no longer in the ladder (a person's files there are refused, never deleted:
+    # tests/test_output_lock.py)
+    summary = json.loads((out / "summary.json").read_text())
+    summary["figures"].append({"name": "stale.png"})
+    (out / "summary.json").write_text(json.dumps(summary))
     (out / "figures" / "stale.png").write_bytes(b"old")
-    (out / "results" / "ladder" / "stale.txt").write_text("old")
+    (out / "results" / "ladder" / "stale").mkdir()
+    (out / "results" / "ladder" / "stale" / "summary.json").write_text("{}")
     capsys.readouterr()
     # one worker this time: the output does not depend on --workers either
     assert main(_args(out, quick.trace, workers=1)) == 0
@@ -162,7 +169,7 @@ def test_quickstart_again_replaces_its_output(
     # the report's summary, answers first
     assert "wrote" in printed and "  Cache: " in printed and "  Checkpoint: " in printed
     assert not (out / "figures" / "stale.png").exists()
-    assert not (out / "results" / "ladder" / "stale.txt").exists()
+    assert not (out / "results" / "ladder" / "stale").exists()
     files = {k: v for k, v in _files(out).items() if not k.startswith("results/")}
     assert files["report.md"] == quick.files["report.md"]
     assert files == quick.files

@@ -738,6 +738,11 @@ def test_force_replaces_an_earlier_report(
 ) -> None:
     run, report = evil
     out = _copy(report, tmp_path / "report")
+    # a figure an earlier version drew: listed in its summary.json, so replay's own (an
+    # unlisted PNG is a person's, refused: tests/test_output_lock.py)
+    summary = json.loads((out / "summary.json").read_text())
+    summary["figures"].append({"name": "stale.png"})
+    (out / "summary.json").write_text(json.dumps(summary))
     (out / "figures" / "stale.png").write_bytes(b"old")
     args = ["report", str(run), "--out", str(out)]
     assert main(args) == 2

@@ -105,7 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     with cli_names():  # errors name the command's flags, not the API's parameters
-        return _main(argv)
+        try:
+            return _main(argv)
+        finally:
+            # a claim of an output that the command took and never ended (its error came
+            # after the output's checks) ends with the command: in a test or a notebook the
+            # process, which would end it, lives on. Not imported: then nothing was claimed.
+            output = sys.modules.get("replay._output")
+            if output is not None:
+                output.release_claims()
 
 
 def _main(argv: list[str]) -> int:

@@ -39,6 +39,7 @@ from replay.cli.source import (
 )
 
 if TYPE_CHECKING:
+    from replay._output import Owned
     from replay.engine.replay import RunResult
     from replay.runs.compare import RunJob
     from replay.workload.source import SourceRef
@@ -153,11 +154,16 @@ def compare_command(
 # -- shared with `replay sweep` -----------------------------------------------------------
 
 
-def owned_entries(out: Path, own_files: frozenset[str]) -> frozenset[str]:
-    """What `--force` may replace: everything in an earlier compare or sweep output, or
-    (in any other folder) nothing but this command's own files."""
+def owned_entries(out: Path, own_files: frozenset[str]) -> Owned:
+    """What `--force` may replace (`replay._output.Owned`): in an earlier compare or sweep
+    output, its tables and run folders holding only a run folder's files (a person's
+    notes beside them or inside one are refused, never deleted); in any other folder,
+    nothing but this command's own files."""
+    from replay.runs.compare import COMPARE_FILES, SWEEP_FILES
+    from replay.runs.results import RUN_FOLDER_FILES
+
     if out.is_dir() and any((out / marker).is_file() for marker in _MARKERS):
-        return frozenset(entry.name for entry in out.iterdir())
+        return {**dict.fromkeys(COMPARE_FILES | SWEEP_FILES), "*": RUN_FOLDER_FILES}
     return own_files
 
 

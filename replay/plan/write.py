@@ -17,11 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from replay._output import atomic_folder
+from replay._output import Owned, atomic_folder
 from replay._units import format_bytes, format_duration, format_percent
 from replay.plan.torchrec import FEW_SAMPLED_ROWS
 
-OUTPUT_FILES = frozenset({"plan.md", "plan.json", "torchrec.json", "figures"})
+# what --force may replace (`replay._output.Owned`): these files, and figures/ holding only
+# the figures write_plan draws (a person's file there is refused, never deleted)
+OUTPUT_FILES: Owned = {
+    "plan.md": None,
+    "plan.json": None,
+    "torchrec.json": None,
+    "figures": frozenset({"mrc.png", "goodput.png", "tbe.png"}),
+}
 TORCHREC_KEY = "torchrec"  # the document's part written as torchrec.json
 
 

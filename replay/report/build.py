@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from replay._output import atomic_folder, write_json
+from replay._output import atomic_folder, foreign_entry, listed_names, write_json
 from replay._units import format_duration, format_hit_ratio
 from replay._version import __version__
 from replay.errors import OutputError
@@ -68,7 +68,9 @@ from replay.report.plan_section import plan_blocks, plan_figures, plan_lines
 from replay.report.scenario_figures import scenario_figures
 from replay.report.tbe import tbe_blocks
 
-REPORT_FILES = frozenset({"report.md", "report.html", "summary.json", "figures"})
+# what --force may replace (`replay._output.Owned`; figures/ as `check_report_folder` says)
+REPORT_FILES = {"report.md": None, "report.html": None, "summary.json": None,
+                "figures": frozenset({"*.png"})}  # fmt: skip
 TITLE = "replay report"
 
 
@@ -759,15 +761,13 @@ def _names(results: Results) -> set[str]:
 
 
 def check_report_folder(out: Path) -> None:
-    """OutputError if `out/figures` holds anything but PNG files (--force replaces only
-    an earlier report's figures)."""
-    figures = out / "figures"
-    if figures.is_dir():
-        stray = sorted(p.name for p in figures.iterdir() if p.suffix != ".png" or p.is_dir())
-        if stray:
-            raise OutputError(
-                f"{out}: figures/ holds {stray[0]!r}, not a report figure; choose another --out"
-            )
+    """OutputError if `out/figures` holds anything but the figures an earlier report's
+    summary.json lists (--force replaces only an earlier report's figures)."""
+    figures, listed = out / "figures", listed_names(out / "summary.json", "figures")
+    if figures.is_dir() and (stray := foreign_entry(figures, listed)) is not None:
+        raise OutputError(
+            f"{out}: figures/ holds {stray!r}, not a report figure; choose another --out"
+        )
 
 
 def build_report(

@@ -15,6 +15,7 @@ from replay._output import atomic_folder
 if TYPE_CHECKING:
     from replay.analysis.mrc import MrcResult
 
+# what --force may replace: these files and nothing else (`replay._output.Owned`)
 OUTPUT_FILES = frozenset({"mrc.parquet", "mrc.json", "mrc.png"})
 
 

@@ -33,6 +33,8 @@ from typing import Any, Literal
 
 from replay.runs.compare import (
     COMPARE_COLUMNS,
+    COMPARE_FILES,
+    SWEEP_FILES,
     RunJob,
     SweepPoint,
     compare_document,
@@ -48,7 +50,13 @@ from replay.runs.compare import (
     sweep_rows,
     to_columns,
 )
-from replay.runs.results import atomic_folder, write_columns, write_json, write_run
+from replay.runs.results import (
+    RUN_FOLDER_FILES,
+    atomic_folder,
+    write_columns,
+    write_json,
+    write_run,
+)
 
 DEFAULT_WORKLOAD = "criteo-kaggle"
 DEFAULT_BATCHES = 200
@@ -65,7 +73,6 @@ MIN_BATCHES = 100  # 5 checkpoints at that interval; a steady-state half of 50 b
 # presets' 256 MiB budget holds them all, and a cache that never evicts is no study; the
 # miss-ratio curve shows the whole range); the checkpoint studies use it too
 CACHE_ROWS = "policy.capacity_rows=100000"
-REPORT_ENTRIES = frozenset({"report.md", "report.html", "summary.json", "figures", "results"})
 
 # The plan (`results/plan`): the answers for a training run at the scale users plan for,
 # beside the seeds' studies on the short trace. One epoch of Criteo Terabyte (its 24
@@ -86,29 +93,37 @@ PLAN_HIT_TARGETS = (0.9, 0.95)
 Kind = Literal["compare", "sweep", "run"]
 
 
+def owned_entries() -> dict[str, Any]:
+    """What an earlier quickstart output holds (`replay._output.Owned`): the report's
+    files, and in `results/` each study's folder holding only what its kind writes (a
+    comparison's or a sweep's files and run folders, a run folder's files), the
+    miss-ratio curve's files and the plan's."""
+    from replay.plan.write import OUTPUT_FILES as PLAN_FILES
+    from replay.report.build import REPORT_FILES
+    from replay.runs.mrc_files import OUTPUT_FILES as MRC_FILES
+
+    tables = {"compare": COMPARE_FILES, "sweep": SWEEP_FILES}
+    results: dict[str, Any] = {"mrc": MRC_FILES, "plan": PLAN_FILES}
+    for study in studies(Path(".")):
+        if study.kind == "run":
+            results[study.folder] = RUN_FOLDER_FILES
+        else:
+            results[study.folder] = {**dict.fromkeys(tables[study.kind]), "*": RUN_FOLDER_FILES}
+    return {**REPORT_FILES, "results": results}
+
+
 def check_quickstart_folder(out: Path) -> None:
-    """OutputError unless `out` is missing, empty, or an earlier quickstart output: only
-    the report's files, `figures/` of PNGs and `results/` of this module's studies (so
-    replacing it never deletes anything a person put there)."""
-    from replay.errors import OutputError
-    from replay.report.build import REPORT_FILES, check_report_folder
+    """OutputError unless `out` is missing, empty, or an earlier quickstart output, all
+    of it, sub-folders included (`owned_entries`: replacing it never deletes anything a
+    person put there); then `out` is claimed (`replay._output.claim_output`)."""
+    from replay.report.build import check_report_folder
     from replay.runs.results import check_leftover, check_output_folder
 
     # it replaces its own earlier output, but not what a killed quickstart left half-made
     check_leftover(out, force=False, force_hint=False)
-    check_output_folder(
-        out, force=True, owned=REPORT_ENTRIES | REPORT_FILES, what="quickstart output"
-    )
-    check_report_folder(out)
-    results = out / "results"
-    if results.is_dir():
-        known = {study.folder for study in studies(Path("."))} | {"mrc", "plan"}
-        stray = sorted(p.name for p in results.iterdir() if p.name not in known)
-        if stray:
-            raise OutputError(
-                f"{out}: results/ holds {stray[0]!r}, not from replay quickstart; "
-                "choose another --out"
-            )
+    check_report_folder(out)  # figures/ holds only what the earlier summary.json lists
+    # last: a refused check here leaves no claim, one that passes keeps it for the run
+    check_output_folder(out, force=True, owned=owned_entries(), what="quickstart output")
 
 
 @dataclass
@@ -202,14 +217,14 @@ def run_quickstart(
     """
     from replay.analysis.mrc import mrc_trace
     from replay.analysis.stats import inspect_trace
-    from replay.report.build import REPORT_FILES, build_report
+    from replay.report.build import build_report
     from replay.trace.reader import open_trace
 
     step = on_step or (lambda message: None)
     plan = studies(trace)
     jobs = [job for study in plan for job in study.jobs]
-    owned = REPORT_ENTRIES | REPORT_FILES
     check_quickstart_folder(out)
+    owned = owned_entries()
     with atomic_folder(out, force=force, owned=owned, what="quickstart output") as tmp:
         preflight(trace, jobs)
         step("measuring the trace (skew, reuse, rows touched) and its miss-ratio curve")

@@ -30,6 +30,7 @@ from replay._output import (
     canonical_sha256,
     check_leftover,
     check_output_folder,
+    claimed,
     partial_folder,
     trace_sha256,
     write_json,
@@ -158,6 +159,7 @@ def _finished_run(out: Path, plan_sha256: str) -> bool:
     )
 
 
+# a run folder's files (`Owned`: files only); compare's and sweep's outputs hold such folders
 RUN_FOLDER_FILES = frozenset(
     {"config.json", "meta.json", "batches.parquet", "checkpoints.parquet", "summary.json",
      "workload.json"}
@@ -196,29 +198,33 @@ def run_stages(
     """
     digest = canonical_sha256(plan)
     partial = partial_folder(out)
-    if resume and not partial.exists() and _finished_run(out, digest):
-        yield RunStages(out, digest, finished=True)
-        return
-    if resume and not force and out.is_dir() and any(out.iterdir()):
-        raise OutputError(
-            f"{out}: already holds files that are not this run (use --force to replace them)"
-        )
-    kept = resume and partial.is_dir() and _kept_plan(partial, plan, digest, out)
-    with atomic_folder(
-        out, force=force, resume=resume, owned=RUN_FOLDER_FILES, what="run folder"
-    ) as tmp:
-        plan_file = tmp / PLAN_NAME
-        if not kept:
-            for entry in list(tmp.iterdir()):
-                _remove(entry)
-            _whole(plan_file, lambda p: write_json(p, plan))
-        kill_point("run:planned")
-        yield RunStages(tmp, digest)
-        plan_file.unlink(missing_ok=True)
-        kill_point("run:before-rename")
+    # claimed before the partial folder is read: another `run --resume` may be writing it;
+    # the claim ends with the block (atomic_folder ends it first when it renames)
+    with claimed(out):
+        if resume and not partial.exists() and _finished_run(out, digest):
+            yield RunStages(out, digest, finished=True)
+            return
+        if resume and not force and out.is_dir() and any(out.iterdir()):
+            raise OutputError(
+                f"{out}: already holds files that are not this run (use --force to replace them)"
+            )
+        kept = resume and partial.is_dir() and _kept_plan(partial, plan, digest, out)
+        with atomic_folder(
+            out, force=force, resume=resume, owned=RUN_FOLDER_FILES, what="run folder"
+        ) as tmp:
+            plan_file = tmp / PLAN_NAME
+            if not kept:
+                for entry in list(tmp.iterdir()):
+                    _remove(entry)
+                _whole(plan_file, lambda p: write_json(p, plan))
+            kill_point("run:planned")
+            yield RunStages(tmp, digest)
+            plan_file.unlink(missing_ok=True)
+            kill_point("run:before-rename")
 
 
 __all__ = [
+    "RUN_FOLDER_FILES",
     "RunStages",
     "atomic_folder",
     "canonical_sha256",

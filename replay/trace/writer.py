@@ -6,6 +6,12 @@ When every part is done the manifest is written and the partial folder is rename
 target, so a folder named like the target is always a whole trace. A run killed part-way
 leaves the partial folder: `--resume` keeps its complete parts (same plan, same bytes)
 and writes the rest; `--force` starts over.
+
+The writer claims the target (`replay._output.claim_output`) before it looks at or
+deletes a partial folder: two `ingest --force` into one folder each deleted the other's
+parts and left a trace that failed its own checksums. The claim ends when `finish`
+renames the folder into place or `abort` removes it (or the process ends: an interrupted
+`generate` keeps its partial folder for --resume).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import pyarrow.parquet as pq
 
 from replay import _arrow
 from replay._faults import kill_point
-from replay._output import partial_path
+from replay._output import claim_output, partial_path, release_output
 from replay.errors import OutputError, opt
 from replay.trace.counts import COUNTS_KEY, encode_counts, group_counts
 from replay.trace.format import (
@@ -156,8 +162,16 @@ class TraceFolderWriter:
         self.out = Path(out)
         self.partial = partial_path(self.out)
         self.plan = plan
-        self._check_target(force=force, resume=resume)
         self.resumed = False
+        claim_output(self.out)  # before the partial folder is looked at, let alone deleted
+        try:
+            self._start(force=force, resume=resume)
+        except BaseException:
+            release_output(self.out, failed=True)
+            raise
+
+    def _start(self, *, force: bool, resume: bool | None) -> None:
+        self._check_target(force=force, resume=resume)
         if self.partial.exists():
             if resume and self._plan_matches():
                 self.resumed = True
@@ -168,7 +182,7 @@ class TraceFolderWriter:
                 self.partial.mkdir(parents=True)
             except OSError as exc:
                 raise OutputError(f"{self.out}: cannot create output ({exc.strerror})") from None
-            write_json_atomic(self.partial / PLAN_NAME, plan)
+            write_json_atomic(self.partial / PLAN_NAME, self.plan)
         for kind in KINDS:
             (self.partial / kind).mkdir(exist_ok=True)
             for leftover in (self.partial / kind).glob(".*.tmp"):
@@ -267,11 +281,14 @@ class TraceFolderWriter:
         else:
             self.out.parent.mkdir(parents=True, exist_ok=True)
             self.partial.replace(self.out)
+        release_output(self.out, failed=False)
         return self.out
 
     def abort(self) -> None:
-        """Remove the partial folder (after an error, not after a kill)."""
+        """Remove the partial folder (after an error, not after a kill), and the folders
+        made for it."""
         shutil.rmtree(self.partial, ignore_errors=True)
+        release_output(self.out, failed=True)
 
 
 def write_trace_from_arrays(
