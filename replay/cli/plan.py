@@ -5,12 +5,15 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from replay.cli.app import app
+from replay.cli.app import app, show_progress
 from replay.cli.source import (
     AlphaOption,
     BatchesOption,
@@ -24,6 +27,9 @@ from replay.cli.source import (
     resolve_source,
 )
 from replay.errors import ConfigError
+
+if TYPE_CHECKING:
+    from replay.plan.daly import MtbfTooShort
 
 
 @app.command("plan", short_help="Plan a training run: cache bytes, checkpoints, goodput.")
@@ -124,14 +130,25 @@ def plan_command(
         bool, typer.Option("--force", help="Replace an existing plan folder.")
     ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print plan.json.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Say how much memory the plan needs (and whether it fits), then stop.",
+        ),
+    ] = False,
 ) -> None:
     """Answer for a whole training run: cache bytes per hit target and the budget's split
     across tables, each checkpoint strategy's best interval and goodput at the cluster's
     MTBF, and each system's time and energy per batch."""
+    from replay._memory import check_fits
     from replay._output import check_output_folder
     from replay._units import parse_bytes, parse_duration
+    from replay.engine.systems import resolve_system
+    from replay.plan.checkpoint import MtbfTooShort
     from replay.plan.plan import PlanRequest, make_plan
     from replay.plan.write import OUTPUT_FILES, answers, plan_json, write_plan
+    from replay.runs.plan_memory import estimate_lines, plan_estimate, source_for_estimate
 
     budget = parse_bytes(cache_budget, "--cache-budget")
     if budget <= 0:
@@ -150,14 +167,22 @@ def plan_command(
         )  # independent exponential failures
     else:
         raise ConfigError("give --cluster-mtbf DURATION (or --nodes N with --node-mtbf DURATION)")
-    if not mtbf_s > 0:
-        raise ConfigError("the cluster MTBF must be more than 0 s")
+    if not (mtbf_s > 0 and math.isfinite(mtbf_s)):  # 1e308d is inf seconds
+        raise ConfigError(
+            f"{_mtbf_given(cluster_mtbf, nodes, node_mtbf)}: the cluster MTBF must be a finite "
+            f"number of seconds above 0, got {mtbf_s:g} s"
+        )
     step_s = None if time_per_batch is None else parse_duration(time_per_batch, "--time-per-batch")
-    if step_s is not None and not step_s > 0:
-        raise ConfigError("--time-per-batch must be more than 0 s")
+    if step_s is not None and not (step_s > 0 and math.isfinite(step_s)):
+        raise ConfigError(
+            f"--time-per-batch {time_per_batch}: must be a finite number of seconds above 0"
+        )
     if sample_rate is not None and not 0 < sample_rate <= 1:
         raise ConfigError(f"--sample-rate: {sample_rate:g} must be in (0, 1]")
-    check_output_folder(out, force=force, owned=OUTPUT_FILES, what="`replay plan` output")
+    if not dry_run:
+        check_output_folder(out, force=force, owned=OUTPUT_FILES, what="`replay plan` output")
+    # every system before any work: a bad second --system is said now, not after the curves
+    resolved = [resolve_system(name, list(sets or ())) for name in systems]
     ref = resolve_source(
         trace, workload, batches=batches, batch_size=batch_size, seed=seed, alpha=alpha,
         drift=drift, reuse=reuse, verify=True,
@@ -174,8 +199,19 @@ def plan_command(
         draws=draws,
         torchrec_bins=torchrec_bins,
     )
-    # progress on stderr: stdout holds the answers (or the JSON), first
-    document, curves = make_plan(request, progress=lambda m: typer.echo(f"  {m}", err=True))
+    estimate = plan_estimate(request, source_for_estimate(request.source), resolved)
+    if dry_run:
+        for line in estimate_lines(estimate):
+            typer.echo(line)
+        check_fits(estimate)
+        typer.echo("fits this machine's memory; nothing written (--dry-run)")
+        return
+    check_fits(estimate)
+    try:
+        with _status() as progress:
+            document, curves = make_plan(request, progress=progress)
+    except MtbfTooShort as exc:  # said with the options given, not "--cluster-mtbf, or ..."
+        raise ConfigError(_mtbf_too_short(exc, cluster_mtbf, nodes, node_mtbf)) from None
     write_plan(document, out, force=force, curves=curves)
     if json_output:
         typer.echo(json.dumps(plan_json(document), indent=2))
@@ -185,3 +221,47 @@ def plan_command(
     for note in document["notes"]:
         typer.echo(f"note: {note}")
     typer.echo(f"wrote {out}/plan.md, plan.json, torchrec.json and figures/")
+
+
+@contextmanager
+def _status() -> Iterator[Callable[[str], None]]:
+    """Progress on a terminal only, as one status line that is cleared when the plan ends
+    or fails, so an error stays one line; nothing in pipes, files and CI logs (stdout
+    holds the answers or the JSON)."""
+    if not show_progress():
+        yield lambda _: None
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status("planning", spinner="dots") as status:
+        yield lambda message: status.update(message)
+
+
+def _mtbf_given(cluster_mtbf: str | None, nodes: int | None, node_mtbf: str | None) -> str:
+    """The options that set the cluster MTBF, as the user gave them."""
+    if cluster_mtbf is not None:
+        return f"--cluster-mtbf {cluster_mtbf}"
+    return f"--nodes {nodes} with --node-mtbf {node_mtbf}"
+
+
+def _mtbf_too_short(
+    exc: MtbfTooShort, cluster_mtbf: str | None, nodes: int | None, node_mtbf: str | None
+) -> str:
+    """`MtbfTooShort` in the options given: what they make, why it does not plan, and
+    the same options' values that would."""
+    from replay._units import parse_duration
+    from replay.plan.daly import duration_at_least
+
+    given = _mtbf_given(cluster_mtbf, nodes, node_mtbf)
+    head = f"{given} gives a cluster MTBF of {exc.mtbf_text}, {exc.reason}"
+    least = exc.min_mtbf_s
+    if least is None:
+        return f"{head}; no cluster MTBF up to 1e300 s makes progress{exc.batch_note}"
+    if cluster_mtbf is not None:
+        return f"{head}; give --cluster-mtbf {duration_at_least(least)} or more{exc.batch_note}"
+    assert nodes is not None and node_mtbf is not None
+    fewer = math.floor(parse_duration(node_mtbf, "--node-mtbf") / least)
+    remedy = f"give --node-mtbf {duration_at_least(least * nodes)} or more"
+    if fewer >= 1:
+        remedy += f", or --nodes {fewer} or fewer"
+    return f"{head}; {remedy}{exc.batch_note}"

@@ -91,6 +91,17 @@ class RowGroups(Sequence[tuple[int, int]]):
         for i in range(len(self)):
             yield self._group(i)
 
+    def __eq__(self, other: object) -> bool:  # as the list it stands for
+        if isinstance(other, RowGroups | list | tuple):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        shape = f"batches={self.batches}, per_file={self.per_file}, per_group={self.per_group}"
+        return f"RowGroups({shape})"
+
     def meeting(self, start: int, stop: int) -> list[tuple[int, int]]:
         """The groups with g1 > start and g0 < stop, in order (found, not scanned for)."""
         lo, hi = max(0, int(start)), min(self.batches, int(stop))

@@ -1,0 +1,222 @@
+"""`replay plan`'s memory estimate: what a plan holds at its peak, from the shape of its
+source and its systems alone, said (`replay plan --dry-run`) and checked against the
+machine before any work (issue 39).
+
+A plan runs its stages one after another (`replay.plan.plan.make_plan`), so its peak is
+what stays for the whole plan plus the largest stage:
+
+- **the process**: the interpreter, numpy, numba's code and the engine (`PROCESS_BYTES`);
+- **kept**: the exact heads of a sampled curve (`replay.analysis.head`: the total one and
+  one per table, their capacities from the same functions that make them, so the bound
+  is theirs), kept on the source for the per-table curves and torchrec.json;
+- **the curves** (the largest of): at R = 1 the exact curve's state (a last position per
+  row and a window per distinct row, `replay._memory.mrc_estimate`) or the rows-touched
+  state (4 B per row up to `DENSE_MAX_ROWS` rows, else a map of the distinct rows); at
+  R < 1 the SHARDS state of the sampled rows, and the full-stream batches the heads read
+  (`HEAD_CHUNK_BYTES_PER_LOOKUP` per lookup: the generated columns, the flat keys and
+  their split by table, one chunk of at least a batch at a time);
+- **the distinct rows per batch** (`replay.plan.torchrec`, at R < 1): a few full batches
+  (`span_batches`), their keys in a map;
+- **the cache policies' replays** (`replay.plan.policies`, `replay.plan.tbe`: LFU, TBE,
+  ... caches, one replay of the horizon at a time): the policy's per-row state and the
+  replay's per-batch columns (`REPLAY_BYTES_PER_BATCH`), which grow with the run;
+- **the steady state**: each system's replay of the short span (`replay.plan.plan.
+  steady_batches`): its per-row and per-slot state (`replay.runs.compare.run_state`, as
+  `replay run` estimates it) and the generated row groups in flight (`threads + AHEAD`
+  ahead of the one consumed, `IN_FLIGHT_BYTES_PER_LOOKUP` each lookup).
+
+The per-lookup figures were measured (peak RSS, `/proc/self/status`, 2-core VM) on a
+400-table workload of 2 G rows and batches of 65,536 (26.2 M lookups a batch): the
+steady stage alone peaked at 2.37 GiB, the curves stage at 2.72 GiB; both are made of
+a few whole batches, so the figures are per lookup. Terms that depend on the rows a run
+touches take every row it could touch, min(rows, lookups), as `replay._memory` does.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from replay._memory import (
+    Estimate,
+    format_count,
+    mrc_estimate,
+    row_space,
+)
+from replay._units import format_bytes
+from replay.plan.plan import PlanRequest, choose_sample_rate, steady_batches
+from replay.plan.policies import MINIATURE_POLICIES
+from replay.plan.torchrec import span_batches
+from replay.workload.spec import WorkloadSpec
+
+PROCESS_BYTES = 160 << 20  # interpreter, numpy, numba's code, the engine: 0.10-0.13 GiB measured
+# a generated row group in flight: lookup columns (batch, table, row) and the replay
+# stream's flat keys, bounds and update keys
+IN_FLIGHT_BYTES_PER_LOOKUP = 17
+# a chunk of the full stream the heads read: its columns, flat keys, each key's table,
+# the stable order by table and the table-local keys
+HEAD_CHUNK_BYTES_PER_LOOKUP = 56
+# a replay's per-batch columns over the whole horizon, as the cache answers keep them
+# (criteo-terabyte with hbm-tbe-lru: 2.31 GiB over 300,000 batches, 2.83 GiB over
+# 2,135,484; about 300 B a batch, rounded up)
+REPLAY_BYTES_PER_BATCH = 512
+TOUCHED_DENSE_BYTES_PER_ROW = 4  # `replay.analysis.horizon`: int32 last batch per row
+TOUCHED_MAP_BYTES_PER_KEY = 4 * 16  # else a map of (key, last batch), up to 4 slots a key
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
+
+def _shape(source: Any) -> tuple[list[int], int, int]:
+    """(rows per table, lookups per batch, batches) of a spec or an opened trace."""
+    if isinstance(source, WorkloadSpec):
+        return [int(t.rows) for t in source.tables], int(source.lookups_per_batch), source.batches
+    batches = max(int(source.num_batches), 1)
+    return (
+        [int(r) for r in source.table_rows],
+        -(-int(source.num_lookups) // batches),
+        int(source.num_batches),
+    )
+
+
+def _in_flight(source: Any, batches: int, per_batch: int, ahead: int) -> int:
+    """Bytes of the generated row groups in flight: `ahead` of them, or as many as the
+    span has."""
+    per_group = int(source.layout["batches_per_row_group"])
+    groups = -(-batches // per_group)
+    return min(ahead, groups) * min(per_group, batches) * per_batch * IN_FLIGHT_BYTES_PER_LOOKUP
+
+
+def _heads(rows: list[int], per_batch: int, batches: int, rate: float) -> tuple[int, str]:
+    """Bytes of the exact heads a sampled plan keeps (total and per table)."""
+    from replay.analysis.head import (
+        HEAD_BLOCKS,
+        head_blocks,
+        head_bytes,
+        head_capacity,
+        shared_capacities,
+    )
+    from replay.analysis.shards import resolution_rows, shards_threshold
+
+    resolution = resolution_rows(shards_threshold(rate))
+    total = row_space(rows)
+    # the first batch's distinct rows, at most: its lookups of each table, spread by rows
+    share = [r / total for r in rows] if total else [0.0] * len(rows)
+    first = [min(r, math.ceil(per_batch * s)) for r, s in zip(rows, share, strict=True)]
+    whole = head_capacity(min(total, per_batch), resolution, total)
+    tables = shared_capacities(
+        [head_capacity(d, resolution, r) for r, d in zip(rows, first, strict=True)]
+    )
+    blocks = len(head_blocks(batches, per_batch * batches, max([whole, *tables])))
+    kept = head_bytes([whole], blocks) + head_bytes(tables, blocks)
+    return kept, (
+        f"exact heads of {format_count(whole)} + {format_count(sum(tables))} rows over "
+        f"{blocks} of {HEAD_BLOCKS} blocks"
+    )
+
+
+def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Estimate:
+    """The plan's peak memory by part. `source`: the request's spec, or its trace opened
+    (`replay.trace.reader.open_trace`); `systems`: the resolved system specs."""
+    from replay.analysis.horizon import DENSE_MAX_ROWS
+    from replay.runs.compare import run_state
+    from replay.workload.onthefly import AHEAD, GeneratedTrace
+
+    rows, per_batch, batches = _shape(source)
+    total = row_space(rows)
+    lookups = per_batch * batches
+    threads = _cores()
+    if isinstance(source, WorkloadSpec):
+        rate = (
+            request.sample_rate if request.sample_rate is not None else choose_sample_rate(lookups)
+        )
+    else:
+        rate = 1.0
+    parts: list[tuple[str, int]] = [("process", PROCESS_BYTES)]
+    notes: list[str] = []
+    if rate < 1.0:
+        kept, how = _heads(rows, per_batch, batches, rate)
+        parts.append(("exact heads of the sampled curves", kept))
+        notes.append(how)
+        chunk = max(1, (1 << 20) // max(per_batch, 1)) * per_batch
+        sampled = mrc_estimate(rows, lookups, rate).total
+        curves = sampled + chunk * HEAD_CHUNK_BYTES_PER_LOOKUP
+        notes.append(
+            f"full-stream chunks of {format_count(chunk)} lookups x {HEAD_CHUNK_BYTES_PER_LOOKUP} B"
+        )
+    else:
+        distinct = min(total, lookups)
+        touched = (
+            total * TOUCHED_DENSE_BYTES_PER_ROW
+            if total <= DENSE_MAX_ROWS
+            else distinct * TOUCHED_MAP_BYTES_PER_KEY
+        )
+        curves = max(mrc_estimate(rows, lookups, None).total, touched)
+        notes.append(f"exact curves over {format_count(total)} rows")
+    steady = 0
+    if isinstance(source, WorkloadSpec):
+        span = source.with_overrides(batches=steady_batches(source))
+        steady_source: Any = GeneratedTrace(span, threads=threads)
+        in_flight = _in_flight(steady_source, span.batches, per_batch, threads + AHEAD + 1)
+    else:
+        steady_source = source
+        in_flight = 0  # a trace's row groups: within the process margin, as for `replay run`
+    steady_lookups = int(steady_source.num_lookups)
+    policies = 0
+    for system in systems:
+        state = run_state(steady_source, system, threads=threads)
+        if system.policy.name in MINIATURE_POLICIES or system.policy.name == "tbe":
+            # the cache answers replay the horizon (sampled) at several sizes, one at a time
+            policies = max(
+                policies,
+                math.ceil(total * state.bytes_per_key)
+                + batches * REPLAY_BYTES_PER_BATCH
+                + math.ceil(lookups * rate * state.bytes_per_lookup),
+            )
+        replay_bytes = (
+            math.ceil(total * state.bytes_per_key)
+            + math.ceil(state.slots * state.bytes_per_slot)
+            + math.ceil(steady_lookups * state.bytes_per_lookup)
+        )
+        steady = max(steady, replay_bytes)
+    steady += in_flight
+    stages = {"curves": curves, "systems' steady state": steady}
+    if policies:
+        stages["cache policies' replays"] = policies
+    if isinstance(source, WorkloadSpec) and rate < 1.0:
+        # torchrec.json's distinct rows per batch: a few full batches, their keys in a map
+        span = span_batches(source, batches)
+        full = GeneratedTrace(source.with_overrides(batches=span), threads=threads)
+        stages["distinct rows per batch"] = span * per_batch * TOUCHED_MAP_BYTES_PER_KEY // 4 + (
+            _in_flight(full, span, per_batch, threads + AHEAD + 1)
+        )
+    which = max(stages, key=lambda k: stages[k])
+    parts.append(("the largest stage", stages[which]))
+    detail = (
+        f"{len(rows)} tables, {format_count(total)} rows, {format_count(per_batch)} lookups a "
+        f"batch, sample rate {rate:g}; largest stage: {which} ({format_bytes(stages[which])})"
+    )
+    return Estimate("replay plan", tuple(sorted(parts, key=lambda p: -p[1])), detail, tuple(notes))
+
+
+def estimate_lines(estimate: Estimate) -> list[str]:
+    """The estimate as `replay plan --dry-run` prints it."""
+    lines = [f"memory: about {format_bytes(estimate.total)} at the peak ({estimate.detail})"]
+    lines += [f"  {name}: {format_bytes(size)}" for name, size in estimate.parts]
+    lines += [f"  ({note})" for note in estimate.notes]
+    return lines
+
+
+def source_for_estimate(source: Path | WorkloadSpec) -> Any:
+    """A spec as it is; a trace folder opened (its manifest: the shape)."""
+    if isinstance(source, WorkloadSpec):
+        return source
+    from replay.trace.reader import open_trace
+
+    return open_trace(source)
+
+
+__all__ = ["estimate_lines", "plan_estimate", "source_for_estimate"]

@@ -1,0 +1,222 @@
+"""`replay plan`'s memory (issue 39, item 5): an estimate before any work, printed by
+`--dry-run`, a refusal of what does not fit, and state that does not grow with the run's
+length or its number of tables beyond what the estimate says.
+
+The peak itself against the estimate (within 25%) on the 400-table, 2 G-row workload is a
+benchmark (`pytest -m bench tests/test_plan_memory.py`): it takes minutes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.analysis.head import (
+    HEAD_MAX_RESOLVED_ROWS,
+    HEAD_TABLES_MAX_KEYS,
+    head_capacity,
+    shared_capacities,
+)
+from replay.cli import main
+from replay.plan.plan import STEADY_BATCHES, STEADY_MIN_BATCHES, steady_batches
+from replay.workload.generator import plan_files, resolve_workload
+from replay.workload.onthefly import GeneratedTrace, RowGroups
+
+
+def production_spec(path: Path, *, batches: int = 7_200_000, tables: int = 400) -> Path:
+    """The issue's workload: 400 tables from 1.5 K to 28 M rows, 2 G rows in all (sizes
+    log-spaced with a bend that makes the total), batches of 65,536 samples, dim 128."""
+    lo, hi = 1500, 28_000_000
+    bend = 0.5173255524924769  # makes the 400 sizes sum to 2,000,000,000
+    rows = [round(lo * (hi / lo) ** ((i / (tables - 1)) ** bend)) for i in range(tables)]
+    rows[-2] += 2_000_000_000 - sum(rows)  # the rounding's few rows
+    lines = [
+        'name = "production-400"', "batch_size = 65536", f"batches = {batches}", "seed = 1",
+        "embedding_dim = 128", "", "[defaults]", "alpha = 1.05", "",
+    ]  # fmt: skip
+    for i, r in enumerate(rows):
+        lines += ["[[tables]]", f'name = "t{i:03d}"', f"rows = {r}", ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _plan_argv(spec: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "plan", "--workload", str(spec), "--system", "hbm-lru", "--cache-budget", "40GiB",
+        "--cluster-mtbf", "6h", "--time-per-batch", "50ms", "--out", str(out), *extra,
+    ]  # fmt: skip
+
+
+def _gib(text: str) -> float:
+    number, unit = re.search(r"about ([\d.]+) (GiB|MiB|KiB)", text).groups()  # type: ignore[union-attr]
+    return float(number) / {"GiB": 1, "MiB": 1024, "KiB": 1024**2}[unit]
+
+
+def test_production_workload_is_estimated_under_4_gib(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = production_spec(tmp_path / "w.toml")
+    sum_rows = sum(t.rows for t in resolve_workload(spec).tables)
+    assert sum_rows == 2_000_000_000
+    code = main(_plan_argv(spec, tmp_path / "plan", "--dry-run"))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.startswith("memory: about ")
+    assert "400 tables, 2,000,000,000 rows" in out
+    assert _gib(out) <= 4.0
+    assert "nothing written" in out
+    assert not (tmp_path / "plan").exists()
+
+
+def test_estimate_does_not_grow_with_the_run(tmp_path: Path, capsys) -> None:
+    """Sampled: the same estimate for a run 100 times longer (the sample rate falls)."""
+    figures = []
+    for batches in (72_000, 7_200_000):
+        spec = production_spec(tmp_path / f"w{batches}.toml", batches=batches)
+        assert main(_plan_argv(spec, tmp_path / "p", "--dry-run")) == 0
+        figures.append(_gib(capsys.readouterr().out))
+    assert figures[1] <= figures[0] * 1.05
+
+
+def test_refused_up_front_with_the_estimate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REPLAY_MEMORY_LIMIT", "1G")
+    spec = production_spec(tmp_path / "w.toml")
+    started = time.monotonic()
+    code = main(_plan_argv(spec, tmp_path / "plan"))
+    captured = capsys.readouterr()
+    assert code == 2
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("replay: error: replay plan: this workload needs about ")
+    assert "REPLAY_MEMORY_LIMIT=1G" in lines[0]
+    assert time.monotonic() - started < 60  # before the curves, which take minutes
+    assert not (tmp_path / "plan").exists()
+    assert not list(tmp_path.glob(".plan*"))
+
+
+def test_dry_run_says_when_it_does_not_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REPLAY_MEMORY_LIMIT", "300M")
+    code = main(
+        ["plan", "--workload", "tiny", "--batches", "60", "--system", "hbm-lru",
+         "--cache-budget", "1MiB", "--cluster-mtbf", "6h", "--out", str(tmp_path / "p"),
+         "--dry-run"]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out.startswith("memory: about ")
+    assert captured.err.count("\n") == 1 and "this machine has 300 MiB" in captured.err
+
+
+def test_a_bad_second_system_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["plan", "--workload", "tiny", "--batches", "60", "--system", "hbm-lru",
+         "--system", "no-such-system", "--cache-budget", "1MiB", "--cluster-mtbf", "6h",
+         "--out", str(tmp_path / "p")]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err.count("\n") == 1, captured.err
+    assert "no-such-system" in captured.err
+    assert not (tmp_path / "p").exists()
+
+
+def test_no_progress_lines_off_a_terminal(tmp_path: Path) -> None:
+    """Progress is for a terminal: in a pipe stderr stays empty on success, so an error
+    after work started is still the only line (item 7)."""
+    out = tmp_path / "p"
+    done = subprocess.run(
+        [sys.executable, "-m", "replay", "plan", "--workload", "tiny", "--batches", "60",
+         "--system", "hbm-lru", "--cache-budget", "1MiB", "--cluster-mtbf", "6h",
+         "--draws", "20", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "REPLAY_CACHE_DIR": ""},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert json.loads((out / "plan.json").read_text())["horizon"]["batches"] == 60
+
+
+def test_steady_span_is_cut_by_lookups() -> None:
+    kaggle = resolve_workload("criteo-kaggle").with_overrides(batches=10**6)
+    assert steady_batches(kaggle) == STEADY_BATCHES
+    assert steady_batches(kaggle.with_overrides(batches=7)) == 7
+    huge = kaggle.with_overrides(batch_size=1 << 20)  # 27 M lookups a batch
+    assert steady_batches(huge) == STEADY_MIN_BATCHES
+
+
+def test_heads_are_capped() -> None:
+    assert head_capacity(100, 1 << 27, 2 * 10**9) == HEAD_MAX_RESOLVED_ROWS
+    assert head_capacity(100, 1000, 2 * 10**9) == 4096  # unchanged below the cap
+    assert head_capacity(100, 1 << 27, 3000) == 3000
+
+
+@given(st.lists(st.integers(1, 1 << 20), min_size=1, max_size=60), st.integers(1, 1 << 22))
+@settings(max_examples=200, deadline=None)
+def test_shared_capacities(wanted: list[int], budget: int) -> None:
+    got = shared_capacities(wanted, budget)
+    assert len(got) == len(wanted)
+    assert all(1 <= g <= w for g, w in zip(got, wanted, strict=True))
+    if sum(wanted) <= budget:
+        assert got == wanted
+    else:
+        level = max(got)
+        assert sum(got) <= max(budget, len(wanted))
+        assert all(g == min(w, level) for g, w in zip(got, wanted, strict=True))
+        assert sum(min(w, level + 1) for w in wanted) > budget  # the largest level that fits
+    assert sum(shared_capacities(wanted)) <= max(HEAD_TABLES_MAX_KEYS, len(wanted))
+
+
+@given(st.integers(0, 300), st.integers(1, 40), st.integers(1, 40))
+@settings(max_examples=300, deadline=None)
+def test_row_groups_are_the_listed_layout(batches: int, per_file: int, per_group: int) -> None:
+    listed = []
+    for start in range(0, batches, per_file):
+        stop = min(start + per_file, batches)
+        listed += [(g, min(g + per_group, stop)) for g in range(start, stop, per_group)]
+    groups = RowGroups(batches, per_file, per_group)
+    assert list(groups) == listed and len(groups) == len(listed)
+    for a in range(-1, batches + 2, 7):
+        for b in range(a, batches + 3, 5):
+            assert groups.meeting(a, b) == [g for g in listed if g[1] > a and g[0] < b]
+
+
+def test_generated_trace_row_groups_are_generate_s() -> None:
+    for name in ("tiny", "criteo-kaggle"):
+        spec = resolve_workload(name).with_overrides(batches=1234)
+        _, tasks = plan_files(spec)
+        assert list(GeneratedTrace(spec).row_groups) == [g for t in tasks for g in t.row_groups]
+
+
+@pytest.mark.bench
+def test_production_plan_peak_within_4_gib_and_the_estimate(tmp_path: Path) -> None:
+    """The issue's 400-table, 2 G-row workload planned over 7.2 M batches: peak RSS (the
+    kernel's VmHWM) at most 4 GiB, and the estimate within 25% of it."""
+    spec = production_spec(tmp_path / "w.toml")
+    dry = subprocess.run(
+        [sys.executable, "-m", "replay", *_plan_argv(spec, tmp_path / "p", "--dry-run")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    estimate = _gib(dry.stdout)
+    done = subprocess.run(
+        ["/usr/bin/time", "-f", "peak %M KB", sys.executable, "-m", "replay",
+         *_plan_argv(spec, tmp_path / "p")],
+        capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    peak = int(re.search(r"peak (\d+) KB", done.stderr).group(1)) / 2**20  # type: ignore[union-attr]
+    assert peak <= 4.0, peak
+    assert abs(estimate - peak) <= 0.25 * peak, (estimate, peak)
