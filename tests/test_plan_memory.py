@@ -220,3 +220,30 @@ def test_production_plan_peak_within_4_gib_and_the_estimate(tmp_path: Path) -> N
     peak = int(re.search(r"peak (\d+) KB", done.stderr).group(1)) / 2**20  # type: ignore[union-attr]
     assert peak <= 4.0, peak
     assert abs(estimate - peak) <= 0.25 * peak, (estimate, peak)
+
+
+def test_sampled_row_groups_are_capped_by_counts_and_change_no_lookup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A row group of a sampled workload holds at most MAX_GROUP_CELLS (batch, table)
+    counts; cutting the stream into more groups changes no lookup (draws are keyed by
+    batch, not by group)."""
+    import numpy as np
+
+    import replay.workload.sampled as sampled
+
+    spec = resolve_workload("criteo-kaggle").with_overrides(batches=3000, batch_size=512)
+
+    def columns(workload: sampled.SampledWorkload) -> list[np.ndarray]:
+        chunks = list(workload.iter_lookups(0, spec.batches))
+        return [
+            np.concatenate([getattr(c, k).astype(np.int64) for c in chunks])
+            for k in ("batch", "table", "row")
+        ]
+
+    wide = sampled.open_sampled_workload(spec, 2**-8)
+    monkeypatch.setattr(sampled, "MAX_GROUP_CELLS", 26 * 7)
+    narrow = sampled.open_sampled_workload(spec, 2**-8)
+    assert narrow.layout["batches_per_row_group"] == 7 < wide.layout["batches_per_row_group"]
+    for a, b in zip(columns(wide), columns(narrow), strict=True):
+        assert np.array_equal(a, b)

@@ -447,6 +447,52 @@ def _t95(dof: int) -> float:
     return table.get(dof, 1.96 if dof > 30 else 2.1)
 
 
+@kernel(inline="always")
+def _table_of(offsets: np.ndarray, key: np.int64) -> np.int64:
+    """t with offsets[t] <= key < offsets[t + 1] (binary search; key in range)."""
+    lo = 0
+    hi = len(offsets) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if offsets[mid] <= key:
+            lo = mid
+        else:
+            hi = mid
+    return np.int64(lo)
+
+
+@kernel
+def _split_by_table(
+    keys: np.ndarray,
+    group: np.ndarray,
+    offsets: np.ndarray,
+    tid: np.ndarray,
+    starts: np.ndarray,
+    out_keys: np.ndarray,
+    out_group: np.ndarray,
+) -> None:
+    """Counting sort of keys by table, stable: table t's table-local keys (and groups)
+    land in out[starts[t]:starts[t + 1]] in stream order."""
+    tables = len(offsets) - 1
+    for t in range(tables + 1):
+        starts[t] = 0
+    for i in range(len(keys)):
+        t = _table_of(offsets, np.int64(keys[i]))
+        tid[i] = t
+        starts[t + 1] += 1
+    for t in range(tables):
+        starts[t + 1] += starts[t]
+    fill = starts[:tables].copy()
+    with_group = len(group) > 0
+    for i in range(len(keys)):
+        t = tid[i]
+        j = fill[t]
+        out_keys[j] = np.int64(keys[i]) - offsets[t]
+        if with_group:
+            out_group[j] = group[i]
+        fill[t] = j + 1
+
+
 KeyBatches = Callable[[int, int], Iterable[np.ndarray]]
 
 
@@ -487,6 +533,10 @@ def head_curves(
         return []
     blocks = head_blocks(num_batches, lookups, max(h.capacity for h in every))
     exact = blocks == [(0, num_batches)]
+    tid = np.empty(0, dtype=np.int32)
+    local = np.empty(0, dtype=np.int64)
+    cuts = np.zeros(len(tables) + 1, dtype=np.int64)
+    no_group = np.empty(0, dtype=np.uint8)
     for a, b in blocks:
         for h in every:
             # blocks stand for the whole run: the first one too skips its filling, or
@@ -498,10 +548,12 @@ def head_curves(
                 heads[0].feed(keys)
             if not tables:
                 continue
-            table = np.searchsorted(offsets, keys, side="right") - 1
-            order = np.argsort(table, kind="stable")  # stream order within a table
-            cuts = np.searchsorted(table[order], np.arange(len(tables) + 1))
-            local = keys[order] - offsets[table[order]]
+            # a counting sort by table, stream order within each: 12 B a key, where an
+            # argsort and its gathers held ~56 (1.5 GB for a batch of 26 M lookups)
+            if len(tid) < len(keys):
+                tid = np.empty(len(keys), dtype=np.int32)
+                local = np.empty(len(keys), dtype=np.int64)
+            _split_by_table(keys, no_group, offsets, tid, cuts, local, no_group)
             for t, h in enumerate(tables):
                 if cuts[t + 1] > cuts[t]:
                     h.feed(local[cuts[t] : cuts[t + 1]])

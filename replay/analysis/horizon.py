@@ -50,7 +50,7 @@ import numpy as np
 from replay._intrinsics import PREFETCH_AHEAD, prefetch
 from replay._jit import kernel
 from replay._malloc import state_array
-from replay.analysis.head import HeadCurve, head_curves
+from replay.analysis.head import HeadCurve, _split_by_table, _table_of, head_curves
 from replay.analysis.mrc import (
     MrcResult,
     _exact_result,
@@ -81,20 +81,6 @@ _T_WIDTH = 2
 _DONE = 0
 _MAP_FULL = 1
 _BAD_KEY = 2
-
-
-@kernel(inline="always")
-def _table_of(offsets: np.ndarray, key: np.int64) -> np.int64:
-    """t with offsets[t] <= key < offsets[t + 1] (binary search; key in range)."""
-    lo = 0
-    hi = len(offsets) - 1
-    while hi - lo > 1:
-        mid = (lo + hi) >> 1
-        if offsets[mid] <= key:
-            lo = mid
-        else:
-            hi = mid
-    return np.int64(lo)
 
 
 @kernel
@@ -562,38 +548,6 @@ def horizon_mrc(
     sampler.feed_sampled(requests, np.empty(0, np.int64), np.empty(0, np.uint8))
     heads = _full_stream_heads(src, sampler.resolution)
     return _sampled_result(sampler, chosen, heads[0] if heads else None)
-
-
-@kernel
-def _split_by_table(
-    keys: np.ndarray,
-    group: np.ndarray,
-    offsets: np.ndarray,
-    tid: np.ndarray,
-    starts: np.ndarray,
-    out_keys: np.ndarray,
-    out_group: np.ndarray,
-) -> None:
-    """Counting sort of keys by table, stable: table t's table-local keys (and groups)
-    land in out[starts[t]:starts[t + 1]] in stream order."""
-    tables = len(offsets) - 1
-    for t in range(tables + 1):
-        starts[t] = 0
-    for i in range(len(keys)):
-        t = _table_of(offsets, np.int64(keys[i]))
-        tid[i] = t
-        starts[t + 1] += 1
-    for t in range(tables):
-        starts[t + 1] += starts[t]
-    fill = starts[:tables].copy()
-    with_group = len(group) > 0
-    for i in range(len(keys)):
-        t = tid[i]
-        j = fill[t]
-        out_keys[j] = np.int64(keys[i]) - offsets[t]
-        if with_group:
-            out_group[j] = group[i]
-        fill[t] = j + 1
 
 
 def _per_table_sizes(

@@ -12,7 +12,9 @@ what stays for the whole plan plus the largest stage:
 - **the curves** (the largest of): at R = 1 the exact curve's state (a last position per
   row and a window per distinct row, `replay._memory.mrc_estimate`) or the rows-touched
   state (4 B per row up to `DENSE_MAX_ROWS` rows, else a map of the distinct rows); at
-  R < 1 the SHARDS state of the sampled rows, and the full-stream batches the heads read
+  R < 1 the SHARDS state of the sampled rows, the sampled row groups in flight (their
+  counts per batch and table, `replay.workload.sampled.MAX_GROUP_CELLS`), and the
+  full-stream batches the heads read
   (`HEAD_CHUNK_BYTES_PER_LOOKUP` per lookup: the generated columns, the flat keys and
   their split by table, one chunk of at least a batch at a time);
 - **the distinct rows per batch** (`replay.plan.torchrec`, at R < 1): a few full batches
@@ -49,6 +51,7 @@ from replay._units import format_bytes
 from replay.plan.plan import PlanRequest, choose_sample_rate, steady_batches
 from replay.plan.policies import MINIATURE_POLICIES
 from replay.plan.torchrec import span_batches
+from replay.workload.sampled import MAX_GROUP_BATCHES, MAX_GROUP_CELLS
 from replay.workload.spec import WorkloadSpec
 
 PROCESS_BYTES = 160 << 20  # interpreter, numpy, numba's code, the engine: 0.10-0.13 GiB measured
@@ -143,7 +146,9 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         notes.append(how)
         chunk = max(1, (1 << 20) // max(per_batch, 1)) * per_batch
         sampled = mrc_estimate(rows, lookups, rate).total
-        curves = sampled + chunk * HEAD_CHUNK_BYTES_PER_LOOKUP
+        # the sampled row groups in flight: their (batch, table) counts, 8 B each
+        groups = (threads + AHEAD + 1) * min(MAX_GROUP_CELLS, MAX_GROUP_BATCHES * len(rows)) * 8
+        curves = sampled + groups + chunk * HEAD_CHUNK_BYTES_PER_LOOKUP
         notes.append(
             f"full-stream chunks of {format_count(chunk)} lookups x {HEAD_CHUNK_BYTES_PER_LOOKUP} B"
         )

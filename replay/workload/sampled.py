@@ -87,6 +87,9 @@ from replay.workload.spec import WorkloadSpec
 
 ROW_GROUP_TARGET_LOOKUPS = 1 << 20  # sampled lookups per row group, about
 MAX_GROUP_BATCHES = 1 << 16  # so a row group's count array stays small when R is tiny
+# ... and at most this many (batch, bin) counts (8 B each): 2^16 batches of 400 tables
+# held 210 MB a row group, five of them in flight (issue 39)
+MAX_GROUP_CELLS = 1 << 22
 SETUP_CHUNK_ROWS = 1 << 20  # rows a set-up task tests
 BINOMIAL_CUT = 2.0**-64  # mass the binomial tables may drop, in all
 
@@ -410,7 +413,9 @@ class SampledWorkload(GeneratedTrace):
             self.tables = sampled_tables(spec, threshold, full.row_dtype, threads=self.threads)
             self.compiled = SampledCompiled(full, self.tables)  # type: ignore[assignment]
             per_group = _batches_per_group(
-                self.tables.expected_per_batch, spec.update.accumulate_batches
+                self.tables.expected_per_batch,
+                spec.update.accumulate_batches,
+                len(self.tables.bin_off),
             )
             self.row_groups = RowGroups(spec.batches, spec.batches, per_group)
             self.layout = {"batches_per_row_group": per_group}
@@ -467,11 +472,13 @@ class SampledWorkload(GeneratedTrace):
         )
 
 
-def _batches_per_group(expected_per_batch: float, accumulate: int) -> int:
+def _batches_per_group(expected_per_batch: float, accumulate: int, bins: int = 1) -> int:
     """Batches of a row group: about ROW_GROUP_TARGET_LOOKUPS sampled lookups, whole
-    accumulation windows, at most MAX_GROUP_BATCHES (rounded up to a window)."""
+    accumulation windows, at most MAX_GROUP_BATCHES and MAX_GROUP_CELLS / `bins` (the
+    counts drawn per batch) (rounded up to a window)."""
     per = ROW_GROUP_TARGET_LOOKUPS / max(expected_per_batch, 1e-9)
-    per_group = int(min(max(1.0, per), MAX_GROUP_BATCHES))
+    most = min(MAX_GROUP_BATCHES, max(1, MAX_GROUP_CELLS // max(int(bins), 1)))
+    per_group = int(min(max(1.0, per), most))
     return -(-per_group // accumulate) * accumulate
 
 
