@@ -15,15 +15,27 @@ or ctypes callback, a `__del__`: `sys.unraisablehook`) is sent again 10 ms later
 
 This module imports nothing heavy: the console script installs the handlers before it
 imports numpy, typer or numba, so an interrupt during those imports is handled too.
+
+Worker processes (`deferred`, `ignore_in_worker`): a terminal's Ctrl-C reaches the whole
+process group, a pool's server and its workers included, from the moment they exist. A
+pool is therefore started inside `deferred()`, which blocks both signals in the starting
+thread: the processes it starts inherit the blocked mask (across fork and exec), so a
+signal can reach none of them before `ignore_in_worker` (the first thing a worker runs)
+ignores SIGINT and unblocks; and the parent takes the signal only once every worker it
+started is known to its pool, which can then stop them all. Without it a Ctrl-C during
+the pool's start printed the `KeyboardInterrupt` traceback of the forkserver importing
+the engine, and a SIGTERM while a worker was being forked left a worker the pool did not
+know, which then failed to unpickle its queues (the parent had gone) with a traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -31,14 +43,19 @@ HANDLED = (signal.SIGINT, signal.SIGTERM)
 
 _received: int | None = None
 _raised = False
+_deferring = 0  # depth of `deferred` blocks in the main thread
+_held = False  # a signal arrived in such a block: raised when the outermost one ends
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
-    global _received, _raised
+    global _received, _raised, _held
     if _raised:
         return  # already unwinding from the first one
     if _received is None:
         _received = signum
+    if _deferring:
+        _held = True  # another thread took it (the main thread blocks it): raised later
+        return
     _raised = True
     raise KeyboardInterrupt
 
@@ -77,9 +94,10 @@ def received() -> int | None:
 
 
 def reset() -> None:
-    global _received, _raised
+    global _received, _raised, _held
     _received = None
     _raised = False
+    _held = False
 
 
 def exit_code() -> int:
@@ -92,10 +110,61 @@ def message() -> str:
     return "replay: terminated" if _received == signal.SIGTERM else "replay: interrupted"
 
 
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM for the block: processes started in it begin with both
+    blocked (see the module's notes; `ignore_in_worker` takes them back), and a signal
+    that arrives meanwhile interrupts the caller as the block ends (in the main thread,
+    with the handlers installed), not halfway through starting a process.
+
+    A command that reaches the block after a signal was taken lost that interrupt on its
+    way up (a library that dropped the exception): it is raised again here, before any
+    process starts, rather than leaving the command running, deaf to a second signal."""
+    global _deferring, _held, _raised
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks
+        yield
+        return
+    main = threading.current_thread() is threading.main_thread()
+    if main and _received is not None:
+        _raised = True
+        raise KeyboardInterrupt
+    if main:
+        _deferring += 1  # first: `_handler` then holds what comes from here on
+    old = None
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the mask as it is
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+        yield
+    finally:
+        held = False
+        if main:
+            _deferring -= 1
+            if not _deferring:
+                held, _held = _held, False
+        if old is not None:  # a signal pending for this thread is raised here by `_handler`
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if held and not _raised:
+            _raised = True
+            raise KeyboardInterrupt
+
+
 def ignore_in_worker() -> None:
-    """For worker processes of a pool: leave SIGINT to the parent (a terminal sends it to
-    the whole process group; the parent cancels the pool), so workers print nothing."""
+    """The first thing a worker process of a pool does: leave SIGINT to the parent (a
+    terminal sends it to the whole process group; the parent stops the pool), so workers
+    print nothing, then take back the signals `deferred` blocked (a SIGTERM the parent
+    sent meanwhile to stop the pool ends the worker now, SIGTERM's default action)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
 
 
-__all__ = ["HANDLED", "exit_code", "ignore_in_worker", "install", "message", "received", "reset"]
+__all__ = [
+    "HANDLED",
+    "deferred",
+    "exit_code",
+    "ignore_in_worker",
+    "install",
+    "message",
+    "received",
+    "reset",
+]

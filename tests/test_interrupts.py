@@ -1,21 +1,38 @@
-"""Ctrl-C and SIGTERM (issue 31, "Interrupts"; issue 27): one line, 130 or 143, no
-traceback, nothing half-written.
+"""Ctrl-C and SIGTERM (issue 31, "Interrupts"; issue 27; issue 39, "Interrupts under
+load"): one line, 130 or 143, no traceback, nothing half-written, no process left.
 
 Each command runs as the console script does (`python -m replay`, which installs the
 signal handlers before the heavy imports) in a session of its own; SIGINT goes to the
 whole process group, as a terminal's Ctrl-C does (worker processes included), SIGTERM to
 the main process only, as `kill PID` or a batch scheduler does. The workloads are far too
 large to finish before the signal (hundreds of thousands of batches generated on the
-fly), so every case interrupts real work; the early cases interrupt the imports.
+fly), so the late cases interrupt real work; the early ones interrupt the imports.
+
+Under load (issue 39): every command runs pinned to one core beside a process that burns
+that core (`busy_core`): about half a core, slower than a 2-core machine with both cores
+busy, and the same on any machine. That stretches the imports and the start of worker
+processes, where the signals used to land badly: a Ctrl-C while compare's forkserver
+imported the engine printed the server's traceback, a SIGTERM while a worker was being
+forked left one the pool did not know (a traceback from unpickling its queues once the
+parent had gone), and a SIGTERM while generate built its sampler tables left the partial
+folder without the line naming --resume. So a case signals `delay_s` after an event
+(`after`): the command has installed its handlers, the output's partial folder appears,
+compare's forkserver starts (and imports the engine), its workers are forked (and are
+starting). Before the handlers, the interpreter starts (its `site`, the environment's .pth
+files; 0.1-0.15 s here on half a core) and runs no code of replay: a SIGINT there is
+Python's own (a `KeyboardInterrupt` traceback from `site`, or death by the signal), as
+for any Python program, and is not tested.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,51 +49,122 @@ class Interrupt:
     argv: str  # formatted with {trace}, {run}
     signum: int
     delay_s: float
-    kept: tuple[str, ...] = ()  # what the command keeps on purpose (for --resume)
+    kept: tuple[str, ...] = ()  # what the command may keep on purpose (for --resume)
+    # what `delay_s` counts from: the command's signal "handlers" installed (the first
+    # thing it does), compare's "forkserver" or "workers" (two forked by it), or a path
+    # in the command's folder (its partial output)
+    after: str = "handlers"
+
+
+COMPARE = f"compare {BIG} --systems hbm-lru,dram --workers 2 --out out"
+GENERATE = "generate --preset criteo-kaggle --batches 400000 --workers 2 --out out"
+PARTIAL = ".out.partial"
+EARLY = (0.0, 0.05, 0.2, 0.5, 1.0)  # seconds after the handlers: the imports
+
+
+def _early(name: str, argv: str, kept: tuple[str, ...] = ()) -> list[Interrupt]:
+    return [Interrupt(f"{name}-sigint-{d}s", argv, signal.SIGINT, d, kept=kept) for d in EARLY]
 
 
 CASES = [
-    Interrupt("run-sigint", f"run {BIG} --system hbm-lru --out out", signal.SIGINT, 2.0),
-    Interrupt("run-sigterm", f"run {BIG} --system hbm-lru --out out", signal.SIGTERM, 2.0),
-    Interrupt("run-sigint-early", f"run {BIG} --system hbm-lru --out out", signal.SIGINT, 0.3),
-    Interrupt("mrc-sigint", f"mrc {BIG} --out out", signal.SIGINT, 2.0),
-    Interrupt("mrc-sigterm", f"mrc {BIG} --out out", signal.SIGTERM, 2.0),
     Interrupt(
-        "compare-sigint",
-        f"compare {BIG} --systems hbm-lru,dram --workers 2 --out out",
-        signal.SIGINT,
-        2.5,
+        "run-sigint", f"run {BIG} --system hbm-lru --out out", signal.SIGINT, 1.0, after=PARTIAL
     ),
     Interrupt(
-        "compare-sigterm",
-        f"compare {BIG} --systems hbm-lru,dram --workers 2 --out out",
-        signal.SIGTERM,
-        2.5,
+        "run-sigterm", f"run {BIG} --system hbm-lru --out out", signal.SIGTERM, 1.0, after=PARTIAL
+    ),
+    Interrupt("run-sigint-early", f"run {BIG} --system hbm-lru --out out", signal.SIGINT, 0.2),
+    Interrupt("mrc-sigint", f"mrc {BIG} --out out", signal.SIGINT, 3.0),
+    Interrupt("mrc-sigterm", f"mrc {BIG} --out out", signal.SIGTERM, 3.0),
+    *_early("compare", COMPARE),
+    Interrupt("compare-sigint-forkserver", COMPARE, signal.SIGINT, 0.5, after="forkserver"),
+    Interrupt("compare-sigterm-forkserver", COMPARE, signal.SIGTERM, 0.3, after="forkserver"),
+    Interrupt("compare-sigint-workers", COMPARE, signal.SIGINT, 0.0, after="workers"),
+    Interrupt("compare-sigterm-workers", COMPARE, signal.SIGTERM, 0.0, after="workers"),
+    Interrupt("compare-sigint", COMPARE, signal.SIGINT, 1.0, after="workers"),
+    Interrupt("compare-sigterm", COMPARE, signal.SIGTERM, 1.0, after="workers"),
+    *_early("generate", GENERATE, kept=(PARTIAL,)),
+    Interrupt("generate-sigterm-0.5s", GENERATE, signal.SIGTERM, 0.5, kept=(PARTIAL,)),
+    # the partial folder is there, the sampler tables are being built
+    Interrupt(
+        "generate-sigint-started", GENERATE, signal.SIGINT, 0.0, kept=(PARTIAL,), after=PARTIAL
     ),
     Interrupt(
-        "generate-sigint",
-        "generate --preset criteo-kaggle --batches 400000 --workers 2 --out out",
-        signal.SIGINT,
-        2.0,
-        kept=(".out.partial",),
+        "generate-sigterm-started", GENERATE, signal.SIGTERM, 0.0, kept=(PARTIAL,), after=PARTIAL
     ),
-    Interrupt(
-        "generate-sigterm",
-        "generate --preset criteo-kaggle --batches 400000 --workers 2 --out out",
-        signal.SIGTERM,
-        2.0,
-        kept=(".out.partial",),
-    ),
+    Interrupt("generate-sigint", GENERATE, signal.SIGINT, 1.0, kept=(PARTIAL,), after=PARTIAL),
+    Interrupt("generate-sigterm", GENERATE, signal.SIGTERM, 1.0, kept=(PARTIAL,), after=PARTIAL),
     Interrupt(
         "quickstart-sigint",
         "quickstart --batches 400000 --workers 1 --trace qtrace --out out",
         signal.SIGINT,
-        2.0,
+        0.5,
         kept=(),
+        after=".qtrace.partial",
     ),
-    Interrupt("inspect-sigint-early", "inspect {trace}", signal.SIGINT, 0.2),
-    Interrupt("report-sigint", "report {run} --out out", signal.SIGINT, 0.8),
+    Interrupt("inspect-sigint-early", "inspect {trace}", signal.SIGINT, 0.1),
+    Interrupt("report-sigint", "report {run} --out out", signal.SIGINT, 0.7),
 ]
+
+
+@pytest.fixture(scope="module")
+def busy_core() -> Iterator[Callable[[], None] | None]:
+    """Pins what it is given to one core that a burner keeps busy for the module's
+    duration (where affinity cannot be set: a burner on every core, nothing pinned)."""
+    if hasattr(os, "sched_setaffinity"):
+        core = max(os.sched_getaffinity(0))
+
+        def pin() -> None:
+            os.sched_setaffinity(0, {core})
+
+        burners = [_burner(pin)]
+        yield pin
+    else:  # pragma: no cover (macOS)
+        burners = [_burner(None) for _ in range(os.cpu_count() or 1)]
+        yield None
+    for burner in burners:
+        burner.kill()
+        burner.wait()
+
+
+def _burner(pin: Callable[[], None] | None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pin)
+
+
+def _group(pgid: int) -> list[tuple[int, int, str]]:
+    """(pid, parent's pid, command line) of the live processes of a process group."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, ppid, pgrp = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[:3]
+            if int(pgrp) != pgid or state in "ZX":
+                continue
+            cmdline = Path(entry.path, "cmdline").read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+        found.append(
+            (int(entry.name), int(ppid), cmdline.replace(b"\0", b" ").decode("utf-8", "replace"))
+        )
+    return found
+
+
+def _reached(after: str, pid: int, cwd: Path) -> bool:
+    if after == "handlers":  # Python catches SIGINT from its start, SIGTERM from ours
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except FileNotFoundError:  # ended (the caller says so)
+            return True
+        caught = int(status.split("SigCgt:")[1].split()[0], 16)
+        return bool(caught & 1 << (signal.SIGTERM - 1))
+    if after in ("forkserver", "workers"):
+        group = _group(pid)
+        servers = {p for p, ppid, cmd in group if ppid == pid and "forkserver" in cmd}
+        if after == "forkserver":
+            return bool(servers)
+        return sum(ppid in servers for _, ppid, _ in group) >= 2
+    return (cwd / after).exists()
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +178,14 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
-def test_interrupt(c: Interrupt, inputs: dict[str, Path], tmp_path: Path) -> None:
+def test_interrupt(
+    c: Interrupt,
+    inputs: dict[str, Path],
+    busy_core: Callable[[], None] | None,
+    tmp_path: Path,
+) -> None:
+    if not Path("/proc/self/status").exists():
+        pytest.skip("the events are read from /proc")
     argv = c.argv.format(**{k: str(v) for k, v in inputs.items()}).split()
     proc = subprocess.Popen(
         [sys.executable, "-m", "replay", *argv],
@@ -99,7 +194,15 @@ def test_interrupt(c: Interrupt, inputs: dict[str, Path], tmp_path: Path) -> Non
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=busy_core,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # stacks on SIGABRT (a hang)
     )
+    waited = time.monotonic() + 60
+    while not _reached(c.after, proc.pid, tmp_path) and proc.poll() is None:
+        if time.monotonic() > waited:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError(f"replay {c.argv}: no {c.after} after 60 s")
+        time.sleep(0.01)
     time.sleep(c.delay_s)
     assert proc.poll() is None, f"finished before the signal: {proc.stderr.read()!r}"
     if c.signum == signal.SIGINT:
@@ -109,8 +212,24 @@ def test_interrupt(c: Interrupt, inputs: dict[str, Path], tmp_path: Path) -> Non
     try:
         _, stderr = proc.communicate(timeout=90)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError(f"replay {c.argv}: still running 90 s after the signal") from None
+        # was the signal lost (a second one ends the command) or taken and its interrupt
+        # dropped (the second is ignored)? Then where each process is: faulthandler's stacks
+        proc.send_signal(c.signum)
+        try:
+            proc.communicate(timeout=10)
+            second = f"a second signal ended it (exit {proc.returncode})"
+        except subprocess.TimeoutExpired:
+            second = "a second signal did not end it"
+            for pid, _, _ in _group(proc.pid):
+                os.kill(pid, signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.communicate(timeout=10)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()
+        raise AssertionError(
+            f"replay {c.argv}: still running 90 s after the signal; {second}; stderr:\n{stderr}"
+        ) from None
     shown = f"replay {' '.join(argv)}\nexit {proc.returncode}\nstderr: {stderr!r}"
     assert proc.returncode == 128 + c.signum, shown
     assert "Traceback" not in stderr, shown
@@ -119,5 +238,14 @@ def test_interrupt(c: Interrupt, inputs: dict[str, Path], tmp_path: Path) -> Non
     assert stderr.startswith(f"replay: {word}"), shown
     left = sorted(p.name for p in tmp_path.iterdir())
     assert set(left) <= set(c.kept), f"left behind: {left}\n{shown}"
-    if ".out.partial" in c.kept:  # generate: kept for --resume, and the line says so
-        assert left == [".out.partial"] and "--resume" in stderr, shown
+    # generate keeps what it began for --resume, and the line says so; nothing else does
+    assert ("--resume" in stderr) == bool(left), f"left {left}\n{shown}"
+    if c.after in c.kept:  # interrupted once the partial folder was there: it stays
+        assert left == [c.after], shown
+    # the forkserver, the resource tracker and the workers end with the command
+    waited = time.monotonic() + 10
+    while (alive := _group(proc.pid)) and time.monotonic() < waited:
+        time.sleep(0.05)
+    if alive:
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert not alive, f"still running after the command ended: {alive}\n{shown}"

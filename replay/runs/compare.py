@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +38,7 @@ from replay._memory import (
     row_space,
     run_estimate,
 )
+from replay._signals import deferred, ignore_in_worker
 from replay.engine.replay import RunResult, replay_trace, workload_shape
 from replay.engine.systems import resolve_system_with_origin, system_from_dict
 from replay.errors import ConfigError
@@ -455,11 +457,10 @@ def sweep_document(
 
 def _start_worker(cwd: str) -> None:
     from replay._malloc import retain_freed_memory
-    from replay._signals import ignore_in_worker
 
+    ignore_in_worker()  # Ctrl-C reaches the whole group: the parent stops the pool
     os.chdir(cwd)  # the caller's: relative paths mean the same in every worker
     retain_freed_memory()
-    ignore_in_worker()  # Ctrl-C reaches the whole group: the parent stops the pool
 
 
 def _run_one(ref: SourceRef, system: SystemSpec, threads: int | None = None) -> RunResult:
@@ -502,13 +503,28 @@ def iter_runs(
         return
     # each process generates an on-the-fly workload with its share of the cores
     threads = max(1, _cores() // workers)
-    pool = ProcessPoolExecutor(
-        workers, mp_context=_pool_context(), initializer=_start_worker, initargs=(os.getcwd(),)
-    )
+    pool: ProcessPoolExecutor | None = None
+    # CPython starts its resource tracker at the pool's first semaphore and then unblocks
+    # SIGINT and SIGTERM in the starting thread (it restores no mask), which would undo
+    # `deferred`: start it first (later calls find it running and do nothing)
+    if os.name == "posix":
+        resource_tracker.ensure_running()
     try:
-        pending: dict[Future[RunResult], int] = {
-            pool.submit(_run_one, ref, job.system, threads): index for index, job in enumerate(jobs)
-        }
+        # The forkserver and every worker start in the first `workers` submits (the first
+        # waits for the server to import the engine, a second or more on a busy machine).
+        # An interrupt meanwhile is held until they are all known to the pool, so that
+        # stopping it stops them all, and none of them sees it (`replay._signals`).
+        with deferred():
+            pool = ProcessPoolExecutor(
+                workers,
+                mp_context=_pool_context(),
+                initializer=_start_worker,
+                initargs=(os.getcwd(),),
+            )
+            pending: dict[Future[RunResult], int] = {
+                pool.submit(_run_one, ref, job.system, threads): index
+                for index, job in enumerate(jobs)
+            }
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in sorted(done, key=pending.__getitem__):
@@ -517,9 +533,10 @@ def iter_runs(
     except BaseException:
         # a run in flight cannot be cancelled: stop the workers, or an error or a SIGTERM
         # would wait for the longest run (minutes) before the command could end
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            process.terminate()
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
 

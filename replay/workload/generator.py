@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from replay import _arrow
+from replay._output import partial_path
 from replay._version import __version__
 from replay.errors import ConfigError, Interrupted, opt
 from replay.trace.format import (
@@ -214,9 +215,6 @@ def generate(
 
         if open_trace(out).workload == spec.to_dict():
             return out  # already complete: resuming is a no-op
-    writer = TraceFolderWriter(out, plan, force=force, resume=resume)
-    compiled = CompiledWorkload.from_spec(spec)
-    schemas = {LOOKUPS_DIR: compiled.lookups_schema, UPDATES_DIR: compiled.updates_schema}
     lock = threading.Lock()
 
     def report(n: int) -> None:
@@ -224,37 +222,57 @@ def generate(
             with lock:
                 progress(n)
 
+    # An interrupt from the moment the partial folder may exist (while it is created,
+    # while the sampler tables are built, seconds for large tables) to the rename keeps
+    # the folder for --resume and says so: `_interrupted`.
+    writer: TraceFolderWriter | None = None
     try:
+        writer = TraceFolderWriter(out, plan, force=force, resume=resume)
+        compiled = CompiledWorkload.from_spec(spec)
+        schemas = {LOOKUPS_DIR: compiled.lookups_schema, UPDATES_DIR: compiled.updates_schema}
         if client is not None:
             results = _write_files_on_cluster(client, writer, spec, tasks, schemas, report)
         else:
             results = _write_files_here(writer, compiled, spec, tasks, schemas, workers, report)
+        files: dict[str, list[dict[str, Any]]] = {kind: [] for kind in schemas}
+        for task, entries in zip(tasks, results, strict=True):
+            for kind, entry in entries.items():
+                files[kind].append(
+                    {**entry, "batch_start": task.batch_start, "batch_stop": task.batch_stop}
+                )
+        manifest = build_manifest(
+            created_by="generate",
+            workload=spec.to_dict(),
+            tables=[{"name": t.name, "rows": t.rows} for t in spec.tables],
+            batches=spec.batches,
+            batch_size=spec.batch_size,
+            row_dtype=compiled.row_dtype,
+            layout=layout,
+            files=files,
+        )
     except KeyboardInterrupt:
-        # the finished parts stay for --resume; every reader refuses the partial folder
-        raise Interrupted(
-            f"{out}: the finished files are kept in {writer.partial.name}; finish it with "
-            "the same command and --resume"
-        ) from None
+        raise _interrupted(out) from None
     except BaseException:
-        writer.abort()
+        if writer is not None:
+            writer.abort()
         raise
-    files: dict[str, list[dict[str, Any]]] = {kind: [] for kind in schemas}
-    for task, entries in zip(tasks, results, strict=True):
-        for kind, entry in entries.items():
-            files[kind].append(
-                {**entry, "batch_start": task.batch_start, "batch_stop": task.batch_stop}
-            )
-    manifest = build_manifest(
-        created_by="generate",
-        workload=spec.to_dict(),
-        tables=[{"name": t.name, "rows": t.rows} for t in spec.tables],
-        batches=spec.batches,
-        batch_size=spec.batch_size,
-        row_dtype=compiled.row_dtype,
-        layout=layout,
-        files=files,
+    try:
+        return writer.finish(manifest)
+    except KeyboardInterrupt:
+        raise _interrupted(out) from None
+
+
+def _interrupted(out: Path) -> BaseException:
+    """What an interrupt of `generate` raises: with the partial folder there, the finished
+    parts stay for --resume (every reader refuses a partial folder) and the line says so;
+    before it exists nothing is left, and the interrupt is a plain one."""
+    partial = partial_path(out)
+    if not partial.exists():
+        return KeyboardInterrupt()
+    return Interrupted(
+        f"{out}: the finished files are kept in {partial.name}; finish it with "
+        "the same command and --resume"
     )
-    return writer.finish(manifest)
 
 
 def _write_files_here(
