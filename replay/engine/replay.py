@@ -156,7 +156,7 @@ def replay_trace(
     inspector = trace_inspector(trace) if inspect and isinstance(trace, Trace) else None
     # the policy may take each batch's update rows as its distinct lookups (where the
     # source declares so) when nothing else needs their keys: a trace's update files are
-    # then not decoded, and the LRU searches no update key
+    # then only range-checked, and the LRU searches no update key
     from_lookups = (
         type(policy).updates_from_lookups and not strategy.needs_updates and raw_state is None
     )

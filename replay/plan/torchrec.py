@@ -74,6 +74,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from replay._json import parse_json
 from replay.errors import ConfigError, InputError
 from replay.workload.spec import WorkloadSpec
 
@@ -85,8 +86,12 @@ VERSION = 1
 FILE_NAME = "torchrec.json"
 DEFAULT_BINS = 100
 MAX_BINS = 1_000_000
+MAX_HEIGHT = 2**63 - 1  # a table's rows: an int64 (the trace format's limit)
 ALGORITHMS = ("lru", "lfu")  # FBGEMM's CacheAlgorithm members TorchRec takes
 SPAN_BATCHES = 200  # full batches behind expected_lookups at R < 1 (the plan's steady span)
+# ... cut to about this many lookups (at least one batch): their distinct rows are a map of
+# 16 B slots, so 200 production batches (5.2 G lookups) held 7 GB and more (issue 39)
+SPAN_MAX_LOOKUPS = 1 << 25
 FEW_SAMPLED_ROWS = 100  # a sampled table with fewer rows than this is named in the file
 _TABLE_KEYS = (
     "height", "bins", "mrc_hist_counts", "expected_lookups", "cacheability",
@@ -113,6 +118,13 @@ def torchrec_cacheability(hist: np.ndarray | list[float], height: int) -> float:
     edges = np.arange(len(h) + 1, dtype=np.float64) * (float(height) / len(h))
     p = np.minimum(1.0, (edges + 1.0) / float(height))  # p_n = 1: (H + 1) / H > 1
     return float(p[0] + np.sum(np.diff(p) * ys))
+
+
+def span_batches(spec: WorkloadSpec, batches: int) -> int:
+    """Full batches read for the distinct rows per batch at R < 1: `SPAN_BATCHES`, fewer
+    where they hold more than `SPAN_MAX_LOOKUPS` lookups, at least one."""
+    fit = SPAN_MAX_LOOKUPS // max(int(spec.lookups_per_batch), 1)
+    return max(1, min(batches, SPAN_BATCHES, fit))
 
 
 def _distinct_per_batch(src: Any, rate: float) -> np.ndarray:
@@ -199,7 +211,7 @@ def torchrec_stats(
     if rate < 1.0 and isinstance(spec, WorkloadSpec):  # i.i.d. batches: see the docstring
         from replay.workload.onthefly import GeneratedTrace
 
-        span = min(int(src.num_batches), SPAN_BATCHES)
+        span = span_batches(spec, int(src.num_batches))
         full = GeneratedTrace(spec.with_overrides(batches=max(span, 1)), threads=threads)
         distinct = _distinct_per_batch(full, 1.0)
         lookups_from = f"the first {span} batches of the full stream"
@@ -282,11 +294,12 @@ def read_torchrec_stats(path: str | Path) -> dict[str, Any]:
     if p.is_dir():
         p = p / FILE_NAME
     try:
-        document = json.loads(p.read_text())
+        text = p.read_bytes()
     except FileNotFoundError:
         raise _bad(p, "no such file") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
         raise _bad(p, f"unreadable ({' '.join(str(exc).split())})") from None
+    document = parse_json(text, p, InputError)
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise _bad(p, f"not a {FORMAT} document")
     if document.get("version") != VERSION:
@@ -300,24 +313,57 @@ def read_torchrec_stats(path: str | Path) -> dict[str, Any]:
             raise _bad(p, f"table {name!r} lacks {', '.join(missing)}")
         hist = table["mrc_hist_counts"]
         height, bins = table["height"], table["bins"]
-        if not (isinstance(height, int) and height >= 1 and isinstance(bins, int) and bins >= 1):
-            raise _bad(p, f"table {name!r}: height and bins must be whole numbers >= 1")
+        # TorchRec takes the height as an int64 tensor's bound; bools are ints to Python
+        if not (_whole(height, MAX_HEIGHT) and _whole(bins, MAX_BINS)):
+            raise _bad(
+                p,
+                f"table {name!r}: height {_shown(height)} and bins {_shown(bins)} must be whole "
+                f"numbers, height 1 to 2^63 - 1 and bins 1 to {MAX_BINS:,}",
+            )
         if not isinstance(hist, list) or len(hist) != bins:
             raise _bad(p, f"table {name!r}: mrc_hist_counts must hold {bins} counts")
-        try:
-            counts = np.asarray(hist, dtype=np.float64)
-        except (TypeError, ValueError):
-            counts = np.array([np.nan])
-        if not np.all(np.isfinite(counts)) or (counts < 0).any():
-            raise _bad(p, f"table {name!r}: mrc_hist_counts must be finite counts >= 0")
+        # each count a plain number: numpy would read "3", true or [1, 2] as counts too
+        counts = None
+        if {type(c) for c in hist} <= {int, float}:
+            try:
+                counts = np.asarray(hist, dtype=np.float64)
+            except OverflowError:  # an integer past float's range
+                counts = None
+        if counts is None or not np.isfinite(counts).all() or (counts < 0).any():
+            bad = next(c for c in hist if not (_number(c) and c >= 0))
+            raise _bad(
+                p,
+                f"table {name!r}: mrc_hist_counts holds {_shown(bad)}; each count must be a "
+                "finite number >= 0",
+            )
         lf = table["load_factor"]
-        if lf is not None and not (isinstance(lf, int | float) and 0 <= lf <= 1):
-            raise _bad(p, f"table {name!r}: load_factor {lf!r} must be in [0, 1] or null")
+        if lf is not None and not (_number(lf) and 0 <= lf <= 1):
+            raise _bad(p, f"table {name!r}: load_factor {_shown(lf)} must be in [0, 1] or null")
         for key in ("expected_lookups", "cacheability", "cold_miss_ratio"):
             value = table[key]
-            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-                raise _bad(p, f"table {name!r}: {key} {value!r} must be a number >= 0")
+            if not (_number(value) and value >= 0):
+                raise _bad(p, f"table {name!r}: {key} {_shown(value)} must be a number >= 0")
     return document
+
+
+def _number(value: Any) -> bool:
+    """A finite JSON number: not a bool, and within float's range (JSON integers are not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return False
+
+
+def _whole(value: Any, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high
+
+
+def _shown(value: Any) -> str:
+    """A field's value as a message quotes it, cut short (a 4,000-digit integer parses)."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def parameter_constraints(

@@ -22,7 +22,6 @@ naming the folder and the file.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from typing import Any
 
 import polars as pl
 
+from replay._json import parse_json
 from replay.errors import ReplayError
 
 RUN_FILES = ("config.json", "summary.json", "meta.json", "batches.parquet")
@@ -143,11 +143,12 @@ class Results:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        value = json.loads(path.read_text())
+        text = path.read_bytes()
     except FileNotFoundError:
         raise ReportError(f"{path}: missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except OSError as exc:
         raise ReportError(f"{path}: not readable JSON ({exc})") from None
+    value = parse_json(text, path, ReportError, bad="not readable JSON")
     if not isinstance(value, dict):
         raise ReportError(f"{path}: expected a JSON object")
     return value
@@ -311,8 +312,8 @@ def _check_totals(
             continue  # a system with no cache has no hit ratio
         check.close(key, check.total(batches, source, name) / lookups if lookups else 0.0)
     unit_rows = check.value("policy.unit_rows")
-    if type(unit_rows) is not int or unit_rows < 1:
-        raise ReportError(f"{check.where}: policy.unit_rows must be a positive integer")
+    if type(unit_rows) is not int or not 1 <= unit_rows < 2**63:  # an int64 in the engine
+        raise ReportError(f"{check.where}: policy.unit_rows must be a positive integer below 2^63")
     needed = check.total(batches, source, "needed_rows")
     fills = check.total(batches, source, "fills")
     check.close("policy.amplification", fills * unit_rows / needed if needed else 1.0)
@@ -391,10 +392,8 @@ class _Totals:
 
     def close(self, key: str, want: float) -> None:
         found = self.value(key)
-        if (
-            isinstance(found, bool)
-            or not isinstance(found, int | float)
-            or not math.isclose(found, want, rel_tol=_FLOAT_TOLERANCE, abs_tol=0.0)
+        if not _number(found) or not math.isclose(
+            found, want, rel_tol=_FLOAT_TOLERANCE, abs_tol=0.0
         ):
             raise self._mismatch(key, found, want, "batches.parquet")
 
@@ -441,7 +440,12 @@ def load_mrc(path: Path) -> MrcData:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer past float's range (JSON allows 4,300 digits)
+        return False
 
 
 def _fraction_or_none(value: Any) -> bool:
@@ -500,6 +504,14 @@ def check_plan(where: Path, doc: dict[str, Any]) -> None:
             raise fail(f"mrc.{key}", "is missing or not a list of numbers")
     if not len(mrc["rows"]) == len(mrc["bytes"]) == len(mrc["miss_ratio"]):
         raise fail("mrc", "has lists of different lengths")
+    bound = mrc.get("error_bound")
+    if bound is not None and not (_number(bound) and bound >= 0):
+        raise fail("mrc.error_bound", "is not a number ≥ 0")
+    analytic = mrc.get("analytic_miss_ratio")
+    if analytic is not None and (
+        not isinstance(analytic, list) or not all(_number(v) for v in analytic)
+    ):
+        raise fail("mrc.analytic_miss_ratio", "is not a list of numbers")
     checkpoint = obj(doc, "checkpoint")
     num(checkpoint, "cluster_mtbf_s")
     strategies = checkpoint.get("strategies")

@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from replay._json import parse_json
+from replay._memory import MAX_ROW_SPACE, format_count
 from replay.errors import TraceError
 
 FORMAT_VERSION = 1
@@ -44,6 +46,12 @@ KINDS = (LOOKUPS_DIR, UPDATES_DIR)
 UINT32_ROWS = 2**32
 MAX_TABLE_ROWS = 2**63 - 1  # table sizes are int64 (the workload spec's limit)
 MAX_BATCHES = 2**32  # batch ids are uint32
+MAX_TABLES = 1 << 16  # table ids are uint16
+# The workload spec's limits (`replay.workload.spec`), which the generator and the Criteo
+# ingest keep: a manifest beyond them was not written by replay, and the engine's
+# per-batch figures (pooled bytes, compute time) would scale by a batch nobody looked up.
+MAX_BATCH_SIZE = 1 << 26
+MAX_EMBEDDING_DIM = 1 << 16
 
 PARQUET_WRITE_OPTIONS: dict[str, Any] = {
     "compression": "lz4",  # LZ4_RAW in the files; see the module docstring
@@ -131,6 +139,54 @@ def _require(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where
     return value
 
 
+def _check_size(obj: dict[str, Any], key: str, name: str, high: int, why: str, where: Path) -> None:
+    """`obj[key]`, when present, a whole number in [1, high] (not null, a bool, a string or
+    a float: the commands read it as `int(...)`)."""
+    if key not in obj:
+        return
+    value = obj[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TraceError(
+            f"{where}: {name} is {_short(value)}; it must be a whole number from 1 to {high:,}"
+        )
+    if not 1 <= value <= high:
+        shown = format_count(value) if abs(value) < 10**300 else _short(value)  # float's range
+        raise TraceError(f"{where}: {name} is {shown}; {why}")
+
+
+def _short(value: Any) -> str:
+    """A manifest value as a message quotes it: JSON, cut to a few dozen characters."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_shape(manifest: dict[str, Any], where: Path) -> None:
+    """The batch size and the workload's fields that the commands read from a manifest:
+    each is checked here, so that every command refuses a bad one in one line instead of
+    failing (or computing nonsense) wherever it is first used."""
+    batch_why = f"a batch holds 1 to {MAX_BATCH_SIZE:,} samples (2^26, the workload spec's limit)"
+    _check_size(manifest, "batch_size", "batch_size", MAX_BATCH_SIZE, batch_why, where)
+    if "workload" not in manifest:
+        return
+    workload = manifest["workload"]
+    if not isinstance(workload, dict):
+        raise TraceError(f"{where}: workload is {_short(workload)}, not an object")
+    _check_size(workload, "batch_size", "workload.batch_size", MAX_BATCH_SIZE, batch_why, where)
+    _check_size(
+        workload, "embedding_dim", "workload.embedding_dim", MAX_EMBEDDING_DIM,
+        f"an embedding holds 1 to {MAX_EMBEDDING_DIM:,} values (the workload spec's limit)",
+        where,
+    )  # fmt: skip
+    for key, kind, what in (("update", dict, "an object"), ("tables", list, "a list")):
+        if key in workload and not isinstance(workload[key], kind):
+            raise TraceError(f"{where}: workload.{key} is {_short(workload[key])}, not {what}")
+    for i, table in enumerate(workload.get("tables", [])):
+        if not isinstance(table, dict) or not isinstance(table.get("name", ""), str):
+            raise TraceError(
+                f"{where}: workload.tables[{i}] is {_short(table)}, not an object with a name"
+            )
+
+
 def load_manifest(root: Path) -> dict[str, Any]:
     """Read and check `manifest.json`; raise TraceError with a clear reason otherwise."""
     where = root / MANIFEST_NAME
@@ -152,14 +208,7 @@ def load_manifest(root: Path) -> dict[str, Any]:
         raise TraceError(f"{where}: not valid JSON ({exc})") from None
     except OSError as exc:
         raise TraceError(f"{where}: cannot read ({exc.strerror})") from None
-    try:
-        manifest = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{where}: not valid JSON ({exc})") from None
-    except ValueError:  # an integer of more than 4300 digits
-        raise TraceError(f"{where}: not valid JSON (a number is too long)") from None
-    except RecursionError:
-        raise TraceError(f"{where}: not valid JSON (nested too deeply)") from None
+    manifest = parse_json(text, where, TraceError)
     if not isinstance(manifest, dict):
         raise TraceError(f"{where}: not a JSON object")
     version = _require(manifest, "format_version", int, where)
@@ -171,6 +220,11 @@ def load_manifest(root: Path) -> dict[str, Any]:
     tables = _require(manifest, "tables", list, where)
     if not tables:
         raise TraceError(f"{where}: manifest lists no tables")
+    if len(tables) > MAX_TABLES:
+        raise TraceError(
+            f"{where}: {len(tables):,} tables; a trace holds at most {MAX_TABLES:,} "
+            "(table ids are uint16)"
+        )
     for i, table in enumerate(tables):
         if not isinstance(table, dict):
             raise TraceError(f"{where}: tables[{i}] is not an object")
@@ -178,6 +232,14 @@ def load_manifest(root: Path) -> dict[str, Any]:
         rows = _require(table, "rows", int, where)
         if not 1 <= rows <= MAX_TABLE_ROWS:
             raise TraceError(f"{where}: tables[{i}].rows must be between 1 and 2^63 - 1")
+    # every command numbers a row by its table's offset + the row, one int64 key
+    total_rows = sum(table["rows"] for table in tables)
+    if total_rows > MAX_ROW_SPACE:
+        raise TraceError(
+            f"{where}: the {len(tables)} tables hold {format_count(total_rows)} rows in all, "
+            "above the 2^63 - 1 rows that the replay's int64 row keys can number"
+        )
+    _check_shape(manifest, where)
     batches = _require(manifest, "batches", int, where)
     if not 0 <= batches <= MAX_BATCHES:
         raise TraceError(f"{where}: batches must be between 0 and 2^32 (batch ids are uint32)")
