@@ -149,13 +149,19 @@ def make_plan(
     """The plan as the JSON document `plan.json` holds (see the README; its `torchrec`
     part is written as `torchrec.json`), and the curves its goodput figure draws (goodput
     against interval, per strategy)."""
+    from replay._malloc import trim_freed_memory
     from replay.analysis.horizon import horizon_mrc, per_table_mrc, touched_curve
     from replay.engine.systems import resolve_system
     from replay.plan.cache import curve_sizes, hit_at, rows_for_hit, split_budget
     from replay.plan.checkpoint import plan_checkpoints
     from replay.plan.systems import steady_state
 
-    say = progress or (lambda _: None)
+    told = progress or (lambda _: None)
+
+    def say(stage: str) -> None:
+        trim_freed_memory()  # the last stage's freed batches, kept by the heap for reuse
+        told(stage)
+
     notes = list(request.notes)
     if not request.systems:
         raise ConfigError("give at least one --system")
