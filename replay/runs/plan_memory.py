@@ -125,11 +125,13 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
     """The plan's peak memory by part. `source`: the request's spec, or its trace opened
     (`replay.trace.reader.open_trace`); `systems`: the resolved system specs."""
     from replay.analysis.horizon import DENSE_MAX_ROWS
+    from replay.plan.cache import curve_sizes
     from replay.runs.compare import run_state
     from replay.workload.onthefly import AHEAD, GeneratedTrace
 
     rows, per_batch, batches = _shape(source)
     total = row_space(rows)
+    curve_sizes(total)  # the curves' own limit on the rows, said in rows before any figure
     lookups = per_batch * batches
     threads = _cores()
     if isinstance(source, WorkloadSpec):
