@@ -26,15 +26,23 @@ started is known to its pool, which can then stop them all. Without it a Ctrl-C 
 the pool's start printed the `KeyboardInterrupt` traceback of the forkserver importing
 the engine, and a SIGTERM while a worker was being forked left a worker the pool did not
 know, which then failed to unpickle its queues (the parent had gone) with a traceback.
+
+An interrupt that never ends the command (`_redeliver`): code that catches every
+exception, or a C extension that clears it, can drop the `KeyboardInterrupt` on its way
+up; the command then ran on, deaf to further signals. From the first interrupt on, a
+thread of its own sends the signal again while the main thread handles no exception and
+the interrupt is not yet reported (`message`).
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
@@ -45,19 +53,47 @@ _received: int | None = None
 _raised = False
 _deferring = 0  # depth of `deferred` blocks in the main thread
 _held = False  # a signal arrived in such a block: raised when the outermost one ends
+_reported = False  # the interrupt's line is being printed: the command is ending
+_watching = False  # `_redeliver` runs
+REDELIVER_S = 1.0
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
-    global _received, _raised, _held
-    if _raised:
+    global _received, _held
+    if _raised or _reported:
         return  # already unwinding from the first one
     if _received is None:
         _received = signum
     if _deferring:
         _held = True  # another thread took it (the main thread blocks it): raised later
         return
+    raise _interrupt()
+
+
+def _interrupt() -> KeyboardInterrupt:
+    """The interrupt to raise in the main thread, and from the first one on a watch
+    that it is not dropped."""
+    global _raised, _watching
     _raised = True
-    raise KeyboardInterrupt
+    if not _watching and hasattr(sys, "_current_exceptions"):
+        _watching = True
+        # `_thread`, not `threading`: the main thread may hold threading's locks here
+        _thread.start_new_thread(_redeliver, (threading.get_ident(),))
+    return KeyboardInterrupt()
+
+
+def _redeliver(main: int) -> None:
+    """Send the signal again, once a second, while the main thread handles no exception
+    (it is neither unwinding from the interrupt nor cleaning up after it) and the
+    interrupt is not reported: its `KeyboardInterrupt` was dropped on the way up."""
+    global _raised
+    while not _reported:
+        time.sleep(REDELIVER_S)
+        current = sys._current_exceptions().get(main)
+        handling = current[0] if isinstance(current, tuple) else current  # 3.11: a tuple
+        if handling is None and _raised and not _reported and _received is not None:
+            _raised = False
+            os.kill(os.getpid(), _received)
 
 
 def _unraisable(hook: Any) -> Callable[[Any], None]:
@@ -94,10 +130,11 @@ def received() -> int | None:
 
 
 def reset() -> None:
-    global _received, _raised, _held
+    global _received, _raised, _held, _reported
     _received = None
     _raised = False
     _held = False
+    _reported = False
 
 
 def exit_code() -> int:
@@ -107,6 +144,10 @@ def exit_code() -> int:
 
 
 def message() -> str:
+    """The interrupt's line; once asked for, the interrupt counts as reported (the
+    command ends), and further signals are ignored."""
+    global _reported
+    _reported = True
     return "replay: terminated" if _received == signal.SIGTERM else "replay: interrupted"
 
 
@@ -120,14 +161,13 @@ def deferred() -> Iterator[None]:
     A command that reaches the block after a signal was taken lost that interrupt on its
     way up (a library that dropped the exception): it is raised again here, before any
     process starts, rather than leaving the command running, deaf to a second signal."""
-    global _deferring, _held, _raised
+    global _deferring, _held
     if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks
         yield
         return
     main = threading.current_thread() is threading.main_thread()
     if main and _received is not None:
-        _raised = True
-        raise KeyboardInterrupt
+        raise _interrupt()
     if main:
         _deferring += 1  # first: `_handler` then holds what comes from here on
     old = None
@@ -144,8 +184,7 @@ def deferred() -> Iterator[None]:
         if old is not None:  # a signal pending for this thread is raised here by `_handler`
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
         if held and not _raised:
-            _raised = True
-            raise KeyboardInterrupt
+            raise _interrupt()
 
 
 def ignore_in_worker() -> None:

@@ -31,6 +31,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -249,3 +250,108 @@ def test_interrupt(
     if alive:
         os.killpg(proc.pid, signal.SIGKILL)
     assert not alive, f"still running after the command ended: {alive}\n{shown}"
+
+
+# -- the mechanisms, each in a process of its own (they install signal handlers) -------
+
+
+def _python(code: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_dropped_interrupt_is_raised_again() -> None:
+    """Code that swallows the KeyboardInterrupt does not leave the command running deaf
+    to the signal: it is sent again (`_signals._redeliver`) and ends the command."""
+    done = _python("""
+        import os, signal, sys, time
+        from replay import _signals
+        _signals.install()
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except BaseException:
+            pass  # a library that drops it
+        started = time.monotonic()
+        try:
+            time.sleep(20)  # the command running on
+        except KeyboardInterrupt:
+            print(f"raised again after {time.monotonic() - started:.1f} s")
+            print(_signals.message())
+    """)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("raised again after") and float(lines[0].split()[3]) < 5
+    assert lines[1] == "replay: terminated"
+
+
+def test_deferred_holds_signals_from_its_processes() -> None:
+    """A signal in a `deferred` block is raised as it ends; a process started in it
+    begins with SIGINT and SIGTERM blocked, until `ignore_in_worker`; a block reached
+    after a dropped interrupt raises it again at once."""
+    done = _python("""
+        import os, signal, subprocess, sys, time
+        from replay import _signals
+        _signals.install()
+        child = '''
+        import signal, sys
+        from replay._signals import ignore_in_worker
+        def state():
+            status = open("/proc/self/status").read()
+            blocked, ignored = (
+                int(status.split(k)[1].split()[0], 16) for k in ("SigBlk:", "SigIgn:")
+            )
+            return [bool(m & 1 << (s - 1)) for m in (blocked, ignored) for s in (2, 15)]
+        before = state()
+        ignore_in_worker()
+        print(before, state())
+        '''
+        try:
+            with _signals.deferred():
+                out = subprocess.run([sys.executable, "-c", child], capture_output=True,
+                                     text=True, check=True).stdout
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)
+                print("held", flush=True)
+        except KeyboardInterrupt:
+            print("raised at the end")
+        print(out.strip())
+        # a thread that does not block the signal takes it: `_handler` holds it
+        import threading
+        helper = threading.Thread(target=time.sleep, args=(1,))
+        helper.start()
+        _signals.reset()
+        try:
+            with _signals.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)
+                print("held", flush=True)
+        except KeyboardInterrupt:
+            print("raised at the end:", _signals.message())
+        _signals.reset()
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # taken, and dropped, before the block
+            time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+        try:
+            with _signals.deferred():
+                print("entered")
+        except KeyboardInterrupt:
+            print("raised at the start")
+        _signals.message()  # reported: not sent again
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "held",
+        "raised at the end",
+        # blocked SIGINT, SIGTERM; ignored SIGINT, SIGTERM: before, then after
+        "[True, True, False, False] [False, False, True, False]",
+        "held",
+        "raised at the end: replay: terminated",
+        "raised at the start",
+    ], done.stdout
