@@ -247,3 +247,22 @@ def test_sampled_row_groups_are_capped_by_counts_and_change_no_lookup(
     assert narrow.layout["batches_per_row_group"] == 7 < wide.layout["batches_per_row_group"]
     for a, b in zip(columns(wide), columns(narrow), strict=True):
         assert np.array_equal(a, b)
+
+
+def test_a_budget_below_the_resolution_is_answered_from_the_head(tmp_path: Path) -> None:
+    """At R = 2^-20 the sample resolves 16 M rows, beyond the exact head's 2^20: the
+    total curve starts at the head (its sizes above come from the sample anchored there)
+    instead of at the resolution, where a 256 MiB budget (4 M rows) read as a hit of 0.
+    The answer agrees with the exact plan within the curve's stated bound."""
+    common = [
+        "plan", "--workload", "criteo-kaggle", "--batches", "2000", "--system", "hbm-lru",
+        "--cache-budget", "256MiB", "--cluster-mtbf", "6h", "--draws", "20",
+    ]  # fmt: skip
+    assert main([*common, "--sample-rate", str(2.0**-20), "--out", str(tmp_path / "s")]) == 0
+    assert main([*common, "--out", str(tmp_path / "e")]) == 0
+    sampled = json.loads((tmp_path / "s" / "plan.json").read_text())
+    exact = json.loads((tmp_path / "e" / "plan.json").read_text())
+    assert sampled["mrc"]["rows"][0] == HEAD_MAX_RESOLVED_ROWS
+    hit, truth = sampled["cache"]["hit_at_budget"]["lru"], exact["cache"]["hit_at_budget"]["lru"]
+    assert abs(hit - truth) <= sampled["mrc"]["error_bound"], (hit, truth)
+    assert hit > 0.5

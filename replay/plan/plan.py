@@ -178,7 +178,16 @@ def make_plan(
         from replay.analysis.shards import resolution_rows, shards_threshold
 
         smallest = resolution_rows(shards_threshold(rate))
-    mrc = horizon_mrc(horizon, curve_sizes(sum(table_rows), smallest))
+    first = smallest
+    if rate < 1.0 and spec is not None:
+        from replay.analysis.head import HEAD_MAX_RESOLVED_ROWS
+
+        # the total curve's exact head reaches only this far (memory); above it, up to the
+        # resolution, the sample anchored at the head answers with its wider error: without
+        # these sizes a budget below the resolution (64 GiB of rows at R = 2^-23) read as a
+        # hit ratio of 0. (A small table's head may not fill: per-table curves keep theirs.)
+        first = min(smallest, HEAD_MAX_RESOLVED_ROWS)
+    mrc = horizon_mrc(horizon, curve_sizes(sum(table_rows), first))
     lookups = int(mrc.lookups)
     distinct = int(mrc.distinct_keys)
     sizes = np.asarray(mrc.sizes, dtype=np.float64)
