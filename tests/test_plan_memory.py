@@ -266,3 +266,49 @@ def test_a_budget_below_the_resolution_is_answered_from_the_head(tmp_path: Path)
     hit, truth = sampled["cache"]["hit_at_budget"]["lru"], exact["cache"]["hit_at_budget"]["lru"]
     assert abs(hit - truth) <= sampled["mrc"]["error_bound"], (hit, truth)
     assert hit > 0.5
+
+
+def test_sampled_rows_are_bounded_by_the_rate() -> None:
+    from replay.plan.plan import SAMPLED_ROWS_TARGET, choose_sample_rate
+
+    lookups = 2_457_600_000  # 100,000 batches of 2,048 samples x 12 tables
+    assert choose_sample_rate(lookups) == 2.0**-7
+    rows = 12 * 4_000_000_000
+    rate = choose_sample_rate(lookups, rows)
+    assert rate * rows <= SAMPLED_ROWS_TARGET < 2 * rate * rows
+    assert choose_sample_rate(1000, rows) == 1.0  # not sampled: no sampled rows to bound
+    assert choose_sample_rate(lookups, 188_000_000) == 2.0**-7  # Criteo-size: unchanged
+
+
+@pytest.mark.parametrize(
+    ("rows", "tables", "fits"), [(4_000_000_000, 12, True), (5 * 10**12, 200, False)]
+)
+def test_huge_row_spaces_are_estimated_before_any_work(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    rows: int,
+    tables: int,
+    fits: bool,
+) -> None:
+    """12 x 4 G rows fit once the sampled rows are bounded (the plan used to take 19 GB);
+    10^15 rows are refused with the figure, where the plan used to be killed at 24 GB."""
+    monkeypatch.setenv("REPLAY_MEMORY_LIMIT", "16G")  # the same answer on any machine
+    spec = tmp_path / "w.toml"
+    lines = ['name = "huge"', "batch_size = 2048", "batches = 100000", "embedding_dim = 64"]
+    for i in range(tables):
+        lines += ["[[tables]]", f'name = "t{i}"', f"rows = {rows}"]
+    spec.write_text("\n".join(lines) + "\n")
+    started = time.monotonic()
+    code = main(
+        ["plan", "--workload", str(spec), "--system", "hbm-lru", "--cache-budget", "8GiB",
+         "--cluster-mtbf", "6h", "--out", str(tmp_path / "p"), "--dry-run"]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert time.monotonic() - started < 60
+    if fits:
+        assert code == 0 and _gib(captured.out) < 2.0, captured.out
+    else:
+        assert code == 2 and captured.err.count("\n") == 1
+        assert "this workload needs about" in captured.err
+        assert "largest part: the sampled rows' alias tables" in captured.err

@@ -40,6 +40,7 @@ from replay.workload.spec import WorkloadSpec
 # a horizon of more lookups than this is sampled (when no rate is given): the curves then
 # cost about this many lookups whatever the length of the run
 SAMPLED_LOOKUPS_TARGET = 30_000_000
+SAMPLED_ROWS_TARGET = 1 << 24  # ... and about as many sampled rows at most
 STEADY_BATCHES = 200  # the span each system replays for its per-batch costs
 # ... cut to about this many lookups (at least `STEADY_MIN_BATCHES`): 200 batches of a
 # production batch (400 tables x 65,536 samples) are 5.2 G lookups, minutes of replay for a
@@ -68,12 +69,17 @@ class PlanRequest:
     torchrec_bins: int = 100  # torchrec.json's histogram bins (`replay.plan.torchrec`)
 
 
-def choose_sample_rate(lookups: int) -> float:
+def choose_sample_rate(lookups: int, rows: int = 0) -> float:
     """1 up to `SAMPLED_LOOKUPS_TARGET` lookups, else the power of two that keeps the
-    sample under it (a power of two is exact in SHARDS's 2^24 thresholds)."""
+    sample under it (a power of two is exact in SHARDS's 2^24 thresholds), and, where
+    the tables have more than `SAMPLED_ROWS_TARGET` rows, that keeps the sampled rows
+    under it too (their alias tables take ~40 B a row: 12 tables of 4 G rows at R = 2^-7
+    asked for 19 GB)."""
     if lookups <= SAMPLED_LOOKUPS_TARGET:
         return 1.0
     rate = 2.0 ** math.floor(math.log2(SAMPLED_LOOKUPS_TARGET / lookups))
+    if rows > SAMPLED_ROWS_TARGET:
+        rate = min(rate, 2.0 ** math.floor(math.log2(SAMPLED_ROWS_TARGET / rows)))
     return max(rate, MIN_SAMPLE_RATE)
 
 
@@ -85,7 +91,9 @@ def _open_horizon(request: PlanRequest) -> tuple[Any, float, WorkloadSpec | None
         spec = request.source
         lookups = spec.batches * spec.lookups_per_batch
         rate = (
-            request.sample_rate if request.sample_rate is not None else choose_sample_rate(lookups)
+            request.sample_rate
+            if request.sample_rate is not None
+            else choose_sample_rate(lookups, sum(t.rows for t in spec.tables))
         )
         if rate >= 1.0:
             from replay.workload.onthefly import GeneratedTrace

@@ -6,9 +6,11 @@ A plan runs its stages one after another (`replay.plan.plan.make_plan`), so its 
 what stays for the whole plan plus the largest stage:
 
 - **the process**: the interpreter, numpy, numba's code and the engine (`PROCESS_BYTES`);
-- **kept**: the exact heads of a sampled curve (`replay.analysis.head`: the total one and
-  one per table, their capacities from the same functions that make them, so the bound
-  is theirs), kept on the source for the per-table curves and torchrec.json;
+- **kept**: the sampled rows' ids and alias tables (R x rows of them, `SAMPLED_ROW_BYTES`
+  each while they are built) and the exact heads of a sampled curve
+  (`replay.analysis.head`: the total one and one per table, their capacities from the
+  same functions that make them, so the bound is theirs), kept on the source for the
+  per-table curves and torchrec.json;
 - **the curves** (the largest of): at R = 1 the exact curve's state (a last position per
   row and a window per distinct row, `replay._memory.mrc_estimate`) or the rows-touched
   state (4 B per row up to `DENSE_MAX_ROWS` rows, else a map of the distinct rows); at
@@ -51,7 +53,7 @@ from replay._units import format_bytes
 from replay.plan.plan import PlanRequest, choose_sample_rate, steady_batches
 from replay.plan.policies import MINIATURE_POLICIES
 from replay.plan.torchrec import span_batches
-from replay.workload.sampled import MAX_GROUP_BATCHES, MAX_GROUP_CELLS
+from replay.workload.sampled import MAX_GROUP_BATCHES, MAX_GROUP_CELLS, SETUP_CHUNK_ROWS
 from replay.workload.spec import WorkloadSpec
 
 PROCESS_BYTES = 160 << 20  # interpreter, numpy, numba's code, the engine: 0.10-0.13 GiB measured
@@ -65,6 +67,10 @@ HEAD_CHUNK_BYTES_PER_LOOKUP = 56
 # (criteo-terabyte with hbm-tbe-lru: 2.31 GiB over 300,000 batches, 2.83 GiB over
 # 2,135,484; about 300 B a batch, rounded up)
 REPLAY_BYTES_PER_BATCH = 512
+# a sampled row while the set-up builds its tables: its id and weight (8 + 8 B, twice
+# while joined), then id, probability and alias (8 + 8 + 4 B)
+SAMPLED_ROW_BYTES = 52
+SETUP_TASK_BYTES = 200  # a set-up task's tuple and its two result arrays' headers
 TOUCHED_DENSE_BYTES_PER_ROW = 4  # `replay.analysis.horizon`: int32 last batch per row
 TOUCHED_MAP_BYTES_PER_KEY = 4 * 16  # else a map of (key, last batch), up to 4 slots a key
 
@@ -136,7 +142,9 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
     threads = _cores()
     if isinstance(source, WorkloadSpec):
         rate = (
-            request.sample_rate if request.sample_rate is not None else choose_sample_rate(lookups)
+            request.sample_rate
+            if request.sample_rate is not None
+            else choose_sample_rate(lookups, total)
         )
     else:
         rate = 1.0
@@ -148,6 +156,11 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         notes.append(how)
         chunk = max(1, (1 << 20) // max(per_batch, 1)) * per_batch
         sampled = mrc_estimate(rows, lookups, rate).total
+        # the sampled rows' ids, weights and alias tables (`replay.workload.sampled`),
+        # built by set-up tasks that each test `SETUP_CHUNK_ROWS` rows, and kept
+        setup = math.ceil(total * rate) * SAMPLED_ROW_BYTES
+        setup += -(-total // SETUP_CHUNK_ROWS) * SETUP_TASK_BYTES
+        parts.append(("the sampled rows' alias tables", setup))
         # the sampled row groups in flight: their (batch, table) counts, 8 B each
         groups = (threads + AHEAD + 1) * min(MAX_GROUP_CELLS, MAX_GROUP_BATCHES * len(rows)) * 8
         curves = sampled + groups + chunk * HEAD_CHUNK_BYTES_PER_LOOKUP
@@ -201,12 +214,13 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
             _in_flight(full, span, per_batch, threads + AHEAD + 1)
         )
     which = max(stages, key=lambda k: stages[k])
-    parts.append(("the largest stage", stages[which]))
+    parts.append((f"the largest stage ({which})", stages[which]))
+    parts.sort(key=lambda p: -p[1])
     detail = (
         f"{len(rows)} tables, {format_count(total)} rows, {format_count(per_batch)} lookups a "
-        f"batch, sample rate {rate:g}; largest stage: {which} ({format_bytes(stages[which])})"
+        f"batch, sample rate {rate:g}; largest part: {parts[0][0]}, {format_bytes(parts[0][1])}"
     )
-    return Estimate("replay plan", tuple(sorted(parts, key=lambda p: -p[1])), detail, tuple(notes))
+    return Estimate("replay plan", tuple(parts), detail, tuple(notes))
 
 
 def estimate_lines(estimate: Estimate) -> list[str]:
