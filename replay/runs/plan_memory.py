@@ -32,8 +32,14 @@ what stays for the whole plan plus the largest stage:
 The per-lookup figures were measured (peak RSS, `/proc/self/status`, 2-core VM) on a
 400-table workload of 2 G rows and batches of 65,536 (26.2 M lookups a batch): the
 steady stage alone peaked at 2.37 GiB, the curves stage at 2.72 GiB; both are made of
-a few whole batches, so the figures are per lookup. Terms that depend on the rows a run
-touches take every row it could touch, min(rows, lookups), as `replay._memory` does.
+a few whole batches, so the figures are per lookup; the sampled rows' tables at 54 B a
+row kept, 63 B at the set-up's peak (12 tables of 4 G rows at R = 2^-12). Terms that
+depend on the rows a run touches take every row it could touch, min(rows, lookups), as
+`replay._memory` does, so the estimate leans high. Measured against it (`/usr/bin/time`'s
+maximum RSS): that 400-table plan over 7.2 M batches 2.67 GiB (estimate 3.05), the
+README's Criteo Terabyte epoch with hbm-lru 0.53 GiB (0.59) and with hbm-lru, hbm-lfu,
+hbm-tbe-lru and dram 2.83 GiB (2.86), 12 tables of 4 G rows 0.82 GiB (1.14: high by 39%,
+the heads' and the sampled curves' bounds).
 """
 
 from __future__ import annotations
