@@ -172,10 +172,9 @@ def _in_use(out: Path, fd: int) -> OutputError:
     )
 
 
-def _make_parents(out: Path, folder: Path) -> Path | None:
-    """Make `folder` (the lock's and the output's parent); the topmost folder made, or None.
-
-    Refuses as the checks of a target always did: a file on the way, no permission."""
+def _writable_ancestor(out: Path, folder: Path) -> Path:
+    """The nearest existing folder at or above `folder`; OutputError (naming `out`) when
+    it is a file or cannot be written."""
     probe = folder
     while not (probe.exists() or probe.is_symlink()):
         probe = probe.parent
@@ -183,6 +182,14 @@ def _make_parents(out: Path, folder: Path) -> Path | None:
         raise OutputError(f"{out}: cannot write there ({probe} is a file, not a folder)")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise OutputError(f"{out}: cannot write there (permission denied)")
+    return probe
+
+
+def _make_parents(out: Path, folder: Path) -> Path | None:
+    """Make `folder` (the lock's and the output's parent); the topmost folder made, or None.
+
+    Refuses as the checks of a target always did: a file on the way, no permission."""
+    probe = _writable_ancestor(out, folder)
     if probe == folder:
         return None
     made = folder
@@ -405,13 +412,7 @@ def _check_output_folder(
                 "replay's); replay replaces only its own outputs or an empty folder"
             )
     check_leftover(out, force=force, resume=resume)
-    probe = out.parent
-    while not (probe.exists() or probe.is_symlink()):
-        probe = probe.parent
-    if not probe.is_dir():
-        raise OutputError(f"{out}: cannot write there ({probe} is a file, not a folder)")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise OutputError(f"{out}: cannot write there (permission denied)")
+    _writable_ancestor(out, out.parent)
 
 
 def check_leftover(
