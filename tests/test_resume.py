@@ -202,3 +202,29 @@ def test_force_replaces_a_leftover(tmp_path: Path, small_trace: Path, reference_
     assert main([*args, "--force"]) == 0
     assert not (tmp_path / ".run.partial").exists()
     assert run_folder(out) == run_folder(reference_run)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["generate", "--preset", "tiny", "--batches", "20"],
+        ["run", "--workload", "tiny", "--batches", "20", "--system", "hbm-lru"],
+    ],
+    ids=["generate", "run"],
+)
+def test_resume_over_a_hostile_partial_plan_starts_over(tmp_path: Path, argv: list[str]) -> None:
+    """A `.plan.json` or `meta.json` in the partial folder nested past the recursion limit
+    is unreadable, as a half-written one is: --resume starts over, without a traceback
+    (issue 39: it raised RecursionError)."""
+    out = tmp_path / "out"
+    partial = tmp_path / ".out.partial"
+    partial.mkdir()
+    for name in (".plan.json", "meta.json"):
+        (partial / name).write_text("[" * 200_000 + "]" * 200_000)
+    done = subprocess.run(
+        [sys.executable, "-m", "replay", *argv, "--out", str(out), "--resume"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert out.is_dir() and not partial.exists()

@@ -150,7 +150,7 @@ class RunStages:
 def _finished_run(out: Path, plan_sha256: str) -> bool:
     try:
         meta = json.loads((out / "meta.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # unreadable: as if not written
         return False
     return (
         isinstance(meta, dict)
@@ -175,7 +175,7 @@ def _kept_plan(partial: Path, plan: dict[str, Any], digest: str, out: Path) -> b
         return _finished_run(partial, digest)
     try:
         old = json.loads(plan_file.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # unreadable: as if not written
         return False  # killed while writing it: nothing finished yet
     if old != json.loads(json.dumps(plan, default=_json_default)):
         raise OutputError(

@@ -224,7 +224,7 @@ class TraceFolderWriter:
         plan_file = self.partial / PLAN_NAME
         try:
             old = json.loads(plan_file.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # unreadable: as if not written
             return False
         if old != json.loads(json.dumps(self.plan)):
             raise OutputError(
