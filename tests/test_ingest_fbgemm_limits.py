@@ -317,3 +317,18 @@ def test_the_uint64_restart_keeps_one_claim_on_the_output(
     trace = replay.open_trace(result.path)
     assert trace.row_dtype == np.uint64
     assert_round_trip(result.path, [small, wide])
+
+
+@pytest.mark.usefixtures("builtin_reader")
+def test_batches_beyond_the_trace_limit_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch wider than a trace may hold (2^26 samples: the reader refuses such a
+    manifest) is refused at ingest; the limit is lowered here so the file stays small."""
+    monkeypatch.setattr(fbgemm, "MAX_BATCH_SIZE", 4)
+    out = tmp_path / "o"
+    wide = fbgemm_file(tmp_path / "wide.pt", [[1, 1, 1, 1, 1]], [0, 1, 2, 3, 4])
+    code, stdout, stderr = cli(capsys, "ingest", "--format", "fbgemm", wide, "-o", out)
+    assert_refused(code, stdout, stderr, "batches of 5 samples; a trace holds at most 4", out)
+    fits = fbgemm_file(tmp_path / "fits.pt", [[1, 1, 1, 1]], [0, 1, 2, 3])
+    assert cli(capsys, "ingest", "--format", "fbgemm", fits, "-o", out)[0] == 0

@@ -85,6 +85,7 @@ from replay.trace.criteo import check_input_files
 from replay.trace.format import (
     KINDS,
     LOOKUPS_DIR,
+    MAX_BATCH_SIZE,
     MAX_TABLE_ROWS,
     UINT32_ROWS,
     UPDATES_DIR,
@@ -293,6 +294,11 @@ def check_batch(path: Path, obj: Any) -> _Batch:
         raise InputError(f"{path}: lengths has shape {list(lengths.shape)}: no tables or samples")
     if tables > MAX_TABLES:
         raise InputError(f"{path}: {tables} tables; a trace holds at most {MAX_TABLES}")
+    if batch_size > MAX_BATCH_SIZE:  # the reader refuses a trace of larger batches
+        raise InputError(
+            f"{path}: batches of {batch_size:,} samples; a trace holds at most "
+            f"{MAX_BATCH_SIZE:,} (2^26, the workload spec's limit)"
+        )
     if len(offsets) != tables * batch_size + 1:
         raise InputError(
             f"{path}: {len(offsets)} offsets for lengths of shape [{tables}, {batch_size}]; "
