@@ -73,7 +73,7 @@ def choose_sample_rate(lookups: int, rows: int = 0) -> float:
     """1 up to `SAMPLED_LOOKUPS_TARGET` lookups, else the power of two that keeps the
     sample under it (a power of two is exact in SHARDS's 2^24 thresholds), and, where
     the tables have more than `SAMPLED_ROWS_TARGET` rows, that keeps the sampled rows
-    under it too (their alias tables take ~40 B a row: 12 tables of 4 G rows at R = 2^-7
+    under it too (their alias tables take ~54 B a row: 12 tables of 4 G rows at R = 2^-7
     asked for 19 GB)."""
     if lookups <= SAMPLED_LOOKUPS_TARGET:
         return 1.0
@@ -83,18 +83,23 @@ def choose_sample_rate(lookups: int, rows: int = 0) -> float:
     return max(rate, MIN_SAMPLE_RATE)
 
 
+def request_sample_rate(request: PlanRequest, spec: WorkloadSpec) -> float:
+    """The rate a workload's curves are sampled at: `--sample-rate`, else chosen from its
+    lookups and rows (`choose_sample_rate`); what the plan and its estimate both use."""
+    if request.sample_rate is not None:
+        return request.sample_rate
+    return choose_sample_rate(
+        spec.batches * spec.lookups_per_batch, sum(t.rows for t in spec.tables)
+    )
+
+
 def _open_horizon(request: PlanRequest) -> tuple[Any, float, WorkloadSpec | None]:
     """The source the curves read, its sample rate, and the spec (None for a trace)."""
     from replay.trace.reader import open_trace
 
     if isinstance(request.source, WorkloadSpec):
         spec = request.source
-        lookups = spec.batches * spec.lookups_per_batch
-        rate = (
-            request.sample_rate
-            if request.sample_rate is not None
-            else choose_sample_rate(lookups, sum(t.rows for t in spec.tables))
-        )
+        rate = request_sample_rate(request, spec)
         if rate >= 1.0:
             from replay.workload.onthefly import GeneratedTrace
 
@@ -429,4 +434,4 @@ def _has_reuse_or_drift(spec: WorkloadSpec) -> bool:
     return any(t.reuse > 0 or t.drift > 0 for t in spec.tables)
 
 
-__all__ = ["PlanRequest", "choose_sample_rate", "make_plan"]
+__all__ = ["PlanRequest", "choose_sample_rate", "make_plan", "request_sample_rate"]

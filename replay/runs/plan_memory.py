@@ -45,7 +45,6 @@ the heads' and the sampled curves' bounds).
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +55,7 @@ from replay._memory import (
     row_space,
 )
 from replay._units import format_bytes
-from replay.plan.plan import PlanRequest, choose_sample_rate, steady_batches
+from replay.plan.plan import PlanRequest, request_sample_rate, steady_batches
 from replay.plan.policies import MINIATURE_POLICIES
 from replay.plan.torchrec import span_batches
 from replay.workload.sampled import MAX_GROUP_BATCHES, MAX_GROUP_CELLS, SETUP_CHUNK_ROWS
@@ -66,8 +65,9 @@ PROCESS_BYTES = 160 << 20  # interpreter, numpy, numba's code, the engine: 0.10-
 # a generated row group in flight: lookup columns (batch, table, row) and the replay
 # stream's flat keys, bounds and update keys
 IN_FLIGHT_BYTES_PER_LOOKUP = 17
-# a chunk of the full stream the heads read: its columns, flat keys, each key's table,
-# the stable order by table and the table-local keys
+# a chunk of the full stream the heads read: its columns, flat keys and their split by
+# table. Measured when the split was an argsort and its gathers (~56 B); the counting sort
+# since (980dfb3) holds 12 B a key for it, so this figure now leans high
 HEAD_CHUNK_BYTES_PER_LOOKUP = 56
 # a replay's per-batch columns over the whole horizon, as the cache answers keep them
 # (criteo-terabyte with hbm-tbe-lru: 2.31 GiB over 300,000 batches, 2.83 GiB over
@@ -79,10 +79,6 @@ SAMPLED_ROW_BYTES = 52
 SETUP_TASK_BYTES = 200  # a set-up task's tuple and its two result arrays' headers
 TOUCHED_DENSE_BYTES_PER_ROW = 4  # `replay.analysis.horizon`: int32 last batch per row
 TOUCHED_MAP_BYTES_PER_KEY = 4 * 16  # else a map of (key, last batch), up to 4 slots a key
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
 
 
 def _shape(source: Any) -> tuple[list[int], int, int]:
@@ -97,10 +93,13 @@ def _shape(source: Any) -> tuple[list[int], int, int]:
     )
 
 
-def _in_flight(source: Any, batches: int, per_batch: int, ahead: int) -> int:
-    """Bytes of the generated row groups in flight: `ahead` of them, or as many as the
-    span has."""
-    per_group = int(source.layout["batches_per_row_group"])
+def _in_flight(spec: WorkloadSpec, batches: int, ahead: int) -> int:
+    """Bytes of the generated row groups of `batches` of `spec` in flight: `ahead` of
+    them, or as many as the span has (the layout `replay generate` would write)."""
+    from replay.workload.generator import plan_layout
+
+    per_batch = int(spec.lookups_per_batch)
+    per_group = int(plan_layout(per_batch, spec.update.accumulate_batches)["batches_per_row_group"])
     groups = -(-batches // per_group)
     return min(ahead, groups) * min(per_group, batches) * per_batch * IN_FLIGHT_BYTES_PER_LOOKUP
 
@@ -138,7 +137,7 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
     (`replay.trace.reader.open_trace`); `systems`: the resolved system specs."""
     from replay.analysis.horizon import DENSE_MAX_ROWS
     from replay.plan.cache import curve_sizes
-    from replay.runs.compare import run_state
+    from replay.runs.compare import _cores, run_state
     from replay.workload.onthefly import AHEAD, GeneratedTrace
 
     rows, per_batch, batches = _shape(source)
@@ -146,14 +145,7 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
     curve_sizes(total)  # the curves' own limit on the rows, said in rows before any figure
     lookups = per_batch * batches
     threads = _cores()
-    if isinstance(source, WorkloadSpec):
-        rate = (
-            request.sample_rate
-            if request.sample_rate is not None
-            else choose_sample_rate(lookups, total)
-        )
-    else:
-        rate = 1.0
+    rate = request_sample_rate(request, source) if isinstance(source, WorkloadSpec) else 1.0
     parts: list[tuple[str, int]] = [("process", PROCESS_BYTES)]
     notes: list[str] = []
     if rate < 1.0:
@@ -186,7 +178,7 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
     if isinstance(source, WorkloadSpec):
         span = source.with_overrides(batches=steady_batches(source))
         steady_source: Any = GeneratedTrace(span, threads=threads)
-        in_flight = _in_flight(steady_source, span.batches, per_batch, threads + AHEAD + 1)
+        in_flight = _in_flight(source, span.batches, threads + AHEAD + 1)
     else:
         steady_source = source
         in_flight = 0  # a trace's row groups: within the process margin, as for `replay run`
@@ -215,9 +207,8 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
     if isinstance(source, WorkloadSpec) and rate < 1.0:
         # torchrec.json's distinct rows per batch: a few full batches, their keys in a map
         span = span_batches(source, batches)
-        full = GeneratedTrace(source.with_overrides(batches=span), threads=threads)
         stages["distinct rows per batch"] = span * per_batch * TOUCHED_MAP_BYTES_PER_KEY // 4 + (
-            _in_flight(full, span, per_batch, threads + AHEAD + 1)
+            _in_flight(source, span, threads + AHEAD + 1)
         )
     which = max(stages, key=lambda k: stages[k])
     parts.append((f"the largest stage ({which})", stages[which]))
