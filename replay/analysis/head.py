@@ -223,6 +223,15 @@ def _head_compact(
     return n
 
 
+def _layout(capacity: int) -> tuple[int, int]:
+    """(map slots, window positions) of a head of `capacity` keys: the map at load <= 1/2;
+    at least 2^16 positions, since small stacks would otherwise compact (and return to
+    Python) every few dozen requests. `head_bytes` counts from the same figures."""
+    slots = 1 << max(4, int(2 * capacity + 1).bit_length())
+    window = -(-max(2 * capacity + 2, 1 << 16) // 64) * 64
+    return slots, window
+
+
 class ExactHead:
     """Exact LRU stack distances below `capacity` keys, over a stream or its excerpts."""
 
@@ -231,12 +240,9 @@ class ExactHead:
             raise ValueError("capacity must be >= 1")
         self.total_keys = int(total_keys)
         self.capacity = int(capacity)
-        slots = 1 << max(4, int(2 * self.capacity + 1).bit_length())  # load <= 1/2
+        slots, window = _layout(self.capacity)
         self.map_keys = np.full(slots, -1, dtype=np.int64)
         self.map_pos = np.zeros(slots, dtype=np.int64)
-        # at least 2^16 positions: small stacks would compact (and return to Python)
-        # every few dozen requests
-        window = -(-max(2 * self.capacity + 2, 1 << 16) // 64) * 64
         self.bits = np.zeros(window // 64, dtype=np.uint64)
         self.tree = np.zeros(window // 64 + 1, dtype=np.int64)
         self.pos2key = np.zeros(window, dtype=np.int64)
@@ -380,8 +386,7 @@ def head_bytes(capacities: list[int], blocks: int) -> int:
     the map is sized to a power of two >= 2 C + 1 slots)."""
     total = 0
     for c in capacities:
-        slots = 1 << max(4, int(2 * c + 1).bit_length())
-        window = -(-max(2 * c + 2, 1 << 16) // 64) * 64
+        slots, window = _layout(c)
         total += 16 * slots + 8 * window + window // 4 + 8 * (c + 2) * (blocks + 1)
     return total
 
