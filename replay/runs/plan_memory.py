@@ -38,7 +38,7 @@ depend on the rows a run touches take every row it could touch, min(rows, lookup
 `replay._memory` does, so the estimate leans high. Measured against it (`/usr/bin/time`'s
 maximum RSS): that 400-table plan over 7.2 M batches 2.67 GiB (estimate 3.05), the
 README's Criteo Terabyte epoch with hbm-lru 0.53 GiB (0.59) and with hbm-lru, hbm-lfu,
-hbm-tbe-lru and dram 2.83 GiB (2.86), 12 tables of 4 G rows 0.82 GiB (1.14: high by 39%,
+hbm-tbe-lru and dram 2.83 GiB (2.76: low by 2%), 12 tables of 4 G rows 0.82 GiB (1.14: high by 39%,
 the heads' and the sampled curves' bounds).
 """
 
