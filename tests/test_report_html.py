@@ -55,19 +55,23 @@ def test_the_summary_comes_first_with_the_plans_numbers(report: tuple[Path, dict
     assert all(re.search(r"\]\(#[a-z0-9_-]+\)\)?$", line) for line in lines), lines
     text = "\n".join(lines).replace("\\", "")
     cache = plan["cache"]
-    assert f"the {format_bytes(cache['budget_bytes'])} budget hits" in text
-    assert f"hits {format_percent(cache['hit_at_budget']['lru'])}" in text
+    assert f"the {format_bytes(cache['budget_bytes'])} budget as one shared LRU hits" in text
+    assert f"hits {format_percent(cache['baseline']['hit'])}" in text
+    assert cache["baseline"]["hit"] == cache["hit_at_budget"]["lru"]
     for target, size in cache["bytes_for_hit"]["lru"].items():
         want = f"hit {float(target):g} needs {format_bytes(size)}" if size else "out of reach"
         assert want in text
     assert f"split per table it hits {format_percent(cache['split_hit'])}" in text
-    assert f"against {format_percent(cache['uniform_hit'])} with one load factor" in text
+    assert (
+        f"per-table caches at one load factor ({cache['uniform_load_factor']:.3g}) hit "
+        f"{format_percent(cache['uniform_hit'])}"
+    ) in text
     best = plan["checkpoint"]["strategies"][0]
     ck = next(line for line in lines if "Checkpoint:" in line).replace("\\", "")
     assert format_percent(best["goodput"]) in ck
     assert format_duration(plan["checkpoint"]["cluster_mtbf_s"]) in ck
     if best["name"] != "none":
-        assert f"{best['name']} every {best['interval_s'] / 60:.3g} min" in ck
+        assert f"{best['label']} every {best['interval_s'] / 60:.3g} min" in ck
         assert f"writing {format_bytes(best['bytes'])} per checkpoint" in ck
     fastest = min(plan["systems"], key=lambda s: s["time_per_batch_s"])
     assert f"{fastest['name']} is fastest at {format_duration(fastest['time_per_batch_s'])}" in (

@@ -96,6 +96,7 @@ class Split:
     split_hit: float  # lookup-weighted hit of the split
     uniform_load_factor: float
     uniform_hit: float  # lookup-weighted hit of one load factor for every table
+    uniform_hits: tuple[float, ...] = ()  # each table's hit at that load factor
 
 
 def _upper_hull(s: np.ndarray, h: np.ndarray) -> list[int]:
@@ -173,11 +174,12 @@ def split_budget(
             )
         )
     f = min(budget_rows / max(float(sum(int(r) for r in table_rows)), 1.0), 1.0)
-    uniform = sum(
-        n[t] * hit_at(curves[t][0], curves[t][1], f * int(table_rows[t]))
-        for t in range(len(curves))
+    # per-table caches of floor(f x rows) rows (a fraction of a row holds nothing)
+    uniform = tuple(
+        hit_at(curves[t][0], curves[t][1], f * int(table_rows[t])) for t in range(len(curves))
     )
-    return Split(tuple(shares), hits_total / total, f, float(uniform) / total)
+    weighted = float(sum(n[t] * h for t, h in enumerate(uniform)))
+    return Split(tuple(shares), hits_total / total, f, weighted / total, uniform)
 
 
 __all__ = [

@@ -27,6 +27,7 @@ Sizes: `row_bytes` is what a cache holds per row (the embedding values, fp32);
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,7 +164,7 @@ def make_plan(
     part is written as `torchrec.json`), and the curves its goodput figure draws (goodput
     against interval, per strategy)."""
     from replay._malloc import trim_freed_memory
-    from replay.analysis.horizon import horizon_mrc, per_table_mrc, touched_curve
+    from replay.analysis.horizon import horizon_mrc, touched_curve
     from replay.engine.systems import resolve_system
     from replay.plan.cache import curve_sizes, hit_at, rows_for_hit, split_budget
     from replay.plan.checkpoint import plan_checkpoints
@@ -200,7 +201,12 @@ def make_plan(
         # these sizes a budget below the resolution (64 GiB of rows at R = 2^-23) read as a
         # hit ratio of 0. (A small table's head may not fill: per-table curves keep theirs.)
         first = min(smallest, HEAD_MAX_RESOLVED_ROWS)
-    mrc = horizon_mrc(horizon, curve_sizes(sum(table_rows), first))
+    total_sizes = curve_sizes(sum(table_rows), first)
+    budget_at = math.floor(request.cache_budget_bytes / row_bytes)
+    if first <= budget_at < total_sizes[-1]:
+        # the budget's own size too: the shared cache's hit is read there, not up to 5% below
+        total_sizes = np.union1d(total_sizes, [budget_at])
+    mrc = horizon_mrc(horizon, total_sizes)
     lookups = int(mrc.lookups)
     distinct = int(mrc.distinct_keys)
     sizes = np.asarray(mrc.sizes, dtype=np.float64)
@@ -262,20 +268,18 @@ def make_plan(
     )  # fmt: skip
 
     say("per-table curves and the budget's split")
+    from replay.plan.table_curves import table_curves
     from replay.plan.torchrec import torchrec_sizes, torchrec_stats
 
-    # one pass for both: the split's sizes and torchrec.json's edge sizes
-    split_sizes = [curve_sizes(r, smallest) for r in table_rows]
-    both = [
-        np.union1d(a, b)
-        for a, b in zip(split_sizes, torchrec_sizes(horizon, request.torchrec_bins), strict=True)
-    ]
-    tables = per_table_mrc(horizon, both)
-    curves = []
-    for t, wanted in zip(tables, split_sizes, strict=True):
-        at = np.searchsorted(np.asarray(t.sizes), wanted)
-        curves.append((wanted.astype(np.float64), 1.0 - np.asarray(t.miss_ratios)[at]))
-    split = split_budget(names, table_rows, [t.lookups for t in tables], curves, budget_rows)
+    uniform_f = min(request.cache_budget_bytes / row_bytes / max(sum(table_rows), 1), 1.0)
+    per_table = table_curves(
+        horizon, spec, rate, smallest, table_rows,
+        extra_sizes=[np.array([math.floor(uniform_f * r * (1 + 1e-12))]) for r in table_rows],
+        torchrec_sizes=torchrec_sizes(horizon, request.torchrec_bins),
+    )  # fmt: skip
+    tables = per_table.results
+    curves = per_table.curves
+    split = split_budget(names, table_rows, per_table.lookups, curves, budget_rows)
     say("TorchRec's cache statistics per table (torchrec.json)")
     torchrec = torchrec_stats(
         horizon,
@@ -370,16 +374,32 @@ def make_plan(
             "per_table": [
                 {
                     "table": s.table,
+                    "table_rows": s.table_rows,
                     "rows": s.rows,
                     "bytes": s.rows * row_bytes,
                     "load_factor": s.load_factor,
                     "hit": s.hit,
+                    "uniform_hit": u,  # at the uniform load factor
+                    "curve": how,  # how the table's curve was computed at small sizes
                 }
-                for s in split.tables
+                for s, u, how in zip(
+                    split.tables, split.uniform_hits, per_table.methods, strict=True
+                )
             ],
             "split_hit": split.split_hit,
             "uniform_hit": split.uniform_hit,
             "uniform_load_factor": split.uniform_load_factor,
+            # what the split is compared with: one cache of the budget shared by every
+            # table, as TorchRec runs the tables of a TBE (one cache, the weighted load
+            # factor), and per-table caches at one load factor, labelled as such
+            "baseline": _baseline(base, policy_hits, split.split_hit),
+            "shared_hit": {
+                p: h for p, h in policy_hits.items() if p == "lru" or p.startswith("tbe-")
+            },
+            "uniform_method": (
+                "per-table LRU caches of floor(load factor x rows) rows each over the run: "
+                + _curve_basis(per_table.methods, rate)
+            ),
             # FBGEMM's TBE cache against an ideal LRU of the same rows (`replay.plan.tbe`)
             "tbe": [c.to_dict() for c in tbe],
         },
@@ -404,6 +424,37 @@ def make_plan(
         "torchrec": torchrec,  # written apart as torchrec.json (`replay.plan.write`)
     }
     return document, curves
+
+
+def _baseline(system: Any, policy_hits: dict[str, float], split_hit: float) -> dict[str, Any]:
+    """The shared cache the split is compared with: FBGEMM's TBE cache of the budget when
+    the first system's policy is a TBE (what its user runs), else one LRU cache."""
+    from replay.plan.policies import policy_label
+
+    label = policy_label(system)
+    policy = label if label.startswith("tbe-") and label in policy_hits else "lru"
+    hit = float(policy_hits[policy])
+    name = (
+        f"one FBGEMM TBE cache ({system.policy.cache_algorithm.upper()}) of the budget shared "
+        "by every table"
+        if policy != "lru"
+        else "one LRU cache of the budget shared by every table"
+    )
+    return {
+        "policy": policy,
+        "cache": name,
+        "hit": hit,
+        "split_gain_points": (split_hit - hit) * 100.0,
+    }
+
+
+def _curve_basis(methods: list[str], rate: float) -> str:
+    """How the per-table curves were computed, in one line."""
+    if rate >= 1.0:
+        return "exact stack distances per table"
+    counts = Counter(methods)
+    parts = [f"{n} tables: {m}" for m, n in sorted(counts.items())]
+    return f"SHARDS at R = {rate:g} per table, " + "; ".join(parts)
 
 
 def goodput_curve(

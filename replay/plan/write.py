@@ -20,6 +20,7 @@ import numpy as np
 from replay._output import Owned, atomic_folder
 from replay._units import format_bytes, format_duration, format_percent
 from replay.plan.torchrec import FEW_SAMPLED_ROWS
+from replay.report.plan_section import few_failures, split_line, strategy_label
 
 # what --force may replace (`replay._output.Owned`): these files, and figures/ holding only
 # the figures write_plan draws (a person's file there is refused, never deleted)
@@ -101,25 +102,21 @@ def answers(document: dict[str, Any]) -> list[str]:
             f"Cache, {policy_title(policy)}: the budget hits {_pct(other)}{versus}; "
             f"hit ratio {need}."
         )
-    lines.append(
-        f"Split: per-table caches of the budget hit {_pct(cache['split_hit'])} (one load "
-        f"factor of {cache['uniform_load_factor']:.3g} for every table: "
-        f"{_pct(cache['uniform_hit'])})."
-    )
+    lines.append(split_line(cache))
     ck = document["checkpoint"]
     if ck["strategies"] and ck["strategies"][0]["name"] == "none":
         s = ck["strategies"][0]
         lines.append(
             f"Checkpoint: at a cluster MTBF of {format_duration(ck['cluster_mtbf_s'])}, no "
             "strategy beats running without checkpoints over this run: goodput "
-            f"{_pct(s['goodput'])} (5th percentile {_pct(s['goodput_p5'])})."
+            f"{_pct(s['goodput'])} (5th percentile {_pct(s['goodput_p5'])}{few_failures(s)})."
         )
     elif ck["strategies"]:
         s = ck["strategies"][0]
         lines.append(
             f"Checkpoint: at a cluster MTBF of {format_duration(ck['cluster_mtbf_s'])}, "
-            f"{s['name']} every {format_duration(s['interval_s'])} gives goodput "
-            f"{_pct(s['goodput'])} (5th percentile {_pct(s['goodput_p5'])}): "
+            f"{strategy_label(s)} every {format_duration(s['interval_s'])} gives goodput "
+            f"{_pct(s['goodput'])} (5th percentile {_pct(s['goodput_p5'])}{few_failures(s)}): "
             f"{format_duration(s['cost_s'])} stall and {format_bytes(s['bytes'])} per "
             f"checkpoint, restore {format_duration(s['restore_s'])}."
         )

@@ -9,6 +9,7 @@ plan.md agree to the digit. The figures are copied into the report's `figures/` 
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -51,22 +52,57 @@ def _targets(needs: dict[str, Any]) -> str:
     )
 
 
+def split_verdict(gain_points: float) -> str:
+    """The split against the shared cache, in words: a gain under half a point is none."""
+    if abs(gain_points) < 0.5:
+        return f"{gain_points:+.2g} points: the split gains nothing over the shared cache"
+    if gain_points < 0:
+        return f"{gain_points:+.3g} points: the shared cache does better"
+    return f"{gain_points:+.3g} points over the shared cache"
+
+
+def split_line(cache: dict[str, Any]) -> str:
+    """The budget's split against the shared cache and against one load factor."""
+    base = cache.get("baseline")
+    uniform = (
+        f"per-table caches at one load factor ({cache['uniform_load_factor']:.3g} of every "
+        f"table's rows) hit {_pct(cache['uniform_hit'])}"
+    )
+    if base is None:  # a plan.json written before the shared-cache baseline
+        return f"Split: per-table caches of the budget hit {_pct(cache['split_hit'])}; {uniform}."
+    return (
+        f"Split: per-table caches of the budget, sized by each table's curve, hit "
+        f"{_pct(cache['split_hit'])} against {_pct(base['hit'])} for {base['cache']} "
+        f"({split_verdict(base['split_gain_points'])}); {uniform} "
+        f"({cache.get('uniform_method', 'per-table LRU curves')})."
+    )
+
+
 def cache_line(doc: dict[str, Any]) -> str:
-    """How much cache to buy: bytes per hit target, the hit at the budget, the split."""
+    """How much cache to buy: bytes per hit target, the hit at the budget as one shared
+    cache, the split against it, and per-table caches at one load factor."""
     cache = doc["cache"]
     lru = cache["bytes_for_hit"].get("lru", {})
-    hit = cache["hit_at_budget"].get("lru")
-    gain = cache["split_hit"] - cache["uniform_hit"]
     text = "Cache: "
     if lru:
         text += f"LRU {_targets(lru)}; "
-    text += (
-        f"the {format_bytes(cache['budget_bytes'])} budget hits {_pct(hit)} of the run's "
-        f"lookups; split per table it hits {_pct(cache['split_hit'])} against "
-        f"{_pct(cache['uniform_hit'])} with one load factor "
-        f"({gain * 100:+.3g} points)."
+    budget = format_bytes(cache["budget_bytes"])
+    base = cache.get("baseline")
+    if base is None:  # a plan.json written before the shared-cache baseline
+        hit = cache["hit_at_budget"].get("lru")
+        gain = cache["split_hit"] - cache["uniform_hit"]
+        return text + (
+            f"the {budget} budget hits {_pct(hit)} of the run's lookups; split per table it "
+            f"hits {_pct(cache['split_hit'])} against {_pct(cache['uniform_hit'])} with one "
+            f"load factor ({gain * 100:+.3g} points)."
+        )
+    shared = "one shared TBE cache" if base["policy"].startswith("tbe-") else "one shared LRU"
+    return text + (
+        f"the {budget} budget as {shared} hits {_pct(base['hit'])} of the run's lookups; "
+        f"split per table it hits {_pct(cache['split_hit'])} "
+        f"({split_verdict(base['split_gain_points'])}); per-table caches at one load factor "
+        f"({cache['uniform_load_factor']:.3g}) hit {_pct(cache['uniform_hit'])}."
     )
-    return text
 
 
 def checkpoint_line(doc: dict[str, Any]) -> str:
@@ -79,12 +115,37 @@ def checkpoint_line(doc: dict[str, Any]) -> str:
     if s["name"] == "none":
         return (
             f"Checkpoint: at a cluster MTBF of {mtbf}, no strategy beats running without "
-            f"checkpoints over this run: goodput {_pct(s['goodput'])}."
+            f"checkpoints over this run: goodput {_pct(s['goodput'])}"
+            + (
+                f" (5th percentile {_pct(s['goodput_p5'])}{few_failures(s)})."
+                if few_failures(s)
+                else "."
+            )
         )
     return (
-        f"Checkpoint: {s['name']} every {minutes(s['interval_s'])} gives goodput "
+        f"Checkpoint: {strategy_label(s)} every {minutes(s['interval_s'])} gives goodput "
         f"{_pct(s['goodput'])} at a cluster MTBF of {mtbf} (5th percentile "
-        f"{_pct(s['goodput_p5'])}), writing {format_bytes(s['bytes'])} per checkpoint."
+        f"{_pct(s['goodput_p5'])}{few_failures(s)}), writing {format_bytes(s['bytes'])} per "
+        "checkpoint."
+    )
+
+
+def strategy_label(strategy: dict[str, Any]) -> str:
+    """A strategy as the plan names it, with its mode (`check-n-run (intermittent,
+    4-bit)`); the name alone in a plan.json written before modes."""
+    return str(strategy.get("label") or strategy["name"])
+
+
+def few_failures(strategy: dict[str, Any]) -> str:
+    """ "; ..." when the run expects fewer than one failure: its goodput is then bimodal
+    (most runs see no failure, a few lose an interval and a restore), so the mean says
+    little and the 5th percentile tells what a failure costs. Empty otherwise."""
+    n = float(strategy.get("failures_per_run") or 0.0)
+    if n >= 1.0:
+        return ""
+    return (
+        f"; the run expects {n:.2g} failures, so about {math.exp(-n):.0%} of runs see none "
+        "and the mean hides what one costs: read the 5th percentile"
     )
 
 
@@ -221,9 +282,8 @@ def _cache_blocks(plan: PlanData, index: int, images: dict[str, Image]) -> list[
         blocks.append(images[name])
     blocks += [
         Paragraph(
-            f"The budget split across tables (load factor = cache rows / table rows): "
-            f"{_pct(cache['split_hit'])} of lookups hit, against {_pct(cache['uniform_hit'])} "
-            f"with one load factor of {cache['uniform_load_factor']:.3g} for every table."
+            "The budget split across tables (load factor = cache rows / table rows). "
+            + split_line(cache)
         ),
         Table(
             ("table", "cache", "load factor", "hit"),
