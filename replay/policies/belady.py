@@ -81,10 +81,15 @@ _SIZE, _CAP, _CURSOR, _TOTAL, _BYPASS = 0, 1, 2, 3, 4
 
 
 # -- an indexed binary max-heap: hp[i] priority and hs[i] slot at heap index i,
-# -- pos[slot] = heap index of the slot (shared with `chunk`)
+# -- pos[slot] = heap index of the slot (shared with `chunk`). Inlined into each kernel that
+# -- calls them (IR inlining, typed in the caller): belady and chunk call them with different
+# -- array types, and a nested compile of one dispatcher for two modules' kernels, one of
+# -- them loaded from another process's disk cache, is what CI saw fail to type (the chunk
+# -- kernel's call "Invalid use of type(CPUDispatcher(heap_sift_down))", never reproduced
+# -- here); inlined, no kernel depends on another's overloads
 
 
-@kernel
+@kernel(inline="always")
 def heap_sift_up(hp: np.ndarray, hs: np.ndarray, pos: np.ndarray, i: int) -> None:
     p = hp[i]
     s = hs[i]
@@ -103,7 +108,7 @@ def heap_sift_up(hp: np.ndarray, hs: np.ndarray, pos: np.ndarray, i: int) -> Non
     pos[s] = i
 
 
-@kernel
+@kernel(inline="always")
 def heap_sift_down(hp: np.ndarray, hs: np.ndarray, pos: np.ndarray, i: int, n: int) -> None:
     p = hp[i]
     s = hs[i]
