@@ -27,17 +27,9 @@ restart = failures.restart_s. Each strategy's formulas are its engine model
   checkpoint is ready: stall max(Snap(S), W(S) − τ), durable W(S) after the snapshot
   ends. CheckFreq's own rule for k is replaced by the searched k. With
   `checkpoint.synchronous`: stall W(S), durable at once.
-- `check-n-run` (Eisenman et al., NSDI 2022): rows weigh b_q = quantized_row_bytes(dim,
-  bits) + optimizer bytes; F = rows × b_q + dense + reader position (the baseline,
-  written before batch 0 without a stall); an increment of u rows weighs u b_q + dense +
-  reader position. Increment i (i = 1, 2, ...) holds u_i = touched(k) rows
-  (`consecutive`: restore reads F and every increment since, so the chain grows over the
-  run) or touched(i k) (`one-shot`: F plus the last one). `intermittent`: one-shot
-  increments while touched(j k) <= full_threshold_fraction × rows, then a full; the cycle
-  of n* increments and one full repeats. Timing is `snapshot_persist`: stall_i =
-  max(Snap(n_i), W(n_{i−1}) − τ) (n_0: the baseline or the cycle's full), durable W(n_i)
-  after the snapshot; synchronous: stall W(n_i) (+ max(0, W(F) − τ) after the baseline).
-  Storage: the largest "what the last durable one needs + the new one".
+- `check-n-run` (Eisenman et al., NSDI 2022): `replay.plan.check_n_run` (its formulas;
+  the modes searched, increment × bit width with intermittent's refresh cycle; explicit
+  `--set` modes). The answer is the best mode: `StrategyPlan.mode`, `label`, `modes`.
 - `trainingcxl` (Kwon et al., IEEE Micro 2023): an undo log every batch (k = 1, not
   searched), U = touched(1) rows of row_bytes each, moving m = ceil(row_bytes / access) ×
   access bytes; t_log = U m / read_bw + (U m + dense_n) / write_bw + U (read + write
@@ -74,23 +66,18 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from replay.checkpoint import STRATEGIES
-from replay.checkpoint.base import (
-    NS,
-    READER_POSITION_BYTES,
-    CheckpointContext,
-    points_from,
-    snapshot_tier_name,
-)
+from replay.checkpoint.base import NS, CheckpointContext, snapshot_tier_name
 from replay.checkpoint.failures import RecoveryPoints, evaluate_failures
-from replay.checkpoint.quantize import quantized_row_bytes
 from replay.checkpoint.trainingcxl import home_tier_name
 from replay.errors import ConfigError, opt
+from replay.plan import check_n_run as cnr
+from replay.plan.check_n_run import SEARCH_MAX_CHECKPOINTS
 from replay.plan.daly import (
     MtbfTooShort,
     best_interval,
@@ -104,7 +91,6 @@ from replay.plan.daly import (
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
 
 TouchedRows = Callable[[Any], Any]
-MAX_CHECKPOINTS = 2_000_000  # walked over a run (consecutive / one-shot chains)
 NONE_SIMULATED_MAX = 10.0  # `none`: simulate up to horizon / MTBF = this, else Daly's form
 # the simulator stops a draw at this many times the run's training time; below its inverse
 # in goodput a strategy makes no progress (`plan_checkpoints` refuses such an MTBF)
@@ -135,7 +121,12 @@ class _Eval:
     cost: StrategyCost
     period_s: float  # the failure-free timeline the points cover (tiled over the run)
     useful_s: float  # its training time without stalls
-    points: RecoveryPoints
+    points_of: RecoveryPoints | Callable[[], RecoveryPoints]  # or built on demand
+
+    @property
+    def points(self) -> RecoveryPoints:
+        p = self.points_of
+        return p if isinstance(p, RecoveryPoints) else p()
 
 
 @dataclass(frozen=True)
@@ -158,6 +149,17 @@ class StrategyPlan:
     draws: int
     draws_capped: int
     simulated: bool  # False: `none` with horizon ≫ MTBF, from Daly's form
+    # check-n-run: the chosen mode's knobs (`check_n_run.knobs`), and every mode evaluated
+    # (`modes`, best first: the answer is modes[0]); other strategies: None and ()
+    mode: dict[str, Any] | None = None
+    label: str = ""  # "check-n-run (intermittent, 4-bit)"; other strategies: the name
+    caveat: str | None = None  # the chosen bit width's accuracy caveat (its source)
+    quantization_error: float = 0.0  # mean relative L2 error of a restored row
+    modes: tuple[dict[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            object.__setattr__(self, "label", self.strategy)
 
     @property
     def interval_s(self) -> float:
@@ -192,10 +194,12 @@ class StrategyPlan:
         return self.strategy
 
     def to_json(self) -> dict[str, Any]:
-        """Flat: the plan's fields, the cost's fields, and `name` (= strategy)."""
+        """Flat: the plan's fields, the cost's fields, and `name` (= strategy); `modes` a
+        list of dicts (`check_n_run.ranked`: its ROW_FIELDS and `spec`)."""
         out = {k: v for k, v in dataclasses.asdict(self).items() if k != "cost"}
         out.update(self.cost.to_json())
         out["name"] = self.strategy
+        out["modes"] = [dict(m) for m in self.modes]
         return out
 
     to_dict = to_json
@@ -221,6 +225,7 @@ class _Inputs:
     touched: TouchedRows
     horizon_s: float
     dim: int
+    cycle: int | None = None  # check-n-run intermittent: fixed increments per full
 
     @property
     def system(self) -> SystemSpec:
@@ -323,6 +328,11 @@ def _inputs(
     return _Inputs(ctx, float(time_per_batch_s), compute, touched_rows, float(horizon_s), dim)
 
 
+def _with_mode(inp: _Inputs, mode: cnr.Mode) -> _Inputs:  # check-n-run in another mode
+    ctx = dataclasses.replace(inp.ctx, system=cnr.with_mode(inp.system, mode))
+    return dataclasses.replace(inp, ctx=ctx, cycle=mode.increments_per_full)
+
+
 # -- per-strategy models ---------------------------------------------------------------------
 
 
@@ -388,153 +398,9 @@ def _checkfreq(inp: _Inputs, k: float) -> _Eval:
     )
 
 
-def _affine(per_byte: float, fixed: float, nbytes: np.ndarray) -> np.ndarray:
-    return np.where(nbytes > 0, nbytes * per_byte + fixed, 0.0)
-
-
-def _rates(ctx: CheckpointContext) -> tuple[float, float, float, float, float, float]:
-    """(per byte, fixed) seconds of a write to the target, a snapshot and a read: the
-    formulas of `CheckpointContext.write_s`, `snapshot_s` and `read_s`, for arrays."""
-    spec, system = ctx.spec, ctx.system
-    target = ctx.target()
-    snap = ctx.snapshot_tier()
-    snap_bw = snap.write_bw_bytes_per_s
-    read_bw = target.read_bw_bytes_per_s
-    if spec.link:
-        snap_bw = min(snap_bw, system.link(spec.link).d2h_bw_bytes_per_s)
-        read_bw = min(read_bw, system.link(spec.link).h2d_bw_bytes_per_s)
-    return (
-        1.0 / ctx.write_bw(),
-        target.write_latency_ns * NS,
-        1.0 / snap_bw,
-        snap.write_latency_ns * NS,
-        1.0 / read_bw,
-        target.read_latency_ns * NS,
-    )
-
-
-def _snapshot_walk(
-    inp: _Inputs, tau: float, nbytes: np.ndarray, first_excess: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`snapshot_persist` with uniform batches: checkpoint i (1-based) is ready τ after the
-    previous snapshot ended. Returns (stall, start, resume, durable, write seconds)
-    relative to the end of the snapshot before the first one."""
-    wb, wl, sb, sl, _, _ = _rates(inp.ctx)
-    w = _affine(wb, wl, nbytes)
-    if inp.ctx.spec.synchronous:
-        excess = np.full(len(nbytes), -tau)
-        if len(excess):
-            excess[0] = first_excess
-        stall = np.maximum(0.0, excess) + w
-        lag = np.zeros_like(w)
-    else:
-        prev = np.concatenate([[first_excess + tau], w[:-1]])
-        stall = np.maximum(_affine(sb, sl, nbytes), prev - tau)
-        lag = w
-    start = tau * np.arange(1, len(nbytes) + 1) + np.concatenate([[0.0], np.cumsum(stall)[:-1]])
-    resume = start + stall
-    return stall, start, resume, resume + lag, w
-
-
 def _check_n_run(inp: _Inputs, k: float) -> _Eval:
-    ctx = inp.ctx
-    spec = ctx.spec
-    tau = k * inp.tb
-    rows = ctx.total_rows
-    b_q = quantized_row_bytes(inp.dim, spec.quantize_bits) + optimizer_bytes_per_row(
-        inp.system.model.optimizer, inp.dim
-    )
-    fixed = ctx.dense_bytes + READER_POSITION_BYTES
-    full = float(rows * b_q + fixed)
-    wb, wl, _, _, rb, rl = _rates(ctx)
-    w_full = float(_affine(wb, wl, np.array([full]))[0])
-    restart = inp.restart_s
-
-    def restore(nbytes: np.ndarray) -> np.ndarray:
-        return restart + _affine(rb, rl, nbytes)
-
-    if spec.increment == "intermittent":
-        cycle = _intermittent_cycle(inp, k)
-        if cycle is not None:  # n* increments then a full, repeated
-            u = inp.touched_at(k * np.arange(1, cycle + 1))
-            nbytes = np.concatenate([u * b_q + fixed, [full]])
-            chain = np.concatenate([full + nbytes[:-1], [full]])
-            prev_needed = np.concatenate([[full], chain[:-1]])
-            first = (-tau) if spec.synchronous else (w_full - tau)
-            stall, start, resume, durable, _ = _snapshot_walk(inp, tau, nbytes, first)
-            period = float(resume[-1])
-            restores = restore(chain)
-            points = points_from(list(durable), list(resume), list(restores))
-            cost = _cost(
-                inp, k, cost_s=float(stall.mean()), bytes=float(nbytes.mean()),
-                restore_s=float(restores.mean()), storage_bytes=float((prev_needed + nbytes).max()),
-                durable_lag_s=float((durable - start).mean()),
-                rollback_lag_s=float((durable - resume).mean()), restore_bytes=float(chain.mean()),
-            )  # fmt: skip
-            return _Eval(cost, period, tau * len(nbytes), points)
-    # consecutive and one-shot (and an intermittent cycle longer than the run): the run
-    n = _checkpoints_in_run(inp, tau)
-    i = np.arange(1, n + 1, dtype=np.float64)
-    if spec.increment == "consecutive":
-        u = np.full(n, float(inp.touched_at(k)))
-        nbytes = u * b_q + fixed
-        chain = full + np.cumsum(nbytes)
-    else:
-        u = inp.touched_at(k * i)
-        nbytes = u * b_q + fixed
-        chain = full + nbytes
-    first = w_full - tau  # the baseline persists from time 0, asynchronously
-    stall, start, resume, durable, _ = _snapshot_walk(inp, tau, nbytes, first)
-    work = max(inp.horizon_s, n * tau)
-    period = work + float(stall.sum())
-    all_chain = np.concatenate([[full], chain])
-    restores = restore(all_chain)
-    retained = np.concatenate([[full], all_chain[:-1] + nbytes])
-    points = points_from([w_full, *durable.tolist()], [0.0, *resume.tolist()], restores.tolist())
-    cost = _cost(
-        inp, k, cost_s=float(stall.mean()), bytes=float(nbytes.mean()),
-        restore_s=float(restores.mean()), storage_bytes=float(retained.max()),
-        durable_lag_s=float((durable - start).mean()),
-        rollback_lag_s=float((durable - resume).mean()), restore_bytes=float(all_chain.mean()),
-    )  # fmt: skip
-    return _Eval(cost, period, work, points)
-
-
-def _checkpoints_in_run(inp: _Inputs, tau: float) -> int:
-    """Checkpoints at τ, 2τ, ... up to the run's work (at least one)."""
-    n = max(1, math.floor(inp.horizon_s / tau * (1 + 1e-12)))
-    if n > MAX_CHECKPOINTS:
-        # a plan never asks for this (its search starts at horizon / 200,000); the remedy
-        # names strategy_cost's own parameter, which only the Python API gives
-        raise ConfigError(
-            f"check-n-run: an interval of {tau:.3g} s over {inp.horizon_s:.3g} s of training "
-            f"is {n:,} checkpoints, more than the {MAX_CHECKPOINTS:,} a chain walk holds"
-            + opt("", "; give a larger interval_batches")
-        )
-    return n
-
-
-def _intermittent_cycle(inp: _Inputs, k: float) -> int | None:
-    """n*: one-shot increments before touched(j k) passes the threshold (a full is then
-    written as the n* + 1-th); None when no full comes within the run."""
-    threshold = int(inp.ctx.spec.full_threshold_fraction * inp.ctx.total_rows)
-    limit = min(max(1, math.floor(inp.horizon_s / (k * inp.tb) * (1 + 1e-12))), MAX_CHECKPOINTS)
-
-    def over(j: int) -> bool:
-        return float(inp.touched_at(k * j)) > threshold
-
-    if not over(limit + 1):
-        return None
-    lo, hi = 0, 1  # over(lo) is False (j = 0: nothing), over(hi) to be found
-    while not over(hi):
-        lo, hi = hi, min(2 * hi, limit + 1)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if over(mid):
-            hi = mid
-        else:
-            lo = mid
-    return lo
+    walk = cnr.model(inp, k)
+    return _Eval(_cost(inp, k, **walk.values), walk.period_s, walk.useful_s, walk.points_of)
 
 
 def _trainingcxl(inp: _Inputs, k: float) -> _Eval:
@@ -580,7 +446,7 @@ MODELS: dict[str, Callable[[_Inputs, float], _Eval]] = {
     "sync-full": lambda inp, k: _full_state(inp, k, overlap=False),
     "fastpersist": lambda inp, k: _full_state(inp, k, overlap=True),
     "checkfreq": _checkfreq,
-    "check-n-run": _check_n_run,
+    "check-n-run": _check_n_run,  # replay.plan.check_n_run
     "trainingcxl": _trainingcxl,
     "none": _none,
 }
@@ -601,6 +467,7 @@ def strategy_cost(
     batch_size: int = 0,
     embedding_dim: int = 0,
     dense_bytes: int | None = None,
+    mode: dict[str, Any] | None = None,
 ) -> StrategyCost:
     """A strategy's costs every `interval_batches` batches (module docstring).
 
@@ -611,9 +478,12 @@ def strategy_cost(
     compute_s_per_batch: default compute.seconds_per_batch, or FLOPs × batch_size / rate;
     0 when unknown. embedding_dim: for quantized rows (default: the system's, or solved
     from row_bytes). dense_bytes: default 4 × model.dense_params.
+    mode: check-n-run's mode as `StrategyPlan.mode` gives it (increment, quantize_bits,
+    increments_per_full or full_threshold_fraction; missing: the spec's); ignored for the
+    other strategies (their `mode` is None).
     """
     return _evaluate(
-        system, strategy, interval_batches, time_per_batch_s=time_per_batch_s,
+        system, strategy, interval_batches, mode=mode, time_per_batch_s=time_per_batch_s,
         total_rows=total_rows, row_bytes=row_bytes, touched_rows=touched_rows,
         horizon_s=horizon_s, compute_s_per_batch=compute_s_per_batch, batch_size=batch_size,
         embedding_dim=embedding_dim, dense_bytes=dense_bytes,
@@ -626,7 +496,10 @@ def _evaluate(
     name = strategy or system.checkpoint.strategy
     if not (interval_batches > 0 and math.isfinite(interval_batches)):
         raise ConfigError(f"interval_batches: must be finite and > 0, got {interval_batches}")
+    mode = kw.pop("mode", None)
     inp = _inputs(system, name, **kw)
+    if name == "check-n-run" and mode is not None:
+        inp = _with_mode(inp, cnr.mode_from(mode, inp.system))
     return MODELS[name](inp, float(interval_batches))
 
 
@@ -640,13 +513,28 @@ class _Chosen:
     mtbf_s: float
     k: float
     goodput_model: float
+    mode: cnr.Mode | None = None  # check-n-run: this one's mode
+    # check-n-run: every mode at its interval (this one, the best by Daly's model, among
+    # them), for the simulator to rank
+    modes: list[_Chosen] = field(default_factory=list)
+
+
+# check-n-run's intermittent cycle search reads each cycle's interval coarsely (13 points,
+# to 1% in ln τ; `check_n_run.search_modes`), then the best cycle's as every strategy's
+_COARSE = {"grid": 13, "rel_tol": 1e-2}
 
 
 def _choose(
-    inp: _Inputs, name: str, mtbf_s: float, costs: dict[float, StrategyCost]
+    inp: _Inputs,
+    name: str,
+    mtbf_s: float,
+    costs: dict[float, StrategyCost],
+    *,
+    coarse: bool = False,
 ) -> tuple[float, float]:
     """(k, Daly's goodput there): the whole number of batches between checkpoints that
-    maximises the model's goodput at `mtbf_s`, searched by `best_interval`."""
+    maximises the model's goodput at `mtbf_s`, searched by `best_interval` (`coarse`:
+    `_COARSE`)."""
     model = MODELS[name]
     tb = inp.tb
     horizon_s = inp.horizon_s
@@ -666,13 +554,14 @@ def _choose(
         return 1.0, model_goodput(1.0)
     lo = tb
     if name == "check-n-run":  # the run's chain is walked: at most 2e5 checkpoints
-        lo = max(tb, horizon_s / 200_000)
+        lo = max(tb, horizon_s / SEARCH_MAX_CHECKPOINTS)
     tau = best_interval(
         lambda t: at(t / tb).cost_s,
         lambda t: at(t / tb).restore_s + at(t / tb).rollback_lag_s,
         mtbf_s,
         lo_s=lo,
         hi_s=max(horizon_s, lo),
+        **(_COARSE if coarse else {}),
     )
     whole = {max(1.0, math.floor(tau / tb)), max(1.0, math.ceil(tau / tb))}
     k = max(sorted(whole), key=model_goodput)
@@ -703,9 +592,29 @@ def _prepare(
     inp = _inputs(
         system, name, horizon_s=horizon_s, **{**_OPTIONAL_INPUTS, "dense_bytes": None, **inputs}
     )
+    if name == "check-n-run":
+        return _prepare_modes(inp, float(mtbf_s))
     costs: dict[float, StrategyCost] = {}
     k, goodput_model = _choose(inp, name, float(mtbf_s), costs)
     return _Chosen(name, inp, costs, float(mtbf_s), k, goodput_model)
+
+
+def _prepare_modes(inp: _Inputs, mtbf_s: float) -> _Chosen:
+    """check-n-run: every mode at its interval (`check_n_run.search_modes`), in `modes`
+    of the one Daly's model prefers (which the progress check reads)."""
+
+    def choose(m: _Inputs, coarse: bool) -> tuple[float, float]:
+        return _choose(m, "check-n-run", mtbf_s, {}, coarse=coarse)
+
+    max_cycle = min(SEARCH_MAX_CHECKPOINTS, max(1, math.floor(inp.horizon_s / inp.tb)))
+    found = cnr.search_modes(
+        cnr.modes_for(inp.system), lambda m: _with_mode(inp, m), choose, max_cycle
+    )
+    chosen = [
+        _Chosen("check-n-run", f.inp, {}, mtbf_s, f.k, f.goodput_model, f.mode) for f in found
+    ]
+    best = max(chosen, key=lambda c: c.goodput_model)
+    return dataclasses.replace(best, modes=chosen)
 
 
 def plan_strategy(
@@ -728,8 +637,9 @@ def plan_strategy(
 ) -> StrategyPlan:
     """The interval that maximises the run's expected goodput (Daly's complete model with
     the strategy's δ(τ), R(τ) + rollback lag, searched by `best_interval` over whole
-    batches), and the failure simulator's goodput there over `horizon_s`. `MtbfTooShort`
-    when the strategy makes no progress at `mtbf_s` (see `plan_checkpoints`)."""
+    batches), and the failure simulator's goodput there over `horizon_s` (check-n-run: in
+    each of its modes, the best answering). `MtbfTooShort` when the strategy makes no
+    progress at `mtbf_s` (see `plan_checkpoints`)."""
     chosen = _prepare(
         system, strategy or system.checkpoint.strategy, time_per_batch_s=time_per_batch_s,
         total_rows=total_rows, row_bytes=row_bytes, touched_rows=touched_rows, mtbf_s=mtbf_s,
@@ -741,9 +651,27 @@ def plan_strategy(
     return _simulate(chosen, draws=draws, seed=seed, max_wall_factor=max_wall_factor)
 
 
+def _simulate_modes(
+    chosen: _Chosen, *, draws: int, seed: int, max_wall_factor: float
+) -> StrategyPlan:
+    """check-n-run: every mode simulated at its interval (the same draws: common random
+    numbers), the best by mean goodput (`check_n_run.ranked`) with every mode's numbers
+    in `modes`."""
+    plans = []
+    for c in chosen.modes:
+        assert c.mode is not None
+        plan = _simulate(c, draws=draws, seed=seed, max_wall_factor=max_wall_factor)
+        described = cnr.describe(c.mode, c.inp, c.k, plan.failures_per_run)
+        plans.append(dataclasses.replace(plan, **described))
+    best, rows = cnr.ranked(plans, [c.mode for c in chosen.modes if c.mode])
+    return dataclasses.replace(plans[best], modes=rows)
+
+
 def _simulate(chosen: _Chosen, *, draws: int, seed: int, max_wall_factor: float) -> StrategyPlan:
     """The failure simulator's goodput at the chosen interval (Daly's form for `none`
-    over a run much longer than the MTBF)."""
+    over a run much longer than the MTBF); check-n-run: `_simulate_modes`."""
+    if chosen.modes:
+        return _simulate_modes(chosen, draws=draws, seed=seed, max_wall_factor=max_wall_factor)
     name, inp, k, mtbf_s = chosen.name, chosen.inp, chosen.k, chosen.mtbf_s
     horizon_s = inp.horizon_s
     goodput_model = chosen.goodput_model
