@@ -161,9 +161,18 @@ def test_strategy_cost_in_the_answers_mode_is_the_answers_cost(
 
 
 def test_the_answer_is_the_best_mode_by_goodput(plan: StrategyPlan) -> None:
-    goodputs = [r["goodput"] for r in plan.modes]
+    """The answer is the paper's method (intermittent, quantized) of highest goodput; the
+    paper's modes come first, each part best first."""
+    papers = [r for r in plan.modes if r["papers_method"]]
+    assert {r["mode"]["increment"] for r in papers} == {"intermittent"}
+    assert {r["mode"]["quantize_bits"] for r in papers} == set(QUANTIZE_BITS) - {0}
+    assert not any(r["spec"] for r in papers)  # a spec's threshold rule is not searched
+    assert list(plan.modes[: len(papers)]) == papers
+    goodputs = [r["goodput"] for r in papers]
     assert plan.goodput == max(goodputs)
     assert goodputs == sorted(goodputs, reverse=True)  # best first
+    others = [r["goodput"] for r in plan.modes[len(papers) :]]
+    assert others == sorted(others, reverse=True)
     best = plan.modes[0]
     assert (plan.label, plan.mode, plan.interval_s, plan.goodput_p5) == (
         best["label"], best["mode"], best["interval_s"], best["goodput_p5"],

@@ -307,7 +307,9 @@ def test_huge_row_spaces_are_estimated_before_any_work(
     captured = capsys.readouterr()
     assert time.monotonic() - started < 60
     if fits:
-        assert code == 0 and _gib(captured.out) < 2.0, captured.out
+        # (1.1 GiB of it since issue 40: touched(k)'s first 2^24 lookups counted exactly,
+        # nearly every one a new key of 64 B in the map at 4 G rows a table)
+        assert code == 0 and _gib(captured.out) < 2.5, captured.out
     else:
         assert code == 2 and captured.err.count("\n") == 1
         assert "this workload needs about" in captured.err

@@ -93,6 +93,10 @@ def test_prefix_batches_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     # at least 3 R B / 2 batches: then the prefix beats the sample at every k <= P
     assert prefix_batches(SPEC, 0.25, 400) == 150
     assert prefix_batches(SPEC, 1.0, 400) == 400
+    # ... but that raised part holds at most PREFIX_MAX_LOOKUPS lookups (memory)
+    monkeypatch.setattr(touched_plan, "PREFIX_MAX_LOOKUPS", 100 * per + 3)
+    assert prefix_batches(SPEC, 0.25, 400) == 100
+    assert prefix_batches(SPEC, 1.0, 400) == 100
     monkeypatch.setattr(touched_plan, "PREFIX_LOOKUPS", 3)  # under one batch: one batch
     assert prefix_batches(SPEC, 2.0**-12, 400) == 1
     assert prefix_batches(SPEC, 2.0**-12, 0) == 0
@@ -104,12 +108,12 @@ def test_prefix_batches_rule(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_prefix_batches_of_a_production_batch() -> None:
-    """400 tables x 65,536 samples = 26.2 M lookups a batch: the budget keeps P at 2
-    batches (their map: at most ~52 M keys), however long the run."""
+    """400 tables x 65,536 samples = 26.2 M lookups a batch: the budget keeps P at one
+    batch (its map: at most ~26 M keys), however long the run."""
     tables = tuple(TableSpec(f"t{i}", 5_000_000) for i in range(400))
     spec = WorkloadSpec(name="prod", tables=tables, batch_size=65_536, batches=7_200_000)
     assert spec.lookups_per_batch == 26_214_400
-    assert prefix_batches(spec, 2.0**-23) == 2
+    assert prefix_batches(spec, 2.0**-23) == 1
     big = spec.with_overrides(batch_size=1 << 20)  # 419 M lookups: one batch
     assert prefix_batches(big, 2.0**-27) == 1  # (the rate the plan would choose)
 

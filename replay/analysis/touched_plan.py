@@ -41,13 +41,15 @@ T = sum p_r = E D(k), V = sum p_r (1 - p_r) <= T.
   and to 2k - 1 >= R (B - k + 1) where not; the worst k is near P / 3 in either, and
   both hold for P >= 3 R B / 2.)
 
-P, the hand-off (`prefix_batches`): about `PREFIX_LOOKUPS` = 2^26 lookups' worth of
-batches, at least one, and at least ceil(3 R B / 2) so that the argument above holds,
-never more than the run. The plan's automatic rate keeps R x the run's lookups under
-3 x 10^7 (`replay.plan.plan.choose_sample_rate`), so the lookup budget decides but
-where a batch has between 2^25 and 2^26 lookups (the sample may then hold up to 0.9 of
-a batch, and P is 2 batches); with a rate given by hand the prefix holds at most about
-3/2 of the sample's lookups, which costs about what the sample's own pass does.
+P, the hand-off (`prefix_batches`): about `PREFIX_LOOKUPS` = 2^24 lookups' worth of
+batches, at least one, and at least ceil(3 R B / 2) so that the argument above holds, but
+that raised part never past `PREFIX_MAX_LOOKUPS` = 2^25 lookups, and never more than the
+run. The bound is memory: the counter keeps every distinct key of the prefix in a map of
+up to 64 B a key (`replay.runs.plan_memory`), and on tables of billions of rows nearly
+every lookup is a new key (2^26 lookups asked for 4 GiB on 12 tables of 4 G rows). Where
+the cap binds (the quickstart's 2.1 M batches of 53,248 lookups at R = 2^-12: 782
+batches asked, 630 counted) the argument holds up to about 2P / 3 and the stated error
+(`stated_errors`, from m(k, P)) says what the prefix gives beyond.
 
 Above P only the sample is left. Not its count / R itself, though, but its growth from
 the hand-off h (the longest window of the grid within P) on, added to the exact value
@@ -129,7 +131,8 @@ from replay.errors import ConfigError
 from replay.trace.stream import iter_batch_ranges
 from replay.workload.spec import WorkloadSpec
 
-PREFIX_LOOKUPS = 1 << 26  # lookups of the full stream counted exactly, about
+PREFIX_LOOKUPS = 1 << 24  # lookups of the full stream counted exactly, about
+PREFIX_MAX_LOOKUPS = 1 << 25  # ... and at most, where 3 R B / 2 batches ask for more
 ABOVE = ("increment", "sample")  # how touched(k) above the prefix is read from the sample
 # Measured by tests/test_touched_plan.py's acceptance test: the relative error of
 # touched(k) against the exact count of the whole run, k -> error.
@@ -148,15 +151,16 @@ MEASURED: dict[int, float] = {
 
 def prefix_batches(spec: WorkloadSpec, rate: float, batches: int | None = None) -> int:
     """P, the run's first batches counted in full: about `PREFIX_LOOKUPS` lookups and at
-    least ceil(3 R B / 2) batches (module docstring), at least one, a whole number of
-    accumulation windows where the run has one, never more than the run's `batches`
-    (default: the spec's)."""
+    least ceil(3 R B / 2) batches up to `PREFIX_MAX_LOOKUPS` lookups (module docstring),
+    at least one, a whole number of accumulation windows where the run has one, never
+    more than the run's `batches` (default: the spec's)."""
     run = int(spec.batches if batches is None else batches)
     if run < 1:
         return 0
     every = max(1, int(spec.update.accumulate_batches))
-    fit = PREFIX_LOOKUPS // max(int(spec.lookups_per_batch), 1)
-    fit = max(fit, math.ceil(1.5 * float(rate) * run))
+    per_batch = max(int(spec.lookups_per_batch), 1)
+    fit = PREFIX_LOOKUPS // per_batch
+    fit = max(fit, min(math.ceil(1.5 * float(rate) * run), PREFIX_MAX_LOOKUPS // per_batch))
     fit = -(-fit // every) * every  # whole accumulation windows (rounded up)
     return max(1, min(run, fit))
 

@@ -20,7 +20,7 @@ import numpy as np
 from replay._output import Owned, atomic_folder
 from replay._units import format_bytes, format_duration, format_percent
 from replay.plan.torchrec import FEW_SAMPLED_ROWS
-from replay.report.plan_section import few_failures, split_line, strategy_label
+from replay.report.plan_section import few_failures, lossy, split_line, strategy_label
 
 # what --force may replace (`replay._output.Owned`): these files, and figures/ holding only
 # the figures write_plan draws (a person's file there is refused, never deleted)
@@ -118,7 +118,8 @@ def answers(document: dict[str, Any]) -> list[str]:
             f"{strategy_label(s)} every {format_duration(s['interval_s'])} gives goodput "
             f"{_pct(s['goodput'])} (5th percentile {_pct(s['goodput_p5'])}{few_failures(s)}): "
             f"{format_duration(s['cost_s'])} stall and {format_bytes(s['bytes'])} per "
-            f"checkpoint, restore {format_duration(s['restore_s'])}."
+            f"checkpoint, restore {format_duration(s['restore_s'])}"
+            + (f"; {lossy(s)}." if lossy(s) else ".")
         )
     front = [s["name"] for s in document["systems"] if s["pareto"]]
     fastest = min(document["systems"], key=lambda s: s["time_per_batch_s"])
@@ -128,6 +129,32 @@ def answers(document: dict[str, Any]) -> list[str]:
         f"Pareto front: {', '.join(front)}."
     )
     return lines
+
+
+def _modes_table(strategies: list[dict[str, Any]]) -> list[str]:
+    """Every mode of the strategies that have modes (Check-N-Run), the answer's first."""
+    out: list[str] = []
+    for s in strategies:
+        if not s.get("modes"):
+            continue
+        out += [
+            "",
+            f"{s['name']}: every mode at its own best interval (the paper's method, "
+            "intermittent fulls with quantized increments, answers; the others for comparison):",
+            "",
+            "| mode | paper's method | interval | written | storage | restore | goodput | p5 |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for m in s["modes"]:
+            out.append(
+                f"| {m['label']} | {'yes' if m.get('papers_method') else 'no'} | "
+                f"{format_duration(m['interval_s'])} | {format_bytes(m['bytes'])} | "
+                f"{format_bytes(m['storage_bytes'])} | {format_duration(m['restore_s'])} | "
+                f"{m['goodput']:.3%} | {m['goodput_p5']:.3%} |"
+            )
+        if s.get("caveat"):
+            out += ["", f"Caveat ({strategy_label(s)}): {s['caveat']}"]
+    return out
 
 
 def plan_markdown(document: dict[str, Any]) -> str:
@@ -221,7 +248,7 @@ def plan_markdown(document: dict[str, Any]) -> str:
     ]
     for s in ck["strategies"]:
         out.append(
-            f"| {s['name']} | {format_duration(s['interval_s'])} | "
+            f"| {strategy_label(s)} | {format_duration(s['interval_s'])} | "
             f"{format_duration(s['young_daly_interval_s'])} | {format_duration(s['cost_s'])} | "
             f"{format_bytes(s['bytes'])} | {format_bytes(s['storage_bytes'])} | "
             f"{format_duration(s['restore_s'])} | "
@@ -229,6 +256,7 @@ def plan_markdown(document: dict[str, Any]) -> str:
             f"{s['failures_during_restore_per_run']:.3g} | {_pct(s['goodput'])} | "
             f"{_pct(s['goodput_p5'])} |"
         )
+    out += _modes_table(ck["strategies"])
     out += [
         "",
         "### Systems",

@@ -126,7 +126,19 @@ def checkpoint_line(doc: dict[str, Any]) -> str:
         f"Checkpoint: {strategy_label(s)} every {minutes(s['interval_s'])} gives goodput "
         f"{_pct(s['goodput'])} at a cluster MTBF of {mtbf} (5th percentile "
         f"{_pct(s['goodput_p5'])}{few_failures(s)}), writing {format_bytes(s['bytes'])} per "
-        "checkpoint."
+        "checkpoint" + (f"; {lossy(s)}." if lossy(s) else ".")
+    )
+
+
+def lossy(strategy: dict[str, Any]) -> str:
+    """A short warning for quantized rows that carry the paper's accuracy caveat."""
+    mode = strategy.get("mode") or {}
+    bits = mode.get("quantize_bits") or 0
+    if not strategy.get("caveat") or not bits:
+        return ""
+    return (
+        f"{bits}-bit rows come back lossy from every restore: check the width against "
+        "Check-N-Run's bit-width selection (caveat in plan.json)"
     )
 
 

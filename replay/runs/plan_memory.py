@@ -21,6 +21,8 @@ what stays for the whole plan plus the largest stage:
   their split by table, one chunk of at least a batch at a time);
 - **the distinct rows per batch** (`replay.plan.torchrec`, at R < 1): a few full batches
   (`span_batches`), their keys in a map;
+- **touched(k) for small k** (`replay.analysis.touched_plan`, at R < 1): the run's first
+  P batches (`prefix_batches`, about 2^26 lookups) in full, counted per row or per key;
 - **the cache policies' replays** (`replay.plan.policies`, `replay.plan.tbe`: LFU, TBE,
   ... caches, one replay of the horizon at a time): the policy's per-row state and the
   replay's per-batch columns (`REPLAY_BYTES_PER_BATCH`), which grow with the run;
@@ -55,6 +57,7 @@ from replay._memory import (
     row_space,
 )
 from replay._units import format_bytes
+from replay.analysis.touched_plan import iid_batches, prefix_batches
 from replay.plan.plan import PlanRequest, request_sample_rate, steady_batches
 from replay.plan.policies import MINIATURE_POLICIES
 from replay.plan.torchrec import span_batches
@@ -209,6 +212,18 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         span = span_batches(source, batches)
         stages["distinct rows per batch"] = span * per_batch * TOUCHED_MAP_BYTES_PER_KEY // 4 + (
             _in_flight(source, span, threads + AHEAD + 1)
+        )
+    if isinstance(source, WorkloadSpec) and rate < 1.0 and iid_batches(source):
+        # touched(k) for small k: the run's first P batches generated in full and counted
+        # (`replay.analysis.touched_plan`): a dense array over the rows, or their keys in a map
+        prefix = prefix_batches(source, rate, batches)
+        counted = (
+            total * TOUCHED_DENSE_BYTES_PER_ROW
+            if total <= DENSE_MAX_ROWS
+            else min(total, prefix * per_batch) * TOUCHED_MAP_BYTES_PER_KEY
+        )
+        stages["rows touched in the first full batches"] = counted + _in_flight(
+            source, prefix, threads + AHEAD + 1
         )
     which = max(stages, key=lambda k: stages[k])
     parts.append((f"the largest stage ({which})", stages[which]))
