@@ -166,3 +166,27 @@ def test_terabyte_sampled_like_the_quickstart_against_exact_replays() -> None:
     uniform = float((n * hit).sum() / n.sum())
     assert abs(cache["baseline"]["hit"] - shared) < 0.01, (cache["baseline"]["hit"], shared)
     assert abs(cache["uniform_hit"] - uniform) < 0.01, (cache["uniform_hit"], uniform)
+
+
+def test_the_checkpoint_line_names_the_mode_and_warns_of_few_failures_and_lossy_rows() -> None:
+    from replay.report.plan_section import checkpoint_line, few_failures, lossy
+
+    eight = {"papers_method": True, "mode": {"quantize_bits": 8}, "interval_s": 90.0,
+             "goodput": 0.9964}  # fmt: skip
+    best = {
+        "name": "check-n-run", "label": "check-n-run (intermittent, 2-bit)",
+        "mode": {"increment": "intermittent", "quantize_bits": 2}, "interval_s": 36.0,
+        "goodput": 0.9993, "goodput_p5": 0.9982, "bytes": 2**30, "failures_per_run": 0.69,
+        "caveat": "2-bit rows are lossy ...", "modes": [eight],
+    }  # fmt: skip
+    doc = {"checkpoint": {"cluster_mtbf_s": 45 * 3600.0, "strategies": [best]}}
+    line = checkpoint_line(doc)
+    assert line.startswith("Checkpoint: check-n-run (intermittent, 2-bit) every 0.6 min")
+    assert "the run expects 0.69 failures, so about 50% of runs see none" in line
+    assert "each of the run's 0.69 expected restores" in line
+    assert "at 8 bits, the paper's fallback, every 1.5 min for 99.640% against 99.930%" in line
+    assert few_failures({**best, "failures_per_run": 1.0}) == ""
+    assert lossy({**best, "caveat": None}) == "" and lossy({**best, "mode": None}) == ""
+    plain = {**best, "label": None, "name": "checkfreq", "caveat": None, "modes": []}
+    assert "Checkpoint: checkfreq every" in checkpoint_line({**doc, "checkpoint": {
+        **doc["checkpoint"], "strategies": [plain]}})  # fmt: skip

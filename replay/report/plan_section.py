@@ -136,10 +136,26 @@ def lossy(strategy: dict[str, Any]) -> str:
     bits = mode.get("quantize_bits") or 0
     if not strategy.get("caveat") or not bits:
         return ""
-    return (
-        f"{bits}-bit rows come back lossy from every restore: check the width against "
-        "Check-N-Run's bit-width selection (caveat in plan.json)"
+    n = float(strategy.get("failures_per_run") or 0.0)
+    text = (
+        f"{bits}-bit rows come back lossy from each of the run's "
+        f"{f'{n:.2g}' if n < 10 else f'{n:,.0f}'} expected restores: "
+        "check the width against Check-N-Run's bit-width selection (caveat in plan.json)"
     )
+    fallback = next(
+        (
+            m
+            for m in strategy.get("modes") or []
+            if m.get("papers_method") and (m.get("mode") or {}).get("quantize_bits") == 8
+        ),
+        None,
+    )
+    if fallback is not None:
+        text += (
+            f"; at 8 bits, the paper's fallback, every {minutes(fallback['interval_s'])} for "
+            f"{fallback['goodput']:.3%} against {strategy['goodput']:.3%}"
+        )
+    return text
 
 
 def strategy_label(strategy: dict[str, Any]) -> str:
