@@ -347,6 +347,16 @@ class TouchedCounter:
         self.keys_fed += len(keys)
         self.next_batch = batch_start + batches
 
+    def feed_source(self, src: Any, kind: str = "updates") -> None:
+        """Feed every batch of an opened source: its update rows (`kind="updates"`) or
+        its lookups (`"lookups"`)."""
+        updates = kind == "updates"
+        for r in iter_batch_ranges(src, with_updates=updates):
+            if updates:
+                self.feed(r.update_keys, r.update_bounds, r.batch_start)
+            else:
+                self.feed(r.keys, r.bounds, r.batch_start)
+
     def _grow_map(self) -> None:
         size = 2 * len(self.map_keys)
         keys = np.full(size, -1, dtype=np.int64)
@@ -444,12 +454,7 @@ def touched_curve(
     src = _open(source, threads)
     rate = source_sample_rate(src)
     counter = TouchedCounter(src.table_rows, src.num_batches, points=points)
-    updates = kind == "updates"
-    for r in iter_batch_ranges(src, with_updates=updates):
-        if updates:
-            counter.feed(r.update_keys, r.update_bounds, r.batch_start)
-        else:
-            counter.feed(r.keys, r.bounds, r.batch_start)
+    counter.feed_source(src, kind)
     names = tuple(getattr(src, "table_names", ()))
     return counter.curve(rate, kind, names)
 

@@ -127,7 +127,6 @@ from replay.analysis.horizon import (
     touched_curve,
 )
 from replay.errors import ConfigError
-from replay.trace.stream import iter_batch_ranges
 from replay.workload.spec import WorkloadSpec
 
 PREFIX_LOOKUPS = 1 << 24  # lookups of the full stream counted exactly, about
@@ -207,17 +206,8 @@ def stated_errors(
 def _sampled_curve(src: Any, batches: np.ndarray, kind: str, rate: float) -> TouchedCurve:
     """`touched_curve(src)` at the window lengths `batches`."""
     counter = TouchedCounter(src.table_rows, int(src.num_batches), batches=batches)
-    _feed(counter, src, kind)
+    counter.feed_source(src, kind)
     return counter.curve(rate, kind, tuple(getattr(src, "table_names", ())))
-
-
-def _feed(counter: TouchedCounter, src: Any, kind: str) -> None:
-    updates = kind == "updates"
-    for r in iter_batch_ranges(src, with_updates=updates):
-        if updates:
-            counter.feed(r.update_keys, r.update_bounds, r.batch_start)
-        else:
-            counter.feed(r.keys, r.bounds, r.batch_start)
 
 
 def prefix_curve(
@@ -234,7 +224,7 @@ def prefix_curve(
 
     full = GeneratedTrace(spec.with_overrides(batches=int(prefix)), threads=threads)
     counter = TouchedCounter(full.table_rows, int(prefix), batches=batches)
-    _feed(counter, full, kind)
+    counter.feed_source(full, kind)
     return counter.curve(1.0, kind, tuple(full.table_names))
 
 
