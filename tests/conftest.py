@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,3 +17,29 @@ def _own_verified_records(tmp_path_factory: pytest.TempPathFactory, monkeypatch)
     where = tmp_path_factory.mktemp("replay-cache")
     monkeypatch.setenv("REPLAY_CACHE_DIR", str(where))
     return where
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _the_quickstarts_plan_once() -> Any:
+    """The quickstart's plan (one epoch of Criteo Terabyte, ~12 s) is computed once per
+    session: test_quickstart runs the quickstart twice and test_readme once more, each
+    with the same `PlanRequest`, and the plan is a pure function of it (its determinism is
+    pinned by tests/test_plan*.py). Any other request is planned afresh; each caller gets
+    its own copy."""
+    import replay.plan.plan as plan_module
+    from replay.runs.quickstart import plan_request
+
+    real = plan_module.make_plan
+    quickstart = repr(plan_request())
+    kept: list[Any] = []
+
+    def make_plan(request: Any, progress: Any = None) -> Any:
+        if repr(request) != quickstart:
+            return real(request, progress)
+        if not kept:
+            kept.append(real(request, progress))
+        return copy.deepcopy(kept[0])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plan_module, "make_plan", make_plan)
+        yield

@@ -26,6 +26,7 @@ SMALLER = {
     ),
     "quickstart --batches 1000": "quickstart --batches 100 --batch-size 256",
     "--batches 100000": "--batches 20",
+    "--batches 2135484": "--batches 100",
     "--batches 88978": "--batches 8",
     "--batches 18781": "--batches 8",
     "batches=200": "batches=8",
