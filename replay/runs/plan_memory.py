@@ -38,7 +38,10 @@ a few whole batches, so the figures are per lookup; the sampled rows' tables at 
 row kept, 63 B at the set-up's peak (12 tables of 4 G rows at R = 2^-12). Terms that
 depend on the rows a run touches take every row it could touch, min(rows, lookups), as
 `replay._memory` does, so the estimate leans high. Measured against it (`/usr/bin/time`'s
-maximum RSS): that 400-table plan over 7.2 M batches 2.67 GiB (estimate 3.05), the
+maximum RSS): that 400-table plan over 7.2 M batches 2.67 GiB (estimate 3.05; 3.34 GiB
+after issue 40, the estimate 9% low: touched(k)'s first batch of 26 M lookups counted
+exactly, its keys in the counter's map while the heads are held, is now the largest
+stage, above the estimate's 64 B a key), the
 README's Criteo Terabyte epoch with hbm-lru 0.53 GiB (0.59) and with hbm-lru, hbm-lfu,
 hbm-tbe-lru and dram 2.83 GiB (2.76: low by 2%), 12 tables of 4 G rows 0.82 GiB (1.14: high by 39%,
 the heads' and the sampled curves' bounds).
