@@ -190,3 +190,20 @@ def test_the_checkpoint_line_names_the_mode_and_warns_of_few_failures_and_lossy_
     plain = {**best, "label": None, "name": "checkfreq", "caveat": None, "modes": []}
     assert "Checkpoint: checkfreq every" in checkpoint_line({**doc, "checkpoint": {
         **doc["checkpoint"], "strategies": [plain]}})  # fmt: skip
+
+
+def test_a_tbe_system_is_compared_with_one_shared_tbe_cache() -> None:
+    # the first system is FBGEMM's TBE: its user runs one TBE cache of the budget, so the
+    # split is held against that replay, not against an ideal LRU
+    spec = get_preset("criteo-kaggle").with_overrides(batches=30, batch_size=256)
+    request = PlanRequest(
+        source=spec, systems=("hbm-tbe-lru",), cache_budget_bytes=4 << 20,
+        hit_targets=(0.9,), mtbf_s=6 * 3600.0, time_per_batch_s=0.05, draws=50,
+    )  # fmt: skip
+    doc, _ = make_plan(request)
+    cache = doc["cache"]
+    base = cache["baseline"]
+    assert base["policy"] == "tbe-lru" and "FBGEMM TBE cache (LRU)" in base["cache"]
+    assert base["hit"] == cache["hit_at_budget"]["tbe-lru"] == cache["shared_hit"]["tbe-lru"]
+    assert cache["shared_hit"]["lru"] == cache["hit_at_budget"]["lru"]
+    assert "as one shared TBE cache hits" in cache_line(doc)
