@@ -7,6 +7,11 @@ each accepts, only their registries know (`replay.policies.POLICIES`,
 `replay.checkpoint.STRATEGIES`, filled by a decorator where each class lives); those
 modules read `SystemSpec`, so they sit above `system/`, and the whole check lives here,
 in the layer that runs them together.
+
+A system with a `[cluster]` parses (`replay.system.spec.build_system`) but is refused
+here, in `system_from_dict`, the one gate `replay run`, `compare`, `sweep`, `plan`,
+`bench` and `replay.resolve_system` all pass through: the engine replays one GPU, and
+until the cluster replay exists (issue 41) a cluster must not be answered as one GPU.
 """
 
 from __future__ import annotations
@@ -40,10 +45,24 @@ def check_plugins(spec: SystemSpec, where: str) -> None:
     STRATEGIES[ck.strategy].check_spec(spec, f"{where}.checkpoint")
 
 
+def refuse_cluster(spec: SystemSpec, where: str) -> None:
+    """ConfigError for a system with a `[cluster]`: the engine replays one GPU only, and
+    answering a cluster as one GPU would be silently wrong."""
+    c = spec.cluster
+    if c is not None:
+        raise ConfigError(
+            f"{where}.cluster: the cluster replay is not built yet ({c.nodes} "
+            f"node{'s' if c.nodes != 1 else ''} x {c.gpus_per_node} GPUs given); drop "
+            "[cluster] and the cluster.* overrides to replay one GPU"
+        )
+
+
 def system_from_dict(data: Any, where: str = "system") -> SystemSpec:
-    """Validate plain data into a SystemSpec, its plug-ins included."""
+    """Validate plain data into a SystemSpec, its plug-ins included (and, for now, no
+    `[cluster]`: `refuse_cluster`)."""
     spec = build_system(data, where)
     check_plugins(spec, where)
+    refuse_cluster(spec, where)
     return spec
 
 
@@ -83,6 +102,7 @@ def system_preset_summary() -> list[dict[str, str]]:
 
 __all__ = [
     "check_plugins",
+    "refuse_cluster",
     "resolve_system",
     "resolve_system_with_origin",
     "system_from_dict",

@@ -26,8 +26,15 @@ TOML layout (presets live in `replay/system/presets/*.toml`)::
     seconds_per_batch = 0.0005      # or flops_per_sample with flops_per_s
     [model]
     optimizer = "sgd"
+    [cluster]                       # optional: many GPUs (ClusterSpec); absent: one GPU
+    preset = "dgx-h100"             # optional: defaults from replay/system/clusters.toml
+    nodes = 8
 
-`--set key=value` overrides act on the raw data before validation, by dotted path.
+`--set key=value` overrides act on the raw data before validation, by dotted path
+(`--set cluster.nodes=8` on a system without `[cluster]` makes one, from the defaults).
+
+A system without `[cluster]` is one GPU: `cluster` is None and `SystemSpec.to_dict` has
+no `cluster` key, so every result written before the section existed stays byte-identical.
 """
 
 from __future__ import annotations
@@ -55,6 +62,15 @@ BYTES_PER_VALUE = 4  # fp32 embeddings and optimizer state
 MAX_BYTES = 1e18
 MAX_RATE = 1e18
 MAX_NS = 1e12  # 1000 s
+# the intra-node fabric's name (descriptive: its numbers are the bandwidth and latency)
+FABRICS = ("nvlink2", "nvlink3", "nvlink4", "nvlink5", "nvswitch", "pcie", "xgmi")
+# TorchRec's sharding types (torchrec.distributed.types.ShardingType), as the CLI names
+# them, and `auto`: the sharder balances per-GPU cost
+SHARDINGS = ("auto", "table-wise", "row-wise", "column-wise", "table-row-wise", "data-parallel")
+MAX_GPUS_PER_NODE = 1024
+# ASSUMPTION: no DLRM job we know of is larger (Meta's ZionEX reports 128-2048 GPUs);
+# bounds the per-GPU state a cluster replay keeps
+MAX_GPUS = 65536
 
 
 def _range(lo: float, hi: float, *, lo_open: bool = False) -> dict[str, Any]:
@@ -219,6 +235,52 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class ClusterSpec:
+    """Many GPUs: nodes of GPUs joined by an intra-node fabric, nodes joined by NICs, and
+    the drives of each node; the sharding of the tables across the GPUs.
+
+    Bandwidths are peak, per direction, in bytes/s: `intra_node_bw_bytes_per_s` per GPU
+    (what one GPU can send while it receives as much), `nic_bw_bytes_per_s` per NIC; the
+    drives' per drive. Latencies in seconds per message. `gpu_memory_bytes` is one GPU's
+    memory (HBM); the tiers describe one GPU's memory hierarchy as before, each GPU its own.
+
+    The defaults are one NVIDIA DGX H100 node, the `dgx-h100` preset of
+    `replay/system/clusters.toml` (sources there): 8 x H100 80 GB, NVLink 4 (900 GB/s per
+    GPU both ways, 450 GB/s each way; H100 datasheet, DGX H100 user guide), 8 single-port
+    ConnectX-7 at 400 Gb/s (DGX H100 user guide; NVIDIA DGX BasePOD reference architecture),
+    8 x 3.84 TB U.2 NVMe drives (same). The drives' bandwidths and both latencies are
+    stated ASSUMPTIONs there. `sharding` is TorchRec's sharding type for every table, or
+    `auto` (the sharder); `sharding_file` a plan in JSON (`{"tables": [{"table", "type",
+    "ranks"}]}`), read by the cluster replay, not here.
+    """
+
+    nodes: int = field(default=1, metadata=_range(1, MAX_GPUS))
+    gpus_per_node: int = field(default=8, metadata=_range(1, MAX_GPUS_PER_NODE))
+    gpu_memory_bytes: float = field(default=80e9, metadata=_range(0, MAX_BYTES, lo_open=True))
+    intra_node_fabric: str = field(default="nvlink4", metadata={"choices": FABRICS})
+    intra_node_bw_bytes_per_s: float = field(
+        default=450e9, metadata=_range(0, MAX_RATE, lo_open=True)
+    )
+    intra_node_latency_s: float = field(default=2e-6, metadata=_range(0, 1))
+    nics_per_node: int = field(default=8, metadata=_range(0, MAX_GPUS_PER_NODE))
+    nic_bw_bytes_per_s: float = field(default=50e9, metadata=_range(0, MAX_RATE))
+    inter_node_latency_s: float = field(default=5e-6, metadata=_range(0, 1))
+    drives_per_node: int = field(default=8, metadata=_range(0, 1 << 10))
+    drive_capacity_bytes: float = field(default=3.84e12, metadata=_range(0, MAX_BYTES))
+    drive_read_bw_bytes_per_s: float = field(default=6.8e9, metadata=_range(0, MAX_RATE))
+    drive_write_bw_bytes_per_s: float = field(default=4.0e9, metadata=_range(0, MAX_RATE))
+    sharding: str = field(default="auto", metadata={"choices": SHARDINGS})
+    sharding_file: str = ""  # a sharding plan (JSON); "": from `sharding`
+    preset: str = ""  # the clusters.toml entry its defaults came from ("": these)
+    source: str = ""
+
+    @property
+    def world_size(self) -> int:
+        """GPUs in all: nodes x GPUs per node (ranks 0 .. world_size - 1, node-major)."""
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
 class SystemSpec:
     name: str
     tiers: tuple[TierSpec, ...]
@@ -231,6 +293,8 @@ class SystemSpec:
     failures: FailureSpec = field(default_factory=FailureSpec)
     description: str = ""
     source: str = ""
+    # None: one GPU, as every system was before [cluster] existed (no key in to_dict)
+    cluster: ClusterSpec | None = None
 
     def tier(self, name: str) -> TierSpec:
         for t in self.tiers:
@@ -253,6 +317,8 @@ class SystemSpec:
         data["links"] = {
             lk["name"]: {k: v for k, v in lk.items() if k != "name"} for lk in data["links"]
         }
+        if data["cluster"] is None:  # one GPU: the dict (and every result) as before
+            del data["cluster"]
         return data
 
 
@@ -402,6 +468,7 @@ _TOP_KEYS = {
     "model",
     "checkpoint",
     "failures",
+    "cluster",
 }
 
 
@@ -436,9 +503,48 @@ def build_system(data: Any, where: str = "system") -> SystemSpec:
         failures=_build(FailureSpec, data.get("failures", {}), f"{where}.failures"),
         description=data.get("description", ""),
         source=data.get("source", ""),
+        cluster=build_cluster(data["cluster"], f"{where}.cluster") if "cluster" in data else None,
     )
     _cross_check(spec, where)
     return spec
+
+
+def build_cluster(data: Any, where: str = "cluster") -> ClusterSpec:
+    """Validate a `[cluster]` table: its `preset` (if any) from clusters.toml first, the
+    table's own keys over it, then the checks no single field's range can make."""
+    from replay.system.presets import cluster_preset_data, cluster_presets
+
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a table of keys, got {data!r}")
+    preset = data.get("preset", "")
+    if not isinstance(preset, str):
+        raise ConfigError(f"{where}.preset: expected a preset name, got {preset!r}")
+    if preset:
+        if preset not in cluster_presets():
+            raise ConfigError(
+                f"{where}.preset: unknown cluster preset {preset!r} "
+                f"(known: {', '.join(cluster_presets())})"
+            )
+        data = {**cluster_preset_data(preset), **data}
+    c = _build(ClusterSpec, data, where)
+    if c.world_size > MAX_GPUS:
+        raise ConfigError(
+            f"{where}: {c.nodes} nodes x {c.gpus_per_node} GPUs = {c.world_size:,} GPUs, "
+            f"more than {MAX_GPUS:,}"
+        )
+    if c.nodes > 1 and c.nics_per_node == 0:
+        raise ConfigError(f"{where}.nics_per_node: {c.nodes} nodes need at least one NIC each")
+    if c.nics_per_node > 0 and c.nic_bw_bytes_per_s <= 0:
+        raise ConfigError(f"{where}.nic_bw_bytes_per_s: must be > 0 with nics_per_node > 0")
+    for key in ("drive_read_bw_bytes_per_s", "drive_write_bw_bytes_per_s"):
+        if c.drives_per_node > 0 and getattr(c, key) <= 0:
+            raise ConfigError(f"{where}.{key}: must be > 0 with drives_per_node > 0")
+    if c.sharding_file and c.sharding != "auto":
+        raise ConfigError(
+            f"{where}: give sharding = {c.sharding!r} or sharding_file, not both "
+            "(a sharding plan names each table's sharding)"
+        )
+    return c
 
 
 def _cross_check(spec: SystemSpec, where: str) -> None:
@@ -569,6 +675,7 @@ def load_system_data(name_or_file: str | Path) -> tuple[dict[str, Any], str]:
 __all__ = [
     "BYTES_PER_VALUE",
     "CheckpointSpec",
+    "ClusterSpec",
     "ComputeSpec",
     "FailureSpec",
     "LinkSpec",
@@ -578,6 +685,7 @@ __all__ = [
     "SystemSpec",
     "TierSpec",
     "apply_overrides",
+    "build_cluster",
     "build_system",
     "optimizer_bytes_per_row",
 ]
