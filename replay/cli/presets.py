@@ -29,6 +29,16 @@ def presets_command() -> None:
             f"  {r['name']:<{width}}  policy {r['policy']}, lookups on {r['lookup']}: "
             f"{r['description']}"
         )
+    from replay.system.presets import cluster_preset_summary
+
+    clusters = cluster_preset_summary()
+    typer.echo(
+        "\nCluster presets (--set cluster.preset=NAME with any system; replay/system/"
+        "clusters.toml):"
+    )
+    width = max(len(r["name"]) for r in clusters)
+    for r in clusters:
+        typer.echo(f"  {r['name']:<{width}}  {r['gpus']} GPUs, {r['fabric']}: {r['description']}")
     from replay.checkpoint import STRATEGIES
 
     typer.echo("\nCheckpoint strategies (--set checkpoint.strategy=NAME; replay/checkpoint/):")

@@ -136,6 +136,9 @@ def replay_trace(
     result, as `RunResult.workload`): for a trace folder in the same pass, fed the chunks
     the replay decodes anyway; for an on-the-fly workload by a second generation pass.
     """
+    from replay.engine.systems import refuse_cluster
+
+    refuse_cluster(system, "system")  # a spec built in Python skips `system_from_dict`
     started = time.perf_counter()
     shape = workload_shape(trace, system)
     policy = make_policy(system, trace, shape)
