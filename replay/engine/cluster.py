@@ -1,0 +1,704 @@
+"""The cluster replay: one pass over a trace (or an on-the-fly workload) feeding one cache
+per GPU, with the all-to-all and all-reduce traffic each batch costs.
+
+Placement. This is the engine's loop for a sharded cluster, beside `replay.py` (one GPU);
+it reads a `Placement` (`replay/system/sharding.py`) and the system's policy registry. It
+is pure: a `ClusterResult` out, nothing written. Not yet reachable from the CLI (the
+engine still refuses a `[cluster]` in `systems.py`).
+
+One pass. Each batch range is routed once (`_route_lookups`, a numba kernel, two passes
+over the range's keys: count, then write), giving every rank its lookups in trace order as
+a `BatchRange` of *rank-local* keys, which that rank's policy processes. Never one pass
+over the trace per GPU.
+
+Rank-local keys. Each rank's cache sees only the rows of its shards, renumbered: its
+shards in table order (`Placement.shards`' order) are laid end to end, a shard of rows
+[a, b) of table t taking local keys [o, o + b - a) (a column block counts its table's
+rows; a data-parallel replica the whole table). So a policy's per-key state
+(`state_bytes_per_key`: LFU 4 B, TBE's LFU 8 B, ...) and its hash tables are sized by the
+rows on the rank, not by all rows: each rank's `PolicyContext` has the shards as its
+tables. This is what FBGEMM's TBE does per rank: TorchRec builds each rank's TBE over the
+rank's local shards (`cache_hash_size_cumsum` over their local rows), so the TBE's set
+hash of a local index is the hash a real rank computes. With one GPU (one table-wise
+rank) the local keys are the global keys and the replay equals `replay_trace`.
+
+Policies that need a pass over the future (`prepare`: belady, hot without warm-up,
+chunk's furthest-next-use) are refused for now (they would need the per-rank future).
+`policy.capacity_rows` / `capacity_bytes` are per GPU; a row's state bytes are the full
+row's (a column block's rows hold fewer bytes: a byte budget then holds fewer of them
+than it could -- ASSUMPTION).
+
+Which sample a lookup belongs to. The trace format records no sample (bag) column
+(`replay/trace/format.py`: `batch, table, row`), but it orders the lookups by (batch,
+table) and, within a (batch, table) group, in sample order: the generator writes sample
+i's `pooling` lookups at positions i x pooling ... i x pooling + pooling - 1
+(`replay/workload/sampler.py` `generate_lookups`; on-the-fly workloads use the same
+kernel, `replay/workload/onthefly.py`). So the lookup at position p of a group of n
+lookups belongs to sample ``s = p x B // n`` (B the batch size): ``p // pooling`` when
+n = B x pooling, and an even spread when a group's length is not a multiple (ingested
+traces with missing values -- ASSUMPTION, the format cannot say better).
+
+Which rank owns a sample. The global batch is split evenly across the world, as
+TorchRec's data-parallel input split (each rank reads its own local batch of B / W
+samples; `torchrec.distributed` `KJTAllToAll` sends each feature's ids to the shards and
+the pooled embeddings come back to the sample's rank): rank r owns samples
+``[ceil(r B / W), ceil((r + 1) B / W))``, i.e. sample s is owned by ``s W // B``.
+
+Routing (TorchRec's semantics, `replay/system/sharding.py`):
+
+- table-wise, row-wise, table-row-wise: each lookup to the rank owning its row's block;
+- column-wise: each lookup to every column block of its table (every block's rank looks
+  the row up for its columns; a rank holding two blocks looks it up twice);
+- data-parallel: each lookup to the rank that owns its sample (every rank holds the
+  table, TorchRec's `DataParallel` sharding); its lookups go through that rank's cache
+  like any shard's (ASSUMPTION: TorchRec keeps a data-parallel table dense in HBM, with
+  no cache; a cache large enough for the small tables the sharder replicates holds them
+  after their first misses).
+- update rows (the optimizer step): to the rank owning the row; a column-wise row to
+  every block; a data-parallel row to every rank (the all-reduced gradient updates every
+  replica).
+
+The all-to-all (per batch; bytes as fp32, 4 B a value):
+
+- forward, for each (table, sample) bag: every rank that holds lookups of the bag sends
+  the bag's pooled embedding (row-wise/table-wise: dim x 4 B; column-wise: its block's
+  cols x 4 B) to the rank that owns the sample; nothing when they are the same rank, and
+  nothing from a rank holding no lookup of the bag. This is the sparse lower bound:
+  TorchRec's row-wise sharding reduce-scatters the whole [B, dim] partial sums from every
+  shard (`RwPooledEmbeddingDist`, `PooledEmbeddingsReduceScatter`), including the samples
+  a shard holds no row of (ASSUMPTION: only bags with lookups cost bytes; with pooling 1
+  and many ranks it is far below TorchRec's dense reduce-scatter).
+- table-row-wise (TorchRec's `twrw_sharding.py`, groups from `comm.py`
+  `intra_and_cross_node_pg`): the partial sums are first reduce-scattered inside the
+  table's node, to the GPU with the same local index as the sample's owner (NVLink;
+  nothing from that GPU itself), which sends one pooled embedding (dim x 4 B) to the
+  owner across nodes (nothing when the owner is that GPU).
+- backward: the same bytes in the other direction (the gradients of the pooled
+  embeddings), so a batch's all-to-all bytes are 2 x the forward bytes, split into
+  intra-node (same node) and inter-node bytes.
+- time: per rank and direction, intra-node ``max(sent, received) / intra_node_bw`` (per
+  GPU, full duplex) plus the inter-node ``max(sent, received) / (nics_per_node x nic_bw /
+  gpus_per_node)`` (the node's NICs shared evenly by its GPUs), plus each fabric's
+  latency once when the rank moves bytes over it. Intra- and inter-node parts add (no
+  overlap -- ASSUMPTION, conservative); the all-to-all takes the slowest rank's time
+  (a collective ends when its last rank does); forward and backward each take it.
+- data-parallel tables send nothing in the all-to-all; their gradients and the dense
+  model's (`model.dense_params`) are all-reduced every batch by a ring (NCCL's ring
+  all-reduce; Patarasuk & Yuan 2009): each rank sends and receives 2 (W - 1) / W x S
+  bytes, S = 4 x (dense params + the data-parallel tables' rows x dim) -- the whole
+  dense gradient, not only the rows touched (ASSUMPTION: DDP all-reduces the dense
+  gradient tensor). Its time is 2 (W - 1) / W x S over the slowest link the ring crosses
+  (the inter-node per-GPU bandwidth when there is more than one node) plus 2 (W - 1)
+  latencies of that link. Of the ring's W links per step, `nodes` cross nodes (when
+  nodes > 1): those are the inter-node bytes.
+
+Load imbalance per batch: max / mean of the per-rank lookups (1.0 for a batch with no
+lookups).
+
+Memory: per rank, its policy's state over its own rows (`state_bytes_per_key` x rows on
+the rank + the cache's slots); per range, the routed keys (8 B a routed lookup, twice
+for the count pass's none); per batch, 3 x W int64 per-rank columns (lookups, hits,
+misses) -- 1.5 KB a batch at 64 GPUs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from replay._intrinsics import ix
+from replay._jit import kernel
+from replay.engine.replay import workload_shape
+from replay.errors import ConfigError
+from replay.policies import POLICIES
+from replay.policies.base import HITS, MISSES, NUM_COUNTERS, Policy, PolicyContext
+from replay.system.sharding import (
+    COLUMN_WISE,
+    DATA_PARALLEL,
+    TABLE_ROW_WISE,
+    TABLE_WISE,
+    Placement,
+)
+from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
+from replay.trace.keys import table_offsets
+from replay.trace.stream import BatchRange, iter_batch_ranges
+from replay.workload.source import Source
+
+# table kinds in the routing kernel
+_ROWS, _CW, _DP, _TWRW = 0, 1, 2, 3
+# per-rank scratch columns of one batch's all-to-all
+_SI, _SE, _RI, _RE = 0, 1, 2, 3  # sent intra, sent inter, received intra, received inter
+
+
+@dataclass(frozen=True, eq=False)
+class ClusterResult:
+    """A cluster replay's counters. `columns`: per batch (length batches) and per batch
+    per rank (shape batches x world), int64 counts and float64 bytes and seconds; `ranks`:
+    one dict per rank (`rank`, `node`, `lookups`, `hits`, `misses`, `rows`, `shards`,
+    `capacity_units`, `state_bytes`); `totals`: the whole run."""
+
+    placement: Placement
+    columns: dict[str, np.ndarray]
+    ranks: list[dict[str, Any]]
+    totals: dict[str, Any]
+    timings: dict[str, float]
+
+
+@dataclass(frozen=True, eq=False)
+class _Layout:
+    """The routing kernel's arrays (see `_layout`)."""
+
+    kind: np.ndarray  # int64 per table: _ROWS, _CW, _DP, _TWRW
+    even: np.ndarray  # int64 per table: even block size (row-split), 0 for explicit blocks
+    base: np.ndarray  # int64 per table: its first block
+    count: np.ndarray  # int64 per table: its blocks
+    start: np.ndarray  # int64 per block: first row (row-split: sorted within its table)
+    rank: np.ndarray  # int64 per block: the rank holding it
+    local: np.ndarray  # int64 per block: the local key of its first row on its rank
+    pooled: np.ndarray  # int64 per block: bytes of its pooled embedding (cols x 4)
+    full: np.ndarray  # int64 per table: dim x 4
+    rank_rows: list[list[int]]  # per rank: rows of each of its shards, in local order
+    max_blocks: int
+
+
+def _layout(placement: Placement) -> _Layout:
+    """Blocks per table: row-split tables their non-empty row blocks sorted by first row
+    (even rule: in rank order, so block = row // size), table-wise one, column-wise one per
+    column block (shard order), data-parallel one per rank (rank order). Local keys: each
+    rank's shards in `placement.shards` order, end to end."""
+    world = placement.world
+    rank_rows: list[list[int]] = [[] for _ in range(world)]
+    local_of: dict[int, int] = {}  # shard index -> local key of its first row
+    next_local = [0] * world
+    for i, s in enumerate(placement.shards):
+        local_of[i] = next_local[s.rank]
+        next_local[s.rank] += s.rows
+        rank_rows[s.rank].append(s.rows)
+    nt = len(placement.tables)
+    kind = np.zeros(nt, np.int64)
+    even = np.zeros(nt, np.int64)
+    base = np.zeros(nt, np.int64)
+    count = np.zeros(nt, np.int64)
+    full = np.zeros(nt, np.int64)
+    start: list[int] = []
+    rank: list[int] = []
+    local: list[int] = []
+    pooled: list[int] = []
+    by_table: dict[int, list[int]] = {}
+    for i, s in enumerate(placement.shards):
+        by_table.setdefault(s.table, []).append(i)
+    for t, shape in enumerate(placement.tables):
+        e = placement.entry(t)
+        idx = by_table.get(t, [])
+        full[t] = BYTES_PER_VALUE * shape.dim
+        if e.type == COLUMN_WISE:
+            kind[t] = _CW
+        elif e.type == DATA_PARALLEL:
+            kind[t] = _DP
+            idx = sorted(idx, key=lambda i: placement.shards[i].rank)
+        else:
+            kind[t] = _TWRW if e.type == TABLE_ROW_WISE else _ROWS
+            idx = [i for i in idx if placement.shards[i].rows > 0]
+            idx.sort(key=lambda i: placement.shards[i].row_start)
+            if e.type != TABLE_WISE and e.shards is None:
+                even[t] = max(-(-shape.rows // len(e.ranks)), 1)
+                # the even rule's blocks are in rank order and only trailing ones empty
+            elif e.type == TABLE_WISE:
+                even[t] = max(shape.rows, 1)
+        base[t] = len(start)
+        for i in idx:
+            s = placement.shards[i]
+            start.append(s.row_start)
+            rank.append(s.rank)
+            local.append(local_of[i])
+            pooled.append(BYTES_PER_VALUE * s.cols)
+        count[t] = len(start) - base[t]
+    arr = lambda v: np.array(v, dtype=np.int64)  # noqa: E731
+    return _Layout(
+        kind, even, base, count, arr(start), arr(rank), arr(local), arr(pooled), full,
+        rank_rows, int(count.max()) if nt else 1,
+    )  # fmt: skip
+
+
+@kernel(inline="always")
+def _table_of(offsets: np.ndarray, key: int) -> int:
+    """The table t with offsets[t] <= key < offsets[t + 1]."""
+    lo = 0
+    hi = len(offsets) - 2
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if offsets[ix(mid)] <= key:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@kernel(inline="always")
+def _block_of(t: int, row: int, even: np.ndarray, base: np.ndarray, count: np.ndarray,
+              start: np.ndarray) -> int:  # fmt: skip
+    """The block of a row-split or table-wise table holding `row`."""
+    lo = base[ix(t)]
+    size = even[ix(t)]
+    if size > 0:
+        return lo + row // size
+    top = lo + count[ix(t)] - 1
+    while lo < top:
+        mid = (lo + top + 1) >> 1
+        if start[ix(mid)] <= row:
+            lo = mid
+        else:
+            top = mid - 1
+    return lo
+
+
+@kernel(inline="always")
+def _send(src: int, dst: int, nbytes: int, gpn: int, scratch: np.ndarray) -> None:
+    if src == dst:
+        return
+    if src // gpn == dst // gpn:
+        scratch[ix(src), 0] += nbytes
+        scratch[ix(dst), 2] += nbytes
+    else:
+        scratch[ix(src), 1] += nbytes
+        scratch[ix(dst), 3] += nbytes
+
+
+@kernel
+def _route_lookups(
+    keys: np.ndarray,
+    bounds: np.ndarray,
+    batch_size: int,
+    gpn: int,
+    offsets: np.ndarray,
+    kind: np.ndarray,
+    even: np.ndarray,
+    base: np.ndarray,
+    count: np.ndarray,
+    start: np.ndarray,
+    brank: np.ndarray,
+    local: np.ndarray,
+    pooled: np.ndarray,
+    full: np.ndarray,
+    emit: bool,
+    counts: np.ndarray,
+    cursor: np.ndarray,
+    out: np.ndarray,
+    stamp: np.ndarray,
+    held: np.ndarray,
+    scratch: np.ndarray,
+    link: np.ndarray,
+    a2a: np.ndarray,
+) -> None:
+    """Route the lookups of a range's batches to their ranks.
+
+    emit False: counts[b, r] = lookups of batch b routed to rank r, and a2a[b] = (forward
+    intra-node bytes, forward inter-node bytes, forward time s) with `link` = (intra
+    bw, intra latency, inter bw per GPU, inter latency). emit True: write each routed
+    lookup's local key at out[cursor[r]] (cursor advanced), in trace order per rank.
+    `stamp` (per block, all -1 at first) and `held` mark a bag's blocks; `scratch` is
+    world x 4 (sent/received intra/inter of the current batch)."""
+    world = counts.shape[1]
+    bag = 0
+    if not emit:
+        stamp[:] = -1  # bag ids restart with every call
+    for b in range(len(bounds) - 1):
+        lo = bounds[b]
+        hi = bounds[b + 1]
+        if not emit:
+            scratch[:, :] = 0
+        i = lo
+        while i < hi:
+            t = _table_of(offsets, np.int64(keys[ix(i)]))
+            toff = offsets[ix(t)]
+            tend = offsets[ix(t + 1)]
+            # the group's end: the first lookup of a later table (tables ascend in a batch)
+            a = i
+            z = hi
+            while a < z:
+                m = (a + z) >> 1
+                if np.int64(keys[ix(m)]) >= tend:
+                    z = m
+                else:
+                    a = m + 1
+            n = a - i
+            k_t = kind[ix(t)]
+            tb = base[ix(t)]
+            nblk = count[ix(t)]
+            prev = -1
+            owner = 0
+            nheld = 0
+            s = 0
+            nxt = (n + batch_size - 1) // batch_size  # the first position of sample 1
+            for p in range(n):
+                row = np.int64(keys[ix(i + p)]) - toff
+                while p >= nxt:  # s = p x batch_size // n, one division per bag
+                    s += 1
+                    nxt = ((s + 1) * n + batch_size - 1) // batch_size
+                if s != prev:
+                    if not emit and nheld > 0:
+                        _flush(held, nheld, owner, k_t, brank, pooled, full[ix(t)], gpn, scratch)
+                    nheld = 0
+                    bag += 1
+                    prev = s
+                    owner = (s * world) // batch_size
+                if k_t == _DP:
+                    blk = tb + owner
+                    r = brank[ix(blk)]
+                    if emit:
+                        out[ix(cursor[ix(r)])] = local[ix(blk)] + row
+                        cursor[ix(r)] += 1
+                    else:
+                        counts[b, r] += 1
+                elif k_t == _CW:
+                    for c in range(nblk):
+                        blk = tb + c
+                        r = brank[ix(blk)]
+                        if emit:
+                            out[ix(cursor[ix(r)])] = local[ix(blk)] + row
+                            cursor[ix(r)] += 1
+                        else:
+                            counts[b, r] += 1
+                            if stamp[ix(blk)] != bag:
+                                stamp[ix(blk)] = bag
+                                held[nheld] = blk
+                                nheld += 1
+                else:
+                    blk = _block_of(t, row, even, base, count, start)
+                    r = brank[ix(blk)]
+                    if emit:
+                        out[ix(cursor[ix(r)])] = local[ix(blk)] + row - start[ix(blk)]
+                        cursor[ix(r)] += 1
+                    else:
+                        counts[b, r] += 1
+                        if stamp[ix(blk)] != bag:
+                            stamp[ix(blk)] = bag
+                            held[nheld] = blk
+                            nheld += 1
+            if not emit and nheld > 0:
+                _flush(held, nheld, owner, k_t, brank, pooled, full[ix(t)], gpn, scratch)
+            i += n
+        if not emit:
+            intra = 0
+            inter = 0
+            slowest = 0.0
+            for r in range(world):
+                intra += scratch[r, 0]
+                inter += scratch[r, 1]
+                ti = max(scratch[r, 0], scratch[r, 2])
+                te = max(scratch[r, 1], scratch[r, 3])
+                tr = 0.0
+                if ti > 0:
+                    tr += ti / link[0] + link[1]
+                if te > 0:
+                    tr += te / link[2] + link[3]
+                slowest = max(slowest, tr)
+            a2a[b, 0] = intra
+            a2a[b, 1] = inter
+            a2a[b, 2] = slowest
+
+
+@kernel(inline="always")
+def _flush(held: np.ndarray, nheld: int, owner: int, k_t: int, brank: np.ndarray,
+           pooled: np.ndarray, full: int, gpn: int, scratch: np.ndarray) -> None:  # fmt: skip
+    """A bag's forward bytes: each holding block's pooled embedding to the sample's owner
+    (table-row-wise: to the owner's local index in the table's node, then once across)."""
+    if k_t == _TWRW:
+        node = brank[ix(held[0])] // gpn
+        agg = node * gpn + owner % gpn
+        for h in range(nheld):
+            _send(brank[ix(held[h])], agg, pooled[ix(held[h])], gpn, scratch)
+        _send(agg, owner, full, gpn, scratch)
+    else:
+        for h in range(nheld):
+            _send(brank[ix(held[h])], owner, pooled[ix(held[h])], gpn, scratch)
+
+
+@kernel
+def _route_updates(
+    keys: np.ndarray,
+    bounds: np.ndarray,
+    offsets: np.ndarray,
+    kind: np.ndarray,
+    even: np.ndarray,
+    base: np.ndarray,
+    count: np.ndarray,
+    start: np.ndarray,
+    brank: np.ndarray,
+    local: np.ndarray,
+    emit: bool,
+    counts: np.ndarray,
+    cursor: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """Update rows to their ranks: the owner of the row's block; every column block; every
+    data-parallel replica. Counts (emit False) or writes (emit True) as `_route_lookups`."""
+    for b in range(len(bounds) - 1):
+        for i in range(bounds[b], bounds[b + 1]):
+            key = np.int64(keys[ix(i)])
+            t = _table_of(offsets, key)
+            row = key - offsets[ix(t)]
+            k_t = kind[ix(t)]
+            if k_t == _DP or k_t == _CW:  # noqa: SIM109 - numba
+                for c in range(count[ix(t)]):
+                    blk = base[ix(t)] + c
+                    r = brank[ix(blk)]
+                    if emit:
+                        out[ix(cursor[ix(r)])] = local[ix(blk)] + row
+                        cursor[ix(r)] += 1
+                    else:
+                        counts[b, r] += 1
+            else:
+                blk = _block_of(t, row, even, base, count, start)
+                r = brank[ix(blk)]
+                if emit:
+                    out[ix(cursor[ix(r)])] = local[ix(blk)] + row - start[ix(blk)]
+                    cursor[ix(r)] += 1
+                else:
+                    counts[b, r] += 1
+
+
+def _split(route: Any, counts: np.ndarray, *args: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, rank starts) after the count pass filled `counts`: the emit pass writes
+    rank r's keys, batch by batch in trace order, at keys[starts[r]:starts[r + 1]]."""
+    per_rank = counts.sum(axis=0)
+    starts = np.zeros(len(per_rank) + 1, dtype=np.int64)
+    np.cumsum(per_rank, out=starts[1:])
+    out = np.empty(int(starts[-1]), dtype=np.int64)
+    cursor = starts[:-1].copy()
+    route(*args, True, counts, cursor, out)
+    return out, starts
+
+
+def _bounds(per_batch: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(per_batch) + 1, dtype=np.int64)
+    np.cumsum(per_batch, out=out[1:])
+    return out
+
+
+def make_rank_policy(
+    system: SystemSpec, shard_rows: list[int], num_batches: int, embedding_dim: int
+) -> Policy:
+    """Rank r's policy over its own rows: its shards (`shard_rows`, local order) are its
+    tables, `policy.capacity_*` its own capacity (per GPU)."""
+    cls = POLICIES[system.policy.name]
+    state = BYTES_PER_VALUE * embedding_dim + optimizer_bytes_per_row(
+        system.model.optimizer, embedding_dim
+    )
+    unit_rows = cls.unit_rows(system.policy)
+    rows = np.array(shard_rows, dtype=np.int64)
+    offsets = table_offsets(rows)
+    total = int(offsets[-1])
+    cap = cls.capacity(system, unit_rows, state, total) if cls.cached else 0
+    ctx = PolicyContext(
+        total_keys=total,
+        table_rows=rows,
+        offsets=offsets,
+        num_batches=num_batches,
+        row_state_bytes=state,
+        capacity_units=cap,
+        unit_rows=unit_rows,
+    )
+    policy = cls(system.policy, ctx)
+    if policy.needs_prepare():
+        raise ConfigError(
+            f"policy.name: {system.policy.name!r} with these knobs needs a pass over the "
+            "future, which the cluster replay does not make yet; use lru, lfu, tbe or a "
+            "warmed-up hot policy"
+        )
+    return policy
+
+
+def allreduce_model(
+    placement: Placement, dense_params: int, link: tuple[float, float, float, float]
+) -> tuple[float, float, float, float]:
+    """(bytes each rank sends, intra-node bytes in all, inter-node bytes in all, seconds)
+    of one ring all-reduce of the dense gradient and the data-parallel tables'
+    (module docstring)."""
+    world = placement.world
+    size = BYTES_PER_VALUE * dense_params
+    for t, shape in enumerate(placement.tables):
+        if placement.entry(t).type == DATA_PARALLEL:
+            size += BYTES_PER_VALUE * shape.rows * shape.dim
+    if world == 1 or size == 0:
+        return 0.0, 0.0, 0.0, 0.0
+    per_rank = 2.0 * (world - 1) / world * size
+    total = per_rank * world
+    inter_links = placement.nodes if placement.nodes > 1 else 0
+    inter = total * inter_links / world
+    bw, lat = (link[2], link[3]) if placement.nodes > 1 else (link[0], link[1])
+    seconds = per_rank / bw + 2 * (world - 1) * lat
+    return per_rank, total - inter, inter, seconds
+
+
+def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> ClusterResult:
+    """Replay every batch of `source` on the cluster `placement` lays out: one cache per
+    GPU of `system`'s policy (`policy.capacity_rows` per GPU), one pass over the source.
+    `system.cluster` gives the links (the defaults of `ClusterSpec` when None)."""
+    from replay.system.spec import ClusterSpec
+
+    started = time.perf_counter()
+    cluster = system.cluster or ClusterSpec(
+        nodes=placement.nodes, gpus_per_node=placement.gpus_per_node
+    )
+    if (cluster.nodes, cluster.gpus_per_node) != (placement.nodes, placement.gpus_per_node):
+        raise ConfigError(
+            f"cluster: the plan is for {placement.nodes} x {placement.gpus_per_node} GPUs, "
+            f"the system has {cluster.nodes} x {cluster.gpus_per_node}"
+        )
+    rows = np.asarray(source.table_rows, dtype=np.int64)
+    if [t.rows for t in placement.tables] != rows.tolist():
+        raise ConfigError("cluster: the placement's tables are not the source's tables")
+    shape = workload_shape(source, system)
+    batch = shape.batch_size
+    if batch <= 0:
+        raise ConfigError("cluster: the source names no batch size (samples per batch)")
+    world, gpn = placement.world, placement.gpus_per_node
+    inter_bw = cluster.nics_per_node * cluster.nic_bw_bytes_per_s / gpn
+    if placement.nodes > 1 and inter_bw <= 0:
+        raise ConfigError("cluster: more than one node needs NICs (nics_per_node, nic_bw)")
+    link = np.array(
+        [
+            cluster.intra_node_bw_bytes_per_s,
+            cluster.intra_node_latency_s,
+            inter_bw if inter_bw > 0 else 1.0,
+            cluster.inter_node_latency_s,
+        ],
+        dtype=np.float64,
+    )
+    lay = _layout(placement)
+    nb = source.num_batches
+    policies = [
+        make_rank_policy(system, lay.rank_rows[r], nb, shape.embedding_dim) for r in range(world)
+    ]
+    offsets = table_offsets(rows)
+    tables_args = (offsets, lay.kind, lay.even, lay.base, lay.count, lay.start, lay.rank)
+    rank_lookups = np.zeros((nb, world), dtype=np.int64)
+    rank_hits = np.zeros((nb, world), dtype=np.int64)
+    rank_misses = np.zeros((nb, world), dtype=np.int64)
+    lookups = np.zeros(nb, dtype=np.int64)
+    a2a = np.zeros((nb, 3), dtype=np.float64)
+    stamp = np.full(max(len(lay.start), 1), -1, dtype=np.int64)
+    held = np.zeros(max(lay.max_blocks, 1), dtype=np.int64)
+    scratch = np.zeros((world, 4), dtype=np.int64)
+    route_s = 0.0
+    policy_s = 0.0
+    replay_start = time.perf_counter()
+    for br in iter_batch_ranges(source, with_updates=True):
+        t0 = time.perf_counter()
+        n = br.batches
+        window = slice(br.batch_start, br.batch_stop)
+        counts = np.zeros((n, world), dtype=np.int64)
+        dummy = np.empty(0, dtype=np.int64)
+        _route_lookups(
+            br.keys, br.bounds, batch, gpn, *tables_args, lay.local, lay.pooled, lay.full,
+            False, counts, dummy, dummy, stamp, held, scratch, link, a2a[window],
+        )  # fmt: skip
+        keys, kstarts = _split(
+            _route_lookups_emit(batch, gpn, tables_args, lay), counts, br.keys, br.bounds
+        )
+        ucounts = np.zeros((n, world), dtype=np.int64)
+        uargs = (br.update_keys, br.update_bounds, *tables_args, lay.local)
+        _route_updates(*uargs, False, ucounts, dummy, dummy)
+        ukeys, ustarts = _split(_route_updates, ucounts, *uargs)
+        rank_lookups[window] = counts
+        lookups[window] = np.diff(br.bounds)
+        t1 = time.perf_counter()
+        out = np.zeros((n, NUM_COUNTERS), dtype=np.int64)
+        for r, policy in enumerate(policies):
+            rb = BatchRange(
+                br.batch_start,
+                br.batch_stop,
+                keys[kstarts[r] : kstarts[r + 1]],
+                _bounds(counts[:, r]),
+                ukeys[ustarts[r] : ustarts[r + 1]],
+                _bounds(ucounts[:, r]),
+            )
+            out[:] = 0
+            policy.process(rb, out)
+            rank_hits[window, r] = out[:, HITS]
+            rank_misses[window, r] = out[:, MISSES]
+        t2 = time.perf_counter()
+        route_s += t1 - t0
+        policy_s += t2 - t1
+    replay_s = time.perf_counter() - replay_start
+    ar_rank, ar_intra, ar_inter, ar_s = allreduce_model(
+        placement, system.model.dense_params, tuple(link)
+    )
+    fwd_intra, fwd_inter, fwd_s = a2a[:, 0], a2a[:, 1], a2a[:, 2]
+    routed = rank_lookups.sum(axis=1)
+    mean = routed / world
+    imbalance = np.where(routed > 0, rank_lookups.max(axis=1) / np.maximum(mean, 1e-300), 1.0)
+    columns: dict[str, np.ndarray] = {
+        "lookups": lookups,  # the trace's
+        "routed_lookups": routed,  # served by the ranks (a column-wise lookup once a block)
+        "rank_lookups": rank_lookups,
+        "rank_hits": rank_hits,
+        "rank_misses": rank_misses,
+        "all_to_all_bytes": 2 * (fwd_intra + fwd_inter),
+        "all_to_all_intra_bytes": 2 * fwd_intra,
+        "all_to_all_inter_bytes": 2 * fwd_inter,
+        "all_to_all_s": 2 * fwd_s,
+        "allreduce_bytes_per_rank": np.full(nb, ar_rank),
+        "allreduce_s": np.full(nb, ar_s),
+        "imbalance": imbalance,
+    }
+    ranks = []
+    for r, policy in enumerate(policies):
+        ranks.append(
+            {
+                "rank": r,
+                "node": placement.node_of(r),
+                "lookups": int(rank_lookups[:, r].sum()),
+                "hits": int(rank_hits[:, r].sum()),
+                "misses": int(rank_misses[:, r].sum()),
+                "rows": int(policy.ctx.total_keys),
+                "shards": len(lay.rank_rows[r]),
+                "capacity_units": int(policy.ctx.capacity_units),
+                "state_bytes": int(type(policy).state_bytes_per_key * policy.ctx.total_keys),
+            }
+        )
+    totals = {
+        "world": world,
+        "lookups": int(lookups.sum()),
+        "routed_lookups": int(rank_lookups.sum()),
+        "all_to_all_bytes": float(columns["all_to_all_bytes"].sum()),
+        "all_to_all_s": float(columns["all_to_all_s"].sum()),
+        "allreduce_intra_bytes_per_batch": ar_intra,
+        "allreduce_inter_bytes_per_batch": ar_inter,
+        "imbalance_mean": float(imbalance.mean()) if nb else 1.0,
+        "imbalance_max": float(imbalance.max()) if nb else 1.0,
+    }
+    total_s = time.perf_counter() - started
+    timings = {
+        "replay_s": replay_s,
+        "route_s": route_s,
+        "policy_s": policy_s,
+        "total_s": total_s,
+        "lookups_per_s": totals["lookups"] / total_s if total_s > 0 else 0.0,
+    }
+    return ClusterResult(placement, columns, ranks, totals, timings)
+
+
+def _route_lookups_emit(batch: int, gpn: int, tables_args: tuple, lay: _Layout) -> Any:
+    """`_route_lookups` in its emit pass, as the `route(keys, bounds, True, counts,
+    cursor, out)` that `_split` calls."""
+    none_i = np.zeros(1, dtype=np.int64)
+    none_s = np.zeros((1, 4), dtype=np.int64)
+    none_f = np.zeros(4, dtype=np.float64)
+    none_a = np.zeros((0, 3), dtype=np.float64)
+
+    def route(keys: np.ndarray, bounds: np.ndarray, emit: bool, counts: np.ndarray,
+              cursor: np.ndarray, out: np.ndarray) -> None:  # fmt: skip
+        _route_lookups(
+            keys, bounds, batch, gpn, *tables_args, lay.local, lay.pooled, lay.full,
+            emit, counts, cursor, out, none_i, none_i, none_s, none_f, none_a,
+        )  # fmt: skip
+
+    return route
+
+
+__all__ = ["ClusterResult", "allreduce_model", "make_rank_policy", "replay_cluster"]
