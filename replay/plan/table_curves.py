@@ -55,9 +55,12 @@ def per_table_sizes(
     source: Any, spec: WorkloadSpec | None, rate: float, resolution: int, table_rows: Sequence[int]
 ) -> list[int]:
     """The smallest size each table's sample curve is read at: 1 at R = 1 or where the full
-    stream's head is usable, else the sample's resolution."""
-    if rate >= 1.0 or spec is None:
+    stream's head is usable, else the sample's resolution (every table of a sampled source
+    without a workload spec, which has no head)."""
+    if rate >= 1.0:
         return [1] * len(table_rows)
+    if not isinstance(spec, WorkloadSpec):
+        return [int(resolution)] * len(table_rows)
     from replay.analysis.horizon import _full_stream_heads
 
     heads = _full_stream_heads(source, resolution)

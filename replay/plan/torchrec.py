@@ -153,14 +153,16 @@ def _sizes_per_table(src: Any, heights: list[int], bins: int, rate: float) -> tu
     edges = [np.unique(np.maximum(edge_sizes(h, bins)[1:], 1)) for h in heights]
     if rate >= 1.0:
         return edges, [0] * len(heights)
-    from replay.analysis.horizon import _full_stream_heads
     from replay.analysis.shards import resolution_rows, shards_threshold
+    from replay.plan.table_curves import per_table_sizes
 
     floor = resolution_rows(shards_threshold(rate))
-    heads = _full_stream_heads(src, floor)  # cached on the source, as the plan's curves use it
+    # 1 where the full stream's head is usable (cached on the source, as the plan's curves
+    # read it), else the resolution
+    firsts = per_table_sizes(src, getattr(src, "spec", None), rate, floor, heights)
     sizes, below = [], []
     for t, e in enumerate(edges):
-        if (heads is not None and heads[1 + t].usable) or e[0] >= floor:
+        if firsts[t] == 1 or e[0] >= floor:
             sizes.append(e)
             below.append(0)
         else:
