@@ -53,6 +53,7 @@ from replay.analysis.stack import (
     reference_stack_distances,
 )
 from replay.errors import TraceError
+from replay.trace.keys import table_of
 
 _ONE = np.uint64(1)
 
@@ -452,20 +453,6 @@ def _t95(dof: int) -> float:
     return table.get(dof, 1.96 if dof > 30 else 2.1)
 
 
-@kernel(inline="always")
-def _table_of(offsets: np.ndarray, key: np.int64) -> np.int64:
-    """t with offsets[t] <= key < offsets[t + 1] (binary search; key in range)."""
-    lo = 0
-    hi = len(offsets) - 1
-    while hi - lo > 1:
-        mid = (lo + hi) >> 1
-        if offsets[mid] <= key:
-            lo = mid
-        else:
-            hi = mid
-    return np.int64(lo)
-
-
 @kernel
 def _split_by_table(
     keys: np.ndarray,
@@ -482,7 +469,7 @@ def _split_by_table(
     for t in range(tables + 1):
         starts[t] = 0
     for i in range(len(keys)):
-        t = _table_of(offsets, np.int64(keys[i]))
+        t = table_of(offsets, np.int64(keys[i]))
         tid[i] = t
         starts[t + 1] += 1
     for t in range(tables):

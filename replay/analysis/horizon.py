@@ -50,7 +50,7 @@ import numpy as np
 from replay._intrinsics import PREFETCH_AHEAD, prefetch
 from replay._jit import kernel
 from replay._malloc import state_array
-from replay.analysis.head import HeadCurve, _split_by_table, _table_of, head_curves
+from replay.analysis.head import HeadCurve, _split_by_table, head_curves
 from replay.analysis.mrc import (
     MrcResult,
     _exact_result,
@@ -63,7 +63,7 @@ from replay.analysis.mrc import (
 from replay.analysis.shards import ShardsSampler, _shards_filter
 from replay.analysis.stack import _FIB, StackDistances, _rehash
 from replay.errors import ConfigError, TraceError
-from replay.trace.keys import DEFAULT_CURVE_POINTS, curve_batches, table_offsets
+from replay.trace.keys import DEFAULT_CURVE_POINTS, curve_batches, table_of, table_offsets
 from replay.trace.reader import Trace
 from replay.trace.stream import iter_batch_ranges
 from replay.workload.onthefly import GeneratedTrace
@@ -154,7 +154,7 @@ def _touched_kernel(
                     map_keys[slot] = key
                     entries += 1
             if q != batch:  # the key's first occurrence in this batch
-                t = _table_of(offsets, key)
+                t = table_of(offsets, key)
                 if q < 0:
                     distinct[t] += 1
                 gap = batch - q - 1
@@ -209,7 +209,7 @@ def _trailing_map(
     for s in range(len(map_keys)):
         key = map_keys[s]
         if key >= 0:
-            t = _table_of(offsets, key)
+            t = table_of(offsets, key)
             gap = stop - 1 - np.int64(map_last[s])
             j = bucket_of[gap]
             if j >= 0:

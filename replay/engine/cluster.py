@@ -123,7 +123,7 @@ from replay.system.sharding import (
     Placement,
 )
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
-from replay.trace.keys import table_offsets
+from replay.trace.keys import last_at_most, table_of, table_offsets
 from replay.trace.stream import BatchRange, iter_batch_ranges
 from replay.workload.source import Source
 
@@ -224,20 +224,6 @@ def _layout(placement: Placement) -> _Layout:
 
 
 @kernel(inline="always")
-def _table_of(offsets: np.ndarray, key: int) -> int:
-    """The table t with offsets[t] <= key < offsets[t + 1]."""
-    lo = 0
-    hi = len(offsets) - 2
-    while lo < hi:
-        mid = (lo + hi + 1) >> 1
-        if offsets[ix(mid)] <= key:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-@kernel(inline="always")
 def _block_of(t: int, row: int, even: np.ndarray, base: np.ndarray, count: np.ndarray,
               start: np.ndarray) -> int:  # fmt: skip
     """The block of a row-split or table-wise table holding `row`."""
@@ -245,14 +231,7 @@ def _block_of(t: int, row: int, even: np.ndarray, base: np.ndarray, count: np.nd
     size = even[ix(t)]
     if size > 0:
         return lo + row // size
-    top = lo + count[ix(t)] - 1
-    while lo < top:
-        mid = (lo + top + 1) >> 1
-        if start[ix(mid)] <= row:
-            lo = mid
-        else:
-            top = mid - 1
-    return lo
+    return last_at_most(start, lo, lo + count[ix(t)] - 1, row)
 
 
 @kernel(inline="always")
@@ -312,7 +291,7 @@ def _route_lookups(
             scratch[:, :] = 0
         i = lo
         while i < hi:
-            t = _table_of(offsets, np.int64(keys[ix(i)]))
+            t = table_of(offsets, np.int64(keys[ix(i)]))
             toff = offsets[ix(t)]
             tend = offsets[ix(t + 1)]
             # the group's end: the first lookup of a later table (tables ascend in a batch)
@@ -439,7 +418,7 @@ def _route_updates(
     for b in range(len(bounds) - 1):
         for i in range(bounds[b], bounds[b + 1]):
             key = np.int64(keys[ix(i)])
-            t = _table_of(offsets, key)
+            t = table_of(offsets, key)
             row = key - offsets[ix(t)]
             k_t = kind[ix(t)]
             if k_t == _DP or k_t == _CW:  # noqa: SIM109 - numba

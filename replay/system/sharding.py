@@ -74,7 +74,7 @@ from replay._jit import kernel
 from replay._json import parse_json
 from replay._units import format_bytes
 from replay.errors import ConfigError
-from replay.trace.keys import table_offsets
+from replay.trace.keys import last_at_most, table_offsets
 
 TABLE_WISE = "table-wise"
 ROW_WISE = "row-wise"
@@ -468,14 +468,7 @@ def _route(
             out[ix(i)] = -2
             continue
         b = k >> tshift
-        t = np.int64(tfirst[ix(b)])
-        hi = np.int64(tfirst[ix(b + 1)])
-        while t < hi:
-            mid = (t + hi + 1) >> 1
-            if toff[ix(mid)] <= k:
-                t = mid
-            else:
-                hi = mid - 1
+        t = last_at_most(toff, np.int64(tfirst[ix(b)]), np.int64(tfirst[ix(b + 1)]), k)
         row = k - toff[ix(t)]
         lo = base[ix(t)]
         sz = size[ix(t)]
@@ -487,14 +480,7 @@ def _route(
                 q += 1
             out[ix(i)] = owners[ix(lo + q)]
         else:
-            top = lo + count[ix(t)] - 1
-            while lo < top:
-                mid = (lo + top + 1) >> 1
-                if starts[ix(mid)] <= row:
-                    lo = mid
-                else:
-                    top = mid - 1
-            out[ix(i)] = owners[ix(lo)]
+            out[ix(i)] = owners[ix(last_at_most(starts, lo, lo + count[ix(t)] - 1, row))]
     return bad
 
 

@@ -25,6 +25,26 @@ def table_offsets(table_rows: np.ndarray) -> np.ndarray:
     return out
 
 
+@kernel(inline="always")
+def last_at_most(values: np.ndarray, lo: np.int64, hi: np.int64, x: np.int64) -> np.int64:
+    """The largest i in [lo, hi] with values[i] <= x, values ascending over [lo, hi] and
+    values[lo] <= x (binary search): a key's table in its offsets, a row's block in its
+    table's block starts."""
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if values[ix(mid)] <= x:
+            lo = mid
+        else:
+            hi = mid - 1
+    return np.int64(lo)
+
+
+@kernel(inline="always")
+def table_of(offsets: np.ndarray, key: np.int64) -> np.int64:
+    """t with offsets[t] <= key < offsets[t + 1] (`table_offsets`; key in range)."""
+    return last_at_most(offsets, np.int64(0), np.int64(len(offsets) - 2), key)
+
+
 @kernel
 def _flat_keys_checked(
     table: np.ndarray, row: np.ndarray, offsets: np.ndarray, rows: np.ndarray, out: np.ndarray
