@@ -116,6 +116,11 @@ def _upper_hull(s: np.ndarray, h: np.ndarray) -> list[int]:
     return hull
 
 
+def uniform_load_factor(budget_rows: float, table_rows: Sequence[int]) -> float:
+    """One load factor for every table: the budget over all the tables' rows, at most 1."""
+    return min(budget_rows / max(float(sum(int(r) for r in table_rows)), 1.0), 1.0)
+
+
 def split_budget(
     names: Sequence[str],
     table_rows: Sequence[int],
@@ -173,7 +178,7 @@ def split_budget(
                 hit=hit,
             )
         )
-    f = min(budget_rows / max(float(sum(int(r) for r in table_rows)), 1.0), 1.0)
+    f = uniform_load_factor(budget_rows, table_rows)
     # per-table caches of floor(f x rows) rows (a fraction of a row holds nothing)
     uniform = tuple(
         hit_at(curves[t][0], curves[t][1], f * int(table_rows[t])) for t in range(len(curves))
@@ -190,4 +195,5 @@ __all__ = [
     "hit_at",
     "rows_for_hit",
     "split_budget",
+    "uniform_load_factor",
 ]

@@ -166,7 +166,13 @@ def make_plan(
     from replay._malloc import trim_freed_memory
     from replay.analysis.horizon import horizon_mrc
     from replay.engine.systems import resolve_system
-    from replay.plan.cache import curve_sizes, hit_at, rows_for_hit, split_budget
+    from replay.plan.cache import (
+        curve_sizes,
+        hit_at,
+        rows_for_hit,
+        split_budget,
+        uniform_load_factor,
+    )
     from replay.plan.checkpoint import plan_checkpoints
     from replay.plan.systems import steady_state
 
@@ -202,7 +208,8 @@ def make_plan(
         # hit ratio of 0. (A small table's head may not fill: per-table curves keep theirs.)
         first = min(smallest, HEAD_MAX_RESOLVED_ROWS)
     total_sizes = curve_sizes(sum(table_rows), first)
-    budget_at = math.floor(request.cache_budget_bytes / row_bytes)
+    budget_rows = request.cache_budget_bytes / row_bytes
+    budget_at = math.floor(budget_rows)
     if first <= budget_at < total_sizes[-1]:
         # the budget's own size too: the shared cache's hit is read there, not up to 5% below
         total_sizes = np.union1d(total_sizes, [budget_at])
@@ -224,7 +231,6 @@ def make_plan(
             dtype=np.float64,
         )
 
-    budget_rows = request.cache_budget_bytes / row_bytes
     if budget_rows >= distinct:
         notes.append(
             f"the budget holds {budget_rows:,.0f} rows, at least the {distinct:,} distinct rows "
@@ -274,7 +280,7 @@ def make_plan(
     from replay.plan.table_curves import table_curves
     from replay.plan.torchrec import torchrec_sizes, torchrec_stats
 
-    uniform_f = min(request.cache_budget_bytes / row_bytes / max(sum(table_rows), 1), 1.0)
+    uniform_f = uniform_load_factor(budget_rows, table_rows)
     per_table = table_curves(
         horizon, spec, rate, smallest, table_rows,
         extra_sizes=[np.array([math.floor(uniform_f * r * (1 + 1e-12))]) for r in table_rows],
