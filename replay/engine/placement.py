@@ -1,0 +1,197 @@
+"""A cluster system's placement: which GPU holds which rows, from the system's `[cluster]`.
+
+Placement. Between the sharding plans as data (`replay/system/sharding.py`), the sharder
+(`replay/engine/sharder.py`) and what consumes a placement (the cluster replay
+`replay/engine/cluster.py`, `replay run`, `replay plan`): one function turns a system and
+the tables of a source into the `Placement` every consumer uses, so a run and a plan of
+the same system shard the same way. Pure: no files written.
+
+Where the plan comes from, in order:
+
+1. `cluster.sharding_file`: a user's plan (`read_plan`), checked against the tables and
+   the cluster (`resolve_plan`: missing tables, ranks outside the cluster, overlaps,
+   uncovered rows, a shard over a GPU's memory are one-line errors);
+2. `cluster.sharding` a type: every table that way (`uniform_plan`);
+3. `cluster.sharding = "auto"`: the automatic sharder over the tables' measured loads
+   (`table_loads`: lookups per batch of each table, counted over the source's first
+   batches, or the caller's own, e.g. a workload spec's poolings).
+
+Memory: a shard's bytes are its rows x (values + optimizer state) (`row_state_bytes`),
+checked against `cluster.gpu_memory_bytes` (ASSUMPTION: the shards live in their GPU's
+memory, as TorchRec's planner places them in HBM; a cached system's cache then is part
+of that memory, its backing rows too -- conservative for UVM-backed tables).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from replay.engine.sharder import CostModel, TableLoad, auto_shard, rank_costs
+from replay.errors import ConfigError
+from replay.system.sharding import (
+    Placement,
+    ShardingPlan,
+    read_plan,
+    resolve_plan,
+    table_shapes,
+    uniform_plan,
+)
+from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
+from replay.trace.keys import table_offsets
+
+LOAD_BATCHES = 64  # batches counted for the sharder's loads when the caller gives none
+
+
+@dataclass(frozen=True, eq=False)
+class PlacementResult:
+    """A resolved placement, the loads it was balanced for, and how it was chosen."""
+
+    placement: Placement
+    loads: tuple[TableLoad, ...]
+    basis: dict[str, Any]
+
+    @property
+    def plan(self) -> ShardingPlan:
+        return self.placement.plan
+
+
+def row_state_bytes(system: SystemSpec, dim: int) -> int:
+    """One row's values and optimizer state (what a shard holds per row)."""
+    return BYTES_PER_VALUE * dim + optimizer_bytes_per_row(system.model.optimizer, dim)
+
+
+def embedding_dim(system: SystemSpec, workload: dict[str, Any]) -> int:
+    dim = system.model.embedding_dim or int(workload.get("embedding_dim", 0) or 0)
+    if dim <= 0:
+        raise ConfigError("model.embedding_dim: the trace names no embedding dim; set one")
+    return dim
+
+
+def table_loads(
+    source: Any, system: SystemSpec, *, batches: int = LOAD_BATCHES
+) -> tuple[TableLoad, ...]:
+    """Each table's lookups per batch, counted over the source's first `batches` batches
+    (every batch of a shorter source); bags per batch = the batch size (one pooled
+    embedding per sample and table)."""
+    from replay.trace.stream import iter_batch_ranges
+
+    names = [str(n) for n in source.table_names]
+    rows = np.asarray(source.table_rows, dtype=np.int64)
+    workload = dict(source.workload or {})
+    dim = embedding_dim(system, workload)
+    state = row_state_bytes(system, dim)
+    offsets = table_offsets(rows)
+    counts = np.zeros(len(rows), dtype=np.int64)
+    seen = 0
+    want = max(1, min(int(batches), int(source.num_batches)))
+    for br in iter_batch_ranges(source, with_updates=False):
+        take = min(br.batches, want - seen)
+        keys = br.keys[: int(br.bounds[take])]
+        tables = np.searchsorted(offsets, keys, side="right") - 1
+        counts += np.bincount(tables, minlength=len(rows))[: len(rows)]
+        seen += take
+        if seen >= want:
+            break
+    per_batch = counts / max(seen, 1)
+    batch = int(source.manifest.get("batch_size", workload.get("batch_size", 0)) or 0)
+    return tuple(
+        TableLoad(
+            name=n,
+            rows=int(r),
+            dim=dim,
+            lookups=float(lk),
+            bags=float(min(batch, lk)) if batch > 0 else None,
+            row_bytes=state,
+        )
+        for n, r, lk in zip(names, rows.tolist(), per_batch.tolist(), strict=True)
+    )
+
+
+def spec_loads(spec: Any, system: SystemSpec) -> tuple[TableLoad, ...]:
+    """A workload spec's loads without reading it: pooling x batch size lookups per batch
+    and table (what the generator draws), one bag per sample."""
+    dim = system.model.embedding_dim or int(spec.embedding_dim)
+    state = row_state_bytes(system, dim)
+    return tuple(
+        TableLoad(
+            name=t.name,
+            rows=int(t.rows),
+            dim=dim,
+            lookups=float(spec.batch_size * t.pooling),
+            bags=float(spec.batch_size),
+            row_bytes=state,
+        )
+        for t in spec.tables
+    )
+
+
+def resolve_placement(
+    system: SystemSpec,
+    source: Any,
+    *,
+    loads: tuple[TableLoad, ...] | None = None,
+    sharding: str | None = None,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+) -> PlacementResult:
+    """The placement of `source`'s tables on `system`'s cluster (module docstring).
+    `sharding`, `nodes`, `gpus_per_node` override the system's (a plan comparing
+    shardings or cluster sizes); `loads` replace the counted ones."""
+    cluster = system.cluster
+    if cluster is None:
+        raise ConfigError("cluster: the system has no [cluster] (one GPU: nothing to place)")
+    nodes = int(cluster.nodes if nodes is None else nodes)
+    gpn = int(cluster.gpus_per_node if gpus_per_node is None else gpus_per_node)
+    memory = int(cluster.gpu_memory_bytes)
+    names = [str(n) for n in source.table_names]
+    rows = [int(r) for r in source.table_rows]
+    dim = embedding_dim(system, dict(source.workload or {}))
+    state = row_state_bytes(system, dim)
+    shapes = table_shapes(names, rows, dim)
+    kind = cluster.sharding if sharding is None else sharding
+    if loads is None and (kind == "auto" or sharding is None):
+        loads = table_loads(source, system)
+    basis: dict[str, Any] = {"nodes": nodes, "gpus_per_node": gpn, "world": nodes * gpn}
+    if cluster.sharding_file and sharding is None:
+        plan = read_plan(cluster.sharding_file)
+        placement = resolve_plan(
+            plan, shapes, nodes=nodes, gpus_per_node=gpn, gpu_memory_bytes=memory,
+            row_bytes=state, where=cluster.sharding_file,
+        )  # fmt: skip
+        basis["sharding"] = "file"
+        basis["sharding_file"] = cluster.sharding_file
+    elif kind == "auto":
+        assert loads is not None
+        result = auto_shard(loads, nodes=nodes, gpus_per_node=gpn, gpu_memory_bytes=memory)
+        placement = result.placement
+        basis["sharding"] = "auto"
+        basis["modeled_max_over_mean"] = result.max_over_mean
+        basis["modeled_max_over_bound"] = result.max_over_bound
+        basis["granularity"] = result.granularity
+    else:
+        plan = uniform_plan(kind, shapes, nodes=nodes, gpus_per_node=gpn)
+        placement = resolve_plan(
+            plan, shapes, nodes=nodes, gpus_per_node=gpn, gpu_memory_bytes=memory,
+            row_bytes=state, where=f"cluster.sharding={kind}",
+        )  # fmt: skip
+        basis["sharding"] = kind
+    if loads is not None:
+        costs = rank_costs(placement, loads, CostModel())
+        mean = float(costs.mean()) if len(costs) else 0.0
+        basis["modeled_imbalance"] = float(costs.max() / mean) if mean > 0 else 1.0
+        basis["loads"] = "lookups per batch and table"
+    return PlacementResult(placement, tuple(loads or ()), basis)
+
+
+__all__ = [
+    "LOAD_BATCHES",
+    "PlacementResult",
+    "embedding_dim",
+    "resolve_placement",
+    "row_state_bytes",
+    "spec_loads",
+    "table_loads",
+]
