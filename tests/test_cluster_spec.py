@@ -246,46 +246,36 @@ def test_the_cluster_key_appears_only_with_a_cluster() -> None:
     assert {k: v for k, v in data.items() if k != "cluster"} == _system().to_dict()
 
 
-# -- the engine refuses a cluster until it can replay one --------------------------------
+# -- a cluster resolves; what answers one GPU only refuses it ----------------------------
 
-REFUSAL = "the cluster replay is not built yet"
+REFUSAL = "answers one GPU only"
 
 
-def test_resolving_a_cluster_for_the_engine_is_refused() -> None:
+def test_a_cluster_resolves_for_the_engine() -> None:
+    spec = resolve_system("hbm-lru", ["cluster.nodes=8", "cluster.gpus_per_node=8"])
+    assert spec.cluster is not None and spec.cluster.nodes == 8
+    data, _ = load_system_data("fastpersist")  # compare and sweep resolve raw data
+    spec = system_from_dict(apply_overrides(data, ["cluster.preset=dgx-2"]), "fastpersist")
+    assert spec.cluster is not None
+
+
+def test_the_one_gpu_replay_refuses_a_cluster() -> None:
+    from replay.engine.replay import replay_trace
+    from replay.workload.onthefly import open_workload
+
+    spec = resolve_system("hbm-lru", ["cluster.nodes=8", "cluster.gpus_per_node=8"])
     with pytest.raises(ConfigError, match=REFUSAL) as err:
-        resolve_system("hbm-lru", ["cluster.nodes=8", "cluster.gpus_per_node=8"])
+        replay_trace(open_workload("tiny", batches=2), spec)
     assert "8 nodes x 8 GPUs" in str(err.value) and "\n" not in str(err.value)
-    data, _ = load_system_data("fastpersist")
-    with pytest.raises(ConfigError, match=REFUSAL):  # compare and sweep resolve raw data
-        system_from_dict(apply_overrides(data, ["cluster.preset=dgx-2"]), "fastpersist")
+    assert "`replay run`, `replay compare` and `replay plan`" in str(err.value)
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["run", "-s", "hbm-lru", "--set", "cluster.nodes=8", "--set", "cluster.gpus_per_node=8"],
-        ["compare", "-s", "hbm-lru,dram", "--set", "cluster.preset=dgx-h100"],
-        [
-            "plan",
-            "-s",
-            "hbm-lru",
-            "--set",
-            "cluster.preset=dgx-2",
-            "--cache-budget",
-            "1MiB",
-            "--cluster-mtbf",
-            "6h",
-        ],
-    ],
-    ids=["run", "compare", "plan"],
-)
-def test_run_compare_and_plan_refuse_a_cluster(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
-) -> None:
+def test_sweep_refuses_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
+    argv = ["sweep", "-s", "hbm-lru", "--grid", "cluster.nodes=1,2"]
     assert main([*argv, "--workload", "tiny", "--batches", "2", "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and REFUSAL in err, err
+    assert len(err.splitlines()) == 1 and REFUSAL in err and "replay sweep" in err, err
     assert not out.exists()
 
 

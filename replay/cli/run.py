@@ -79,13 +79,14 @@ def run_command(
     from replay._faults import kill_point
     from replay.analysis.stats import inspect_trace
     from replay.engine.replay import trace_digest
-    from replay.engine.systems import resolve_system_with_origin
+    from replay.engine.systems import refuse_cluster, resolve_system_with_origin
     from replay.errors import TraceError
     from replay.runs.results import check_output_folder, run_stages
     from replay.workload.onthefly import GeneratedTrace
 
     sets = list(overrides or [])
     spec, origin = resolve_system_with_origin(system, sets)
+    refuse_cluster(spec, origin, "`replay run` (its cluster wiring is next)")
 
     def fits(opened: Source) -> None:
         # refused with the figure before a byte is hashed or a row's state allocated

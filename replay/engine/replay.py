@@ -138,7 +138,8 @@ def replay_trace(
     """
     from replay.engine.systems import refuse_cluster
 
-    refuse_cluster(system, "system")  # a spec built in Python skips `system_from_dict`
+    # one GPU: a cluster is `replay.engine.cluster.replay_cluster`'s
+    refuse_cluster(system, "system", "the one-GPU replay (replay_trace)")
     started = time.perf_counter()
     shape = workload_shape(trace, system)
     policy = make_policy(system, trace, shape)

@@ -8,10 +8,12 @@ each accepts, only their registries know (`replay.policies.POLICIES`,
 modules read `SystemSpec`, so they sit above `system/`, and the whole check lives here,
 in the layer that runs them together.
 
-A system with a `[cluster]` parses (`replay.system.spec.build_system`) but is refused
-here, in `system_from_dict`, the one gate `replay run`, `compare`, `sweep`, `plan`,
-`bench` and `replay.resolve_system` all pass through: the engine replays one GPU, and
-until the cluster replay exists (issue 41) a cluster must not be answered as one GPU.
+A system with a `[cluster]` resolves here like any other (`system_from_dict`, the one
+gate `replay run`, `compare`, `sweep`, `plan`, `bench` and `replay.resolve_system` pass
+through). Only `replay run`, `replay compare` (`replay.engine.cluster.replay_cluster`) and
+`replay plan` answer for a cluster; whatever would answer it as one GPU refuses it with
+`refuse_cluster` (`replay_trace` itself, `replay sweep`, `replay bench`), and run and
+compare refuse a cluster's checkpoints (`refuse_cluster_checkpoint`: issue 42).
 """
 
 from __future__ import annotations
@@ -45,24 +47,43 @@ def check_plugins(spec: SystemSpec, where: str) -> None:
     STRATEGIES[ck.strategy].check_spec(spec, f"{where}.checkpoint")
 
 
-def refuse_cluster(spec: SystemSpec, where: str) -> None:
-    """ConfigError for a system with a `[cluster]`: the engine replays one GPU only, and
+CLUSTER_COMMANDS = "`replay run`, `replay compare` and `replay plan`"
+
+
+def refuse_cluster(spec: SystemSpec, where: str, what: str = "this command") -> None:
+    """ConfigError for a system with a `[cluster]` where `what` answers one GPU only:
     answering a cluster as one GPU would be silently wrong."""
     c = spec.cluster
     if c is not None:
         raise ConfigError(
-            f"{where}.cluster: the cluster replay is not built yet ({c.nodes} "
-            f"node{'s' if c.nodes != 1 else ''} x {c.gpus_per_node} GPUs given); drop "
-            "[cluster] and the cluster.* overrides to replay one GPU"
+            f"{where}.cluster: {what} answers one GPU only ({c.nodes} "
+            f"node{'s' if c.nodes != 1 else ''} x {c.gpus_per_node} GPUs given); "
+            f"{CLUSTER_COMMANDS} answer a cluster, or drop [cluster] and the cluster.* "
+            "overrides to replay one GPU"
+        )
+
+
+def refuse_cluster_checkpoint(spec: SystemSpec, where: str) -> None:
+    """ConfigError for a cluster that checkpoints: a cluster's checkpoints (one writer per
+    rank, its drives) are not modelled yet (issue 42)."""
+    if spec.cluster is not None and spec.checkpoint.strategy != "none":
+        raise ConfigError(
+            f"{where}.checkpoint.strategy: checkpoints of a cluster are not modelled yet "
+            f"({spec.checkpoint.strategy!r} given); drop them with "
+            "--set checkpoint.strategy=none"
+        )
+    if spec.cluster is not None and spec.failures.enabled:
+        raise ConfigError(
+            f"{where}.failures: failures of a cluster are not modelled yet (they need its "
+            "checkpoints); drop [failures] (failures.mtbf_s=0, no failures.times_s)"
         )
 
 
 def system_from_dict(data: Any, where: str = "system") -> SystemSpec:
-    """Validate plain data into a SystemSpec, its plug-ins included (and, for now, no
-    `[cluster]`: `refuse_cluster`)."""
+    """Validate plain data into a SystemSpec, its plug-ins included (a `[cluster]` too:
+    the commands that cannot answer one refuse it, `refuse_cluster`)."""
     spec = build_system(data, where)
     check_plugins(spec, where)
-    refuse_cluster(spec, where)
     return spec
 
 
@@ -101,8 +122,10 @@ def system_preset_summary() -> list[dict[str, str]]:
 
 
 __all__ = [
+    "CLUSTER_COMMANDS",
     "check_plugins",
     "refuse_cluster",
+    "refuse_cluster_checkpoint",
     "resolve_system",
     "resolve_system_with_origin",
     "system_from_dict",

@@ -40,7 +40,11 @@ from replay._memory import (
 )
 from replay._signals import deferred, ignore_in_worker
 from replay.engine.replay import RunResult, replay_trace, workload_shape
-from replay.engine.systems import resolve_system_with_origin, system_from_dict
+from replay.engine.systems import (
+    refuse_cluster,
+    resolve_system_with_origin,
+    system_from_dict,
+)
 from replay.errors import ConfigError
 from replay.policies import POLICIES
 from replay.policies.base import capacity_units
@@ -168,6 +172,7 @@ def resolve_systems(names: Sequence[str], overrides: Sequence[str]) -> list[RunJ
     seen: dict[str, str] = {}
     for given in names:
         spec, origin = resolve_system_with_origin(given, list(overrides))
+        refuse_cluster(spec, origin, "`replay compare` (its cluster wiring is next)")
         folder = check_folder_name(spec.name, f"--systems {given}")
         if folder in seen:
             raise ConfigError(
@@ -270,6 +275,7 @@ def resolve_sweep(
             if base_error is not None:
                 raise base_error from None
             raise
+        refuse_cluster(spec, f"{origin} with --grid", "`replay sweep`")
         labels = {key: value_label(value) for key, (_, value) in zip(keys, combo, strict=True)}
         values = {key: value for key, (_, value) in zip(keys, combo, strict=True)}
         job = RunJob(point_folder(index, width, labels), spec, origin, (*sets, *point_sets))
