@@ -104,13 +104,14 @@ misses) -- 1.5 KB a batch at 64 GPUs.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from replay._intrinsics import ix
 from replay._jit import kernel
+from replay.engine.cluster_time import RankAccount, local_batch
 from replay.engine.replay import workload_shape
 from replay.errors import ConfigError
 from replay.policies import POLICIES
@@ -124,7 +125,12 @@ from replay.system.sharding import (
 )
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
 from replay.trace.keys import last_at_most, table_of, table_offsets
-from replay.trace.stream import BatchRange, iter_batch_ranges
+from replay.trace.stream import (
+    BatchRange,
+    distinct_bitmap,
+    distinct_kernel,
+    iter_batch_ranges,
+)
 from replay.workload.source import Source
 
 # table kinds in the routing kernel
@@ -145,6 +151,14 @@ class ClusterResult:
     ranks: list[dict[str, Any]]
     totals: dict[str, Any]
     timings: dict[str, float]
+    # per batch, the columns of a one-GPU run's batches.parquet for the whole cluster
+    # (`replay.engine.cluster_time`: counts summed over the GPUs, times the slowest's,
+    # `time_s` the step time), then the network's
+    batch_columns: dict[str, np.ndarray] = field(default_factory=dict)
+    rank_updates: np.ndarray | None = None  # batches x world: update rows per rank
+    capacity_units: int = 0  # every GPU's cache, summed
+    unit_rows: int = 1
+    summary_extra: dict[str, Any] = field(default_factory=dict)  # rank 0's policy's
 
 
 @dataclass(frozen=True, eq=False)
@@ -452,6 +466,16 @@ def _split(route: Any, counts: np.ndarray, *args: Any) -> tuple[np.ndarray, np.n
     return out, starts
 
 
+def _distinct(br: BatchRange, offsets: np.ndarray) -> np.ndarray:
+    """The range's distinct rows per batch: the reader's, or counted here for a source
+    that does not count them."""
+    if br.distinct is not None:
+        return br.distinct
+    out = np.zeros(br.batches, dtype=np.int64)
+    distinct_kernel(br.keys, br.bounds, distinct_bitmap(int(offsets[-1])), out)
+    return out
+
+
 def _bounds(per_batch: np.ndarray) -> np.ndarray:
     out = np.zeros(len(per_batch) + 1, dtype=np.int64)
     np.cumsum(per_batch, out=out[1:])
@@ -558,6 +582,9 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
     rank_lookups = np.zeros((nb, world), dtype=np.int64)
     rank_hits = np.zeros((nb, world), dtype=np.int64)
     rank_misses = np.zeros((nb, world), dtype=np.int64)
+    rank_updates = np.zeros((nb, world), dtype=np.int64)
+    unit_rows = policies[0].ctx.unit_rows
+    acc = RankAccount(system, shape, world, nb, unit_rows)
     lookups = np.zeros(nb, dtype=np.int64)
     a2a = np.zeros((nb, 3), dtype=np.float64)
     stamp = np.full(max(len(lay.start), 1), -1, dtype=np.int64)
@@ -565,8 +592,9 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
     scratch = np.zeros((world, 4), dtype=np.int64)
     route_s = 0.0
     policy_s = 0.0
+    account_s = 0.0
     replay_start = time.perf_counter()
-    for br in iter_batch_ranges(source, with_updates=True):
+    for br in iter_batch_ranges(source, with_updates=True, with_distinct=True):
         t0 = time.perf_counter()
         n = br.batches
         window = slice(br.batch_start, br.batch_stop)
@@ -585,8 +613,9 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
         ukeys, ustarts = _split(_route_updates, ucounts, *uargs)
         rank_lookups[window] = counts
         lookups[window] = np.diff(br.bounds)
+        rank_updates[window] = ucounts
         t1 = time.perf_counter()
-        out = np.zeros((n, NUM_COUNTERS), dtype=np.int64)
+        out = np.zeros((world, n, NUM_COUNTERS), dtype=np.int64)
         for r, policy in enumerate(policies):
             rb = BatchRange(
                 br.batch_start,
@@ -596,13 +625,15 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
                 ukeys[ustarts[r] : ustarts[r + 1]],
                 _bounds(ucounts[:, r]),
             )
-            out[:] = 0
-            policy.process(rb, out)
-            rank_hits[window, r] = out[:, HITS]
-            rank_misses[window, r] = out[:, MISSES]
+            policy.process(rb, out[r])
         t2 = time.perf_counter()
+        rank_hits[window] = out[:, :, HITS].T
+        rank_misses[window] = out[:, :, MISSES].T
+        acc.add(window, out, counts.T, ucounts.T, _distinct(br, offsets))
+        t3 = time.perf_counter()
         route_s += t1 - t0
         policy_s += t2 - t1
+        account_s += t3 - t2
     replay_s = time.perf_counter() - replay_start
     ar_rank, ar_intra, ar_inter, ar_s = allreduce_model(
         placement, system.model.dense_params, tuple(link)
@@ -625,6 +656,9 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
         "allreduce_s": np.full(nb, ar_s),
         "imbalance": imbalance,
     }
+    batch_columns = acc.finish(columns["all_to_all_s"], columns["allreduce_s"])
+    columns["rank_time_s"] = acc.rank_time_s
+    columns["step_time_s"] = batch_columns["time_s"]
     ranks = []
     for r, policy in enumerate(policies):
         ranks.append(
@@ -638,6 +672,8 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
                 "shards": len(lay.rank_rows[r]),
                 "capacity_units": int(policy.ctx.capacity_units),
                 "state_bytes": int(type(policy).state_bytes_per_key * policy.ctx.total_keys),
+                "updates": int(rank_updates[:, r].sum()),
+                "time_s": float(acc.rank_time_s[:, r].sum()),
             }
         )
     totals = {
@@ -650,16 +686,25 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
         "allreduce_inter_bytes_per_batch": ar_inter,
         "imbalance_mean": float(imbalance.mean()) if nb else 1.0,
         "imbalance_max": float(imbalance.max()) if nb else 1.0,
+        "local_batch": local_batch(batch, world),
+        "step_time_s": float(columns["step_time_s"].sum()),
+        "step_time_s_mean": float(columns["step_time_s"].mean()) if nb else 0.0,
+        "rank_time_s_max_mean": float(acc.rank_time_s.max(axis=1).mean()) if nb else 0.0,
     }
     total_s = time.perf_counter() - started
     timings = {
         "replay_s": replay_s,
         "route_s": route_s,
         "policy_s": policy_s,
+        "account_s": account_s,
         "total_s": total_s,
         "lookups_per_s": totals["lookups"] / total_s if total_s > 0 else 0.0,
     }
-    return ClusterResult(placement, columns, ranks, totals, timings)
+    return ClusterResult(
+        placement, columns, ranks, totals, timings, batch_columns, rank_updates,
+        sum(int(p.ctx.capacity_units) for p in policies), unit_rows,
+        policies[0].summary_extra() if policies else {},
+    )  # fmt: skip
 
 
 def _route_lookups_emit(batch: int, gpn: int, tables_args: tuple, lay: _Layout) -> Any:
