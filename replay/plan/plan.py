@@ -186,6 +186,13 @@ def make_plan(
     if not request.systems:
         raise ConfigError("give at least one --system")
     base = resolve_system(request.systems[0], list(request.sets))
+    # a cluster (`replay.plan.cluster`): the other sections plan one GPU without it
+    local_sets = request.sets
+    if base.cluster is not None:
+        from replay.plan.cluster import check_one_gpu, one_gpu_sets
+
+        local_sets = one_gpu_sets(request.sets)
+        check_one_gpu(request.systems, request.sets)
     horizon, rate, spec = _open_horizon(request)
     batches = int(horizon.num_batches)
     names = list(horizon.table_names)
@@ -255,7 +262,7 @@ def make_plan(
     from replay.plan.policies import policy_answers
 
     for answer in policy_answers(
-        horizon, request.systems, request.sets, rate=rate, budget_rows=budget_rows,
+        horizon, request.systems, local_sets, rate=rate, budget_rows=budget_rows,
         targets=request.hit_targets, distinct_rows=distinct, full_lookups=full_lookups,
     ):  # fmt: skip
         policy_hits[answer.policy] = answer.hit_at_budget
@@ -271,7 +278,7 @@ def make_plan(
 
     say("FBGEMM's TBE cache against an ideal LRU, per load factor (one replay each)")
     tbe = tbe_curves(
-        horizon, request.systems, request.sets, rate=rate, total_rows=sum(table_rows),
+        horizon, request.systems, local_sets, rate=rate, total_rows=sum(table_rows),
         distinct_rows=distinct, min_rows=smallest, lru_hit_at=lru_hit_at,
         full_lookups=full_lookups,
     )  # fmt: skip
@@ -297,9 +304,29 @@ def make_plan(
         curves=tables,
     )
 
+    steady_source = _steady_source(request, horizon)
+    cluster = None
+    if base.cluster is not None:
+        from replay.plan.cluster import plan_cluster
+
+        cluster = plan_cluster(
+            system_name=request.systems[0], sets=request.sets, base=base, horizon=horizon,
+            steady_source=steady_source, rate=rate, spec=spec,
+            budget_bytes=request.cache_budget_bytes, row_bytes=row_bytes,
+            targets=request.hit_targets, smallest=smallest, say=say,
+        )  # fmt: skip
+        notes += [f"cluster: {n}" for n in cluster["notes"]]
+        notes.append(
+            "cluster: the cache, split, TBE and systems answers are one GPU holding every "
+            "table with the whole budget (the reference beside the cluster's per-GPU "
+            "answers); checkpoints are planned as one writer of the whole model (a cluster's "
+            "writers per GPU are not modelled yet)"
+        )
     say("systems: steady state per batch")
-    systems = steady_state(_steady_source(request, horizon), request.systems, sets=request.sets)
-    time_per_batch = request.time_per_batch_s or systems[0].time_per_batch_s
+    systems = steady_state(steady_source, request.systems, sets=local_sets)
+    time_per_batch = request.time_per_batch_s or (
+        cluster["step_time_s"] if cluster is not None else systems[0].time_per_batch_s
+    )
     roomy = [c.name for c in systems if c.never_evicts]
     if roomy:
         notes.append(
@@ -353,9 +380,7 @@ def make_plan(
             "sample_rate": rate,
             "training_time_s": horizon_s,
             "time_per_batch_s": time_per_batch,
-            "time_per_batch_from": "--time-per-batch"
-            if request.time_per_batch_s
-            else f"{systems[0].name}, steady state",
+            "time_per_batch_from": _time_from(request, systems[0].name, cluster),
         },
         "row_bytes": row_bytes,
         "state_bytes_per_row": state_bytes,
@@ -434,7 +459,21 @@ def make_plan(
         "notes": notes,
         "torchrec": torchrec,  # written apart as torchrec.json (`replay.plan.write`)
     }
+    if cluster is not None:  # only then: a one-GPU plan.json is unchanged
+        document["cluster"] = cluster
     return document, curves
+
+
+def _time_from(request: PlanRequest, first: str, cluster: dict[str, Any] | None) -> str:
+    """Where the plan's time per batch comes from, in words."""
+    if request.time_per_batch_s:
+        return "--time-per-batch"
+    if cluster is not None:
+        return (
+            f"{first} on {cluster['world']} GPUs, the cluster's steady-state step time "
+            "(slowest GPU, all-to-all, all-reduce)"
+        )
+    return f"{first}, steady state"
 
 
 def _outside_papers_method(strategies: list[Any]) -> list[str]:

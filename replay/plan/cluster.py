@@ -1,0 +1,478 @@
+"""`replay plan` for a cluster: per-GPU cache answers, the sharding, the all-to-all and
+the step time of a system with a `[cluster]` (issue 41, item 4).
+
+Placement. The cluster part of `replay.plan.plan.make_plan`, called when the first
+`--system` has a `[cluster]`; it returns plan.json's `cluster` document and nothing is
+written here (`replay.plan.write` draws and writes it). It reads the placement from
+`replay.engine.placement` (so a plan and `replay run` shard the same way), the per-GPU
+curves from `replay.plan.rank_curves` and the cluster replay from
+`replay.engine.cluster`.
+
+What is answered, and how:
+
+1. **The budget is per GPU.** `--cache-budget` is one GPU's cache (each GPU caches the
+   rows of its own shards, as TorchRec builds one cache per rank): `budget_bytes_per_gpu`.
+2. **The sharding**: `cluster.sharding` as given: `auto` is the sharder
+   (`replay.engine.sharder`) over the lookups per batch and table (a workload spec's
+   pooling x batch size, `spec_loads`; a trace's counted over its first batches), a type
+   is that type for every table, a `sharding_file` is that plan (`resolve_placement`).
+   Its JSON (`sharding_plan`, written beside plan.json as `sharding.json`) is what
+   `cluster.sharding_file` reads back.
+3. **Per-GPU curves over the whole run** (`rank_curves`: each GPU's LRU miss-ratio curve
+   over the lookups its shards receive, one pass over the horizon, SHARDS-sampled at the
+   plan's rate R < 1): per GPU the hit ratio at the budget and the bytes for each hit
+   target (the smallest measured size reaching it, sizes 5% apart, never extrapolated,
+   as `replay.plan.cache`); the worst GPU (what a budget must be for the target on every
+   GPU) and the mean over the GPUs. A GPU whose curve never reaches a target answers
+   null, and so do the worst and the mean (a note names the GPUs): never a number the
+   run cannot support. A GPU with no lookups has no hit ratio (null, named in a note).
+4. **Steady state**: the cluster replay (`replay_cluster`) of the span the one-GPU
+   systems replay (`replay.plan.plan.steady_batches`), the recommended placement, the
+   first system's policy with a cache of the budget per GPU (`policy.capacity_rows`,
+   budget / row bytes) and no checkpointing; means over the span's second half (after
+   the caches warm): the imbalance (max / mean per-GPU lookups per batch, measured,
+   beside the sharder's modeled max / mean cost), all-to-all bytes and seconds per
+   batch (the replay's model: pooled embeddings of each (table, sample) bag from the
+   shards holding its lookups to the sample's GPU and their gradients back, NVLink
+   inside a node and the NICs across, no overlap of the two, the slowest GPU's time;
+   `replay.engine.cluster`'s docstring), the ring all-reduce of the dense gradient, and
+   the step time (`step_time_s`: the slowest GPU's embedding time + compute +
+   all-to-all + all-reduce, the replay's column). Without `--time-per-batch` the
+   plan's time per batch (which the checkpoint answers use) is this step time.
+5. **Comparisons** (the report's figures): (a) each GPU's hit ratio at the budget and
+   lookups under table-wise, row-wise, table-row-wise and auto sharding (those that fit
+   a GPU's memory; one curve pass each, at the budget's size only), and (b) the
+   all-to-all time per batch against the number of GPUs (1, 2, 4, 8 nodes and the
+   user's, the same GPUs per node, auto sharding, each a short replay of
+   `SCALING_BATCHES` batches: the all-to-all depends on the routing, not on the caches).
+
+ASSUMPTIONS: every GPU's cache is the same size (the budget); the shards' rows live in
+their GPU's memory (`replay.engine.placement`: conservative for a cache over host
+memory); a GPU holds its cache within `cluster.gpu_memory_bytes`, so a target whose
+worst-GPU bytes exceed it is flagged (`fits_gpu_memory`). The one-GPU sections of the
+plan (cache, split, TBE, systems) stay those of one GPU holding every table: the
+reference beside the cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from replay.errors import ConfigError
+
+COMPARE_SHARDINGS = ("table-wise", "row-wise", "table-row-wise", "auto")
+SCALING_NODES = (1, 2, 4, 8)  # the all-to-all against GPUs: these node counts and the user's
+SCALING_BATCHES = 16  # batches of each scaling replay (at most the steady span)
+STEADY_OVERRIDES = ("checkpoint.strategy=none",)
+
+
+def one_gpu_sets(sets: Sequence[str]) -> tuple[str, ...]:
+    """The `--set` overrides without the `cluster.*` ones: the one-GPU reference systems
+    the plan's other sections replay."""
+    return tuple(s for s in sets if not s.partition("=")[0].strip().startswith("cluster."))
+
+
+def check_one_gpu(systems: Sequence[str], sets: Sequence[str]) -> None:
+    """ConfigError for a system whose own file holds a `[cluster]`: the one-GPU sections
+    need the system without it, which only `--set cluster.*` can take away."""
+    from replay.engine.systems import resolve_system
+
+    for name in systems:
+        if resolve_system(name, list(one_gpu_sets(sets))).cluster is not None:
+            raise ConfigError(
+                f"{name}: replay plan takes a cluster from --set cluster.* on a one-GPU "
+                "system (it plans that system as one GPU beside the cluster); move the "
+                "file's [cluster] to --set cluster.nodes=... --set cluster.gpus_per_node=..."
+            )
+
+
+def _cluster_system(name: str, sets: Sequence[str], budget_rows: int) -> Any:
+    """The first system as the cluster replay runs it: no checkpointing, a cache of the
+    budget per GPU (cached policies)."""
+    from replay.engine.systems import resolve_system
+    from replay.policies import POLICIES
+
+    spec = resolve_system(name, [*sets, *STEADY_OVERRIDES])
+    extra = list(STEADY_OVERRIDES)
+    if POLICIES[spec.policy.name].cached:
+        extra.append(f"policy.capacity_rows={max(int(budget_rows), 1)}")
+    return resolve_system(name, [*sets, *extra])
+
+
+def _rank_rows(placement: Any) -> np.ndarray:
+    return np.array(
+        [sum(s.rows for s in placement.rank_shards(r)) for r in range(placement.world)],
+        dtype=np.int64,
+    )
+
+
+def _per_gpu(curves: Any, targets: Sequence[float], budget_rows: float) -> tuple[
+    list[float | None], list[dict[str, float | None]]
+]:  # fmt: skip
+    """Per GPU: the hit at the budget and the rows for each target (None: out of reach,
+    or a GPU without lookups)."""
+    lookups = np.asarray(curves.lookups, dtype=np.float64)
+    hits = np.asarray(curves.hit_at(budget_rows), dtype=np.float64).reshape(-1)
+    rows = {
+        f"{t:g}": list(np.asarray(curves.rows_for_hit(t), dtype=object).reshape(-1))
+        for t in targets
+    }
+    hit_out: list[float | None] = []
+    rows_out: list[dict[str, float | None]] = []
+    for r in range(len(lookups)):
+        idle = not lookups[r] > 0
+        hit_out.append(None if idle else float(min(max(hits[r], 0.0), 1.0)))
+        rows_out.append(
+            {
+                t: None if idle or v[r] is None or not np.isfinite(float(v[r])) else float(v[r])
+                for t, v in rows.items()
+            }
+        )
+    return hit_out, rows_out
+
+
+def _span_means(columns: dict[str, np.ndarray]) -> dict[str, float]:
+    """Means over the span's second half (after the caches warm)."""
+    n = len(columns["imbalance"])
+    half = slice(n // 2, n) if n > 1 else slice(0, n)
+    out = {}
+    for key in ("imbalance", "all_to_all_bytes", "all_to_all_s", "allreduce_s", "step_time_s"):
+        if key in columns:
+            out[key] = float(np.asarray(columns[key], dtype=np.float64)[half].mean())
+    return out
+
+
+def _step_time(columns: dict[str, np.ndarray], system: Any, batch: int) -> tuple[np.ndarray, str]:
+    """The replay's per-batch step time, and how it was computed."""
+    if "step_time_s" in columns:
+        return np.asarray(columns["step_time_s"], dtype=np.float64), (
+            "the slowest GPU's embedding time + compute + all-to-all + all-reduce per batch "
+            "(the cluster replay's step_time_s)"
+        )
+    # the replay without its step-time column: compute + all-to-all + all-reduce only
+    c = system.compute
+    compute = c.seconds_per_batch or (
+        c.flops_per_sample * batch / c.flops_per_s if c.flops_per_s > 0 else 0.0
+    )
+    a2a = np.asarray(columns["all_to_all_s"], dtype=np.float64)
+    return compute + a2a + np.asarray(columns["allreduce_s"], dtype=np.float64), (
+        "compute + all-to-all + all-reduce per batch (the embedding time is not counted: "
+        "this replay gives no per-GPU time)"
+    )
+
+
+def _placement(base: Any, source: Any, loads: Any, **kw: Any) -> Any:
+    from replay.engine.placement import resolve_placement
+
+    return resolve_placement(base, source, loads=loads, **kw)
+
+
+def plan_cluster(
+    *,
+    system_name: str,
+    sets: Sequence[str],
+    base: Any,
+    horizon: Any,
+    steady_source: Any,
+    rate: float,
+    spec: Any,
+    budget_bytes: int,
+    row_bytes: int,
+    targets: Sequence[float],
+    smallest: int,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """plan.json's `cluster` (module docstring). `base`: the first system resolved with
+    `sets`; `horizon`: the curves' source (sampled at `rate`); `steady_source`: the
+    span the systems replay; `smallest`: the curves' first size (the SHARDS resolution
+    at R < 1)."""
+    from replay.engine.cluster import replay_cluster
+    from replay.engine.placement import spec_loads
+    from replay.plan.cache import curve_sizes
+    from replay.plan.rank_curves import rank_curves
+
+    cluster = base.cluster
+    assert cluster is not None
+    notes: list[str] = []
+    budget_rows = math.floor(budget_bytes / row_bytes)
+    loads = spec_loads(spec, base) if spec is not None else None
+    say(f"cluster: sharding {cluster.world_size} GPUs ({cluster.sharding})")
+    chosen = _placement(base, horizon, loads)
+    placement = chosen.placement
+    world = placement.world
+    rank_rows = _rank_rows(placement)
+    top = int(max(rank_rows.max(initial=1), 1))
+    sizes = curve_sizes(top, min(smallest, top))
+    if smallest <= budget_rows < sizes[-1]:
+        sizes = np.union1d(sizes, [budget_rows])
+    say(f"cluster: each GPU's LRU curve over {int(horizon.num_batches):,} batches")
+    curves = rank_curves(horizon, placement, sizes, rate=rate, spec=spec)
+    hits, rows = _per_gpu(curves, targets, budget_rows)
+    lookups = np.asarray(curves.lookups, dtype=np.float64)
+    idle = [r for r in range(world) if hits[r] is None]
+    if idle:
+        notes.append(
+            f"GPU{'s' if len(idle) > 1 else ''} {_ranks_text(idle)} receive no lookups under "
+            "this sharding: no hit ratio (left out of the worst and the mean)"
+        )
+    busy = [r for r in range(world) if r not in idle]
+    worst: dict[str, float | None] = {}
+    mean: dict[str, float | None] = {}
+    fits: dict[str, bool | None] = {}
+    for t in targets:
+        key = f"{t:g}"
+        per = [rows[r][key] for r in busy]
+        missing = [r for r in busy if rows[r][key] is None]
+        if missing or not per:
+            worst[key] = mean[key] = None
+            fits[key] = None
+            if missing:
+                notes.append(
+                    f"a hit ratio of {key} is out of reach over this run on GPU"
+                    f"{'s' if len(missing) > 1 else ''} {_ranks_text(missing)} (their curves "
+                    "end below it: the rows' first lookups always miss): no budget reaches it "
+                    "on every GPU"
+                )
+            continue
+        worst[key] = float(max(per)) * row_bytes
+        mean[key] = float(np.mean(per)) * row_bytes
+        fits[key] = bool(worst[key] <= cluster.gpu_memory_bytes)
+        if not fits[key]:
+            notes.append(
+                f"a hit ratio of {key} on every GPU needs {_gib(worst[key])} of cache on the "
+                f"worst GPU, more than a GPU's {_gib(cluster.gpu_memory_bytes)} "
+                "(cluster.gpu_memory_bytes)"
+            )
+    if budget_bytes > cluster.gpu_memory_bytes:
+        notes.append(
+            f"the budget per GPU ({_gib(budget_bytes)}) exceeds a GPU's memory "
+            f"({_gib(cluster.gpu_memory_bytes)}, cluster.gpu_memory_bytes)"
+        )
+
+    say(f"cluster: steady-state replay on {world} GPUs")
+    system = _cluster_system(system_name, sets, budget_rows)
+    result = replay_cluster(steady_source, system, placement)
+    batch = int(dict(steady_source.workload or {}).get("batch_size", 0) or 0)
+    step, step_basis = _step_time(result.columns, system, batch)
+    columns = {**result.columns, "step_time_s": step}
+    means = _span_means(columns)
+    span = len(step)
+    steady_lookups = np.asarray(result.columns["rank_lookups"]).sum(axis=0)
+    steady_hits = np.asarray(result.columns["rank_hits"]).sum(axis=0)
+    run_mean = float(lookups.mean()) if world else 0.0
+    per_gpu = [
+        {
+            "rank": r,
+            "node": placement.node_of(r),
+            "lookups": float(lookups[r]),
+            "rows": int(rank_rows[r]),
+            "shards": len(placement.rank_shards(r)),
+            "shard_bytes": int(placement.rank_bytes()[r]),
+            "hit_at_budget": hits[r],
+            "bytes_for_hit": {
+                k: None if v is None else float(v) * row_bytes for k, v in rows[r].items()
+            },
+            "steady_lookups": int(steady_lookups[r]),
+            "steady_hit": float(steady_hits[r] / steady_lookups[r]) if steady_lookups[r] else None,
+        }
+        for r in range(world)
+    ]
+    bounds = np.asarray(curves.error_bound, dtype=np.float64).reshape(-1)
+    for r, entry in enumerate(per_gpu):
+        entry["error_bound"] = float(bounds[r]) if r < len(bounds) else 0.0
+    valid = [h for h in hits if h is not None]
+    say("cluster: hit ratios under each sharding, all-to-all against GPUs")
+    comparison = _compare_shardings(
+        base, horizon, loads, chosen, curves, budget_rows, rate=rate, spec=spec
+    )
+    scaling = _scaling(
+        base, system, steady_source, loads, spec, chosen_world=world, nodes=cluster.nodes
+    )
+    exact = bool(getattr(curves, "exact", rate >= 1.0))
+    method_curves = "exact stack distances per GPU" if exact else f"SHARDS at R = {rate:g} per GPU"
+    doc: dict[str, Any] = {
+        "nodes": int(cluster.nodes),
+        "gpus_per_node": int(cluster.gpus_per_node),
+        "world": world,
+        "preset": cluster.preset,
+        "gpu_memory_bytes": float(cluster.gpu_memory_bytes),
+        "sharding": "file" if chosen.basis.get("sharding") == "file" else cluster.sharding,
+        "sharding_basis": chosen.basis,
+        "sharding_types": _type_counts(placement),
+        "budget_bytes_per_gpu": int(budget_bytes),
+        "budget_rows_per_gpu": int(budget_rows),
+        "imbalance": means["imbalance"],
+        "imbalance_modeled": chosen.basis.get("modeled_imbalance"),
+        "imbalance_run": float(lookups.max() / run_mean) if run_mean > 0 else 1.0,
+        "all_to_all_bytes_per_batch": means["all_to_all_bytes"],
+        "all_to_all_s_per_batch": means["all_to_all_s"],
+        "allreduce_s_per_batch": means["allreduce_s"],
+        "step_time_s": means["step_time_s"],
+        "hit_at_budget": {
+            "worst": None if not valid else float(min(valid)),
+            "mean": None if not valid else float(np.mean(valid)),
+            "worst_gpu": None if not valid else int(hits.index(min(valid))),
+        },
+        "bytes_for_hit": {"worst_gpu": worst, "mean": mean},
+        "fits_gpu_memory": fits,
+        "per_gpu": per_gpu,
+        "steady": {
+            "batches": span,
+            "averaged_batches": span - span // 2 if span > 1 else span,
+            "imbalance_max": float(np.max(result.columns["imbalance"])) if span else 1.0,
+        },
+        "comparison": comparison,
+        "scaling": scaling,
+        "sharding_plan": placement.plan.to_json(),
+        "methods": {
+            "budget": "--cache-budget is per GPU: each GPU caches the rows of its own shards",
+            "curves": f"{method_curves}, over the whole run ({int(horizon.num_batches):,} "
+            "batches); bytes = rows x the row's bytes, sizes 5% apart, never extrapolated",
+            "error_bound": float(np.max(bounds, initial=0.0)),
+            "sharding": _sharding_method(chosen.basis, spec is not None),
+            "steady": f"cluster replay of the plan's steady span ({span} batches), means "
+            "over its second half; a cache of the budget per GPU, no checkpointing",
+            "imbalance": "max / mean per-GPU lookups per batch, measured (imbalance_modeled: "
+            "the sharder's max / mean modeled cost; imbalance_run: max / mean per-GPU "
+            "lookups over the whole run, from the curves' pass)",
+            "all_to_all": "pooled embeddings of each (table, sample) bag from every shard "
+            "holding its lookups to the sample's GPU, and their gradients back (fp32); "
+            "NVLink inside a node, the node's NICs shared by its GPUs across nodes, the two "
+            "not overlapped; the slowest GPU's time (replay.engine.cluster)",
+            "allreduce": "ring all-reduce of the dense gradient and the data-parallel "
+            "tables' every batch (replay.engine.cluster)",
+            "step_time": step_basis,
+            "comparison": "per sharding: one curve pass over the run, each GPU's LRU hit at "
+            "the budget and its lookups",
+            "scaling": f"auto sharding at each GPU count, {scaling['batches']} batches "
+            "replayed each, all-to-all seconds per batch (mean)",
+        },
+        "notes": notes,
+    }
+    return doc
+
+
+def _gib(n: float) -> str:
+    from replay._units import format_bytes
+
+    return format_bytes(n)
+
+
+def _ranks_text(ranks: Sequence[int], most: int = 8) -> str:
+    shown = ", ".join(str(r) for r in ranks[:most])
+    return shown + (f" and {len(ranks) - most} more" if len(ranks) > most else "")
+
+
+def _type_counts(placement: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for entry in placement.plan.tables:
+        out[entry.type] = out.get(entry.type, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _sharding_method(basis: dict[str, Any], from_spec: bool) -> str:
+    kind = basis.get("sharding")
+    if kind == "file":
+        return f"the plan in {basis.get('sharding_file')} (cluster.sharding_file)"
+    loads = (
+        "the workload's lookups per batch and table (pooling x batch size)"
+        if from_spec
+        else "the lookups per batch and table counted over the trace's first batches"
+    )
+    if kind == "auto":
+        return f"the automatic sharder (replay.engine.sharder) over {loads}"
+    return f"{kind} for every table (cluster.sharding); modeled imbalance over {loads}"
+
+
+def _compare_shardings(
+    base: Any, horizon: Any, loads: Any, chosen: Any, chosen_curves: Any, budget_rows: int,
+    *, rate: float, spec: Any,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Each GPU's hit at the budget and lookups under each of `COMPARE_SHARDINGS` (and
+    the recommended plan's, when it is a file): one curve pass each."""
+    from replay.plan.rank_curves import rank_curves
+
+    out = []
+    kinds = list(COMPARE_SHARDINGS)
+    given = chosen.basis.get("sharding")
+    if given not in kinds:
+        kinds.append(str(given))
+    for kind in kinds:
+        entry: dict[str, Any] = {"sharding": kind, "recommended": kind == given}
+        if kind == given:
+            placed, curves = chosen, chosen_curves
+        else:
+            try:
+                placed = _placement(base, horizon, loads, sharding=kind)
+            except ConfigError as exc:
+                entry.update(fits=False, why=str(exc))
+                out.append(entry)
+                continue
+            curves = rank_curves(
+                horizon, placed.placement, np.array([max(budget_rows, 1)]), rate=rate, spec=spec
+            )
+        hits, _ = _per_gpu(curves, (), budget_rows)
+        lookups = np.asarray(curves.lookups, dtype=np.float64)
+        mean = float(lookups.mean()) if len(lookups) else 0.0
+        entry.update(
+            fits=True,
+            hit_at_budget=hits,
+            lookups=[float(v) for v in lookups],
+            imbalance_run=float(lookups.max() / mean) if mean > 0 else 1.0,
+            imbalance_modeled=placed.basis.get("modeled_imbalance"),
+        )
+        out.append(entry)
+    return out
+
+
+def _scaling(
+    base: Any, system: Any, source: Any, loads: Any, spec: Any, *, chosen_world: int, nodes: int
+) -> dict[str, Any]:
+    """The all-to-all (and step) time per batch at 1, 2, 4, 8 nodes and the user's, the
+    same GPUs per node, auto sharding, over the first `SCALING_BATCHES` of the span."""
+    from replay.engine.cluster import replay_cluster
+
+    span = source
+    if spec is not None and int(source.num_batches) > SCALING_BATCHES:
+        from replay.workload.onthefly import GeneratedTrace
+
+        span = GeneratedTrace(source.spec.with_overrides(batches=SCALING_BATCHES))
+    cluster = base.cluster
+    points = []
+    for n in sorted({*SCALING_NODES, int(nodes)}):
+        point: dict[str, Any] = {"nodes": n, "gpus": n * cluster.gpus_per_node}
+        try:
+            placed = _placement(base, span, loads, sharding="auto", nodes=n)
+        except ConfigError as exc:
+            point.update(fits=False, why=str(exc))
+            points.append(point)
+            continue
+        sized = dataclasses.replace(system, cluster=dataclasses.replace(system.cluster, nodes=n))
+        result = replay_cluster(span, sized, placed.placement)
+        batch = int(dict(span.workload or {}).get("batch_size", 0) or 0)
+        step, _ = _step_time(result.columns, sized, batch)
+        point.update(
+            fits=True,
+            all_to_all_s_per_batch=float(np.mean(result.columns["all_to_all_s"])),
+            all_to_all_bytes_per_batch=float(np.mean(result.columns["all_to_all_bytes"])),
+            allreduce_s_per_batch=float(np.mean(result.columns["allreduce_s"])),
+            step_time_s=float(np.mean(step)),
+            imbalance=float(np.mean(result.columns["imbalance"])),
+        )
+        points.append(point)
+    return {"batches": int(span.num_batches), "points": points}
+
+
+__all__ = [
+    "COMPARE_SHARDINGS",
+    "SCALING_BATCHES",
+    "SCALING_NODES",
+    "check_one_gpu",
+    "one_gpu_sets",
+    "plan_cluster",
+]
