@@ -1,0 +1,520 @@
+"""Per-GPU LRU miss-ratio curves of a sharded cluster, all GPUs from one pass.
+
+Placement. `replay plan` for a cluster (issue 41, item 4): each GPU has its own cache,
+which sees only the lookups of the shards it holds, so the plan needs one LRU curve per
+GPU, not the one curve of a cache holding every table (`replay.analysis.horizon`). This
+module reads the same horizon `make_plan` reads (a `GeneratedTrace` or trace at R = 1, the
+spatially sampled workload `replay.workload.sampled` at R < 1) and a `Placement`
+(`replay.system.sharding`); it is pure (arrays in, a `RankCurves` out).
+
+One pass. Each batch range of `replay.trace.stream.iter_batch_ranges` is routed once, by
+one numba kernel (`_route`, two passes over the range's keys: count, then write), into
+one contiguous sub-stream per rank in trace order; each rank's sub-stream then goes to
+that rank's own state. Never one pass over the horizon per GPU.
+
+Routing, TorchRec's semantics as the cluster replay has them (`replay.engine.cluster`):
+
+- table-wise, row-wise, table-row-wise: a lookup goes to the rank holding its row's block
+  (row-wise blocks of ceil(rows / len(ranks)) rows in rank order, or the plan's explicit
+  blocks);
+- column-wise: a lookup goes to every column block of its table (every block's rank looks
+  the row up for its columns; a rank holding two blocks of a table looks it up twice, in
+  two caches' worth of keys, as the engine does);
+- data-parallel: a lookup goes to one rank, the rank of its sample in the engine (sample
+  s of B owned by rank s W // B). A sampled stream no longer says which sample a lookup
+  came from (its positions are not the full stream's), so here the rank is a hash of the
+  lookup's (batch, position in the batch), mixed by SplitMix64 and spread evenly over the
+  W ranks by a multiply-shift (`_dp_rank`). ASSUMPTION, equivalent in distribution: the
+  samples of a batch are i.i.d. and the sample-to-rank split does not depend on the keys,
+  so the lookups of a table that reach rank r are a 1 / W thinning of the table's stream
+  independent of its keys either way. What differs: the engine's split is exactly
+  even per batch (B / W samples a rank) and keeps a bag's `pooling` lookups together;
+  the hash's split is Binomial(n, 1 / W) per rank (the tests bound it).
+
+Rank-local keys. Each rank's state is over its own rows: its shards in `Placement.shards`
+order laid end to end (a row block of [a, b) takes b - a local keys, a column block or a
+data-parallel replica its table's rows), the numbering of the cluster replay. At R = 1 a
+rank's state is `replay.analysis.stack.StackDistances` (exact, Mattson et al. 1970),
+indexed directly by local key while the ranks' rows add up to at most `DIRECT_MAX_ROWS`
+(4 B a row), else a hash map over the keys seen.
+
+Sampled horizons (R < 1). SHARDS (Waldspurger et al., FAST 2015; `replay.analysis.shards`)
+keeps a row when the hash of its *global* flat key falls below T = R 2^24. Routing sends
+every lookup of a row to the same rank(s), so the sampled sub-stream a rank receives is
+exactly the SHARDS sample, at the same rate and by the same hash, of the rank's own full
+stream: the rule is per key, and the rank-local renumbering is one-to-one within a shard
+(a data-parallel thinning is independent of the key, so it commutes with the sampling).
+Each rank's curve is therefore SHARDS_adj at rate R over its own sub-stream, with its own
+random-group error estimate (K = 8 hash groups from bits 24-26 of the same global hash),
+exactly as `horizon_mrc` estimates the whole stream:
+
+    miss_r(C) ~= (cold_s + #{rank r's sampled requests with distance_s >= C R}) / (N_r R),
+
+and `error_bound[r]` the ~95% bound on the largest error over the resolved sizes
+(`ShardsSampler.estimate`). N_r, the rank's lookups in the full stream: each table's full
+lookups N_t (the workload spec's batches x batch size x pooling; without a spec the
+table's sampled lookups / R) split in the proportion of the table's sampled lookups
+routed to each rank, N_r = sum_t N_t s_tr / s_t (a ratio estimator: exact for tables
+that go to one rank or to every column block whole; for row-split tables s_tr / R with
+the table's own sampling noise removed). So the ranks' lookups add up to the routed
+full-stream lookups exactly. Distinct rows: sampled distinct / R.
+
+Resolution. A sample at rate R resolves sizes of at least `resolution_rows` =
+16 (1 - R) / R rows (`replay.analysis.shards.resolution_rows`); there is no exact head per
+rank (the one-GPU curve's `replay.analysis.head`), so at R < 1 sizes below the resolution
+are not measured: their miss ratio is NaN, and `hit_at` / `rows_for_hit` read only the
+resolved sizes (as `replay.plan.cache` reads a curve: nothing below its first size).
+LIMITATION: per-GPU caches for low hit targets can be smaller than the resolution
+(65,520 rows at R = 2^-12); a plan that needs them needs a higher rate or a per-rank head.
+
+Memory: per rank, the SHARDS states over its sampled keys (9 stack states, ~30 B a
+sampled key each, windows of at least `MIN_WINDOW` positions) or the exact state over
+its rows; per range, the routed keys (8 B + 1 B a routed lookup) and a count matrix of
+tables x ranks. Time: one routing kernel pass and one stack-kernel pass per routed key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from replay._intrinsics import ix
+from replay._jit import kernel
+from replay.analysis.horizon import _sample_groups, full_lookups, source_sample_rate
+from replay.analysis.shards import ShardsSampler
+from replay.analysis.stack import StackDistances
+from replay.errors import ConfigError
+from replay.plan import cache
+from replay.system.sharding import COLUMN_WISE, DATA_PARALLEL, TABLE_WISE, Placement
+from replay.trace.keys import last_at_most, table_of, table_offsets
+from replay.trace.stream import iter_batch_ranges
+from replay.workload.sampler import SHARDS_MODULUS, mix64
+from replay.workload.spec import WorkloadSpec
+
+DIRECT_MAX_ROWS = 1 << 27  # exact states indexed by local key up to 512 MB (int32) in all
+MIN_WINDOW = 1 << 12  # a stack state's smallest position window (64 states and more)
+EXACT_SHARE_ROWS = 1 << 22  # row-split tables split by their pmf up to this many rows
+SHARE_CHUNK_ROWS = 1 << 20  # ... read this many rows at a time
+DP_SALT = 0x3C6EF372FE94F82B  # the data-parallel rank hash's salt (fixed: deterministic)
+
+# table kinds in the routing kernel
+_ROWS, _CW, _DP = 0, 1, 2
+
+
+@dataclass(frozen=True, eq=False)
+class RankCurves:
+    """Each GPU's LRU miss-ratio curve at the same per-GPU sizes (rows).
+
+    `miss_ratio[r, i]`: rank r's miss ratio with a cache of `sizes[i]` rows (NaN below
+    `resolution_rows` at R < 1); `lookups[r]`: its lookups in the full stream; `distinct[r]`
+    its distinct rows (estimated at R < 1); `error_bound[r]`: ~95% bound on the largest
+    error of its curve over the resolved sizes (0 when exact); `sampled_lookups[r]`: the
+    routed lookups its state read."""
+
+    sizes: np.ndarray  # int64 [n], ascending
+    miss_ratio: np.ndarray  # float64 [world, n]
+    lookups: np.ndarray  # int64 [world]
+    distinct: np.ndarray  # int64 [world]
+    exact: bool
+    error_bound: np.ndarray  # float64 [world]
+    method: str
+    sample_rate: float = 1.0
+    resolution_rows: int = 1
+    sampled_lookups: np.ndarray | None = None  # int64 [world]
+
+    @property
+    def world(self) -> int:
+        return int(self.miss_ratio.shape[0])
+
+    def _resolved(self) -> np.ndarray:
+        return np.asarray(self.sizes >= self.resolution_rows)
+
+    def hit_at(self, rows: float) -> np.ndarray:
+        """float64 [world]: each rank's hit ratio with a cache of `rows` rows, read as
+        `replay.plan.cache.hit_at` reads a curve (the largest resolved size not above it,
+        never interpolated; 0 below the first)."""
+        keep = self._resolved()
+        sizes = self.sizes[keep]
+        return np.array(
+            [cache.hit_at(sizes, 1.0 - m[keep], rows) for m in self.miss_ratio],
+            dtype=np.float64,
+        )
+
+    def rows_for_hit(self, target: float) -> list[float | None]:
+        """Each rank's smallest resolved size (rows) whose hit reaches `target`, None
+        where its curve never does (`replay.plan.cache.rows_for_hit`)."""
+        keep = self._resolved()
+        sizes = self.sizes[keep]
+        return [cache.rows_for_hit(sizes, 1.0 - m[keep], target) for m in self.miss_ratio]
+
+
+# -- layout and routing -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class _Layout:
+    """The routing kernel's arrays. Blocks per table: row-split and table-wise tables
+    their non-empty row blocks by first row; column-wise one per column block (shard
+    order); data-parallel one per rank (rank order)."""
+
+    kind: np.ndarray  # int64 per table
+    even: np.ndarray  # int64 per table: even block size (0: explicit blocks)
+    base: np.ndarray  # int64 per table: its first block
+    count: np.ndarray  # int64 per table: its blocks
+    start: np.ndarray  # int64 per block: its first row
+    rank: np.ndarray  # int64 per block
+    local: np.ndarray  # int64 per block: the local key of its first row on its rank
+    rank_rows: np.ndarray  # int64 per rank: local keys (rows of its shards, end to end)
+
+
+def _layout(placement: Placement) -> _Layout:
+    world = placement.world
+    local_of: list[int] = []
+    next_local = [0] * world
+    for s in placement.shards:
+        local_of.append(next_local[s.rank])
+        next_local[s.rank] += s.rows
+    by_table: dict[int, list[int]] = {}
+    for i, s in enumerate(placement.shards):
+        by_table.setdefault(s.table, []).append(i)
+    nt = len(placement.tables)
+    kind, even, base, count = (np.zeros(nt, np.int64) for _ in range(4))
+    start: list[int] = []
+    rank: list[int] = []
+    local: list[int] = []
+    for t, shape in enumerate(placement.tables):
+        e = placement.entry(t)
+        idx = by_table.get(t, [])
+        if e.type == COLUMN_WISE:
+            kind[t] = _CW
+        elif e.type == DATA_PARALLEL:
+            kind[t] = _DP
+            idx = sorted(idx, key=lambda i: placement.shards[i].rank)
+        else:
+            kind[t] = _ROWS
+            idx = sorted(
+                (i for i in idx if placement.shards[i].rows > 0),
+                key=lambda i: placement.shards[i].row_start,
+            )
+            if e.type == TABLE_WISE:
+                even[t] = max(shape.rows, 1)
+            elif e.shards is None:  # the even rule: blocks in rank order, trailing empty
+                even[t] = max(-(-shape.rows // len(e.ranks)), 1)
+        base[t] = len(start)
+        for i in idx:
+            s = placement.shards[i]
+            start.append(s.row_start)
+            rank.append(s.rank)
+            local.append(local_of[i])
+        count[t] = len(start) - base[t]
+    arr = lambda v: np.array(v, dtype=np.int64)  # noqa: E731
+    return _Layout(kind, even, base, count, arr(start), arr(rank), arr(local), arr(next_local))
+
+
+@kernel(inline="always")
+def _dp_rank(batch: int, pos: int, world: int, salt: np.uint64) -> int:
+    """A data-parallel lookup's rank: SplitMix64 of (batch, position), its top 32 bits
+    times W shifted down 32 (even over the W ranks to 2^-32)."""
+    h = mix64((np.uint64(batch) << np.uint64(32)) ^ np.uint64(pos) ^ salt)
+    return np.int64(((h >> np.uint64(32)) * np.uint64(world)) >> np.uint64(32))
+
+
+@kernel
+def _route(
+    keys: np.ndarray,
+    group: np.ndarray,
+    bounds: np.ndarray,
+    batch_start: int,
+    offsets: np.ndarray,
+    kind: np.ndarray,
+    even: np.ndarray,
+    base: np.ndarray,
+    count: np.ndarray,
+    start: np.ndarray,
+    brank: np.ndarray,
+    local: np.ndarray,
+    world: int,
+    salt: np.uint64,
+    emit: bool,
+    counts: np.ndarray,
+    cursor: np.ndarray,
+    out: np.ndarray,
+    out_group: np.ndarray,
+) -> None:
+    """Route the range's lookups. emit False: counts[t, r] += lookups of table t routed
+    to rank r. emit True: write each routed lookup's local key (and its SHARDS group when
+    `group` is not empty) at out[cursor[r]], cursor advanced: trace order per rank."""
+    grouped = len(group) > 0
+    for b in range(len(bounds) - 1):
+        lo = bounds[b]
+        for i in range(lo, bounds[b + 1]):
+            key = np.int64(keys[ix(i)])
+            t = table_of(offsets, key)
+            row = key - offsets[ix(t)]
+            k_t = kind[ix(t)]
+            tb = base[ix(t)]
+            if k_t == _ROWS:
+                size = even[ix(t)]
+                if size > 0:
+                    blk = tb + row // size
+                else:
+                    blk = last_at_most(start, tb, tb + count[ix(t)] - 1, row)
+                first = blk
+                last = blk + 1
+                row -= start[ix(blk)]
+            elif k_t == _DP:
+                first = tb + _dp_rank(batch_start + b, i - lo, world, salt)
+                last = first + 1
+            else:
+                first = tb
+                last = tb + count[ix(t)]
+            for blk in range(first, last):
+                r = brank[ix(blk)]
+                if emit:
+                    c = cursor[ix(r)]
+                    out[ix(c)] = local[ix(blk)] + row
+                    if grouped:
+                        out_group[ix(c)] = group[ix(i)]
+                    cursor[ix(r)] = c + 1
+                else:
+                    counts[t, r] += 1
+
+
+class _Router:
+    """Routes batch ranges with one placement; buffers reused across ranges."""
+
+    def __init__(self, placement: Placement, table_rows: np.ndarray) -> None:
+        self.world = placement.world
+        self.offsets = table_offsets(table_rows)
+        self.layout = _layout(placement)
+        self.salt = np.uint64(DP_SALT)
+        self.counts = np.zeros((len(table_rows), self.world), dtype=np.int64)
+        self.out = np.empty(0, dtype=np.int64)
+        self.out_group = np.empty(0, dtype=np.uint8)
+
+    def route(
+        self, keys: np.ndarray, group: np.ndarray, bounds: np.ndarray, batch_start: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(local keys, their groups, per-rank cuts) of one range; adds to `counts`."""
+        x = self.layout
+        range_counts = np.zeros_like(self.counts)
+        cursor = np.zeros(self.world, dtype=np.int64)
+        args = (keys, group, bounds, batch_start, self.offsets, x.kind, x.even, x.base,
+                x.count, x.start, x.rank, x.local, self.world, self.salt)  # fmt: skip
+        _route(*args, False, range_counts, cursor, self.out, self.out_group)
+        per_rank = range_counts.sum(axis=0)
+        cuts = np.zeros(self.world + 1, dtype=np.int64)
+        np.cumsum(per_rank, out=cuts[1:])
+        n = int(cuts[-1])
+        if len(self.out) < n:
+            self.out = np.empty(n, dtype=np.int64)
+        if len(group) and len(self.out_group) < n:
+            self.out_group = np.empty(n, dtype=np.uint8)
+        cursor[:] = cuts[:-1]
+        _route(*args, True, range_counts, cursor, self.out, self.out_group)
+        self.counts += range_counts
+        return self.out[:n], self.out_group[:n] if len(group) else self.out_group[:0], cuts
+
+
+# -- per-rank states ----------------------------------------------------------------------
+
+
+class _RankSampler(ShardsSampler):
+    """`ShardsSampler` over a rank's local keys with small starting windows (64 ranks x
+    9 states of the default 2^16 positions would hold 170 MB before any key)."""
+
+    def __init__(self, total_keys: int, sample_rate: float) -> None:
+        super().__init__(total_keys, sample_rate)
+        self.full = StackDistances(self.total_keys, direct=False, min_window=MIN_WINDOW)
+        self.groups = [
+            StackDistances(self.total_keys, direct=False, min_window=MIN_WINDOW)
+            for _ in self.groups
+        ]
+
+
+def _check_sizes(sizes_rows: Any) -> np.ndarray:
+    sizes = np.asarray(sizes_rows, dtype=np.int64)
+    if sizes.ndim != 1 or not len(sizes):
+        raise ConfigError("rank curves: give at least one cache size (rows)")
+    if sizes[0] < 1 or (np.diff(sizes) <= 0).any():
+        raise ConfigError("rank curves: cache sizes must be positive and ascending")
+    return sizes
+
+
+def rank_curves(
+    horizon: Any,
+    placement: Placement,
+    sizes_rows: Sequence[int] | np.ndarray,
+    *,
+    rate: float,
+    spec: WorkloadSpec | None = None,
+) -> RankCurves:
+    """Every GPU's LRU miss-ratio curve over the horizon, from one pass (module docstring).
+
+    `horizon`: the stream `make_plan` reads (R = 1: a `GeneratedTrace` or a trace; R < 1:
+    the sampled workload, whose `sample_rate` must be `rate`); `placement` over the same
+    tables; `sizes_rows`: per-GPU cache sizes (rows, ascending); `spec`: the workload (its
+    tables' full lookups; default the horizon's own spec, if any)."""
+    sizes = _check_sizes(sizes_rows)
+    src_rate = source_sample_rate(horizon)
+    if abs(src_rate - float(rate)) > 1e-12 * max(src_rate, 1e-300):
+        raise ConfigError(f"rank curves: rate {rate} but the horizon is sampled at {src_rate}")
+    table_rows = np.asarray(horizon.table_rows, dtype=np.int64)
+    want = [t.rows for t in placement.tables]
+    if table_rows.tolist() != want:
+        raise ConfigError(
+            f"rank curves: the placement's tables ({len(want)}, rows {want[:4]}...) are not "
+            f"the horizon's ({len(table_rows)}, rows {table_rows[:4].tolist()}...)"
+        )
+    router = _Router(placement, table_rows)
+    world = router.world
+    rank_rows = router.layout.rank_rows
+    exact = src_rate == 1.0
+    if exact:
+        direct = int(rank_rows.sum()) <= DIRECT_MAX_ROWS
+        states: list[Any] = [
+            StackDistances(int(n), direct=direct, min_window=MIN_WINDOW) for n in rank_rows
+        ]
+        whole = None
+    else:
+        states = [_RankSampler(int(n), src_rate) for n in rank_rows]
+        whole = ShardsSampler(int(table_rows.sum()), src_rate, subsamples=0)
+    where = str(getattr(horizon, "path", horizon))
+    no_group = np.empty(0, dtype=np.uint8)
+    for r in iter_batch_ranges(horizon, with_updates=False):
+        keys = np.ascontiguousarray(r.keys, dtype=np.int64)
+        group = no_group if whole is None else _sample_groups(keys, whole, where)
+        bounds = np.ascontiguousarray(r.bounds, dtype=np.int64)
+        local, local_group, cuts = router.route(keys, group, bounds, r.batch_start)
+        for rank in range(world):
+            lo, hi = int(cuts[rank]), int(cuts[rank + 1])
+            if hi == lo:
+                continue
+            if exact:
+                states[rank].feed(local[lo:hi])
+            else:
+                states[rank].feed_sampled(0, local[lo:hi], local_group[lo:hi])
+    counts = router.counts  # [tables, world] routed (sampled) lookups
+    routed = counts.sum(axis=0)
+    if spec is None and isinstance(getattr(horizon, "spec", None), WorkloadSpec):
+        spec = horizon.spec
+    lookups = routed.copy() if exact else _rank_lookups(horizon, spec, placement, router, src_rate)
+    miss = np.full((world, len(sizes)), np.nan)
+    bound = np.zeros(world)
+    distinct = np.zeros(world, dtype=np.int64)
+    resolution = 1
+    if exact:
+        for rank, st in enumerate(states):
+            n = st.requests
+            miss[rank] = st.misses_at(sizes) / n if n else 0.0
+            distinct[rank] = st.distinct
+        method = f"exact stack distances per GPU ({world} GPUs, one pass)"
+    else:
+        resolution = int(states[0].resolution) if states else 1
+        ok = sizes >= resolution
+        for rank, st in enumerate(states):
+            st.feed_sampled(int(lookups[rank]), np.empty(0, np.int64), no_group)
+            distinct[rank] = st.estimated_distinct
+            if ok.any():
+                curve, _, sup = st.estimate(sizes[ok])
+                miss[rank, ok] = curve
+                bound[rank] = sup
+        method = (
+            f"SHARDS at R = {src_rate:g} per GPU ({world} GPUs, one pass; sizes below "
+            f"{resolution:,} rows not resolved)"
+        )
+    return RankCurves(
+        sizes=sizes.copy(),
+        miss_ratio=miss,
+        lookups=lookups.astype(np.int64),
+        distinct=distinct,
+        exact=exact,
+        error_bound=bound,
+        method=method,
+        sample_rate=src_rate,
+        resolution_rows=resolution,
+        sampled_lookups=routed.astype(np.int64),
+    )
+
+
+def _rank_lookups(
+    horizon: Any, spec: WorkloadSpec | None, placement: Placement, router: _Router, rate: float
+) -> np.ndarray:
+    """Each rank's lookups in the full stream (int64 [world]): each table's full lookups
+    split over the ranks in the proportion its sampled lookups were routed (a column-wise
+    table's reach each of its blocks), except a row-split table of a workload spec with at
+    most `EXACT_SHARE_ROWS` rows, split by its rows' probabilities (`_block_shares`: a
+    small table may have no sampled row at all), and a row-split table with no sampled
+    lookup and no spec, split by rows."""
+    x = router.layout
+    counts = router.counts.astype(np.float64)
+    multiplicity = np.where(x.kind == _CW, x.count, 1)
+    per_table = counts.sum(axis=1)
+    seen = (router.counts.sum(axis=1) // np.maximum(multiplicity, 1)).astype(np.int64)
+    full = _table_full_lookups(horizon, spec, seen, rate).astype(np.float64)
+    out = np.zeros(router.world)
+    for t, shape in enumerate(placement.tables):
+        lo, hi = int(x.base[t]), int(x.base[t] + x.count[t])
+        ranks = x.rank[lo:hi]
+        if x.kind[t] == _DP:
+            out += full[t] / router.world
+        elif x.kind[t] == _CW:
+            np.add.at(out, ranks, full[t])
+        elif hi - lo == 1:
+            out[ranks[0]] += full[t]
+        elif spec is not None and shape.rows <= EXACT_SHARE_ROWS:
+            np.add.at(out, ranks, full[t] * _block_shares(spec, t, x.start[lo:hi]))
+        elif per_table[t] > 0:
+            out += full[t] * counts[t] / per_table[t]
+        else:
+            stops = np.append(x.start[lo + 1 : hi], shape.rows)
+            np.add.at(out, ranks, full[t] * (stops - x.start[lo:hi]) / max(shape.rows, 1))
+    return np.rint(out).astype(np.int64)
+
+
+def _block_shares(spec: WorkloadSpec, t: int, starts: np.ndarray) -> np.ndarray:
+    """The probability a lookup of table t falls in each row block (blocks from `starts`,
+    ascending, the first at 0): the generator's pmf (rank k weighs k^-alpha, the hot
+    ranks their shares, mapped to rows by the table's permutation) summed per block, by
+    `replay.workload.sampled`'s set-up kernel with every row kept. For a table without
+    reuse or drift (what a sampled horizon is), whose every lookup draws from that pmf."""
+    from replay.workload import sampler
+    from replay.workload.sampled import _hot_weights, _sampled_rows_kernel
+
+    table = spec.tables[t]
+    rows = int(table.rows)
+    offsets = table_offsets(np.array([s.rows for s in spec.tables], dtype=np.int64))
+    hot, _ = _hot_weights(rows, float(table.alpha), table.hot_shares)
+    keys = sampler.feistel_round_keys(sampler.root_key(spec.seed), t)
+    bits = sampler.permutation_bits(rows)
+    starts = np.asarray(starts, dtype=np.int64)
+    step = min(rows, SHARE_CHUNK_ROWS)
+    out_row = np.empty(step, dtype=np.int64)
+    weight = np.empty(step, dtype=np.float64)
+    mass = np.zeros(len(starts), dtype=np.float64)
+    for lo in range(0, rows, step):
+        hi = min(lo + step, rows)
+        n = _sampled_rows_kernel(
+            int(offsets[t]), rows, lo, hi, table.mapping == "contiguous", bits, keys,
+            SHARDS_MODULUS, float(table.alpha), hot, out_row, weight,
+        )  # fmt: skip
+        block = np.searchsorted(starts, out_row[:n], side="right") - 1
+        mass += np.bincount(block, weights=weight[:n], minlength=len(starts))
+    return mass / max(float(mass.sum()), 1e-300)
+
+
+def _table_full_lookups(
+    horizon: Any, spec: WorkloadSpec | None, sampled: np.ndarray, rate: float
+) -> np.ndarray:
+    """Each table's lookups in the full stream: from `spec` (batches x batch size x
+    pooling), else the horizon's (`replay.analysis.horizon.full_lookups`)."""
+    if spec is not None:
+        per_batch = np.array([spec.batch_size * t.pooling for t in spec.tables], dtype=np.int64)
+        return per_batch * int(horizon.num_batches)
+    return full_lookups(horizon, sampled, rate).astype(np.int64)
+
+
+__all__ = ["DIRECT_MAX_ROWS", "DP_SALT", "RankCurves", "rank_curves"]
