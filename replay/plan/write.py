@@ -5,7 +5,8 @@ part), `torchrec.json` (that part: each table's cache statistics for TorchRec's 
 budget and the hit targets marked), `figures/goodput.png` (goodput against the
 checkpoint interval, per strategy, each optimum marked) and, with a `tbe` system,
 `figures/tbe.png` (FBGEMM's TBE cache against an ideal LRU of the same bytes, hit ratio
-against load factor). Built in `.DIR.partial` and
+against load factor). A cluster plan adds `sharding.json` and the cluster figures
+(`replay.plan.write_cluster`). Built in `.DIR.partial` and
 renamed into place whole (`replay._output.atomic_folder`).
 """
 
@@ -20,6 +21,15 @@ import numpy as np
 from replay._output import Owned, atomic_folder
 from replay._units import format_bytes, format_duration, format_percent
 from replay.plan.torchrec import FEW_SAMPLED_ROWS
+from replay.plan.write_cluster import (
+    FIGURES as CLUSTER_FIGURES,
+)
+from replay.plan.write_cluster import (
+    SHARDING_FILE,
+    cluster_answers,
+    cluster_markdown,
+    write_cluster,
+)
 from replay.report.plan_section import few_failures, lossy, split_line, strategy_label
 
 # what --force may replace (`replay._output.Owned`): these files, and figures/ holding only
@@ -28,7 +38,8 @@ OUTPUT_FILES: Owned = {
     "plan.md": None,
     "plan.json": None,
     "torchrec.json": None,
-    "figures": frozenset({"mrc.png", "goodput.png", "tbe.png"}),
+    SHARDING_FILE: None,
+    "figures": frozenset({"mrc.png", "goodput.png", "tbe.png", *CLUSTER_FIGURES}),
 }
 TORCHREC_KEY = "torchrec"  # the document's part written as torchrec.json
 
@@ -49,6 +60,8 @@ def write_plan(document: dict[str, Any], out: Path, *, force: bool, curves: dict
         _goodput_figure(document, curves, tmp / "figures" / "goodput.png")
         if document["cache"].get("tbe"):
             _tbe_figure(document, tmp / "figures" / "tbe.png")
+        if document.get("cluster") is not None:
+            write_cluster(document, tmp)
         (tmp / "plan.md").write_text(plan_markdown(document))
 
 
@@ -72,7 +85,7 @@ def _pct(x: float | None) -> str:
 def answers(document: dict[str, Any]) -> list[str]:
     """The answers, one line each: what `replay plan` prints and plan.md starts with."""
     cache = document["cache"]
-    lines = []
+    lines = cluster_answers(document["cluster"]) if document.get("cluster") else []
     hit = cache["hit_at_budget"]["lru"]
     targets = ", ".join(
         f"{float(t):g} needs {format_bytes(b)}"
@@ -169,6 +182,8 @@ def plan_markdown(document: dict[str, Any]) -> str:
     ]
     if document["notes"]:
         out += ["## Read this first", "", *[f"- {n}" for n in document["notes"]], ""]
+    if document.get("cluster"):
+        out += cluster_markdown(document)
     out += [
         "## How each answer was reached",
         "",

@@ -1,0 +1,247 @@
+"""The cluster part of `replay plan --out DIR` (`replay.plan.write` calls it when plan.json
+has a `cluster`, `replay.plan.cluster`): its answer lines, plan.md's "Cluster" section,
+`sharding.json` (the recommended plan, in the format `cluster.sharding_file` reads) and
+two figures: `figures/cluster_gpus.png` (each GPU's hit ratio at the budget and lookups
+under each sharding) and `figures/cluster_scaling.png` (the all-to-all and step time per
+batch against the number of GPUs).
+
+Units as the user reads them: bytes as `8 GiB`, times as `ms`, ratios as `x`; every
+number names its basis, and a number the run cannot support (a hit target out of reach
+on a GPU, a sharding that does not fit) is said as such, never shown as a result.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replay._units import format_bytes, format_duration, format_percent
+
+SHARDING_FILE = "sharding.json"
+FIGURES = ("cluster_gpus.png", "cluster_scaling.png")
+TABLE_GPUS = 16  # plan.md lists every GPU up to this many, else the worst ones
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else format_percent(x)
+
+
+def _times(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3g}x"
+
+
+def _size(b: float | None) -> str:
+    return "out of reach" if b is None else format_bytes(b)
+
+
+def _shape(c: dict[str, Any]) -> str:
+    return (
+        f"{c['world']} GPUs ({c['nodes']} node{'s' if c['nodes'] != 1 else ''} x "
+        f"{c['gpus_per_node']})"
+    )
+
+
+def cluster_answers(c: dict[str, Any]) -> list[str]:
+    """The cluster's answer lines (first in `replay plan`'s output and plan.md)."""
+    worst = c["bytes_for_hit"]["worst_gpu"]
+    mean = c["bytes_for_hit"]["mean"]
+    parts = []
+    for t, b in worst.items():
+        if b is None:
+            parts.append(f"hit {t} on every GPU is out of reach over this run (Read this first)")
+            continue
+        where = "within" if c["fits_gpu_memory"].get(t) else "MORE than"
+        parts.append(
+            f"hit {t} on every GPU needs {format_bytes(b)} of cache per GPU (the worst GPU; "
+            f"mean {_size(mean[t])}), {where} a GPU's {format_bytes(c['gpu_memory_bytes'])}"
+        )
+    h = c["hit_at_budget"]
+    lines = [
+        f"Cluster: {_shape(c)}, {c['sharding']} sharding: " + "; ".join(parts) + "; "
+        f"the {format_bytes(c['budget_bytes_per_gpu'])} budget per GPU hits "
+        f"{_pct(h['worst'])} on the worst GPU (GPU {h['worst_gpu']}), {_pct(h['mean'])} on "
+        "the mean (each GPU's LRU curve over the run).",
+        f"Cluster network: all-to-all {format_bytes(c['all_to_all_bytes_per_batch'])} and "
+        f"{format_duration(c['all_to_all_s_per_batch'])} per step, all-reduce "
+        f"{format_duration(c['allreduce_s_per_batch'])}; step time "
+        f"{format_duration(c['step_time_s'])}; imbalance {_times(c['imbalance'])} "
+        f"(max / mean lookups per GPU, measured; the sharder modeled "
+        f"{_times(c.get('imbalance_modeled'))}) (steady state, "
+        f"{c['steady']['batches']} batches replayed).",
+    ]
+    return lines
+
+
+def cluster_markdown(document: dict[str, Any]) -> list[str]:
+    """plan.md's "Cluster" section."""
+    c = document["cluster"]
+    m = c["methods"]
+    targets = list(c["bytes_for_hit"]["worst_gpu"])
+    out = [
+        "## Cluster",
+        "",
+        f"{_shape(c)}, {format_bytes(c['gpu_memory_bytes'])} of memory per GPU "
+        "(cluster.gpu_memory_bytes), a cache budget of "
+        f"{format_bytes(c['budget_bytes_per_gpu'])} **per GPU** (--cache-budget is per GPU "
+        "in a cluster): how much of each GPU must be cache for each hit target on every "
+        "GPU, how to shard, and what the all-to-all costs per step.",
+        "",
+        "### Cache per GPU",
+        "",
+        f"Basis: {m['curves']} (error bound {m['error_bound']:.3g}).",
+        "",
+        "| hit target | worst GPU needs | mean GPU needs | fits a GPU's memory |",
+        "|---|---|---|---|",
+    ]
+    for t in targets:
+        fits = c["fits_gpu_memory"].get(t)
+        out.append(
+            f"| {t} | {_size(c['bytes_for_hit']['worst_gpu'][t])} | "
+            f"{_size(c['bytes_for_hit']['mean'][t])} | "
+            f"{'n/a' if fits is None else ('yes' if fits else 'NO')} |"
+        )
+    gpus = c["per_gpu"]
+    shown = gpus
+    if len(gpus) > TABLE_GPUS:
+        order = sorted(gpus, key=lambda g: (g["hit_at_budget"] is not None, g["hit_at_budget"]))
+        shown = sorted(order[:TABLE_GPUS], key=lambda g: g["rank"])
+    out += [
+        "",
+        (
+            "Each GPU:"
+            if shown is gpus
+            else f"The {TABLE_GPUS} GPUs with the lowest hit at the budget (every GPU in "
+            "plan.json, cluster.per_gpu):"
+        ),
+        "",
+        "| GPU | node | lookups over the run | shards | shard bytes | hit at budget | "
+        + " | ".join(f"bytes for {t}" for t in targets)
+        + " |",
+        "|---" * (6 + len(targets)) + "|",
+    ]
+    for g in shown:
+        out.append(
+            f"| {g['rank']} | {g['node']} | {g['lookups']:,.0f} | {g['shards']} | "
+            f"{format_bytes(g['shard_bytes'])} | {_pct(g['hit_at_budget'])} | "
+            + " | ".join(_size(g["bytes_for_hit"][t]) for t in targets)
+            + " |"
+        )
+    types = ", ".join(f"{n} {k}" for k, n in c["sharding_types"].items())
+    out += [
+        "",
+        "### Sharding",
+        "",
+        f"{m['sharding']}: {types} tables; `sharding.json` holds the plan (give it back with "
+        f"--set cluster.sharding_file=sharding.json). Imbalance (max / mean lookups per GPU): "
+        f"{_times(c['imbalance'])} per batch measured in the steady state, "
+        f"{_times(c['imbalance_run'])} over the whole run, {_times(c.get('imbalance_modeled'))} "
+        "as the sharder modeled it.",
+        "",
+        "Each sharding (figure `figures/cluster_gpus.png`: hit ratio at the budget and "
+        f"lookups per GPU; {m['comparison']}):",
+        "",
+        "| sharding | worst GPU hit | mean hit | imbalance (run) | imbalance (modeled) |",
+        "|---|---|---|---|---|",
+    ]
+    for s in c["comparison"]:
+        name = s["sharding"] + (" (recommended)" if s["recommended"] else "")
+        if not s["fits"]:
+            out.append(f"| {name} | does not fit: {s['why']} | | | |")
+            continue
+        hits = [h for h in s["hit_at_budget"] if h is not None]
+        out.append(
+            f"| {name} | {_pct(min(hits) if hits else None)} | "
+            f"{_pct(float(np.mean(hits)) if hits else None)} | {_times(s['imbalance_run'])} | "
+            f"{_times(s.get('imbalance_modeled'))} |"
+        )
+    out += [
+        "",
+        "### Network and step time",
+        "",
+        f"{m['steady']}. All-to-all per step: {format_bytes(c['all_to_all_bytes_per_batch'])}, "
+        f"{format_duration(c['all_to_all_s_per_batch'])} ({m['all_to_all']}). All-reduce: "
+        f"{format_duration(c['allreduce_s_per_batch'])} ({m['allreduce']}). Step time: "
+        f"{format_duration(c['step_time_s'])} ({m['step_time']}).",
+        "",
+        f"Against the number of GPUs (figure `figures/cluster_scaling.png`; {m['scaling']}):",
+        "",
+        "| GPUs | nodes | all-to-all bytes | all-to-all | all-reduce | step time | imbalance |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in c["scaling"]["points"]:
+        if not p["fits"]:
+            out.append(f"| {p['gpus']} | {p['nodes']} | does not fit: {p['why']} | | | | |")
+            continue
+        out.append(
+            f"| {p['gpus']} | {p['nodes']} | {format_bytes(p['all_to_all_bytes_per_batch'])} | "
+            f"{format_duration(p['all_to_all_s_per_batch'])} | "
+            f"{format_duration(p['allreduce_s_per_batch'])} | "
+            f"{format_duration(p['step_time_s'])} | {_times(p['imbalance'])} |"
+        )
+    out.append("")
+    return out
+
+
+def write_cluster(document: dict[str, Any], folder: Path) -> None:
+    """sharding.json and the cluster figures into the plan folder being built."""
+    c = document["cluster"]
+    (folder / SHARDING_FILE).write_text(json.dumps(c["sharding_plan"], indent=2) + "\n")
+    _gpus_figure(c, folder / "figures" / FIGURES[0])
+    _scaling_figure(c, folder / "figures" / FIGURES[1])
+
+
+def _gpus_figure(c: dict[str, Any], path: Path) -> None:
+    from replay.report.figures import new_figure, save
+
+    fig = new_figure(7.5, 6.0)
+    top = fig.add_subplot(2, 1, 1)
+    bottom = fig.add_subplot(2, 1, 2, sharex=top)
+    drawn = False
+    for s in c["comparison"]:
+        if not s["fits"]:
+            continue
+        x = np.arange(len(s["lookups"]))
+        hits = np.array([np.nan if h is None else h * 100 for h in s["hit_at_budget"]])
+        label = s["sharding"] + (" (recommended)" if s["recommended"] else "")
+        lw = 2.0 if s["recommended"] else 1.0
+        top.plot(x, hits, marker=".", lw=lw, label=label)
+        bottom.plot(x, s["lookups"], marker=".", lw=lw, label=label)
+        drawn = True
+    top.set_ylabel(f"hit at {format_bytes(c['budget_bytes_per_gpu'])} (%)")
+    bottom.set_ylabel("lookups over the run")
+    bottom.set_xlabel("GPU (rank)")
+    if drawn:
+        top.legend(loc="lower right", fontsize=8)
+    else:
+        top.text(0.5, 0.5, "no sharding fits the GPUs' memory", ha="center", va="center",
+                 transform=top.transAxes)  # fmt: skip
+    save(fig, path)
+
+
+def _scaling_figure(c: dict[str, Any], path: Path) -> None:
+    from replay.report.figures import new_figure, save
+
+    fig = new_figure(7.5, 4.5)
+    ax = fig.add_subplot(1, 1, 1)
+    points = [p for p in c["scaling"]["points"] if p["fits"]]
+    if points:
+        x = [p["gpus"] for p in points]
+        ax.plot(x, [p["all_to_all_s_per_batch"] * 1e3 for p in points], marker="o", lw=2,
+                label="all-to-all per step")  # fmt: skip
+        ax.plot(x, [p["step_time_s"] * 1e3 for p in points], marker="s", lw=1, ls="--",
+                label="step time")  # fmt: skip
+        ax.axvline(c["world"], color="#d62728", lw=1)
+        ax.set_xscale("log", base=2)
+        ax.legend(loc="upper left", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no GPU count fits the tables", ha="center", va="center",
+                transform=ax.transAxes)  # fmt: skip
+    ax.set_xlabel(f"GPUs ({c['gpus_per_node']} per node, auto sharding)")
+    ax.set_ylabel("ms per batch")
+    save(fig, path)
+
+
+__all__ = ["FIGURES", "SHARDING_FILE", "cluster_answers", "cluster_markdown", "write_cluster"]
