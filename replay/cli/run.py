@@ -79,14 +79,14 @@ def run_command(
     from replay._faults import kill_point
     from replay.analysis.stats import inspect_trace
     from replay.engine.replay import trace_digest
-    from replay.engine.systems import refuse_cluster, resolve_system_with_origin
+    from replay.engine.systems import refuse_cluster_checkpoint, resolve_system_with_origin
     from replay.errors import TraceError
     from replay.runs.results import check_output_folder, run_stages
     from replay.workload.onthefly import GeneratedTrace
 
     sets = list(overrides or [])
     spec, origin = resolve_system_with_origin(system, sets)
-    refuse_cluster(spec, origin, "`replay run` (its cluster wiring is next)")
+    refuse_cluster_checkpoint(spec, origin)
 
     def fits(opened: Source) -> None:
         # refused with the figure before a byte is hashed or a row's state allocated
@@ -101,6 +101,11 @@ def run_command(
         trace, workload, batches=batches, batch_size=batch_size, seed=seed,
         alpha=alpha, drift=drift, reuse=reuse, verify=verify, check=fits,
     )  # fmt: skip
+    placed = None
+    if spec.cluster is not None:  # a bad sharding is refused before anything is written
+        from replay.engine.placement import resolve_placement
+
+        placed = resolve_placement(spec, opened)
     check_output_folder(out, force=force, resume=resume)
     verified = checksums_verified(ref, verify)
     with_workload = inspect_default(ref, inspect)
@@ -115,12 +120,16 @@ def run_command(
         "inspect": with_workload,
         "verify": verify,
     }
+    if placed is not None:  # a sharding file's plan, as read
+        plan["sharding"] = placed.plan.to_json()
     with run_stages(out, plan, force=force, resume=resume) as stages:
         workload = None
         if not stages.finished and not stages.replayed:
             # the statistics come from the replay's own pass over the trace
             try:
-                result = _replay(opened, spec, inspect=with_workload and not stages.inspected)
+                result = _replay(
+                    opened, spec, inspect=with_workload and not stages.inspected, placed=placed
+                )
             except TraceError:
                 check_checksums()  # a checksum mismatch explains a corrupt file best
                 raise
@@ -142,26 +151,28 @@ def run_command(
         warn(warning)
 
 
-def _replay(opened: Any, spec: Any, *, inspect: bool) -> Any:
+def _replay(opened: Any, spec: Any, *, inspect: bool, placed: Any = None) -> Any:
     from replay._faults import kill_point
-    from replay.engine.replay import replay_trace
+    from replay.engine.cluster_run import replay_system
 
     if not show_progress():
-        return replay_trace(
+        return replay_system(
             opened,
             spec,
             inspect=inspect,
             on_progress=lambda done, total: kill_point("run:batches"),
+            placed=placed,
         )
     from rich.progress import Progress
 
     with Progress(transient=True) as progress:
         task = progress.add_task(f"replay {spec.name}", total=opened.num_batches)
-        return replay_trace(
+        return replay_system(
             opened,
             spec,
             inspect=inspect,
             on_progress=lambda done, total: progress.update(task, completed=done),
+            placed=placed,
         )
 
 
@@ -231,6 +242,17 @@ def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
             f"per draw, restore {fail['restore_s_mean']:.4g} s per failure"
             + (f"; Young/Daly interval {yd:.4g} s" if yd is not None else "")
             + (f" (used {used:.4g} s)" if used is not None else "")
+        )
+    cl = summary.get("cluster")
+    if cl:
+        typer.echo(
+            f"  cluster {cl['nodes']} x {cl['gpus_per_node']} GPUs, "
+            f"{cl['sharding'].get('sharding', '?')}: step {cl['step_time_s']:.4g} s a batch "
+            f"(slowest GPU's embedding {cl['rank_embedding_s_max_per_batch']:.4g}, "
+            f"all-to-all {cl['all_to_all_s_per_batch']:.4g} for "
+            f"{_si(cl['all_to_all_bytes_per_batch'], 'B')}, all-reduce "
+            f"{cl['allreduce_s_per_batch']:.4g}); lookups max/mean per GPU "
+            f"{cl['imbalance_mean']:.3f} mean, {cl['imbalance_max']:.3f} max"
         )
     rate = meta["timings"]["lookups_per_s"]
     typer.echo(f"  replayed at {rate / 1e6:.1f} M lookups/s; wrote {shown(out, markup=False)}")

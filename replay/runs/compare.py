@@ -39,9 +39,12 @@ from replay._memory import (
     run_estimate,
 )
 from replay._signals import deferred, ignore_in_worker
-from replay.engine.replay import RunResult, replay_trace, workload_shape
+from replay.engine.cluster_run import replay_system
+from replay.engine.placement import resolve_placement
+from replay.engine.replay import RunResult, workload_shape
 from replay.engine.systems import (
     refuse_cluster,
+    refuse_cluster_checkpoint,
     resolve_system_with_origin,
     system_from_dict,
 )
@@ -172,7 +175,7 @@ def resolve_systems(names: Sequence[str], overrides: Sequence[str]) -> list[RunJ
     seen: dict[str, str] = {}
     for given in names:
         spec, origin = resolve_system_with_origin(given, list(overrides))
-        refuse_cluster(spec, origin, "`replay compare` (its cluster wiring is next)")
+        refuse_cluster_checkpoint(spec, origin)
         folder = check_folder_name(spec.name, f"--systems {given}")
         if folder in seen:
             raise ConfigError(
@@ -326,6 +329,8 @@ def preflight(ref: SourceRef | Path, jobs: Sequence[RunJob]) -> Source:
         if cls.cached:
             state = BYTES_PER_VALUE * dim + optimizer_bytes_per_row(spec.model.optimizer, dim)
             capacity_units(spec, cls.unit_rows(spec.policy), state)
+        if spec.cluster is not None:  # a bad sharding, before any run folder exists
+            resolve_placement(spec, opened)
     return opened
 
 
@@ -378,6 +383,8 @@ def run_state(
     if home.write_to_read_ns > 0 and not system.lookup.relaxed:
         parts.append(("read-after-write bitmap", 1 / 8))
     slots, per_slot, per_lookup = 0, 0.0, 0.0
+    if system.cluster is not None:  # a cache per GPU (a data-parallel replica ignored)
+        capacity *= system.cluster.nodes * system.cluster.gpus_per_node
     if cls.name in _SLOT_BYTES:
         slots, per_slot = min(capacity, -(-total // unit_rows)), _SLOT_BYTES[cls.name]
     if cls.name == "hot":
@@ -470,7 +477,7 @@ def _start_worker(cwd: str) -> None:
 
 
 def _run_one(ref: SourceRef, system: SystemSpec, threads: int | None = None) -> RunResult:
-    return replay_trace(open_source(ref, threads=threads), system)
+    return replay_system(open_source(ref, threads=threads), system)
 
 
 def _cores() -> int:

@@ -2,7 +2,9 @@
 
 A run folder holds `config.json` (the resolved system spec and the overrides given),
 `meta.json` (tool version, trace manifest digest, seed, timings), `batches.parquet` (one
-row per batch), `checkpoints.parquet` (one row per checkpoint), `summary.json`, and, unless
+row per batch), `checkpoints.parquet` (one row per checkpoint), `summary.json`, for a
+cluster `sharding.json` (the placement, as `cluster.sharding_file` reads it) and
+`ranks.parquet` (one row per batch and GPU), and, unless
 the caller skipped it, `workload.json` (the trace's statistics, `replay inspect --json`,
 so that `replay report` can describe the workload without the trace). Folders are built
 under a temporary name beside the target and renamed into place when complete, so a
@@ -75,6 +77,11 @@ def write_run_files(
     _whole(folder / "config.json", lambda p: write_json(p, config))
     _whole(folder / "meta.json", lambda p: write_json(p, meta))
     _whole(folder / "batches.parquet", lambda p: write_columns(p, result.columns))
+    rank_columns = getattr(result, "rank_columns", None)
+    if rank_columns:  # a cluster (`replay.engine.cluster_run`)
+        sharding = result.sharding
+        _whole(folder / "sharding.json", lambda p: write_json(p, sharding))
+        _whole(folder / "ranks.parquet", lambda p: write_columns(p, rank_columns))
     kill_point("run:files")
     _whole(folder / "checkpoints.parquet", lambda p: write_columns(p, result.checkpoints))
     _whole(folder / "summary.json", lambda p: write_json(p, summary))
@@ -162,7 +169,7 @@ def _finished_run(out: Path, plan_sha256: str) -> bool:
 # a run folder's files (`Owned`: files only); compare's and sweep's outputs hold such folders
 RUN_FOLDER_FILES = frozenset(
     {"config.json", "meta.json", "batches.parquet", "checkpoints.parquet", "summary.json",
-     "workload.json"}
+     "workload.json", "sharding.json", "ranks.parquet"}
 )  # fmt: skip
 
 
