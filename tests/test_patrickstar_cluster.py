@@ -121,6 +121,7 @@ def test_four_gpus_by_hand() -> None:
     bw, lat = sys1.cluster.intra_node_bw_bytes_per_s, sys1.cluster.intra_node_latency_s
     # 3 collectives per group (2 gathers, 1 reduce-scatter), each 3 chunks and 3 steps
     assert c["comm_s"][0] == pytest.approx(18 * CB / bw + 3 * 2 * 3 * lat)
+    assert c["comm_latency_s"][0] == pytest.approx(3 * 2 * 3 * lat)
     # two nodes of two: 2 of the ring's 4 links cross nodes
     r2 = patrickstar_cluster(_tiny(), _cluster(2, 2, "policy.chunk_rows=2"))
     c2 = r2.columns

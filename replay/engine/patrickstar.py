@@ -129,7 +129,8 @@ class PatrickStarResult:
     """The model's answer. `columns`: per batch (length batches): `lookups`, `groups`,
     `chunks`, `rank_groups_max`, `rank_groups_sum` (int64), and per rank (float64
     bytes, seconds): `all_gather_bytes` (forward + backward), `reduce_scatter_bytes`,
-    `comm_s`, `data_parallel_bytes`; in all ranks: `intra_node_bytes`,
+    `comm_s` (of which `comm_latency_s`: the collectives' latencies), `data_parallel_bytes`,
+    `data_parallel_s`; in all ranks: `intra_node_bytes`,
     `inter_node_bytes`. `summary`: `{"patrickstar": {...}}` for a run's summary.json."""
 
     world: int
@@ -275,13 +276,15 @@ def patrickstar_cluster(
     if world > 1 and cl is not None:
         bw, lat = ring_link(cl)
         collectives = (gathers + 1) * groups
-        comm_s = (ag + rs) / bw + collectives * (world - 1) * lat
+        latency_s = collectives * (world - 1) * lat
+        comm_s = (ag + rs) / bw + latency_s
         dp = 2.0 * (world - 1) / world * chunks * chunk_bytes
         dp_s = np.where(chunks > 0, dp / bw + 2 * (world - 1) * lat, 0.0)
         dp_dense = 2.0 * (world - 1) / world * num_chunks * chunk_bytes
         inter_share = nodes / world if nodes > 1 else 0.0
     else:
         comm_s = np.zeros(nb)
+        latency_s = np.zeros(nb)
         dp = np.zeros(nb)
         dp_s = np.zeros(nb)
         dp_dense = 0.0
@@ -296,6 +299,7 @@ def patrickstar_cluster(
         "all_gather_bytes": np.asarray(ag, dtype=np.float64),
         "reduce_scatter_bytes": np.asarray(rs, dtype=np.float64),
         "comm_s": np.asarray(comm_s, dtype=np.float64),
+        "comm_latency_s": np.asarray(latency_s, dtype=np.float64),
         "data_parallel_bytes": np.asarray(dp, dtype=np.float64),
         "data_parallel_s": np.asarray(dp_s, dtype=np.float64),
         "intra_node_bytes": all_bytes * (1.0 - inter_share),
@@ -377,6 +381,7 @@ def _summary(
         "intra_node_bytes_per_step": _mean(c["intra_node_bytes"]),
         "inter_node_bytes_per_step": _mean(c["inter_node_bytes"]),
         "comm_s_per_step": _mean(c["comm_s"]),
+        "comm_latency_s_per_step": _mean(c["comm_latency_s"]),
         "comm_s_per_step_max": float(c["comm_s"].max()) if len(groups) else 0.0,
         "chunk_bytes_per_gpu": own + gathered_max,
         "chunk_bytes_own": own,
