@@ -296,6 +296,9 @@ def _route_lookups(
     world x 4 (sent/received intra/inter of the current batch)."""
     world = counts.shape[1]
     bag = 0
+    # the count pass may record each lookup's rank (cursor) and local key (out), for
+    # `_scatter` (rank -1 - t and the row for a column-wise lookup of table t)
+    record = not emit and len(out) == len(keys) and len(keys) > 0
     if not emit:
         stamp[:] = -1  # bag ids restart with every call
     for b in range(len(bounds) - 1):
@@ -346,7 +349,13 @@ def _route_lookups(
                         cursor[ix(r)] += 1
                     else:
                         counts[b, r] += 1
+                        if record:
+                            cursor[ix(i + p)] = r
+                            out[ix(i + p)] = local[ix(blk)] + row
                 elif k_t == _CW:
+                    if record:
+                        cursor[ix(i + p)] = -1 - t
+                        out[ix(i + p)] = row
                     for c in range(nblk):
                         blk = tb + c
                         r = brank[ix(blk)]
@@ -367,6 +376,9 @@ def _route_lookups(
                         cursor[ix(r)] += 1
                     else:
                         counts[b, r] += 1
+                        if record:
+                            cursor[ix(i + p)] = r
+                            out[ix(i + p)] = local[ix(blk)] + row - start[ix(blk)]
                         if stamp[ix(blk)] != bag:
                             stamp[ix(blk)] = bag
                             held[nheld] = blk
@@ -428,7 +440,9 @@ def _route_updates(
     out: np.ndarray,
 ) -> None:
     """Update rows to their ranks: the owner of the row's block; every column block; every
-    data-parallel replica. Counts (emit False) or writes (emit True) as `_route_lookups`."""
+    data-parallel replica. Counts (emit False, recording as `_route_lookups` does) or
+    writes (emit True) as `_route_lookups`."""
+    record = not emit and len(out) == len(keys) and len(keys) > 0
     for b in range(len(bounds) - 1):
         for i in range(bounds[b], bounds[b + 1]):
             key = np.int64(keys[ix(i)])
@@ -436,6 +450,9 @@ def _route_updates(
             row = key - offsets[ix(t)]
             k_t = kind[ix(t)]
             if k_t == _DP or k_t == _CW:  # noqa: SIM109 - numba
+                if record:
+                    cursor[ix(i)] = -1 - t
+                    out[ix(i)] = row
                 for c in range(count[ix(t)]):
                     blk = base[ix(t)] + c
                     r = brank[ix(blk)]
@@ -452,6 +469,49 @@ def _route_updates(
                     cursor[ix(r)] += 1
                 else:
                     counts[b, r] += 1
+                    if record:
+                        cursor[ix(i)] = r
+                        out[ix(i)] = local[ix(blk)] + row - start[ix(blk)]
+
+
+@kernel
+def _scatter(
+    rank: np.ndarray,
+    lkey: np.ndarray,
+    base: np.ndarray,
+    count: np.ndarray,
+    brank: np.ndarray,
+    local: np.ndarray,
+    cursor: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """The recorded keys to their ranks in trace order: out[cursor[r]] = local key; a
+    record -1 - t (a column-wise or data-parallel row of table t) to every block of t."""
+    for i in range(len(rank)):
+        r = rank[ix(i)]
+        if r >= 0:
+            out[ix(cursor[ix(r)])] = lkey[ix(i)]
+            cursor[ix(r)] += 1
+        else:
+            t = -1 - r
+            row = lkey[ix(i)]
+            for c in range(count[ix(t)]):
+                blk = base[ix(t)] + c
+                rr = brank[ix(blk)]
+                out[ix(cursor[ix(rr)])] = local[ix(blk)] + row
+                cursor[ix(rr)] += 1
+
+
+def _scatter_split(
+    counts: np.ndarray, rank: np.ndarray, lkey: np.ndarray, lay: _Layout
+) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, rank starts) from a recording count pass, as `_split` gives them."""
+    per_rank = counts.sum(axis=0)
+    starts = np.zeros(len(per_rank) + 1, dtype=np.int64)
+    np.cumsum(per_rank, out=starts[1:])
+    out = np.empty(int(starts[-1]), dtype=np.int64)
+    _scatter(rank, lkey, lay.base, lay.count, lay.rank, lay.local, starts[:-1].copy(), out)
+    return out, starts
 
 
 def _split(route: Any, counts: np.ndarray, *args: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -599,18 +659,21 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
         n = br.batches
         window = slice(br.batch_start, br.batch_stop)
         counts = np.zeros((n, world), dtype=np.int64)
-        dummy = np.empty(0, dtype=np.int64)
+        nk = len(br.keys)
+        krank = np.empty(nk, dtype=np.int64)
+        klocal = np.empty(nk, dtype=np.int64)
         _route_lookups(
             br.keys, br.bounds, batch, gpn, *tables_args, lay.local, lay.pooled, lay.full,
-            False, counts, dummy, dummy, stamp, held, scratch, link, a2a[window],
+            False, counts, krank, klocal, stamp, held, scratch, link, a2a[window],
         )  # fmt: skip
-        keys, kstarts = _split(
-            _route_lookups_emit(batch, gpn, tables_args, lay), counts, br.keys, br.bounds
-        )
+        keys, kstarts = _scatter_split(counts, krank, klocal, lay)
         ucounts = np.zeros((n, world), dtype=np.int64)
+        nu = len(br.update_keys)
+        urank = np.empty(nu, dtype=np.int64)
+        ulocal = np.empty(nu, dtype=np.int64)
         uargs = (br.update_keys, br.update_bounds, *tables_args, lay.local)
-        _route_updates(*uargs, False, ucounts, dummy, dummy)
-        ukeys, ustarts = _split(_route_updates, ucounts, *uargs)
+        _route_updates(*uargs, False, ucounts, urank, ulocal)
+        ukeys, ustarts = _scatter_split(ucounts, urank, ulocal, lay)
         rank_lookups[window] = counts
         lookups[window] = np.diff(br.bounds)
         rank_updates[window] = ucounts
