@@ -53,6 +53,7 @@ import numpy as np
 from replay._malloc import populate, state_array
 from replay._memory import INSPECT_SMALL_ROWS, INSPECT_WRAPS_HELD, MAX_ROW_SPACE
 from replay._threads import read_ahead
+from replay.analysis.batch_reuse import BatchReuse
 from replay.analysis.stats_kernels import (
     _BAD_ROW,
     _BAD_TABLE,
@@ -525,8 +526,11 @@ def inspect_trace(
     *,
     curve_points: int = DEFAULT_CURVE_POINTS,
     min_lookups: int = DEFAULT_MIN_LOOKUPS,
+    batch_reuse: bool = False,
 ) -> dict[str, Any]:
     """The statistics of a trace (see the module docstring), streamed chunk by chunk.
+    With `batch_reuse`, also the reuse within each batch in Meta's bins
+    (`replay.analysis.batch_reuse`; `replay inspect` asks for it).
 
     Raises TraceError for a missing or corrupt trace, or a lookup whose table or row is
     out of range. `min_lookups` is the chunk size read at a time (results do not depend
@@ -536,9 +540,15 @@ def inspect_trace(
     """
     trace = open_trace(trace_or_path) if isinstance(trace_or_path, str | Path) else trace_or_path
     inspector = trace_inspector(trace, curve_points=curve_points)
+    reuse = BatchReuse(trace.table_rows, trace.num_batches) if batch_reuse else None
     for chunk in read_ahead(trace.iter_lookups(min_lookups=min_lookups)):
         inspector.feed(chunk.batch, chunk.table, chunk.row)
-    return trace_statistics(trace, inspector)
+        if reuse is not None:
+            reuse.feed(chunk.batch, chunk.table, chunk.row)
+    result = trace_statistics(trace, inspector)
+    if reuse is not None:
+        result["batch_reuse"] = reuse.result()
+    return result
 
 
 def inspect_reference(

@@ -1,10 +1,11 @@
-"""`replay inspect TRACE`: access statistics of a trace (definitions in `replay.analysis.stats`)."""
+"""`replay inspect TRACE` (or `--workload PRESET_OR_SPEC`): access statistics of a trace
+(definitions in `replay.analysis.stats`) and the reuse within a batch in Meta's bins
+(`replay.analysis.batch_reuse`), printed as Meta's locality statistics print them."""
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -13,7 +14,14 @@ from rich.table import Table
 
 from replay.analysis.stats import DEFAULT_CURVE_POINTS, MAX_CURVE_POINTS
 from replay.cli.app import app, shown
-from replay.cli.source import VerifyOption
+from replay.cli.source import (
+    BatchesOption,
+    BatchSizeOption,
+    SeedOption,
+    TraceArgument,
+    VerifyOption,
+    WorkloadOption,
+)
 
 # touched-curve points shown in the human-readable output
 _SHOWN_CURVE_POINTS = 6
@@ -21,9 +29,7 @@ _SHOWN_CURVE_POINTS = 6
 
 @app.command("inspect", short_help="Statistics of a trace: skew, reuse, rows touched.")
 def inspect_command(
-    trace: Annotated[
-        Path, typer.Argument(metavar="TRACE", help="Trace folder (with manifest.json).")
-    ],
+    trace: TraceArgument = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
     ] = False,
@@ -39,25 +45,37 @@ def inspect_command(
             f"(2 to {MAX_CURVE_POINTS:,}).",
         ),
     ] = DEFAULT_CURVE_POINTS,
+    workload: WorkloadOption = None,
+    batches: BatchesOption = None,
+    batch_size: BatchSizeOption = None,
+    seed: SeedOption = None,
 ) -> None:
     """Lookups, distinct rows, top-1% share, per-batch distinct fraction, consecutive-batch
-    reuse and the rows-touched curve, per table and overall."""
+    reuse and the rows-touched curve, per table and overall; and the reuse within a batch
+    in Meta's bins (share of distinct rows and of lookups per bin)."""
     from replay._memory import check_fits, check_row_space, inspect_estimate
     from replay.analysis.stats import inspect_trace
-    from replay.trace.reader import open_trace
+    from replay.cli.source import checksums_verified, resolve_opened
+    from replay.trace.reader import Trace
+    from replay.workload.source import open_source
 
-    opened = open_trace(trace)
-    # 1 B per row of the row space: refused with the figure before anything is read
-    rows = opened.table_rows.tolist()
-    check_row_space(rows, str(trace))
-    check_fits(inspect_estimate(rows, opened.num_lookups))
-    if verify:
+    def check(rows: list[int], lookups: int, _batches: int) -> None:
+        # 1 B per row of the row space: refused with the figure before anything is read
+        check_row_space(rows, str(trace) if trace is not None else "")
+        check_fits(inspect_estimate(rows, lookups))
+
+    ref, opened = resolve_opened(
+        trace, workload, check=check, batches=batches, batch_size=batch_size, seed=seed
+    )
+    if opened is None:
+        opened = open_source(ref)
+    if verify and isinstance(opened, Trace):
         opened.verify()
         # inspect reports the update count without reading those files: check it against
         # their footers (after the checksums matched: no damaged footer reaches pyarrow)
         opened.check_row_counts("updates")
-    result = inspect_trace(opened, curve_points=curve_points)
-    result["checksums_verified"] = verify
+    result = inspect_trace(opened, curve_points=curve_points, batch_reuse=True)
+    result["checksums_verified"] = checksums_verified(ref, verify)
     if json_output:
         typer.echo(json.dumps(result, indent=2))
     else:
@@ -117,3 +135,25 @@ def print_report(result: dict[str, Any], console: Console | None = None) -> None
         lines.append(f"rows touched after N batches (N: share of all rows): {points}")
     for line in lines:
         console.print(line, highlight=False, markup=False)
+    if "batch_reuse" in result:
+        print_batch_reuse(result["batch_reuse"], console)
+
+
+def print_batch_reuse(reuse: dict[str, Any], console: Console) -> None:
+    """The reuse within a batch as Meta's locality statistics print it, both histograms
+    side by side (means over batches)."""
+    console.print(
+        f"within a batch (mean over batches): lookups {reuse['lookups_per_batch']:,.0f}, "
+        f"distinct rows {reuse['distinct_per_batch']:,.0f}",
+        highlight=False,
+        markup=False,
+    )
+    table = Table(title="reuse within a batch, Meta's bins", title_justify="left")
+    table.add_column("lookups of a row")
+    table.add_column("share of distinct rows", justify="right")
+    table.add_column("share of lookups", justify="right")
+    edges = reuse["bins"]
+    for j, edge in enumerate(edges):
+        label = f"({edge}, {edges[j + 1]}]" if j + 1 < len(edges) else f"({edge}+"
+        table.add_row(label, f"{reuse['rows_share'][j]:.3f}", f"{reuse['lookups_share'][j]:.3f}")
+    console.print(table)

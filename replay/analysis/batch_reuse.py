@@ -1,0 +1,119 @@
+"""Reuse within a batch, in Meta's bins: `replay inspect`'s `batch_reuse`.
+
+For each batch, every distinct (table, row) it looks up has a count c >= 1 (its lookups
+in that batch). Its bin is (0, 1], (1, 2], (2, 4], ..., (16384, 32768] or (32768, inf),
+the bins of Meta's locality statistics (facebookresearch/dlrm_datasets,
+`embedding_bag/2021/locality_stats.txt`; `replay.workload.locality_stats` parses them).
+Per batch, `rows_share[j]` is the share of its distinct rows in bin j and
+`lookups_share[j]` the share of its lookups that land on such rows; the result holds
+their means over the batches that have lookups, and the mean lookups and distinct rows
+per batch over all batches (as Meta's "Avg # of indices" and "Avg # of unique cols").
+
+Lookups arrive in trace order (batches ascending, a batch possibly spread over several
+chunks); a batch's flat keys are kept until it ends (its lookups x 8 bytes), then sorted
+and counted (numba: sort, run lengths, bins), so memory is one batch's keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from replay._jit import kernel
+from replay.workload.locality_model import BIN_EDGES, BINS
+
+
+@kernel
+def _bin_counts(keys: np.ndarray, rows: np.ndarray, looks: np.ndarray) -> int:
+    """Sort one batch's flat keys (in place) and add each distinct key to its bin:
+    rows[j] += 1, looks[j] += its count. Returns the distinct keys."""
+    keys.sort()
+    n = len(keys)
+    distinct = 0
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and keys[j] == keys[i]:
+            j += 1
+        c = j - i
+        b = 0  # (c - 1).bit_length(), capped at the open bin
+        v = c - 1
+        while v > 0 and b < BINS - 1:
+            v >>= 1
+            b += 1
+        rows[b] += 1
+        looks[b] += c
+        distinct += 1
+        i = j
+    return distinct
+
+
+class BatchReuse:
+    """Accumulates `batch_reuse` over lookups fed in trace order."""
+
+    def __init__(self, table_rows: Sequence[int] | np.ndarray, num_batches: int) -> None:
+        rows = np.asarray(table_rows, dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
+        self.num_batches = int(num_batches)
+        self.rows_share_sum = np.zeros(BINS)
+        self.lookups_share_sum = np.zeros(BINS)
+        self.batches_with_lookups = 0
+        self.lookups = 0
+        self.distinct = 0
+        self._pending: list[np.ndarray] = []
+        self._pending_batch = -1
+
+    def feed(self, batch: np.ndarray, table: np.ndarray, row: np.ndarray) -> None:
+        """A chunk of lookups in trace order (columns as a trace stores them)."""
+        if len(row) == 0:
+            return
+        keys = self.offsets[np.asarray(table, dtype=np.int64)] + np.asarray(row).astype(np.int64)
+        batch = np.asarray(batch)
+        cuts = np.flatnonzero(batch[1:] != batch[:-1]) + 1
+        starts = np.concatenate([[0], cuts])
+        stops = np.concatenate([cuts, [len(keys)]])
+        for lo, hi in zip(starts.tolist(), stops.tolist(), strict=True):
+            b = int(batch[lo])
+            if b != self._pending_batch:
+                self._finish()
+                self._pending_batch = b
+            self._pending.append(keys[lo:hi])
+
+    def _finish(self) -> None:
+        if not self._pending:
+            return
+        keys = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0].copy()
+        self._pending = []
+        rows = np.zeros(BINS, dtype=np.int64)
+        looks = np.zeros(BINS, dtype=np.int64)
+        distinct = _bin_counts(keys, rows, looks)
+        self.rows_share_sum += rows / distinct
+        self.lookups_share_sum += looks / len(keys)
+        self.batches_with_lookups += 1
+        self.lookups += len(keys)
+        self.distinct += distinct
+
+    def result(self) -> dict[str, Any]:
+        """`batch_reuse` (the module docstring); call once every lookup was fed."""
+        self._finish()
+        n = max(self.batches_with_lookups, 1)
+        batches = max(self.num_batches, 1)
+        return {
+            "bins": list(BIN_EDGES),
+            "rows_share": (self.rows_share_sum / n).tolist(),
+            "lookups_share": (self.lookups_share_sum / n).tolist(),
+            "lookups_per_batch": self.lookups / batches,
+            "distinct_per_batch": self.distinct / batches,
+        }
+
+
+def batch_reuse_arrays(
+    batch: np.ndarray, table: np.ndarray, row: np.ndarray, table_rows: Sequence[int]
+) -> dict[str, Any]:
+    """`batch_reuse` of in-memory lookups (trace order)."""
+    num_batches = int(np.max(batch)) + 1 if len(batch) else 0
+    acc = BatchReuse(table_rows, num_batches)
+    acc.feed(batch, table, row)
+    return acc.result()
