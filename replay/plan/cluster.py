@@ -69,6 +69,9 @@ COMPARE_SHARDINGS = ("table-wise", "row-wise", "table-row-wise", "auto")
 SCALING_NODES = (1, 2, 4, 8)  # the all-to-all against GPUs: these node counts and the user's
 SCALING_BATCHES = 16  # batches of each scaling replay (at most the steady span)
 STEADY_OVERRIDES = ("checkpoint.strategy=none",)
+# policies that fill every miss and evict only when full: over a span whose rank touches D
+# distinct rows, any cache of at least D rows behaves the same (it never evicts)
+NO_EVICTION_EQUIVALENT = ("lru", "lfu")
 
 
 def one_gpu_sets(sets: Sequence[str]) -> tuple[str, ...]:
@@ -91,17 +94,33 @@ def check_one_gpu(systems: Sequence[str], sets: Sequence[str]) -> None:
             )
 
 
-def _cluster_system(name: str, sets: Sequence[str], budget_rows: int) -> Any:
-    """The first system as the cluster replay runs it: no checkpointing, a cache of the
-    budget per GPU (cached policies)."""
+def _cluster_system(name: str, sets: Sequence[str], capacity_rows: int) -> Any:
+    """The first system as the cluster replay runs it: no checkpointing, a cache of
+    `capacity_rows` per GPU (cached policies)."""
     from replay.engine.systems import resolve_system
     from replay.policies import POLICIES
 
     spec = resolve_system(name, [*sets, *STEADY_OVERRIDES])
     extra = list(STEADY_OVERRIDES)
     if POLICIES[spec.policy.name].cached:
-        extra.append(f"policy.capacity_rows={max(int(budget_rows), 1)}")
+        extra.append(f"policy.capacity_rows={max(int(capacity_rows), 1)}")
     return resolve_system(name, [*sets, *extra])
+
+
+def span_capacity(source: Any, placement: Any, budget_rows: int, policy: str) -> int:
+    """The cache rows per GPU a replay of `source` needs to behave as caches of
+    `budget_rows`: for `NO_EVICTION_EQUIVALENT` policies, min(budget, the most distinct
+    rows any GPU touches over the span) (counted exactly, `rank_curves` at R = 1): a
+    larger cache never evicts there either, and its hash table and slots would cost 32 B
+    and more per row of its GPU's shards (64 GPUs of 8 GiB caches over Criteo Terabyte's
+    187 M rows: 10 GB measured) for nothing. Other policies: the budget."""
+    from replay.plan.rank_curves import rank_curves
+
+    if policy not in NO_EVICTION_EQUIVALENT or budget_rows <= 1:
+        return int(budget_rows)
+    curves = rank_curves(source, placement, np.array([1]), rate=1.0)
+    touched = int(np.max(np.asarray(curves.distinct), initial=1))
+    return int(min(budget_rows, max(touched, 1)))
 
 
 def _rank_rows(placement: Any) -> np.ndarray:
@@ -213,6 +232,7 @@ def plan_cluster(
     say(f"cluster: each GPU's LRU curve over {int(horizon.num_batches):,} batches")
     curves = rank_curves(horizon, placement, sizes, rate=rate, spec=spec)
     hits, rows = _per_gpu(curves, targets, budget_rows)
+    exact = bool(getattr(curves, "exact", rate >= 1.0))
     lookups = np.asarray(curves.lookups, dtype=np.float64)
     idle = [r for r in range(world) if hits[r] is None]
     if idle:
@@ -255,7 +275,8 @@ def plan_cluster(
         )
 
     say(f"cluster: steady-state replay on {world} GPUs")
-    system = _cluster_system(system_name, sets, budget_rows)
+    capacity = span_capacity(steady_source, placement, budget_rows, base.policy.name)
+    system = _cluster_system(system_name, sets, capacity)
     result = replay_cluster(steady_source, system, placement)
     batch = int(dict(steady_source.workload or {}).get("batch_size", 0) or 0)
     step, step_basis = _step_time(result.columns, system, batch)
@@ -285,15 +306,36 @@ def plan_cluster(
     bounds = np.asarray(curves.error_bound, dtype=np.float64).reshape(-1)
     for r, entry in enumerate(per_gpu):
         entry["error_bound"] = float(bounds[r]) if r < len(bounds) else 0.0
+    # at R < 1 sizes below the sample's resolution are not measured: a target reached at
+    # the first resolved size may need less (an upper bound, said as such)
+    floor_rows = int(getattr(curves, "resolution_rows", 1))
+    low: dict[str, list[int]] = {}
+    if not exact:
+        for r, entry in enumerate(per_gpu):
+            entry["at_resolution"] = [
+                t for t, v in rows[r].items() if v is not None and v <= floor_rows
+            ]
+            for t in entry["at_resolution"]:
+                low.setdefault(t, []).append(r)
+    for t, ranks in low.items():
+        notes.append(
+            f"hit {t}: {len(ranks)} of {world} GPUs reach it at the sample's resolution "
+            f"({_gib(floor_rows * row_bytes)}, {floor_rows:,} rows at R = {rate:g}): their bytes "
+            "are upper bounds, and so is the mean"
+            + (
+                ""
+                if worst.get(t) is None or worst[t] > floor_rows * row_bytes
+                else "; and the worst"
+            )
+        )
     valid = [h for h in hits if h is not None]
     say("cluster: hit ratios under each sharding, all-to-all against GPUs")
     comparison = _compare_shardings(
         base, horizon, loads, chosen, curves, budget_rows, rate=rate, spec=spec
     )
     scaling = _scaling(
-        base, system, steady_source, loads, spec, chosen_world=world, nodes=cluster.nodes
+        base, system_name, sets, steady_source, loads, spec, budget_rows, nodes=cluster.nodes
     )
-    exact = bool(getattr(curves, "exact", rate >= 1.0))
     method_curves = "exact stack distances per GPU" if exact else f"SHARDS at R = {rate:g} per GPU"
     doc: dict[str, Any] = {
         "nodes": int(cluster.nodes),
@@ -320,6 +362,7 @@ def plan_cluster(
         },
         "bytes_for_hit": {"worst_gpu": worst, "mean": mean},
         "fits_gpu_memory": fits,
+        "resolution_bytes": None if exact else float(floor_rows * row_bytes),
         "per_gpu": per_gpu,
         "steady": {
             "batches": span,
@@ -336,7 +379,13 @@ def plan_cluster(
             "error_bound": float(np.max(bounds, initial=0.0)),
             "sharding": _sharding_method(chosen.basis, spec is not None),
             "steady": f"cluster replay of the plan's steady span ({span} batches), means "
-            "over its second half; a cache of the budget per GPU, no checkpointing",
+            "over its second half; a cache of the budget per GPU, no checkpointing"
+            + (
+                f" (replayed with {capacity:,} rows per GPU, the most distinct rows a GPU "
+                "touches in the span: the same hits, as such a cache never evicts there)"
+                if capacity < budget_rows
+                else ""
+            ),
             "imbalance": "max / mean per-GPU lookups per batch, measured (imbalance_modeled: "
             "the sharder's max / mean modeled cost; imbalance_run: max / mean per-GPU "
             "lookups over the whole run, from the curves' pass)",
@@ -431,8 +480,9 @@ def _compare_shardings(
 
 
 def _scaling(
-    base: Any, system: Any, source: Any, loads: Any, spec: Any, *, chosen_world: int, nodes: int
-) -> dict[str, Any]:
+    base: Any, name: str, sets: Sequence[str], source: Any, loads: Any, spec: Any,
+    budget_rows: int, *, nodes: int,
+) -> dict[str, Any]:  # fmt: skip
     """The all-to-all (and step) time per batch at 1, 2, 4, 8 nodes and the user's, the
     same GPUs per node, auto sharding, over the first `SCALING_BATCHES` of the span."""
     from replay.engine.cluster import replay_cluster
@@ -441,7 +491,7 @@ def _scaling(
     if spec is not None and int(source.num_batches) > SCALING_BATCHES:
         from replay.workload.onthefly import GeneratedTrace
 
-        span = GeneratedTrace(source.spec.with_overrides(batches=SCALING_BATCHES))
+        span = GeneratedTrace(spec.with_overrides(batches=SCALING_BATCHES))
     cluster = base.cluster
     points = []
     for n in sorted({*SCALING_NODES, int(nodes)}):
@@ -452,6 +502,8 @@ def _scaling(
             point.update(fits=False, why=str(exc))
             points.append(point)
             continue
+        capacity = span_capacity(span, placed.placement, budget_rows, base.policy.name)
+        system = _cluster_system(name, sets, capacity)
         sized = dataclasses.replace(system, cluster=dataclasses.replace(system.cluster, nodes=n))
         result = replay_cluster(span, sized, placed.placement)
         batch = int(dict(span.workload or {}).get("batch_size", 0) or 0)

@@ -126,7 +126,10 @@ def cluster_markdown(document: dict[str, Any]) -> list[str]:
         out.append(
             f"| {g['rank']} | {g['node']} | {g['lookups']:,.0f} | {g['shards']} | "
             f"{format_bytes(g['shard_bytes'])} | {_pct(g['hit_at_budget'])} | "
-            + " | ".join(_size(g["bytes_for_hit"][t]) for t in targets)
+            + " | ".join(
+                ("<= " if t in g.get("at_resolution", ()) else "") + _size(g["bytes_for_hit"][t])
+                for t in targets
+            )
             + " |"
         )
     types = ", ".join(f"{n} {k}" for k, n in c["sharding_types"].items())
