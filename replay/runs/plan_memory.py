@@ -29,7 +29,15 @@ what stays for the whole plan plus the largest stage:
 - **the steady state**: each system's replay of the short span (`replay.plan.plan.
   steady_batches`): its per-row and per-slot state (`replay.runs.compare.run_state`, as
   `replay run` estimates it) and the generated row groups in flight (`threads + AHEAD`
-  ahead of the one consumed, `IN_FLIGHT_BYTES_PER_LOOKUP` each lookup).
+  ahead of the one consumed, `IN_FLIGHT_BYTES_PER_LOOKUP` each lookup);
+- **the cluster** (a first system with a `[cluster]`, `replay.plan.cluster`): the per-GPU
+  curves (`replay.plan.rank_curves`: the ranks' stack states together hold what one curve
+  over every routed row holds, `mrc_estimate` of the routed rows, plus the routed keys of
+  a range, `CLUSTER_ROUTED_BYTES_PER_LOOKUP` each), or the steady cluster replay (its
+  caches sized to the span's distinct rows per GPU, so at most a slot per routed lookup of
+  the span, `_SLOT_BYTES`-class per slot, the per-key state of every GPU's rows, and the
+  routed keys), whichever is larger. Measured: the 64-GPU Criteo Terabyte plan peaked at
+  0.62 GiB, its one-GPU stages the largest.
 
 The per-lookup figures were measured (peak RSS, `/proc/self/status`, 2-core VM) on a
 400-table workload of 2 G rows and batches of 65,536 (26.2 M lookups a batch): the
@@ -49,6 +57,7 @@ the heads' and the sampled curves' bounds).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -85,6 +94,10 @@ SAMPLED_ROW_BYTES = 52
 SETUP_TASK_BYTES = 200  # a set-up task's tuple and its two result arrays' headers
 TOUCHED_DENSE_BYTES_PER_ROW = 4  # `replay.analysis.horizon`: int32 last batch per row
 TOUCHED_MAP_BYTES_PER_KEY = 4 * 16  # else a map of (key, last batch), up to 4 slots a key
+# a routed lookup of the cluster's passes: its local key and group (rank curves), or its
+# local key twice and its batch's per-rank counts (the cluster replay's count and emit)
+CLUSTER_ROUTED_BYTES_PER_LOOKUP = 24
+CLUSTER_SLOT_BYTES = 96  # a cache slot of the cluster replay, its hash entries included
 
 
 def _shape(source: Any) -> tuple[list[int], int, int]:
@@ -191,7 +204,8 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
     steady_lookups = int(steady_source.num_lookups)
     policies = 0
     for system in systems:
-        state = run_state(steady_source, system, threads=threads)
+        # the one-GPU sections replay each system without its cluster (`replay.plan.cluster`)
+        state = run_state(steady_source, dataclasses.replace(system, cluster=None), threads=threads)
         if system.policy.name in MINIATURE_POLICIES or system.policy.name == "tbe":
             # the cache answers replay the horizon (sampled) at several sizes, one at a time
             policies = max(
@@ -228,6 +242,14 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         stages["rows touched in the first full batches"] = counted + _in_flight(
             source, prefix, threads + AHEAD + 1
         )
+    if systems and systems[0].cluster is not None:
+        stages["cluster: per-GPU curves and replay"] = _cluster_stage(
+            systems[0], rows, per_batch, batches, rate, steady_lookups, in_flight
+        )
+        notes.append(
+            f"cluster of {systems[0].cluster.world_size} GPUs: per-GPU curves in one pass, "
+            "a steady replay with caches of the span's distinct rows per GPU"
+        )
     which = max(stages, key=lambda k: stages[k])
     parts.append((f"the largest stage ({which})", stages[which]))
     parts.sort(key=lambda p: -p[1])
@@ -236,6 +258,28 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         f"batch, sample rate {rate:g}; largest part: {parts[0][0]}, {format_bytes(parts[0][1])}"
     )
     return Estimate("replay plan", tuple(parts), detail, tuple(notes))
+
+
+def _cluster_stage(
+    system: Any, rows: list[int], per_batch: int, batches: int, rate: float,
+    steady_lookups: int, in_flight: int,
+) -> int:  # fmt: skip
+    """Bytes of the cluster's largest part (module docstring): the per-GPU curves or the
+    steady cluster replay."""
+    from replay.policies import POLICIES
+
+    total = row_space(rows)
+    lookups = per_batch * batches
+    chunk = max(1, (1 << 20) // max(per_batch, 1)) * per_batch
+    curves = mrc_estimate(rows, lookups, rate if rate < 1.0 else None).total
+    curves += math.ceil(chunk * rate) * CLUSTER_ROUTED_BYTES_PER_LOOKUP
+    cls = POLICIES[system.policy.name]
+    replay = (
+        math.ceil(total * cls.state_bytes_per_key)
+        + steady_lookups * (CLUSTER_SLOT_BYTES + CLUSTER_ROUTED_BYTES_PER_LOOKUP)
+        + in_flight
+    )
+    return max(curves, replay)
 
 
 def estimate_lines(estimate: Estimate) -> list[str]:
