@@ -152,8 +152,8 @@ def resolve_placement(
     state = row_state_bytes(system, dim)
     shapes = table_shapes(names, rows, dim)
     kind = cluster.sharding if sharding is None else sharding
-    if loads is None and (kind == "auto" or sharding is None):
-        loads = table_loads(source, system)
+    if loads is None and kind == "auto" and not (cluster.sharding_file and sharding is None):
+        loads = table_loads(source, system)  # the sharder's input (a uniform type needs none)
     basis: dict[str, Any] = {"nodes": nodes, "gpus_per_node": gpn, "world": nodes * gpn}
     if cluster.sharding_file and sharding is None:
         plan = read_plan(cluster.sharding_file)
