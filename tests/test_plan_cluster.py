@@ -97,8 +97,9 @@ def test_cluster_keys_present_and_consistent(planned: dict) -> None:
 
 def test_plan_folder_holds_sharding_json_and_figures(planned: dict) -> None:
     out = planned["out"]
-    assert json.loads((out / "sharding.json").read_text()) == (
-        planned["document"]["cluster"]["sharding_plan"]
+    assert (
+        json.loads((out / "sharding.json").read_text())
+        == (planned["document"]["cluster"]["sharding_plan"])
     )
     for name in ("cluster_gpus.png", "cluster_scaling.png"):
         assert (out / "figures" / name).stat().st_size > 1000
@@ -132,21 +133,33 @@ def test_the_same_inputs_give_the_same_plan_json(planned: dict) -> None:
     )
 
 
-def _cli(tmp_path: Path, *sets: str) -> subprocess.CompletedProcess[str]:
+def _cli(
+    tmp_path: Path, *sets: str, flags: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     argv = [
         sys.executable, "-m", "replay", "plan", "--workload", "criteo-kaggle",
         "--batches", "100", "--batch-size", "128", "--system", "hbm-lru",
         "--cache-budget", "8MiB", "--cluster-mtbf", "6h", "--out", str(tmp_path / "p"),
-        *[a for s in (*CLUSTER, *sets) for a in ("--set", s)],
+        *[a for s in (*CLUSTER, *sets) for a in ("--set", s)], *flags,
     ]  # fmt: skip
     return subprocess.run(argv, capture_output=True, text=True, timeout=600)
+
+
+def _all_tables(rank_of_first: int = 0, extra: str | None = None) -> list[dict]:
+    names = [t.name for t in _spec().tables]
+    out = [{"table": n, "type": "table-wise", "ranks": [i % 4]} for i, n in enumerate(names)]
+    out[0]["ranks"] = [rank_of_first]
+    if extra:
+        out.append({"table": extra, "type": "table-wise", "ranks": [0]})
+    return out
 
 
 @pytest.mark.parametrize(
     "tables, why",
     [
-        ([{"table": "nope", "type": "table-wise", "ranks": [0]}], "nope"),
-        ([{"table": "C1", "type": "table-wise", "ranks": [9]}], "9"),
+        (_all_tables(extra="nope"), "nope"),
+        (_all_tables(rank_of_first=9), "9"),
+        (_all_tables()[1:], "C1"),
     ],
 )
 def test_a_bad_sharding_file_is_a_one_line_error(tmp_path: Path, tables: list, why: str) -> None:
@@ -169,7 +182,7 @@ def test_a_sharding_file_that_is_not_json_is_a_one_line_error(tmp_path: Path) ->
 
 
 def test_dry_run_counts_the_cluster(tmp_path: Path) -> None:
-    done = _cli(tmp_path, "--dry-run")
+    done = _cli(tmp_path, flags=("--dry-run",))
     assert done.returncode == 0, done.stderr
     assert "cluster" in done.stdout
 
