@@ -208,8 +208,17 @@ def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
     typer.echo(
         f"  time {summary['time_s']:.4g} s (compute {t['compute_s']:.4g}, embedding exposed "
         f"{t['embedding_exposed_s']:.4g}, checkpoint {t['checkpoint_s']:.4g}, "
-        f"other {t['other_s']:.4g}); "
-        f"energy {_si(summary['energy_j'], 'J')}"
+        f"other {t['other_s']:.4g}"
+        + "".join(
+            f", {label} {t[key]:.4g}"
+            for key, label in (
+                ("all_to_all_s", "all-to-all"),
+                ("allreduce_s", "all-reduce"),
+                ("patrickstar_comm_s", "PatrickStar's collectives"),
+            )
+            if key in t
+        )
+        + f"); energy {_si(summary['energy_j'], 'J')}"
     )
     for name_, tier in summary["tiers"].items():
         if tier["read_bytes"] or tier["write_bytes"]:
@@ -244,7 +253,23 @@ def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
             + (f" (used {used:.4g} s)" if used is not None else "")
         )
     cl = summary.get("cluster")
-    if cl:
+    ps = summary.get("patrickstar")
+    if cl and ps:
+        typer.echo(
+            f"  PatrickStar on {cl['nodes']} x {cl['gpus_per_node']} GPUs (chunks partitioned, "
+            f"data-parallel): {ps['groups_per_batch']:.4g} chunk groups gathered a batch, "
+            f"{_si(ps['all_gather_bytes_per_step'], 'B')} all-gathered and "
+            f"{_si(ps['reduce_scatter_bytes_per_step'], 'B')} reduce-scattered per GPU a step, "
+            f"{ps['comm_s_per_step'] * 1e3:.4g} ms"
+            + (
+                f"; {ps['vs_data_parallel']:.3g}x the bytes of data parallelism's all-reduce "
+                "of the same chunks"
+                if ps.get("vs_data_parallel") is not None
+                else ""
+            )
+            + f"; step {cl['step_time_s']:.4g} s"
+        )
+    elif cl:
         typer.echo(
             f"  cluster {cl['nodes']} x {cl['gpus_per_node']} GPUs, "
             f"{cl['sharding'].get('sharding', '?')}: step {cl['step_time_s']:.4g} s a batch "

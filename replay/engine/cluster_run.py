@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -44,8 +42,10 @@ from replay.checkpoint import Timing
 from replay.checkpoint.summarize import checkpoint_summary, failures_summary
 from replay.engine.account import study_warnings, summarize
 from replay.engine.cluster import ClusterResult, replay_cluster
+from replay.engine.patrickstar_run import PATRICKSTAR_POLICY, replay_patrickstar_run
 from replay.engine.placement import PlacementResult, resolve_placement
 from replay.engine.replay import (
+    ClusterRunResult,
     RunResult,
     make_strategy,
     replay_trace,
@@ -70,14 +70,6 @@ _NETWORK_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, eq=False)
-class ClusterRunResult(RunResult):
-    """A `RunResult` with a cluster's two more files."""
-
-    sharding: dict[str, Any] = field(default_factory=dict)  # sharding.json
-    rank_columns: dict[str, np.ndarray] = field(default_factory=dict)  # ranks.parquet
-
-
 def replay_system(
     source: Source,
     system: SystemSpec,
@@ -90,6 +82,8 @@ def replay_system(
     (`placed`: its placement, if resolved already)."""
     if system.cluster is None:
         return replay_trace(source, system, inspect=inspect, on_progress=on_progress)
+    if system.policy.name == PATRICKSTAR_POLICY:  # data-parallel chunks, not sharded tables
+        return replay_patrickstar_run(source, system, inspect=inspect, on_progress=on_progress)
     return replay_cluster_run(
         source, system, inspect=inspect, on_progress=on_progress, placed=placed
     )

@@ -14,7 +14,7 @@ import hashlib
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,14 @@ class RunResult:
     summary: dict[str, Any]  # summary.json
     meta: dict[str, Any]  # meta.json
     workload: dict[str, Any] | None = None  # workload.json (`inspect=True`)
+
+
+@dataclass(frozen=True, eq=False)
+class ClusterRunResult(RunResult):
+    """A `RunResult` with a cluster's two more files (`replay.engine.cluster_run`)."""
+
+    sharding: dict[str, Any] = field(default_factory=dict)  # sharding.json
+    rank_columns: dict[str, np.ndarray] = field(default_factory=dict)  # ranks.parquet
 
 
 def trace_digest(trace: Source) -> str:
