@@ -120,6 +120,18 @@ def test_the_plans_sharding_json_read_back_gives_the_same_answers(planned: dict)
     ]
 
 
+def test_the_report_of_a_cluster_plan_shows_its_answers(planned: dict, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "replay", "report", str(planned["out"]), "--out",
+         str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert "- Cluster: 4 GPUs (2 nodes x 2)" in text
+    assert (tmp_path / "r" / "figures" / "plan_cluster_scaling.png").is_file()
+
+
 def test_a_one_gpu_plan_has_no_cluster_key() -> None:
     document, _ = make_plan(_request(sets=(), systems=("hbm-lru",), hit_targets=(0.5,)))
     assert "cluster" not in document

@@ -46,7 +46,13 @@ def plan_command(
         ),
     ],
     cache_budget: Annotated[
-        str, typer.Option("--cache-budget", metavar="SIZE", help="Cache bytes, e.g. 8GiB, 512MiB.")
+        str,
+        typer.Option(
+            "--cache-budget",
+            metavar="SIZE",
+            help="Cache bytes, e.g. 8GiB, 512MiB (per GPU when the first system has a "
+            "[cluster]: --set cluster.nodes=N).",
+        ),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Plan folder to write.")],
     hit_targets: Annotated[

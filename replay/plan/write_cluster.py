@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from replay._units import format_bytes, format_duration, format_percent
+from replay.report.plan_section import cluster_lines
 
 SHARDING_FILE = "sharding.json"
 FIGURES = ("cluster_gpus.png", "cluster_scaling.png")
@@ -45,34 +46,9 @@ def _shape(c: dict[str, Any]) -> str:
 
 
 def cluster_answers(c: dict[str, Any]) -> list[str]:
-    """The cluster's answer lines (first in `replay plan`'s output and plan.md)."""
-    worst = c["bytes_for_hit"]["worst_gpu"]
-    mean = c["bytes_for_hit"]["mean"]
-    parts = []
-    for t, b in worst.items():
-        if b is None:
-            parts.append(f"hit {t} on every GPU is out of reach over this run (Read this first)")
-            continue
-        where = "within" if c["fits_gpu_memory"].get(t) else "MORE than"
-        parts.append(
-            f"hit {t} on every GPU needs {format_bytes(b)} of cache per GPU (the worst GPU; "
-            f"mean {_size(mean[t])}), {where} a GPU's {format_bytes(c['gpu_memory_bytes'])}"
-        )
-    h = c["hit_at_budget"]
-    lines = [
-        f"Cluster: {_shape(c)}, {c['sharding']} sharding: " + "; ".join(parts) + "; "
-        f"the {format_bytes(c['budget_bytes_per_gpu'])} budget per GPU hits "
-        f"{_pct(h['worst'])} on the worst GPU (GPU {h['worst_gpu']}), {_pct(h['mean'])} on "
-        "the mean (each GPU's LRU curve over the run).",
-        f"Cluster network: all-to-all {format_bytes(c['all_to_all_bytes_per_batch'])} and "
-        f"{format_duration(c['all_to_all_s_per_batch'])} per step, all-reduce "
-        f"{format_duration(c['allreduce_s_per_batch'])}; step time "
-        f"{format_duration(c['step_time_s'])}; imbalance {_times(c['imbalance'])} "
-        f"(max / mean lookups per GPU, measured; the sharder modeled "
-        f"{_times(c.get('imbalance_modeled'))}) (steady state, "
-        f"{c['steady']['batches']} batches replayed).",
-    ]
-    return lines
+    """The cluster's answer lines (first in `replay plan`'s output and plan.md): the
+    report's (`replay.report.plan_section.cluster_lines`), so both agree."""
+    return cluster_lines(c)
 
 
 def cluster_markdown(document: dict[str, Any]) -> list[str]:

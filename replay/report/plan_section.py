@@ -1,5 +1,7 @@
 """A plan (`replay plan --out`) in a report: its answers as summary lines, and its section
-(the answers, then how each was reached: its tables and its two figures).
+(the answers, then how each was reached: its tables and its two figures; a cluster plan's
+answer lines and its two cluster figures first, `plan_cluster_gpus.png` and
+`plan_cluster_scaling.png`).
 
 Every number is plan.json's, formatted as `replay plan` formats it
 (`replay._units.format_bytes`, `format_duration`, `format_percent`), so the report and
@@ -199,6 +201,53 @@ def systems_line(doc: dict[str, Any]) -> str | None:
     return text + "."
 
 
+def _times(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3g}x"
+
+
+def _size(b: float | None) -> str:
+    return "out of reach" if b is None else format_bytes(b)
+
+
+def _shape(c: dict[str, Any]) -> str:
+    return (
+        f"{c['world']} GPUs ({c['nodes']} node{'s' if c['nodes'] != 1 else ''} x "
+        f"{c['gpus_per_node']})"
+    )
+
+
+def cluster_lines(c: dict[str, Any]) -> list[str]:
+    """A cluster plan's answer lines (`replay plan` prints them first; plan.md and the
+    report show them): cache per GPU for each target, the network and the step time."""
+    worst = c["bytes_for_hit"]["worst_gpu"]
+    mean = c["bytes_for_hit"]["mean"]
+    parts = []
+    for t, b in worst.items():
+        if b is None:
+            parts.append(f"hit {t} on every GPU is out of reach over this run (Read this first)")
+            continue
+        where = "within" if c["fits_gpu_memory"].get(t) else "MORE than"
+        parts.append(
+            f"hit {t} on every GPU needs {format_bytes(b)} of cache per GPU (the worst GPU; "
+            f"mean {_size(mean[t])}), {where} a GPU's {format_bytes(c['gpu_memory_bytes'])}"
+        )
+    h = c["hit_at_budget"]
+    lines = [
+        f"Cluster: {_shape(c)}, {c['sharding']} sharding: " + "; ".join(parts) + "; "
+        f"the {format_bytes(c['budget_bytes_per_gpu'])} budget per GPU hits "
+        f"{_pct(h['worst'])} on the worst GPU (GPU {h['worst_gpu']}), {_pct(h['mean'])} on "
+        "the mean (each GPU's LRU curve over the run).",
+        f"Cluster network: all-to-all {format_bytes(c['all_to_all_bytes_per_batch'])} and "
+        f"{format_duration(c['all_to_all_s_per_batch'])} per step, all-reduce "
+        f"{format_duration(c['allreduce_s_per_batch'])}; step time "
+        f"{format_duration(c['step_time_s'])}; imbalance {_times(c['imbalance'])} "
+        f"(max / mean lookups per GPU, measured; the sharder modeled "
+        f"{_times(c.get('imbalance_modeled'))}) (steady state, "
+        f"{c['steady']['batches']} batches replayed).",
+    ]
+    return lines
+
+
 def horizon_text(doc: dict[str, Any]) -> str:
     h = doc["horizon"]
     rate = h["sample_rate"]
@@ -215,7 +264,9 @@ def horizon_text(doc: dict[str, Any]) -> str:
 
 def plan_lines(plan: PlanData) -> dict[str, str | None]:
     doc = plan.document
+    cluster = cluster_lines(doc["cluster"]) if doc.get("cluster") else []
     return {
+        **{f"cluster{i}": line for i, line in enumerate(cluster)},
         "cache": cache_line(doc),
         "checkpoint": checkpoint_line(doc),
         "systems": systems_line(doc),
@@ -250,6 +301,17 @@ def plan_figures(plan: PlanData, index: int, fig_dir: Path) -> list[FigureOut]:
         out.append(
             FigureOut(name, f"Plan{where}: goodput against checkpoint interval", caption, SECTION)
         )
+    cluster = doc.get("cluster")
+    for fig, title in (
+        ("cluster_gpus", "hit ratio at the budget and lookups per GPU, per sharding"),
+        ("cluster_scaling", "all-to-all and step time against the number of GPUs"),
+    ):
+        path = plan.path / "figures" / f"{fig}.png"
+        if cluster and path.is_file():
+            name = f"plan_{fig}{suffix(index)}.png"
+            shutil.copyfile(path, fig_dir / name)
+            caption = cluster_lines(cluster)[0 if fig == "cluster_gpus" else 1]
+            out.append(FigureOut(name, f"Plan{where}: {title}", caption, SECTION))
     return out
 
 
@@ -269,6 +331,8 @@ def plan_blocks(plan: PlanData, index: int, figures: list[FigureOut]) -> list[Bl
     ]
     if doc.get("notes"):
         blocks += [Paragraph("Read this first:"), Bullets(tuple(doc["notes"]))]
+    # a cluster plan's figures (plan.md's Cluster section has its tables)
+    blocks += [images[f.name] for f in figures if f.name.startswith("plan_cluster_")]
     blocks += _cache_blocks(plan, index, images)
     blocks += _checkpoint_blocks(plan, index, images)
     blocks += _systems_blocks(plan, index)
