@@ -30,11 +30,18 @@ if TYPE_CHECKING:
     from replay.workload.fit import FitResult
 
 
+_LOCALITY = "Locality statistics (instead of TRACE)"
+
+
 @app.command("fit", short_help="Fit a workload spec (skew, hot value, reuse, drift) to a trace.")
 def fit_command(
     trace: Annotated[
-        Path, typer.Argument(metavar="TRACE", help="Trace folder (e.g. from `replay ingest`).")
-    ],
+        Path | None,
+        typer.Argument(
+            metavar="[TRACE]",
+            help="Trace folder (e.g. from `replay ingest`), or give --locality-stats.",
+        ),
+    ] = None,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -88,9 +95,62 @@ def fit_command(
         bool, typer.Option("--force", help="Replace an existing spec file or figure.")
     ] = False,
     verify: VerifyOption = True,
+    locality_stats: Annotated[
+        Path | None,
+        typer.Option(
+            "--locality-stats",
+            metavar="FILE",
+            help="Fit to a locality statistics file in the format of Meta's "
+            "dlrm_datasets locality_stats.txt instead of a trace (docs/locality_fit.md).",
+            rich_help_panel=_LOCALITY,
+        ),
+    ] = None,
+    record: Annotated[
+        str | None,
+        typer.Option(
+            metavar="N|NAME",
+            help="Which record of the file: its index (0 the first) or name (default: the first).",
+            rich_help_panel=_LOCALITY,
+        ),
+    ] = None,
+    tables: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="Number of tables (default: from a record name like fbgemm_t856_..., else "
+            "required).",
+            rich_help_panel=_LOCALITY,
+        ),
+    ] = None,
+    groups: Annotated[
+        int,
+        typer.Option(
+            metavar="G",
+            help="At most this many groups of alike tables (the fewest that fit are kept).",
+            rich_help_panel=_LOCALITY,
+        ),
+    ] = 3,
+    drift: Annotated[
+        float,
+        typer.Option(
+            metavar="X",
+            help="Drift of every table (the statistics are of single batches and cannot "
+            "give it; drift leaves each batch's statistics unchanged).",
+            rich_help_panel=_LOCALITY,
+        ),
+    ] = 0.0,
 ) -> None:
     """Fit per-table hot values, power-law exponents (with confidence intervals), reuse
-    and drift to a trace, and write them as a workload spec."""
+    and drift to a trace, and write them as a workload spec; or, with --locality-stats,
+    fit table groups to per-batch locality statistics."""
+    if locality_stats is not None:
+        if trace is not None:
+            raise ConfigError("give a TRACE or --locality-stats, not both")
+        _fit_locality(locality_stats, out, json_output, force, record, tables, groups, seed,
+                      drift)  # fmt: skip
+        return
+    if trace is None:
+        raise ConfigError("give a TRACE folder or --locality-stats FILE")
     from replay import __version__
     from replay.report.figures import save
     from replay.trace.reader import open_trace
@@ -142,6 +202,89 @@ def fit_command(
         typer.echo(f"spec written to {shown(out, markup=False)}")
     if figure is not None:
         typer.echo(f"figure written to {shown(figure, markup=False)}")
+
+
+def _fit_locality(
+    path: Path,
+    out: Path | None,
+    json_output: bool,
+    force: bool,
+    record: str | None,
+    tables: int | None,
+    groups: int,
+    seed: int,
+    drift: float,
+) -> None:
+    """`replay fit --locality-stats FILE` (`replay.workload.fit_locality`)."""
+    from replay.workload.fit_locality import fit_locality
+    from replay.workload.locality_stats import read_locality_stats, select_record
+    from replay.workload.spec import spec_to_toml
+
+    if out is None and not json_output:
+        raise ConfigError("give --out SPEC.toml (or --json to print the fit)")
+    if not 0 <= seed < 2**63:
+        raise ConfigError(f"--seed: {seed} is out of range [0, 2^63)")
+    if not 0.0 <= drift <= 1.0:
+        raise ConfigError(f"--drift: {drift} is out of range [0, 1]")
+    if out is not None:
+        _check_target(out, force)
+    chosen = select_record(read_locality_stats(path), record)
+    count = tables if tables is not None else chosen.tables_in_name
+    if count is None:
+        raise ConfigError(
+            f"{path}: record {chosen.name!r} does not say its tables (no _tN_ in its name); "
+            "give --tables N"
+        )
+    source = (
+        f"fitted by `replay fit --locality-stats {path.name} --record {chosen.name}` to the "
+        f"locality statistics of {chosen.name} (facebookresearch/dlrm_datasets "
+        "embedding_bag/2021/locality_stats.txt, MIT licence): table groups, see "
+        "docs/locality_fit.md"
+    )
+    fit = fit_locality(
+        chosen.stats, tables=count, batch_size=chosen.batch_size, max_groups=groups,
+        seed=seed, name=f"fit-{Path(chosen.name).stem}", source=source, drift=drift,
+    )  # fmt: skip
+    if out is not None:
+        header = "".join(f"# {line}\n" for line in _locality_summary(fit, chosen.name))
+        text = header + spec_to_toml(fit.spec)
+        _write_all([(out, lambda p: p.write_text(text))])
+    if json_output:
+        document = fit.to_json()
+        document["record"] = chosen.name
+        document["spec"] = str(out) if out is not None else None
+        typer.echo(json.dumps(document, indent=2))
+        return
+    for line in _locality_summary(fit, chosen.name):
+        typer.echo(line)
+    if out is not None:
+        typer.echo(f"spec written to {shown(out, markup=False)}")
+
+
+def _locality_summary(fit: Any, name: str) -> list[str]:
+    t, e = fit.target, fit.expected
+    lines = [
+        f"record {name}: {t.lookups:,.0f} lookups, {t.distinct:,.0f} distinct rows per batch",
+        f"fit: {len(fit.spec.tables)} tables in {len(fit.groups)} groups; expected "
+        f"{e.lookups:,.0f} lookups, {e.distinct:,.0f} distinct ({100 * fit.distinct_gap:+.2f}%);"
+        f" largest share gap {fit.max_share_gap:.4f}",
+    ]
+    for g in fit.groups:
+        lines.append(
+            f"  group: {g.tables} tables, {g.pooling_total} lookups per sample, "
+            f"alpha {g.alpha}, {g.rows:,} rows per table"
+        )
+    lines.append("bin: rows share target/fit, lookups share target/fit")
+    from replay.workload.locality_model import BIN_EDGES
+
+    edges = list(BIN_EDGES)
+    for j, edge in enumerate(edges):
+        label = f"({edge}, {edges[j + 1]}]" if j + 1 < len(edges) else f"({edge}+"
+        lines.append(
+            f"  {label:>16} {t.rows_share[j]:.3f} {e.rows_share[j]:.3f}   "
+            f"{t.lookups_share[j]:.3f} {e.lookups_share[j]:.3f}"
+        )
+    return lines
 
 
 def _check_target(path: Path, force: bool) -> None:
