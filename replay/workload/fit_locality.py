@@ -96,7 +96,7 @@ class LocalityFit:
                     "rows": g.rows,
                 }
                 for g in self.groups
-            ],  # fmt: skip
+            ],
             "target": _stats_json(self.target),
             "expected": _stats_json(self.expected),
             "max_share_gap": self.max_share_gap,
