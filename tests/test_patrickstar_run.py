@@ -50,3 +50,11 @@ def test_one_gpu_of_a_cluster_communicates_nothing(tmp_path: Path) -> None:
     b = pq.read_table(single / "batches.parquet").to_pydict()
     assert not any(b["patrickstar_comm_s"])
     assert a["time_s"] == b["time_s"]
+
+
+def test_the_report_sets_the_volume_beside_the_papers_claim(tmp_path: Path) -> None:
+    many = _run(tmp_path, "many", "cluster.nodes=1", "cluster.gpus_per_node=4")
+    assert main(["report", str(many), "--out", str(tmp_path / "r")]) == 0
+    text = (tmp_path / "r" / "report.md").read_text()
+    row = next(line for line in text.splitlines() if "2108.05818" in line)
+    assert "on 4 GPUs" in row and "data parallelism" in row

@@ -43,6 +43,7 @@ from typing import Any
 import polars as pl
 
 from replay._units import format_duration
+from replay.report.claims_cluster import patrickstar_claim
 from replay.report.document import fmt_multiple, fmt_ratio, fmt_saving
 from replay.report.load import Results, RunData, SweepData
 
@@ -783,6 +784,9 @@ def claims(results: Results, sections: dict[str, Any]) -> list[dict[str, str]]:
             "interval chosen by CheckFreq's rule for the overhead budget",
         }
     )
+    patrickstar = patrickstar_claim(results.all_runs())
+    if patrickstar is not None:  # a chunk system on a cluster
+        rows.append(patrickstar)
     return rows
 
 
