@@ -58,9 +58,9 @@ spec's batches x batch size x pooling; without a spec the table's sampled lookup
 go to the rank that holds the table, to each of its column blocks, 1 / W of them to
 each rank for a data-parallel table, and, for a row-split table, in proportion to the
 probability mass of each rank's block under the generator's pmf (the workload spec's
-power law, hot shares and row permutation: `_block_shares`); without a spec, in the
-proportion of the table's sampled lookups routed to each rank (a ratio estimator,
-N_t s_tr / s_t). So the ranks' lookups add up to the routed full-stream lookups exactly.
+power law, hot shares and row permutation: `replay.workload.row_mass.block_shares`);
+without a spec, in the proportion of the table's sampled lookups routed to each rank (a
+ratio estimator, N_t s_tr / s_t). So the ranks' lookups add up to the routed full-stream lookups exactly.
 Distinct rows: sampled distinct / R.
 
 Resolution. A sample at rate R resolves sizes of at least `resolution_rows` =
@@ -79,7 +79,6 @@ tables x ranks. Time: one routing kernel pass and one stack-kernel pass per rout
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -96,12 +95,12 @@ from replay.plan import cache
 from replay.system.sharding import COLUMN_WISE, DATA_PARALLEL, TABLE_WISE, Placement
 from replay.trace.keys import last_at_most, table_of, table_offsets
 from replay.trace.stream import iter_batch_ranges
-from replay.workload.sampler import mix64, permute_index
+from replay.workload.row_mass import block_shares
+from replay.workload.sampler import mix64
 from replay.workload.spec import WorkloadSpec
 
 DIRECT_MAX_ROWS = 1 << 27  # exact states indexed by local key up to 512 MB (int32) in all
 MIN_WINDOW = 1 << 12  # a stack state's smallest position window (64 states and more)
-SHARE_HEAD_RANKS = 1 << 18  # ... their first ranks mapped to rows exactly, the rest spread
 DP_SALT = 0x3C6EF372FE94F82B  # the data-parallel rank hash's salt (fixed: deterministic)
 
 # table kinds in the routing kernel
@@ -450,7 +449,7 @@ def _rank_lookups(
     """Each rank's lookups in the full stream (int64 [world]): each table's full lookups
     split over the ranks in the proportion its sampled lookups were routed (a column-wise
     table's reach each of its blocks, a data-parallel table's 1 / W each), except a
-    row-split table of a workload spec, split by its rows' probabilities (`_block_shares`:
+    row-split table of a workload spec, split by its rows' probabilities (`block_shares`:
     a small table may have no sampled row at all, and a hot row sampled or not moves a
     block's sampled share by points), and a row-split table with no sampled lookup and no
     spec, split by rows."""
@@ -471,60 +470,13 @@ def _rank_lookups(
         elif hi - lo == 1:
             out[ranks[0]] += full[t]
         elif spec is not None:
-            np.add.at(out, ranks, full[t] * _block_shares(spec, t, x.start[lo:hi]))
+            np.add.at(out, ranks, full[t] * block_shares(spec, t, x.start[lo:hi]))
         elif per_table[t] > 0:
             out += full[t] * counts[t] / per_table[t]
         else:
             stops = np.append(x.start[lo + 1 : hi], shape.rows)
             np.add.at(out, ranks, full[t] * (stops - x.start[lo:hi]) / max(shape.rows, 1))
     return np.rint(out).astype(np.int64)
-
-
-@kernel
-def _head_rows(
-    rows: int, head: int, contiguous: bool, bits: int, keys: np.ndarray, alpha: float,
-    hot_weight: np.ndarray, out_row: np.ndarray, out_weight: np.ndarray,
-) -> None:  # fmt: skip
-    """The rows of ranks 0 .. head - 1 and their weights (k^-alpha, hot ranks their own),
-    as the generator maps and weighs them (`replay.workload.sampler`)."""
-    for p in range(head):
-        out_row[p] = p if contiguous else permute_index(p, rows, bits, keys)
-        out_weight[p] = 1.0 if alpha == 0.0 else math.exp(-alpha * math.log(p + 1.0))
-        if p < len(hot_weight):
-            out_weight[p] = hot_weight[p]
-
-
-def _block_shares(spec: WorkloadSpec, t: int, starts: np.ndarray) -> np.ndarray:
-    """The probability a lookup of table t falls in each row block (blocks from `starts`,
-    ascending, the first at 0), from the generator's pmf (rank k weighs k^-alpha, the hot
-    ranks their shares, the normaliser `replay.workload.sampled._hot_weights`'s): the
-    first `SHARE_HEAD_RANKS` ranks mapped to their rows by the table's permutation and
-    summed per block exactly; the rest of the mass spread over the blocks in proportion
-    to the rows they hold beyond those (the keyed permutation scatters the tail ranks
-    evenly: each block's tail share is a sum over many rows of similar weight). For a
-    table without reuse or drift (what a sampled horizon has), whose every lookup draws
-    from that pmf; exact for a table of at most `SHARE_HEAD_RANKS` rows."""
-    from replay.workload import sampler
-    from replay.workload.sampled import _hot_weights
-
-    table = spec.tables[t]
-    rows = int(table.rows)
-    hot, norm = _hot_weights(rows, float(table.alpha), table.hot_shares)
-    head = min(rows, SHARE_HEAD_RANKS)
-    out_row = np.empty(head, dtype=np.int64)
-    weight = np.empty(head, dtype=np.float64)
-    _head_rows(
-        rows, head, table.mapping == "contiguous", sampler.permutation_bits(rows),
-        sampler.feistel_round_keys(sampler.root_key(spec.seed), t), float(table.alpha), hot,
-        out_row, weight,
-    )  # fmt: skip
-    starts = np.asarray(starts, dtype=np.int64)
-    block = np.searchsorted(starts, out_row, side="right") - 1
-    mass = np.bincount(block, weights=weight, minlength=len(starts))
-    if rows > head:
-        sizes = np.diff(np.append(starts, rows)) - np.bincount(block, minlength=len(starts))
-        mass += max(norm - float(weight.sum()), 0.0) * sizes / max(rows - head, 1)
-    return mass / max(float(mass.sum()), 1e-300)
 
 
 def _table_full_lookups(
