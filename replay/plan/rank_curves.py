@@ -60,8 +60,8 @@ each rank for a data-parallel table, and, for a row-split table, in proportion t
 probability mass of each rank's block under the generator's pmf (the workload spec's
 power law, hot shares and row permutation: `replay.workload.row_mass.block_shares`);
 without a spec, in the proportion of the table's sampled lookups routed to each rank (a
-ratio estimator, N_t s_tr / s_t). So the ranks' lookups add up to the routed full-stream lookups exactly.
-Distinct rows: sampled distinct / R.
+ratio estimator, N_t s_tr / s_t). So the ranks' lookups add up to the routed full-stream
+lookups exactly. Distinct rows: sampled distinct / R.
 
 Resolution. A sample at rate R resolves sizes of at least `resolution_rows` =
 16 (1 - R) / R rows (`replay.analysis.shards.resolution_rows`); there is no exact head per
