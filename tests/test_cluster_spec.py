@@ -41,6 +41,7 @@ def _old_to_dict(spec: SystemSpec) -> dict[str, Any]:
     """`SystemSpec.to_dict` as it was before the `cluster` field existed."""
     data = dataclasses.asdict(spec)
     del data["cluster"]
+    del data["checkpoint"]["replicas"], data["checkpoint"]["store"]  # later fields (issue 42)
     data["tiers"] = {t.pop("name"): t for t in data["tiers"]}
     data["links"] = {lk.pop("name"): lk for lk in data["links"]}
     return data

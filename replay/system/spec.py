@@ -26,6 +26,8 @@ TOML layout (presets live in `replay/system/presets/*.toml`)::
     seconds_per_batch = 0.0005      # or flops_per_sample with flops_per_s
     [model]
     optimizer = "sgd"
+    [checkpoint.store]              # optional: where a cluster's checkpoints go
+    kind = "shared-fs"              # local-nvme | shared-fs | object-store (STORE_DEFAULTS)
     [cluster]                       # optional: many GPUs (ClusterSpec); absent: one GPU
     preset = "dgx-h100"             # optional: defaults from replay/system/clusters.toml
     nodes = 8
@@ -34,11 +36,13 @@ TOML layout (presets live in `replay/system/presets/*.toml`)::
 (`--set cluster.nodes=8` on a system without `[cluster]` makes one, from the defaults).
 
 A system without `[cluster]` is one GPU: `cluster` is None and `SystemSpec.to_dict` has
-no `cluster` key, so every result written before the section existed stays byte-identical.
+no `cluster` key, so every result written before the section existed stays byte-identical;
+likewise `checkpoint.store` (None) and `checkpoint.replicas` (0) leave no key when not given.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import tomllib
@@ -205,6 +209,83 @@ class CheckpointSpec:
     # the batch, all of it stalls (TrainingCXL's PCIe-NDP and CXL-D steps)
     beside_compute: bool = True
     source: str = ""
+    # a cluster's node-local checkpoints: buddy copies on other nodes (0: none; they die
+    # with their node); written over the NICs at checkpoint time (`replay.checkpoint.store`)
+    replicas: int = field(default=0, metadata=_range(0, MAX_GPUS))
+    # where a cluster's checkpoints go ([checkpoint.store]); None: not given (a cluster
+    # writes to its nodes' drives, `local-nvme`; one GPU: `target` as before)
+    store: CheckpointStoreSpec | None = None
+
+
+STORE_KINDS = ("local-nvme", "shared-fs", "object-store")
+STORE_BANDWIDTHS = (
+    "aggregate_write_bw_bytes_per_s",
+    "per_client_write_bw_bytes_per_s",
+    "aggregate_read_bw_bytes_per_s",
+    "per_client_read_bw_bytes_per_s",
+)
+# Defaults of a store kind where the table does not give a key (each cited; an
+# ASSUMPTION where no source gives the number). local-nvme: the cluster's own drives
+# ([cluster] drives_per_node x drive_*_bw_bytes_per_s), no shared cap.
+STORE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "local-nvme": {},
+    "shared-fs": {
+        # a Lustre/GPFS-class parallel file system: OLCF Summit's Alpine (IBM Spectrum
+        # Scale, i.e. GPFS), 2.5 TB/s aggregate sequential I/O (OLCF Summit user guide,
+        # "Alpine"); its read and write alike
+        "aggregate_write_bw_bytes_per_s": 2.5e12,
+        "aggregate_read_bw_bytes_per_s": 2.5e12,
+        # ASSUMPTION: one client reaches about one 100 Gb/s EDR port's worth, 12.5 GB/s
+        "per_client_write_bw_bytes_per_s": 12.5e9,
+        "per_client_read_bw_bytes_per_s": 12.5e9,
+        "latency_s": 1e-3,  # ASSUMPTION: a file create/open through the metadata server
+        "source": "OLCF Summit user guide (Alpine, IBM Spectrum Scale: 2.5 TB/s aggregate); "
+        "per-client caps and latency ASSUMPTIONs",
+    },
+    "object-store": {
+        # Amazon S3 scales with the request rate per partitioned prefix (3,500 PUT and
+        # 5,500 GET per second each, "Best practices design patterns: optimizing Amazon S3
+        # performance"): no aggregate cap at a training job's scale (0: none)
+        "aggregate_write_bw_bytes_per_s": 0.0,
+        "aggregate_read_bw_bytes_per_s": 0.0,
+        # ASSUMPTION: parallel multipart uploads saturate a 100 Gb/s instance network, as
+        # AWS's S3 performance guidelines describe for 100 Gb/s instances: 12.5 GB/s a node
+        "per_client_write_bw_bytes_per_s": 12.5e9,
+        "per_client_read_bw_bytes_per_s": 12.5e9,
+        # first-byte latency of S3 requests, 100-200 ms (same guidelines, "timeouts and
+        # retries for latency-sensitive applications"): the low end, once per checkpoint
+        "latency_s": 0.1,
+        "source": "Amazon S3 performance guidelines (request rates per prefix, first-byte "
+        "latency 100-200 ms); per-client throughput an ASSUMPTION (a 100 Gb/s instance)",
+    },
+}
+
+
+@dataclass(frozen=True)
+class CheckpointStoreSpec:
+    """Where a cluster's checkpoints go (`[checkpoint.store]`; `replay.checkpoint.store`).
+
+    `local-nvme`: each node's own drives (`[cluster]` drives_per_node x drive bandwidths);
+    they die with their node (copies: `checkpoint.replicas`). `shared-fs` (a Lustre/GPFS
+    class parallel file system) and `object-store` (S3 class): reached over each node's
+    NICs, each node at most `per_client_*`, all nodes together at most `aggregate_*`
+    (0: no such cap); `latency_s` once per checkpoint write or read. Bandwidths in
+    bytes/s; the kind's defaults (`STORE_DEFAULTS`, cited) fill the keys not given.
+    """
+
+    kind: str = field(default="local-nvme", metadata={"choices": STORE_KINDS})
+    aggregate_write_bw_bytes_per_s: float = field(default=0.0, metadata=_range(0, MAX_RATE))
+    per_client_write_bw_bytes_per_s: float = field(default=0.0, metadata=_range(0, MAX_RATE))
+    aggregate_read_bw_bytes_per_s: float = field(default=0.0, metadata=_range(0, MAX_RATE))
+    per_client_read_bw_bytes_per_s: float = field(default=0.0, metadata=_range(0, MAX_RATE))
+    latency_s: float = field(default=0.0, metadata=_range(0, 3600))
+    capacity_bytes: float = field(default=0.0, metadata=_range(0, MAX_BYTES))  # 0: unbounded
+    source: str = ""
+
+    @property
+    def shared(self) -> bool:
+        """Whether the checkpoint leaves the nodes (survives a node's failure)."""
+        return self.kind != "local-nvme"
 
 
 @dataclass(frozen=True)
@@ -319,6 +400,15 @@ class SystemSpec:
         }
         if data["cluster"] is None:  # one GPU: the dict (and every result) as before
             del data["cluster"]
+        ck = data["checkpoint"]
+        if ck["store"] is None:  # not given: the dict as before [checkpoint.store] existed
+            del ck["store"]
+        else:  # a cap of 0 is "none": left out, as a bandwidth of 0 given is refused
+            ck["store"] = {
+                k: v for k, v in ck["store"].items() if not (k in STORE_BANDWIDTHS and v == 0)
+            }
+        if ck["replicas"] == 0:
+            del ck["replicas"]
         return data
 
 
@@ -499,7 +589,7 @@ def build_system(data: Any, where: str = "system") -> SystemSpec:
         policy=_build(PolicySpec, data.get("policy", {}), f"{where}.policy"),
         compute=_build(ComputeSpec, data.get("compute", {}), f"{where}.compute"),
         model=_build(ModelSpec, data.get("model", {}), f"{where}.model"),
-        checkpoint=_build(CheckpointSpec, data.get("checkpoint", {}), f"{where}.checkpoint"),
+        checkpoint=build_checkpoint(data.get("checkpoint", {}), f"{where}.checkpoint"),
         failures=_build(FailureSpec, data.get("failures", {}), f"{where}.failures"),
         description=data.get("description", ""),
         source=data.get("source", ""),
@@ -507,6 +597,38 @@ def build_system(data: Any, where: str = "system") -> SystemSpec:
     )
     _cross_check(spec, where)
     return spec
+
+
+def build_checkpoint(data: Any, where: str = "checkpoint") -> CheckpointSpec:
+    """Validate `[checkpoint]`, its `[checkpoint.store]` table included (`build_store`)."""
+    if not isinstance(data, dict) or "store" not in data:
+        return _build(CheckpointSpec, data, where)
+    rest = {k: v for k, v in data.items() if k != "store"}
+    store = build_store(data["store"], f"{where}.store")
+    return dataclasses.replace(_build(CheckpointSpec, rest, where), store=store)
+
+
+def build_store(data: Any, where: str = "checkpoint.store") -> CheckpointStoreSpec:
+    """Validate a `[checkpoint.store]` table: its kind's defaults (`STORE_DEFAULTS`) under
+    the keys given; a bandwidth given as 0 is refused (a store that takes no bytes)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a table of keys, got {data!r}")
+    kind = data.get("kind", "local-nvme")
+    if not isinstance(kind, str) or kind not in STORE_KINDS:
+        raise ConfigError(f"{where}.kind: {kind!r} is not one of {', '.join(STORE_KINDS)}")
+    store = _build(CheckpointStoreSpec, {**STORE_DEFAULTS[kind], **data}, where)
+    for key in STORE_BANDWIDTHS:
+        if key in data and getattr(store, key) <= 0:
+            raise ConfigError(
+                f"{where}.{key}: a store with zero bandwidth takes no checkpoint; give a "
+                "number of bytes/s above 0 (leave the key out for no such cap)"
+            )
+    if store.shared and not any(getattr(store, k) > 0 for k in STORE_BANDWIDTHS if "write" in k):
+        raise ConfigError(
+            f"{where}: a {kind} store needs a write bandwidth "
+            "(aggregate_write_bw_bytes_per_s or per_client_write_bw_bytes_per_s above 0)"
+        )
+    return store
 
 
 def build_cluster(data: Any, where: str = "cluster") -> ClusterSpec:
@@ -558,6 +680,13 @@ def _cross_check(spec: SystemSpec, where: str) -> None:
     if c.flops_per_sample > 0 and c.flops_per_s <= 0:
         raise ConfigError(f"{where}.compute.flops_per_s: must be > 0 with flops_per_sample")
     ck = spec.checkpoint
+    nodes = spec.cluster.nodes if spec.cluster is not None else 1
+    if ck.replicas >= nodes and ck.replicas > 0:
+        raise ConfigError(
+            f"{where}.checkpoint.replicas: {ck.replicas} buddy copies need {ck.replicas} "
+            f"other nodes; the job has {nodes} node{'s' if nodes != 1 else ''}, so at most "
+            f"{nodes - 1} (more replicas than nodes)"
+        )
     if ck.link and ck.link not in link_names:
         raise ConfigError(f"{where}.checkpoint.link: no link named {ck.link!r}")
     for key in ("target", "snapshot_tier"):
@@ -674,7 +803,9 @@ def load_system_data(name_or_file: str | Path) -> tuple[dict[str, Any], str]:
 
 __all__ = [
     "BYTES_PER_VALUE",
+    "STORE_KINDS",
     "CheckpointSpec",
+    "CheckpointStoreSpec",
     "ClusterSpec",
     "ComputeSpec",
     "FailureSpec",
@@ -685,7 +816,9 @@ __all__ = [
     "SystemSpec",
     "TierSpec",
     "apply_overrides",
+    "build_checkpoint",
     "build_cluster",
+    "build_store",
     "build_system",
     "optimizer_bytes_per_row",
 ]
