@@ -205,11 +205,12 @@ def plan_cluster(
     targets: Sequence[float],
     smallest: int,
     say: Callable[[str], None],
+    torchrec_bins: int | None = None,
 ) -> dict[str, Any]:
     """plan.json's `cluster` (module docstring). `base`: the first system resolved with
     `sets`; `horizon`: the curves' source (sampled at `rate`); `steady_source`: the
     span the systems replay; `smallest`: the curves' first size (the SHARDS resolution
-    at R < 1)."""
+    at R < 1); `torchrec_bins`: the per-shard histograms' bins (torchrec.json's)."""
     from replay.engine.cluster import replay_cluster
     from replay.engine.placement import spec_loads
     from replay.plan.cache import curve_sizes
@@ -232,6 +233,14 @@ def plan_cluster(
     say(f"cluster: each GPU's LRU curve over {int(horizon.num_batches):,} batches")
     curves = rank_curves(horizon, placement, sizes, rate=rate, spec=spec)
     hits, rows = _per_gpu(curves, targets, budget_rows)
+    from replay.plan.torchrec import DEFAULT_BINS
+    from replay.plan.torchrec_shards import SHARDS_KEY, shard_stats
+
+    say("cluster: TorchRec's cache statistics per shard (torchrec.json)")
+    per_shard = shard_stats(
+        horizon, placement, rate=rate, spec=spec, budget_rows=budget_rows,
+        bins=DEFAULT_BINS if torchrec_bins is None else int(torchrec_bins),
+    )  # fmt: skip
     exact = bool(getattr(curves, "exact", rate >= 1.0))
     lookups = np.asarray(curves.lookups, dtype=np.float64)
     idle = [r for r in range(world) if hits[r] is None]
@@ -402,6 +411,8 @@ def plan_cluster(
             "replayed each, all-to-all seconds per batch (mean)",
         },
         "notes": notes,
+        # torchrec.json's per-shard part (`replay.plan.write` moves it there)
+        SHARDS_KEY: per_shard,
     }
     return doc
 

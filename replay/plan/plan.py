@@ -314,6 +314,7 @@ def make_plan(
             steady_source=steady_source, rate=rate, spec=spec,
             budget_bytes=request.cache_budget_bytes, row_bytes=row_bytes,
             targets=request.hit_targets, smallest=smallest, say=say,
+            torchrec_bins=request.torchrec_bins,
         )  # fmt: skip
         notes += [f"cluster: {n}" for n in cluster["notes"]]
         notes.append(

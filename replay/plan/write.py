@@ -21,6 +21,7 @@ import numpy as np
 from replay._output import Owned, atomic_folder
 from replay._units import format_bytes, format_duration, format_percent
 from replay.plan.torchrec import FEW_SAMPLED_ROWS
+from replay.plan.torchrec_shards import torchrec_document, without_shards
 from replay.plan.write_cluster import (
     FIGURES as CLUSTER_FIGURES,
 )
@@ -45,16 +46,21 @@ TORCHREC_KEY = "torchrec"  # the document's part written as torchrec.json
 
 
 def plan_json(document: dict[str, Any]) -> dict[str, Any]:
-    """What plan.json holds: the document without its torchrec part (its own file)."""
-    return {k: v for k, v in document.items() if k != TORCHREC_KEY}
+    """What plan.json holds: the document without its torchrec part (its own file), and
+    a cluster's without its per-shard part (torchrec.json's, `torchrec_document`)."""
+    out = {k: v for k, v in document.items() if k != TORCHREC_KEY}
+    if out.get("cluster"):
+        out["cluster"] = without_shards(out["cluster"])
+    return out
 
 
 def write_plan(document: dict[str, Any], out: Path, *, force: bool, curves: dict[str, Any]) -> None:
     """`curves`: what the figures draw beyond plan.json (goodput against interval)."""
     with atomic_folder(out, force=force, owned=OUTPUT_FILES, what="`replay plan` output") as tmp:
         (tmp / "plan.json").write_text(json.dumps(plan_json(document), indent=2) + "\n")
-        if document.get(TORCHREC_KEY) is not None:
-            (tmp / "torchrec.json").write_text(json.dumps(document[TORCHREC_KEY], indent=2) + "\n")
+        trec = torchrec_document(document)
+        if trec is not None:
+            (tmp / "torchrec.json").write_text(json.dumps(trec, indent=2) + "\n")
         (tmp / "figures").mkdir()
         _mrc_figure(document, tmp / "figures" / "mrc.png")
         _goodput_figure(document, curves, tmp / "figures" / "goodput.png")
