@@ -41,6 +41,7 @@ from replay.system.sharding import (
 )
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
 from replay.trace.keys import table_offsets
+from replay.workload.row_mass import RowMass, spec_mass
 
 LOAD_BATCHES = 64  # batches counted for the sharder's loads when the caller gives none
 
@@ -74,8 +75,10 @@ def table_loads(
     source: Any, system: SystemSpec, *, batches: int = LOAD_BATCHES
 ) -> tuple[TableLoad, ...]:
     """Each table's lookups per batch, counted over the source's first `batches` batches
-    (every batch of a shorter source); bags per batch = the batch size (one pooled
-    embedding per sample and table)."""
+    (every batch of a shorter source), and how they fall on its rows
+    (`RowMass.from_lookups`: its most looked-up rows exactly, the rest per 1 / 4,096 of
+    the table); bags per batch = the batch size (one pooled embedding per sample and
+    table)."""
     from replay.trace.stream import iter_batch_ranges
 
     names = [str(n) for n in source.table_names]
@@ -84,17 +87,18 @@ def table_loads(
     dim = embedding_dim(system, workload)
     state = row_state_bytes(system, dim)
     offsets = table_offsets(rows)
-    counts = np.zeros(len(rows), dtype=np.int64)
+    parts: list[np.ndarray] = []
     seen = 0
     want = max(1, min(int(batches), int(source.num_batches)))
     for br in iter_batch_ranges(source, with_updates=False):
         take = min(br.batches, want - seen)
-        keys = br.keys[: int(br.bounds[take])]
-        tables = np.searchsorted(offsets, keys, side="right") - 1
-        counts += np.bincount(tables, minlength=len(rows))[: len(rows)]
+        parts.append(np.asarray(br.keys[: int(br.bounds[take])], dtype=np.int64))
         seen += take
         if seen >= want:
             break
+    keys = np.sort(np.concatenate(parts) if parts else np.empty(0, np.int64), kind="stable")
+    cuts = np.searchsorted(keys, offsets)  # keys sorted: each table's keys contiguous
+    counts = np.diff(cuts)
     per_batch = counts / max(seen, 1)
     batch = int(source.manifest.get("batch_size", workload.get("batch_size", 0)) or 0)
     return tuple(
@@ -105,14 +109,19 @@ def table_loads(
             lookups=float(lk),
             bags=float(min(batch, lk)) if batch > 0 else None,
             row_bytes=state,
+            mass=RowMass.from_lookups(keys[cuts[t] : cuts[t + 1]] - offsets[t], int(r))
+            if counts[t] > 0
+            else None,
         )
-        for n, r, lk in zip(names, rows.tolist(), per_batch.tolist(), strict=True)
+        for t, (n, r, lk) in enumerate(zip(names, rows.tolist(), per_batch.tolist(), strict=True))
     )
 
 
 def spec_loads(spec: Any, system: SystemSpec) -> tuple[TableLoad, ...]:
     """A workload spec's loads without reading it: pooling x batch size lookups per batch
-    and table (what the generator draws), one bag per sample."""
+    and table (what the generator draws), one bag per sample, and how they fall on the
+    rows from the generator's own pmf and row permutation (`spec_mass`; None, i.e.
+    uniform, for a table with drift or a Zipf-Mandelbrot offset)."""
     dim = system.model.embedding_dim or int(spec.embedding_dim)
     state = row_state_bytes(system, dim)
     return tuple(
@@ -123,8 +132,9 @@ def spec_loads(spec: Any, system: SystemSpec) -> tuple[TableLoad, ...]:
             lookups=float(spec.batch_size * t.pooling),
             bags=float(spec.batch_size),
             row_bytes=state,
+            mass=spec_mass(spec, i),
         )
-        for t in spec.tables
+        for i, t in enumerate(spec.tables)
     )
 
 

@@ -72,7 +72,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -92,6 +92,7 @@ from replay.system.sharding import (
     resolve_plan,
     row_blocks,
 )
+from replay.workload.row_mass import RowMass
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,20 @@ class TableLoad:
     misses: float = 0.0  # cache misses per batch
     bags: float | None = None  # pooled embeddings (samples) per batch; None: lookups
     row_bytes: int | None = None  # one full row's values + optimizer state; None: 4 x dim
+    # how the lookups fall on the rows (None: uniformly); not part of equality
+    mass: RowMass | None = field(default=None, compare=False, repr=False)
+
+    def share(self, start: int, stop: int) -> float:
+        """The share of the table's lookups on rows [start, stop)."""
+        if self.mass is None or self.mass.total <= 0:
+            return (stop - start) / self.rows if self.rows else 1.0
+        return float(self.mass.mass(start, stop)[0]) / self.mass.total
+
+    def hottest_share(self) -> float:
+        """The share of the table's lookups on its most looked-up row."""
+        if self.mass is None or self.mass.total <= 0:
+            return 1.0 / self.rows if self.rows else 0.0
+        return self.mass.max_row_mass() / self.mass.total
 
     @property
     def bytes_per_row(self) -> int:
@@ -140,6 +155,7 @@ class ShardingResult:
     mean: float
     lower_bound: float
     granularity: int  # j of the winning target s = R / j
+    floor: float = 0.0  # the lowest max any plan of TorchRec's types can have (docstring)
 
     @property
     def max_over_mean(self) -> float:
@@ -149,13 +165,75 @@ class ShardingResult:
     def max_over_bound(self) -> float:
         return float(self.rank_cost.max() / self.lower_bound) if self.lower_bound > 0 else 1.0
 
+    @property
+    def max_over_floor(self) -> float:
+        return float(self.rank_cost.max() / self.floor) if self.floor > 0 else 1.0
+
+
+def hot_costs(loads: Sequence[TableLoad], model: CostModel | None = None) -> list[float]:
+    """Each table's hottest row's access cost (a row is never split)."""
+    model = model or CostModel()
+    return [model.access(ld) * ld.hottest_share() for ld in loads]
+
+
+def _floor_of(
+    dp: set[int], access: list[float], memory: list[float], hot: list[float], world: int
+) -> float:
+    """max(mean, D + H) of the replicas `dp`: no plan with these replicas does better (the
+    module docstring's floor)."""
+    d = sum(access[t] / world + memory[t] for t in dp)
+    mean = d + sum(access[t] + memory[t] for t in range(len(access)) if t not in dp) / world
+    h = max((hot[t] for t in range(len(hot)) if t not in dp), default=0.0)
+    return max(mean, d + h)
+
+
+def _replicas(
+    loads: Sequence[TableLoad],
+    access: list[float],
+    memory: list[float],
+    world: int,
+    gpu_memory_bytes: int,
+) -> tuple[list[int], float]:
+    """Step 1 of the rule: (the data-parallel tables, the floor). Among the sets
+    {t : hottest row of t costs more than H} that fit memory, the one of the lowest
+    max(mean, D + H) (ties: the fewest replicas); then each tiny table, in table order,
+    while the floor stays and the replicas fit."""
+    need = sum(ld.bytes for ld in loads)
+    hot = [access[t] * loads[t].hottest_share() for t in range(len(loads))]
+
+    def fits(dp: set[int]) -> bool:
+        held = sum(loads[t].bytes for t in dp)
+        return held + (need - held) / world <= gpu_memory_bytes
+
+    if world <= 1:
+        return [], _floor_of(set(), access, memory, hot, world)
+    best: set[int] = set()
+    floor = _floor_of(best, access, memory, hot, world)
+    for h in sorted(set(hot) | {0.0}, reverse=True):  # H: each table's hottest row, or 0
+        dp = {t for t in range(len(loads)) if hot[t] > h}
+        if not dp or not fits(dp):
+            continue  # a superset of a set that does not fit does not fit either
+        f = _floor_of(dp, access, memory, hot, world)
+        if f < floor * (1 - 1e-12):
+            best, floor = dp, f
+    for t, ld in enumerate(loads):
+        bags = ld.lookups if ld.bags is None else ld.bags
+        if t in best or ld.rows * world > bags:
+            continue
+        more = best | {t}
+        if fits(more) and _floor_of(more, access, memory, hot, world) <= floor * (1 + 1e-12):
+            best = more
+    return sorted(best), floor
+
 
 def rank_costs(
     placement: Placement, loads: Sequence[TableLoad], model: CostModel | None = None
 ) -> np.ndarray:
     """Each GPU's modeled cost under any resolved plan (the sharder's or a user's): a
-    shard costs its share of rows x columns of the table's access cost (a data-parallel
-    copy 1 / world of it) plus the memory term of the bytes it holds."""
+    shard costs its rows' share of the table's lookups (`TableLoad.share`: their mass, or
+    their share of the rows without one) x its share of the columns of the table's access
+    cost (a data-parallel copy 1 / world of it) plus the memory term of the bytes it
+    holds."""
     model = model or CostModel()
     out = np.zeros(placement.world, dtype=np.float64)
     for s in placement.shards:
@@ -163,8 +241,8 @@ def rank_costs(
         access = model.access(load)
         if placement.entry(s.table).type == DATA_PARALLEL:
             out[s.rank] += access / placement.world
-        elif load.rows and load.dim:
-            out[s.rank] += access * (s.rows / load.rows) * (s.cols / load.dim)
+        elif load.rows and load.dim and s.rows:
+            out[s.rank] += access * load.share(s.row_start, s.row_stop) * (s.cols / load.dim)
         out[s.rank] += model.byte * placement.shard_bytes(s)
     return out
 
@@ -257,7 +335,35 @@ def _pick(
     return taken
 
 
-_Best = tuple[float, int, dict[int, tuple[str, list[int]]], float]
+_Best = tuple[float, int, dict[int, tuple[str, list[int], list[tuple[int, int]]]], float]
+
+
+def _blocks(
+    t: int,
+    load: TableLoad,
+    k: int,
+    mem_k: int,
+    cache: dict[tuple[int, int, int], tuple[list[tuple[int, int]], list[float]]],
+) -> tuple[list[tuple[int, int]], list[float]]:
+    """A table's row blocks for `k` blocks (at least `mem_k` for memory) and each one's
+    share of its lookups: without a mass TorchRec's even blocks (ceil(rows / k) rows,
+    none empty); with one, `RowMass.split`'s blocks of about equal mass, none over the
+    rows an even block at `mem_k` blocks holds. Cached by (table t, k, mem_k)."""
+    rows = load.rows
+    key = (t, k, mem_k)
+    if key in cache:
+        return cache[key]
+    if load.mass is None or load.mass.total <= 0 or k <= 1 or rows <= 1:
+        size = -(-rows // k) if rows else 0
+        n = -(-rows // size) if size else 1  # no empty blocks
+        blocks = row_blocks(rows, n)
+        shares = [(b - a) / rows if rows else 1.0 for a, b in blocks]
+    else:
+        blocks = load.mass.split(k, max_rows=-(-rows // max(mem_k, 1)))
+        starts = np.array([a for a, _ in blocks], dtype=np.int64)
+        shares = load.mass.block_shares(starts).tolist()
+    cache[key] = (blocks, shares)
+    return blocks, shares
 
 
 def _search(
@@ -270,6 +376,7 @@ def _search(
     gpus_per_node: int,
     tolerance: float,
     max_granularity: int,
+    floor: float,
 ) -> _Best | None:
     """Steps 2-4 of the rule for the tables not in `dp`: (max cost, j, table -> (type,
     ranks), largest shard cost) of the winning granularity, or None when no granularity
@@ -281,6 +388,7 @@ def _search(
     caps = {t: max(1, min(loads[t].rows, world)) for t in rest}
     best: _Best | None = None
     squeeze = 1
+    cache: dict[tuple[int, int, int], tuple[list[tuple[int, int]], list[float]]] = {}
     for j in range(1, max_granularity + 1):
         s = mean_rest / j if mean_rest > 0 else math.inf
         mem_k = {
@@ -296,20 +404,17 @@ def _search(
             k.update(zip(big, got, strict=True))
         tables = []
         for t in rest:
-            rows = loads[t].rows
-            size = -(-rows // k[t]) if rows else 0
-            n = -(-rows // size) if size else 1  # no empty blocks
-            blocks = row_blocks(rows, n)
+            blocks, shares = _blocks(t, loads[t], k[t], mem_k[t], cache)
+            n = len(blocks)
             kind = (
                 TABLE_WISE if n == 1 else TABLE_ROW_WISE if n <= gpus_per_node < world else ROW_WISE
             )
-            share = [(b - a) / rows if rows else 1.0 for a, b in blocks]
             tables.append(
                 _Table(
                     t,
                     kind,
                     blocks,
-                    [cost[t] * f for f in share],
+                    [cost[t] * f for f in shares],
                     [(b - a) * loads[t].bytes_per_row for a, b in blocks],
                 )
             )
@@ -321,10 +426,10 @@ def _search(
             continue
         top = float(load.max())
         if best is None or top < best[0]:
-            chosen = {tab.index: (tab.type, ranks_of[tab.index]) for tab in tables}
+            chosen = {tab.index: (tab.type, ranks_of[tab.index], tab.blocks) for tab in tables}
             best = (top, j, chosen, max((max(tab.cost) for tab in tables), default=0.0))
         mean = dp_cost + mean_rest
-        if mean <= 0 or top <= (1 + tolerance) * mean:
+        if mean <= 0 or top <= (1 + tolerance) * max(mean, floor):
             break
         if len(big) == len(rest) and all(k[t] >= caps[t] for t in big):
             break  # nothing left to split
@@ -351,7 +456,6 @@ def auto_shard(
         raise ConfigError("auto sharding: two tables share a name")
     access = [model.access(ld) for ld in loads]
     memory = [model.memory(ld) for ld in loads]
-    mean0 = (sum(access) + sum(memory)) / world
     need = sum(ld.bytes for ld in loads)
     if need > world * gpu_memory_bytes:
         raise ConfigError(
@@ -359,18 +463,8 @@ def auto_shard(
             f"{world} GPUs x {format_bytes(gpu_memory_bytes)}"
         )
 
-    # 1. data-parallel: tiny (all-reduce cheaper than all-to-all) or too hot to split, while
-    # the replicas leave every GPU room for its share of the other tables
-    dp: list[int] = []
-    dp_bytes = 0
-    for t, ld in enumerate(loads):
-        bags = ld.lookups if ld.bags is None else ld.bags
-        tiny = ld.rows * world <= bags
-        hot = ld.rows > 0 and access[t] / ld.rows > mean0
-        share = (need - dp_bytes - ld.bytes) / world
-        if world > 1 and (tiny or hot) and dp_bytes + ld.bytes + share <= gpu_memory_bytes:
-            dp.append(t)
-            dp_bytes += ld.bytes
+    # 1. data-parallel: the replicas of the lowest floor, then the tiny tables that leave it
+    dp, floor = _replicas(loads, access, memory, world, gpu_memory_bytes)
     while True:
         best = _search(
             loads,
@@ -382,6 +476,7 @@ def auto_shard(
             gpus_per_node,
             tolerance,
             max_granularity,
+            _floor_of(set(dp), access, memory, hot_costs(loads, model), world),
         )
         if best is not None or not dp:
             break
@@ -399,8 +494,10 @@ def auto_shard(
         if t in dp:
             entries.append(TableSharding(ld.name, DATA_PARALLEL, tuple(range(world))))
         else:
-            kind, ranks = chosen[t]
-            entries.append(TableSharding(ld.name, kind, tuple(ranks)))
+            kind, ranks, blocks = chosen[t]
+            even = kind == TABLE_WISE or blocks == row_blocks(ld.rows, len(blocks))
+            explicit = None if even else tuple(blocks)
+            entries.append(TableSharding(ld.name, kind, tuple(ranks), explicit))
     plan = ShardingPlan(tuple(entries), f"replay auto sharder (granularity {j})")
     shapes = [TableShape(ld.name, ld.rows, ld.dim) for ld in loads]
     placement = resolve_plan(
@@ -415,7 +512,7 @@ def auto_shard(
     costs = rank_costs(placement, loads, model)
     mean = float(costs.sum() / world)
     bound = max(mean, dp_cost + largest)
-    return ShardingResult(plan, placement, costs, mean, bound, j)
+    return ShardingResult(plan, placement, costs, mean, bound, j, min(floor, bound))
 
 
 __all__ = ["CostModel", "ShardingResult", "TableLoad", "auto_shard", "rank_costs"]
