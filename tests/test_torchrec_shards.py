@@ -1,0 +1,250 @@
+"""torchrec.json per shard of a cluster plan (`replay.plan.torchrec_shards`).
+
+On a 2 x 2 cluster of the `tiny` workload at R = 1, every sharding type: each shard's
+histogram read at its edge sizes equals a slow OrderedDict LRU over that shard's own
+keys, routed lookup by lookup (row blocks by `owner_ranks_reference`, every column block,
+data-parallel by the same (batch, position) hash as `rank_curves`); heights are the
+shards' rows; lookups and distinct rows per batch add up to the table's (row blocks),
+equal it (column blocks, table-wise), or split it 1 / W (data-parallel replicas); the
+per-GPU split stays within the GPU's budget; two runs agree. Through `replay plan`: a
+cluster plan's torchrec.json holds the shards and its tables are the one-GPU plan's; a
+one-GPU plan's torchrec.json is its `torchrec` part unchanged."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replay.plan.plan import PlanRequest, make_plan
+from replay.plan.rank_curves import DP_SALT
+from replay.plan.torchrec import edge_sizes, torchrec_stats
+from replay.plan.torchrec_shards import SHARDS_KEY, shard_stats, torchrec_document
+from replay.plan.write import plan_json, write_plan
+from replay.system.sharding import (
+    COLUMN_WISE,
+    DATA_PARALLEL,
+    SHARDING_TYPES,
+    owner_ranks_reference,
+    resolve_plan,
+    table_shapes,
+    uniform_plan,
+)
+from replay.trace.keys import table_offsets
+from replay.trace.stream import iter_batch_ranges
+from replay.workload.generator import resolve_workload
+from replay.workload.onthefly import GeneratedTrace
+from replay.workload.presets import get_preset
+
+M64 = (1 << 64) - 1
+BUDGET_ROWS = 3000.0
+PICK_BINS = (1, 5, 20, 50, 99, 100)  # edge sizes k_b checked against the reference
+
+
+def _mix64(z: int) -> int:
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def _dp_rank(batch: int, pos: int, world: int) -> int:
+    h = _mix64(((batch << 32) ^ pos ^ DP_SALT) & M64)
+    return ((h >> 32) * world) >> 32
+
+
+def _lru_misses(keys: Sequence[Hashable], capacity: int) -> int:
+    cache: OrderedDict[Hashable, None] = OrderedDict()
+    misses = 0
+    for key in keys:
+        if key in cache:
+            cache.move_to_end(key)
+            continue
+        misses += 1
+        if capacity < 1:
+            continue
+        cache[key] = None
+        if len(cache) > capacity:
+            cache.popitem(last=False)
+    return misses
+
+
+def _tiny(batches: int = 40) -> GeneratedTrace:
+    return GeneratedTrace(resolve_workload("tiny").with_overrides(batches=batches))
+
+
+def _placement(src, kind: str, nodes: int = 2, gpn: int = 2):
+    shapes = table_shapes(list(src.table_names), [int(r) for r in src.table_rows], 8)
+    plan = uniform_plan(kind, shapes, nodes=nodes, gpus_per_node=gpn)
+    return resolve_plan(plan, shapes, nodes=nodes, gpus_per_node=gpn)
+
+
+def _reference(src, placement) -> tuple[dict, dict]:
+    """Per (table, rank, first row, first column): the shard's keys in trace order and
+    the sum over batches of its distinct keys per batch, routed lookup by lookup."""
+    offsets = table_offsets(np.asarray(src.table_rows, dtype=np.int64)).tolist()
+    world = placement.world
+    by_table: dict[int, list] = {}
+    for s in placement.shards:
+        if s.rows > 0:
+            by_table.setdefault(s.table, []).append(s)
+    keys_of: dict[tuple, list[int]] = {}
+    distinct: dict[tuple, int] = {}
+
+    def ident(s) -> tuple:
+        return (s.table, s.rank, s.row_start, s.col_start)
+
+    for r in iter_batch_ranges(src, with_updates=False):
+        keys = np.asarray(r.keys, dtype=np.int64)
+        owners = owner_ranks_reference(placement, keys.tolist())
+        for b in range(r.batches):
+            lo, hi = int(r.bounds[b]), int(r.bounds[b + 1])
+            seen: dict[tuple, set] = {}
+            for pos in range(hi - lo):
+                key = int(keys[lo + pos])
+                t = next(u for u in range(len(offsets) - 1) if offsets[u] <= key < offsets[u + 1])
+                row = key - offsets[t]
+                kind = placement.entry(t).type
+                if kind == COLUMN_WISE:
+                    dest = [(s, row) for s in by_table[t]]
+                elif kind == DATA_PARALLEL:
+                    rank = _dp_rank(r.batch_start + b, pos, world)
+                    dest = [(next(s for s in by_table[t] if s.rank == rank), row)]
+                else:
+                    owner = int(owners[lo + pos])
+                    s = next(
+                        s for s in by_table[t]
+                        if s.rank == owner and s.row_start <= row < s.row_stop
+                    )  # fmt: skip
+                    dest = [(s, row - s.row_start)]
+                for s, local in dest:
+                    keys_of.setdefault(ident(s), []).append(local)
+                    seen.setdefault(ident(s), set()).add(local)
+            for k, v in seen.items():
+                distinct[k] = distinct.get(k, 0) + len(v)
+    return keys_of, distinct
+
+
+def _ident(e: dict, names: list[str]) -> tuple:
+    return (names.index(e["table"]), e["rank"], e["rows"][0], e["columns"][0])
+
+
+@pytest.fixture(scope="module")
+def tiny_tables() -> dict:
+    return torchrec_stats(_tiny())["tables"]
+
+
+@pytest.mark.parametrize("kind", SHARDING_TYPES)
+def test_each_shard_equals_an_lru_over_its_own_keys(kind: str, tiny_tables: dict) -> None:
+    src = _tiny()
+    placement = _placement(src, kind)
+    got = shard_stats(src, placement, rate=1.0, spec=None, budget_rows=BUDGET_ROWS)
+    names = [str(n) for n in src.table_names]
+    keys_of, distinct = _reference(src, placement)
+    shards = got["shards"]
+    assert {_ident(e, names) for e in shards} == set(keys_of)
+    assert got["world"] == 4
+    batches = int(src.num_batches)
+    for e in shards:
+        keys = keys_of[_ident(e, names)]
+        assert e["type"] == kind
+        assert e["height"] == e["rows"][1] - e["rows"][0]
+        assert e["lookups"] == len(keys)
+        assert e["expected_lookups"] == pytest.approx(distinct[_ident(e, names)] / batches)
+        hist = np.asarray(e["mrc_hist_counts"], dtype=np.int64)
+        assert len(hist) == e["bins"] == 100 and (hist >= 0).all()
+        edges = edge_sizes(e["height"], e["bins"])
+        for b in PICK_BINS:
+            want = _lru_misses(keys, int(edges[b]))
+            assert len(keys) - int(hist[:b].sum()) == want, (e["table"], e["rank"], b)
+        assert e["cold_miss_ratio"] == pytest.approx(len(set(keys)) / len(keys), abs=1e-12)
+
+
+@pytest.mark.parametrize("kind", SHARDING_TYPES)
+def test_shards_add_up_to_their_tables(kind: str, tiny_tables: dict) -> None:
+    src = _tiny()
+    placement = _placement(src, kind)
+    world = placement.world
+    got = shard_stats(src, placement, rate=1.0, spec=None, budget_rows=BUDGET_ROWS)
+    for name, table in tiny_tables.items():
+        mine = [e for e in got["shards"] if e["table"] == name]
+        assert mine
+        if kind in (COLUMN_WISE, "table-wise"):  # every block sees the table's stream
+            assert len(mine) == (world if kind == COLUMN_WISE else 1)
+            for e in mine:
+                assert e["height"] == table["height"]
+                assert e["mrc_hist_counts"] == table["mrc_hist_counts"]
+                assert e["lookups"] == table["lookups"]
+                assert e["expected_lookups"] == pytest.approx(table["expected_lookups"])
+                assert e["cold_miss_ratio"] == pytest.approx(table["cold_miss_ratio"])
+                assert e["cacheability"] == pytest.approx(table["cacheability"])
+        elif kind == DATA_PARALLEL:  # each replica 1 / W of the lookups, all the rows
+            assert len(mine) == world
+            n = table["lookups"]
+            assert sum(e["lookups"] for e in mine) == n
+            sd = np.sqrt(n * (1 / world) * (1 - 1 / world))
+            for e in mine:
+                assert e["height"] == table["height"]
+                assert abs(e["lookups"] - n / world) <= 4 * sd
+                assert e["expected_lookups"] <= table["expected_lookups"]
+        else:  # row blocks: a partition of the table's rows and of its lookups
+            assert sum(e["height"] for e in mine) == table["height"]
+            assert sum(e["lookups"] for e in mine) == table["lookups"]
+            assert sum(e["expected_lookups"] for e in mine) == pytest.approx(
+                table["expected_lookups"], rel=1e-12
+            )
+            cold = sum(e["cold_miss_ratio"] * e["lookups"] for e in mine)
+            assert cold == pytest.approx(table["cold_miss_ratio"] * table["lookups"])
+
+
+@pytest.mark.parametrize("kind", SHARDING_TYPES)
+def test_the_gpu_budget_is_split_among_its_shards(kind: str) -> None:
+    src = _tiny()
+    placement = _placement(src, kind)
+    got = shard_stats(src, placement, rate=1.0, spec=None, budget_rows=BUDGET_ROWS)
+    assert "split_budget" in got["split"]
+    for rank in range(placement.world):
+        mine = [e for e in got["shards"] if e["rank"] == rank]
+        assert sum(e["cache_rows"] for e in mine) <= BUDGET_ROWS
+        for e in mine:
+            assert 0.0 <= e["load_factor"] <= 1.0
+            assert e["cache_rows"] <= e["height"]
+            assert e["cache_rows"] == pytest.approx(e["load_factor"] * e["height"], abs=1.0)
+    again = shard_stats(src, placement, rate=1.0, spec=None, budget_rows=BUDGET_ROWS)
+    assert json.dumps(again) == json.dumps(got)
+
+
+def _request(sets: tuple[str, ...]) -> PlanRequest:
+    spec = get_preset("criteo-kaggle").with_overrides(batches=120, batch_size=256)
+    return PlanRequest(
+        source=spec, systems=("hbm-lru",), cache_budget_bytes=8 << 20, hit_targets=(0.5,),
+        mtbf_s=6 * 3600, sample_rate=1.0, draws=50, sets=sets,
+    )  # fmt: skip
+
+
+def test_plan_torchrec_json_per_shard_and_one_gpu_unchanged(tmp_path: Path) -> None:
+    one, curves_one = make_plan(_request(()))
+    assert torchrec_document(one) is one["torchrec"]
+    write_plan(one, tmp_path / "one", force=False, curves=curves_one)
+    text = (tmp_path / "one" / "torchrec.json").read_text()
+    assert text == json.dumps(one["torchrec"], indent=2) + "\n"
+    assert "cluster" not in json.loads(text)
+
+    sets = ("cluster.nodes=2", "cluster.gpus_per_node=2", "cluster.sharding=row-wise")
+    doc, curves = make_plan(_request(sets))
+    write_plan(doc, tmp_path / "c", force=False, curves=curves)
+    trec = json.loads((tmp_path / "c" / "torchrec.json").read_text())
+    plan = json.loads((tmp_path / "c" / "plan.json").read_text())
+    assert SHARDS_KEY not in plan["cluster"] and plan == json.loads(json.dumps(plan_json(doc)))
+    # the tables stay the one-GPU reference
+    assert trec["tables"] == json.loads(text)["tables"]
+    c = trec["cluster"]
+    assert (c["world"], c["nodes"], c["gpus_per_node"]) == (4, 2, 2)
+    assert c["budget_rows_per_gpu"] == plan["cluster"]["budget_rows_per_gpu"]
+    for name, table in trec["tables"].items():
+        mine = [e for e in c["shards"] if e["table"] == name]
+        assert sum(e["height"] for e in mine) == table["height"]
+        assert sum(e["lookups"] for e in mine) == table["lookups"]
