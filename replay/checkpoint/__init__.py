@@ -3,6 +3,7 @@
 from replay.checkpoint import (  # noqa: F401  (registration)
     check_n_run,
     checkfreq,
+    cpr,
     fastpersist,
     none,
     sync_full,

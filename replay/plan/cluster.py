@@ -206,14 +206,17 @@ def plan_cluster(
     smallest: int,
     say: Callable[[str], None],
     torchrec_bins: int | None = None,
+    torchrec_tables: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """plan.json's `cluster` (module docstring). `base`: the first system resolved with
     `sets`; `horizon`: the curves' source (sampled at `rate`); `steady_source`: the
     span the systems replay; `smallest`: the curves' first size (the SHARDS resolution
-    at R < 1); `torchrec_bins`: the per-shard histograms' bins (torchrec.json's)."""
+    at R < 1); `torchrec_bins`, `torchrec_tables`: torchrec.json's bins and one-GPU
+    tables (`replay.plan.torchrec_shards.shard_stats`)."""
     from replay.engine.cluster import replay_cluster
     from replay.engine.placement import spec_loads
     from replay.plan.cache import curve_sizes
+    from replay.plan.cluster_checkpoint import checkpoint_bytes
     from replay.plan.rank_curves import rank_curves
 
     cluster = base.cluster
@@ -240,6 +243,7 @@ def plan_cluster(
     per_shard = shard_stats(
         horizon, placement, rate=rate, spec=spec, budget_rows=budget_rows,
         bins=DEFAULT_BINS if torchrec_bins is None else int(torchrec_bins),
+        table_stats=torchrec_tables,
     )  # fmt: skip
     exact = bool(getattr(curves, "exact", rate >= 1.0))
     lookups = np.asarray(curves.lookups, dtype=np.float64)
@@ -381,6 +385,8 @@ def plan_cluster(
         "comparison": comparison,
         "scaling": scaling,
         "sharding_plan": placement.plan.to_json(),
+        # what a checkpoint writes per rank (issue 42: replay.plan.cluster_checkpoint)
+        "checkpoint_bytes": checkpoint_bytes(placement),
         "methods": {
             "budget": "--cache-budget is per GPU: each GPU caches the rows of its own shards",
             "curves": f"{method_curves}, over the whole run ({int(horizon.num_batches):,} "

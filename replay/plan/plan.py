@@ -314,14 +314,14 @@ def make_plan(
             steady_source=steady_source, rate=rate, spec=spec,
             budget_bytes=request.cache_budget_bytes, row_bytes=row_bytes,
             targets=request.hit_targets, smallest=smallest, say=say,
-            torchrec_bins=request.torchrec_bins,
+            torchrec_bins=request.torchrec_bins, torchrec_tables=torchrec["tables"],
         )  # fmt: skip
         notes += [f"cluster: {n}" for n in cluster["notes"]]
         notes.append(
             "cluster: the cache, split, TBE and systems answers are one GPU holding every "
             "table with the whole budget (the reference beside the cluster's per-GPU "
-            "answers); checkpoints are planned as one writer of the whole model (a cluster's "
-            "writers per GPU are not modelled yet)"
+            "answers); checkpoints are the cluster's: every GPU writes its shards "
+            "(replay.plan.cluster_checkpoint)"
         )
     say("systems: steady state per batch")
     systems = steady_state(steady_source, request.systems, sets=local_sets)
@@ -359,14 +359,33 @@ def make_plan(
         "batch_size": int(horizon.workload.get("batch_size") or 0) if horizon.workload else 0,
         "embedding_dim": row_bytes // 4,
     }
-    strategies = plan_checkpoints(
-        base, mtbf_s=request.mtbf_s, draws=request.draws, seed=request.seed, **common
-    )
-    curves = {s.name: goodput_curve(base, s, request.mtbf_s, common) for s in strategies}
+    checkpoints_cluster = None
+    if cluster is not None:  # every GPU writes its shards, nodes fail (issue 42)
+        from replay.plan.cluster_checkpoint import plan_cluster_checkpoints
+
+        none = plan_checkpoints(
+            base, strategies=["none"], mtbf_s=request.mtbf_s, draws=request.draws,
+            seed=request.seed, **common,
+        )  # fmt: skip
+        checkpoints_cluster = plan_cluster_checkpoints(
+            base, cluster, mtbf_s=request.mtbf_s, draws=request.draws, seed=request.seed,
+            none_plan=none[0], **common,
+        )  # fmt: skip
+        strategies = checkpoints_cluster.strategies
+        curves = dict(checkpoints_cluster.curves)
+        notes += [f"checkpoint: {n}" for n in checkpoints_cluster.notes]
+    else:
+        strategies = plan_checkpoints(
+            base, mtbf_s=request.mtbf_s, draws=request.draws, seed=request.seed, **common
+        )
+        curves = {s.name: goodput_curve(base, s, request.mtbf_s, common) for s in strategies}
     notes += _outside_papers_method(strategies)
     best = strategies[0] if strategies else None
     whole = [
-        s.name for s in strategies if s.name != "none" and s.interval_s >= horizon_s * (1 - 1e-9)
+        s.name
+        for s in strategies
+        # cpr's interval is bounded by the updates it may lose, not by goodput
+        if s.name not in ("none", "cpr") and s.interval_s >= horizon_s * (1 - 1e-9)
     ]
     if whole:
         notes.append(
@@ -462,6 +481,9 @@ def make_plan(
     }
     if cluster is not None:  # only then: a one-GPU plan.json is unchanged
         document["cluster"] = cluster
+    if checkpoints_cluster is not None:  # the store, and the published claims computed
+        document["checkpoint"]["store"] = checkpoints_cluster.store
+        document["claims"] = checkpoints_cluster.claims
     return document, curves
 
 

@@ -680,8 +680,9 @@ def _cross_check(spec: SystemSpec, where: str) -> None:
     if c.flops_per_sample > 0 and c.flops_per_s <= 0:
         raise ConfigError(f"{where}.compute.flops_per_s: must be > 0 with flops_per_sample")
     ck = spec.checkpoint
-    nodes = spec.cluster.nodes if spec.cluster is not None else 1
-    if ck.replicas >= nodes and ck.replicas > 0:
+    # buddy copies are a cluster's (one GPU's plan sections drop cluster.* but keep them)
+    nodes = spec.cluster.nodes if spec.cluster is not None else 0
+    if spec.cluster is not None and ck.replicas >= nodes and ck.replicas > 0:
         raise ConfigError(
             f"{where}.checkpoint.replicas: {ck.replicas} buddy copies need {ck.replicas} "
             f"other nodes; the job has {nodes} node{'s' if nodes != 1 else ''}, so at most "
