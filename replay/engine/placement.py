@@ -12,9 +12,14 @@ Where the plan comes from, in order:
    the cluster (`resolve_plan`: missing tables, ranks outside the cluster, overlaps,
    uncovered rows, a shard over a GPU's memory are one-line errors);
 2. `cluster.sharding` a type: every table that way (`uniform_plan`);
-3. `cluster.sharding = "auto"`: the automatic sharder over the tables' measured loads
-   (`table_loads`: lookups per batch of each table, counted over the source's first
-   batches, or the caller's own, e.g. a workload spec's poolings).
+3. `cluster.sharding = "auto"`: the automatic sharder over the tables' measured loads:
+   lookups per batch of each table and how they fall on its rows (a `RowMass`,
+   `replay.workload.row_mass`), counted over the source's first `LOAD_BATCHES` batches
+   (`table_loads`: each table's most looked-up rows exactly, the rest per 1 / 4,096 of
+   its rows), or the caller's own, e.g. a workload spec's (`spec_loads`: pooling x batch
+   size lookups, the generator's pmf over the rows).
+
+Memory of the counting: the first batches' keys, 8 B a lookup (twice while sorting).
 
 Memory: a shard's bytes are its rows x (values + optimizer state) (`row_state_bytes`),
 checked against `cluster.gpu_memory_bytes` (ASSUMPTION: the shards live in their GPU's
@@ -180,6 +185,8 @@ def resolve_placement(
         basis["sharding"] = "auto"
         basis["modeled_max_over_mean"] = result.max_over_mean
         basis["modeled_max_over_bound"] = result.max_over_bound
+        basis["modeled_max_over_floor"] = result.max_over_floor
+        basis["modeled_floor_over_mean"] = result.floor / result.mean if result.mean else 1.0
         basis["granularity"] = result.granularity
     else:
         plan = uniform_plan(kind, shapes, nodes=nodes, gpus_per_node=gpn)
@@ -192,7 +199,11 @@ def resolve_placement(
         costs = rank_costs(placement, loads, CostModel())
         mean = float(costs.mean()) if len(costs) else 0.0
         basis["modeled_imbalance"] = float(costs.max() / mean) if mean > 0 else 1.0
-        basis["loads"] = "lookups per batch and table"
+        massed = sum(ld.mass is not None for ld in loads)
+        basis["loads"] = (
+            f"lookups per batch and table; their mass over the rows for {massed} of "
+            f"{len(loads)} tables (the rest uniform)"
+        )
     return PlacementResult(placement, tuple(loads or ()), basis)
 
 

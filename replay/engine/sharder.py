@@ -10,61 +10,101 @@ Cost model (the assumptions, each stated so a user can hold a plan of their own 
 it with `rank_costs`):
 
 - A table's cost per batch is ``lookup x lookups + miss x misses + byte x bytes_held``
-  (`CostModel`; default: lookups only, one unit per full-row lookup). The access part
-  (lookups, misses) is spread over a table's rows uniformly: a block of rows costs its
-  share of the rows, a block of columns its share of the columns (bytes read). Real row
-  blocks are not uniform when popular rows cluster; the engine measures per-rank costs
-  when it replays the plan.
+  (`CostModel`; default: lookups only, one unit per full-row lookup). A block of columns
+  costs its share of the columns (bytes read). A block of rows costs its share of the
+  table's lookups: with the load's `mass` (`replay.workload.row_mass.RowMass`: the
+  generator's own pmf and row permutation for a workload spec, or the rows counted from
+  a trace's first batches, `replay.engine.placement`) the lookup mass of its rows;
+  without one, its share of the rows (lookups spread uniformly). Generated and real
+  workloads are power laws, so a block holding a table's hottest rows gets far more than
+  its share of the rows: on `criteo-terabyte` at 64 GPUs the uniform model's plan (even
+  blocks) is 1.04 modeled and 2.80 measured (max / mean per-GPU lookups); the mass
+  model's is 1.151 modeled and 1.157 measured (below).
 - Data-parallel: every GPU looks up the rows of its own samples, so the access part is
   divided by the number of GPUs, and every GPU holds (and pays the memory term of) the
   whole table.
-- Column-wise is never chosen: under this model its blocks balance like row blocks,
-  but each block still sees every lookup of its table, so it does not shrink the keys a
-  GPU's cache sees (it stays available for users' plans).
+- A row is never split: the GPU that holds a row does all its lookups.
+- Column-wise is never chosen: its blocks balance like row blocks, but each block still
+  sees every lookup of its table (its hottest row's too), so it does not shrink the keys
+  a GPU's cache sees (it stays available for users' plans).
 
-The rule, per table, deterministic (ties by table order, then by lower rank):
+The rule, deterministic (ties by table order, then by lower rank):
 
-1. **Data-parallel** when tiny or too hot to split: ``rows x world <= bags`` (replicating
-   costs less network than its pooled embeddings: a ring all-reduce of the gradient sends
-   2 (W-1) x rows x dim x 4 bytes in all, the all-to-all of a table-wise table 2 x bags x
-   dim x 4 x (W-1)/W, fwd + bwd), or one row's access cost exceeds the per-GPU mean (no
-   row split can balance it) -- while the replicas leave every GPU room for its share of
-   the other tables. If no placement of the rest fits, the largest replica is sharded
-   instead, and the search runs again.
+1. **Data-parallel** for the tables too hot to split. With H a table's hottest row's
+   cost, D the per-GPU cost of the replicas and ``mean`` the per-GPU mean, no plan with a
+   set S of replicas does better than ``F(S) = max(mean, D(S) + the largest H outside
+   S)``: some GPU holds that row and every GPU carries D. For a given largest H the
+   cheapest S replicates exactly the tables hotter than H, so the sharder tries each
+   table's H (and 0) as the threshold and keeps the set of the lowest F that fits memory
+   (the replicas plus every GPU's share of the rest within a GPU's memory; ties: the
+   fewest replicas). Without a mass this replicates a table when one row's cost (lookups
+   / rows) exceeds the mean, as before. Then each **tiny** table (``rows x world <=
+   bags``: replicating costs less network than its pooled embeddings, a ring all-reduce
+   of the gradient sending 2 (W-1) x rows x dim x 4 bytes in all, the all-to-all of a
+   table-wise table 2 x bags x dim x 4 x (W-1)/W, fwd + bwd) is replicated too, in table
+   order, while that keeps the floor and fits. If no placement of the rest fits, the
+   largest replica is sharded instead, and the search runs again.
 2. The rest, per granularity ``j = 1, 2, 3, ...``: with ``R`` the per-GPU mean of their
    cost and target ``s = R / j``, a table costing at most ``s`` stays whole (table-wise);
    the tables above it share ``round(sum of their costs / s)`` row blocks, apportioned by
    D'Hondt (Jefferson: the next block to the table of the largest cost per block), at
    most one block per row and per GPU and at least as many as its bytes need GPUs
-   (doubled after each granularity whose blocks found no room). TorchRec's row rule then
-   sets the blocks (ceil(rows / k) rows each). A split table whose k blocks fit one
-   node's GPUs is table-row-wise (its partial sums stay on the node's NVLink), else
-   row-wise.
+   (doubled after each granularity whose blocks found no room). A table of k blocks is
+   cut where its lookups balance: with a mass, `RowMass.split`'s contiguous blocks of
+   about equal mass (the smallest largest block; a row heavier than the rest's share is
+   a block of its own, so a hot block stands alone), none over the rows of an even
+   block at the memory's count; without one, TorchRec's rule (ceil(rows / k) rows each).
+   UNEVEN BLOCKS ARE OURS: TorchRec's planner shards row-wise evenly; the plan writes
+   them as explicit `shards` (half-open row ranges, which `replay.system.sharding` reads
+   and validates, and which a TorchRec user would pass as their own shard sizes). A
+   user's `cluster.sharding = "row-wise"` or ``"table-row-wise"`` keeps even blocks. A
+   split table whose k blocks fit one node's GPUs is table-row-wise (its partial sums
+   stay on the node's NVLink), else row-wise.
 3. Greedy longest-processing-time assignment: tables in decreasing order of their
    largest block; a table's blocks, largest first, go to the least-loaded distinct GPUs
    with memory free for them (a table-row-wise table to the node where that leaves the
    lowest maximum).
-4. The first granularity whose max / mean per-GPU cost is within `tolerance` wins (the
-   fewest blocks: every extra row block sends another partial sum per sample); if none
-   is, the granularity of the lowest maximum.
+4. The first granularity whose max per-GPU cost is within `tolerance` of max(mean, the
+   floor F of step 1) wins (the fewest blocks: every extra row block sends another
+   partial sum per sample); if none is, the granularity of the lowest maximum.
 
-Lower bound (returned with the plan). With D the data-parallel cost every GPU carries
-and ``mean`` the per-GPU mean of all cost:
+Bounds (returned with the plan). With D the data-parallel cost every GPU carries:
 
-    LB = max(mean, D + the largest unsplit shard's cost)
+    LB    = max(mean, D + the largest unsplit shard's cost)       (`lower_bound`)
+    floor = min over replica sets S of max(mean, D(S) + H(S))    (`floor`, step 1)
 
-``mean`` bounds the maximum of every plan; the second term bounds every assignment of the
-chosen shards (some GPU holds the largest). The result gives max / mean and max / LB.
-Measured on `criteo-terabyte` (26 tables of 3 to 40 M rows, 2,048 lookups and bags each
-per batch, dim 128, fp32, 40 GiB per GPU; tests/test_sharding.py), LB = mean in each:
+``mean`` bounds the maximum of every plan; LB's second term bounds every assignment of the
+chosen shards (some GPU holds the largest); the floor bounds every plan of the types the
+sharder chooses (table-wise, row-wise, table-row-wise, data-parallel) whose replicas fit
+(a row is the unsplittable unit: some GPU holds the hottest row of a table not
+replicated; column-wise, priced by its share of the columns, splits a row's cost here,
+though not its lookups). floor <= LB <= max. The result gives max / mean, max / LB and
+max / floor. Measured on `criteo-terabyte` (26 tables of 3 to 40 M rows, 2,048 lookups and
+bags each per batch, dim 128, fp32 + state 512 B a row, 40 GiB per GPU;
+tests/test_sharding.py, tests/test_sharder_mass.py):
 
+    uniform loads (no mass: the cost of a block is its share of the rows), LB = mean:
     GPUs (nodes x 8)  max/mean = max/LB  j  plan
     8 (1)             1.026              5  8 data-parallel, 18 row-wise in 2-3 blocks
     64 (8)            1.043              3  4 data-parallel, 6 table-row-wise in 8 blocks,
                                             16 row-wise in 9
     1,024 (128)       1.041              8  5 data-parallel, 21 row-wise in 63-437 blocks
 
-With `tolerance=0.02` the 64-GPU plan reaches 1.012 (j = 7, 444 blocks instead of 192).
+    the generator's mass (`placement.spec_loads`), max/LB = max/floor:
+    8 (1)             1.019  floor = mean     5  8 data-parallel, 18 row-wise in 2-3
+    64 (8)            1.151  floor = 1.151    3  6 data-parallel, 20 row-wise in 9-10
+    1,024 (128)       14.96  floor = 14.96    1  6 data-parallel, 20 row-wise in 10-55
+
+At 64 GPUs four 40 M-row tables have a value of 37.4% of their lookups (766 of 2,048 a
+batch, Criteo 1TB's measured hot shares); no plan splits a row and their replicas (20 GB
+each) do not fit, so a GPU does at least 766 + D = 958 lookups against a mean of 832: the
+floor, 1.151, is the workload's, not the sharder's. Replayed (`GeneratedTrace`, 100
+batches, `Placement.owner_ranks`), the plan's per-GPU lookups are 1.157 max / mean over
+the run and 1.19 as the mean of each batch's max / mean (a GPU's lookups per batch are
+binomial: the busiest of 64 is above its mean).
+
+With `tolerance=0.02` the uniform 64-GPU plan reaches 1.012 (j = 7, 444 blocks instead of
+192).
 """
 
 from __future__ import annotations
@@ -155,7 +195,7 @@ class ShardingResult:
     mean: float
     lower_bound: float
     granularity: int  # j of the winning target s = R / j
-    floor: float = 0.0  # the lowest max any plan of TorchRec's types can have (docstring)
+    floor: float = 0.0  # the lowest max a plan of the sharder's types can have (docstring)
 
     @property
     def max_over_mean(self) -> float:

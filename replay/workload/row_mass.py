@@ -172,7 +172,8 @@ class RowMass:
         keep = np.sort(order)
         rest = np.ones(len(ids), dtype=bool)
         rest[keep] = False
-        bin_of = (ids[rest] * bins) // max(rows, 1)
+        edges = (np.arange(bins + 1, dtype=np.int64) * rows) // bins  # as __post_init__'s
+        bin_of = np.searchsorted(edges, ids[rest], side="right") - 1
         bin_mass = np.bincount(bin_of, weights=counts[rest].astype(np.float64), minlength=bins)
         return cls(rows, ids[keep], counts[keep].astype(np.float64), bin_mass[:bins])
 
