@@ -86,3 +86,15 @@ def test_tables_too_large_for_the_gpus_are_refused() -> None:
 def test_one_gpu_system_has_nothing_to_place() -> None:
     with pytest.raises(ConfigError, match="no \\[cluster\\]"):
         resolve_placement(_system(), SOURCE)
+
+
+def test_loads_carry_how_lookups_fall_on_rows() -> None:
+    """spec_loads: the generator's pmf over the rows; table_loads: counted from the keys.
+    The hottest row's share agrees on the big tables (2,048 lookups counted per table)."""
+    system = _system("cluster.nodes=2", "cluster.gpus_per_node=4")
+    spec, counted = spec_loads(SPEC, system), table_loads(SOURCE, system)
+    assert all(ld.mass is not None for ld in spec + counted)
+    for s, c in zip(spec, counted, strict=True):
+        assert c.mass is not None and c.mass.total == c.lookups * SOURCE.num_batches
+        if s.rows > 1_000_000:
+            assert abs(s.hottest_share() - c.hottest_share()) < 0.03, s.name
