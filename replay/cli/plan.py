@@ -78,7 +78,8 @@ def plan_command(
             "--nodes",
             min=1,
             metavar="N",
-            help="Nodes of the job, with --node-mtbf (default: give --cluster-mtbf).",
+            help="Nodes of the job, with --node-mtbf (default: give --cluster-mtbf; a "
+            "cluster's cluster.nodes).",
         ),
     ] = None,
     node_mtbf: Annotated[
@@ -87,7 +88,8 @@ def plan_command(
             "--node-mtbf",
             metavar="DURATION",
             help="Mean time between failures of one node, e.g. 30d, with --nodes (default: "
-            "give --cluster-mtbf).",
+            "give --cluster-mtbf); a cluster's nodes fail independently, the job at node "
+            "MTBF / nodes.",
         ),
     ] = None,
     sample_rate: Annotated[
@@ -165,6 +167,16 @@ def plan_command(
             raise ConfigError(f"--hit-target: {h:g} must be between 0 and 1 (exclusive)")
     if cluster_mtbf is not None and (nodes is not None or node_mtbf is not None):
         raise ConfigError("give --cluster-mtbf, or --nodes with --node-mtbf, not both")
+    # a cluster's nodes (`--set cluster.nodes=N`) are --nodes unless given (issue 42)
+    first = resolve_system(systems[0], list(sets or ())) if systems else None
+    job_nodes = first.cluster.nodes if first is not None and first.cluster is not None else None
+    if job_nodes is not None and nodes is not None and nodes != job_nodes:
+        raise ConfigError(
+            f"--nodes {nodes}: the cluster has {job_nodes} nodes (cluster.nodes); give the "
+            "same or leave --nodes out"
+        )
+    if nodes is None and node_mtbf is not None:
+        nodes = job_nodes
     if cluster_mtbf is not None:
         mtbf_s = parse_duration(cluster_mtbf, "--cluster-mtbf")
     elif nodes is not None and node_mtbf is not None:
@@ -172,7 +184,10 @@ def plan_command(
             parse_duration(node_mtbf, "--node-mtbf") / nodes
         )  # independent exponential failures
     else:
-        raise ConfigError("give --cluster-mtbf DURATION (or --nodes N with --node-mtbf DURATION)")
+        raise ConfigError(
+            "give --cluster-mtbf DURATION (or --nodes N with --node-mtbf DURATION; a cluster's "
+            "--node-mtbf alone)"
+        )
     if not (mtbf_s > 0 and math.isfinite(mtbf_s)):  # 1e308d is inf seconds
         raise ConfigError(
             f"{_mtbf_given(cluster_mtbf, nodes, node_mtbf)}: the cluster MTBF must be a finite "
