@@ -22,6 +22,7 @@ from replay._output import Owned, atomic_folder
 from replay._units import format_bytes, format_duration, format_percent
 from replay.plan.torchrec import FEW_SAMPLED_ROWS
 from replay.plan.torchrec_shards import torchrec_document, without_shards
+from replay.plan.write_checkpoints_cluster import cluster_checkpoint_markdown
 from replay.plan.write_cluster import (
     FIGURES as CLUSTER_FIGURES,
 )
@@ -278,6 +279,7 @@ def plan_markdown(document: dict[str, Any]) -> str:
             f"{_pct(s['goodput_p5'])} |"
         )
     out += _modes_table(ck["strategies"])
+    out += cluster_checkpoint_markdown(document)  # a cluster's (issue 42); none for one GPU
     out += [
         "",
         "### Systems",
