@@ -281,6 +281,26 @@ def _whole_job(s: _Setup, name: str, draws: int, seed: int) -> ClusterStrategyPl
     return _entry(s, name, k, stats, _daly(s, name, tau))
 
 
+def _none(s: _Setup) -> ClusterStrategyPlan:
+    """`none`: no checkpoint, every failure restarts the run (Daly's form with τ = the run,
+    as `replay.plan.checkpoint` answers a run much longer than the MTBF; not simulated)."""
+    h, m, r = s.horizon_s, s.mtbf_s, s.restart_s
+    g = float(daly_goodput(h, 0.0, r, m))
+    x = h / m
+    training = math.expm1(x) if x < 709.0 else math.inf
+    during = training * (math.expm1(r / m) if r / m < 709.0 else math.inf)
+    return ClusterStrategyPlan(
+        strategy="none", label="none", interval_s=h, interval_batches=h / s.tb, cost_s=0.0,
+        write_s=0.0, bytes=0.0, bytes_per_node=0.0, bytes_per_node_mean=0.0, replica_bytes=0.0,
+        storage_bytes=0.0, restore_s=r, restore_node_failure_s=r, durable_lag_s=0.0,
+        rollback_lag_s=0.0, mtbf_s=m, horizon_s=h, goodput=g, goodput_p5=g, goodput_model=g,
+        lost_work_per_training_failure_s=m - h / training if training > 0 else 0.0,
+        restore_per_failure_s=r, failures_per_run=training + during,
+        failures_during_restore_per_run=during, young_daly_interval_s=0.0,
+        daly_interval_s=0.0, draws=0, draws_capped=0, simulated=False, recovery="scratch",
+    )  # fmt: skip
+
+
 def cpr_interval_s(write_s: float, mtbf_s: float, nodes: int, target: float) -> float:
     """CPR's interval: τ = 2 (target M N − W), the PLS (τ/2 + W) / (M N) at the target."""
     return 2.0 * (target * mtbf_s * nodes - write_s)
@@ -351,7 +371,7 @@ def plan_cluster_checkpoints(
         )
     s = _setup(system, cluster_doc, mtbf_s, **common)
     notes: list[str] = []
-    plans: list[Any] = [] if none_plan is None else [none_plan]
+    plans: list[Any] = [_none(s) if none_plan is None else none_plan]
     curves: dict[str, Any] = {}
     for name in CLUSTER_STRATEGIES:
         if name == "checkfreq" and s.ctx is None:

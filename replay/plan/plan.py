@@ -363,13 +363,9 @@ def make_plan(
     if cluster is not None:  # every GPU writes its shards, nodes fail (issue 42)
         from replay.plan.cluster_checkpoint import plan_cluster_checkpoints
 
-        none = plan_checkpoints(
-            base, strategies=["none"], mtbf_s=request.mtbf_s, draws=request.draws,
-            seed=request.seed, **common,
-        )  # fmt: skip
         checkpoints_cluster = plan_cluster_checkpoints(
             base, cluster, mtbf_s=request.mtbf_s, draws=request.draws, seed=request.seed,
-            none_plan=none[0], **common,
+            **common,
         )  # fmt: skip
         strategies = checkpoints_cluster.strategies
         curves = dict(checkpoints_cluster.curves)
