@@ -10,7 +10,8 @@ request, t_C (in requests) solving
     sum_i (1 - exp(-p_i t_C)) = C,       hit(C) = sum_i p_i (1 - exp(-p_i t_C)).
 
 A workload spec (`replay.workload.spec`) draws table t's lookups from the bounded power
-law p_t(k) = k^-alpha / Z_t over ranks 1..rows_t (`replay.workload.sampler`), n_t =
+law p_t(k) = k^-alpha / Z_t over ranks 1..rows_t (`replay.workload.sampler`; with a
+`rank_offset` q, (k + q)^-alpha / Z_t), n_t =
 batch_size x pooling_t of the n lookups of a batch, so rank k of table t is requested with
 probability (n_t / n) p_t(k). A table with hot values (`hot_shares` s_1..s_j,
 `replay.workload.spec`) has p_t(k) = s_k for k <= j and (1 - sum s) k^-alpha / R_t
@@ -80,10 +81,10 @@ class Popularity:
     rows: int  # keys in all
 
 
-def _bucket_sums(a: np.ndarray, e: np.ndarray, alpha: float) -> np.ndarray:
-    """sum_{k=a}^{e} k^-alpha by Euler-Maclaurin to the third derivative (a >= MIN_HEAD:
-    the first dropped term is below 1e-12 of the sum)."""
-    af, ef = a.astype(np.float64), e.astype(np.float64)
+def _bucket_sums(a: np.ndarray, e: np.ndarray, alpha: float, q: float = 0.0) -> np.ndarray:
+    """sum_{k=a}^{e} (k + q)^-alpha by Euler-Maclaurin to the third derivative (a >=
+    MIN_HEAD: the first dropped term is below 1e-12 of the sum)."""
+    af, ef = a.astype(np.float64) + q, e.astype(np.float64) + q
     log_ratio = np.log(ef / af)
     y = (1.0 - alpha) * log_ratio
     small = np.abs(y) < 1e-8
@@ -114,10 +115,14 @@ def table_popularity(
     tolerance: float = DEFAULT_TOLERANCE,
     *,
     hot_shares: Sequence[float] = (),
+    rank_offset: float = 0.0,
 ) -> Popularity:
     """One table's ranks: the head one by one, the tail in buckets (module docstring);
     probabilities scaled to sum to `weight` (the table's share of the lookups), ranks
-    1..j with the hot values' shares `hot_shares` of it."""
+    1..j with the hot values' shares `hot_shares` of it; rank k weighs (k + q)^-alpha,
+    q = `rank_offset` (a bucket's ratio ((e + q) / (a + q))^alpha is at most (e / a)^alpha,
+    so the buckets and the bound are the plain law's)."""
+    q = float(rank_offset)
     rows = int(rows)
     if rows < 1:
         raise ConfigError("rows must be >= 1")
@@ -135,7 +140,7 @@ def table_popularity(
         return Popularity(np.array(counts), np.array(probs), 1.0, rows)
     growth = (1.0 + tolerance) ** (1.0 / alpha)
     head = min(rows, max(MIN_HEAD, math.ceil(1.0 / (growth - 1.0)) + 1))
-    head_w = np.arange(1, head + 1, dtype=np.float64) ** -alpha
+    head_w = (np.arange(1, head + 1, dtype=np.float64) + q) ** -alpha
     starts, ends = [], []
     a = head + 1
     while a <= rows:
@@ -147,7 +152,7 @@ def table_popularity(
         a = e + 1
     lo = np.array(starts, dtype=np.int64)
     hi = np.array(ends, dtype=np.int64)
-    tail = _bucket_sums(lo, hi, float(alpha)) if len(lo) else np.zeros(0)
+    tail = _bucket_sums(lo, hi, float(alpha), q) if len(lo) else np.zeros(0)
     norm = math.fsum(head_w.tolist()) + math.fsum(tail.tolist())
     counts = np.concatenate([np.ones(head), (hi - lo + 1).astype(np.float64)])
     if len(hot):  # the hot ranks (head ranks, each on its own) take their shares
@@ -156,7 +161,7 @@ def table_popularity(
         probs[: len(hot)] = hot * weight
     else:
         probs = np.concatenate([head_w, tail / (hi - lo + 1)]) * (weight / norm)
-    ratio = float(((hi / lo).astype(np.float64) ** alpha).max()) if len(lo) else 1.0
+    ratio = float((((hi + q) / (lo + q)).astype(np.float64) ** alpha).max()) if len(lo) else 1.0
     return Popularity(counts, probs, ratio, rows)
 
 
@@ -184,7 +189,12 @@ def spec_popularity(spec: WorkloadSpec, tolerance: float = DEFAULT_TOLERANCE) ->
     pooling = sum(t.pooling for t in spec.tables)
     parts = [
         table_popularity(
-            t.rows, float(t.alpha), t.pooling / pooling, tolerance, hot_shares=t.hot_shares
+            t.rows,
+            float(t.alpha),
+            t.pooling / pooling,
+            tolerance,
+            hot_shares=t.hot_shares,
+            rank_offset=float(t.rank_offset),
         )
         for t in spec.tables
     ]

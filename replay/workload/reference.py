@@ -60,13 +60,15 @@ def draw_rank(key: int, t: int, tables: s.SamplerTables) -> int:
         if v - slot < tables.alias_prob[off + slot]:
             return slot + 1
         return int(tables.alias_index[off + slot]) + 1
-    alpha, lo, hi, sq = (float(fp[i]) for i in (s.F_ALPHA, s.F_TAIL_LO, s.F_TAIL_HI, s.F_TAIL_S))
+    alpha, lo, hi, sq, q = (
+        float(fp[i]) for i in (s.F_ALPHA, s.F_TAIL_LO, s.F_TAIL_HI, s.F_TAIL_S, s.F_OFFSET)
+    )
     attempt = 2
     while True:
         w = hi + uniform(key, attempt) * (lo - hi)
-        x = h_integral_inverse(w, alpha)
+        x = h_integral_inverse(w, alpha) - q
         k = min(max(int(x + 0.5), head + 1), rows)
-        if k - x <= sq or w >= h_integral(k + 0.5, alpha) - math.exp(-alpha * math.log(k)):
+        if k - x <= sq or w >= h_integral(k + 0.5 + q, alpha) - math.exp(-alpha * math.log(k + q)):
             return k
         attempt += 1
 

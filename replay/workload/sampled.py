@@ -26,7 +26,8 @@ depends only on (spec, seed, T, b), whatever the threads or the batch ranges rea
   (`sampler.unpermute_index`); the set and the weights are the same, at a fraction of
   the cost. The chunks of rows run in `threads` threads (numba releases the GIL).
   S_t = sum of k^-alpha over the sampled ranks / the generator's normaliser (the head
-  sum plus the Euler-Maclaurin tail of `sampler.build_sampler_tables`). Hot values
+  sum plus the Euler-Maclaurin tail of `sampler.build_sampler_tables`); with a
+  `rank_offset` q, (k + q)^-alpha in both. Hot values
   (`hot_shares` s_1..s_j) are ranks 1..j with their own weights: rank i's row weighs
   W_i = s_i / (1 - sum s) x R instead of i^-alpha, R the normaliser less the hot ranks'
   i^-alpha (`sampler.hot_weights`, the generator's own), and S_t is divided by R +
@@ -101,36 +102,36 @@ BINOMIAL_CUT = 2.0**-64  # mass the binomial tables may drop, in all
 def _sampled_rows_kernel(
     offset: np.int64, rows: np.int64, lo: np.int64, hi: np.int64, contiguous: bool,
     bits: np.int64, keys: np.ndarray, threshold: np.int64, alpha: float,
-    hot_weight: np.ndarray, out_row: np.ndarray, out_weight: np.ndarray,
+    hot_weight: np.ndarray, out_row: np.ndarray, out_weight: np.ndarray, q: float = 0.0,
 ) -> np.int64:  # fmt: skip
-    """Rows of [lo, hi) that SHARDS keeps and their rank's weight k^-alpha (hot rank i's
-    `hot_weight[i - 1]`); their count."""
+    """Rows of [lo, hi) that SHARDS keeps and their rank's weight (k + q)^-alpha (hot rank
+    i's `hot_weight[i - 1]`); their count."""
     n = 0
     for r in range(lo, hi):
         if shards_keeps(offset + r, threshold):
             p = r if contiguous else unpermute_index(r, rows, bits, keys)
             out_row[n] = r
-            out_weight[n] = 1.0 if alpha == 0.0 else math.exp(-alpha * math.log(p + 1.0))
+            out_weight[n] = 1.0 if alpha == 0.0 else math.exp(-alpha * math.log(p + 1.0 + q))
             if p < len(hot_weight):
                 out_weight[n] = hot_weight[p]
             n += 1
     return n
 
 
-def _normaliser(rows: int, alpha: float) -> float:
-    """The sum the generator's pmf k^-alpha is divided by (head sum + tail sum)."""
-    return sampler.power_law_sum(rows, alpha)
+def _normaliser(rows: int, alpha: float, q: float = 0.0) -> float:
+    """The sum the generator's pmf (k + q)^-alpha is divided by (head sum + tail sum)."""
+    return sampler.power_law_sum(rows, alpha, q)
 
 
 def _hot_weights(
-    rows: int, alpha: float, hot_shares: tuple[float, ...]
+    rows: int, alpha: float, hot_shares: tuple[float, ...], q: float = 0.0
 ) -> tuple[np.ndarray, float]:
-    """(W, normaliser): the hot ranks' weights in the units of k^-alpha and the sum the
-    weights are divided by (module docstring); (empty, Z) without hot values."""
-    norm = _normaliser(rows, alpha)
+    """(W, normaliser): the hot ranks' weights in the units of (k + q)^-alpha and the sum
+    the weights are divided by (module docstring); (empty, Z) without hot values."""
+    norm = _normaliser(rows, alpha, q)
     if not hot_shares:
         return np.zeros(0, dtype=np.float64), norm
-    plain = np.arange(1, len(hot_shares) + 1, dtype=np.float64) ** -alpha
+    plain = sampler.head_weights(len(hot_shares), alpha, q)
     rest = norm - math.fsum(plain.tolist())
     weights = sampler.hot_weights(hot_shares, np.zeros(len(hot_shares)), rest)
     return weights, rest + math.fsum(weights.tolist())
@@ -219,7 +220,10 @@ def sampled_tables(
         for lo in range(0, int(rows[t]), SETUP_CHUNK_ROWS)
     ]
     keys = [sampler.feistel_round_keys(root, t) for t in range(len(rows))]
-    hot = [_hot_weights(t.rows, float(t.alpha), t.hot_shares) for t in spec.tables]
+    hot = [
+        _hot_weights(t.rows, float(t.alpha), t.hot_shares, float(t.rank_offset))
+        for t in spec.tables
+    ]
 
     def run(task: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
         t, lo, hi = task
@@ -229,7 +233,7 @@ def sampled_tables(
         n = _sampled_rows_kernel(
             int(offsets[t]), int(rows[t]), lo, hi, table.mapping == "contiguous",
             sampler.permutation_bits(int(rows[t])), keys[t], threshold, float(table.alpha),
-            hot[t][0], out_row, out_weight,
+            hot[t][0], out_row, out_weight, float(table.rank_offset),
         )  # fmt: skip
         return out_row[:n].copy(), out_weight[:n].copy()
 

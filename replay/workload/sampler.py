@@ -12,6 +12,13 @@ Assumptions and sources of each model:
   exactly by rejection inversion (Hörmann & Derflinger, "Rejection-inversion to generate
   variates from monotone discrete distributions", ACM TOMACS 6(3), 1996; the variant of
   Apache Commons RNG's RejectionInversionZipfSampler). alpha = 0 is the uniform law.
+- A flatter head (`rank_offset` q >= 0): p(k) ~ (k + q)^-alpha, the Zipf-Mandelbrot law
+  (Mandelbrot 1953), drawn by the same two parts on the shifted hat: the alias head's
+  weights are (k + q)^-alpha, and rejection inversion runs on h(x) = (x + q)^-alpha, i.e.
+  H(x + q) for the hat's integral, x = H^-1(w) - q, and the squeeze constant s taken at
+  rank 2 of the shifted law (s grows towards 1/2 with the rank for a convex decreasing h,
+  so rank 2's is valid for every tail rank). q = 0 adds 0.0 to every operand, so every
+  number, so every lookup, is what it was before the knob.
 - Hot values (`hot_shares` s_1..s_j, `replay.workload.spec`): rank i <= j takes s_i of
   the lookups and ranks above j the power law's k^-alpha scaled to 1 - sum s. The hot
   ranks (j <= 3) are always in the alias head (below), so they cost nothing at draw
@@ -164,11 +171,12 @@ def _h_integral_inverse(x: float, alpha: float) -> float:
 
 
 @kernel
-def zipf_constants(rows: np.int64, alpha: float) -> tuple[float, float, float]:
-    """(H(1.5) - 1, H(rows + 0.5), s) of the rejection-inversion sampler."""
-    h_x1 = _h_integral(1.5, alpha) - 1.0
-    h_n = _h_integral(rows + 0.5, alpha)
-    s = 2.0 - _h_integral_inverse(_h_integral(2.5, alpha) - _h(2.0, alpha), alpha)
+def zipf_constants(rows: np.int64, alpha: float, q: float = 0.0) -> tuple[float, float, float]:
+    """(H(1.5 + q) - h(1 + q), H(rows + 0.5 + q), s) of the rejection-inversion sampler of
+    p(k) ~ (k + q)^-alpha (q = 0: H(1.5) - 1, H(rows + 0.5), s, the plain law's)."""
+    h_x1 = _h_integral(1.5 + q, alpha) - _h(1.0 + q, alpha)
+    h_n = _h_integral(rows + 0.5 + q, alpha)
+    s = 2.0 + q - _h_integral_inverse(_h_integral(2.5 + q, alpha) - _h(2.0 + q, alpha), alpha)
     return h_x1, h_n, s
 
 
@@ -271,14 +279,14 @@ FULL_ALIAS_ROWS = 1 << 16
     I_PERM_LEN,
 ) = range(10)
 # fparams columns
-F_ALPHA, F_P_HEAD, F_TAIL_LO, F_TAIL_HI, F_TAIL_S, F_DRIFT, F_REUSE = range(7)
+F_ALPHA, F_P_HEAD, F_TAIL_LO, F_TAIL_HI, F_TAIL_S, F_DRIFT, F_REUSE, F_OFFSET = range(8)
 
 
-def tail_sum(first: int, last: int, alpha: float) -> float:
-    """sum_{k=first}^{last} k^-alpha by Euler-Maclaurin (first >= HEAD_RANKS + 1)."""
+def tail_sum(first: int, last: int, alpha: float, q: float = 0.0) -> float:
+    """sum_{k=first}^{last} (k + q)^-alpha by Euler-Maclaurin (first >= HEAD_RANKS + 1)."""
     if last < first:
         return 0.0
-    a, b = float(first), float(last)
+    a, b = float(first) + q, float(last) + q
     integral = _h_integral(b, alpha) - _h_integral(a, alpha)
 
     def d1(x: float) -> float:
@@ -301,14 +309,19 @@ def hot_weights(hot_shares: Sequence[float], weights: np.ndarray, tail: float) -
     return np.asarray(hot_shares, dtype=np.float64) / (1.0 - math.fsum(hot_shares)) * rest
 
 
-def power_law_sum(rows: int, alpha: float) -> float:
-    """H(rows, alpha) = sum_{k=1}^{rows} k^-alpha as the generator sums it: the head
+def power_law_sum(rows: int, alpha: float, q: float = 0.0) -> float:
+    """H(rows, alpha) = sum_{k=1}^{rows} (k + q)^-alpha as the generator sums it: the head
     ranks exactly, the tail by Euler-Maclaurin (`tail_sum`); rows for alpha = 0."""
     if alpha == 0.0:
         return float(rows)
     head = rows if rows <= FULL_ALIAS_ROWS else HEAD_RANKS
-    weights = np.arange(1, head + 1, dtype=np.float64) ** -alpha
-    return math.fsum(weights.tolist()) + tail_sum(head + 1, rows, alpha)
+    weights = head_weights(head, alpha, q)
+    return math.fsum(weights.tolist()) + tail_sum(head + 1, rows, alpha, q)
+
+
+def head_weights(head: int, alpha: float, q: float = 0.0) -> np.ndarray:
+    """(k + q)^-alpha for ranks k = 1..head (q = 0: k^-alpha, bit for bit)."""
+    return (np.arange(1, head + 1, dtype=np.float64) + q) ** -alpha
 
 
 @kernel
@@ -360,7 +373,7 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
     where they have them) for the kernels."""
     n = len(tables)
     iparams = np.zeros((n, 10), dtype=np.int64)
-    fparams = np.zeros((n, 7), dtype=np.float64)
+    fparams = np.zeros((n, 8), dtype=np.float64)
     round_keys = np.zeros((n, FEISTEL_ROUNDS), dtype=np.uint64)
     probs: list[np.ndarray] = []
     aliases: list[np.ndarray] = []
@@ -368,6 +381,7 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
     alias_off = perm_off = 0
     for t, spec in enumerate(tables):
         rows, alpha = int(spec.rows), float(spec.alpha)
+        q = float(getattr(spec, "rank_offset", 0.0))
         hot = tuple(float(h) for h in getattr(spec, "hot_shares", ()))
         head = rows if rows <= FULL_ALIAS_ROWS else HEAD_RANKS
         if alpha == 0.0 and not hot:
@@ -381,8 +395,8 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
         )  # fmt: skip
         p_head, lo, hi, sq = 1.0, 0.0, 0.0, 0.0
         if head:
-            weights = np.arange(1, head + 1, dtype=np.float64) ** -alpha
-            s_tail = tail_sum(head + 1, rows, alpha) if head < rows else 0.0
+            weights = head_weights(head, alpha, q)
+            s_tail = tail_sum(head + 1, rows, alpha, q) if head < rows else 0.0
             if hot:  # the hot ranks' weights (none: the plain law's weights, bit for bit)
                 weights[: len(hot)] = hot_weights(hot, weights, s_tail)
             s_head = math.fsum(weights.tolist())
@@ -392,10 +406,10 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
             alias_off += head
             if head < rows:
                 p_head = s_head / (s_head + s_tail)
-                lo = _h_integral(head + 0.5, alpha)
-                hi = _h_integral(rows + 0.5, alpha)
-                sq = zipf_constants(rows, alpha)[2]
-        fparams[t] = (alpha, p_head, lo, hi, sq, spec.drift, spec.reuse)
+                lo = _h_integral(head + 0.5 + q, alpha)
+                hi = _h_integral(rows + 0.5 + q, alpha)
+                sq = zipf_constants(rows, alpha, q)[2]
+        fparams[t] = (alpha, p_head, lo, hi, sq, spec.drift, spec.reuse, q)
         if spec.mapping != "contiguous":
             # the permutation of the first positions, precomputed: all of a small table,
             # the hottest HEAD_RANKS positions of a large one (most draws land there)
@@ -428,9 +442,9 @@ def _explicit_permutation(
 def draw_rank_scalar(
     key: np.uint64, rows: np.int64, head: np.int64, p_head: float, alias_off: np.int64,
     alpha: float, lo: float, hi: float, s: float,
-    alias_prob: np.ndarray, alias_index: np.ndarray,
+    alias_prob: np.ndarray, alias_index: np.ndarray, q: float = 0.0,
 ) -> np.int64:  # fmt: skip
-    """An exact draw from p(k) ~ k^-alpha, k in [1, rows], from the stream `key`.
+    """An exact draw from p(k) ~ (k + q)^-alpha, k in [1, rows], from the stream `key`.
 
     `key` is itself a mix64 output, so its own bits are the first uniform.
     """
@@ -450,13 +464,13 @@ def draw_rank_scalar(
     attempt = 2
     while True:
         w = hi + uniform(key, attempt) * (lo - hi)
-        x = _h_integral_inverse(w, alpha)
+        x = _h_integral_inverse(w, alpha) - q
         k = np.int64(x + 0.5)
         if k <= head:
             k = head + 1
         elif k > rows:
             k = rows
-        if k - x <= s or w >= _h_integral(k + 0.5, alpha) - _h(np.float64(k), alpha):
+        if k - x <= s or w >= _h_integral(k + 0.5 + q, alpha) - _h(k + q, alpha):
             return k
         attempt += 1
 
@@ -470,6 +484,7 @@ def draw_rank(
     return draw_rank_scalar(
         key, ip[t, I_ROWS], ip[t, I_HEAD], fp[t, F_P_HEAD], ip[t, I_ALIAS_OFF], fp[t, F_ALPHA],
         fp[t, F_TAIL_LO], fp[t, F_TAIL_HI], fp[t, F_TAIL_S], alias_prob, alias_index,
+        fp[t, F_OFFSET],
     )  # fmt: skip
 
 
@@ -546,6 +561,7 @@ def generate_lookups(
             sq = fp[t, F_TAIL_S]
             reuse = fp[t, F_REUSE]
             drift = fp[t, F_DRIFT]
+            q = fp[t, F_OFFSET]
             period = ip[t, I_DRIFT_PERIOD]
             keys = round_keys[t]
             fresh_key = stream_key(root, b, t, PURPOSE_FRESH)
@@ -560,7 +576,7 @@ def generate_lookups(
                 draw_key = mix64(key + np.uint64(src_j + 1) * GAMMA)
                 p = draw_rank_scalar(
                     draw_key, rows, head, p_head, alias_off, alpha, lo, hi, sq,
-                    alias_prob, alias_index,
+                    alias_prob, alias_index, q,
                 ) - 1  # fmt: skip
                 if drift != 0.0:  # an integer modulo costs more than the rest
                     p = (p - drift_shift(src_b, rows, drift, period)) % rows

@@ -14,6 +14,7 @@ that does not set the key itself)::
 
     [defaults]
     alpha = 1.05               # bounded power law p(k) ~ k^-alpha over ranks 1..rows
+    rank_offset = 0.0          # q: p(k) ~ (k + q)^-alpha (Zipf-Mandelbrot), a flatter head
     hot_shares = []            # exact shares of the lookups on ranks 1, 2, ... (hot values)
     drift = 0.0                # share of a table's rows the popularity ranking moves per batch
     drift_period_batches = 1   # apply the drift in steps of this many batches (e.g. a day)
@@ -74,6 +75,9 @@ MAX_ROWS = 2**53
 MAX_ROWS_TEXT = "2^53"
 MAX_ALPHA = 10.0
 MAX_POOLING = 1 << 20
+# q of p(k) ~ (k + q)^-alpha: a head of up to about q equally likely ranks; beyond 2^40 the
+# law is uniform over any table the generator can hold in a batch
+MAX_RANK_OFFSET = float(2**40)
 # hot values per table: real tables show one to three (issue 28; `replay fit` tests them
 # rank by rank), and every hot rank must be a head rank of each generator
 MAX_HOT_VALUES = 3
@@ -88,6 +92,8 @@ class TableSpec:
     alpha: float = 1.05
     # the exact shares of the lookups on ranks 1..j; the power law shares the rest
     hot_shares: tuple[float, ...] = ()
+    # q of the Zipf-Mandelbrot law p(k) ~ (k + q)^-alpha; 0 is the plain power law
+    rank_offset: float = 0.0
     drift: float = 0.0
     drift_period_batches: int = 1
     reuse: float = 0.0
@@ -169,6 +175,8 @@ def _table_dict(table: TableSpec) -> dict[str, Any]:
         data["hot_shares"] = list(data["hot_shares"])
     else:
         del data["hot_shares"]
+    if data["rank_offset"] == 0.0:
+        del data["rank_offset"]
     return data
 
 
@@ -288,6 +296,9 @@ def _table(data: Any, defaults: dict[str, Any], where: str) -> TableSpec:
         rows=_rows(merged["rows"], f"{where}.rows"),
         alpha=_float(merged.get("alpha", 1.05), f"{where}.alpha", 0.0, MAX_ALPHA),
         hot_shares=_hot_shares(merged, where),
+        rank_offset=_float(
+            merged.get("rank_offset", 0.0), f"{where}.rank_offset", 0.0, MAX_RANK_OFFSET
+        ),
         drift=_float(merged.get("drift", 0.0), f"{where}.drift", 0.0, 1.0),
         drift_period_batches=_int(
             merged.get("drift_period_batches", 1), f"{where}.drift_period_batches", 1, 2**40
