@@ -127,11 +127,13 @@ def batch_lookups(
     return out
 
 
-def exact_pmf(rows: int, alpha: float, hot_shares: Sequence[float] = ()) -> np.ndarray:
+def exact_pmf(
+    rows: int, alpha: float, hot_shares: Sequence[float] = (), q: float = 0.0
+) -> np.ndarray:
     """p(k) for k = 1..rows of the bounded power law with hot values: s_k for the hot
-    ranks k <= j, (1 - sum s) k^-alpha / sum_(i > j) i^-alpha above (for distribution
-    tests)."""
-    k = np.arange(1, rows + 1, dtype=np.float64)
+    ranks k <= j, (1 - sum s) (k + q)^-alpha / sum_(i > j) (i + q)^-alpha above (for
+    distribution tests)."""
+    k = np.arange(1, rows + 1, dtype=np.float64) + q
     w = k**-alpha
     if not len(hot_shares):
         return w / w.sum()
