@@ -186,14 +186,15 @@ class RowMass:
 
         table = spec.tables[t]
         rows = int(table.rows)
-        hot, norm = _hot_weights(rows, float(table.alpha), table.hot_shares)
+        q = float(getattr(table, "rank_offset", 0.0))
+        hot, norm = _hot_weights(rows, float(table.alpha), table.hot_shares, q)
         head = min(rows, int(head_ranks))
         out_row = np.empty(head, dtype=np.int64)
         weight = np.empty(head, dtype=np.float64)
         _head_rows(
             rows, head, table.mapping == "contiguous", sampler.permutation_bits(rows),
             sampler.feistel_round_keys(sampler.root_key(spec.seed), t), float(table.alpha),
-            hot, out_row, weight,
+            hot, out_row, weight, q,
         )  # fmt: skip
         order = np.argsort(out_row, kind="stable")
         tail = max(norm - float(weight.sum()), 0.0) if rows > head else 0.0
@@ -305,13 +306,13 @@ def _split(
 @kernel
 def _head_rows(
     rows: int, head: int, contiguous: bool, bits: int, keys: np.ndarray, alpha: float,
-    hot_weight: np.ndarray, out_row: np.ndarray, out_weight: np.ndarray,
+    hot_weight: np.ndarray, out_row: np.ndarray, out_weight: np.ndarray, q: float = 0.0,
 ) -> None:  # fmt: skip
-    """The rows of ranks 0 .. head - 1 and their weights (k^-alpha, hot ranks their own),
+    """The rows of ranks 0 .. head - 1 and their weights ((k + q)^-alpha, hot ranks their own),
     as the generator maps and weighs them (`replay.workload.sampler`)."""
     for p in range(head):
         out_row[p] = p if contiguous else permute_index(p, rows, bits, keys)
-        out_weight[p] = 1.0 if alpha == 0.0 else math.exp(-alpha * math.log(p + 1.0))
+        out_weight[p] = 1.0 if alpha == 0.0 else math.exp(-alpha * math.log(p + 1.0 + q))
         if p < len(hot_weight):
             out_weight[p] = hot_weight[p]
 
