@@ -74,6 +74,7 @@ one sort of them.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,9 +186,8 @@ def _route_streams(
     salt: np.uint64,
     out_stream: np.ndarray,
     out_row: np.ndarray,
-    out_batch: np.ndarray,
 ) -> None:
-    """Each lookup's stream, its row in the stream and its batch within the range: the
+    """Each lookup's stream and its row in the stream (out[i] for lookup i): the
     block `rank_curves._route` sends it to (a column-wise table's first block stands for
     all of them: they share one stream)."""
     for b in range(len(bounds) - 1):
@@ -210,7 +210,52 @@ def _route_streams(
             s = stream_of[ix(blk)]
             out_stream[ix(i)] = s
             out_row[ix(i)] = row - start[ix(blk)] if k_t == _ROWS else row
-            out_batch[ix(i)] = b
+
+
+@kernel
+def _group_rows(stream: np.ndarray, row: np.ndarray, cuts: np.ndarray, out: np.ndarray) -> None:
+    """out = the rows grouped by stream (a counting sort: trace order within a stream),
+    stream s's at out[cuts[s]:cuts[s + 1]]."""
+    cursor = cuts[:-1].copy()
+    for i in range(len(stream)):
+        s = stream[ix(i)]
+        c = cursor[ix(s)]
+        out[ix(c)] = row[ix(i)]
+        cursor[ix(s)] = c + 1
+
+
+@kernel
+def _count_distinct(
+    stream: np.ndarray, row: np.ndarray, bounds: np.ndarray, flat: np.ndarray,
+    slots: np.ndarray, used: np.ndarray, out: np.ndarray,
+) -> None:  # fmt: skip
+    """out[s] += the distinct rows of stream s in each batch of `bounds`: an open-
+    addressing set of (stream, row) per batch (`slots`, a power of two at least twice a
+    batch's lookups, all 0 on entry and on return; `used`: the slots a batch filled)."""
+    bits = np.uint64(0)
+    while (np.uint64(1) << bits) < np.uint64(len(slots)):
+        bits += np.uint64(1)
+    shift = np.uint64(64) - bits
+    mask = np.int64(len(slots) - 1)
+    for b in range(len(bounds) - 1):
+        n_used = 0
+        for i in range(bounds[b], bounds[b + 1]):
+            s = stream[ix(i)]
+            key = flat[ix(s)] + row[ix(i)] + 1  # 0: an empty slot
+            h = np.int64((np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> shift)
+            while True:
+                k = slots[ix(h)]
+                if k == key:
+                    break
+                if k == 0:
+                    slots[ix(h)] = key
+                    used[ix(n_used)] = h
+                    n_used += 1
+                    out[ix(s)] += 1
+                    break
+                h = (h + 1) & mask
+        for j in range(n_used):
+            slots[ix(used[ix(j)])] = 0
 
 
 class _Pass:
@@ -229,6 +274,8 @@ class _Pass:
         self.distinct = np.zeros(len(streams.table), dtype=np.int64) if distinct else None
         self.routed = np.zeros(len(streams.table), dtype=np.int64)
         self.flat = table_offsets(streams.height)  # streams' rows end to end
+        self.slots = np.zeros(0, dtype=np.int64)
+        self.used = np.zeros(0, dtype=np.int64)
         self.batches = 0
 
     def feed(self, keys: np.ndarray, bounds: np.ndarray, batch_start: int) -> None:
@@ -240,29 +287,27 @@ class _Pass:
             return
         stream = np.empty(n, dtype=np.int64)
         row = np.empty(n, dtype=np.int64)
-        batch = np.empty(n, dtype=np.int64)
         x = self.x
         _route_streams(
             keys, bounds, int(batch_start), self.offsets, x.kind, x.even, x.base, x.count,
-            x.start, self.s.stream_of, self.world, np.uint64(DP_SALT), stream, row, batch,
+            x.start, self.s.stream_of, self.world, np.uint64(DP_SALT), stream, row,
         )  # fmt: skip
-        self.routed += np.bincount(stream, minlength=len(self.routed))
+        per_stream = np.bincount(stream, minlength=len(self.routed))
+        self.routed += per_stream
         if self.distinct is not None:
-            total = int(self.flat[-1])
-            if (len(bounds) - 1) * max(total, 1) >= 2**62:
-                raise OverflowError("torchrec shards: too many rows x batches in one range")
-            u = np.unique(batch * total + self.flat[stream] + row) % max(total, 1)
-            where = np.searchsorted(self.flat, u, side="right") - 1
-            self.distinct += np.bincount(where, minlength=len(self.distinct))
+            widest = int(np.diff(bounds).max(initial=0))
+            need = 1 << max(int(2 * widest - 1).bit_length(), 4)
+            if len(self.slots) < need:
+                self.slots = np.zeros(need, dtype=np.int64)
+                self.used = np.empty(need, dtype=np.int64)
+            _count_distinct(stream, row, bounds, self.flat, self.slots, self.used, self.distinct)
         if self.states is not None:
-            order = np.argsort(stream, kind="stable")  # trace order within a stream
-            ends = np.cumsum(np.bincount(stream, minlength=len(self.states)))
-            rows = row[order]
-            lo = 0
-            for s, hi in enumerate(ends.tolist()):
-                if hi > lo:
-                    self.states[s].feed(rows[lo:hi])
-                lo = hi
+            cuts = np.zeros(len(per_stream) + 1, dtype=np.int64)
+            np.cumsum(per_stream, out=cuts[1:])
+            rows = np.empty(n, dtype=np.int64)
+            _group_rows(stream, row, cuts, rows)
+            for s in np.flatnonzero(per_stream).tolist():
+                self.states[s].feed(rows[int(cuts[s]) : int(cuts[s + 1])])
 
 
 def shard_stats(
@@ -273,9 +318,14 @@ def shard_stats(
     spec: Any,
     budget_rows: float,
     bins: int = DEFAULT_BINS,
+    table_stats: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The per-shard part of a cluster plan's `torchrec.json` (module docstring), from one
-    pass over `horizon` (sampled at `rate`; `spec` the workload, if any)."""
+    pass over `horizon` (sampled at `rate`; `spec` the workload, if any). `table_stats`:
+    the one-GPU file's tables (`torchrec_stats`, the same `bins`): at R < 1 a shard whose
+    stream is its table's (table-wise, column-wise, one row block, a data-parallel
+    replica's 1 / W) takes its table's curve from there."""
+    tables = dict(table_stats or {})
     from replay.analysis.shards import SHARDS_MODULUS, resolution_rows, shards_threshold
 
     table_rows = np.asarray(horizon.table_rows, dtype=np.int64)
@@ -313,7 +363,14 @@ def shard_stats(
         n = float(full[cs]) * share
         st = states[cs]
         edges = edge_sizes(height, bins)
-        if exact:
+        whole = tables.get(placement.tables[t].name) if not exact else None
+        if whole is not None and int(curved.height[cs]) == int(table_rows[t]):
+            # the table's own stream (or a 1 / W thinning of it): its one-GPU entry, whose
+            # curve has the full stream's exact head where the plan could read one
+            n = float(whole["lookups"]) * share
+            hist_t = np.asarray(whole["mrc_hist_counts"], dtype=np.float64) * share
+            hits = np.concatenate([[0.0], np.cumsum(hist_t)])
+        elif exact:
             miss = st.misses_at(np.maximum(edges, 0)).astype(np.float64)
             hits = np.where(edges > 0, float(st.requests) - miss, 0.0)
         else:
@@ -349,7 +406,12 @@ def shard_stats(
             "lookups": round(n) if exact else float(n),
             "lookups_per_batch": n / batches,
         }
-        if not exact:
+        if whole is not None and int(curved.height[cs]) == int(table_rows[t]):
+            for key in ("sampled_rows", "exact_below_rows", "interpolated_below_rows"):
+                if key in whole:
+                    entry[key] = whole[key]
+            entry["curve"] = "its table's (tables)" + (", lookups / W" if share < 1.0 else "")
+        elif not exact:
             entry["sampled_rows"] = int(st.distinct)
             entry["curve"] = "its table's, lookups / W" if share < 1.0 else "its own"
             if below > 1:
@@ -371,7 +433,8 @@ def shard_stats(
                    "linearly)") + ", one pass over the horizon (replay.plan.torchrec_shards)",
         "few_sampled_rows": [] if exact else sorted({
             f"{e['table']}@{e['rank']}" for e in entries
-            if e["sampled_rows"] < FEW_SAMPLED_ROWS and e["type"] != DATA_PARALLEL
+            if e.get("sampled_rows", FEW_SAMPLED_ROWS) < FEW_SAMPLED_ROWS
+            and e.get("exact_below_rows", 0) < e["height"]
         }),
         "shards": entries,
     }  # fmt: skip
