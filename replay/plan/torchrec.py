@@ -59,9 +59,22 @@ them), so its batches are independent and identically distributed, and the first
 between two seeds there); a sampled source without a workload spec falls back to the
 sample's count / R.
 
+A cluster plan (`replay plan` with a `[cluster]`) adds `cluster`: TorchRec's caches are
+one per shard, so per shard of the recommended placement `shards` holds an entry with the
+fields above read over that shard's own stream (`replay.plan.torchrec_shards`, one pass):
+`table`, `rank`, `node`, `type`, `rows` [a, b), `columns` [c0, c1), `height` (b - a; a
+column block or data-parallel replica: the table's rows), `bins`, `mrc_hist_counts`,
+`expected_lookups` (the shard's distinct rows per batch), `cacheability`,
+`cold_miss_ratio`, `lookups` (over the run) and `lookups_per_batch` (row blocks add up to
+the table's, each column block sees all, a data-parallel replica about 1 / W),
+`load_factor` and `cache_rows` (its GPU's budget split among its shards by
+`replay.plan.cache.split_budget`, `split` says so); beside them `world`, `nodes`,
+`gpus_per_node`, `budget_rows_per_gpu`, `method`, `expected_lookups`, `few_sampled_rows`.
+`tables` stay the one-GPU reference; a one-GPU plan's file has no `cluster`.
+
 Assumed, not modelled: FBGEMM's cache is set-associative (32-way LRU sets), not fully
-associative; a row-wise sharded table has one cache per shard (its height is the shard's
-rows). `parameter_constraints` needs torch and torchrec, which replay does not install.
+associative. `parameter_constraints` needs torch and torchrec, which replay does not
+install (and reads `tables` only: TorchRec's constraints are per table).
 """
 
 from __future__ import annotations

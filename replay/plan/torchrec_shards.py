@@ -44,12 +44,14 @@ table's x the block's probability under the generator's pmf,
 below the sample's resolution (16 (1 - R) / R rows) are read linearly between 0 and it
 (`interpolated_below_rows`, as the one-GPU file), and `sampled_rows` says how many rows
 the sample holds: a shard with few sampled rows (`few_sampled_rows`) has a curve of
-little worth. A data-parallel replica at R < 1 takes its table's curve (one state over
-the table's sampled stream: ASSUMPTION, exact in distribution for a sampled workload,
-which has neither reuse nor drift: an independent 1 / W thinning of an
+little worth. A shard whose stream is its table's (table-wise, column-wise, a single row
+block) takes, at R < 1, its table's one-GPU entry (`table_stats`: the plan's per-table
+curve, with the full stream's exact head where the plan reads one), and so does a
+data-parallel replica, with counts / W (ASSUMPTION, exact in distribution for a sampled
+workload, which has neither reuse nor drift: an independent 1 / W thinning of an
 independent-reference stream has the same LRU miss ratio at every size; its cold misses
 are then the table's share, an undercount of up to W x over a run where the replica
-touches every row the table does) with counts / W. `expected_lookups` at R < 1 is
+touches every row the table does); `curve` says which. `expected_lookups` at R < 1 is
 counted over the first `torchrec.span_batches` batches of the full stream (generated,
 routed by the same kernel, data-parallel replicas apart), as the one-GPU file counts it;
 a sampled source without a workload spec: the sample's distinct / R.
@@ -67,8 +69,8 @@ with the whole budget), as plan.json's one-GPU sections.
 
 Memory: one state per stream (exact: 4 B a row directly indexed up to
 `rank_curves.DIRECT_MAX_ROWS` rows in all, else a hash map over the rows seen; sampled:
-the sampled rows), per range the routed streams, rows and batches (16 B a lookup) and
-one sort of them.
+the sampled rows), per range the routed streams and rows and their grouping (24 B a
+lookup), and a set of twice a batch's lookups (8 B a slot) for the distinct rows.
 """
 
 from __future__ import annotations
