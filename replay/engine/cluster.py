@@ -6,10 +6,11 @@ it reads a `Placement` (`replay/system/sharding.py`) and the system's policy reg
 is pure: a `ClusterResult` out, nothing written. Not yet reachable from the CLI (the
 engine still refuses a `[cluster]` in `systems.py`).
 
-One pass. Each batch range is routed once (`_route_lookups`, a numba kernel, two passes
-over the range's keys: count, then write), giving every rank its lookups in trace order as
-a `BatchRange` of *rank-local* keys, which that rank's policy processes. Never one pass
-over the trace per GPU.
+One pass. Each batch range is routed once (`replay.engine.cluster_route`: numba kernels,
+two passes over the range's keys: record each key's rank and local key, then lay them out
+rank after rank), giving every rank its lookups in trace order as a `BatchRange` of
+*rank-local* keys, which that rank's policy processes. Never one pass over the trace per
+GPU.
 
 Rank-local keys. Each rank's cache sees only the rows of its shards, renumbered: its
 shards in table order (`Placement.shards`' order) are laid end to end, a shard of rows
@@ -96,9 +97,9 @@ Load imbalance per batch: max / mean of the per-rank lookups (1.0 for a batch wi
 lookups).
 
 Memory: per rank, its policy's state over its own rows (`state_bytes_per_key` x rows on
-the rank + the cache's slots); per range, the routed keys (8 B a routed lookup, twice
-for the count pass's none); per batch, 3 x W int64 per-rank columns (lookups, hits,
-misses) -- 1.5 KB a batch at 64 GPUs.
+the rank + the cache's slots); per range, the routed keys (8 B a routed lookup, and 12 B
+a lookup for the record pass, in buffers kept across ranges); per batch, 3 x W int64
+per-rank columns (lookups, hits, misses) -- 1.5 KB a batch at 64 GPUs.
 """
 
 from __future__ import annotations
@@ -109,22 +110,18 @@ from typing import Any
 
 import numpy as np
 
-from replay._intrinsics import ix
-from replay._jit import kernel
+from replay.engine.cluster_route import Router
 from replay.engine.cluster_time import RankAccount, local_batch
 from replay.engine.replay import workload_shape
 from replay.errors import ConfigError
 from replay.policies import POLICIES
 from replay.policies.base import HITS, MISSES, NUM_COUNTERS, Policy, PolicyContext
 from replay.system.sharding import (
-    COLUMN_WISE,
     DATA_PARALLEL,
-    TABLE_ROW_WISE,
-    TABLE_WISE,
     Placement,
 )
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
-from replay.trace.keys import last_at_most, table_of, table_offsets
+from replay.trace.keys import table_offsets
 from replay.trace.stream import (
     BatchRange,
     distinct_bitmap,
@@ -132,11 +129,6 @@ from replay.trace.stream import (
     iter_batch_ranges,
 )
 from replay.workload.source import Source
-
-# table kinds in the routing kernel
-_ROWS, _CW, _DP, _TWRW = 0, 1, 2, 3
-# per-rank scratch columns of one batch's all-to-all
-_SI, _SE, _RI, _RE = 0, 1, 2, 3  # sent intra, sent inter, received intra, received inter
 
 
 @dataclass(frozen=True, eq=False)
@@ -161,371 +153,6 @@ class ClusterResult:
     summary_extra: dict[str, Any] = field(default_factory=dict)  # rank 0's policy's
 
 
-@dataclass(frozen=True, eq=False)
-class _Layout:
-    """The routing kernel's arrays (see `_layout`)."""
-
-    kind: np.ndarray  # int64 per table: _ROWS, _CW, _DP, _TWRW
-    even: np.ndarray  # int64 per table: even block size (row-split), 0 for explicit blocks
-    base: np.ndarray  # int64 per table: its first block
-    count: np.ndarray  # int64 per table: its blocks
-    start: np.ndarray  # int64 per block: first row (row-split: sorted within its table)
-    rank: np.ndarray  # int64 per block: the rank holding it
-    local: np.ndarray  # int64 per block: the local key of its first row on its rank
-    pooled: np.ndarray  # int64 per block: bytes of its pooled embedding (cols x 4)
-    full: np.ndarray  # int64 per table: dim x 4
-    rank_rows: list[list[int]]  # per rank: rows of each of its shards, in local order
-    max_blocks: int
-
-
-def _layout(placement: Placement) -> _Layout:
-    """Blocks per table: row-split tables their non-empty row blocks sorted by first row
-    (even rule: in rank order, so block = row // size), table-wise one, column-wise one per
-    column block (shard order), data-parallel one per rank (rank order). Local keys: each
-    rank's shards in `placement.shards` order, end to end."""
-    world = placement.world
-    rank_rows: list[list[int]] = [[] for _ in range(world)]
-    local_of: dict[int, int] = {}  # shard index -> local key of its first row
-    next_local = [0] * world
-    for i, s in enumerate(placement.shards):
-        local_of[i] = next_local[s.rank]
-        next_local[s.rank] += s.rows
-        rank_rows[s.rank].append(s.rows)
-    nt = len(placement.tables)
-    kind = np.zeros(nt, np.int64)
-    even = np.zeros(nt, np.int64)
-    base = np.zeros(nt, np.int64)
-    count = np.zeros(nt, np.int64)
-    full = np.zeros(nt, np.int64)
-    start: list[int] = []
-    rank: list[int] = []
-    local: list[int] = []
-    pooled: list[int] = []
-    by_table: dict[int, list[int]] = {}
-    for i, s in enumerate(placement.shards):
-        by_table.setdefault(s.table, []).append(i)
-    for t, shape in enumerate(placement.tables):
-        e = placement.entry(t)
-        idx = by_table.get(t, [])
-        full[t] = BYTES_PER_VALUE * shape.dim
-        if e.type == COLUMN_WISE:
-            kind[t] = _CW
-        elif e.type == DATA_PARALLEL:
-            kind[t] = _DP
-            idx = sorted(idx, key=lambda i: placement.shards[i].rank)
-        else:
-            kind[t] = _TWRW if e.type == TABLE_ROW_WISE else _ROWS
-            idx = [i for i in idx if placement.shards[i].rows > 0]
-            idx.sort(key=lambda i: placement.shards[i].row_start)
-            if e.type != TABLE_WISE and e.shards is None:
-                even[t] = max(-(-shape.rows // len(e.ranks)), 1)
-                # the even rule's blocks are in rank order and only trailing ones empty
-            elif e.type == TABLE_WISE:
-                even[t] = max(shape.rows, 1)
-        base[t] = len(start)
-        for i in idx:
-            s = placement.shards[i]
-            start.append(s.row_start)
-            rank.append(s.rank)
-            local.append(local_of[i])
-            pooled.append(BYTES_PER_VALUE * s.cols)
-        count[t] = len(start) - base[t]
-    arr = lambda v: np.array(v, dtype=np.int64)  # noqa: E731
-    return _Layout(
-        kind, even, base, count, arr(start), arr(rank), arr(local), arr(pooled), full,
-        rank_rows, int(count.max()) if nt else 1,
-    )  # fmt: skip
-
-
-@kernel(inline="always")
-def _block_of(t: int, row: int, even: np.ndarray, base: np.ndarray, count: np.ndarray,
-              start: np.ndarray) -> int:  # fmt: skip
-    """The block of a row-split or table-wise table holding `row`."""
-    lo = base[ix(t)]
-    size = even[ix(t)]
-    if size > 0:
-        return lo + row // size
-    return last_at_most(start, lo, lo + count[ix(t)] - 1, row)
-
-
-@kernel(inline="always")
-def _send(src: int, dst: int, nbytes: int, gpn: int, scratch: np.ndarray) -> None:
-    if src == dst:
-        return
-    if src // gpn == dst // gpn:
-        scratch[ix(src), 0] += nbytes
-        scratch[ix(dst), 2] += nbytes
-    else:
-        scratch[ix(src), 1] += nbytes
-        scratch[ix(dst), 3] += nbytes
-
-
-@kernel
-def _route_lookups(
-    keys: np.ndarray,
-    bounds: np.ndarray,
-    batch_size: int,
-    gpn: int,
-    offsets: np.ndarray,
-    kind: np.ndarray,
-    even: np.ndarray,
-    base: np.ndarray,
-    count: np.ndarray,
-    start: np.ndarray,
-    brank: np.ndarray,
-    local: np.ndarray,
-    pooled: np.ndarray,
-    full: np.ndarray,
-    emit: bool,
-    counts: np.ndarray,
-    cursor: np.ndarray,
-    out: np.ndarray,
-    stamp: np.ndarray,
-    held: np.ndarray,
-    scratch: np.ndarray,
-    link: np.ndarray,
-    a2a: np.ndarray,
-) -> None:
-    """Route the lookups of a range's batches to their ranks.
-
-    emit False: counts[b, r] = lookups of batch b routed to rank r, and a2a[b] = (forward
-    intra-node bytes, forward inter-node bytes, forward time s) with `link` = (intra
-    bw, intra latency, inter bw per GPU, inter latency). emit True: write each routed
-    lookup's local key at out[cursor[r]] (cursor advanced), in trace order per rank.
-    `stamp` (per block, all -1 at first) and `held` mark a bag's blocks; `scratch` is
-    world x 4 (sent/received intra/inter of the current batch)."""
-    world = counts.shape[1]
-    bag = 0
-    # the count pass may record each lookup's rank (cursor) and local key (out), for
-    # `_scatter` (rank -1 - t and the row for a column-wise lookup of table t)
-    record = not emit and len(out) == len(keys) and len(keys) > 0
-    if not emit:
-        stamp[:] = -1  # bag ids restart with every call
-    for b in range(len(bounds) - 1):
-        lo = bounds[b]
-        hi = bounds[b + 1]
-        if not emit:
-            scratch[:, :] = 0
-        i = lo
-        while i < hi:
-            t = table_of(offsets, np.int64(keys[ix(i)]))
-            toff = offsets[ix(t)]
-            tend = offsets[ix(t + 1)]
-            # the group's end: the first lookup of a later table (tables ascend in a batch)
-            a = i
-            z = hi
-            while a < z:
-                m = (a + z) >> 1
-                if np.int64(keys[ix(m)]) >= tend:
-                    z = m
-                else:
-                    a = m + 1
-            n = a - i
-            k_t = kind[ix(t)]
-            tb = base[ix(t)]
-            nblk = count[ix(t)]
-            prev = -1
-            owner = 0
-            nheld = 0
-            s = 0
-            nxt = (n + batch_size - 1) // batch_size  # the first position of sample 1
-            for p in range(n):
-                row = np.int64(keys[ix(i + p)]) - toff
-                while p >= nxt:  # s = p x batch_size // n, one division per bag
-                    s += 1
-                    nxt = ((s + 1) * n + batch_size - 1) // batch_size
-                if s != prev:
-                    if not emit and nheld > 0:
-                        _flush(held, nheld, owner, k_t, brank, pooled, full[ix(t)], gpn, scratch)
-                    nheld = 0
-                    bag += 1
-                    prev = s
-                    owner = (s * world) // batch_size
-                if k_t == _DP:
-                    blk = tb + owner
-                    r = brank[ix(blk)]
-                    if emit:
-                        out[ix(cursor[ix(r)])] = local[ix(blk)] + row
-                        cursor[ix(r)] += 1
-                    else:
-                        counts[b, r] += 1
-                        if record:
-                            cursor[ix(i + p)] = r
-                            out[ix(i + p)] = local[ix(blk)] + row
-                elif k_t == _CW:
-                    if record:
-                        cursor[ix(i + p)] = -1 - t
-                        out[ix(i + p)] = row
-                    for c in range(nblk):
-                        blk = tb + c
-                        r = brank[ix(blk)]
-                        if emit:
-                            out[ix(cursor[ix(r)])] = local[ix(blk)] + row
-                            cursor[ix(r)] += 1
-                        else:
-                            counts[b, r] += 1
-                            if stamp[ix(blk)] != bag:
-                                stamp[ix(blk)] = bag
-                                held[nheld] = blk
-                                nheld += 1
-                else:
-                    blk = _block_of(t, row, even, base, count, start)
-                    r = brank[ix(blk)]
-                    if emit:
-                        out[ix(cursor[ix(r)])] = local[ix(blk)] + row - start[ix(blk)]
-                        cursor[ix(r)] += 1
-                    else:
-                        counts[b, r] += 1
-                        if record:
-                            cursor[ix(i + p)] = r
-                            out[ix(i + p)] = local[ix(blk)] + row - start[ix(blk)]
-                        if stamp[ix(blk)] != bag:
-                            stamp[ix(blk)] = bag
-                            held[nheld] = blk
-                            nheld += 1
-            if not emit and nheld > 0:
-                _flush(held, nheld, owner, k_t, brank, pooled, full[ix(t)], gpn, scratch)
-            i += n
-        if not emit:
-            intra = 0
-            inter = 0
-            slowest = 0.0
-            for r in range(world):
-                intra += scratch[r, 0]
-                inter += scratch[r, 1]
-                ti = max(scratch[r, 0], scratch[r, 2])
-                te = max(scratch[r, 1], scratch[r, 3])
-                tr = 0.0
-                if ti > 0:
-                    tr += ti / link[0] + link[1]
-                if te > 0:
-                    tr += te / link[2] + link[3]
-                slowest = max(slowest, tr)
-            a2a[b, 0] = intra
-            a2a[b, 1] = inter
-            a2a[b, 2] = slowest
-
-
-@kernel(inline="always")
-def _flush(held: np.ndarray, nheld: int, owner: int, k_t: int, brank: np.ndarray,
-           pooled: np.ndarray, full: int, gpn: int, scratch: np.ndarray) -> None:  # fmt: skip
-    """A bag's forward bytes: each holding block's pooled embedding to the sample's owner
-    (table-row-wise: to the owner's local index in the table's node, then once across)."""
-    if k_t == _TWRW:
-        node = brank[ix(held[0])] // gpn
-        agg = node * gpn + owner % gpn
-        for h in range(nheld):
-            _send(brank[ix(held[h])], agg, pooled[ix(held[h])], gpn, scratch)
-        _send(agg, owner, full, gpn, scratch)
-    else:
-        for h in range(nheld):
-            _send(brank[ix(held[h])], owner, pooled[ix(held[h])], gpn, scratch)
-
-
-@kernel
-def _route_updates(
-    keys: np.ndarray,
-    bounds: np.ndarray,
-    offsets: np.ndarray,
-    kind: np.ndarray,
-    even: np.ndarray,
-    base: np.ndarray,
-    count: np.ndarray,
-    start: np.ndarray,
-    brank: np.ndarray,
-    local: np.ndarray,
-    emit: bool,
-    counts: np.ndarray,
-    cursor: np.ndarray,
-    out: np.ndarray,
-) -> None:
-    """Update rows to their ranks: the owner of the row's block; every column block; every
-    data-parallel replica. Counts (emit False, recording as `_route_lookups` does) or
-    writes (emit True) as `_route_lookups`."""
-    record = not emit and len(out) == len(keys) and len(keys) > 0
-    for b in range(len(bounds) - 1):
-        for i in range(bounds[b], bounds[b + 1]):
-            key = np.int64(keys[ix(i)])
-            t = table_of(offsets, key)
-            row = key - offsets[ix(t)]
-            k_t = kind[ix(t)]
-            if k_t == _DP or k_t == _CW:  # noqa: SIM109 - numba
-                if record:
-                    cursor[ix(i)] = -1 - t
-                    out[ix(i)] = row
-                for c in range(count[ix(t)]):
-                    blk = base[ix(t)] + c
-                    r = brank[ix(blk)]
-                    if emit:
-                        out[ix(cursor[ix(r)])] = local[ix(blk)] + row
-                        cursor[ix(r)] += 1
-                    else:
-                        counts[b, r] += 1
-            else:
-                blk = _block_of(t, row, even, base, count, start)
-                r = brank[ix(blk)]
-                if emit:
-                    out[ix(cursor[ix(r)])] = local[ix(blk)] + row - start[ix(blk)]
-                    cursor[ix(r)] += 1
-                else:
-                    counts[b, r] += 1
-                    if record:
-                        cursor[ix(i)] = r
-                        out[ix(i)] = local[ix(blk)] + row - start[ix(blk)]
-
-
-@kernel
-def _scatter(
-    rank: np.ndarray,
-    lkey: np.ndarray,
-    base: np.ndarray,
-    count: np.ndarray,
-    brank: np.ndarray,
-    local: np.ndarray,
-    cursor: np.ndarray,
-    out: np.ndarray,
-) -> None:
-    """The recorded keys to their ranks in trace order: out[cursor[r]] = local key; a
-    record -1 - t (a column-wise or data-parallel row of table t) to every block of t."""
-    for i in range(len(rank)):
-        r = rank[ix(i)]
-        if r >= 0:
-            out[ix(cursor[ix(r)])] = lkey[ix(i)]
-            cursor[ix(r)] += 1
-        else:
-            t = -1 - r
-            row = lkey[ix(i)]
-            for c in range(count[ix(t)]):
-                blk = base[ix(t)] + c
-                rr = brank[ix(blk)]
-                out[ix(cursor[ix(rr)])] = local[ix(blk)] + row
-                cursor[ix(rr)] += 1
-
-
-def _scatter_split(
-    counts: np.ndarray, rank: np.ndarray, lkey: np.ndarray, lay: _Layout
-) -> tuple[np.ndarray, np.ndarray]:
-    """(keys, rank starts) from a recording count pass, as `_split` gives them."""
-    per_rank = counts.sum(axis=0)
-    starts = np.zeros(len(per_rank) + 1, dtype=np.int64)
-    np.cumsum(per_rank, out=starts[1:])
-    out = np.empty(int(starts[-1]), dtype=np.int64)
-    _scatter(rank, lkey, lay.base, lay.count, lay.rank, lay.local, starts[:-1].copy(), out)
-    return out, starts
-
-
-def _split(route: Any, counts: np.ndarray, *args: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(keys, rank starts) after the count pass filled `counts`: the emit pass writes
-    rank r's keys, batch by batch in trace order, at keys[starts[r]:starts[r + 1]]."""
-    per_rank = counts.sum(axis=0)
-    starts = np.zeros(len(per_rank) + 1, dtype=np.int64)
-    np.cumsum(per_rank, out=starts[1:])
-    out = np.empty(int(starts[-1]), dtype=np.int64)
-    cursor = starts[:-1].copy()
-    route(*args, True, counts, cursor, out)
-    return out, starts
-
-
 def _distinct(br: BatchRange, offsets: np.ndarray) -> np.ndarray:
     """The range's distinct rows per batch: the reader's, or counted here for a source
     that does not count them."""
@@ -533,12 +160,6 @@ def _distinct(br: BatchRange, offsets: np.ndarray) -> np.ndarray:
         return br.distinct
     out = np.zeros(br.batches, dtype=np.int64)
     distinct_kernel(br.keys, br.bounds, distinct_bitmap(int(offsets[-1])), out)
-    return out
-
-
-def _bounds(per_batch: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(per_batch) + 1, dtype=np.int64)
-    np.cumsum(per_batch, out=out[1:])
     return out
 
 
@@ -632,13 +253,13 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
         ],
         dtype=np.float64,
     )
-    lay = _layout(placement)
+    offsets = table_offsets(rows)
+    router = Router(placement, offsets, batch, link)
+    lay = router.lay
     nb = source.num_batches
     policies = [
         make_rank_policy(system, lay.rank_rows[r], nb, shape.embedding_dim) for r in range(world)
     ]
-    offsets = table_offsets(rows)
-    tables_args = (offsets, lay.kind, lay.even, lay.base, lay.count, lay.start, lay.rank)
     rank_lookups = np.zeros((nb, world), dtype=np.int64)
     rank_hits = np.zeros((nb, world), dtype=np.int64)
     rank_misses = np.zeros((nb, world), dtype=np.int64)
@@ -647,9 +268,6 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
     acc = RankAccount(system, shape, world, nb, unit_rows)
     lookups = np.zeros(nb, dtype=np.int64)
     a2a = np.zeros((nb, 3), dtype=np.float64)
-    stamp = np.full(max(len(lay.start), 1), -1, dtype=np.int64)
-    held = np.zeros(max(lay.max_blocks, 1), dtype=np.int64)
-    scratch = np.zeros((world, 4), dtype=np.int64)
     route_s = 0.0
     policy_s = 0.0
     account_s = 0.0
@@ -658,22 +276,9 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
         t0 = time.perf_counter()
         n = br.batches
         window = slice(br.batch_start, br.batch_stop)
-        counts = np.zeros((n, world), dtype=np.int64)
-        nk = len(br.keys)
-        krank = np.empty(nk, dtype=np.int64)
-        klocal = np.empty(nk, dtype=np.int64)
-        _route_lookups(
-            br.keys, br.bounds, batch, gpn, *tables_args, lay.local, lay.pooled, lay.full,
-            False, counts, krank, klocal, stamp, held, scratch, link, a2a[window],
-        )  # fmt: skip
-        keys, kstarts = _scatter_split(counts, krank, klocal, lay)
-        ucounts = np.zeros((n, world), dtype=np.int64)
-        nu = len(br.update_keys)
-        urank = np.empty(nu, dtype=np.int64)
-        ulocal = np.empty(nu, dtype=np.int64)
-        uargs = (br.update_keys, br.update_bounds, *tables_args, lay.local)
-        _route_updates(*uargs, False, ucounts, urank, ulocal)
-        ukeys, ustarts = _scatter_split(ucounts, urank, ulocal, lay)
+        counts, keys, kstarts, kbounds, ucounts, ukeys, ustarts, ubounds = router.route(
+            br, a2a[window]
+        )
         rank_lookups[window] = counts
         lookups[window] = np.diff(br.bounds)
         rank_updates[window] = ucounts
@@ -684,9 +289,9 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
                 br.batch_start,
                 br.batch_stop,
                 keys[kstarts[r] : kstarts[r + 1]],
-                _bounds(counts[:, r]),
+                kbounds[r],
                 ukeys[ustarts[r] : ustarts[r + 1]],
-                _bounds(ucounts[:, r]),
+                ubounds[r],
             )
             policy.process(rb, out[r])
         t2 = time.perf_counter()
@@ -768,24 +373,6 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
         sum(int(p.ctx.capacity_units) for p in policies), unit_rows,
         policies[0].summary_extra() if policies else {},
     )  # fmt: skip
-
-
-def _route_lookups_emit(batch: int, gpn: int, tables_args: tuple, lay: _Layout) -> Any:
-    """`_route_lookups` in its emit pass, as the `route(keys, bounds, True, counts,
-    cursor, out)` that `_split` calls."""
-    none_i = np.zeros(1, dtype=np.int64)
-    none_s = np.zeros((1, 4), dtype=np.int64)
-    none_f = np.zeros(4, dtype=np.float64)
-    none_a = np.zeros((0, 3), dtype=np.float64)
-
-    def route(keys: np.ndarray, bounds: np.ndarray, emit: bool, counts: np.ndarray,
-              cursor: np.ndarray, out: np.ndarray) -> None:  # fmt: skip
-        _route_lookups(
-            keys, bounds, batch, gpn, *tables_args, lay.local, lay.pooled, lay.full,
-            emit, counts, cursor, out, none_i, none_i, none_s, none_f, none_a,
-        )  # fmt: skip
-
-    return route
 
 
 __all__ = ["ClusterResult", "allreduce_model", "make_rank_policy", "replay_cluster"]
