@@ -378,6 +378,7 @@ def plan_cluster_checkpoints(
             continue
         if name == "cpr":
             plans.append(_cpr(s, draws, seed, notes))
+            curves[name] = _cpr_curve(s, plans[-1])
             continue
         if not s.model.survives_node_failure:
             continue
@@ -420,6 +421,17 @@ def _curve(s: _Setup, name: str, tau: float, points: int = 41) -> dict[str, list
     taus = np.geomspace(lo, hi, points)
     return {"interval_s": [float(t) for t in taus],
             "goodput": [_daly(s, name, float(t)) for t in taus]}  # fmt: skip
+
+
+def _cpr_curve(s: _Setup, plan: ClusterStrategyPlan, points: int = 41) -> dict[str, Any] | None:
+    """cpr's model goodput against τ: τ / (τ + stall) x e^(−R / M) (no lost work)."""
+    tau = plan.interval_s
+    lo, hi = max(s.tb, tau / 30), min(s.horizon_s, tau * 30)
+    if hi <= lo:
+        return None
+    taus = np.geomspace(lo, hi, points)
+    g = taus / (taus + plan.cost_s) * math.exp(-plan.restore_s / s.mtbf_s)
+    return {"interval_s": [float(t) for t in taus], "goodput": [float(x) for x in g]}
 
 
 def fastpersist_speedup(total_bytes: float, nodes: int, torch_save_writer_bw: float) -> float:
