@@ -110,7 +110,7 @@ from typing import Any
 
 import numpy as np
 
-from replay.engine.cluster_route import Router
+from replay.engine.cluster_route import DP, Router
 from replay.engine.cluster_time import RankAccount, local_batch
 from replay.engine.replay import workload_shape
 from replay.errors import ConfigError
@@ -271,13 +271,31 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
     route_s = 0.0
     policy_s = 0.0
     account_s = 0.0
+    # Where each batch's update rows are its distinct lookups (an on-the-fly source that
+    # steps every batch, which still makes the update keys) and no table is replicated
+    # (a data-parallel row's update goes to every replica, its lookup to one), a rank's
+    # update rows are its own distinct lookups: a policy that can take them so
+    # (`updates_from_lookups`, as `replay_trace` gives them) gets their count per batch
+    # and no keys, and the update keys are only counted per rank, not laid out.
+    derive = (
+        type(policies[0]).updates_from_lookups
+        and bool(getattr(source, "updates_are_lookups", False))
+        and getattr(source, "generated_ranges", None) is not None
+        and not bool((lay.kind == DP).any())
+    )
     replay_start = time.perf_counter()
-    for br in iter_batch_ranges(source, with_updates=True, with_distinct=True):
+    ranges = iter_batch_ranges(
+        source, with_updates=True, with_distinct=True, updates_from_lookups=derive
+    )
+    for br in ranges:
         t0 = time.perf_counter()
         n = br.batches
         window = slice(br.batch_start, br.batch_stop)
+        # the update keys are there to count (an on-the-fly source makes them)
+        derived = br.updates_are_lookups
+        assert not derived or len(br.update_keys) == br.update_bounds[-1]
         counts, keys, kstarts, kbounds, ucounts, ukeys, ustarts, ubounds = router.route(
-            br, a2a[window]
+            br, a2a[window], update_keys=not derived
         )
         rank_lookups[window] = counts
         lookups[window] = np.diff(br.bounds)
@@ -292,6 +310,7 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
                 kbounds[r],
                 ukeys[ustarts[r] : ustarts[r + 1]],
                 ubounds[r],
+                updates_are_lookups=derived,
             )
             policy.process(rb, out[r])
         t2 = time.perf_counter()
