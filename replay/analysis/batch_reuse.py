@@ -12,17 +12,30 @@ per batch over all batches (as Meta's "Avg # of indices" and "Avg # of unique co
 Lookups arrive in trace order (batches ascending, a batch possibly spread over several
 chunks); a batch's flat keys are kept until it ends (its lookups x 8 bytes), then sorted
 and counted (numba: sort, run lengths, bins), so memory is one batch's keys.
+
+`spec_batch_reuse(spec, batch)` gives the same statistics of one batch of a workload
+spec without holding the batch: tables never share a row, so a batch's rows and lookups
+per bin are sums over its tables, and each table's lookups are drawn (the generator's
+own draws, `replay.workload.sampler`: batch b's stream, positions 0..n_t - 1), counted
+and dropped in turn; memory is one table's lookups (8 bytes each) per thread. Ranks are
+counted instead of rows (rank -> row is a bijection, so the counts are the same); a
+batch with reuse draws from earlier batches and is refused, as is drift (every batch
+but 0 is shifted, which moves no count either, but is not needed here).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from replay._jit import kernel
-from replay.workload.locality_model import BIN_EDGES, BINS
+from replay.errors import ConfigError
+from replay.workload import sampler
+from replay.workload.locality_model import BIN_EDGES, BINS, BatchStats
+from replay.workload.spec import WorkloadSpec
 
 
 @kernel
@@ -117,3 +130,64 @@ def batch_reuse_arrays(
     acc = BatchReuse(table_rows, num_batches)
     acc.feed(batch, table, row)
     return acc.result()
+
+
+@kernel
+def _table_draws(
+    root: np.uint64, batch: np.int64, t: np.int64, n: np.int64, ip: np.ndarray,
+    fp: np.ndarray, alias_prob: np.ndarray, alias_index: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """Table t's n rank draws in batch `batch`, as `sampler.generate_lookups` draws them
+    without reuse (`ip`, `fp` and the alias tables: table t's alone, in row 0)."""
+    out = np.empty(n, dtype=np.int64)
+    key = sampler.stream_key(root, batch, t, sampler.PURPOSE_FRESH)
+    for j in range(n):
+        draw_key = sampler.mix64(key + np.uint64(j + 1) * sampler.GAMMA)
+        out[j] = sampler.draw_rank(draw_key, 0, ip, fp, alias_prob, alias_index)
+    return out
+
+
+def spec_batch_counts(
+    spec: WorkloadSpec, batch: int = 0, tables: Sequence[int] | None = None, threads: int = 2
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(rows per bin, lookups per bin, distinct rows, lookups) of batch `batch` of `spec`,
+    over `tables` (all by default), one table at a time (module docstring)."""
+    for t in spec.tables:
+        if t.reuse > 0.0:
+            raise ConfigError(f"{spec.name}: table {t.name} has reuse; a batch needs its history")
+    root = sampler.root_key(spec.seed)
+    chosen = range(len(spec.tables)) if tables is None else tables
+
+    def one(t: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+        table = spec.tables[t]
+        st = sampler.build_sampler_tables([table], root)
+        n = spec.batch_size * table.pooling
+        draws = _table_draws(
+            np.uint64(root), batch, t, n, st.iparams, st.fparams, st.alias_prob, st.alias_index
+        )
+        rows = np.zeros(BINS, dtype=np.int64)
+        looks = np.zeros(BINS, dtype=np.int64)
+        distinct = _bin_counts(draws, rows, looks)
+        return rows, looks, distinct, n
+
+    rows = np.zeros(BINS, dtype=np.int64)
+    looks = np.zeros(BINS, dtype=np.int64)
+    distinct = lookups = 0
+    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="batch-reuse") as pool:
+        for r, lk, d, n in pool.map(one, chosen):
+            rows += r
+            looks += lk
+            distinct += d
+            lookups += n
+    return rows, looks, distinct, lookups
+
+
+def spec_batch_reuse(
+    spec: WorkloadSpec, batch: int = 0, tables: Sequence[int] | None = None, threads: int = 2
+) -> BatchStats:
+    """The locality statistics of batch `batch` of `spec` (over `tables`, all by default),
+    streamed table by table (module docstring)."""
+    rows, looks, distinct, lookups = spec_batch_counts(spec, batch, tables, threads)
+    return BatchStats(
+        float(lookups), float(distinct), rows / max(distinct, 1), looks / max(lookups, 1)
+    )

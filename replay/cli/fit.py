@@ -129,7 +129,16 @@ def fit_command(
             help="At most this many groups of alike tables (the fewest that fit are kept).",
             rich_help_panel=_LOCALITY,
         ),
-    ] = 3,
+    ] = 5,
+    max_rows: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            help="Rows per table at most (the statistics see only the rows a batch draws; "
+            "beyond some size a power-law table's batch statistics no longer change).",
+            rich_help_panel=_LOCALITY,
+        ),
+    ] = 100_000_000,
     drift: Annotated[
         float,
         typer.Option(
@@ -147,7 +156,7 @@ def fit_command(
         if trace is not None:
             raise ConfigError("give a TRACE or --locality-stats, not both")
         _fit_locality(locality_stats, out, json_output, force, record, tables, groups, seed,
-                      drift)  # fmt: skip
+                      drift, max_rows)  # fmt: skip
         return
     if trace is None:
         raise ConfigError("give a TRACE folder or --locality-stats FILE")
@@ -214,6 +223,7 @@ def _fit_locality(
     groups: int,
     seed: int,
     drift: float,
+    max_rows: int = 100_000_000,
 ) -> None:
     """`replay fit --locality-stats FILE` (`replay.workload.fit_locality`)."""
     from replay.workload.fit_locality import fit_locality
@@ -226,6 +236,8 @@ def _fit_locality(
         raise ConfigError(f"--seed: {seed} is out of range [0, 2^63)")
     if not 0.0 <= drift <= 1.0:
         raise ConfigError(f"--drift: {drift} is out of range [0, 1]")
+    if not 1 <= max_rows <= 2**53:
+        raise ConfigError(f"--max-rows: {max_rows} is out of range [1, 2^53]")
     if out is not None:
         _check_target(out, force)
     chosen = select_record(read_locality_stats(path), record)
@@ -244,6 +256,7 @@ def _fit_locality(
     fit = fit_locality(
         chosen.stats, tables=count, batch_size=chosen.batch_size, max_groups=groups,
         seed=seed, name=f"fit-{Path(chosen.name).stem}", source=source, drift=drift,
+        max_rows=max_rows,
     )  # fmt: skip
     if out is not None:
         header = "".join(f"# {line}\n" for line in _locality_summary(fit, chosen.name))
@@ -272,7 +285,7 @@ def _locality_summary(fit: Any, name: str) -> list[str]:
     for g in fit.groups:
         lines.append(
             f"  group: {g.tables} tables, {g.pooling_total} lookups per sample, "
-            f"alpha {g.alpha}, {g.rows:,} rows per table"
+            f"alpha {g.alpha}, rank offset {g.rank_offset}, {g.rows:,} rows per table"
         )
     lines.append("bin: rows share target/fit, lookups share target/fit")
     from replay.workload.locality_model import BIN_EDGES

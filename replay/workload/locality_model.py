@@ -60,6 +60,7 @@ class TableShape:
     rows: int
     alpha: float
     hot_shares: tuple[float, ...] = ()
+    rank_offset: float = 0.0  # q of the Zipf-Mandelbrot law p(k) ~ (k + q)^-alpha
 
 
 @dataclass(frozen=True)
@@ -182,8 +183,9 @@ def rank_rates(shape: TableShape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lambda, 1 - p, ranks at it): the table's ranks grouped as the module docstring
     says."""
     rows, alpha, hot = int(shape.rows), float(shape.alpha), shape.hot_shares
+    q = float(shape.rank_offset)
     head = min(rows, HEAD_RANKS)
-    k = np.arange(1, head + 1, dtype=np.float64)
+    k = np.arange(1, head + 1, dtype=np.float64) + q
     head_w = k**-alpha
     # the tail's buckets: [lo, hi) of ranks, geometric
     if rows > head:
@@ -194,7 +196,7 @@ def rank_rates(shape: TableShape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         edges = np.unique(edges)
         lo, hi = edges[:-1].astype(np.float64), edges[1:].astype(np.float64)
         count = hi - lo
-        a, b = lo - 0.5, hi - 0.5
+        a, b = lo - 0.5 + q, hi - 0.5 + q
         if abs(alpha - 1.0) < 1e-12:
             mass = np.log(b / a)
         else:
@@ -212,8 +214,8 @@ def rank_rates(shape: TableShape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         [p_head * shape.lookups, mass * scale * shape.lookups / np.maximum(count, 1)]
     )
     weight = np.concatenate([np.ones(head), count])
-    q = np.concatenate([1.0 - p_head, np.ones(len(count))])
-    return lam, q, weight
+    not_p = np.concatenate([1.0 - p_head, np.ones(len(count))])
+    return lam, not_p, weight
 
 
 def expected_counts(

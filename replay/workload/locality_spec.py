@@ -25,6 +25,7 @@ class TableGroup:
     pooling_total: int  # lookups per sample of the group's tables together
     alpha: float
     rows: int
+    rank_offset: float = 0.0  # q of p(k) ~ (k + q)^-alpha
 
 
 def apportion(total: int, weights: Sequence[float], minimum: int = 0) -> list[int]:
@@ -53,6 +54,7 @@ def group_tables(groups: Sequence[TableGroup], prefix: str = "T") -> tuple[Table
                     name=f"{prefix}{len(tables)}",
                     rows=group.rows,
                     alpha=group.alpha,
+                    rank_offset=group.rank_offset,
                     pooling=max(p, 1),
                 )
             )
