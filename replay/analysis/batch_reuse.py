@@ -9,9 +9,11 @@ Per batch, `rows_share[j]` is the share of its distinct rows in bin j and
 their means over the batches that have lookups, and the mean lookups and distinct rows
 per batch over all batches (as Meta's "Avg # of indices" and "Avg # of unique cols").
 
-Lookups arrive in trace order (batches ascending, a batch possibly spread over several
-chunks); a batch's flat keys are kept until it ends (its lookups x 8 bytes), then sorted
-and counted (numba: sort, run lengths, bins), so memory is one batch's keys.
+Lookups arrive in trace order (batches ascending, tables ascending within a batch, a run
+possibly spread over several chunks); a (batch, table) run's flat keys are kept until it
+ends (its lookups x 8 bytes), then sorted and counted (numba: sort, run lengths, bins)
+into the batch's bins: tables never share a row, so memory is one table's lookups of a
+batch, not the batch's.
 
 `spec_batch_reuse(spec, batch)` gives the same statistics of one batch of a workload
 spec without holding the batch: tables never share a row, so a batch's rows and lookups
@@ -64,7 +66,11 @@ def _bin_counts(keys: np.ndarray, rows: np.ndarray, looks: np.ndarray) -> int:
 
 
 class BatchReuse:
-    """Accumulates `batch_reuse` over lookups fed in trace order."""
+    """Accumulates `batch_reuse` over lookups fed in trace order.
+
+    Tables never share a row, so a batch's bins are sums over its (batch, table) runs:
+    keys are kept per run (a trace is sorted by batch, then table) and counted when the
+    run ends, so memory is one table's lookups of one batch, not the batch's."""
 
     def __init__(self, table_rows: Sequence[int] | np.ndarray, num_batches: int) -> None:
         rows = np.asarray(table_rows, dtype=np.int64)
@@ -76,41 +82,55 @@ class BatchReuse:
         self.lookups = 0
         self.distinct = 0
         self._pending: list[np.ndarray] = []
-        self._pending_batch = -1
+        self._pending_run = (-1, -1)  # (batch, table) of the pending keys
+        self._rows = np.zeros(BINS, dtype=np.int64)  # the current batch's bins so far
+        self._looks = np.zeros(BINS, dtype=np.int64)
+        self._batch_distinct = 0
+        self._batch_lookups = 0
 
     def feed(self, batch: np.ndarray, table: np.ndarray, row: np.ndarray) -> None:
         """A chunk of lookups in trace order (columns as a trace stores them)."""
         if len(row) == 0:
             return
-        keys = self.offsets[np.asarray(table, dtype=np.int64)] + np.asarray(row).astype(np.int64)
+        table = np.asarray(table, dtype=np.int64)
+        keys = self.offsets[table] + np.asarray(row).astype(np.int64)
         batch = np.asarray(batch)
-        cuts = np.flatnonzero(batch[1:] != batch[:-1]) + 1
+        cuts = np.flatnonzero((batch[1:] != batch[:-1]) | (table[1:] != table[:-1])) + 1
         starts = np.concatenate([[0], cuts])
         stops = np.concatenate([cuts, [len(keys)]])
         for lo, hi in zip(starts.tolist(), stops.tolist(), strict=True):
-            b = int(batch[lo])
-            if b != self._pending_batch:
-                self._finish()
-                self._pending_batch = b
+            run = (int(batch[lo]), int(table[lo]))
+            if run != self._pending_run:
+                self._count_run()
+                if run[0] != self._pending_run[0]:
+                    self._finish_batch()
+                self._pending_run = run
             self._pending.append(keys[lo:hi])
 
-    def _finish(self) -> None:
+    def _count_run(self) -> None:
         if not self._pending:
             return
         keys = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0].copy()
         self._pending = []
-        rows = np.zeros(BINS, dtype=np.int64)
-        looks = np.zeros(BINS, dtype=np.int64)
-        distinct = _bin_counts(keys, rows, looks)
-        self.rows_share_sum += rows / distinct
-        self.lookups_share_sum += looks / len(keys)
+        self._batch_distinct += _bin_counts(keys, self._rows, self._looks)
+        self._batch_lookups += len(keys)
+
+    def _finish_batch(self) -> None:
+        if not self._batch_lookups:
+            return
+        self.rows_share_sum += self._rows / self._batch_distinct
+        self.lookups_share_sum += self._looks / self._batch_lookups
         self.batches_with_lookups += 1
-        self.lookups += len(keys)
-        self.distinct += distinct
+        self.lookups += self._batch_lookups
+        self.distinct += self._batch_distinct
+        self._rows[:] = 0
+        self._looks[:] = 0
+        self._batch_distinct = self._batch_lookups = 0
 
     def result(self) -> dict[str, Any]:
         """`batch_reuse` (the module docstring); call once every lookup was fed."""
-        self._finish()
+        self._count_run()
+        self._finish_batch()
         n = max(self.batches_with_lookups, 1)
         batches = max(self.num_batches, 1)
         return {
