@@ -89,9 +89,14 @@ def format_bytes(n: float) -> str:
     for unit, size in (("EiB", 1 << 60), ("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30),
                        ("MiB", 1 << 20), ("KiB", 1 << 10)):  # fmt: skip
         if n >= size:
-            value = n / size
-            return f"{value:.0f} {unit}" if value >= 1000 else f"{value:.3g} {unit}"
+            return f"{_sig3(n / size)} {unit}"
     return f"{n:.0f} B"
+
+
+def _sig3(value: float) -> str:
+    """3 significant digits, never an exponent: 999.6 is `1000`, not `1e+03`."""
+    text = f"{value:.3g}"
+    return f"{value:.0f}" if "e" in text else text
 
 
 def format_duration(seconds: float) -> str:
@@ -102,8 +107,8 @@ def format_duration(seconds: float) -> str:
         return "inf"
     for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0)):
         if abs(s) >= size:
-            return f"{s / size:.3g} {unit}"
-    return f"{s * 1e3:.3g} ms"
+            return f"{_sig3(s / size)} {unit}"
+    return f"{_sig3(s * 1e3)} ms"
 
 
 def format_percent(fraction: float) -> str:
