@@ -4,25 +4,31 @@ Input: one record of a locality statistics file (`replay.workload.locality_stats
 lookups L and distinct rows D per batch of B samples, and the two histograms over Meta's
 reuse bins (share of distinct rows, share of lookups). Output: a workload spec of T tables
 in G groups of alike tables (`replay.workload.locality_spec`), each group with a share of
-the tables, a share of the lookups per sample, a power-law exponent alpha and a table
-size N, whose generated batch reproduces L, D and both histograms.
+the tables, a share of the lookups per sample, an exponent alpha, a rank offset q (the
+Zipf-Mandelbrot law p(k) ~ (k + q)^-alpha, `rank_offset` in the spec) and a table size
+N, whose generated batch reproduces L, D and both histograms.
 
 Method (minimum distance over a parametric family; docs/locality_fit.md):
 
-1. Lookups per sample P = round(L / B) are exact; they are shared among the groups, and
-   inside a group evenly among its tables (whole pooling factors, totals exact).
-2. For candidate parameters theta = (table shares, lookup shares, alpha_g, log N_g), the
+1. Lookups per sample P = round(L / B) are exact: one per table, and the P - T others
+   shared among the groups, inside a group evenly among its tables (whole pooling
+   factors, totals exact).
+2. For candidate parameters theta = (table shares, lookup shares, alpha_g, log N_g,
+   log(1 + q_g)), the
    expected statistics of one batch are computed in closed form
    (`replay.workload.locality_model`: each rank's count Poisson, or normal for hot ranks,
    summed over rank buckets), in about a millisecond per group.
 3. theta minimises the squared differences of the 34 shares plus the relative error of D
    (weight DISTINCT_WEIGHT), by Levenberg-Marquardt with forward-difference Jacobians
-   from N_STARTS seeded starting points; then a few rounds of iteratively reweighted
-   least squares (weights |r|^(p - 2), p = IRLS_POWER) pull the largest differences
-   down, since the acceptance is a bound on every bin, not on their sum of squares.
-4. G is the fewest groups (1 to max_groups) whose expected statistics meet the targets
-   (every share within SELECT_SHARE, D within SELECT_DISTINCT); if none does, the G with
-   the smallest largest difference.
+   from N_STARTS seeded starting points (for G > 1: WARM_RANDOM_STARTS of them and the
+   G - 1 fit with each of its groups split, `_grow`); then a few rounds of iteratively
+   reweighted least squares (weights |r|^(p - 2), p = IRLS_POWER) pull the largest
+   differences down, since the acceptance is a bound on every bin, not on their sum of
+   squares. Candidates are compared on the spec they round to (whole tables, whole
+   pooling factors), and a group of less than one table is penalised.
+4. G is the fewest groups (1 to max_groups) whose rounded spec's expected statistics
+   meet the targets (every share within SELECT_SHARE, D within SELECT_DISTINCT); if none
+   does, the G with the smallest largest difference.
 
 Assumptions, each a default the caller can change (what the statistics cannot say):
 
@@ -31,10 +37,11 @@ Assumptions, each a default the caller can change (what the statistics cannot sa
   seen, and T sets how the lookups are cut into tables;
 - alike tables in a few groups, evenly pooled inside a group (real tables differ one by
   one; the batch statistics only see the mixture);
-- the power law with no hot values (`hot_shares` are not fitted: three hot ranks per
-  table are too few rows to move a histogram of 128 M rows);
-- table sizes: N is fitted as the support of the power law, identified through the
-  power-law assumption by the rows seen once; rows never drawn by any batch are not seen;
+- the Zipf-Mandelbrot law with no hot values (`hot_shares` are not fitted: three hot
+  ranks per table are too few rows to move a histogram of 128 M rows);
+- table sizes: N is fitted as the support of the law, identified through the law by the
+  rows seen once; rows never drawn by any batch are not seen, and beyond some N the
+  statistics no longer move, so N is capped (`--max-rows`, DEFAULT_MAX_ROWS);
 - across batches: no reuse and no drift (consecutive batches are independent draws of
   the same popularity); the statistics are of single batches and say nothing about
   either. Drift (`--drift`) moves the ranking between batches and leaves every batch's

@@ -5,8 +5,8 @@ lookups, its distinct rows, and two histograms over reuse bins (0, 1], (1, 2], (
 ..., (16384, 32768], (32768, inf): the share of the distinct rows whose count in the
 batch falls in each bin, and the share of the lookups that land on such rows. This module
 computes their expectations for tables of the generator's access model
-(`replay.workload.sampler`: the bounded power law with hot values, drawn independently
-per lookup) without generating anything.
+(`replay.workload.sampler`: the bounded power law with hot values and a rank offset q,
+p(k) ~ (k + q)^-alpha, drawn independently per lookup) without generating anything.
 
 Model and approximations (each checked against generated batches in the tests):
 

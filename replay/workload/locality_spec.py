@@ -1,12 +1,13 @@
 """A workload spec from table groups: what `replay fit --locality-stats` fits and writes.
 
 A group is a set of alike tables: a share of the tables, a share of the lookups per
-sample, one power-law exponent and one table size. Tables are independent, so the
-statistics of a batch are sums over tables and a group's tables could be one table
-counted many times; a spec needs whole tables with whole pooling factors, so a group of
-n tables and P lookups per sample gives each table floor(P / n) or that plus 1 (largest
-remainders first, in table order), the totals exact. Kept light (no numba): the
-`meta-2021` preset is built from its groups when the presets load.
+sample, one exponent, one rank offset (p(k) ~ (k + q)^-alpha) and one table size.
+Tables are independent, so the statistics of a batch are sums over tables and a group's
+tables could be one table counted many times; a spec needs whole tables with whole
+pooling factors, so a group of n tables and P lookups per sample gives each table
+floor(P / n) or that plus 1 (largest remainders first, in table order), the totals exact.
+Kept light (no numba). (The `meta-2021` preset is the written spec,
+`replay/workload/meta-2021.toml`.)
 """
 
 from __future__ import annotations
