@@ -98,3 +98,20 @@ def test_loads_carry_how_lookups_fall_on_rows() -> None:
         assert c.mass is not None and c.mass.total == c.lookups * SOURCE.num_batches
         if s.rows > 1_000_000:
             assert abs(s.hottest_share() - c.hottest_share()) < 0.03, s.name
+
+
+def test_the_allreduce_weight_is_the_systems() -> None:
+    """replica_byte = seconds per all-reduced byte (NVLink in a node, the NICs' share per
+    GPU across nodes) / seconds per lookup (hit + all-to-all); hit-only on request."""
+    from replay.engine.placement import allreduce_byte_seconds, system_cost_model
+
+    one = _system("cluster.preset=dgx-h100", "cluster.nodes=1")
+    many = _system("cluster.preset=dgx-h100", "cluster.nodes=8")
+    assert allreduce_byte_seconds(one, 1, 8) == pytest.approx(1 / 450e9)
+    assert allreduce_byte_seconds(many, 8, 8) == pytest.approx(1 / 50e9)
+    model, prices = system_cost_model(many, 8, 8, 128)
+    assert model.replica_byte == pytest.approx(
+        prices["seconds_per_allreduce_byte"] / prices["seconds_per_lookup"]
+    )
+    hit, _ = system_cost_model(many, 8, 8, 128, all_to_all=False)
+    assert hit.replica_byte == pytest.approx(2e-11 / (512 / 3.35e12 + 500e-9 / 16384))

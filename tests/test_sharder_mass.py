@@ -12,7 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay.engine.placement import resolve_placement, spec_loads, table_loads
+from replay.engine.placement import (
+    resolve_placement,
+    spec_loads,
+    system_cost_model,
+    table_loads,
+)
 from replay.engine.sharder import TableLoad, auto_shard, rank_costs
 from replay.errors import ConfigError
 from replay.system.sharding import (
@@ -255,13 +260,39 @@ def test_terabyte_64_gpus_measured_matches_modeled(terabyte: dict) -> None:
 
 
 def test_counted_loads_give_the_same_balance(terabyte: dict) -> None:
-    """A trace's loads, counted from its first batches, plan as well as the spec's."""
+    """A trace's loads, counted from its first batches, plan as well as the spec's, both
+    under the system's cost model (`resolve_placement`: the all-reduce priced)."""
     counted = table_loads(terabyte["source"], TB_SYSTEM, batches=20)
     assert all(ld.mass is not None for ld in counted)
     placed = resolve_placement(TB_SYSTEM, terabyte["source"], loads=counted)
+    spec = resolve_placement(TB_SYSTEM, terabyte["source"], loads=terabyte["loads"])
     total, _ = _measured(placed.placement, terabyte["source"])
-    assert total.max() / total.mean() <= terabyte["result"].max_over_mean * 1.03
+    assert total.max() / total.mean() <= spec.basis["modeled_imbalance"] * 1.03
     assert placed.basis["modeled_max_over_floor"] <= 1.05
+    assert placed.basis["replicas"] == spec.basis["replicas"] == ["C6"]
+
+
+def test_terabyte_64_gpus_priced_replicas(terabyte: dict) -> None:
+    """Issue 41: with the all-reduce priced (replica_byte from the system: 2e-11 s per
+    byte over the NICs / 1.835e-8 s per lookup, its HBM hit and its all-to-all), the
+    64-GPU plan replicates only C6 (3 rows, 3.3 units of all-reduce), not C23 (585,935
+    rows: 6.5e5 units) nor C14 (2,208 rows: 2,448); its floor is C16's hottest row + the
+    replica, and measured it is within 2% of modeled."""
+    placed = resolve_placement(TB_SYSTEM, terabyte["source"], loads=terabyte["loads"])
+    basis = placed.basis
+    assert basis["replicas"] == ["C6"]
+    assert basis["replica_byte"] == pytest.approx(2e-11 / basis["seconds_per_lookup"])
+    hit = 512 / 3.35e12 + 500e-9 / 16384  # h100-hbm3: 512 B at 3.35 TB/s + 500 ns / 16,384
+    a2a = 2 * 512 * (56 / 64 / 50e9 + 7 / 64 / 450e9)
+    assert basis["seconds_per_hit"] == pytest.approx(hit, rel=1e-12)
+    assert basis["seconds_per_lookup"] == pytest.approx(hit + a2a, rel=1e-12)
+    ar = basis["replica_byte"] * 2 * 63 / 64 * 4 * 128 * 3
+    assert basis["modeled_allreduce_per_gpu"] == pytest.approx(ar)
+    c16 = 2048 * terabyte["loads"][15].hottest_share()
+    assert basis["modeled_floor_over_mean"] == pytest.approx((32 + ar + c16) / (832 + ar), rel=1e-9)
+    assert basis["modeled_max_over_floor"] <= 1.05
+    total, _ = _measured(placed.placement, terabyte["source"])
+    assert total.max() / total.mean() == pytest.approx(basis["modeled_imbalance"], rel=0.02)
 
 
 def test_uneven_blocks_only_from_auto() -> None:
@@ -304,3 +335,24 @@ def test_mass_is_not_part_of_a_loads_equality() -> None:
     assert a == b
     assert a.share(0, 5) == 0.5 and b.share(1, 2) == pytest.approx(2 / 3)
     assert b.hottest_share() == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "replicas", "floor_over_mean"),
+    [(1, [], 1.0), (8, ["C6"], 1.2044), (128, ["C6"], 17.744)],
+)
+def test_priced_replicas_at_8_64_1024_gpus(nodes: int, replicas: list, floor_over_mean: float):
+    """The system's cost model on criteo-terabyte: one node (NVLink) needs no replica (the
+    floor is the mean); across nodes only C6, whose hot row costs more than its 3 KB of
+    gradient; the lookups-only model replicates 8 (one node) and 6 tables (C23's 300 MB)."""
+    system = _system(
+        "cluster.preset=dgx-h100", f"cluster.nodes={nodes}", "cluster.gpu_memory_bytes=40e9"
+    )
+    loads = spec_loads(TB_SPEC, system)
+    model, _ = system_cost_model(system, nodes, 8, 128, loads)
+    r = auto_shard(loads, nodes=nodes, gpus_per_node=8, gpu_memory_bytes=int(40e9), model=model)
+    dp = [e.table for e in r.plan.tables if e.type == DATA_PARALLEL]
+    assert dp == replicas
+    assert r.floor / r.mean == pytest.approx(floor_over_mean, abs=2e-3)
+    assert r.max_over_floor <= 1.05 and r.mean <= r.floor <= r.lower_bound <= r.rank_cost.max()
+    assert np.allclose(rank_costs(r.placement, loads, model), r.rank_cost)

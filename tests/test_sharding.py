@@ -5,6 +5,7 @@ criteo-terabyte and on equal tables, its bound and its determinism."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -36,6 +37,7 @@ from replay.system.sharding import (
     uniform_plan,
 )
 from replay.workload.presets import get_preset
+from replay.workload.row_mass import RowMass
 
 FAST = settings(
     max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
@@ -495,3 +497,64 @@ def test_sharder_plans_are_valid_and_bounded(specs: list, nodes: int, gpus: int)
     assert top >= result.lower_bound * (1 - 1e-9) and result.lower_bound >= result.mean * (1 - 1e-9)
     again = rank_costs(result.placement, loads)
     assert np.allclose(again, result.rank_cost)
+
+
+def test_replica_byte_prices_the_allreduce() -> None:
+    """A replica costs every GPU replica_byte x 2 (W - 1) / W x 4 x dim x rows on top of
+    its access share (issue 41); 0 (the default) is the lookups-only model."""
+    load = TableLoad("t", 3, 8, 100.0)
+    model = CostModel(replica_byte=0.5)
+    assert model.allreduce(load, 4) == pytest.approx(0.5 * 2 * 3 / 4 * 4 * 8 * 3)
+    assert model.allreduce(load, 1) == 0.0 and CostModel().allreduce(load, 4) == 0.0
+    shapes = table_shapes(["t"], [3], 8)
+    plan = uniform_plan(DATA_PARALLEL, shapes, nodes=1, gpus_per_node=4)
+    dp = resolve_plan(plan, shapes, nodes=1, gpus_per_node=4)
+    assert np.allclose(rank_costs(dp, [load], model), 25.0 + 72.0)
+
+
+def test_a_hot_tiny_table_is_replicated_while_its_allreduce_pays() -> None:
+    """A 3-row table whose hot row alone is 4x the mean: replicated while its all-reduce
+    (per GPU: w x 2 x 3 / 4 x 96 B = 144 w) is below what it removes from the max."""
+    hot = TableLoad("hot", 3, 8, 800.0, mass=RowMass.from_lookups(np.zeros(8, np.int64), 3))
+    rest = [TableLoad(f"r{i}", 4000, 8, 400.0) for i in range(2)]
+    loads = [hot, *rest]
+    kinds = {}
+    for w in (0.0, 1.0, 10.0):
+        r = auto_shard(
+            loads, nodes=1, gpus_per_node=4, gpu_memory_bytes=GIB, model=CostModel(replica_byte=w)
+        )
+        kinds[w] = r.plan.tables[0].type
+        assert r.max_over_floor <= 1.05 + 1e-9 and r.floor <= r.rank_cost.max() * (1 + 1e-12)
+    assert kinds[0.0] == kinds[1.0] == DATA_PARALLEL != kinds[10.0]
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 300), st.floats(1, 1e3), st.integers(0, 5)),
+        min_size=1,
+        max_size=7,
+    ),
+    st.sampled_from([0.0, 0.01, 0.3]),
+)
+@settings(FAST, max_examples=60)
+def test_the_priced_floor_is_the_best_replica_set(specs: list, w: float) -> None:
+    """floor = min over every replica set S of max(mean, D(S) + H(S)) + AR(S), checked
+    against all 2^T sets (memory roomy), and no plan of the sharder is below it."""
+    loads = [
+        TableLoad(
+            f"t{i}", r, 8, c, mass=RowMass.from_lookups(np.array([0] * h + list(range(r))), r)
+        )
+        for i, (r, c, h) in enumerate(specs)
+    ]
+    world, model = 4, CostModel(replica_byte=w)
+    r = auto_shard(loads, nodes=1, gpus_per_node=world, gpu_memory_bytes=GIB, model=model)
+    hot = [model.access(ld) * ld.hottest_share() for ld in loads]
+    best = math.inf
+    for n in range(len(loads) + 1):
+        for s in itertools.combinations(range(len(loads)), n):
+            d = sum(loads[t].lookups / world + model.allreduce(loads[t], world) for t in s)
+            rest = [t for t in range(len(loads)) if t not in s]
+            mean = d + sum(loads[t].lookups for t in rest) / world
+            best = min(best, max(mean, d + max((hot[t] for t in rest), default=0.0)))
+    assert r.floor == pytest.approx(min(best, r.lower_bound), rel=1e-9)
+    assert r.rank_cost.max() >= r.lower_bound * (1 - 1e-9) >= r.floor * (1 - 1e-9)

@@ -19,6 +19,25 @@ Where the plan comes from, in order:
    its rows), or the caller's own, e.g. a workload spec's (`spec_loads`: pooling x batch
    size lookups, the generator's pmf over the rows).
 
+The sharder's cost model (`system_cost_model`, issue 41): a lookup is the unit, and a
+replica costs every GPU ``replica_byte`` units per byte it sends in the ring all-reduce
+of the replicas' gradients, ``replica_byte = seconds per all-reduced byte / seconds per
+lookup``:
+
+- seconds per all-reduced byte (`allreduce_byte_seconds`): 1 / the slowest link the
+  ring crosses, as `replay.engine.cluster.allreduce_model` times it: a GPU's NVLink in
+  one node, its share of the node's NICs across nodes (`ClusterSpec`);
+- seconds per lookup: its cache hit on the system's GPU (`seconds_per_hit`: `account`
+  over lookups that all hit -- for hbm-lru 512 B from H100 HBM, 0.18 ns; ASSUMPTION:
+  every lookup hits, the cheapest lookup), plus what it adds to the busiest GPU's
+  all-to-all (`all_to_all_seconds_per_lookup`: its bag's pooled embedding out and its
+  gradient back, to a sample owner uniformly on any GPU, over the NICs or NVLink as the
+  cluster replay times them -- 18 ns at 64 H100s; ASSUMPTION: the busiest GPU's
+  all-to-all is set by what it sends). On criteo-terabyte's 64-GPU plan the all-to-all
+  is 28-35 us a step and the lookups' HBM time ~11 us, so a lookup's network part is
+  what the imbalance costs. `all_to_all=False` prices the hit alone (the plan then
+  replicates nothing at 64 GPUs: imbalance 1.45 measured against 1.22, same step time).
+
 Memory of the counting: the first batches' keys, 8 B a lookup (twice while sorting).
 
 Memory: a shard's bytes are its rows x (values + optimizer state) (`row_state_bytes`),
@@ -37,6 +56,7 @@ import numpy as np
 from replay.engine.sharder import CostModel, TableLoad, auto_shard, rank_costs
 from replay.errors import ConfigError
 from replay.system.sharding import (
+    DATA_PARALLEL,
     Placement,
     ShardingPlan,
     read_plan,
@@ -49,6 +69,7 @@ from replay.trace.keys import table_offsets
 from replay.workload.row_mass import RowMass, spec_mass
 
 LOAD_BATCHES = 64  # batches counted for the sharder's loads when the caller gives none
+ALL_TO_ALL_IN_LOOKUP = True  # a lookup's price includes its pooled embedding's all-to-all
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,6 +164,102 @@ def spec_loads(spec: Any, system: SystemSpec) -> tuple[TableLoad, ...]:
     )
 
 
+def seconds_per_lookup(system: SystemSpec, dim: int) -> float:
+    """One lookup's embedding time on `system`'s GPU, as the one-GPU account prices a
+    hit: `account.account` over 2^20 lookups that all hit (the fast tier's row read --
+    ceil(4 x dim / access_bytes) access bytes over its read bandwidth plus its latency
+    over its parallelism -- for a cache; the home tier's, and its link's, for `static`),
+    per lookup. ASSUMPTION: every lookup hits, no update counted: the cheapest lookup,
+    so the case where replicating a hot table removes the least time."""
+    from replay.engine.account import Shape, account
+    from replay.policies.base import HITS, NUM_COUNTERS
+
+    n = 1 << 20
+    counters = np.zeros((1, NUM_COUNTERS), dtype=np.int64)
+    counters[0, HITS] = n
+    one = np.array([n], dtype=np.int64)
+    zero = np.zeros(1, dtype=np.int64)
+    cols = account(system, Shape(n, 1, dim), counters, one, zero, zero, 1)
+    return float(cols["time_embedding_s"][0]) / n
+
+
+def allreduce_byte_seconds(system: SystemSpec, nodes: int, gpus_per_node: int) -> float:
+    """Seconds per byte a rank sends in the ring all-reduce: 1 / the slowest link the
+    ring crosses, as `replay.engine.cluster.allreduce_model` times it: one GPU's NVLink
+    (`intra_node_bw_bytes_per_s`) in one node; across nodes a GPU's share of its node's
+    NICs (``nics_per_node x nic_bw / gpus_per_node``). Latency is not per byte: the
+    dense gradient is all-reduced every step anyway, so its 2 (W - 1) latencies are paid
+    with or without replicas."""
+    cluster = system.cluster
+    assert cluster is not None
+    if nodes > 1:
+        bw = cluster.nics_per_node * cluster.nic_bw_bytes_per_s / gpus_per_node
+        if bw <= 0:
+            raise ConfigError("cluster: more than one node needs NICs (nics_per_node, nic_bw)")
+    else:
+        bw = cluster.intra_node_bw_bytes_per_s
+    return 1.0 / bw
+
+
+def all_to_all_seconds_per_lookup(
+    system: SystemSpec, nodes: int, gpus_per_node: int, dim: int, bags_per_lookup: float
+) -> float:
+    """What one more lookup on the busiest GPU adds to the all-to-all, as
+    `replay.engine.cluster` times it: its bag's pooled embedding (4 x dim B, per lookup
+    `bags_per_lookup` of them) sent forward and its gradient back, to the sample's owner,
+    uniformly any of the W GPUs: (W - G) / W of them over the GPU's share of its node's
+    NICs, (G - 1) / W over NVLink, 1 / W nothing (the intra and inter parts add, as there).
+    ASSUMPTION: the busiest GPU's all-to-all is set by what it sends (it holds more bags
+    than its samples' share), so each extra lookup costs its bytes' time; latency is paid
+    anyway."""
+    cluster = system.cluster
+    assert cluster is not None
+    world = nodes * gpus_per_node
+    if world <= 1:
+        return 0.0
+    vec = 2.0 * BYTES_PER_VALUE * dim * bags_per_lookup  # forward + backward
+    seconds = vec * (gpus_per_node - 1) / world / cluster.intra_node_bw_bytes_per_s
+    if nodes > 1:
+        seconds += (
+            vec
+            * (world - gpus_per_node)
+            / world
+            * allreduce_byte_seconds(system, nodes, gpus_per_node)
+        )
+    return seconds
+
+
+def system_cost_model(
+    system: SystemSpec,
+    nodes: int,
+    gpus_per_node: int,
+    dim: int,
+    loads: tuple[TableLoad, ...] = (),
+    *,
+    all_to_all: bool = ALL_TO_ALL_IN_LOOKUP,
+) -> tuple[CostModel, dict[str, float]]:
+    """The sharder's cost model for `system` (module docstring): one unit per lookup and
+    ``replica_byte = allreduce_byte_seconds / seconds_per_lookup`` lookups per byte a
+    rank sends in the all-reduce of the replicas' gradients; and those numbers."""
+    hit_s = seconds_per_lookup(system, dim)
+    lookups = sum(ld.lookups for ld in loads)
+    bags = sum(ld.lookups if ld.bags is None else ld.bags for ld in loads)
+    per = bags / lookups if lookups > 0 else 1.0
+    a2a_s = (
+        all_to_all_seconds_per_lookup(system, nodes, gpus_per_node, dim, per) if all_to_all else 0.0
+    )
+    lookup_s = hit_s + a2a_s
+    byte_s = allreduce_byte_seconds(system, nodes, gpus_per_node)
+    weight = byte_s / lookup_s if lookup_s > 0 else 0.0
+    return CostModel(replica_byte=weight), {
+        "seconds_per_hit": hit_s,
+        "seconds_per_lookup_all_to_all": a2a_s,
+        "seconds_per_lookup": lookup_s,
+        "seconds_per_allreduce_byte": byte_s,
+        "replica_byte": weight,
+    }
+
+
 def resolve_placement(
     system: SystemSpec,
     source: Any,
@@ -180,9 +297,19 @@ def resolve_placement(
         basis["sharding_file"] = cluster.sharding_file
     elif kind == "auto":
         assert loads is not None
-        result = auto_shard(loads, nodes=nodes, gpus_per_node=gpn, gpu_memory_bytes=memory)
+        model, prices = system_cost_model(system, nodes, gpn, dim, loads)
+        result = auto_shard(
+            loads, nodes=nodes, gpus_per_node=gpn, gpu_memory_bytes=memory, model=model
+        )
         placement = result.placement
         basis["sharding"] = "auto"
+        basis["cost_model"] = (
+            "a lookup (a cache hit on the system's GPU) is the unit; a replica costs every "
+            "GPU replica_byte per byte it sends in the ring all-reduce of its gradient"
+        )
+        basis.update(prices)
+        basis["modeled_allreduce_per_gpu"] = result.allreduce
+        basis["replicas"] = [e.table for e in result.plan.tables if e.type == DATA_PARALLEL]
         basis["modeled_max_over_mean"] = result.max_over_mean
         basis["modeled_max_over_bound"] = result.max_over_bound
         basis["modeled_max_over_floor"] = result.max_over_floor
@@ -210,9 +337,12 @@ def resolve_placement(
 __all__ = [
     "LOAD_BATCHES",
     "PlacementResult",
+    "allreduce_byte_seconds",
     "embedding_dim",
     "resolve_placement",
     "row_state_bytes",
+    "seconds_per_lookup",
     "spec_loads",
+    "system_cost_model",
     "table_loads",
 ]

@@ -22,7 +22,16 @@ it with `rank_costs`):
   model's is 1.151 modeled and 1.157 measured (below).
 - Data-parallel: every GPU looks up the rows of its own samples, so the access part is
   divided by the number of GPUs, and every GPU holds (and pays the memory term of) the
-  whole table.
+  whole table, and sends its share of the ring all-reduce of the table's gradient every
+  batch: ``AR = replica_byte x 2 (W - 1) / W x 4 x dim x rows`` per GPU (issue 41;
+  `replay.engine.cluster.allreduce_model`'s bytes, fp32, the whole gradient).
+  `replica_byte` converts bytes to the lookup unit; 0 (`CostModel()`'s default) is the
+  lookups-only model, replication's network free. `replay.engine.placement` builds it
+  from the system: seconds per byte of the slowest link the ring crosses over seconds per
+  lookup (the GPU's cache hit as the one-GPU account prices it, plus the lookup's pooled
+  embedding in the all-to-all; that module states the assumptions). Not priced: the
+  all-to-all a replica's lookups no longer send (conservative against replication) and
+  the ring's latency (paid by the dense gradient anyway).
 - A row is never split: the GPU that holds a row does all its lookups.
 - Column-wise is never chosen: its blocks balance like row blocks, but each block still
   sees every lookup of its table (its hottest row's too), so it does not shrink the keys
@@ -31,19 +40,26 @@ it with `rank_costs`):
 The rule, deterministic (ties by table order, then by lower rank):
 
 1. **Data-parallel** for the tables too hot to split. With H a table's hottest row's
-   cost, D the per-GPU cost of the replicas and ``mean`` the per-GPU mean, no plan with a
-   set S of replicas does better than ``F(S) = max(mean, D(S) + the largest H outside
-   S)``: some GPU holds that row and every GPU carries D. For a given largest H the
-   cheapest S replicates exactly the tables hotter than H, so the sharder tries each
-   table's H (and 0) as the threshold and keeps the set of the lowest F that fits memory
-   (the replicas plus every GPU's share of the rest within a GPU's memory; ties: the
-   fewest replicas). Without a mass this replicates a table when one row's cost (lookups
-   / rows) exceeds the mean, as before. Then each **tiny** table (``rows x world <=
-   bags``: replicating costs less network than its pooled embeddings, a ring all-reduce
-   of the gradient sending 2 (W-1) x rows x dim x 4 bytes in all, the all-to-all of a
-   table-wise table 2 x bags x dim x 4 x (W-1)/W, fwd + bwd) is replicated too, in table
-   order, while that keeps the floor and fits. If no placement of the rest fits, the
-   largest replica is sharded instead, and the search runs again.
+   cost, D(S) the per-GPU access and memory cost of a set S of replicas, AR(S) their
+   all-reduce and ``mean`` the per-GPU mean of the access and memory costs, no plan
+   with the replicas S does better than
+
+       F(S) = max(mean, D(S) + H(S)) + AR(S),   H(S) = the largest H outside S
+
+   (some GPU holds that row, every GPU carries D and AR). For a given largest H the
+   cheapest S replicates exactly the tables hotter than H (any other replica only adds
+   to D and AR), so the sharder tries each table's H (and 0) as the threshold and keeps
+   the set of the lowest F that fits memory (the replicas plus every GPU's share of the
+   rest within a GPU's memory; ties: the fewest replicas). A table is replicated when
+   its hot row costs more than its all-reduce saves: a 3-row table's 3 KB of gradient,
+   not C23's 300 MB. With AR = 0 (`replica_byte = 0`) this replicates a table whose one
+   row's cost (lookups / rows, no mass) exceeds the mean, and then each **tiny** table
+   (``rows x world <= bags``: its all-reduce, 2 (W-1) x rows x dim x 4 B in all, sends
+   less than the all-to-all of its pooled embeddings, 2 x bags x dim x 4 x (W-1)/W) is
+   replicated too, in table order, while that keeps the floor and fits -- the network
+   rule of the unpriced model; with AR > 0 the network is in F and the rule is F's own
+   (a tiny table only raises F). If no placement of the rest fits, the largest replica
+   is sharded instead, and the search runs again.
 2. The rest, per granularity ``j = 1, 2, 3, ...``: with ``R`` the per-GPU mean of their
    cost and target ``s = R / j``, a table costing at most ``s`` stays whole (table-wise);
    the tables above it share ``round(sum of their costs / s)`` row blocks, apportioned by
@@ -68,10 +84,12 @@ The rule, deterministic (ties by table order, then by lower rank):
    floor F of step 1) wins (the fewest blocks: every extra row block sends another
    partial sum per sample); if none is, the granularity of the lowest maximum.
 
-Bounds (returned with the plan). With D the data-parallel cost every GPU carries:
+Bounds (returned with the plan). Every GPU's cost (`rank_cost`, `rank_costs`) includes
+the replicas' all-reduce, AR (`ShardingResult.allreduce`), and so do ``mean`` here and
+D, the data-parallel cost every GPU carries:
 
-    LB    = max(mean, D + the largest unsplit shard's cost)       (`lower_bound`)
-    floor = min over replica sets S of max(mean, D(S) + H(S))    (`floor`, step 1)
+    LB    = max(mean, D + the largest unsplit shard's cost)                 (`lower_bound`)
+    floor = min over replica sets S of max(mean(S), D(S) + H(S))  (`floor`, step 1's F)
 
 ``mean`` bounds the maximum of every plan; LB's second term bounds every assignment of the
 chosen shards (some GPU holds the largest); the floor bounds every plan of the types the
@@ -95,7 +113,29 @@ tests/test_sharding.py, tests/test_sharder_mass.py):
     64 (8)            1.151  floor = 1.151    3  6 data-parallel, 20 row-wise in 9-10
     1,024 (128)       14.96  floor = 14.96    1  6 data-parallel, 20 row-wise in 10-55
 
-At 64 GPUs four 40 M-row tables have a value of 37.4% of their lookups (766 of 2,048 a
+    the system's cost model (`placement.system_cost_model`, hbm-lru on dgx-h100 nodes:
+    replica_byte = 1.02e-3 in one node, 1.09e-3 at 64 GPUs, 9.7e-4 at 1,024), max/floor:
+    8 (1)             1.032  floor = mean     7  26 row-wise in 2-3 (no replica)
+    64 (8)            1.000  floor = 1.204    4  C6 data-parallel (AR 3.3), 24 row-wise
+                                                 in 10-11, 1 table-row-wise in 4
+    1,024 (128)       1.000  floor = 17.74    1  C6 data-parallel, 24 row-wise in 10-46,
+                                                 1 table-row-wise in 4
+
+The 24-day `criteo-terabyte` plan at 64 GPUs (`replay plan --workload criteo-terabyte
+--batches 2135484 --system hbm-lru --set cluster.preset=dgx-h100 --set cluster.nodes=8
+--set cluster.gpu_memory_bytes=40e9 ... --cache-budget 8GiB`; measured over 200 replayed
+batches), per step:
+
+    model                       replicas                       imbalance  all-reduce  step
+    uniform loads (even blocks) 4 tiny                         2.8        0.7 ms      0.78 ms
+    mass, lookups only          C6 C14 C16 C17 C19 C23         1.19       12.57 ms    12.61 ms
+    mass + all-reduce priced    C6                             1.22       0.705 ms    0.758 ms
+    (price = a hit only)        none                           1.45       0.705 ms    0.759 ms
+
+The all-reduce of the dense gradient (475,985 parameters: 1.9 MB and 2 x 63 latencies of
+5 us) is 0.70 ms of every plan's step; the all-to-all is 28-35 us, the embeddings ~11 us.
+
+Lookups only, at 64 GPUs four 40 M-row tables have a value of 37.4% of their lookups (766 of 2,048 a
 batch, Criteo 1TB's measured hot shares); no plan splits a row and their replicas (20 GB
 each) do not fit, so a GPU does at least 766 + D = 958 lookups against a mean of 832: the
 floor, 1.151, is the workload's, not the sharder's. Replayed (`GeneratedTrace`, 100
@@ -172,17 +212,34 @@ class TableLoad:
 
 @dataclass(frozen=True)
 class CostModel:
-    """Weights of a table's cost: per lookup, per miss, per byte the GPU holds."""
+    """Weights of a table's cost: per lookup, per miss, per byte the GPU holds, and per
+    byte each GPU sends in the ring all-reduce of a replica's gradient (`replica_byte`;
+    0: replication's network cost not priced, the lookups-only model)."""
 
     lookup: float = 1.0
     miss: float = 0.0
     byte: float = 0.0
+    replica_byte: float = 0.0
 
     def access(self, load: TableLoad) -> float:
         return self.lookup * load.lookups + self.miss * load.misses
 
     def memory(self, load: TableLoad) -> float:
         return self.byte * load.bytes
+
+    def allreduce(self, load: TableLoad, world: int) -> float:
+        """What replicating `load` costs every GPU on the network: ``replica_byte x
+        2 (W - 1) / W x 4 x dim x rows`` (a ring all-reduce of its fp32 gradient; 0 on
+        one GPU)."""
+        if world <= 1 or self.replica_byte == 0:
+            return 0.0
+        grad = BYTES_PER_VALUE * load.dim * load.rows
+        return self.replica_byte * 2.0 * (world - 1) / world * grad
+
+    def replica(self, load: TableLoad, world: int) -> float:
+        """What a data-parallel copy costs each of the `world` GPUs: 1 / world of the
+        access, the memory of the whole table, the all-reduce."""
+        return self.access(load) / world + self.memory(load) + self.allreduce(load, world)
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,6 +253,7 @@ class ShardingResult:
     lower_bound: float
     granularity: int  # j of the winning target s = R / j
     floor: float = 0.0  # the lowest max a plan of the sharder's types can have (docstring)
+    allreduce: float = 0.0  # what the replicas' all-reduce costs every GPU (in rank_cost)
 
     @property
     def max_over_mean(self) -> float:
@@ -217,27 +275,36 @@ def hot_costs(loads: Sequence[TableLoad], model: CostModel | None = None) -> lis
 
 
 def _floor_of(
-    dp: set[int], access: list[float], memory: list[float], hot: list[float], world: int
+    dp: set[int],
+    access: list[float],
+    memory: list[float],
+    rep: list[float],
+    hot: list[float],
+    world: int,
 ) -> float:
-    """max(mean, D + H) of the replicas `dp`: no plan with these replicas does better (the
-    module docstring's floor)."""
-    d = sum(access[t] / world + memory[t] for t in dp)
-    mean = d + sum(access[t] + memory[t] for t in range(len(access)) if t not in dp) / world
-    h = max((hot[t] for t in range(len(hot)) if t not in dp), default=0.0)
-    return max(mean, d + h)
+    """max(mean, D + H) of the replicas `dp`, D (`rep`: each replica's cost to every
+    GPU, its all-reduce included) and the mean with their all-reduce: no plan with these
+    replicas does better (the module docstring's floor)."""
+    d = sum(rep[t] for t in dp)
+    rest = [t for t in range(len(access)) if t not in dp]
+    mean = d + sum(access[t] + memory[t] for t in rest) / world
+    return max(mean, d + max((hot[t] for t in rest), default=0.0))
 
 
 def _replicas(
     loads: Sequence[TableLoad],
     access: list[float],
     memory: list[float],
+    rep: list[float],
     world: int,
     gpu_memory_bytes: int,
+    price_network: bool,
 ) -> tuple[list[int], float]:
     """Step 1 of the rule: (the data-parallel tables, the floor). Among the sets
     {t : hottest row of t costs more than H} that fit memory, the one of the lowest
-    max(mean, D + H) (ties: the fewest replicas); then each tiny table, in table order,
-    while the floor stays and the replicas fit."""
+    max(mean, D + H) + AR (`rep` holds each replica's all-reduce; ties: the fewest
+    replicas); then, when the network is not priced (`price_network` False), each tiny
+    table, in table order, while the floor stays and the replicas fit."""
     need = sum(ld.bytes for ld in loads)
     hot = [access[t] * loads[t].hottest_share() for t in range(len(loads))]
 
@@ -245,23 +312,28 @@ def _replicas(
         held = sum(loads[t].bytes for t in dp)
         return held + (need - held) / world <= gpu_memory_bytes
 
+    def floor_of(dp: set[int]) -> float:
+        return _floor_of(dp, access, memory, rep, hot, world)
+
     if world <= 1:
-        return [], _floor_of(set(), access, memory, hot, world)
+        return [], floor_of(set())
     best: set[int] = set()
-    floor = _floor_of(best, access, memory, hot, world)
+    floor = floor_of(best)
     for h in sorted(set(hot) | {0.0}, reverse=True):  # H: each table's hottest row, or 0
         dp = {t for t in range(len(loads)) if hot[t] > h}
         if not dp or not fits(dp):
             continue  # a superset of a set that does not fit does not fit either
-        f = _floor_of(dp, access, memory, hot, world)
+        f = floor_of(dp)
         if f < floor * (1 - 1e-12):
             best, floor = dp, f
+    if price_network:
+        return sorted(best), floor
     for t, ld in enumerate(loads):
         bags = ld.lookups if ld.bags is None else ld.bags
         if t in best or ld.rows * world > bags:
             continue
         more = best | {t}
-        if fits(more) and _floor_of(more, access, memory, hot, world) <= floor * (1 + 1e-12):
+        if fits(more) and floor_of(more) <= floor * (1 + 1e-12):
             best = more
     return sorted(best), floor
 
@@ -280,7 +352,7 @@ def rank_costs(
         load = loads[s.table]
         access = model.access(load)
         if placement.entry(s.table).type == DATA_PARALLEL:
-            out[s.rank] += access / placement.world
+            out[s.rank] += access / placement.world + model.allreduce(load, placement.world)
         elif load.rows and load.dim and s.rows:
             out[s.rank] += access * load.share(s.row_start, s.row_stop) * (s.cols / load.dim)
         out[s.rank] += model.byte * placement.shard_bytes(s)
@@ -503,20 +575,26 @@ def auto_shard(
             f"{world} GPUs x {format_bytes(gpu_memory_bytes)}"
         )
 
-    # 1. data-parallel: the replicas of the lowest floor, then the tiny tables that leave it
-    dp, floor = _replicas(loads, access, memory, world, gpu_memory_bytes)
+    rep = [model.replica(ld, world) for ld in loads]
+    hot = hot_costs(loads, model)
+
+    # 1. data-parallel: the replicas of the lowest floor (then, with the network unpriced,
+    # the tiny tables that leave it)
+    dp, floor = _replicas(
+        loads, access, memory, rep, world, gpu_memory_bytes, model.replica_byte > 0
+    )
     while True:
         best = _search(
             loads,
             dp,
             [access[t] + memory[t] for t in range(len(loads))],
-            sum(access[t] / world + memory[t] for t in dp),
+            sum(rep[t] for t in dp),
             gpu_memory_bytes - sum(loads[t].bytes for t in dp),
             world,
             gpus_per_node,
             tolerance,
             max_granularity,
-            _floor_of(set(dp), access, memory, hot_costs(loads, model), world),
+            _floor_of(set(dp), access, memory, rep, hot, world),
         )
         if best is not None or not dp:
             break
@@ -527,7 +605,7 @@ def auto_shard(
             f"auto sharding: no placement fits {world} GPUs of {format_bytes(gpu_memory_bytes)} "
             f"(the tables take {format_bytes(need)}; a block finds no GPU with room)"
         )
-    dp_cost = sum(access[t] / world + memory[t] for t in dp)
+    dp_cost = sum(rep[t] for t in dp)
     _, j, chosen, largest = best
     entries = []
     for t, ld in enumerate(loads):
@@ -552,7 +630,8 @@ def auto_shard(
     costs = rank_costs(placement, loads, model)
     mean = float(costs.sum() / world)
     bound = max(mean, dp_cost + largest)
-    return ShardingResult(plan, placement, costs, mean, bound, j, min(floor, bound))
+    allreduce = sum(model.allreduce(loads[t], world) for t in dp)
+    return ShardingResult(plan, placement, costs, mean, bound, j, min(floor, bound), allreduce)
 
 
 __all__ = ["CostModel", "ShardingResult", "TableLoad", "auto_shard", "rank_costs"]
