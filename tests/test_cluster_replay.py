@@ -26,7 +26,9 @@ from replay.system.sharding import (
     TABLE_ROW_WISE,
     TABLE_WISE,
     Placement,
+    ShardingPlan,
     TableShape,
+    TableSharding,
     owner_ranks_reference,
     resolve_plan,
     table_shapes,
@@ -198,6 +200,54 @@ def test_other_shardings_route_as_the_reference(small: GeneratedTrace, kind: str
         hits, misses = reference_lru(routed[r], 2000)
         assert result.columns["rank_hits"][:, r].tolist() == hits
         assert result.columns["rank_misses"][:, r].tolist() == misses
+
+
+@pytest.mark.parametrize("kind", [ROW_WISE, TABLE_ROW_WISE])
+def test_explicit_blocks_and_replicas_route_as_the_reference(
+    small: GeneratedTrace, kind: str
+) -> None:
+    """Uneven explicit row blocks (random cuts, empty ones, ranks shuffled: the routing's
+    bucket index) beside data-parallel small tables (its pooling-1 replica loop and its
+    update rows, every replica's): per-rank LRU hits and misses and update rows equal
+    the per-key reference's."""
+    tables = table_shapes(small.table_names, small.table_rows, 16)
+    nodes, gpn = 2, 4
+    rng = np.random.default_rng(41)
+    entries = []
+    for t, shape in enumerate(tables):
+        if shape.rows < 30:
+            entries.append(TableSharding(shape.name, DATA_PARALLEL, tuple(range(nodes * gpn))))
+            continue
+        ranks = list(
+            range(nodes * gpn) if kind == ROW_WISE else range(t % 2 * gpn, t % 2 * gpn + gpn)
+        )
+        rng.shuffle(ranks)
+        cuts = sorted(rng.integers(0, shape.rows + 1, size=len(ranks) - 1).tolist())
+        if t % 3 == 0:  # many tiny blocks at the start, one large block
+            cuts = [min(i, shape.rows) for i in range(1, len(ranks))]
+        edges = [0, *cuts, shape.rows]
+        shards = tuple((edges[i], edges[i + 1]) for i in range(len(ranks)))
+        entries.append(TableSharding(shape.name, kind, tuple(ranks), shards))
+    placement = resolve_plan(ShardingPlan(tuple(entries)), tables, nodes=nodes, gpus_per_node=gpn)
+    system = _system("cluster.nodes=2", "cluster.gpus_per_node=4", "policy.capacity_rows=2000")
+    result = replay_cluster(small, system, placement)
+    routed = reference_route(small, placement, 128)
+    for r in range(nodes * gpn):
+        hits, misses = reference_lru(routed[r], 2000)
+        assert result.columns["rank_hits"][:, r].tolist() == hits
+        assert result.columns["rank_misses"][:, r].tolist() == misses
+    # update rows: a batch's distinct rows, each to its owner, a replicated one to all
+    from replay.trace.stream import iter_batch_ranges
+
+    updates = np.zeros_like(result.rank_updates)
+    for br in iter_batch_ranges(small, with_updates=True):
+        for b in range(br.batches):
+            keys = np.unique(br.keys[br.bounds[b] : br.bounds[b + 1]])
+            owners = owner_ranks_reference(placement, keys)
+            row = updates[br.batch_start + b]
+            np.add.at(row, owners[owners >= 0], 1)
+            row += int((owners < 0).sum())
+    assert result.rank_updates.tolist() == updates.tolist()
 
 
 def test_one_gpu_equals_replay_trace(kaggle: GeneratedTrace) -> None:
