@@ -47,6 +47,9 @@ MARGIN_BYTES = 512 << 20
 # 1.2-1.9 KB per batch (`replay run --workload tiny --batch-size 1`, 2,000 vs 400,000
 # batches, hbm-lru and ssd), rounded up
 RUN_BYTES_PER_BATCH = 4096
+# a batch range in flight: its lookup columns (batch, table, row) and the replay stream's
+# flat keys, bounds and update keys (measured for the plan's estimate, runs/plan_memory.py)
+IN_FLIGHT_BYTES_PER_LOOKUP = 17
 # Flat keys (offset of the table + row) are int64 in every kernel.
 MAX_ROW_SPACE = 2**63 - 1
 
@@ -203,16 +206,20 @@ def run_estimate(
     parallel: int = 1,
     statistics: bool = False,
     what: str = "replay run",
+    in_flight: int = 0,
 ) -> Estimate:
     """A replay of each of `states` (compare, sweep: `parallel` at once, the largest
     ones, each in its own process), plus, with `statistics`, the trace statistics that
-    `compare`/`sweep` compute first (1 B per row)."""
+    `compare`/`sweep` compute first (1 B per row); `in_flight`: the bytes of the batch
+    ranges one replay holds at once (a batch is never split: a batch of 887 M lookups
+    holds 15 GB)."""
     total = row_space(table_rows)
     per_run = [
         _ceil(total * s.bytes_per_key)
         + _ceil(s.slots * s.bytes_per_slot)
         + _ceil(max(lookups, 0) * s.bytes_per_lookup)
         + max(batches, 0) * RUN_BYTES_PER_BATCH
+        + max(in_flight, 0)
         for s in states
     ]
     order = sorted(range(len(states)), key=lambda i: -per_run[i])
@@ -228,6 +235,8 @@ def run_estimate(
     detail = _rows_detail(table_rows, worst.bytes_per_key)
     if worst.label:
         detail += f": {worst.label}"
+    if in_flight > (1 << 30):  # worth naming: batches too large to stream in pieces
+        detail += f"; batches in flight {format_bytes(in_flight)}"
     if len(chosen) > 1:
         detail = f"{len(chosen)} runs at once, each {detail}"
     if statistics:

@@ -101,15 +101,17 @@ def fit_command(
             "--locality-stats",
             metavar="FILE",
             help="Fit to a locality statistics file in the format of Meta's "
-            "dlrm_datasets locality_stats.txt instead of a trace (docs/locality_fit.md).",
+            "dlrm_datasets locality_stats.txt instead of a trace (docs/locality_fit.md; "
+            "default: none, fit the trace).",
             rich_help_panel=_LOCALITY,
         ),
     ] = None,
     record: Annotated[
         str | None,
         typer.Option(
-            metavar="N|NAME",
-            help="Which record of the file: its index (0 the first) or name (default: the first).",
+            metavar="RECORD",
+            help="Which record of the file: its index (0 the first) or its name "
+            "(default: the first).",
             rich_help_panel=_LOCALITY,
         ),
     ] = None,

@@ -30,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 
 from replay._memory import (
+    IN_FLIGHT_BYTES_PER_LOOKUP,
     INSPECT_BYTES_PER_ROW,
     Estimate,
     RunState,
@@ -399,6 +400,20 @@ def run_state(
     return RunState(sum(v for _, v in parts), slots, per_slot, per_lookup, label)
 
 
+def in_flight_bytes(source: Source) -> int:
+    """Bytes of the batch ranges a replay holds at once: the reader's `READ_AHEAD` ranges
+    and the one replayed, each a row group of about `ROW_GROUP_TARGET_LOOKUPS` lookups or
+    one whole batch when a batch is larger (row groups hold whole batches)."""
+    from replay.trace.format import ROW_GROUP_TARGET_LOOKUPS
+    from replay.trace.stream import READ_AHEAD
+
+    lookups = max(int(source.num_lookups), 0)
+    per_batch = -(-lookups // max(int(source.num_batches), 1))
+    per_group = max(ROW_GROUP_TARGET_LOOKUPS, per_batch)
+    groups = max(-(-lookups // per_group), 1)
+    return min(READ_AHEAD + 1, groups) * per_group * IN_FLIGHT_BYTES_PER_LOOKUP
+
+
 def check_run_memory(
     source: Source,
     systems: Sequence[SystemSpec],
@@ -417,7 +432,7 @@ def check_run_memory(
     states = [run_state(source, system, inspect=inspect, threads=threads) for system in systems]
     estimate = run_estimate(
         source.table_rows, int(source.num_lookups), int(source.num_batches), states,
-        parallel=parallel, statistics=statistics, what=what,
+        parallel=parallel, statistics=statistics, what=what, in_flight=in_flight_bytes(source),
     )  # fmt: skip
     check_fits(estimate)
     return estimate

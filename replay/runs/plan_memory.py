@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from replay._memory import (
+    IN_FLIGHT_BYTES_PER_LOOKUP,
     Estimate,
     format_count,
     mrc_estimate,
@@ -77,9 +78,7 @@ from replay.workload.sampled import MAX_GROUP_BATCHES, MAX_GROUP_CELLS, SETUP_CH
 from replay.workload.spec import WorkloadSpec
 
 PROCESS_BYTES = 160 << 20  # interpreter, numpy, numba's code, the engine: 0.10-0.13 GiB measured
-# a generated row group in flight: lookup columns (batch, table, row) and the replay
-# stream's flat keys, bounds and update keys
-IN_FLIGHT_BYTES_PER_LOOKUP = 17
+
 # a chunk of the full stream the heads read: its columns, flat keys and their split by
 # table. Measured when the split was an argsort and its gathers (~56 B); the counting sort
 # since (980dfb3) holds 12 B a key for it, so this figure now leans high
