@@ -28,7 +28,11 @@ def cluster_checkpoint_markdown(document: dict[str, Any]) -> list[str]:
         "",
         f"{store['nodes']} nodes (node MTBF {format_duration(store['node_mtbf_s'])}), "
         f"checkpoints to {store['kind']}"
-        + (f" with {store['replicas']} buddy copies" if store["replicas"] else "")
+        + (
+            f" with {store['replicas']} buddy cop{'y' if store['replicas'] == 1 else 'ies'}"
+            if store["replicas"]
+            else ""
+        )
         + "; every GPU writes its shards at once, the dense state split over the ranks; "
         "write = the slowest node's; restore after a node failure = restart + the "
         "replacement node's pull while the others read locally (docs/cluster_checkpoints.md).",
