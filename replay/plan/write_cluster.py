@@ -18,31 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from replay._units import format_bytes, format_duration, format_percent
-from replay.report.plan_section import cluster_lines
+from replay._units import format_bytes, format_duration
+from replay.report.plan_section import (
+    cluster_lines,
+    cluster_shape,
+    pct_text,
+    size_text,
+    times_text,
+)
 
 SHARDING_FILE = "sharding.json"
 FIGURES = ("cluster_gpus.png", "cluster_scaling.png")
 TABLE_GPUS = 16  # plan.md lists every GPU up to this many, else the worst ones
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else format_percent(x)
-
-
-def _times(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3g}x"
-
-
-def _size(b: float | None) -> str:
-    return "out of reach" if b is None else format_bytes(b)
-
-
-def _shape(c: dict[str, Any]) -> str:
-    return (
-        f"{c['world']} GPUs ({c['nodes']} node{'s' if c['nodes'] != 1 else ''} x "
-        f"{c['gpus_per_node']})"
-    )
 
 
 def cluster_answers(c: dict[str, Any]) -> list[str]:
@@ -59,7 +46,7 @@ def cluster_markdown(document: dict[str, Any]) -> list[str]:
     out = [
         "## Cluster",
         "",
-        f"{_shape(c)}, {format_bytes(c['gpu_memory_bytes'])} of memory per GPU "
+        f"{cluster_shape(c)}, {format_bytes(c['gpu_memory_bytes'])} of memory per GPU "
         "(cluster.gpu_memory_bytes), a cache budget of "
         f"{format_bytes(c['budget_bytes_per_gpu'])} **per GPU** (--cache-budget is per GPU "
         "in a cluster): how much of each GPU must be cache for each hit target on every "
@@ -75,8 +62,8 @@ def cluster_markdown(document: dict[str, Any]) -> list[str]:
     for t in targets:
         fits = c["fits_gpu_memory"].get(t)
         out.append(
-            f"| {t} | {_size(c['bytes_for_hit']['worst_gpu'][t])} | "
-            f"{_size(c['bytes_for_hit']['mean'][t])} | "
+            f"| {t} | {size_text(c['bytes_for_hit']['worst_gpu'][t])} | "
+            f"{size_text(c['bytes_for_hit']['mean'][t])} | "
             f"{'n/a' if fits is None else ('yes' if fits else 'NO')} |"
         )
     gpus = c["per_gpu"]
@@ -101,9 +88,10 @@ def cluster_markdown(document: dict[str, Any]) -> list[str]:
     for g in shown:
         out.append(
             f"| {g['rank']} | {g['node']} | {g['lookups']:,.0f} | {g['shards']} | "
-            f"{format_bytes(g['shard_bytes'])} | {_pct(g['hit_at_budget'])} | "
+            f"{format_bytes(g['shard_bytes'])} | {pct_text(g['hit_at_budget'])} | "
             + " | ".join(
-                ("<= " if t in g.get("at_resolution", ()) else "") + _size(g["bytes_for_hit"][t])
+                ("<= " if t in g.get("at_resolution", ()) else "")
+                + size_text(g["bytes_for_hit"][t])
                 for t in targets
             )
             + " |"
@@ -115,8 +103,9 @@ def cluster_markdown(document: dict[str, Any]) -> list[str]:
         "",
         f"{m['sharding']}: {types} tables; `sharding.json` holds the plan (give it back with "
         f"--set cluster.sharding_file=sharding.json). Imbalance (max / mean lookups per GPU): "
-        f"{_times(c['imbalance'])} per batch measured in the steady state, "
-        f"{_times(c['imbalance_run'])} over the whole run, {_times(c.get('imbalance_modeled'))} "
+        f"{times_text(c['imbalance'])} per batch measured in the steady state, "
+        f"{times_text(c['imbalance_run'])} over the whole run, "
+        f"{times_text(c.get('imbalance_modeled'))} "
         "as the sharder modeled it.",
         "",
         "Each sharding (figure `figures/cluster_gpus.png`: hit ratio at the budget and "
@@ -132,9 +121,10 @@ def cluster_markdown(document: dict[str, Any]) -> list[str]:
             continue
         hits = [h for h in s["hit_at_budget"] if h is not None]
         out.append(
-            f"| {name} | {_pct(min(hits) if hits else None)} | "
-            f"{_pct(float(np.mean(hits)) if hits else None)} | {_times(s['imbalance_run'])} | "
-            f"{_times(s.get('imbalance_modeled'))} |"
+            f"| {name} | {pct_text(min(hits) if hits else None)} | "
+            f"{pct_text(float(np.mean(hits)) if hits else None)} | "
+            f"{times_text(s['imbalance_run'])} | "
+            f"{times_text(s.get('imbalance_modeled'))} |"
         )
     out += [
         "",
@@ -158,7 +148,7 @@ def cluster_markdown(document: dict[str, Any]) -> list[str]:
             f"| {p['gpus']} | {p['nodes']} | {format_bytes(p['all_to_all_bytes_per_batch'])} | "
             f"{format_duration(p['all_to_all_s_per_batch'])} | "
             f"{format_duration(p['allreduce_s_per_batch'])} | "
-            f"{format_duration(p['step_time_s'])} | {_times(p['imbalance'])} |"
+            f"{format_duration(p['step_time_s'])} | {times_text(p['imbalance'])} |"
         )
     out.append("")
     return out

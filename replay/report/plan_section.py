@@ -26,7 +26,7 @@ from replay.report.load import PlanData
 SECTION = "plan"
 
 
-def _pct(x: float | None) -> str:
+def pct_text(x: float | None) -> str:
     return "n/a" if x is None else format_percent(x)
 
 
@@ -68,13 +68,14 @@ def split_line(cache: dict[str, Any]) -> str:
     base = cache.get("baseline")
     uniform = (
         f"per-table caches at one load factor ({cache['uniform_load_factor']:.3g} of every "
-        f"table's rows) hit {_pct(cache['uniform_hit'])}"
+        f"table's rows) hit {pct_text(cache['uniform_hit'])}"
     )
     if base is None:  # a plan.json written before the shared-cache baseline
-        return f"Split: per-table caches of the budget hit {_pct(cache['split_hit'])}; {uniform}."
+        split = pct_text(cache["split_hit"])
+        return f"Split: per-table caches of the budget hit {split}; {uniform}."
     return (
         f"Split: per-table caches of the budget, sized by each table's curve, hit "
-        f"{_pct(cache['split_hit'])} against {_pct(base['hit'])} for {base['cache']} "
+        f"{pct_text(cache['split_hit'])} against {pct_text(base['hit'])} for {base['cache']} "
         f"({split_verdict(base['split_gain_points'])}); {uniform} "
         f"({cache.get('uniform_method', 'per-table LRU curves')})."
     )
@@ -94,16 +95,17 @@ def cache_line(doc: dict[str, Any]) -> str:
         hit = cache["hit_at_budget"].get("lru")
         gain = cache["split_hit"] - cache["uniform_hit"]
         return text + (
-            f"the {budget} budget hits {_pct(hit)} of the run's lookups; split per table it "
-            f"hits {_pct(cache['split_hit'])} against {_pct(cache['uniform_hit'])} with one "
+            f"the {budget} budget hits {pct_text(hit)} of the run's lookups; split per table it "
+            f"hits {pct_text(cache['split_hit'])} against {pct_text(cache['uniform_hit'])} "
+            "with one "
             f"load factor ({gain * 100:+.3g} points)."
         )
     shared = "one shared TBE cache" if base["policy"].startswith("tbe-") else "one shared LRU"
     return text + (
-        f"the {budget} budget as {shared} hits {_pct(base['hit'])} of the run's lookups; "
-        f"split per table it hits {_pct(cache['split_hit'])} "
+        f"the {budget} budget as {shared} hits {pct_text(base['hit'])} of the run's lookups; "
+        f"split per table it hits {pct_text(cache['split_hit'])} "
         f"({split_verdict(base['split_gain_points'])}); per-table caches at one load factor "
-        f"({cache['uniform_load_factor']:.3g}) hit {_pct(cache['uniform_hit'])}."
+        f"({cache['uniform_load_factor']:.3g}) hit {pct_text(cache['uniform_hit'])}."
     )
 
 
@@ -117,17 +119,17 @@ def checkpoint_line(doc: dict[str, Any]) -> str:
     if s["name"] == "none":
         return (
             f"Checkpoint: at a cluster MTBF of {mtbf}, no strategy beats running without "
-            f"checkpoints over this run: goodput {_pct(s['goodput'])}"
+            f"checkpoints over this run: goodput {pct_text(s['goodput'])}"
             + (
-                f" (5th percentile {_pct(s['goodput_p5'])}{few_failures(s)})."
+                f" (5th percentile {pct_text(s['goodput_p5'])}{few_failures(s)})."
                 if few_failures(s)
                 else "."
             )
         )
     return (
         f"Checkpoint: {strategy_label(s)} every {minutes(s['interval_s'])} gives goodput "
-        f"{_pct(s['goodput'])} at a cluster MTBF of {mtbf} (5th percentile "
-        f"{_pct(s['goodput_p5'])}{few_failures(s)}), writing {format_bytes(s['bytes'])} per "
+        f"{pct_text(s['goodput'])} at a cluster MTBF of {mtbf} (5th percentile "
+        f"{pct_text(s['goodput_p5'])}{few_failures(s)}), writing {format_bytes(s['bytes'])} per "
         "checkpoint" + (f"; {lossy(s)}." if lossy(s) else ".")
     )
 
@@ -201,15 +203,15 @@ def systems_line(doc: dict[str, Any]) -> str | None:
     return text + "."
 
 
-def _times(x: float | None) -> str:
+def times_text(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3g}x"
 
 
-def _size(b: float | None) -> str:
+def size_text(b: float | None) -> str:
     return "out of reach" if b is None else format_bytes(b)
 
 
-def _shape(c: dict[str, Any]) -> str:
+def cluster_shape(c: dict[str, Any]) -> str:
     return (
         f"{c['world']} GPUs ({c['nodes']} node{'s' if c['nodes'] != 1 else ''} x "
         f"{c['gpus_per_node']})"
@@ -229,20 +231,20 @@ def cluster_lines(c: dict[str, Any]) -> list[str]:
         where = "within" if c["fits_gpu_memory"].get(t) else "MORE than"
         parts.append(
             f"hit {t} on every GPU needs {format_bytes(b)} of cache per GPU (the worst GPU; "
-            f"mean {_size(mean[t])}), {where} a GPU's {format_bytes(c['gpu_memory_bytes'])}"
+            f"mean {size_text(mean[t])}), {where} a GPU's {format_bytes(c['gpu_memory_bytes'])}"
         )
     h = c["hit_at_budget"]
     lines = [
-        f"Cluster: {_shape(c)}, {c['sharding']} sharding: " + "; ".join(parts) + "; "
+        f"Cluster: {cluster_shape(c)}, {c['sharding']} sharding: " + "; ".join(parts) + "; "
         f"the {format_bytes(c['budget_bytes_per_gpu'])} budget per GPU hits "
-        f"{_pct(h['worst'])} on the worst GPU (GPU {h['worst_gpu']}), {_pct(h['mean'])} on "
+        f"{pct_text(h['worst'])} on the worst GPU (GPU {h['worst_gpu']}), {pct_text(h['mean'])} on "
         "the mean (each GPU's LRU curve over the run).",
         f"Cluster network: all-to-all {format_bytes(c['all_to_all_bytes_per_batch'])} and "
         f"{format_duration(c['all_to_all_s_per_batch'])} per step, all-reduce "
         f"{format_duration(c['allreduce_s_per_batch'])}; step time "
-        f"{format_duration(c['step_time_s'])}; imbalance {_times(c['imbalance'])} "
+        f"{format_duration(c['step_time_s'])}; imbalance {times_text(c['imbalance'])} "
         f"(max / mean lookups per GPU, measured; the sharder modeled "
-        f"{_times(c.get('imbalance_modeled'))}) (steady state, "
+        f"{times_text(c.get('imbalance_modeled'))}) (steady state, "
         f"{c['steady']['batches']} batches replayed).",
     ]
     return lines
@@ -286,7 +288,7 @@ def plan_figures(plan: PlanData, index: int, fig_dir: Path) -> list[FigureOut]:
         caption = (
             f"The LRU miss ratio over the planned run against cache bytes: the "
             f"{format_bytes(cache['budget_bytes'])} budget (red line) hits "
-            f"{_pct(cache['hit_at_budget'].get('lru'))}"
+            f"{pct_text(cache['hit_at_budget'].get('lru'))}"
             + (f"; {_targets(lru)} (dots)." if lru else ".")
         )
         out.append(
@@ -384,7 +386,7 @@ def _cache_blocks(plan: PlanData, index: int, images: dict[str, Image]) -> list[
                     str(t.get("table", "")),
                     format_bytes(t["bytes"]),
                     f"{t['load_factor']:.4g}",
-                    _pct(t["hit"]),
+                    pct_text(t["hit"]),
                 )
                 for t in cache["per_table"]
             ),
@@ -429,8 +431,8 @@ def _checkpoint_blocks(plan: PlanData, index: int, images: dict[str, Image]) -> 
                     format_duration(s["restore_s"]),
                     format_duration(s["lost_work_per_training_failure_s"]),
                     f"{float(s['failures_during_restore_per_run']):.3g}",
-                    _pct(s["goodput"]),
-                    _pct(s["goodput_p5"]),
+                    pct_text(s["goodput"]),
+                    pct_text(s["goodput_p5"]),
                 )
                 for s in ck["strategies"]
             ),
@@ -460,7 +462,7 @@ def _systems_blocks(plan: PlanData, index: int) -> list[Block]:
                     s["name"],
                     format_duration(s["time_per_batch_s"]),
                     f"{s['energy_per_batch_j']:.4g} J",
-                    _pct(s.get("hit_ratio")),
+                    pct_text(s.get("hit_ratio")),
                     "yes" if s.get("pareto") else "",
                 )
                 for s in systems
@@ -469,4 +471,16 @@ def _systems_blocks(plan: PlanData, index: int) -> list[Block]:
     ]
 
 
-__all__ = ["SECTION", "heading", "minutes", "plan_blocks", "plan_figures", "plan_lines"]
+__all__ = [
+    "SECTION",
+    "cluster_lines",
+    "cluster_shape",
+    "heading",
+    "minutes",
+    "pct_text",
+    "plan_blocks",
+    "plan_figures",
+    "plan_lines",
+    "size_text",
+    "times_text",
+]
