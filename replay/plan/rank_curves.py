@@ -225,6 +225,15 @@ def _dp_rank(batch: int, pos: int, world: int, salt: np.uint64) -> int:
     return np.int64(((h >> np.uint64(32)) * np.uint64(world)) >> np.uint64(32))
 
 
+@kernel(inline="always")
+def row_block(row: int, tb: int, size: int, n: int, start: np.ndarray) -> int:
+    """The block of a row of a row-split table whose blocks are [tb, tb + n): row // size
+    for even blocks (size > 0), else a search of the blocks' first rows."""
+    if size > 0:
+        return tb + row // size
+    return last_at_most(start, tb, tb + n - 1, row)
+
+
 @kernel
 def _route(
     keys: np.ndarray,
@@ -260,11 +269,7 @@ def _route(
             k_t = kind[ix(t)]
             tb = base[ix(t)]
             if k_t == _ROWS:
-                size = even[ix(t)]
-                if size > 0:
-                    blk = tb + row // size
-                else:
-                    blk = last_at_most(start, tb, tb + count[ix(t)] - 1, row)
+                blk = row_block(row, tb, even[ix(t)], count[ix(t)], start)
                 first = blk
                 last = blk + 1
                 row -= start[ix(blk)]

@@ -94,6 +94,7 @@ from replay.plan.rank_curves import (
     _dp_rank,
     _layout,
     _table_full_lookups,
+    row_block,
 )
 from replay.plan.torchrec import (
     DEFAULT_BINS,
@@ -103,7 +104,7 @@ from replay.plan.torchrec import (
     torchrec_cacheability,
 )
 from replay.system.sharding import DATA_PARALLEL, Placement
-from replay.trace.keys import last_at_most, table_of, table_offsets
+from replay.trace.keys import table_of, table_offsets
 from replay.trace.stream import iter_batch_ranges
 from replay.workload.row_mass import block_shares
 
@@ -202,11 +203,7 @@ def _route_streams(
             k_t = kind[ix(t)]
             blk = tb
             if k_t == _ROWS:
-                size = even[ix(t)]
-                if size > 0:
-                    blk = tb + row // size
-                else:
-                    blk = last_at_most(start, tb, tb + count[ix(t)] - 1, row)
+                blk = row_block(row, tb, even[ix(t)], count[ix(t)], start)
             elif k_t == _DP:
                 blk = tb + _dp_rank(batch_start + b, i - lo, world, salt)
             s = stream_of[ix(blk)]
