@@ -132,17 +132,20 @@ def inspect_wraps_bytes(table_rows: Sequence[int], lookups: int) -> int:
     return events + pairs + 8 * sum(r for r in rows if r <= INSPECT_SMALL_ROWS)
 
 
-def inspect_estimate(table_rows: Sequence[int], lookups: int) -> Estimate:
-    """`replay inspect`: 1 B per row, the count wraps and the small tables' counts."""
+def inspect_estimate(table_rows: Sequence[int], lookups: int, in_flight: int = 0) -> Estimate:
+    """`replay inspect`: 1 B per row, the count wraps and the small tables' counts, and
+    the batch ranges it holds at once (`in_flight`, bytes)."""
     total = row_space(table_rows)
-    return Estimate(
-        "replay inspect",
-        (
-            ("row state", total * INSPECT_BYTES_PER_ROW),
-            ("count wraps", inspect_wraps_bytes(table_rows, lookups)),
-        ),
-        _rows_detail(table_rows, INSPECT_BYTES_PER_ROW),
-    )
+    detail = _rows_detail(table_rows, INSPECT_BYTES_PER_ROW)
+    if in_flight > (1 << 30):
+        detail += f"; batches in flight {format_bytes(in_flight)}"
+    parts = [
+        ("row state", total * INSPECT_BYTES_PER_ROW),
+        ("count wraps", inspect_wraps_bytes(table_rows, lookups)),
+    ]
+    if in_flight > 0:
+        parts.append(("batches in flight", in_flight))
+    return Estimate("replay inspect", tuple(parts), detail)
 
 
 def mrc_index_bytes(total_rows: int, min_window: int = 1 << 16) -> int:

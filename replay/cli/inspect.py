@@ -59,10 +59,13 @@ def inspect_command(
     from replay.trace.reader import Trace
     from replay.workload.source import open_source
 
-    def check(rows: list[int], lookups: int, _batches: int) -> None:
-        # 1 B per row of the row space: refused with the figure before anything is read
+    def check(rows: list[int], lookups: int, batches_: int) -> None:
+        from replay.runs.compare import in_flight_bytes
+
+        # 1 B per row of the row space and the batches held: refused with the figure
+        # before anything is read
         check_row_space(rows, str(trace) if trace is not None else "")
-        check_fits(inspect_estimate(rows, lookups))
+        check_fits(inspect_estimate(rows, lookups, in_flight_bytes(lookups, batches_)))
 
     ref, opened = resolve_opened(
         trace, workload, check=check, batches=batches, batch_size=batch_size, seed=seed

@@ -400,15 +400,16 @@ def run_state(
     return RunState(sum(v for _, v in parts), slots, per_slot, per_lookup, label)
 
 
-def in_flight_bytes(source: Source) -> int:
-    """Bytes of the batch ranges a replay holds at once: the reader's `READ_AHEAD` ranges
-    and the one replayed, each a row group of about `ROW_GROUP_TARGET_LOOKUPS` lookups or
-    one whole batch when a batch is larger (row groups hold whole batches)."""
+def in_flight_bytes(lookups: int, batches: int) -> int:
+    """Bytes of the batch ranges a replay (or `inspect`) holds at once over `lookups` in
+    `batches`: the reader's `READ_AHEAD` ranges and the one consumed, each a row group of
+    about `ROW_GROUP_TARGET_LOOKUPS` lookups or one whole batch when a batch is larger
+    (row groups hold whole batches)."""
     from replay.trace.format import ROW_GROUP_TARGET_LOOKUPS
     from replay.trace.stream import READ_AHEAD
 
-    lookups = max(int(source.num_lookups), 0)
-    per_batch = -(-lookups // max(int(source.num_batches), 1))
+    lookups = max(int(lookups), 0)
+    per_batch = -(-lookups // max(int(batches), 1))
     per_group = max(ROW_GROUP_TARGET_LOOKUPS, per_batch)
     groups = max(-(-lookups // per_group), 1)
     return min(READ_AHEAD + 1, groups) * per_group * IN_FLIGHT_BYTES_PER_LOOKUP
@@ -430,9 +431,10 @@ def check_run_memory(
     if threads is None:
         threads = max(1, _cores() // max(1, min(parallel, len(systems))))
     states = [run_state(source, system, inspect=inspect, threads=threads) for system in systems]
+    held = in_flight_bytes(source.num_lookups, source.num_batches)
     estimate = run_estimate(
         source.table_rows, int(source.num_lookups), int(source.num_batches), states,
-        parallel=parallel, statistics=statistics, what=what, in_flight=in_flight_bytes(source),
+        parallel=parallel, statistics=statistics, what=what, in_flight=held,
     )  # fmt: skip
     check_fits(estimate)
     return estimate
@@ -678,6 +680,7 @@ __all__ = [
     "compare_document",
     "comparison_rows",
     "grid_size",
+    "in_flight_bytes",
     "iter_runs",
     "metrics_row",
     "parse_grid",
