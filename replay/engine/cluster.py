@@ -10,11 +10,12 @@ One pass. Each batch range is routed once (`replay.engine.cluster_route`: numba 
 two passes over the range's keys: record each key's rank and local key, then lay them out
 rank after rank), giving every rank its lookups in trace order as a `BatchRange` of
 *rank-local* keys, which that rank's policy processes. Never one pass over the trace per
-GPU. The routing runs in a thread of its own a range ahead of the policies (its kernels
-release the GIL; `read_ahead`, one range queued): on two cores it overlaps the policies
-as the one-GPU replay's reader overlaps its policy. criteo-kaggle 400 x 2,048, 64 GPUs,
-the auto plan, interleaved on the loaded 2-core VM: 0.74 s against 1.22 s before this
-and the routing changes of the same commit (one GPU 0.39 s).
+GPU. The routing runs in a thread of its own a range ahead of the policies
+(`_routed_ahead`; its kernels release the GIL), at the caller's priority: on two cores
+it overlaps the policies as the one-GPU replay's reader overlaps its policy.
+criteo-kaggle 2,000 x 2,048, 64 GPUs, the auto plan, best of 3 interleaved in one
+process on the loaded 2-core VM: 3.70 s, against 4.21 s routed in the policies' thread
+and 8.26 s before the routing changes of cfda5ec (one GPU 2.79 s).
 
 Rank-local keys. Each rank's cache sees only the rows of its shards, renumbered: its
 shards in table order (`Placement.shards`' order) are laid end to end, a shard of rows
@@ -102,21 +103,21 @@ lookups).
 
 Memory: per rank, its policy's state over its own rows (`state_bytes_per_key` x rows on
 the rank + the cache's slots); per range, the routed keys (8 B a routed lookup, in a ring
-of 3 buffers: the range in the policies, one queued, one being routed; and 12 B a lookup
-for the record pass, kept across ranges); per batch, 3 x W int64
+of 2 buffers: the range in the policies and the one being routed; and 12 B a lookup for
+the record pass, kept across ranges); per batch, 3 x W int64
 per-rank columns (lookups, hits, misses) -- 1.5 KB a batch at 64 GPUs.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from replay._threads import read_ahead
 from replay.engine.cluster_route import DP, Router
 from replay.engine.cluster_time import RankAccount, local_batch
 from replay.engine.replay import workload_shape
@@ -225,6 +226,25 @@ def allreduce_model(
     return per_rank, total - inter, inter, seconds
 
 
+def _routed_ahead(
+    ranges: Iterator[BatchRange], route: Callable[[BatchRange], tuple]
+) -> Iterator[tuple[BatchRange, tuple]]:
+    """(range, route(range)) of each range, routed one range ahead in a thread of its own
+    at the caller's priority (it is the critical path; `read_ahead`'s helper at a lower
+    priority measured no faster): while the caller works on range k, range k + 1 is
+    routed, and range k + 2 only once the caller has asked for k + 1 (`Router`'s ring of
+    2 holds k and k + 1)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="cluster-route") as pool:
+        pending: tuple[BatchRange, Future[tuple]] | None = None
+        for br in ranges:
+            future = pool.submit(route, br)
+            if pending is not None:
+                yield pending[0], pending[1].result()
+            pending = (br, future)
+        if pending is not None:
+            yield pending[0], pending[1].result()
+
+
 def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> ClusterResult:
     """Replay every batch of `source` on the cluster `placement` lays out: one cache per
     GPU of `system`'s policy (`policy.capacity_rows` per GPU), one pass over the source.
@@ -261,7 +281,7 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
         dtype=np.float64,
     )
     offsets = table_offsets(rows)
-    router = Router(placement, offsets, batch, link, ring=3)
+    router = Router(placement, offsets, batch, link, ring=2)
     lay = router.lay
     nb = source.num_batches
     policies = [
@@ -296,22 +316,17 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
     )
     route_took = [0.0]
 
-    def routed() -> Iterator[tuple[BatchRange, tuple]]:
-        for br in ranges:
-            t0 = time.perf_counter()
-            # the update keys are there to count (an on-the-fly source makes them)
-            derived = br.updates_are_lookups
-            assert not derived or len(br.update_keys) == br.update_bounds[-1]
-            routes = router.route(br, a2a[br.batch_start : br.batch_stop], not derived)
-            route_took[0] += time.perf_counter() - t0
-            yield br, routes
+    def route_one(br: BatchRange) -> tuple:
+        t0 = time.perf_counter()
+        # the update keys are there to count (an on-the-fly source makes them)
+        derived = br.updates_are_lookups
+        assert not derived or len(br.update_keys) == br.update_bounds[-1]
+        routes = router.route(br, a2a[br.batch_start : br.batch_stop], not derived)
+        route_took[0] += time.perf_counter() - t0
+        return routes
 
-    # the routing runs a range ahead in a thread of its own (its kernels release the
-    # GIL) while the ranks' policies process the range before: `Router`'s ring of 3
-    # routed-key buffers holds the range in the policies, the one queued and the one
-    # being routed
     t_wait = time.perf_counter()
-    for br, routes in read_ahead(routed(), 1, "cluster-route"):
+    for br, routes in _routed_ahead(ranges, route_one):
         t1 = time.perf_counter()
         wait_s += t1 - t_wait
         n = br.batches
