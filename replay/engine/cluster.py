@@ -94,9 +94,14 @@ The all-to-all (per batch; bytes as fp32, 4 B a value):
   bytes, S = 4 x (dense params + the data-parallel tables' rows x dim) -- the whole
   dense gradient, not only the rows touched (ASSUMPTION: DDP all-reduces the dense
   gradient tensor). Its time is 2 (W - 1) / W x S over the slowest link the ring crosses
-  (the inter-node per-GPU bandwidth when there is more than one node) plus 2 (W - 1)
-  latencies of that link. Of the ring's W links per step, `nodes` cross nodes (when
-  nodes > 1): those are the inter-node bytes.
+  (the inter-node per-GPU bandwidth when there is more than one node) plus the
+  latencies of that link: a ring's 2 (W - 1) steps, or NCCL's double binary trees'
+  2 ceil(log2 W) (NVIDIA, "Massively Scale Your Deep Learning Training with NCCL 2.4",
+  2019: trees keep the ring's bandwidth at a latency logarithmic in W; Sanders, Speck
+  and Traeff 2009), whichever is faster: NCCL's tuner picks the algorithm per message
+  size (ASSUMPTION: it picks the faster one of this model; at 64 GPUs a ring's 126
+  latencies of 5 us alone would be 0.63 ms). Of the ring's W links per step, `nodes`
+  cross nodes (when nodes > 1): those are the inter-node bytes.
 
 Load imbalance per batch: max / mean of the per-rank lookups (1.0 for a batch with no
 lookups).
@@ -110,6 +115,7 @@ per-rank columns (lookups, hits, misses) -- 1.5 KB a batch at 64 GPUs.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -209,7 +215,8 @@ def allreduce_model(
 ) -> tuple[float, float, float, float]:
     """(bytes each rank sends, intra-node bytes in all, inter-node bytes in all, seconds)
     of one ring all-reduce of the dense gradient and the data-parallel tables'
-    (module docstring)."""
+    (module docstring: the ring's bytes, the faster of the ring's and the tree's
+    latencies)."""
     world = placement.world
     size = BYTES_PER_VALUE * dense_params
     for t, shape in enumerate(placement.tables):
@@ -222,7 +229,8 @@ def allreduce_model(
     inter_links = placement.nodes if placement.nodes > 1 else 0
     inter = total * inter_links / world
     bw, lat = (link[2], link[3]) if placement.nodes > 1 else (link[0], link[1])
-    seconds = per_rank / bw + 2 * (world - 1) * lat
+    steps = min(world - 1, math.ceil(math.log2(world)))  # ring or tree (docstring)
+    seconds = per_rank / bw + 2 * steps * lat
     return per_rank, total - inter, inter, seconds
 
 
