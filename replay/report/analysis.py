@@ -44,6 +44,7 @@ import polars as pl
 
 from replay._units import format_duration
 from replay.report.claims_cluster import patrickstar_claim
+from replay.report.cluster import cluster_rows
 from replay.report.document import fmt_multiple, fmt_ratio, fmt_saving
 from replay.report.load import Results, RunData, SweepData
 
@@ -838,6 +839,8 @@ def analyse(results: Results) -> dict[str, Any]:
         "failures": failures(results),
     }
     sections["claims"] = claims(results, sections)
+    if rows := cluster_rows(results):  # only with a cluster run: one GPU's is unchanged
+        sections["cluster"] = rows
     return sections
 
 

@@ -44,6 +44,7 @@ from replay.report.blocks import not_shown as _not_shown
 from replay.report.blocks import pct as _pct
 from replay.report.blocks import x as _x
 from replay.report.caveats import WARNINGS, run_warnings, warning_blocks, warning_line
+from replay.report.cluster import cluster_blocks
 from replay.report.document import (
     Block,
     Bullets,
@@ -663,6 +664,7 @@ def build_blocks(
     body += _workload_blocks(results, figures)
     body += _hierarchy_blocks(analysis, figures)
     body += tbe_blocks(results)
+    body += cluster_blocks(analysis.get("cluster"), figures)
     body += _time_blocks(results, figures)
     body += _ladder_blocks(analysis, figures)
     body += _checkpoint_blocks(analysis, figures)

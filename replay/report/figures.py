@@ -72,7 +72,16 @@ from matplotlib.ticker import Formatter, FuncFormatter, LogFormatter, ScalarForm
 
 from replay.report.load import Results, RunData, SweepData
 
-SECTIONS = ("workload", "hierarchy", "time", "energy", "checkpoints", "failures", "sweeps")
+SECTIONS = (
+    "workload",
+    "hierarchy",
+    "cluster",
+    "time",
+    "energy",
+    "checkpoints",
+    "failures",
+    "sweeps",
+)
 DPI = 110
 WIDTH = 7.0
 HEIGHT = 4.0

@@ -7,6 +7,7 @@ section) in report order:
   ``workload_distinct.png``, ``workload_touched.png``;
 - hierarchy (`figures_hierarchy`): ``hierarchy_hits.png``, ``hierarchy_traffic.png``,
   ``mrc.png``;
+- cluster (`figures_cluster`): ``cluster_<run>.png`` for each cluster run;
 - time and energy (`figures_time`): ``time_<group>.png`` then ``energy_<group>.png``
   for the runs given alone (group "runs") and each comparison (its folder name);
 - checkpoints (`figures_checkpoints`): ``checkpoint_bytes.png``;
@@ -33,6 +34,7 @@ from replay.report.figures import (
     system_colors,
 )
 from replay.report.figures_checkpoints import _checkpoint_bytes
+from replay.report.figures_cluster import cluster_figures
 from replay.report.figures_hierarchy import _hierarchy_hits, _hierarchy_traffic, _mrc
 from replay.report.figures_sweeps import _chunk_figure, _sweep_figure, is_chunk_sweep
 from replay.report.figures_time import _energy_figure, _time_figure
@@ -47,8 +49,8 @@ from replay.report.load import Results, RunData
 
 def generic_figures(results: Results, out_dir: Path) -> list[FigureOut]:
     """Draw every figure the results support into out_dir (which exists); skip figures
-    with no data. Returns them in report order (workload, hierarchy, time, energy,
-    checkpoints, sweeps)."""
+    with no data. Returns them in report order (workload, hierarchy, cluster, time,
+    energy, checkpoints, sweeps)."""
     out = Path(out_dir)
     runs = results.all_runs()
     colors = system_colors([r.label for r in runs])
@@ -66,6 +68,7 @@ def generic_figures(results: Results, out_dir: Path) -> list[FigureOut]:
     figures.append(_hierarchy_hits(runs, colors, names, out))
     figures.append(_hierarchy_traffic(runs, names, out))
     figures.append(_mrc(results, colors, names, out))
+    figures.extend(cluster_figures(runs, names, out))
 
     used: set[str] = set()
     groups: list[tuple[str, Sequence[RunData]]] = []

@@ -2,7 +2,9 @@
 curves, recognised by the files they hold (never by their names).
 
 - a run folder (`replay run`): `config.json`, `summary.json`, `meta.json`,
-  `batches.parquet`, and `checkpoints.parquet`, `workload.json` when present; its
+  `batches.parquet`, and `checkpoints.parquet`, `workload.json` when present (and, for a
+  cluster, `ranks.parquet`: a row per batch and GPU, checked against summary.json's
+  `ranks` and `cluster` by `_check_cluster`); its
   summary's digests must match its config.json and meta.json's trace digest, and its
   totals the per-batch (and per-checkpoint) rows they were summed from, and the whole
   summary the digest meta.json records of it;
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from replay._json import parse_json
@@ -53,6 +56,7 @@ class RunData:
     meta: dict[str, Any]
     workload: dict[str, Any] | None  # `replay inspect --json` of the trace, when written
     values: dict[str, Any] = field(default_factory=dict)  # a sweep point's grid values
+    ranks: pl.DataFrame | None = None  # a cluster's ranks.parquet, when written
 
     @property
     def system(self) -> str:
@@ -186,6 +190,7 @@ def load_run(path: Path, *, label: str = "", values: dict[str, Any] | None = Non
     checkpoints = _read_parquet(path / "checkpoints.parquet") if has_checkpoints else pl.DataFrame()
     _check_totals(path, summary, batches, checkpoints if has_checkpoints else None)
     _check_summary_digest(path, summary, meta)
+    ranks = _check_cluster(path, summary, batches.height)
     workload = _read_json(path / "workload.json") if (path / "workload.json").is_file() else None
     return RunData(
         path=path,
@@ -197,6 +202,7 @@ def load_run(path: Path, *, label: str = "", values: dict[str, Any] | None = Non
         meta=meta,
         workload=workload,
         values=dict(values or {}),
+        ranks=ranks,
     )
 
 
@@ -339,6 +345,91 @@ def _check_checkpoint_totals(check: _Totals, checkpoints: pl.DataFrame) -> None:
 
 
 _CHECKPOINT_KINDS = {"full": "full", "incremental": "incremental", "logs": "log"}
+
+# ranks.parquet's columns (`replay.engine.cluster_run`): those every cluster run writes,
+# then those a sharded (not PatrickStar's) run adds; each counter sums to summary `ranks`
+_RANK_KEYS = ("batch", "rank", "lookups")
+_RANK_COUNTERS = ("lookups", "hits", "misses", "updates")
+# summary.json `cluster` numbers the report quotes, when present
+_CLUSTER_NUMBERS = (
+    "step_time_s",
+    "all_to_all_bytes_per_batch",
+    "all_to_all_s_per_batch",
+    "allreduce_s_per_batch",
+    "collectives_s_per_batch",
+    "imbalance_mean",
+    "imbalance_max",
+)
+
+
+def _check_cluster(path: Path, summary: dict[str, Any], batches: int) -> pl.DataFrame | None:
+    """A cluster run's `cluster` and `ranks` in summary.json (the fields the report
+    quotes, typed) and its ranks.parquet, read when present: a row per (batch, GPU),
+    integer counters without nulls whose per-GPU sums are summary.json's `ranks`. Returns
+    ranks.parquet (None when absent); a one-line ReportError on anything else."""
+    where = path / "summary.json"
+    has_file = (path / "ranks.parquet").is_file()
+    cluster = summary.get("cluster")
+    if cluster is None:
+        if has_file:
+            raise ReportError(f"{path / 'ranks.parquet'}: summary.json has no 'cluster' for it")
+        return None
+    if not isinstance(cluster, dict):
+        raise ReportError(f"{where}: 'cluster' is not an object")
+    for key in ("nodes", "gpus_per_node", "world"):
+        value = cluster.get(key)
+        if type(value) is not int or not 1 <= value < 2**31:
+            raise ReportError(f"{where}: cluster.{key} must be a positive integer")
+    world = cluster["world"]
+    for key in _CLUSTER_NUMBERS:
+        if key in cluster and not _number(cluster[key]):
+            raise ReportError(f"{where}: cluster.{key} is not a number")
+    if not isinstance(cluster.get("sharding"), dict):
+        raise ReportError(f"{where}: cluster.sharding is not an object")
+    ranks = summary.get("ranks")
+    if not isinstance(ranks, list) or len(ranks) != world:
+        raise ReportError(f"{where}: 'ranks' must be a list of cluster.world ({world}) objects")
+    for index, rank in enumerate(ranks):
+        if not isinstance(rank, dict) or rank.get("rank") != index:
+            raise ReportError(f"{where}: ranks[{index}] is not the object of rank {index}")
+        for key in _RANK_COUNTERS:
+            value = rank.get(key, 0)
+            if type(value) is not int or not 0 <= value < 2**63:
+                raise ReportError(f"{where}: ranks[{index}].{key} is not a count")
+    if not has_file:
+        return None
+    file = path / "ranks.parquet"
+    frame = _read_parquet(file)
+    counters = [c for c in _RANK_COUNTERS if c in frame.columns]
+    for name in (*_RANK_KEYS, *counters, *(["time_s"] if "time_s" in frame.columns else [])):
+        if name not in frame.columns:
+            raise ReportError(f"{file}: no {name!r} column")
+        series = frame[name]
+        kind = series.dtype.is_float() if name == "time_s" else series.dtype.is_integer()
+        if not kind or series.null_count():
+            what = "seconds" if name == "time_s" else "integers"
+            raise ReportError(f"{file}: column {name!r} must hold {what} without nulls")
+        if series.len() and float(series.min()) < 0:  # type: ignore[arg-type]
+            raise ReportError(f"{file}: column {name!r} holds a negative value")
+    if frame.height != batches * world:
+        raise ReportError(
+            f"{file}: {frame.height} rows, not one per batch and GPU ({batches} x {world})"
+        )
+    keys = frame.select("batch", "rank").sort("batch", "rank")
+    if not (
+        np.array_equal(keys["batch"].to_numpy(), np.repeat(np.arange(batches), world))
+        and np.array_equal(keys["rank"].to_numpy(), np.tile(np.arange(world), batches))
+    ):
+        raise ReportError(f"{file}: not one row per batch and GPU ({batches} x {world})")
+    sums = frame.group_by("rank").agg(pl.col(c).sum() for c in counters).sort("rank")
+    for c in counters:
+        for index, got in enumerate(sums[c].to_list()):
+            if c in ranks[index] and ranks[index][c] != got:
+                raise ReportError(
+                    f"{where}: ranks[{index}].{c} ({ranks[index][c]}) does not match "
+                    f"ranks.parquet ({got}); edited, or copied from another run"
+                )
+    return frame
 
 
 class _Totals:
