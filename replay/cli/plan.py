@@ -15,6 +15,7 @@ import typer
 
 from replay.cli.app import app, show_progress
 from replay.cli.source import (
+    _PANEL,
     AlphaOption,
     BatchesOption,
     BatchSizeOption,
@@ -111,6 +112,49 @@ def plan_command(
     ] = None,
     workload: WorkloadOption = None,
     batches: BatchesOption = None,
+    duration: Annotated[
+        str | None,
+        typer.Option(
+            "--duration",
+            metavar="DURATION",
+            help="Training length as time, e.g. 5d, with --time-per-batch: batches = "
+            "duration / time per batch (instead of --batches; default: the workload's "
+            "batches).",
+            rich_help_panel=_PANEL,
+        ),
+    ] = None,
+    samples: Annotated[
+        int | None,
+        typer.Option(
+            "--samples",
+            min=1,
+            metavar="N",
+            help="Training length in samples: batches = ceil(N / batch size) (instead of "
+            "--batches; default: the workload's batches).",
+            rich_help_panel=_PANEL,
+        ),
+    ] = None,
+    epochs: Annotated[
+        float | None,
+        typer.Option(
+            "--epochs",
+            metavar="E",
+            help="Training length in passes over the dataset: batches = ceil(E x dataset "
+            "samples / batch size) (instead of --batches; default: the workload's batches).",
+            rich_help_panel=_PANEL,
+        ),
+    ] = None,
+    dataset_samples: Annotated[
+        int | None,
+        typer.Option(
+            "--dataset-samples",
+            min=1,
+            metavar="N",
+            help="Samples in one epoch, for --epochs (default: the spec's dataset_samples "
+            "or the Criteo preset's; see `replay presets --show`).",
+            rich_help_panel=_PANEL,
+        ),
+    ] = None,
     batch_size: BatchSizeOption = None,
     seed: SeedOption = None,
     alpha: AlphaOption = None,
@@ -200,6 +244,10 @@ def plan_command(
         )
     if sample_rate is not None and not 0 < sample_rate <= 1:
         raise ConfigError(f"--sample-rate: {sample_rate:g} must be in (0, 1]")
+    batches, given = _training_length(
+        trace, workload, batches=batches, duration=duration, samples=samples, epochs=epochs,
+        dataset_samples=dataset_samples, step_s=step_s, batch_size=batch_size,
+    )  # fmt: skip
     if not dry_run:
         check_output_folder(out, force=force, owned=OUTPUT_FILES, what="`replay plan` output")
     # every system before any work: a bad second --system is said now, not after the curves
@@ -219,6 +267,7 @@ def plan_command(
         sets=tuple(sets or ()),
         draws=draws,
         torchrec_bins=torchrec_bins,
+        given=given,
     )
     estimate = plan_estimate(request, source_for_estimate(request.source), resolved)
     if dry_run:
@@ -242,6 +291,85 @@ def plan_command(
     for note in document["notes"]:
         typer.echo(f"note: {note}")
     typer.echo(f"wrote {out}/plan.md, plan.json, torchrec.json and figures/")
+
+
+# the most batches a workload spec holds (`replay.workload.spec`: batches < 2^32)
+_MAX_BATCHES = (1 << 32) - 1
+
+
+def _training_length(
+    trace: Path | None,
+    workload: str | None,
+    *,
+    batches: int | None,
+    duration: str | None,
+    samples: int | None,
+    epochs: float | None,
+    dataset_samples: int | None,
+    step_s: float | None,
+    batch_size: int | None,
+) -> tuple[int | None, dict[str, float | int] | None]:
+    """The batches to plan for, from whichever of --batches, --duration, --samples or
+    --epochs was given (at most one), and that choice as plan.json's `horizon.given`;
+    (None, None) when none was: the trace's or workload's own batches."""
+    from fractions import Fraction
+
+    from replay._units import parse_duration
+
+    lengths = {"--batches": batches, "--duration": duration, "--samples": samples,
+               "--epochs": epochs}  # fmt: skip
+    named = [name for name, value in lengths.items() if value is not None]
+    if len(named) > 1:
+        raise ConfigError(
+            f"give one training length (--batches, --duration, --samples or --epochs), not "
+            f"{' and '.join(named)}"
+        )
+    if dataset_samples is not None and epochs is None:
+        raise ConfigError("--dataset-samples applies only with --epochs")
+    if not named or named[0] == "--batches":
+        return batches, None if batches is None else {"batches": batches}
+    option = named[0]
+    if trace is not None or workload is None:
+        raise ConfigError(f"{option} applies only with --workload (a trace is fixed)")
+    from replay.workload.generator import resolve_workload
+    from replay.workload.presets import dataset_samples as known_samples
+
+    spec = resolve_workload(workload).with_overrides(batch_size=batch_size)
+    if duration is not None:
+        if step_s is None:
+            raise ConfigError(
+                f"--duration {duration}: give --time-per-batch DURATION, your model's step "
+                "time, to turn it into batches"
+            )
+        seconds = parse_duration(duration, "--duration")
+        if not (seconds > 0 and math.isfinite(seconds)):
+            raise ConfigError(f"--duration {duration}: must be a finite number of seconds above 0")
+        count = Fraction(seconds) / Fraction(step_s)
+        given: dict[str, float | int] = {"duration_s": seconds}
+    elif samples is not None:
+        count = Fraction(samples, spec.batch_size)
+        given = {"samples": samples}
+    else:
+        assert epochs is not None
+        if not (epochs > 0 and math.isfinite(epochs)):
+            raise ConfigError(f"--epochs: {epochs:g} must be a finite number above 0")
+        size = dataset_samples if dataset_samples is not None else known_samples(spec, workload)
+        if size is None:
+            raise ConfigError(
+                f"--epochs: the workload {spec.name!r} does not say its dataset's size; give "
+                "--dataset-samples N (or dataset_samples = N in the spec)"
+            )
+        count = Fraction(str(epochs)) * size / spec.batch_size
+        given = {"epochs": epochs}
+    # a quotient within a float's rounding of a whole number is that number (5d at 50 ms)
+    whole = round(count)
+    planned = whole if abs(count - whole) <= Fraction(1, 10**6) else math.ceil(count)
+    if not 1 <= planned <= _MAX_BATCHES:
+        raise ConfigError(
+            f"{option}: gives {planned:,} batches of {spec.batch_size:,} samples, out of "
+            f"range [1, {_MAX_BATCHES:,}]"
+        )
+    return planned, given
 
 
 @contextmanager

@@ -68,6 +68,9 @@ class PlanRequest:
     seed: int = 0
     notes: list[str] = field(default_factory=list)
     torchrec_bins: int = 100  # torchrec.json's histogram bins (`replay.plan.torchrec`)
+    # the training length as the user gave it, {"duration_s" | "samples" | "epochs" |
+    # "batches": value}, recorded in plan.json's horizon; None: the source's own batches
+    given: dict[str, float | int] | None = None
 
 
 def choose_sample_rate(lookups: int, rows: int = 0) -> float:
@@ -397,6 +400,7 @@ def make_plan(
             "training_time_s": horizon_s,
             "time_per_batch_s": time_per_batch,
             "time_per_batch_from": _time_from(request, systems[0].name, cluster),
+            "given": request.given,
         },
         "row_bytes": row_bytes,
         "state_bytes_per_row": state_bytes,

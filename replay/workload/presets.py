@@ -160,6 +160,31 @@ PRESETS: dict[str, WorkloadSpec] = {
 }
 
 
+# Samples in one epoch of the dataset a preset models, for `replay plan --epochs`. Kept
+# beside the presets, not in their specs, so that the traces generated from them keep
+# their manifests byte for byte (`WorkloadSpec.dataset_samples` is for one's own specs;
+# `replay presets --show` prints it as a comment to uncomment). Counts as DLRM's
+# preprocessing reads them (facebookresearch/dlrm, data_utils.py): Criteo Kaggle's
+# train.txt, 7 days, 45,840,617 samples; Criteo 1TB Click Logs, days 0-23,
+# 4,373,472,329 samples (the sum of its per-day counts, total_per_file).
+DATASET_SAMPLES: dict[str, int] = {
+    "criteo-kaggle": 45_840_617,
+    "criteo-terabyte": 4_373_472_329,
+}
+DATASET_SAMPLES_SOURCE: dict[str, str] = {
+    "criteo-kaggle": "Criteo Kaggle train.txt, 7 days (DLRM data_utils.py)",
+    "criteo-terabyte": "Criteo 1TB Click Logs, 24 days (DLRM data_utils.py)",
+}
+
+
+def dataset_samples(spec: WorkloadSpec, given: str | None = None) -> int | None:
+    """Samples in one epoch of `spec`'s dataset: the spec's own `dataset_samples`, else
+    the preset's when the workload was `given` as a preset name; None when unknown."""
+    if spec.dataset_samples is not None:
+        return spec.dataset_samples
+    return DATASET_SAMPLES.get(given) if given is not None else None
+
+
 def get_preset(name: str) -> WorkloadSpec:
     try:
         return PRESETS[name]

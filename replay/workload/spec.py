@@ -11,6 +11,7 @@ that does not set the key itself)::
     batches = 1000
     seed = 0
     embedding_dim = 16
+    dataset_samples = 45840617 # samples in one epoch of the data (`replay plan --epochs`)
 
     [defaults]
     alpha = 1.05               # bounded power law p(k) ~ k^-alpha over ranks 1..rows
@@ -123,6 +124,10 @@ class WorkloadSpec:
     embedding_dim: int = 16
     update: UpdateRule = field(default_factory=UpdateRule)
     source: str = ""  # where the numbers come from (presets cite their origin)
+    # samples in one epoch of the dataset the workload models (`replay plan --epochs`);
+    # None: not said, and `to_dict` leaves the key out, so a spec without it has the
+    # manifest, digest and TOML it had before the field existed
+    dataset_samples: int | None = None
 
     @property
     def lookups_per_batch(self) -> int:
@@ -140,6 +145,8 @@ class WorkloadSpec:
         """Plain data (JSON/TOML-ready) that `spec_from_dict` turns back into this spec."""
         data = asdict(self)
         data["tables"] = [_table_dict(t) for t in self.tables]
+        if data["dataset_samples"] is None:
+            del data["dataset_samples"]
         return data
 
     def with_overrides(
@@ -362,6 +369,11 @@ def spec_from_dict(data: Any, where: str = "spec") -> WorkloadSpec:
         embedding_dim=_int(data.get("embedding_dim", 16), f"{where}.embedding_dim", 1, 1 << 16),
         update=update,
         source=_str(data.get("source", ""), f"{where}.source"),
+        dataset_samples=(
+            None
+            if data.get("dataset_samples") is None
+            else _int(data["dataset_samples"], f"{where}.dataset_samples", 1, 2**63 - 1)
+        ),
     )
     if spec.lookups_per_batch > 1 << 31:
         raise ConfigError(f"{where}: {spec.lookups_per_batch} lookups per batch is too many")
@@ -399,6 +411,8 @@ def spec_to_toml(spec: WorkloadSpec) -> str:
     data = spec.to_dict()
     for key in ("name", "source", "batch_size", "batches", "seed", "embedding_dim"):
         lines.append(f"{key} = {value(data[key])}")
+    if "dataset_samples" in data:
+        lines.append(f"dataset_samples = {value(data['dataset_samples'])}")
     lines.append("\n[update]")
     for key, v in data["update"].items():
         lines.append(f"{key} = {value(v)}")
