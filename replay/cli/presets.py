@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
@@ -10,8 +11,24 @@ from replay.cli.app import app
 
 
 @app.command("presets", short_help="List the built-in workload and system presets.")
-def presets_command() -> None:
-    """List the built-in workload presets and system presets (with their sources)."""
+def presets_command(
+    show: Annotated[
+        str | None,
+        typer.Option(
+            "--show",
+            metavar="NAME",
+            help="Print this workload, system or cluster preset as TOML to copy, edit and "
+            "pass back with --spec or --system FILE.toml (default: list them all).",
+        ),
+    ] = None,
+) -> None:
+    """List the built-in workload presets and system presets (with their sources), or
+    print one as TOML (--show NAME)."""
+    if show is not None:
+        from replay.system.show import preset_toml
+
+        typer.echo(preset_toml(show), nl=False)
+        return
     from replay.engine.systems import system_preset_summary
     from replay.workload.presets import PRESETS, preset_summary
 
