@@ -25,7 +25,7 @@ def presets_command(
     """List the built-in workload presets and system presets (with their sources), or
     print one as TOML (--show NAME)."""
     if show is not None:
-        from replay.system.show import preset_toml
+        from replay.cli._presets_show import preset_toml
 
         typer.echo(preset_toml(show), nl=False)
         return

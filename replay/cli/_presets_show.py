@@ -128,7 +128,7 @@ def system_toml(name: str) -> str:
     from replay.engine.systems import resolve_system
     from replay.system.presets import CLUSTERS_FILE, PRESET_DIR, preset_data
 
-    devices_file = Path(__file__).with_name("devices.toml")
+    devices_file = PRESET_DIR.parent / "devices.toml"
     data = resolve_system(name).to_dict()
     comments: Comments = {}
     for preset in _preset_chain(name):
