@@ -35,6 +35,7 @@ import numpy as np
 
 from replay._jit import kernel
 from replay.errors import ConfigError
+from replay.trace.keys import table_offsets
 from replay.workload import sampler
 from replay.workload.locality_model import BIN_EDGES, BINS, BatchStats
 from replay.workload.spec import WorkloadSpec
@@ -74,7 +75,7 @@ class BatchReuse:
 
     def __init__(self, table_rows: Sequence[int] | np.ndarray, num_batches: int) -> None:
         rows = np.asarray(table_rows, dtype=np.int64)
-        self.offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
+        self.offsets = table_offsets(rows)[:-1]
         self.num_batches = int(num_batches)
         self.rows_share_sum = np.zeros(BINS)
         self.lookups_share_sum = np.zeros(BINS)

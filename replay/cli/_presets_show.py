@@ -10,31 +10,19 @@ A cluster preset is a `[cluster]` table to paste into a system file; a workload 
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from replay.errors import ConfigError
+from replay.workload.spec import toml_value
 
 _HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?$")
 _KEY = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*=\s*(.*)$")
 
 # (table path, key or "" for the table itself) -> (comment lines above, trailing comment)
 Comments = dict[tuple[str, str], tuple[list[str], str]]
-
-
-def toml_value(v: Any) -> str:
-    """A TOML literal for a number, bool, string or list of them."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    # a TOML basic string: JSON's escapes are TOML's, but for DEL, which TOML also escapes
-    return json.dumps(str(v), ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def _trailing(rest: str) -> str:

@@ -126,6 +126,7 @@ import numpy as np
 
 from replay.engine.cluster_route import DP, Router
 from replay.engine.cluster_time import RankAccount, local_batch
+from replay.engine.placement import row_state_bytes
 from replay.engine.replay import workload_shape
 from replay.errors import ConfigError
 from replay.policies import POLICIES
@@ -134,7 +135,7 @@ from replay.system.sharding import (
     DATA_PARALLEL,
     Placement,
 )
-from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
+from replay.system.spec import BYTES_PER_VALUE, SystemSpec
 from replay.trace.keys import table_offsets
 from replay.trace.stream import (
     BatchRange,
@@ -167,14 +168,23 @@ class ClusterResult:
     summary_extra: dict[str, Any] = field(default_factory=dict)  # rank 0's policy's
 
 
-def _distinct(br: BatchRange, offsets: np.ndarray) -> np.ndarray:
-    """The range's distinct rows per batch: the reader's, or counted here for a source
-    that does not count them."""
-    if br.distinct is not None:
-        return br.distinct
-    out = np.zeros(br.batches, dtype=np.int64)
-    distinct_kernel(br.keys, br.bounds, distinct_bitmap(int(offsets[-1])), out)
-    return out
+class _Distinct:
+    """The ranges' distinct rows per batch: the reader's, or counted here for a source
+    that does not count them, over one bitmap kept across ranges (`distinct_kernel`
+    leaves it clear)."""
+
+    def __init__(self, total_keys: int) -> None:
+        self.total_keys = total_keys
+        self.seen: np.ndarray | None = None
+
+    def __call__(self, br: BatchRange) -> np.ndarray:
+        if br.distinct is not None:
+            return br.distinct
+        if self.seen is None:
+            self.seen = distinct_bitmap(self.total_keys)
+        out = np.zeros(br.batches, dtype=np.int64)
+        distinct_kernel(br.keys, br.bounds, self.seen, out)
+        return out
 
 
 def make_rank_policy(
@@ -183,9 +193,7 @@ def make_rank_policy(
     """Rank r's policy over its own rows: its shards (`shard_rows`, local order) are its
     tables, `policy.capacity_*` its own capacity (per GPU)."""
     cls = POLICIES[system.policy.name]
-    state = BYTES_PER_VALUE * embedding_dim + optimizer_bytes_per_row(
-        system.model.optimizer, embedding_dim
-    )
+    state = row_state_bytes(system, embedding_dim)
     unit_rows = cls.unit_rows(system.policy)
     rows = np.array(shard_rows, dtype=np.int64)
     offsets = table_offsets(rows)
@@ -334,6 +342,7 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
         return routes
 
     t_wait = time.perf_counter()
+    distinct = _Distinct(int(offsets[-1]))
     for br, routes in _routed_ahead(ranges, route_one):
         t1 = time.perf_counter()
         wait_s += t1 - t_wait
@@ -359,7 +368,7 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
         t2 = time.perf_counter()
         rank_hits[window] = out[:, :, HITS].T
         rank_misses[window] = out[:, :, MISSES].T
-        acc.add(window, out, counts.T, ucounts.T, _distinct(br, offsets))
+        acc.add(window, out, counts.T, ucounts.T, distinct(br))
         t_wait = time.perf_counter()
         policy_s += t2 - t1
         account_s += t_wait - t2

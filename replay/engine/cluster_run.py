@@ -43,7 +43,7 @@ from replay.checkpoint.summarize import checkpoint_summary, failures_summary
 from replay.engine.account import study_warnings, summarize
 from replay.engine.cluster import ClusterResult, replay_cluster
 from replay.engine.patrickstar_run import PATRICKSTAR_POLICY, replay_patrickstar_run
-from replay.engine.placement import PlacementResult, resolve_placement
+from replay.engine.placement import PlacementResult, resolve_placement, row_state_bytes
 from replay.engine.replay import (
     ClusterRunResult,
     RunResult,
@@ -54,7 +54,7 @@ from replay.engine.replay import (
 )
 from replay.engine.systems import refuse_cluster_checkpoint
 from replay.policies import POLICIES
-from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
+from replay.system.spec import BYTES_PER_VALUE, SystemSpec
 from replay.workload.source import Source
 
 # ClusterResult columns (one per batch) that batches.parquet holds beside the account's
@@ -168,7 +168,8 @@ def replay_cluster_run(
     columns["trace_lookups"] = result.columns["lookups"]
     for name in _NETWORK_COLUMNS:
         columns[name] = result.columns[name]
-    cached = POLICIES[system.policy.name].cached
+    cls = POLICIES[system.policy.name]
+    cached = cls.cached
     summary = summarize(system, columns, result.unit_rows, result.capacity_units, cached=cached)
     strategy = make_strategy(system, source, shape)  # strategy `none` (refused otherwise)
     timing = Timing(
@@ -184,12 +185,10 @@ def replay_cluster_run(
     )
     summary["time"]["all_to_all_s"] = float(columns["all_to_all_s"].sum())
     summary["time"]["allreduce_s"] = float(columns["allreduce_s"].sum())
-    summary["warnings"] = study_warnings(summary, evicts=POLICIES[system.policy.name].evicts)
+    summary["warnings"] = study_warnings(summary, evicts=cls.evicts)
     dim = shape.embedding_dim
     summary["row_bytes"] = BYTES_PER_VALUE * dim
-    summary["row_state_bytes"] = BYTES_PER_VALUE * dim + optimizer_bytes_per_row(
-        system.model.optimizer, dim
-    )
+    summary["row_state_bytes"] = row_state_bytes(system, dim)
     summary["ranks"] = result.ranks
     summary["cluster"] = cluster_block(system, placed, result)
     ranks = rank_columns(result)
@@ -203,7 +202,7 @@ def replay_cluster_run(
         "trace": trace_meta(source, trace_lookups),
         "system": system.name,
         "cluster": True,
-        "policy_state_bytes_per_key": type_state_bytes(system),
+        "policy_state_bytes_per_key": int(cls.state_bytes_per_key),
         "timings": {
             "prepare_s": place_s,
             "replay_s": float(timings["replay_s"]),
@@ -226,11 +225,6 @@ def replay_cluster_run(
         sharding=placed.plan.to_json(),
         rank_columns=ranks,
     )
-
-
-def type_state_bytes(system: SystemSpec) -> int:
-    """Bytes of per-key state of the system's policy (each rank's, over its rows)."""
-    return int(POLICIES[system.policy.name].state_bytes_per_key)
 
 
 __all__ = [

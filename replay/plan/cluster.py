@@ -63,6 +63,7 @@ from typing import Any
 
 import numpy as np
 
+from replay._units import format_bytes
 from replay.errors import ConfigError
 
 COMPARE_SHARDINGS = ("table-wise", "row-wise", "table-row-wise", "auto")
@@ -166,23 +167,10 @@ def _span_means(columns: dict[str, np.ndarray]) -> dict[str, float]:
     return out
 
 
-def _step_time(columns: dict[str, np.ndarray], system: Any, batch: int) -> tuple[np.ndarray, str]:
-    """The replay's per-batch step time, and how it was computed."""
-    if "step_time_s" in columns:
-        return np.asarray(columns["step_time_s"], dtype=np.float64), (
-            "the slowest GPU's embedding time + compute + all-to-all + all-reduce per batch "
-            "(the cluster replay's step_time_s)"
-        )
-    # the replay without its step-time column: compute + all-to-all + all-reduce only
-    c = system.compute
-    compute = c.seconds_per_batch or (
-        c.flops_per_sample * batch / c.flops_per_s if c.flops_per_s > 0 else 0.0
-    )
-    a2a = np.asarray(columns["all_to_all_s"], dtype=np.float64)
-    return compute + a2a + np.asarray(columns["allreduce_s"], dtype=np.float64), (
-        "compute + all-to-all + all-reduce per batch (the embedding time is not counted: "
-        "this replay gives no per-GPU time)"
-    )
+STEP_BASIS = (
+    "the slowest GPU's embedding time + compute + all-to-all + all-reduce per batch "
+    "(the cluster replay's step_time_s)"
+)
 
 
 def _placement(base: Any, source: Any, loads: Any, **kw: Any) -> Any:
@@ -277,23 +265,24 @@ def plan_cluster(
         fits[key] = bool(worst[key] <= cluster.gpu_memory_bytes)
         if not fits[key]:
             notes.append(
-                f"a hit ratio of {key} on every GPU needs {_gib(worst[key])} of cache on the "
-                f"worst GPU, more than a GPU's {_gib(cluster.gpu_memory_bytes)} "
+                f"a hit ratio of {key} on every GPU needs {format_bytes(worst[key])} of cache "
+                "on the "
+                f"worst GPU, more than a GPU's {format_bytes(cluster.gpu_memory_bytes)} "
                 "(cluster.gpu_memory_bytes)"
             )
     if budget_bytes > cluster.gpu_memory_bytes:
         notes.append(
-            f"the budget per GPU ({_gib(budget_bytes)}) exceeds a GPU's memory "
-            f"({_gib(cluster.gpu_memory_bytes)}, cluster.gpu_memory_bytes)"
+            f"the budget per GPU ({format_bytes(budget_bytes)}) exceeds a GPU's memory "
+            f"({format_bytes(cluster.gpu_memory_bytes)}, cluster.gpu_memory_bytes)"
         )
 
     say(f"cluster: steady-state replay on {world} GPUs")
     capacity = span_capacity(steady_source, placement, budget_rows, base.policy.name)
     system = _cluster_system(system_name, sets, capacity)
     result = replay_cluster(steady_source, system, placement)
-    batch = int(dict(steady_source.workload or {}).get("batch_size", 0) or 0)
-    step, step_basis = _step_time(result.columns, system, batch)
-    columns = {**result.columns, "step_time_s": step}
+    step = np.asarray(result.columns["step_time_s"], dtype=np.float64)
+    step_basis = STEP_BASIS
+    columns = result.columns
     means = _span_means(columns)
     span = len(step)
     steady_lookups = np.asarray(result.columns["rank_lookups"]).sum(axis=0)
@@ -333,7 +322,8 @@ def plan_cluster(
     for t, ranks in low.items():
         notes.append(
             f"hit {t}: {len(ranks)} of {world} GPUs reach it at the sample's resolution "
-            f"({_gib(floor_rows * row_bytes)}, {floor_rows:,} rows at R = {rate:g}): their bytes "
+            f"({format_bytes(floor_rows * row_bytes)}, {floor_rows:,} rows at R = {rate:g}): "
+            "their bytes "
             "are upper bounds, and so is the mean"
             + (
                 ""
@@ -414,19 +404,14 @@ def plan_cluster(
             "comparison": "per sharding: one curve pass over the run, each GPU's LRU hit at "
             "the budget and its lookups",
             "scaling": f"auto sharding at each GPU count, {scaling['batches']} batches "
-            "replayed each, all-to-all seconds per batch (mean)",
+            "replayed each from cold caches, means over every batch (all-to-all, "
+            "all-reduce, step time, imbalance)",
         },
         "notes": notes,
         # torchrec.json's per-shard part (`replay.plan.write` moves it there)
         SHARDS_KEY: per_shard,
     }
     return doc
-
-
-def _gib(n: float) -> str:
-    from replay._units import format_bytes
-
-    return format_bytes(n)
 
 
 def _ranks_text(ranks: Sequence[int], most: int = 8) -> str:
@@ -523,8 +508,7 @@ def _scaling(
         system = _cluster_system(name, sets, capacity)
         sized = dataclasses.replace(system, cluster=dataclasses.replace(system.cluster, nodes=n))
         result = replay_cluster(span, sized, placed.placement)
-        batch = int(dict(span.workload or {}).get("batch_size", 0) or 0)
-        step, _ = _step_time(result.columns, sized, batch)
+        step = np.asarray(result.columns["step_time_s"], dtype=np.float64)
         point.update(
             fits=True,
             all_to_all_s_per_batch=float(np.mean(result.columns["all_to_all_s"])),

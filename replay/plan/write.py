@@ -28,11 +28,16 @@ from replay.plan.write_cluster import (
 )
 from replay.plan.write_cluster import (
     SHARDING_FILE,
-    cluster_answers,
     cluster_markdown,
     write_cluster,
 )
-from replay.report.plan_section import few_failures, lossy, split_line, strategy_label
+from replay.report.plan_section import (
+    cluster_lines,
+    few_failures,
+    lossy,
+    split_line,
+    strategy_label,
+)
 
 # what --force may replace (`replay._output.Owned`): these files, and figures/ holding only
 # the figures write_plan draws (a person's file there is refused, never deleted)
@@ -92,7 +97,7 @@ def _pct(x: float | None) -> str:
 def answers(document: dict[str, Any]) -> list[str]:
     """The answers, one line each: what `replay plan` prints and plan.md starts with."""
     cache = document["cache"]
-    lines = cluster_answers(document["cluster"]) if document.get("cluster") else []
+    lines = cluster_lines(document["cluster"]) if document.get("cluster") else []
     hit = cache["hit_at_budget"]["lru"]
     targets = ", ".join(
         f"{float(t):g} needs {format_bytes(b)}"

@@ -20,7 +20,6 @@ import numpy as np
 
 from replay._units import format_bytes, format_duration
 from replay.report.plan_section import (
-    cluster_lines,
     cluster_shape,
     pct_text,
     size_text,
@@ -30,12 +29,6 @@ from replay.report.plan_section import (
 SHARDING_FILE = "sharding.json"
 FIGURES = ("cluster_gpus.png", "cluster_scaling.png")
 TABLE_GPUS = 16  # plan.md lists every GPU up to this many, else the worst ones
-
-
-def cluster_answers(c: dict[str, Any]) -> list[str]:
-    """The cluster's answer lines (first in `replay plan`'s output and plan.md): the
-    report's (`replay.report.plan_section.cluster_lines`), so both agree."""
-    return cluster_lines(c)
 
 
 def cluster_markdown(document: dict[str, Any]) -> list[str]:
@@ -213,4 +206,4 @@ def _scaling_figure(c: dict[str, Any], path: Path) -> None:
     save(fig, path)
 
 
-__all__ = ["FIGURES", "SHARDING_FILE", "cluster_answers", "cluster_markdown", "write_cluster"]
+__all__ = ["FIGURES", "SHARDING_FILE", "cluster_markdown", "write_cluster"]

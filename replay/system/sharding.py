@@ -46,7 +46,10 @@ for per-value optimizer state (Adagrad, Adam); TorchRec's row-wise Adagrad keeps
 fp32 per row in each column block, which this undercounts by 4 B per row per extra block.
 A data-parallel table is counted whole on every rank.
 
-Routing (`Placement.owner_ranks`, the engine's per-lookup step): a flat key
+Routing (`Placement.owner_ranks`: flat keys to their owner GPU for a caller that holds
+a placement; the cluster replay, the per-GPU curves and the per-shard statistics route
+with their own kernels over the same blocks, `replay/engine/cluster_route.py` and
+`replay/plan/rank_curves.py`, which also emit each key's local row): a flat key
 (``offsets[table] + row``, `replay/trace/keys.py`) is first mapped to its table (a bucket
 index over the tables' first keys, then a binary search among the few tables a bucket
 holds), then to its block: for the even rule by ``row // ceil(rows / len(ranks))``

@@ -26,6 +26,7 @@ is checked by `pytest -m bench tests/test_meta_2021_bench.py`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from replay.errors import ConfigError, opt
@@ -103,7 +104,7 @@ def _tables(
     )
 
 
-PRESETS: dict[str, WorkloadSpec] = {
+_BUILT: dict[str, WorkloadSpec] = {
     "criteo-kaggle": WorkloadSpec(
         name="criteo-kaggle",
         tables=_tables(CRITEO_KAGGLE_ROWS),
@@ -156,8 +157,35 @@ PRESETS: dict[str, WorkloadSpec] = {
         update=UpdateRule(),
         source="made up for tests and demos",
     ),
-    "meta-2021": load_spec(META_2021_FILE),
 }
+# presets kept in their own spec files, read on first use: meta-2021's 856 tables take
+# ~50 ms to parse and check, which every command's import would otherwise pay
+_FILES: dict[str, Path] = {"meta-2021": META_2021_FILE}
+
+
+class _Presets(Mapping[str, WorkloadSpec]):
+    """The workload presets by name, in listing order; a file's preset is loaded when it
+    is first asked for."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, WorkloadSpec] = dict(_BUILT)
+
+    def __getitem__(self, name: str) -> WorkloadSpec:
+        if name not in self._loaded and name in _FILES:
+            self._loaded[name] = load_spec(_FILES[name])
+        return self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*_BUILT, *_FILES])
+
+    def __len__(self) -> int:
+        return len(_BUILT) + len(_FILES)
+
+    def __contains__(self, name: object) -> bool:
+        return name in _BUILT or name in _FILES
+
+
+PRESETS: Mapping[str, WorkloadSpec] = _Presets()
 
 
 # Samples in one epoch of the dataset a preset models, for `replay plan --epochs`. Kept

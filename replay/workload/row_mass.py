@@ -27,9 +27,10 @@ Sources of the mass:
   the mass is one bin, spread over the other rows (the keyed permutation scatters the
   tail ranks evenly: a block's tail share is a sum over many rows of similar weight).
   Exact for a table of at most `SHARE_HEAD_RANKS` rows. ASSUMPTION: the table's lookups
-  all draw from that pmf, true without drift and without a Zipf-Mandelbrot offset (reuse
-  repeats earlier draws, so it keeps the marginal law); `spec_mass` returns None for a
-  table with drift or `rank_offset` (the caller falls back to rows).
+  all draw from that pmf, true without drift (reuse repeats earlier draws, so it keeps the
+  marginal law); `from_spec` and `block_shares` weigh ranks (k + q)^-alpha with the
+  table's `rank_offset` q, while `spec_mass` (the sharder's input) still returns None for
+  a table with drift or a `rank_offset` (the caller falls back to rows).
 - `from_lookups(local_rows, rows)`: counted from a trace's keys (table-local row ids):
   the `top` most looked-up rows exactly (ties: lower row), the other lookups counted per
   1 / `bins` of the table (default 4,096 of each: a block of 1 / 64 of a table spans 64

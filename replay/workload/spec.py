@@ -394,18 +394,21 @@ def load_spec(path: str | Path) -> WorkloadSpec:
     return spec_from_dict(parse_toml(text, str(path)), where=str(path))
 
 
+def toml_value(v: Any) -> str:
+    """A TOML literal for a number, bool, string or list of them."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    # a TOML basic string: JSON's escapes are TOML's, but for DEL, which TOML also escapes
+    return json.dumps(str(v), ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
 def spec_to_toml(spec: WorkloadSpec) -> str:
     """TOML text for a spec (round-trips through `load_spec`)."""
-
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, int | float):
-            return repr(v)
-        if isinstance(v, list | tuple):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        # a TOML basic string: JSON's escapes are TOML's, but for DEL, which TOML also escapes
-        return json.dumps(str(v), ensure_ascii=False).replace("\x7f", "\\u007f")
+    value = toml_value
 
     lines = []
     data = spec.to_dict()
