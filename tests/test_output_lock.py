@@ -49,7 +49,9 @@ PLAN = [
     "plan", "--workload", "criteo-kaggle", "--batches", "1000", "--batch-size", "256",
     "--system", "hbm-lru", "--cache-budget", "64MiB", "--cluster-mtbf", "6h",
 ]  # fmt: skip
-GENERATE = ["generate", "--preset", "criteo-kaggle", "--batches", "300", "--batch-size", "2048"]
+# long enough (about 3 s here) that the first writer is still at work when the test stops
+# it: at 300 batches (0.8 s) a loaded CI machine once let it finish first
+GENERATE = ["generate", "--preset", "criteo-kaggle", "--batches", "1200", "--batch-size", "2048"]
 # claims `out` in another process and reports, on one line, what happened
 CLAIM = """
 import sys
