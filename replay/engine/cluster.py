@@ -261,10 +261,16 @@ def _routed_ahead(
             yield pending[0], pending[1].result()
 
 
-def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> ClusterResult:
+def replay_cluster(
+    source: Source,
+    system: SystemSpec,
+    placement: Placement,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> ClusterResult:
     """Replay every batch of `source` on the cluster `placement` lays out: one cache per
     GPU of `system`'s policy (`policy.capacity_rows` per GPU), one pass over the source.
-    `system.cluster` gives the links (the defaults of `ClusterSpec` when None)."""
+    `system.cluster` gives the links (the defaults of `ClusterSpec` when None).
+    on_progress(batches_done, batches) after each batch range."""
     from replay.system.spec import ClusterSpec
 
     started = time.perf_counter()
@@ -372,6 +378,8 @@ def replay_cluster(source: Source, system: SystemSpec, placement: Placement) -> 
         t_wait = time.perf_counter()
         policy_s += t2 - t1
         account_s += t_wait - t2
+        if on_progress is not None:
+            on_progress(br.batch_stop, source.num_batches)
     replay_s = time.perf_counter() - replay_start
     ar_rank, ar_intra, ar_inter, ar_s = allreduce_model(
         placement, system.model.dense_params, tuple(link)

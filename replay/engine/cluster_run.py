@@ -159,9 +159,7 @@ def replay_cluster_run(
     if placed is None:
         placed = resolve_placement(system, source)
     place_s = time.perf_counter() - started
-    result = replay_cluster(source, system, placed.placement)
-    if on_progress is not None:
-        on_progress(source.num_batches, source.num_batches)
+    result = replay_cluster(source, system, placed.placement, on_progress)
     account_start = time.perf_counter()
     shape = workload_shape(source, system)
     columns = dict(result.batch_columns)

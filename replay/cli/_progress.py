@@ -1,0 +1,127 @@
+"""The progress display every long command shows: on a terminal only, on stderr.
+
+One look for every command: a line `COMMAND: STAGE  [bar]  DONE/TOTAL UNIT  ELAPSED`,
+one stage after another (each stage's own elapsed time; a stage whose amount of work is
+unknown shows a moving bar and its elapsed time only). The line is redrawn at most
+`REFRESH_PER_SECOND` times a second by rich's refresh thread, and the callbacks that feed
+it (`Display.update`, `Display.advance`, `Display.batches`) touch rich at most every
+`MIN_INTERVAL_S`, so a callback per batch costs a clock read. The line is cleared when
+the display ends, normally or by an error or Ctrl-C (`KeyboardInterrupt` unwinds through
+the `with`), so what stays on the terminal is the command's own output.
+
+Where stderr is not a terminal (a pipe, a file, a CI log) `display` yields a display
+whose methods do nothing and nothing at all is written: the output is byte for byte what
+the command prints without a display. Whether stderr is a terminal is
+`replay.cli.app.show_progress` (looked up on every call, so tests can fake a terminal).
+
+The engine never draws: its long functions take a callback (`on_progress(done, total)`
+and the like), which the commands point at a `Display`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from replay.cli import app as _app
+
+# rich redraws the line this often at most (and so keeps a stage's elapsed time ticking
+# while no callback comes)
+REFRESH_PER_SECOND = 10
+# a callback passes its count on to rich at most this often (the last count always)
+MIN_INTERVAL_S = 0.1
+
+
+class Display:
+    """A command's progress line; every method is a no-op when `live` is None."""
+
+    def __init__(self, command: str, live: Any = None) -> None:
+        self.command = command
+        self._live = live  # a started rich Progress, or None
+        self._task: Any = None
+        self._total: int | None = None
+        self._unit = ""
+        self._done = 0
+        self._pushed_at = 0.0
+
+    @property
+    def shown(self) -> bool:
+        """Whether anything is drawn (stderr is a terminal)."""
+        return self._live is not None
+
+    def stage(self, name: str, *, total: int | None = None, unit: str = "") -> None:
+        """Start the next stage: `name` says what the command does now; `total` is the
+        amount of work in `unit`s when it is known (then `update`/`advance` count it)."""
+        self._total, self._unit, self._done = total, unit, 0
+        if self._live is None:
+            return
+        if self._task is not None:
+            self._live.update(self._task, visible=False)
+        self._task = self._live.add_task(
+            f"{self.command}: {name}", total=total, count=self._count(0)
+        )
+        self._pushed_at = time.perf_counter()
+        self._live.refresh()
+
+    def update(self, done: int, total: int | None = None) -> None:
+        """`done` units of the stage's work are done (of `total`, when it changed)."""
+        if self._live is None or self._task is None:
+            return
+        self._done = done
+        if total is not None:
+            self._total = total
+        now = time.perf_counter()
+        if now - self._pushed_at < MIN_INTERVAL_S and (self._total is None or done < self._total):
+            return
+        self._pushed_at = now
+        self._live.update(self._task, completed=done, total=self._total, count=self._count(done))
+
+    def advance(self, n: int = 1) -> None:
+        """`n` more units of the stage's work are done."""
+        if self._live is not None:
+            self.update(self._done + n)
+
+    def batches(self, done: int, total: int) -> None:
+        """The engine's `on_progress(batches_done, batches)`."""
+        self.update(done, total)
+
+    def _count(self, done: int) -> str:
+        if self._total is None:
+            return ""
+        unit = f" {self._unit}" if self._unit else ""
+        return f"{done:,}/{self._total:,}{unit}"
+
+
+@contextlib.contextmanager
+def display(command: str) -> Iterator[Display]:
+    """The progress display of `command` (e.g. "run") for the `with` block: drawn on
+    stderr when it is a terminal, cleared as the block ends however it ends; a display
+    that draws nothing otherwise."""
+    if not _app.show_progress():
+        yield Display(command)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    # stderr as it is now (a test's capture, too); a terminal by `show_progress`
+    console = Console(file=sys.stderr, force_terminal=True)
+    live = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=30),
+        TextColumn("{task.fields[count]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        refresh_per_second=REFRESH_PER_SECOND,
+        # stdout is the command's output (a table, JSON): never routed through the display
+        redirect_stdout=False,
+        redirect_stderr=True,
+    )
+    with live:
+        yield Display(command, live)
+
+
+__all__ = ["MIN_INTERVAL_S", "REFRESH_PER_SECOND", "Display", "display"]
