@@ -106,3 +106,25 @@ def test_dataset_samples_in_a_spec(tmp_path: Path) -> None:
     assert _length(str(path), epochs=2.0) == (200, {"epochs": 2.0})
     with pytest.raises(ConfigError, match="dataset_samples: 0 is out of range"):
         spec_from_dict({**data, "dataset_samples": 0})
+
+
+def test_a_step_of_embedding_work_alone_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a system without a compute model: its steady state is the embedding part of a step,
+    # so a plan in its terms would describe a run that does not exist (refused up front)
+    bare = tmp_path / "bare.toml"
+    bare.write_text('extends = "hbm-lru"\nname = "bare"\n\n[compute]\nflops_per_sample = 0.0\n')
+    args = ["plan", "--system", str(bare), "--cache-budget", "1MiB", "--cluster-mtbf", "6h"]
+    args += ["--workload", "tiny", "--batches", "20", "--draws", "20"]
+    out = tmp_path / "plan"
+    assert main([*args, "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "bare has no compute model" in err and "--time-per-batch" in err
+    assert len(err.splitlines()) == 1 and not out.exists()
+    # the user's step time answers it; so does a system that models its dense compute
+    assert main([*args, "--time-per-batch", "50ms", "-o", str(out)]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["horizon"]["time_per_batch_from"] == "--time-per-batch"
+    assert main([*_PLAN, "--workload", "tiny", "--batches", "20", "--draws", "20",
+                 "-o", str(tmp_path / "dense")]) == 0  # fmt: skip

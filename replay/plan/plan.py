@@ -189,6 +189,14 @@ def make_plan(
     if not request.systems:
         raise ConfigError("give at least one --system")
     base = resolve_system(request.systems[0], list(request.sets))
+    if request.time_per_batch_s is None and not _has_compute(base):
+        # the system's step time would be its embedding work alone: every interval and
+        # goodput computed from it would describe a training run that does not exist
+        raise ConfigError(
+            f"replay plan: {base.name} has no compute model ([compute] flops_per_sample or "
+            "seconds_per_batch), so its step time would be the embedding work alone; give "
+            "--time-per-batch DURATION, your model's measured step time (e.g. 50ms)"
+        )
     # a cluster (`replay.plan.cluster`): the other sections plan one GPU without it
     local_sets = request.sets
     if base.cluster is not None:
@@ -339,16 +347,6 @@ def make_plan(
             "per batch is that of a cache without capacity misses, and their policies do not "
             "differ there; the cache answers above compare the policies at the budget"
         )
-    if (
-        request.time_per_batch_s is None
-        and base.compute.seconds_per_batch <= 0
-        and (base.compute.flops_per_sample <= 0)
-    ):
-        notes.append(
-            f"{base.name} has no compute model: its {time_per_batch * 1e3:.3g} ms per batch is the "
-            "embedding work only, so checkpoint intervals in batches are too long; give "
-            "--time-per-batch with your model's measured step time"
-        )
     horizon_s = batches * time_per_batch
 
     say("checkpoint strategies at the cluster's MTBF")
@@ -485,6 +483,14 @@ def make_plan(
         document["checkpoint"]["store"] = checkpoints_cluster.store
         document["claims"] = checkpoints_cluster.claims
     return document, curves
+
+
+def _has_compute(system: Any) -> bool:
+    """Whether a system models a step's dense compute (a given time, or FLOPs at a rate)."""
+    compute = system.compute
+    return compute.seconds_per_batch > 0 or (
+        compute.flops_per_sample > 0 and compute.flops_per_s > 0
+    )
 
 
 def _time_from(request: PlanRequest, first: str, cluster: dict[str, Any] | None) -> str:
