@@ -43,7 +43,7 @@ dicts) that the tests compare both with.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -527,8 +527,10 @@ def inspect_trace(
     curve_points: int = DEFAULT_CURVE_POINTS,
     min_lookups: int = DEFAULT_MIN_LOOKUPS,
     batch_reuse: bool = False,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """The statistics of a trace (see the module docstring), streamed chunk by chunk.
+    """The statistics of a trace (see the module docstring), streamed chunk by chunk;
+    on_progress(batches_done, batches) after each chunk.
     With `batch_reuse`, also the reuse within each batch in Meta's bins
     (`replay.analysis.batch_reuse`; `replay inspect` asks for it).
 
@@ -545,6 +547,8 @@ def inspect_trace(
         inspector.feed(chunk.batch, chunk.table, chunk.row)
         if reuse is not None:
             reuse.feed(chunk.batch, chunk.table, chunk.row)
+        if on_progress is not None and len(chunk.batch):
+            on_progress(int(chunk.batch[-1]) + 1, trace.num_batches)
     result = trace_statistics(trace, inspector)
     if reuse is not None:
         result["batch_reuse"] = reuse.result()
