@@ -12,7 +12,8 @@ the `with`), so what stays on the terminal is the command's own output.
 Where stderr is not a terminal (a pipe, a file, a CI log) `display` yields a display
 whose methods do nothing and nothing at all is written: the output is byte for byte what
 the command prints without a display. Whether stderr is a terminal is
-`replay.cli.app.show_progress` (looked up on every call, so tests can fake a terminal).
+`replay.cli.app.show_progress` (a global of this module, so a test fakes a terminal by
+patching `replay.cli._progress.show_progress`).
 
 The engine never draws: its long functions take a callback (`on_progress(done, total)`
 and the like), which the commands point at a `Display`.
@@ -23,10 +24,10 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from replay.cli import app as _app
+from replay.cli.app import show_progress
 
 # rich redraws the line this often at most (and so keeps a stage's elapsed time ticking
 # while no callback comes)
@@ -84,6 +85,22 @@ class Display:
         if self._live is not None:
             self.update(self._done + n)
 
+    def around(self, echo: Callable[[str], None]) -> Callable[[str], None]:
+        """`echo` (a printer of whole lines, to stdout or stderr) with the display
+        cleared while it prints and drawn again below the line."""
+        live = self._live
+        if live is None:
+            return echo
+
+        def printed(line: str) -> None:
+            live.stop()  # transient: the line is erased
+            try:
+                echo(line)
+            finally:
+                live.start()
+
+        return printed
+
     def batches(self, done: int, total: int) -> None:
         """The engine's `on_progress(batches_done, batches)`."""
         self.update(done, total)
@@ -100,7 +117,7 @@ def display(command: str) -> Iterator[Display]:
     """The progress display of `command` (e.g. "run") for the `with` block: drawn on
     stderr when it is a terminal, cleared as the block ends however it ends; a display
     that draws nothing otherwise."""
-    if not _app.show_progress():
+    if not show_progress():
         yield Display(command)
         return
     from rich.console import Console

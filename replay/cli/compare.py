@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from replay.cli.app import SCHEDULER_HELP, app, default_workers, show_progress, shown, warn
+from replay.cli._progress import Display, display
+from replay.cli.app import SCHEDULER_HELP, app, default_workers, shown, warn
 from replay.cli.run import InspectOption
 from replay.cli.source import (
     AlphaOption,
@@ -192,34 +193,41 @@ def run_and_write(
     from replay.runs.compare import check_run_memory, check_workers, preflight
     from replay.runs.results import check_output_folder
 
-    n = check_workers(default_workers() if workers is None else workers)
-    check_output_folder(out, force=force, owned=owned_entries(out, own_files), what=WHAT)
-    opened = preflight(trace, jobs)
-    with_stats = inspect_default(trace, inspect)
-    # the runs at once, each its row state, and first the statistics: refused with the
-    # figure before anything is allocated (a remote cluster's workers are not this
-    # machine: there only the statistics are computed here)
-    here = scheduler is None or scheduler == "local"
-    check_run_memory(
-        opened, [job.system for job in jobs] if here else [], parallel=n,
-        statistics=with_stats, what=what,
-    )  # fmt: skip
-    if echo is not None:
-        at_once = min(n, len(jobs))
-        noun = "run" if len(jobs) == 1 else "runs"
-        echo(f"{what.removeprefix('replay ')}: {len(jobs):,} {noun}, {at_once} at once")
-    workload = None
-    if with_stats:
-        from replay.analysis.stats import inspect_trace
+    with display(what.removeprefix("replay ")) as progress:
+        progress.stage("checking the inputs")
+        say = None if echo is None else progress.around(echo)
+        n = check_workers(default_workers() if workers is None else workers)
+        check_output_folder(out, force=force, owned=owned_entries(out, own_files), what=WHAT)
+        opened = preflight(trace, jobs)
+        with_stats = inspect_default(trace, inspect)
+        # the runs at once, each its row state, and first the statistics: refused with the
+        # figure before anything is allocated (a remote cluster's workers are not this
+        # machine: there only the statistics are computed here)
+        here = scheduler is None or scheduler == "local"
+        check_run_memory(
+            opened, [job.system for job in jobs] if here else [], parallel=n,
+            statistics=with_stats, what=what,
+        )  # fmt: skip
+        if say is not None:
+            at_once = min(n, len(jobs))
+            noun = "run" if len(jobs) == 1 else "runs"
+            say(f"{what.removeprefix('replay ')}: {len(jobs):,} {noun}, {at_once} at once")
+        workload = None
+        if with_stats:
+            from replay.analysis.stats import inspect_trace
 
-        workload = inspect_trace(opened)
-    with contextlib.ExitStack() as stack:
-        client = None
-        if scheduler is not None:
-            from replay._distributed import dask_client
+            progress.stage("trace statistics", total=opened.num_batches, unit="batches")
+            workload = inspect_trace(opened, on_progress=progress.batches)
+        with contextlib.ExitStack() as stack:
+            client = None
+            if scheduler is not None:
+                from replay._distributed import dask_client
 
-            client = stack.enter_context(dask_client(scheduler, workers))
-        return _run_into(trace, jobs, out, own_files, n, force, finish, workload, client, echo)
+                progress.stage("starting the Dask cluster")
+                client = stack.enter_context(dask_client(scheduler, workers))
+            return _run_into(
+                trace, jobs, out, own_files, n, force, finish, workload, client, say, progress
+            )
 
 
 def _run_into(
@@ -232,7 +240,8 @@ def _run_into(
     finish: Callable[[Path, list[dict[str, Any]]], list[dict[str, Any]]],
     workload: dict[str, Any] | None,
     client: Any,
-    echo: Callable[[str], None] | None = None,
+    echo: Callable[[str], None] | None,
+    progress: Display,
 ) -> list[dict[str, Any]]:
     from replay.runs.compare import iter_runs, metrics_row
     from replay.runs.results import atomic_folder, write_run
@@ -256,22 +265,18 @@ def _run_into(
             warnings[index] = list(result.summary.get("warnings", []))
 
         runs = iter_runs(trace, jobs, workers=n, client=client)
-        if show_progress():
-            from rich.progress import Progress
-
-            with Progress(transient=True) as progress:
-                task = progress.add_task(f"{len(jobs)} runs", total=len(jobs))
-                for index, result in runs:
-                    write(index, result)
-                    progress.advance(task)
-        else:
-            last = time.perf_counter()
-            for done, (index, result) in enumerate(runs, start=1):
-                write(index, result)
-                # a line every 5 s at most, as `replay quickstart` does in a log
-                if echo is not None and time.perf_counter() - last > _PROGRESS_EVERY_S:
-                    last = time.perf_counter()
-                    echo(f"  {done:,}/{len(jobs):,} runs done")
+        progress.stage("replaying", total=len(jobs), unit="runs")
+        last = time.perf_counter()
+        for done, (index, result) in enumerate(runs, start=1):
+            write(index, result)
+            progress.update(done)
+            # in a log, where no display is drawn: a line every 5 s at most, as
+            # `replay quickstart` does
+            logged = echo is not None and not progress.shown
+            if logged and time.perf_counter() - last > _PROGRESS_EVERY_S:
+                last = time.perf_counter()
+                echo(f"  {done:,}/{len(jobs):,} runs done")
+        progress.stage("writing the tables")
         rows = finish(tmp, [metrics[i] for i in range(len(jobs))])
     warn_runs([(jobs[i].folder, warnings[i]) for i in range(len(jobs))])
     return rows

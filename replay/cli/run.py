@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from replay.cli.app import app, show_progress, shown, warn
+from replay.cli._progress import Display, display
+from replay.cli.app import app, shown, warn
 from replay.cli.source import (
     AlphaOption,
     BatchesOption,
@@ -84,64 +85,76 @@ def run_command(
     from replay.runs.results import check_output_folder, run_stages
     from replay.workload.onthefly import GeneratedTrace
 
-    sets = list(overrides or [])
-    spec, origin = resolve_system_with_origin(system, sets)
-    refuse_cluster_checkpoint(spec, origin)
+    with display("run") as progress:
+        progress.stage("checking the inputs")
+        sets = list(overrides or [])
+        spec, origin = resolve_system_with_origin(system, sets)
+        refuse_cluster_checkpoint(spec, origin)
 
-    def fits(opened: Source) -> None:
-        # refused with the figure before a byte is hashed or a row's state allocated
-        from replay.runs.compare import check_run_memory
+        def fits(opened: Source) -> None:
+            # refused with the figure before a byte is hashed or a row's state allocated
+            from replay.runs.compare import check_run_memory
 
-        with_stats = inspect if inspect is not None else not isinstance(opened, GeneratedTrace)
-        check_run_memory(opened, [spec], inspect=with_stats)
+            with_stats = inspect if inspect is not None else not isinstance(opened, GeneratedTrace)
+            check_run_memory(opened, [spec], inspect=with_stats)
 
-    # the checksums are hashed meanwhile (two threads that release the GIL) and checked
-    # before anything is final: the replay starts ~0.05 s sooner on the 2-core VM
-    ref, opened, check_checksums = resolve_source_verified_later(
-        trace, workload, batches=batches, batch_size=batch_size, seed=seed,
-        alpha=alpha, drift=drift, reuse=reuse, verify=verify, check=fits,
-    )  # fmt: skip
-    placed = None
-    if spec.cluster is not None:  # a bad sharding is refused before anything is written
-        from replay.engine.placement import resolve_placement
+        # the checksums are hashed meanwhile (two threads that release the GIL) and checked
+        # before anything is final: the replay starts ~0.05 s sooner on the 2-core VM
+        ref, opened, check_checksums = resolve_source_verified_later(
+            trace, workload, batches=batches, batch_size=batch_size, seed=seed,
+            alpha=alpha, drift=drift, reuse=reuse, verify=verify, check=fits,
+        )  # fmt: skip
+        placed = None
+        if spec.cluster is not None:  # a bad sharding is refused before anything is written
+            from replay.engine.placement import resolve_placement
 
-        placed = resolve_placement(spec, opened)
-    check_output_folder(out, force=force, resume=resume)
-    verified = checksums_verified(ref, verify)
-    with_workload = inspect_default(ref, inspect)
-    # what fixes the output: a resumed run must present the same plan
-    plan = {
-        "command": "run",
-        "version": package.__version__,
-        "trace_sha256": trace_digest(opened),
-        "system": spec.to_dict(),
-        "origin": origin,
-        "overrides": sets,
-        "inspect": with_workload,
-        "verify": verify,
-    }
-    if placed is not None:  # a sharding file's plan, as read
-        plan["sharding"] = placed.plan.to_json()
-    with run_stages(out, plan, force=force, resume=resume) as stages:
-        workload = None
-        if not stages.finished and not stages.replayed:
-            # the statistics come from the replay's own pass over the trace
-            try:
-                result = _replay(
-                    opened, spec, inspect=with_workload and not stages.inspected, placed=placed
-                )
-            except TraceError:
-                check_checksums()  # a checksum mismatch explains a corrupt file best
-                raise
-            check_checksums()
-            stages.write_replay(result, overrides=sets, origin=origin, verified=verified)
-            workload = result.workload
-        else:
-            check_checksums()
-        kill_point("run:replayed")
-        if not stages.finished and with_workload and not stages.inspected:
-            stages.write_workload(workload if workload is not None else inspect_trace(opened))
-        summary, meta = stages.read("summary.json"), stages.read("meta.json")
+            placed = resolve_placement(spec, opened)
+        check_output_folder(out, force=force, resume=resume)
+        verified = checksums_verified(ref, verify)
+        with_workload = inspect_default(ref, inspect)
+        # what fixes the output: a resumed run must present the same plan
+        plan = {
+            "command": "run",
+            "version": package.__version__,
+            "trace_sha256": trace_digest(opened),
+            "system": spec.to_dict(),
+            "origin": origin,
+            "overrides": sets,
+            "inspect": with_workload,
+            "verify": verify,
+        }
+        if placed is not None:  # a sharding file's plan, as read
+            plan["sharding"] = placed.plan.to_json()
+        with run_stages(out, plan, force=force, resume=resume) as stages:
+            workload = None
+            if not stages.finished and not stages.replayed:
+                # the statistics come from the replay's own pass over the trace
+                try:
+                    result = _replay(
+                        opened,
+                        spec,
+                        inspect=with_workload and not stages.inspected,
+                        placed=placed,
+                        progress=progress,
+                    )
+                except TraceError:
+                    check_checksums()  # a checksum mismatch explains a corrupt file best
+                    raise
+                progress.stage("checking the trace's checksums")
+                check_checksums()
+                progress.stage("writing the run folder")
+                stages.write_replay(result, overrides=sets, origin=origin, verified=verified)
+                workload = result.workload
+            else:
+                progress.stage("checking the trace's checksums")
+                check_checksums()
+            kill_point("run:replayed")
+            if not stages.finished and with_workload and not stages.inspected:
+                if workload is None:
+                    progress.stage("trace statistics", total=opened.num_batches, unit="batches")
+                    workload = inspect_trace(opened, on_progress=progress.batches)
+                stages.write_workload(workload)
+            summary, meta = stages.read("summary.json"), stages.read("meta.json")
     kill_point("run:done")
     if json_output:
         typer.echo(json.dumps(summary, indent=2))
@@ -151,29 +164,20 @@ def run_command(
         warn(warning)
 
 
-def _replay(opened: Any, spec: Any, *, inspect: bool, placed: Any = None) -> Any:
+def _replay(opened: Any, spec: Any, *, inspect: bool, placed: Any = None, progress: Display) -> Any:
     from replay._faults import kill_point
     from replay.engine.cluster_run import replay_system
 
-    if not show_progress():
-        return replay_system(
-            opened,
-            spec,
-            inspect=inspect,
-            on_progress=lambda done, total: kill_point("run:batches"),
-            placed=placed,
-        )
-    from rich.progress import Progress
+    nb = opened.num_batches
+    progress.stage("replaying", total=nb, unit="batches")
 
-    with Progress(transient=True) as progress:
-        task = progress.add_task(f"replay {spec.name}", total=opened.num_batches)
-        return replay_system(
-            opened,
-            spec,
-            inspect=inspect,
-            on_progress=lambda done, total: progress.update(task, completed=done),
-            placed=placed,
-        )
+    def on_progress(done: int, total: int) -> None:
+        kill_point("run:batches")
+        progress.batches(done, total)
+        if done == total:  # the loop is over; what follows has no count
+            progress.stage("finishing the replay")
+
+    return replay_system(opened, spec, inspect=inspect, on_progress=on_progress, placed=placed)
 
 
 def _si(value: float, unit: str) -> str:

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+from replay.cli._progress import display
 from replay.cli.app import app, show_progress
 from replay.cli.compare import (
     ForceOption,
@@ -65,15 +66,11 @@ def _resolve(system: str, parsed: Any, sets: list[str], total: int) -> Any:
     """`resolve_sweep`, with a progress bar on a terminal for a large grid."""
     from replay.runs.compare import resolve_sweep
 
-    if total < _ANNOUNCE_CHECKING or not show_progress():
+    if total < _ANNOUNCE_CHECKING:
         return resolve_sweep(system, parsed, sets)
-    from rich.progress import Progress
-
-    with Progress(transient=True) as progress:
-        task = progress.add_task("checking points", total=total)
-        return resolve_sweep(
-            system, parsed, sets, lambda done, _: progress.update(task, completed=done)
-        )
+    with display("sweep") as progress:
+        progress.stage("checking points", total=total, unit="points")
+        return resolve_sweep(system, parsed, sets, progress.batches)
 
 
 @app.command("sweep", short_help="Replay one trace on a system over a grid of settings.")
