@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from replay.cli.app import SCHEDULER_HELP, app, default_workers, show_progress
+from replay.cli._progress import Display, display
+from replay.cli.app import SCHEDULER_HELP, app, default_workers
 from replay.cli.source import (
     AlphaOption,
     BatchesOption,
@@ -74,13 +75,18 @@ def generate_command(
         from replay.workload.generator import check_workers
 
         check_workers(workers)
-    with contextlib.ExitStack() as stack:
+    with display("generate") as progress, contextlib.ExitStack() as stack:
         client = None
         if scheduler is not None:
             from replay._distributed import dask_client
 
+            progress.stage("starting the Dask cluster")
             client = stack.enter_context(dask_client(scheduler, workers))
-        _generate(resolved, out, workers, force, resume, client)
+        path, elapsed = _generate(resolved, out, workers, force, resume, client, progress)
+    typer.echo(
+        f"wrote {path}: {resolved.batches:,} batches, {resolved.lookups:,} lookups "
+        f"in {elapsed:.1f} s ({resolved.lookups / max(elapsed, 1e-9):,.0f} lookups/s)"
+    )
 
 
 def _generate(
@@ -90,28 +96,15 @@ def _generate(
     force: bool,
     resume: bool,
     client: Any,
-) -> None:
+    progress: Display,
+) -> tuple[Path, float]:
     from replay.workload.generator import generate
 
     workers = default_workers() if workers is None or client is not None else workers
     started = time.perf_counter()
-    if show_progress():
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-        columns = (
-            TextColumn("generating"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
-            TimeRemainingColumn(),
-        )  # fmt: skip
-        with Progress(*columns, transient=True) as bar:
-            task = bar.add_task("generate", total=resolved.lookups)
-            path = generate(
-                resolved, out, workers=workers, force=force, resume=resume,
-                progress=lambda n: bar.advance(task, n), client=client,
-            )  # fmt: skip
-    else:
-        path = generate(resolved, out, workers=workers, force=force, resume=resume, client=client)
-    elapsed = time.perf_counter() - started
-    typer.echo(
-        f"wrote {path}: {resolved.batches:,} batches, {resolved.lookups:,} lookups "
-        f"in {elapsed:.1f} s ({resolved.lookups / max(elapsed, 1e-9):,.0f} lookups/s)"
-    )
+    progress.stage("generating", total=resolved.lookups, unit="lookups")
+    path = generate(
+        resolved, out, workers=workers, force=force, resume=resume,
+        progress=progress.advance if progress.shown else None, client=client,
+    )  # fmt: skip
+    return path, time.perf_counter() - started
