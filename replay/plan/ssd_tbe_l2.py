@@ -1,0 +1,160 @@
+"""The L2 curve of FBGEMM's SSD TBE: an LRU over the rows its L1 cache reads and writes,
+at every L2 size in one pass.
+
+What the L2 sees (fbgemm_gpu `src/ssd_split_embeddings_cache/kv_db_table_batched_embeddings.cpp`,
+`EmbeddingKVDB::get`, `set`, `update_cache_and_storage`; the L2 is a CacheLib LRU of
+`l2_cache_size` GiB whose items are `max_D x element size` bytes): per batch,
+
+- **reads**: the rows L1 misses (its prefetch's unique misses) are looked up in L2; the
+  rows L2 does not hold are read from the SSD store (RocksDB); then every row of the read
+  is put into L2 (hits and misses alike: a put refreshes a held row's recency);
+- **writes**: the rows L1 evicts or writes back are put into L2;
+- every row L2 evicts is written to the SSD store (CacheLib keeps no dirty bit: a row
+  read from the SSD and evicted unchanged is written back too).
+
+Every access (read or write) leaves its row at the head of L2's recency list, so L2 is
+exactly an LRU cache over the stream of reads and writes in order, and Mattson's stack
+property holds (Mattson et al., IBM Systems Journal 9(2), 1970; `replay.analysis.stack`):
+an access hits an L2 of C rows iff its stack distance in that stream is < C. One exact
+stack-distance pass over the stream gives, at every C:
+
+    SSD reads(C)  = cold reads + #{reads with distance >= C}
+    inserts(C)    = cold accesses + #{accesses with distance >= C}
+    SSD writes(C) = inserts(C) - min(C, distinct rows of the stream)   (C > 0)
+
+(an LRU that inserts every access it misses evicts all it inserted but what it holds at
+the end). Without an L2 (C = 0) the reads and the writes go to the SSD store as they are.
+The distances are counted per size, not kept: memory is the pass's per-row state
+(`StackDistances`) plus one counter per size.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from replay.analysis.stack import StackDistances
+
+# a row space above this many keys keeps its per-row state in a hash map of the keys seen
+# (a sampled stream touches few of them); below, a direct array of 4-8 bytes per key
+DIRECT_MAX_KEYS = 1 << 28
+
+
+@dataclass(frozen=True)
+class L2Counts:
+    """What an L2 of each size does over the stream (rows, not bytes)."""
+
+    sizes: np.ndarray  # int64 L2 capacities in rows, ascending (0: no L2)
+    ssd_read_rows: np.ndarray  # int64 per size: reads the L2 missed (read from the SSD)
+    ssd_write_rows: np.ndarray  # int64 per size: rows written to the SSD store
+    reads: int  # rows L1 sent to L2 to read
+    writes: int  # rows L1 wrote to L2
+    distinct: int  # distinct rows of the stream
+
+
+class L2Curve:
+    """Feed each batch's reads, then its writes; `counts()` answers every size at once.
+
+    `sizes` are L2 capacities in rows (ascending; 0 allowed: no L2); `total_keys` bounds
+    the flat keys (`replay.trace.keys`)."""
+
+    def __init__(self, total_keys: int, sizes: Iterable[int]) -> None:
+        self.sizes = np.unique(np.asarray(list(sizes), dtype=np.int64))
+        if len(self.sizes) == 0 or self.sizes[0] < 0:
+            raise ValueError("L2 sizes must be non-negative and at least one")
+        direct = int(total_keys) <= DIRECT_MAX_KEYS
+        self._state = StackDistances(int(total_keys), direct=direct)
+        # counts by bucket: bucket j holds distances d with j = #{sizes <= d}
+        self._read_buckets = np.zeros(len(self.sizes) + 1, dtype=np.int64)
+        self._all_buckets = np.zeros(len(self.sizes) + 1, dtype=np.int64)
+        self._cold_reads = 0
+        self._cold_all = 0
+        self.reads = 0
+        self.writes = 0
+
+    def feed(self, reads: np.ndarray, writes: np.ndarray) -> None:
+        """One batch: the rows L1 reads from L2, then those it writes to L2 (int64 keys)."""
+        reads = np.asarray(reads, dtype=np.int64)
+        writes = np.asarray(writes, dtype=np.int64)
+        is_read = np.zeros(len(reads) + len(writes), dtype=bool)
+        is_read[: len(reads)] = True
+        self.feed_sequence(np.concatenate([reads, writes]), is_read)
+
+    def feed_sequence(self, keys: np.ndarray, is_read: np.ndarray) -> None:
+        """Accesses in order (many batches at once): `is_read` marks the reads, the rest
+        are writes."""
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        if len(keys) == 0:
+            return
+        dist = np.empty(len(keys), dtype=np.int64)
+        self._state.feed(keys, dist)
+        n = len(self.sizes) + 1
+        read_dist = dist[is_read]
+        for part, buckets in ((read_dist, self._read_buckets), (dist, self._all_buckets)):
+            seen = part[part >= 0]
+            if len(seen):  # bucket j = #{sizes <= d}: the sizes this access misses
+                buckets += np.bincount(np.searchsorted(self.sizes, seen, side="right"), minlength=n)
+        self._cold_reads += int(np.count_nonzero(read_dist < 0))
+        self._cold_all += int(np.count_nonzero(dist < 0))
+        self.reads += len(read_dist)
+        self.writes += len(keys) - len(read_dist)
+
+    def counts(self) -> L2Counts:
+        # misses(C_i) = cold + #{d >= C_i} = cold + sum of buckets j > i
+        above_reads = np.cumsum(self._read_buckets[::-1])[::-1][1:]
+        above_all = np.cumsum(self._all_buckets[::-1])[::-1][1:]
+        distinct = self._state.distinct
+        ssd_reads = self._cold_reads + above_reads
+        inserts = self._cold_all + above_all
+        ssd_writes = inserts - np.minimum(self.sizes, distinct)
+        no_l2 = self.sizes == 0
+        ssd_reads = np.where(no_l2, self.reads, ssd_reads)
+        ssd_writes = np.where(no_l2, self.writes, ssd_writes)
+        return L2Counts(
+            sizes=self.sizes.copy(),
+            ssd_read_rows=ssd_reads.astype(np.int64),
+            ssd_write_rows=ssd_writes.astype(np.int64),
+            reads=self.reads,
+            writes=self.writes,
+            distinct=distinct,
+        )
+
+
+def reference_l2(
+    batches: Iterable[tuple[Iterable[int], Iterable[int]]], capacity: int
+) -> tuple[int, int]:
+    """(SSD read rows, SSD write rows) of an L2 LRU of `capacity` rows, by an explicit
+    ordered dict: the slow, obviously correct version the tests compare with."""
+    cache: OrderedDict[int, None] = OrderedDict()
+    ssd_reads = ssd_writes = 0
+    for reads, writes in batches:
+        for key in reads:
+            if capacity == 0:
+                ssd_reads += 1
+                continue
+            if int(key) in cache:
+                cache.move_to_end(int(key))
+            else:
+                ssd_reads += 1
+                cache[int(key)] = None
+                if len(cache) > capacity:
+                    cache.popitem(last=False)
+                    ssd_writes += 1
+        for key in writes:
+            if capacity == 0:
+                ssd_writes += 1
+                continue
+            if int(key) in cache:
+                cache.move_to_end(int(key))
+            else:
+                cache[int(key)] = None
+                if len(cache) > capacity:
+                    cache.popitem(last=False)
+                    ssd_writes += 1
+    return ssd_reads, ssd_writes
+
+
+__all__ = ["L2Counts", "L2Curve", "reference_l2"]
