@@ -109,6 +109,9 @@ _LFU_COUNT_BITS = 40  # FBGEMM's kLFUCounterBits: the sort key is set << 40 | ~c
 _LFU_COUNT_CAP = (1 << _LFU_COUNT_BITS) - 1
 _LFU_MAX_SETS = 1 << 23  # set << 40 stays a positive int64
 _FIRST_TIMESTEP = 2  # TBE's timestep starts at 1, +1 before every prefetch
+# tbe_kernel's record buffers when nothing is recorded (the same types: one compilation)
+_NO_REC_BOUNDS = np.zeros((1, 3), dtype=np.int64)
+_NO_REC = np.zeros(0, dtype=np.int64)
 # meta slots: next time step, hash-set generation, resident ways, then FBGEMM's counters
 _T, _GEN, _RES = 0, 1, 2
 _TOTALS = 3
@@ -237,7 +240,17 @@ def tbe_kernel(
     pair_hi: np.ndarray,
     meta: np.ndarray,
     out: np.ndarray,
+    rec: bool,
+    rec_bounds: np.ndarray,
+    rec_read: np.ndarray,
+    rec_evict: np.ndarray,
+    rec_conflict: np.ndarray,
 ) -> None:
+    # `rec`: also record, per batch b, the rows the cache exchanges with the memory
+    # behind it (what SSD TBE's L2 sees, `replay.policies.ssd_tbe`): its unique misses in
+    # FBGEMM's order (by set, then index: the rows `get` reads), the rows evicted, and
+    # the conflict unique misses (written back after backward); rec_bounds[b] holds the
+    # three streams' start offsets, rec_bounds[b + 1] their ends. Off for `tbe`.
     mask = (1 << hbits) - 1
     shift = np.uint64(64 - hbits)
     key_mask = (1 << key_bits) - 1
@@ -292,6 +305,15 @@ def tbe_kernel(
                 nm += 1
         mk = mkey[:nm]
         mk.sort()
+        ev = 0
+        co = 0
+        if rec:
+            r0 = rec_bounds[b, 0]
+            for m in range(nm):
+                rec_read[ix(r0 + m)] = mk[m] & key_mask
+            rec_bounds[b + 1, 0] = r0 + nm
+            ev = rec_bounds[b, 1]
+            co = rec_bounds[b, 2]
         fills = 0
         evictions = 0
         conflict_unique = 0
@@ -329,6 +351,9 @@ def tbe_kernel(
                 old = way_key[ix(base + w)] - 1
                 if old >= 0:
                     evictions += 1
+                    if rec:
+                        rec_evict[ix(ev)] = old
+                        ev += 1
                     if use_lfu:  # a row that hit in this batch is read from the host
                         jo = _hs_find(hs_key, hs_gen, gen, old, hbits)
                         if jo >= 0:
@@ -342,7 +367,14 @@ def tbe_kernel(
                 inserted += 1
             fills += inserted
             conflict_unique += e - g - inserted
+            if rec:
+                for m in range(inserted, e - g):
+                    rec_conflict[ix(co)] = mset[ix(m)]
+                    co += 1
             g = e
+        if rec:
+            rec_bounds[b + 1, 1] = ev
+            rec_bounds[b + 1, 2] = co
         conflict = 0
         for u in range(n):
             j = uniq[ix(u)]
@@ -467,6 +499,19 @@ class TBEPolicy(Policy):
         self.process(empty, np.zeros((0, NUM_COUNTERS), dtype=np.int64))
 
     def process(self, batch_range: BatchRange, out: np.ndarray) -> None:
+        self._run(batch_range, out, False, _NO_REC_BOUNDS, _NO_REC, _NO_REC, _NO_REC)
+
+    def _run(
+        self,
+        batch_range: BatchRange,
+        out: np.ndarray,
+        rec: bool,
+        rec_bounds: np.ndarray,
+        rec_read: np.ndarray,
+        rec_evict: np.ndarray,
+        rec_conflict: np.ndarray,
+    ) -> None:
+        """The kernel over one range; `rec` and the buffers as `tbe_kernel` takes them."""
         bounds = batch_range.bounds
         widest = int(np.diff(bounds).max()) if len(bounds) > 1 else 0
         if widest > self.capacity_lookups:
@@ -496,6 +541,11 @@ class TBEPolicy(Policy):
             self.pair_hi,
             self.meta,
             out,
+            rec,
+            rec_bounds,
+            rec_read,
+            rec_evict,
+            rec_conflict,
         )
 
     def fbgemm_counters(self) -> dict[str, int]:
@@ -559,9 +609,12 @@ def reference_tbe(
     sets: int,
     assoc: int,
     algorithm: str = "lru",
+    record: list[tuple[list[int], list[int], list[int]]] | None = None,
 ) -> tuple[np.ndarray, dict[str, int]]:
     """Slow TBE cache on (lookup keys, update keys) per batch: the counter rows and
-    FBGEMM's counters. Follows FBGEMM's kernels step by step, one Python object per way."""
+    FBGEMM's counters. Follows FBGEMM's kernels step by step, one Python object per way.
+    `record`: appended per batch (unique misses by set then index, evicted rows,
+    conflict unique misses), as `tbe_kernel` records them."""
     # the sets a batch touches, made on first use (a cache of millions of sets stays cheap)
     way_key: defaultdict[int, list[int]] = defaultdict(lambda: [-1] * assoc)
     way_time: defaultdict[int, list[int]] = defaultdict(lambda: [0] * assoc)
@@ -590,6 +643,8 @@ def reference_tbe(
             by_set.setdefault(reference_cache_set(key, sets), []).append(key)
         fills = evictions = conflict_unique = 0
         evicted_hits = set()
+        evicted: list[int] = []
+        conflicts: list[int] = []
         for s in sorted(by_set):
             group = by_set[s]
             if algorithm == "lfu":
@@ -610,6 +665,7 @@ def reference_tbe(
                 if way_key[s][w] >= 0:
                     evictions += 1
                     evicted_hits.add(way_key[s][w])
+                    evicted.append(way_key[s][w])
                 else:
                     resident += 1
                 way_key[s][w] = key
@@ -617,6 +673,11 @@ def reference_tbe(
                 inserted += 1
             fills += inserted
             conflict_unique += len(group) - inserted
+            conflicts.extend(group[inserted:])
+        if record is not None:
+            record.append(
+                ([k for s in sorted(by_set) for k in sorted(by_set[s])], evicted, conflicts)
+            )
         cached = {key for key in unique if key in way_key[reference_cache_set(key, sets)]}
         conflict = sum(counts[key] for key in unique if key not in cached)
         assert algorithm == "lfu" or not evicted_hits & set(unique)
