@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -157,6 +157,39 @@ def validate_options(
                 "or the exact curve"
             )
     return chosen
+
+
+Progress = Callable[[int, int], None]  # (lookups done, lookups)
+_Item = TypeVar("_Item")
+
+
+def _counted(
+    items: Iterable[_Item], size: Callable[[_Item], int], total: int, on_progress: Progress | None
+) -> Iterable[_Item]:
+    """`items` as they are, reporting the lookups done after the consumer has taken each
+    (`size` counts an item's lookups)."""
+    if on_progress is None:
+        return items
+    return _counting(items, size, total, on_progress)
+
+
+def _counting(
+    items: Iterable[_Item], size: Callable[[_Item], int], total: int, on_progress: Progress
+) -> Iterator[_Item]:
+    done = 0
+    for item in items:
+        yield item  # resumed when the consumer asks for the next: this one is done
+        done += size(item)
+        on_progress(done, total)
+
+
+def _source_lookups(source: Any) -> int:
+    """A trace's or a workload's lookups (a workload's from its spec)."""
+    lookups = int(getattr(source, "num_lookups", 0) or 0)
+    if not lookups:
+        spec = getattr(source, "spec", None)
+        lookups = int(source.num_batches) * int(spec.lookups_per_batch) if spec is not None else 0
+    return lookups
 
 
 def _chunks(keys: np.ndarray | Iterable[np.ndarray]) -> Iterable[np.ndarray]:
@@ -294,23 +327,28 @@ def mrc_trace(
     trace: Trace | str | Path,
     sizes: Sequence[int] | np.ndarray | None = None,
     sample_rate: float | None = None,
+    on_progress: Progress | None = None,
 ) -> MrcResult:
     """The LRU miss-ratio curve of a trace folder's lookups, in trace order.
 
     The (table, row) columns are read ahead in a background thread. Exact: that thread
     also makes the flat keys, and the stack-distance kernel runs here. Sampled: the
     columns go straight into the fused SHARDS filter. Table and row ids are checked
-    (TraceError), as the row space must hold every key.
+    (TraceError), as the row space must hold every key. on_progress(lookups done,
+    lookups) as the pass goes (a sampled curve's exact head follows the last call).
     """
     chosen = validate_options(sizes, sample_rate)  # before reading anything
     opened = trace if isinstance(trace, Trace) else open_trace(trace)
     rows = opened.table_rows.astype(np.int64)
     offsets = table_offsets(rows)[:-1]
     total = int(rows.sum())
+    lookups = opened.num_lookups
     if sample_rate is None:
-        return mrc_keys(read_ahead(_checked_keys(opened, offsets, rows)), total, chosen)
+        keys = read_ahead(_checked_keys(opened, offsets, rows))
+        return mrc_keys(_counted(keys, len, lookups, on_progress), total, chosen)
     sampler = ShardsSampler(total, sample_rate)
-    for table, row in read_ahead(_lookup_columns(opened)):
+    columns = read_ahead(_lookup_columns(opened))
+    for table, row in _counted(columns, lambda c: len(c[1]), lookups, on_progress):
         sampler.feed_columns(table, row, offsets, rows, where=str(opened.path))
     return _sampled_result(sampler, chosen, source_heads(opened, sampler.resolution)[0])
 
@@ -333,10 +371,7 @@ def source_heads(
             yield keys
 
     num_batches = int(source.num_batches)
-    lookups = int(getattr(source, "num_lookups", 0) or 0)
-    if not lookups:
-        spec = getattr(source, "spec", None)
-        lookups = num_batches * int(spec.lookups_per_batch) if spec is not None else 0
+    lookups = _source_lookups(source)
     return head_curves(
         keys_of, num_batches, lookups, offsets, resolution, total=total, per_table=per_table
     )
@@ -413,6 +448,7 @@ def mrc_source(
     *,
     client: Any = None,
     threads: int | None = None,
+    on_progress: Progress | None = None,
 ) -> MrcResult:
     """The LRU miss-ratio curve of a trace folder or an on-the-fly workload.
 
@@ -421,7 +457,8 @@ def mrc_source(
     (sampled), so the caller's thread only runs the stack-distance kernels. With a Dask
     `client` (sampled curves only) the filter is spread over the cluster by batch ranges
     (`task_ranges`, `shards_map`) and the samples are folded in here in trace order, so
-    the curve is the single-machine one, bit for bit.
+    the curve is the single-machine one, bit for bit. on_progress(lookups done, lookups)
+    as the pass goes (a sampled curve's exact head follows the last call).
     """
     from replay.workload.source import open_source
 
@@ -432,7 +469,7 @@ def mrc_source(
         )
     source = open_source(ref, threads=threads)
     if client is None and not isinstance(source, GeneratedTrace):
-        return mrc_trace(source, chosen, sample_rate)
+        return mrc_trace(source, chosen, sample_rate, on_progress)
     rows, offsets, total = _row_space(source)
     where = str(source.path)
     if sample_rate is None:
@@ -444,7 +481,10 @@ def mrc_source(
                 raise bad_lookup_error(where, 0, chunk.table, chunk.row, rows)
             return keys
 
-        return mrc_keys(source.map_lookups(keys_of), total, chosen)
+        lookups = _source_lookups(source)
+        return mrc_keys(
+            _counted(source.map_lookups(keys_of), len, lookups, on_progress), total, chosen
+        )
     sampler = ShardsSampler(total, sample_rate)
     threshold = sampler.threshold
     if client is None:
@@ -458,7 +498,8 @@ def mrc_source(
         parts = map_in_order(
             client, shards_map, [(ref, a, b, threshold) for a, b in task_ranges(source)]
         )
-    for requests, keys, group in parts:
+    counted = _counted(parts, lambda p: p[0], _source_lookups(source), on_progress)
+    for requests, keys, group in counted:
         sampler.feed_sampled(requests, keys, group)
     return _sampled_result(sampler, chosen, source_heads(source, sampler.resolution)[0])
 

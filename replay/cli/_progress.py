@@ -126,9 +126,9 @@ def display(command: str) -> Iterator[Display]:
     # stderr as it is now (a test's capture, too); a terminal by `show_progress`
     console = Console(file=sys.stderr, force_terminal=True)
     live = Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         BarColumn(bar_width=30),
-        TextColumn("{task.fields[count]}"),
+        TextColumn("{task.fields[count]}", markup=False),
         TimeElapsedColumn(),
         console=console,
         transient=True,

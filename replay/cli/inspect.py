@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from replay.analysis.stats import DEFAULT_CURVE_POINTS, MAX_CURVE_POINTS
+from replay.cli._progress import display
 from replay.cli.app import app, shown
 from replay.cli.source import (
     BatchesOption,
@@ -67,17 +68,24 @@ def inspect_command(
         check_row_space(rows, str(trace) if trace is not None else "")
         check_fits(inspect_estimate(rows, lookups, in_flight_bytes(lookups, batches_)))
 
-    ref, opened = resolve_opened(
-        trace, workload, check=check, batches=batches, batch_size=batch_size, seed=seed
-    )
-    if opened is None:
-        opened = open_source(ref)
-    if verify and isinstance(opened, Trace):
-        opened.verify()
-        # inspect reports the update count without reading those files: check it against
-        # their footers (after the checksums matched: no damaged footer reaches pyarrow)
-        opened.check_row_counts("updates")
-    result = inspect_trace(opened, curve_points=curve_points, batch_reuse=True)
+    with display("inspect") as progress:
+        progress.stage("checking the inputs")
+        ref, opened = resolve_opened(
+            trace, workload, check=check, batches=batches, batch_size=batch_size, seed=seed
+        )
+        if opened is None:
+            opened = open_source(ref)
+        if verify and isinstance(opened, Trace):
+            progress.stage("checking the trace's checksums")
+            opened.verify()
+            # inspect reports the update count without reading those files: check it
+            # against their footers (after the checksums matched: no damaged footer
+            # reaches pyarrow)
+            opened.check_row_counts("updates")
+        progress.stage("reading the lookups", total=opened.num_batches, unit="batches")
+        result = inspect_trace(
+            opened, curve_points=curve_points, batch_reuse=True, on_progress=progress.batches
+        )
     result["checksums_verified"] = checksums_verified(ref, verify)
     if json_output:
         typer.echo(json.dumps(result, indent=2))

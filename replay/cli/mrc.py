@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from replay.cli._progress import display
 from replay.cli.app import SCHEDULER_HELP, app, shown
 from replay.cli.source import (
     AlphaOption,
@@ -109,41 +110,55 @@ def mrc_command(
     def estimate(rows: Sequence[int], lookups: int, batches: int) -> Estimate:
         return mrc_estimate(rows, lookups, sample_rate)
 
-    # the memory estimate refuses a row space this machine cannot hold before anything
-    # is read (the exact curve keeps 4-8 B per row)
-    ref = resolve_source(
-        trace, workload, batches=batches, batch_size=batch_size, seed=seed,
-        alpha=alpha, drift=drift, reuse=reuse, verify=verify, check=memory_check(estimate),
-    )  # fmt: skip
-    row_bytes = source_row_bytes(ref)
-    chosen = parse_sizes(sizes, row_bytes) if sizes is not None else None
-    validate_options(chosen, sample_rate)
-    if scheduler is None and workers is not None:
-        raise ConfigError("--workers sizes a --scheduler local cluster; give --scheduler local")
-    if workers is not None:  # before a local cluster of that many processes starts
-        from replay.workload.generator import check_workers
+    with display("mrc") as progress:
+        progress.stage("checking the inputs")
+        # the memory estimate refuses a row space this machine cannot hold before anything
+        # is read (the exact curve keeps 4-8 B per row)
+        ref = resolve_source(
+            trace, workload, batches=batches, batch_size=batch_size, seed=seed,
+            alpha=alpha, drift=drift, reuse=reuse, verify=verify, check=memory_check(estimate),
+        )  # fmt: skip
+        row_bytes = source_row_bytes(ref)
+        chosen = parse_sizes(sizes, row_bytes) if sizes is not None else None
+        validate_options(chosen, sample_rate)
+        if scheduler is None and workers is not None:
+            raise ConfigError("--workers sizes a --scheduler local cluster; give --scheduler local")
+        if workers is not None:  # before a local cluster of that many processes starts
+            from replay.workload.generator import check_workers
 
-        check_workers(workers)
-    if scheduler is not None and sample_rate is None:
-        raise ConfigError(
-            "the exact curve is one sequential pass; --scheduler spreads --sample-rate curves"
-        )
-    if out is not None:
-        check_target(out, force)
-    if scheduler is None:
-        result = mrc_source(ref, chosen, sample_rate)
-    else:
-        from replay._distributed import dask_client
+            check_workers(workers)
+        if scheduler is not None and sample_rate is None:
+            raise ConfigError(
+                "the exact curve is one sequential pass; --scheduler spreads --sample-rate curves"
+            )
+        if out is not None:
+            check_target(out, force)
 
-        with dask_client(scheduler, workers) as client:
-            result = mrc_source(ref, chosen, sample_rate, client=client)
-    document = {**result.to_json(), **source_document(ref)}
-    if row_bytes:
-        document["row_bytes"] = row_bytes
-        document["cache_bytes"] = [int(c) * row_bytes for c in result.sizes.tolist()]
-    document["checksums_verified"] = checksums_verified(ref, verify)
-    if out is not None:
-        write_outputs(result, document, out, force)
+        def on_progress(done: int, total: int) -> None:
+            progress.update(done, total)
+            if done >= total:  # what follows has no count (a sample's exact head)
+                progress.stage("finishing the curve")
+
+        if scheduler is None:
+            progress.stage("reading the lookups", unit="lookups")
+            result = mrc_source(ref, chosen, sample_rate, on_progress=on_progress)
+        else:
+            from replay._distributed import dask_client
+
+            progress.stage("starting the Dask cluster")
+            with dask_client(scheduler, workers) as client:
+                progress.stage("reading the lookups", unit="lookups")
+                result = mrc_source(
+                    ref, chosen, sample_rate, client=client, on_progress=on_progress
+                )
+        document = {**result.to_json(), **source_document(ref)}
+        if row_bytes:
+            document["row_bytes"] = row_bytes
+            document["cache_bytes"] = [int(c) * row_bytes for c in result.sizes.tolist()]
+        document["checksums_verified"] = checksums_verified(ref, verify)
+        if out is not None:
+            progress.stage(f"writing {shown(out, markup=False)}")
+            write_outputs(result, document, out, force)
     if json_output:
         typer.echo(json.dumps(document, indent=2))
     else:
