@@ -67,6 +67,7 @@ from replay.policies.base import (
     UPDATES_FAST,
     WRITEBACKS,
 )
+from replay.policies.ssd_tbe import L2_EVICTIONS, L2_MISSES, SSD_READS, SSD_WRITES, STORE_NAMES
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, TierSpec, optimizer_bytes_per_row
 
 if TYPE_CHECKING:
@@ -99,11 +100,13 @@ def account(
     unit_rows: int,
     checkpoint: CheckpointLog | None = None,
     raw_lookups: np.ndarray | None = None,
+    store: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-batch columns (name -> array) for `batches.parquet`, in a stable order.
 
     `checkpoint`: the strategy's stall and traffic per batch (None: no checkpoint pass).
-    `raw_lookups`: lookups of rows the previous batch updated (`replay.engine.raw`)."""
+    `raw_lookups`: lookups of rows the previous batch updated (`replay.engine.raw`).
+    `store`: a third level's rows per batch (`Policy.store_rows`, `ssd-tbe`)."""
     nb = len(lookups)
     dim = shape.embedding_dim
     row_bytes = BYTES_PER_VALUE * dim
@@ -120,6 +123,9 @@ def account(
     }
     for index, name in enumerate(COUNTER_NAMES):
         cols[name] = c[:, index].copy()
+    if store is not None:  # ssd-tbe: L2's and the store's rows per batch
+        for index, name in enumerate(STORE_NAMES):
+            cols[name] = store[:, index].astype(i64)
 
     zero = np.zeros(nb, dtype=i64)
     tier_io = {
@@ -198,6 +204,9 @@ def account(
             )
             link_transfers[link_name] += 1
 
+    if store is not None:
+        _store_io(system, store, state_bytes, tier_io)
+
     # -- time ----------------------------------------------------------------------
     tier_time = {}
     for t in system.tiers:
@@ -219,7 +228,10 @@ def account(
         tier_t = tier_time[policy.tier]
         embedding = np.maximum(tier_t, link_t) if lookup.location == "gpu" else tier_t + link_t
     else:
-        embedding = tier_time[policy.fast_tier] + np.maximum(tier_time[policy.backing_tier], link_t)
+        host = tier_time[policy.backing_tier]
+        if store is not None:  # L2 misses wait for the store before the copy
+            host = host + tier_time[policy.store_tier]
+        embedding = tier_time[policy.fast_tier] + np.maximum(host, link_t)
     home = system.tier(policy.tier if policy.name == "static" else policy.backing_tier)
     raw = np.zeros(nb, dtype=i64) if raw_lookups is None else raw_lookups.astype(i64)
     t_raw = raw * home.write_to_read_ns * NS / home.parallelism
@@ -287,6 +299,30 @@ def account(
     cols["energy_compute_j"] = e_compute
     cols["energy_j"] = dynamic + e_static + e_compute
     return cols
+
+
+def _store_io(
+    system: SystemSpec, store: np.ndarray, state_bytes: int, tier_io: dict[str, Any]
+) -> None:
+    """`ssd-tbe`'s L2 (the backing tier) and store traffic (`replay.policies.ssd_tbe`):
+    a row read from the store is put into L2 (an L2 write of its state); an L2 victim is
+    read out of L2 and written to the store. The store reads whole access units (RocksDB
+    reads blocks, FBGEMM's `use_direct_reads`), one access per row; its writes are
+    memtable flushes and compactions, large sequential files: bytes x the write
+    amplification at the drive's bandwidth, no per-row access."""
+    p = system.policy
+    back, st = system.tier(p.backing_tier), system.tier(p.store_tier)
+    s = store.astype(np.int64, copy=False)
+    bio, sio = tier_io[back.name], tier_io[st.name]
+    bio["write_bytes"] += s[:, L2_MISSES] * _ceil_to(state_bytes, back.access_bytes)
+    bio["write_accesses"] += s[:, L2_MISSES]
+    bio["read_bytes"] += s[:, L2_EVICTIONS] * _ceil_to(state_bytes, back.access_bytes)
+    bio["read_accesses"] += s[:, L2_EVICTIONS]
+    sio["hits"] += s[:, SSD_READS]
+    sio["read_bytes"] += s[:, SSD_READS] * _ceil_to(state_bytes, st.access_bytes)
+    sio["read_accesses"] += s[:, SSD_READS]
+    written = s[:, SSD_WRITES] * state_bytes * p.ssd_write_amplification
+    sio["write_bytes"] += np.round(written).astype(np.int64)
 
 
 def _tier_seconds(t: TierSpec, io: dict[str, np.ndarray]) -> np.ndarray:

@@ -172,6 +172,10 @@ def replay_trace(
     from_lookups = (
         type(policy).updates_from_lookups and not strategy.needs_updates and raw_state is None
     )
+    # a batch too large for a row group (meta-2021: 887 M lookups) comes in pieces of
+    # tables where the policy adds them up (`Policy.takes_pieces`) and nothing else needs
+    # whole batches: ranges in flight then hold ~1 M lookups, not 887 M
+    pieces = streams_pieces(trace, system, inspect=inspect)
     # Threads on numba kernels that release the GIL: the reader decodes ahead and counts
     # distinct rows (1 bit per key), the caller runs the policy. With the trace
     # statistics, a third thread feeds the inspector (whose per-row state counts the
@@ -194,6 +198,7 @@ def replay_trace(
             with_distinct=inspector is None,
             with_runs=inspector is not None,
             updates_from_lookups=from_lookups,
+            pieces=pieces,
         ):
             window = slice(br.batch_start, br.batch_stop)
             fed = None
@@ -208,13 +213,13 @@ def replay_trace(
                 )
             else:
                 assert br.distinct is not None
-                distinct[window] = br.distinct
+                distinct[window] += br.distinct  # a batch's pieces add up
             if warming is not None:  # never beside `process`: both use the state
                 warming.result()
                 warming = None
             policy.process(br, counters[window])
-            lookups[window] = np.diff(br.bounds)
-            updates[window] = np.diff(br.update_bounds)
+            lookups[window] += np.diff(br.bounds)
+            updates[window] += np.diff(br.update_bounds)
             if raw_state is not None and raw is not None:
                 raw[window] = count_raw(
                     br.keys, br.bounds, br.update_keys, br.update_bounds, raw_state
@@ -230,7 +235,7 @@ def replay_trace(
                     ),
                 )
                 observe_s += time.perf_counter() - observe_start
-            if on_progress is not None:
+            if on_progress is not None and br.ends_batch:
                 on_progress(br.batch_stop, nb)
         worker.drain()
     replay_s = time.perf_counter() - replay_start
@@ -242,8 +247,17 @@ def replay_trace(
     inspect_s = time.perf_counter() - replay_start - replay_s
     account_start = time.perf_counter()
     ctx = policy.ctx
+    store = policy.store_rows()
     first = account(
-        system, shape, counters, lookups, distinct, updates, ctx.unit_rows, raw_lookups=raw
+        system,
+        shape,
+        counters,
+        lookups,
+        distinct,
+        updates,
+        ctx.unit_rows,
+        raw_lookups=raw,
+        store=store,
     )
     checkpoint_start = time.perf_counter()
     timing = Timing(
@@ -263,6 +277,7 @@ def replay_trace(
         ctx.unit_rows,
         checkpointed.log,
         raw_lookups=raw,
+        store=store,
     )
     summary = summarize(
         system,
@@ -301,6 +316,29 @@ def replay_trace(
         },
     }
     return RunResult(system, columns, checkpointed.log.columns(), summary, meta, workload)
+
+
+def streams_pieces(trace: Source, system: SystemSpec, *, inspect: bool = False) -> bool:
+    """Whether `replay_trace(trace, system, inspect=inspect)` reads batches in pieces of
+    tables (`iter_batch_ranges(pieces=True)`): where the source cuts its batches
+    (`piece_lookups`), the policy adds pieces up (`Policy.takes_pieces`), takes each
+    batch's update rows as its distinct lookups, and nothing else needs whole batches
+    (a checkpoint strategy reading update keys, read-after-write counting, the trace
+    statistics fed from the replay's own ranges)."""
+    cls = POLICIES[system.policy.name]
+    p = system.policy
+    home = system.tier(p.tier if p.name == "static" else p.backing_tier)
+    raw = home.write_to_read_ns > 0 and not system.lookup.relaxed
+    return bool(
+        system.cluster is None  # a cluster's replay routes whole batches
+        and getattr(trace, "piece_lookups", 0)
+        and trace.updates_are_lookups
+        and cls.takes_pieces
+        and cls.updates_from_lookups
+        and not STRATEGIES[system.checkpoint.strategy].needs_updates
+        and not raw
+        and not (inspect and isinstance(trace, Trace))
+    )
 
 
 def _load_kernels(trace: Source, inspector: Inspector | None) -> None:
@@ -348,6 +386,7 @@ def _base_times(
             updates[window],
             policy.ctx.unit_rows,
             raw_lookups=None if raw is None else raw[window],
+            store=None if (store := policy.store_rows()) is None else store[window],
         )
         return cols["time_s"]
 
@@ -360,6 +399,7 @@ __all__ = [
     "make_policy",
     "make_strategy",
     "replay_trace",
+    "streams_pieces",
     "trace_digest",
     "trace_meta",
     "workload_shape",

@@ -90,6 +90,11 @@ class Policy(ABC):
     #: without their keys (`BatchRange.updates_are_lookups`); the engine asks for such
     #: ranges only then (`iter_batch_ranges(updates_from_lookups=True)`)
     updates_from_lookups: ClassVar[bool] = False
+    #: True: `process` takes a piece of one batch (`BatchRange.tables`, asked for with
+    #: `iter_batch_ranges(pieces=True)` when a batch is too large for a row group): it
+    #: adds the piece's counts to out[0], the batch's row, and closes the batch (what
+    #: waits for its end: the update pass) at the piece that `ends_batch`
+    takes_pieces: ClassVar[bool] = False
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         self.spec = spec
@@ -126,6 +131,12 @@ class Policy(ABC):
     def summary_extra(self) -> dict[str, object]:
         """Policy-specific totals for summary.json's `policy` section (none by default)."""
         return {}
+
+    def store_rows(self) -> np.ndarray | None:
+        """Rows per batch moved behind the backing tier, for a policy with a third level
+        (`ssd-tbe`'s L2 and store: `replay.policies.ssd_tbe.STORE_NAMES` columns, one row
+        per batch of the run, filled by `process`); None for two levels."""
+        return None
 
     def prepare(self, trace: Source | None) -> None:  # noqa: B027 - optional hook
         """An optional pass over the whole trace before `process` (oracles)."""

@@ -30,16 +30,25 @@ consumes, and what `replay plan` sizes L2 with).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from replay._intrinsics import ix
+from replay._jit import kernel
+from replay._malloc import state_array
 from replay.errors import ConfigError
-from replay.policies.base import NUM_COUNTERS, PolicyContext
+from replay.policies.base import NUM_COUNTERS, PolicyContext, register_policy
+from replay.policies.lru import _find, _remove, table_shape
 from replay.policies.tbe import TBEPolicy, tbe_sets
 from replay.system.spec import PolicySpec
 from replay.trace.stream import BatchRange, updates_as_keys
+
+if TYPE_CHECKING:
+    from replay.system.spec import SystemSpec
 
 READS, EVICTS, CONFLICTS = 0, 1, 2  # columns of L1Exchange.bounds
 
@@ -154,3 +163,301 @@ def l1_miss_stream(
         br = updates_as_keys(br, 0)  # the kernel reads update keys (L1's update counters)
         out = np.zeros((br.batch_stop - br.batch_start, NUM_COUNTERS), dtype=np.int64)
         yield l1.exchange(br, out)
+
+
+# -- L2 and the store ---------------------------------------------------------------------
+
+# per-batch columns of SSDTBEPolicy.store (rows)
+L2_HITS = 0  # L2 `get`s that found their row
+L2_MISSES = 1  # L2 `get`s that did not: read from the store, then put into L2
+L2_EVICTIONS = 2  # rows CacheLib evicted (each written to the store)
+L2_CLEAN_EVICTIONS = 3  # of those, rows not `set` since the store gave them (a dirty bit's saving)
+L2_SETS = 4  # L2 `set`s: L1 evictions and conflict write-backs
+SSD_READS = 5  # rows read from the store (L2 misses)
+SSD_WRITES = 6  # rows written to the store (L2 evictions; every `set` without an L2)
+L2_RESIDENT = 7  # rows in L2 at the end of the batch
+NUM_STORE = 8
+STORE_NAMES = (
+    "l2_hits",
+    "l2_misses",
+    "l2_evictions",
+    "l2_clean_evictions",
+    "l2_sets",
+    "ssd_read_rows",
+    "ssd_write_rows",
+    "l2_resident",
+)
+# L2 meta slots
+_SIZE, _CAP, _SLOT_BITS, _SHIFT = 0, 1, 2, 3
+
+
+@kernel(inline="always")
+def _l2_front(links: np.ndarray, cap: int, s: int) -> None:
+    first = links[ix(2 * cap + 1)]
+    links[ix(2 * s)] = cap
+    links[ix(2 * s + 1)] = first
+    links[ix(2 * first)] = s
+    links[ix(2 * cap + 1)] = s
+
+
+@kernel(inline="always")
+def _l2_unlink(links: np.ndarray, s: int) -> None:
+    p = links[ix(2 * s)]
+    n = links[ix(2 * s + 1)]
+    links[ix(2 * p + 1)] = n
+    links[ix(2 * n)] = p
+
+
+@kernel(inline="always")
+def _l2_put(
+    table: np.ndarray,
+    slot_key: np.ndarray,
+    links: np.ndarray,
+    dirty: np.ndarray,
+    meta: np.ndarray,
+    k: int,
+    written: int,
+    row: np.ndarray,
+) -> None:
+    """CacheLib's `put` (findToWrite, else allocate + insertOrReplace): the row moves to
+    the front; a new row may evict the least recent one, which goes to the store."""
+    cap = meta[_CAP]
+    slot_bits = meta[_SLOT_BITS]
+    shift = meta[_SHIFT]
+    s = _find(table, k, slot_bits, shift)
+    if s >= 0:
+        _l2_unlink(links, s)
+        dirty[ix(s)] |= written
+    else:
+        size = meta[_SIZE]
+        if size < cap:
+            table[ix(-1 - s)] = ((k + 1) << slot_bits) | size
+            s = size
+            meta[_SIZE] = size + 1
+        else:
+            v = links[ix(2 * cap)]
+            table[ix(-1 - s)] = ((k + 1) << slot_bits) | v
+            s = v
+            row[L2_EVICTIONS] += 1
+            row[L2_CLEAN_EVICTIONS] += 1 - dirty[ix(s)]
+            row[SSD_WRITES] += 1
+            _remove(table, slot_key[ix(s)], slot_bits, shift)
+            _l2_unlink(links, s)
+        slot_key[ix(s)] = k
+        dirty[ix(s)] = written
+    _l2_front(links, cap, s)
+
+
+@kernel
+def l2_kernel(
+    bounds: np.ndarray,
+    reads: np.ndarray,
+    evictions: np.ndarray,
+    conflicts: np.ndarray,
+    table: np.ndarray,
+    slot_key: np.ndarray,
+    links: np.ndarray,
+    dirty: np.ndarray,
+    missed: np.ndarray,
+    meta: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """L2 and the store over one range of L1's exchange (`L1Exchange`): per batch, the
+    `get` of the reads (all looked up first, then the misses read from the store and put
+    into L2), the `set` of L1's evictions, then of the conflict write-backs."""
+    cap = meta[_CAP]
+    slot_bits = meta[_SLOT_BITS]
+    shift = meta[_SHIFT]
+    for b in range(len(bounds) - 1):
+        row = out[b]
+        if cap == 0:  # no L2: `get` reads the store, `set` writes it
+            row[SSD_READS] = bounds[b + 1, READS] - bounds[b, READS]
+            row[SSD_WRITES] = (bounds[b + 1, EVICTS] - bounds[b, EVICTS]) + (
+                bounds[b + 1, CONFLICTS] - bounds[b, CONFLICTS]
+            )
+            continue
+        nm = 0
+        for i in range(bounds[b, READS], bounds[b + 1, READS]):
+            k = reads[ix(i)]
+            s = _find(table, k, slot_bits, shift)
+            if s >= 0:  # CacheLib's find promotes on every read
+                row[L2_HITS] += 1
+                _l2_unlink(links, s)
+                _l2_front(links, cap, s)
+            else:
+                missed[ix(nm)] = k
+                nm += 1
+        row[L2_MISSES] = nm
+        row[SSD_READS] = nm
+        for m in range(nm):  # FWD_ROCKSDB_READ: the rows read go into L2, as read
+            _l2_put(table, slot_key, links, dirty, meta, missed[ix(m)], 0, row)
+        for i in range(bounds[b, EVICTS], bounds[b + 1, EVICTS]):  # FWD_L1_EVICTION
+            _l2_put(table, slot_key, links, dirty, meta, evictions[ix(i)], 1, row)
+            row[L2_SETS] += 1
+        for i in range(bounds[b, CONFLICTS], bounds[b + 1, CONFLICTS]):  # BWD write-back
+            _l2_put(table, slot_key, links, dirty, meta, conflicts[ix(i)], 1, row)
+            row[L2_SETS] += 1
+        row[L2_RESIDENT] = meta[_SIZE]
+
+
+class L2Cache:
+    """FBGEMM SSD TBE's L2 (CacheLib's LRU of whole rows in host DRAM) and the store's row
+    counts, fed with L1's exchange range by range."""
+
+    def __init__(self, total_rows: int, capacity_rows: int) -> None:
+        cap = max(0, int(capacity_rows))
+        entries, slot_bits, shift = table_shape(total_rows, max(cap, 1))
+        self.capacity_rows = cap
+        self.table = state_array(entries if cap else 16, np.int64)
+        self.slot_key = np.empty(cap, dtype=np.int64)
+        self.links = np.empty(2 * cap + 2, dtype=np.int32)
+        self.links[2 * cap :] = cap
+        self.dirty = np.empty(cap, dtype=np.int64)
+        self.meta = np.array([0, cap, slot_bits, shift], dtype=np.int64)
+        self.missed = np.empty(16, dtype=np.int64)
+
+    def feed(self, ex: L1Exchange, out: np.ndarray) -> None:
+        """Add one range's store counters (`STORE_NAMES` columns) into `out`."""
+        widest = int(np.diff(ex.bounds[:, READS]).max()) if ex.batches else 0
+        if widest > len(self.missed):
+            self.missed = np.empty(widest, dtype=np.int64)
+        l2_kernel(
+            ex.bounds,
+            ex.reads,
+            ex.evictions,
+            ex.conflicts,
+            self.table,
+            self.slot_key,
+            self.links,
+            self.dirty,
+            self.missed,
+            self.meta,
+            out,
+        )
+
+
+@register_policy("ssd-tbe")
+class SSDTBEPolicy(L1Recorder):
+    """L1 (`tbe`'s LRU cache in `fast_tier`), L2 (an LRU of `l2_capacity_bytes` of whole
+    rows in `backing_tier`) and the RocksDB store in `store_tier`."""
+
+    state_bytes_per_key = 0  # LRU: nothing per row; L2's table is sized to L2
+
+    @classmethod
+    def check_spec(cls, system: SystemSpec, tier_names: set[str], where: str) -> None:
+        super().check_spec(system, tier_names, where)
+        p = system.policy
+        if p.cache_algorithm != "lru":
+            raise ConfigError(f"{where}.cache_algorithm: ssd-tbe's L1 is LRU (FBGEMM's SSD TBE)")
+        if p.store_tier not in tier_names:
+            raise ConfigError(f"{where}.store_tier: no tier named {p.store_tier!r}")
+        if p.store_tier in (p.fast_tier, p.backing_tier):
+            raise ConfigError(f"{where}.store_tier: the store is neither L1's nor L2's tier")
+        back = system.tier(p.backing_tier)
+        if p.l2_capacity_bytes > back.capacity_bytes:
+            raise ConfigError(
+                f"{where}.l2_capacity_bytes: {p.l2_capacity_bytes:.4g} bytes do not fit tier "
+                f"{back.name!r} ({back.capacity_bytes:.4g} bytes)"
+            )
+
+    def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
+        super().__init__(spec, ctx)
+        if spec.cache_algorithm != "lru":
+            raise ConfigError("policy.cache_algorithm: ssd-tbe's L1 is LRU (FBGEMM's SSD TBE)")
+        # CacheLib holds cache_size / item size items, an item being a row with its
+        # optimizer state (kv_db_table_batched_embeddings.cpp: item_size_bytes = max_D x
+        # element size, max_D the cache row's width incl. the state)
+        self.l2 = L2Cache(ctx.total_keys, int(spec.l2_capacity_bytes // ctx.row_state_bytes))
+        self.store = np.zeros((ctx.num_batches, NUM_STORE), dtype=np.int64)
+
+    def process(self, batch_range: BatchRange, out: np.ndarray) -> None:
+        ex = self.exchange(batch_range, out)
+        self.l2.feed(ex, self.store[batch_range.batch_start : batch_range.batch_stop])
+
+    def store_rows(self) -> np.ndarray:
+        return self.store
+
+    def summary_extra(self) -> dict[str, object]:
+        tot = self.store.sum(axis=0)
+        state = self.ctx.row_state_bytes
+        wa = float(self.spec.ssd_write_amplification)
+        lookups = int(tot[L2_HITS] + tot[L2_MISSES])
+        extra = super().summary_extra()
+        return {
+            **extra,
+            "l1": {
+                "sets": self.sets,
+                "associativity": self.assoc,
+                "load_factor": extra["load_factor"],
+                **self.fbgemm_counters(),
+            },
+            "l2": {
+                "hits": int(tot[L2_HITS]),
+                "misses": int(tot[L2_MISSES]),
+                "evictions": int(tot[L2_EVICTIONS]),
+                "clean_evictions": int(tot[L2_CLEAN_EVICTIONS]),
+                "sets": int(tot[L2_SETS]),
+                # FBGEMM's get_l2_cache_hit_rate: 1 - misses / lookups
+                "hit_rate": 1.0 - tot[L2_MISSES] / lookups if lookups else 0.0,
+                "capacity_rows": self.l2.capacity_rows,
+                "capacity_bytes": float(self.spec.l2_capacity_bytes),
+                "resident_max": int(self.store[:, L2_RESIDENT].max()) if len(self.store) else 0,
+            },
+            "ssd": {
+                "read_rows": int(tot[SSD_READS]),
+                "write_rows": int(tot[SSD_WRITES]),
+                "read_bytes": int(tot[SSD_READS]) * state,
+                "logical_write_bytes": int(tot[SSD_WRITES]) * state,
+                "write_bytes": round(int(tot[SSD_WRITES]) * state * wa),
+                "write_amplification": wa,
+            },
+        }
+
+
+# -- the slow reference -------------------------------------------------------------------
+
+
+def reference_l2(
+    streams: Iterable[tuple[Sequence[int], Sequence[int], Sequence[int]]], capacity_rows: int
+) -> np.ndarray:
+    """Slow L2 and store on L1's per-batch (reads, evictions, conflicts): the
+    `STORE_NAMES` columns per batch. An OrderedDict of row -> written since the store
+    gave it, most recent last."""
+    cache: OrderedDict[int, bool] = OrderedDict()
+    rows = []
+
+    def put(row: list[int], key: int, written: bool) -> None:
+        if key in cache:
+            cache[key] = cache[key] or written
+            cache.move_to_end(key)
+            return
+        if len(cache) == capacity_rows:
+            _, was_written = cache.popitem(last=False)
+            row[L2_EVICTIONS] += 1
+            row[L2_CLEAN_EVICTIONS] += int(not was_written)
+            row[SSD_WRITES] += 1
+        cache[key] = written
+
+    for reads, evictions, conflicts in streams:
+        row = [0] * NUM_STORE
+        if capacity_rows == 0:
+            row[SSD_READS] = len(reads)
+            row[SSD_WRITES] = len(evictions) + len(conflicts)
+            rows.append(row)
+            continue
+        missed = []
+        for key in reads:
+            if key in cache:
+                row[L2_HITS] += 1
+                cache.move_to_end(key)
+            else:
+                missed.append(key)
+        row[L2_MISSES] = row[SSD_READS] = len(missed)
+        for key in missed:
+            put(row, key, False)
+        for key in [*evictions, *conflicts]:
+            put(row, key, True)
+            row[L2_SETS] += 1
+        row[L2_RESIDENT] = len(cache)
+        rows.append(row)
+    return np.array(rows, dtype=np.int64).reshape(-1, NUM_STORE)

@@ -61,6 +61,7 @@ QUANTIZE_BITS = (0, 2, 3, 4, 8)  # 0: no quantization (Check-N-Run's b in 2, 3, 
 OPTIMIZERS = ("sgd", "rowwise-adagrad", "adagrad", "adam")
 CHUNK_EVICTIONS = ("furthest", "lru")
 TBE_ALGORITHMS = ("lru", "lfu")  # fbgemm_gpu CacheAlgorithm
+SSD_TBE_KNOBS = ("l2_capacity_bytes", "store_tier", "ssd_write_amplification")
 TBE_ASSOCIATIVITIES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 BYTES_PER_VALUE = 4  # fp32 embeddings and optimizer state
 MAX_BYTES = 1e18
@@ -163,6 +164,12 @@ class PolicySpec:
     # tbe: ways per set, a power of two (32: the CUDA warp; 64: AMD CDNA wavefronts)
     associativity: int = field(default=32, metadata={"choices_int": TBE_ASSOCIATIVITIES})
     cache_algorithm: str = field(default="lru", metadata={"choices": TBE_ALGORITHMS})  # tbe
+    # ssd-tbe (FBGEMM's SSD TBE, replay/policies/ssd_tbe.py): L2's host DRAM in the backing
+    # tier (TorchRec's l2_cache_size; 0: no L2), the tier of the RocksDB store, and the
+    # store's write amplification (drive bytes per byte written; an ASSUMPTION, see there)
+    l2_capacity_bytes: float = field(default=0.0, metadata=_range(0, MAX_BYTES))
+    store_tier: str = ""
+    ssd_write_amplification: float = field(default=4.0, metadata=_range(1, 1000))
 
 
 @dataclass(frozen=True)
@@ -409,6 +416,9 @@ class SystemSpec:
             }
         if ck["replicas"] == 0:
             del ck["replicas"]
+        if data["policy"]["name"] != "ssd-tbe":  # its knobs: other results as before
+            for key in SSD_TBE_KNOBS:
+                del data["policy"][key]
         return data
 
 
