@@ -5,15 +5,13 @@ policy, reach the target, and 10% smaller ones do not."""
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.plan.ssd_tbe import paste_load_factor, two_level_curves
-from replay.plan.ssd_tbe_l2 import L2Curve, reference_l2
+from replay.plan.ssd_tbe_l2 import DIRECT_MAX_KEYS, L2Curve, reference_l2
 from replay.policies.ssd_tbe import l1_miss_stream
 from replay.policies.tbe import tbe_sets
 from replay.trace.stream import iter_batch_ranges
@@ -34,29 +32,45 @@ def streams(draw: st.DrawFn) -> tuple[int, list[tuple[list[int], list[int]]]]:
     return keys, batches
 
 
-@settings(max_examples=200, deadline=None)
-@given(case=streams(), cuts=st.lists(st.integers(0, 12), max_size=3))
+@settings(max_examples=300, deadline=None)
+@given(case=streams())
 def test_l2_curve_matches_a_slow_lru_at_every_size(
-    case: tuple[int, list[tuple[list[int], list[int]]]], cuts: list[int]
+    case: tuple[int, list[tuple[list[int], list[int]]]],
 ) -> None:
-    """SSD reads and writes of every L2 size (0 = no L2) from one pass, fed batch by batch
-    or as sequences of several batches, equal an explicit LRU's."""
+    """SSD reads and writes of every L2 size (0 = no L2) from one pass equal an explicit
+    LRU's, whose batch reads are looked up before any is put."""
     keys, batches = case
     sizes = list(range(0, keys + 3))
     curve = L2Curve(keys, sizes)
-    edges = [0, *sorted(set(min(c, len(batches)) for c in cuts)), len(batches)]
-    for lo, hi in itertools.pairwise(edges):
-        flat: list[int] = []
-        flags: list[bool] = []
-        for r, w in batches[lo:hi]:
-            flat += [*r, *w]
-            flags += [True] * len(r) + [False] * len(w)
-        curve.feed_sequence(np.array(flat, dtype=np.int64), np.array(flags, dtype=bool))
+    for reads, writes in batches:
+        curve.feed(np.array(reads, dtype=np.int64), np.array(writes, dtype=np.int64))
     got = curve.counts()
     for i, c in enumerate(got.sizes):
         assert (got.ssd_read_rows[i], got.ssd_write_rows[i]) == reference_l2(batches, int(c))
     assert got.reads == sum(len(r) for r, _ in batches)
     assert got.writes == sum(len(w) for _, w in batches)
+
+
+def test_l2_curve_in_map_mode_is_the_direct_one() -> None:
+    """A row space too large for a direct array keeps per-row state in a hash map: the
+    same counts (the read order comes from the map's last positions)."""
+    rng = np.random.default_rng(7)
+    batches = [(np.unique(rng.zipf(1.4, 40) % 500), rng.integers(0, 500, 10)) for _ in range(80)]
+    sizes = [0, 1, 10, 50, 100, 300, 600]
+    direct = L2Curve(500, sizes)
+    mapped = L2Curve(DIRECT_MAX_KEYS + 1, sizes)
+    assert direct._state.direct and not mapped._state.direct
+    fed = []
+    for r, w in batches:
+        r = r[rng.permutation(len(r))]
+        fed.append((r.tolist(), w.tolist()))
+        direct.feed(r, w)
+        mapped.feed(r, w)
+    a, b = direct.counts(), mapped.counts()
+    np.testing.assert_array_equal(a.ssd_read_rows, b.ssd_read_rows)
+    np.testing.assert_array_equal(a.ssd_write_rows, b.ssd_write_rows)
+    for i, c in enumerate(sizes):
+        assert (a.ssd_read_rows[i], a.ssd_write_rows[i]) == reference_l2(fed, c)
 
 
 @pytest.fixture(scope="module")

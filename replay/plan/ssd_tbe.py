@@ -162,14 +162,11 @@ def two_level_curves(
             out = np.zeros((br.batches, NUM_COUNTERS), dtype=np.int64)
             ex = l1.exchange(br, out)
             hits[c] += int(out[:, HITS].sum())
-            keys, is_read, starts = _sequence(ex)
-            if cut < 0:
-                l2.feed_sequence(keys, is_read)
-                continue
-            at = int(starts[cut])
-            l2.feed_sequence(keys[:at], is_read[:at])
-            at_split[c] = l2.counts()
-            l2.feed_sequence(keys[at:], is_read[at:])
+            for i in range(ex.batches):  # FBGEMM's order: get, prefetch set, backward set
+                if i == cut:
+                    at_split[c] = l2.counts()
+                reads, evictions, conflicts = ex.batch(i)
+                l2.feed(reads, np.concatenate([evictions, conflicts]))
     scale = 1.0 if rate >= 1.0 else 1.0 / rate
     denom = float(lookups) if rate >= 1.0 or full_lookups <= 0 else rate * full_lookups
     denom = max(denom, 1.0)
@@ -202,26 +199,6 @@ def two_level_curves(
             )
         )
     return out_c, split if split > 0 else 0
-
-
-def _sequence(ex: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The range's L2 accesses in FBGEMM's order, batch by batch: the reads (`get`), the
-    L1 evictions (`set` in the prefetch), the conflict misses (`set` after backward);
-    which are reads; and where each batch starts in them."""
-    parts: list[np.ndarray] = []
-    flags: list[np.ndarray] = []
-    starts = np.zeros(ex.batches + 1, dtype=np.int64)
-    for i in range(ex.batches):
-        reads, evictions, conflicts = ex.batch(i)
-        parts += [reads, evictions, conflicts]
-        flags += [
-            np.ones(len(reads), dtype=bool),
-            np.zeros(len(evictions) + len(conflicts), dtype=bool),
-        ]
-        starts[i + 1] = starts[i] + len(reads) + len(evictions) + len(conflicts)
-    if not parts:
-        return np.empty(0, np.int64), np.empty(0, bool), starts
-    return np.concatenate(parts).astype(np.int64), np.concatenate(flags), starts
 
 
 def paste_load_factor(sets: int, total_rows: int, assoc: int) -> float:

@@ -76,31 +76,38 @@ class L2Curve:
         self.writes = 0
 
     def feed(self, reads: np.ndarray, writes: np.ndarray) -> None:
-        """One batch: the rows L1 reads from L2, then those it writes to L2 (int64 keys)."""
-        reads = np.asarray(reads, dtype=np.int64)
-        writes = np.asarray(writes, dtype=np.int64)
-        is_read = np.zeros(len(reads) + len(writes), dtype=bool)
-        is_read[: len(reads)] = True
-        self.feed_sequence(np.concatenate([reads, writes]), is_read)
+        """One batch: the rows L1 reads from L2 (distinct), then those it writes to L2.
 
-    def feed_sequence(self, keys: np.ndarray, is_read: np.ndarray) -> None:
-        """Accesses in order (many batches at once): `is_read` marks the reads, the rest
-        are writes."""
-        keys = np.ascontiguousarray(keys, dtype=np.int64)
-        if len(keys) == 0:
-            return
-        dist = np.empty(len(keys), dtype=np.int64)
-        self._state.feed(keys, dist)
+        The reads are looked up before any of them is put (FBGEMM's `get`: every row's
+        `find`, then the puts), so a read hits iff its row is in L2 at the batch's start:
+        its stack distance counts the rows accessed since its last access up to the batch,
+        not the batch's other reads. Fed most recently used first (never seen last), each
+        read's distance in the stream is exactly that: every read fed before it was used
+        more recently, so was counted already. They leave L2 with the batch's reads at the
+        front, the least recently used of them (and the new rows) first."""
+        reads = np.ascontiguousarray(reads, dtype=np.int64)
+        writes = np.ascontiguousarray(writes, dtype=np.int64)
+        if len(reads) > 1:
+            last = self._state.last_positions(reads)
+            reads = reads[np.argsort(-last, kind="stable")]  # -1 (never) sorts last
         n = len(self.sizes) + 1
-        read_dist = dist[is_read]
-        for part, buckets in ((read_dist, self._read_buckets), (dist, self._all_buckets)):
-            seen = part[part >= 0]
-            if len(seen):  # bucket j = #{sizes <= d}: the sizes this access misses
-                buckets += np.bincount(np.searchsorted(self.sizes, seen, side="right"), minlength=n)
-        self._cold_reads += int(np.count_nonzero(read_dist < 0))
-        self._cold_all += int(np.count_nonzero(dist < 0))
-        self.reads += len(read_dist)
-        self.writes += len(keys) - len(read_dist)
+        for keys, is_read in ((reads, True), (writes, False)):
+            if len(keys) == 0:
+                continue
+            dist = np.empty(len(keys), dtype=np.int64)
+            self._state.feed(keys, dist)
+            seen = dist[dist >= 0]
+            cold = len(dist) - len(seen)
+            # bucket j = #{sizes <= d}: the sizes this access misses
+            counted = np.bincount(np.searchsorted(self.sizes, seen, side="right"), minlength=n)
+            self._all_buckets += counted
+            self._cold_all += cold
+            if is_read:
+                self._read_buckets += counted
+                self._cold_reads += cold
+                self.reads += len(keys)
+            else:
+                self.writes += len(keys)
 
     def counts(self) -> L2Counts:
         # misses(C_i) = cold + #{d >= C_i} = cold + sum of buckets j > i
@@ -127,33 +134,40 @@ def reference_l2(
     batches: Iterable[tuple[Iterable[int], Iterable[int]]], capacity: int
 ) -> tuple[int, int]:
     """(SSD read rows, SSD write rows) of an L2 LRU of `capacity` rows, by an explicit
-    ordered dict: the slow, obviously correct version the tests compare with."""
+    ordered dict (the slow, obviously correct version the tests compare with): per batch
+    its reads are looked up first (a read of a row L2 holds at the batch's start hits),
+    then they take the front in order of their last use (most recent first, rows never
+    used last), every new row evicting the least recent one (written to the SSD); then
+    each write is put the same way. Without an L2 every read and write goes to the SSD."""
     cache: OrderedDict[int, None] = OrderedDict()
+    used: dict[int, int] = {}  # row -> time of its last access
+    clock = 0
     ssd_reads = ssd_writes = 0
-    for reads, writes in batches:
-        for key in reads:
-            if capacity == 0:
-                ssd_reads += 1
-                continue
-            if int(key) in cache:
-                cache.move_to_end(int(key))
-            else:
-                ssd_reads += 1
-                cache[int(key)] = None
-                if len(cache) > capacity:
-                    cache.popitem(last=False)
-                    ssd_writes += 1
-        for key in writes:
-            if capacity == 0:
+
+    def put(key: int) -> None:
+        nonlocal ssd_writes, clock
+        if key in cache:
+            cache.move_to_end(key)
+        else:
+            cache[key] = None
+            if len(cache) > capacity:
+                cache.popitem(last=False)
                 ssd_writes += 1
-                continue
-            if int(key) in cache:
-                cache.move_to_end(int(key))
-            else:
-                cache[int(key)] = None
-                if len(cache) > capacity:
-                    cache.popitem(last=False)
-                    ssd_writes += 1
+        clock += 1
+        used[key] = clock
+
+    for reads, writes in batches:
+        reads = [int(k) for k in reads]
+        writes = [int(k) for k in writes]
+        if capacity == 0:
+            ssd_reads += len(reads)
+            ssd_writes += len(writes)
+            continue
+        ssd_reads += sum(1 for k in reads if k not in cache)
+        for key in sorted(reads, key=lambda k: -used.get(k, -1)):  # stable: -(-1) last
+            put(key)
+        for key in writes:
+            put(key)
     return ssd_reads, ssd_writes
 
 
