@@ -2,12 +2,14 @@
 
 One look for every command: a line `COMMAND: STAGE  [bar]  DONE/TOTAL UNIT  ELAPSED`,
 one stage after another (each stage's own elapsed time; a stage whose amount of work is
-unknown shows a moving bar and its elapsed time only). The line is redrawn at most
-`REFRESH_PER_SECOND` times a second by rich's refresh thread, and the callbacks that feed
-it (`Display.update`, `Display.advance`, `Display.batches`) touch rich at most every
-`MIN_INTERVAL_S`, so a callback per batch costs a clock read. The line is cleared when
-the display ends, normally or by an error or Ctrl-C (`KeyboardInterrupt` unwinds through
-the `with`), so what stays on the terminal is the command's own output.
+unknown shows a moving bar and its elapsed time only). The callbacks that feed it
+(`Display.update`, `Display.advance`, `Display.batches`) redraw it at most every
+`MIN_INTERVAL_S` (a callback per batch costs a clock read), a new stage at once, and
+rich's refresh thread `REFRESH_PER_SECOND` times a second besides, so that the elapsed
+time ticks while no callback comes: at most 10 redraws a second but for stage changes.
+The line is cleared when the display ends, normally or by an error or Ctrl-C
+(`KeyboardInterrupt` unwinds through the `with`), so what stays on the terminal is the
+command's own output.
 
 Where stderr is not a terminal (a pipe, a file, a CI log) `display` yields a display
 whose methods do nothing and nothing at all is written: the output is byte for byte what
@@ -29,11 +31,11 @@ from typing import Any
 
 from replay.cli.app import show_progress
 
-# rich redraws the line this often at most (and so keeps a stage's elapsed time ticking
-# while no callback comes)
-REFRESH_PER_SECOND = 10
-# a callback passes its count on to rich at most this often (the last count always)
-MIN_INTERVAL_S = 0.1
+# rich's own redraws, which keep a stage's elapsed time ticking while no callback comes
+REFRESH_PER_SECOND = 2
+# a callback's count is drawn at most this often (the last count always): with rich's
+# own, at most 10 redraws a second
+MIN_INTERVAL_S = 0.125
 
 
 class Display:
@@ -78,7 +80,9 @@ class Display:
         if now - self._pushed_at < MIN_INTERVAL_S and (self._total is None or done < self._total):
             return
         self._pushed_at = now
-        self._live.update(self._task, completed=done, total=self._total, count=self._count(done))
+        self._live.update(
+            self._task, completed=done, total=self._total, count=self._count(done), refresh=True
+        )
 
     def advance(self, n: int = 1) -> None:
         """`n` more units of the stage's work are done."""
@@ -108,6 +112,10 @@ class Display:
     def _count(self, done: int) -> str:
         if self._total is None:
             return ""
+        if self._unit == "bytes":  # binary prefixes, as every size the tool prints
+            from replay._units import format_bytes
+
+            return f"{format_bytes(done)}/{format_bytes(self._total)}"
         unit = f" {self._unit}" if self._unit else ""
         return f"{done:,}/{self._total:,}{unit}"
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from replay.cli._progress import display
 from replay.cli.app import app
 
 bench_app = typer.Typer(help="Measure speeds on this machine.", no_args_is_help=True)
@@ -30,7 +31,9 @@ def bench_generate_command(
 
     if batches < 1 or batch_size < 1:
         raise ConfigError("--batches and --batch-size must be positive")
-    result = bench_generate(preset, batches, batch_size, workers)
+    with display("bench generate") as progress:
+        progress.stage("measuring")
+        result = bench_generate(preset, batches, batch_size, workers)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
@@ -79,13 +82,15 @@ def bench_replay_command(
 
     if batches < 1 or batch_size < 1 or capacity_rows < 1 or repeats < 1:
         raise ConfigError("--batches, --batch-size, --capacity-rows and --repeats must be > 0")
-    result = bench_replay(
-        Path(trace) if trace else None,
-        batches=batches,
-        batch_size=batch_size,
-        capacity_rows=capacity_rows,
-        repeats=repeats,
-    )
+    with display("bench replay") as progress:
+        progress.stage("measuring")
+        result = bench_replay(
+            Path(trace) if trace else None,
+            batches=batches,
+            batch_size=batch_size,
+            capacity_rows=capacity_rows,
+            repeats=repeats,
+        )
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
@@ -126,9 +131,11 @@ def bench_checkpoint_command(
 
     if batches < 1 or batch_size < 1:
         raise ConfigError("--batches and --batch-size must be > 0")
-    result = bench_checkpoint(
-        Path(trace) if trace else None, batches=batches, batch_size=batch_size
-    )
+    with display("bench checkpoint") as progress:
+        progress.stage("measuring")
+        result = bench_checkpoint(
+            Path(trace) if trace else None, batches=batches, batch_size=batch_size
+        )
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
@@ -170,19 +177,26 @@ def bench_all_command(
     if batches < 1 or batch_size < 1 or repeats < 1:
         raise ConfigError("--batches, --batch-size and --repeats must be > 0")
 
-    def show(case: object, row: dict) -> None:
-        if not (as_json or markdown):
-            typer.echo(
-                f"  {row['group']:<11} {row['operation']:<62} {row['lookups'] / 1e6:8.1f} M "
-                f"{row['seconds']:7.2f} s {row['lookups_per_s'] / 1e6:7.1f} M/s "
-                f"{row['peak_rss_bytes'] / 2**30:6.2f} GiB"
-            )
-
     if not (as_json or markdown):
         typer.echo("bench all: whole processes, best of --repeats after a warm-up")
-    result = bench_all(
-        batches=batches, batch_size=batch_size, repeats=repeats, only=only, on_case=show
-    )
+    with display("bench all") as progress:
+        echo = progress.around(typer.echo)
+        done = [0]
+
+        def show(case: object, row: dict) -> None:
+            if not (as_json or markdown):
+                echo(
+                    f"  {row['group']:<11} {row['operation']:<62} {row['lookups'] / 1e6:8.1f} M "
+                    f"{row['seconds']:7.2f} s {row['lookups_per_s'] / 1e6:7.1f} M/s "
+                    f"{row['peak_rss_bytes'] / 2**30:6.2f} GiB"
+                )
+            done[0] += 1
+            progress.stage(f"measuring ({done[0]} rows done)")
+
+        progress.stage("measuring")
+        result = bench_all(
+            batches=batches, batch_size=batch_size, repeats=repeats, only=only, on_case=show
+        )
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     elif markdown:
@@ -246,29 +260,33 @@ def bench_libcachesim_command(
         get_preset(name)  # an unknown preset: one line, before any work
     python = find_lcs_python(lcs_python)  # no libCacheSim: one line, before any work
 
-    def show(name: str, row: dict) -> None:
-        # progress on stderr: stdout holds only the table (or the JSON)
-        if as_json:
-            return
-        if name == "day":
-            typer.echo(f"  day on the fly: {row['wall_s']:.1f} s", err=True)
-        else:
-            typer.echo(
-                f"  {name}: replay run {row['replay']['wall_s_median']:.2f} s, libCacheSim "
-                f"{row['libcachesim']['wall_s_median']:.2f} s (medians)",
-                err=True,
-            )
+    with display("bench libcachesim") as progress:
+        err = progress.around(lambda line: typer.echo(line, err=True))
 
-    result = bench_vs_libcachesim(
-        key_spaces=spaces,
-        batches=batches,
-        batch_size=batch_size,
-        capacity_rows=capacity_rows,
-        pairs=pairs,
-        lcs_python=python,
-        day_batches=TERABYTE_DAY_BATCHES if day else None,
-        on_row=show,
-    )
+        def show(name: str, row: dict) -> None:
+            progress.stage(f"measuring (after {name})")
+            # progress on stderr: stdout holds only the table (or the JSON)
+            if as_json:
+                return
+            if name == "day":
+                err(f"  day on the fly: {row['wall_s']:.1f} s")
+            else:
+                err(
+                    f"  {name}: replay run {row['replay']['wall_s_median']:.2f} s, libCacheSim "
+                    f"{row['libcachesim']['wall_s_median']:.2f} s (medians)"
+                )
+
+        progress.stage("measuring")
+        result = bench_vs_libcachesim(
+            key_spaces=spaces,
+            batches=batches,
+            batch_size=batch_size,
+            capacity_rows=capacity_rows,
+            pairs=pairs,
+            lcs_python=python,
+            day_batches=TERABYTE_DAY_BATCHES if day else None,
+            on_row=show,
+        )
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return

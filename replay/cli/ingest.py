@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from replay.cli.app import app, show_progress
+from replay.cli._progress import display
+from replay.cli.app import app
 from replay.errors import ConfigError
 
 FORMATS = ("criteo", "fbgemm")
@@ -104,16 +105,18 @@ def ingest_command(
         return
     from replay.trace.criteo import DEFAULT_BATCH_SIZE, ingest
 
-    result = ingest(
-        files,
-        out,
-        batch_size=DEFAULT_BATCH_SIZE if batch_size is None else batch_size,
-        max_ind_range=max_ind_range,
-        dictionary=dictionary,
-        skip_bad_lines=skip_bad_lines,
-        force=force,
-        progress=show_progress(),
-    )
+    with display("ingest") as progress:
+        progress.stage("reading Criteo TSV", unit="bytes")
+        result = ingest(
+            files,
+            out,
+            batch_size=DEFAULT_BATCH_SIZE if batch_size is None else batch_size,
+            max_ind_range=max_ind_range,
+            dictionary=dictionary,
+            skip_bad_lines=skip_bad_lines,
+            force=force,
+            progress=progress.update if progress.shown else False,
+        )
     skipped = f"{result.bad_lines:,} bad lines skipped"
     if result.first_bad_line is not None:
         skipped += f" (first at {result.first_bad_line})"
@@ -126,7 +129,15 @@ def ingest_command(
 def _ingest_fbgemm(files: list[Path], out: Path, table_rows: str | None, force: bool) -> None:
     from replay.trace.fbgemm import ROWS_GIVEN, ingest_fbgemm
 
-    result = ingest_fbgemm(files, out, table_rows=table_rows, force=force, progress=show_progress())
+    with display("ingest") as progress:
+        progress.stage("reading FBGEMM trace files", unit="files")
+        result = ingest_fbgemm(
+            files,
+            out,
+            table_rows=table_rows,
+            force=force,
+            progress=progress.update if progress.shown else False,
+        )
     rows = "rows given" if result.rows_rule == ROWS_GIVEN else "rows = largest id + 1"
     typer.echo(
         f"ingested {result.files:,} files: {result.batches:,} batches of "

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from replay.cli.app import app, show_progress
+from replay.cli._progress import display
+from replay.cli.app import app, shown
 from replay.cli.source import (
     _PANEL,
     AlphaOption,
@@ -277,12 +276,14 @@ def plan_command(
         typer.echo("fits this machine's memory; nothing written (--dry-run)")
         return
     check_fits(estimate)
-    try:
-        with _status() as progress:
-            document, curves = make_plan(request, progress=progress)
-    except MtbfTooShort as exc:  # said with the options given, not "--cluster-mtbf, or ..."
-        raise ConfigError(_mtbf_too_short(exc, cluster_mtbf, nodes, node_mtbf)) from None
-    write_plan(document, out, force=force, curves=curves)
+    with display("plan") as progress:
+        progress.stage("planning")
+        try:
+            document, curves = make_plan(request, progress=lambda stage: progress.stage(stage))
+        except MtbfTooShort as exc:  # said with the options given, not "--cluster-mtbf, ..."
+            raise ConfigError(_mtbf_too_short(exc, cluster_mtbf, nodes, node_mtbf)) from None
+        progress.stage(f"writing {shown(out, markup=False)}")
+        write_plan(document, out, force=force, curves=curves)
     if json_output:
         typer.echo(json.dumps(plan_json(document), indent=2))
         return
@@ -370,20 +371,6 @@ def _training_length(
             f"range [1, {_MAX_BATCHES:,}]"
         )
     return planned, given
-
-
-@contextmanager
-def _status() -> Iterator[Callable[[str], None]]:
-    """Progress on a terminal only, as one status line that is cleared when the plan ends
-    or fails, so an error stays one line; nothing in pipes, files and CI logs (stdout
-    holds the answers or the JSON)."""
-    if not show_progress():
-        yield lambda _: None
-        return
-    from rich.console import Console
-
-    with Console(stderr=True).status("planning", spinner="dots") as status:
-        yield lambda message: status.update(message)
 
 
 def _mtbf_given(cluster_mtbf: str | None, nodes: int | None, node_mtbf: str | None) -> str:

@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-from replay.cli.app import app
+from replay.cli._progress import display
+from replay.cli.app import app, shown
 
 
 @app.command("report", short_help="Write a report (Markdown, HTML, figures) from results.")
@@ -30,7 +31,10 @@ def report_command(
     """Write report.md, a self-contained report.html, figures/*.png and summary.json."""
     from replay.report.build import build_report
 
-    summary = build_report(list(results), out, force=force)
+    with display("report") as progress:
+        # no count: loading, the figures and the document are one call
+        progress.stage(f"writing {shown(out, markup=False)}")
+        summary = build_report(list(results), out, force=force)
     typer.echo(
         f"wrote {out}/: report.md, report.html, summary.json and "
         f"{len(summary['figures'])} figures from {len(summary['runs'])} runs"

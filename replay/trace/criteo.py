@@ -363,7 +363,7 @@ def ingest(
     dictionary: bool = False,
     skip_bad_lines: bool = False,
     force: bool = False,
-    progress: bool = False,
+    progress: bool | Callable[[int, int], None] = False,
     block_bytes: int = BLOCK_BYTES,
     workers: int | None = None,
 ) -> IngestResult:
@@ -375,6 +375,8 @@ def ingest(
     file and line) and OutputError when `out` exists (unless `force`). On error nothing
     is left at `out` or beside it. `block_bytes` (the read size) and `workers` (threads
     that build row groups; default: all cores) change the speed, never the output.
+    `progress`: True draws a bar on stderr; a function is called with (input bytes
+    read, input bytes) as the files are read (from a reading thread).
     """
     paths = [Path(files)] if isinstance(files, str | Path) else [Path(f) for f in files]
     _check_options(batch_size, max_ind_range, dictionary)
@@ -454,7 +456,7 @@ def _ingest_into(
     batch_size: int,
     max_ind_range: int | None,
     skip_bad_lines: bool,
-    progress: bool,
+    progress: bool | Callable[[int, int], None],
     block_bytes: int,
     workers: int,
     layout: dict[str, int],
@@ -462,7 +464,10 @@ def _ingest_into(
 ) -> IngestResult:
     per_group = layout["batches_per_row_group"]
     groups_per_file = layout["batches_per_file"] // per_group
-    bar, advance = _progress_bar(paths) if progress else (None, _no_progress)
+    if callable(progress):
+        bar, advance = None, _reporting(progress, sum(p.stat().st_size for p in paths))
+    else:
+        bar, advance = _progress_bar(paths) if progress else (None, _no_progress)
     pool = ThreadPoolExecutor(workers, thread_name_prefix="ingest-build")
     producer = _Producer(
         paths,
@@ -545,6 +550,17 @@ def _ingest_into(
 
 def _no_progress(n: int) -> None:
     pass
+
+
+def _reporting(report: Callable[[int, int], None], total: int) -> Callable[[int], None]:
+    """An `advance(n)` that reports the bytes read so far of `total` to `report`."""
+    done = [0]
+
+    def advance(n: int) -> None:
+        done[0] += n
+        report(done[0], total)
+
+    return advance
 
 
 def _progress_bar(paths: list[Path]) -> tuple[Any, Callable[[int], None]]:

@@ -522,7 +522,7 @@ def ingest_fbgemm(
     *,
     table_rows: str | int | Sequence[int] | None = None,
     force: bool = False,
-    progress: bool = False,
+    progress: bool | Callable[[int, int], None] = False,
     reader: str = "auto",
 ) -> FbgemmIngestResult:
     """Write the FBGEMM trace files `files` (one batch each, in order) as the trace
@@ -533,6 +533,8 @@ def ingest_fbgemm(
     for a file that is not an FBGEMM trace file (naming it and what it holds), and
     OutputError when `out` exists (unless `force`). On error nothing is left at `out`
     or beside it. `reader`: ``auto``, ``torch`` or ``builtin`` (`read_tensors`).
+    `progress`: True draws a bar on stderr; a function is called with (files read,
+    files) after each file.
     """
     paths = [Path(files)] if isinstance(files, str | Path) else [Path(f) for f in files]
     rows_option = parse_table_rows(table_rows)
@@ -572,11 +574,14 @@ def _ingest_into(
     writer: TraceFolderWriter,
     paths: list[Path],
     rows_option: tuple[int, ...] | None,
-    progress: bool,
+    progress: bool | Callable[[int, int], None],
     reader: str,
     wide: bool,
 ) -> FbgemmIngestResult:
-    bar, advance = _progress_bar(len(paths)) if progress else (None, _no_progress)
+    if callable(progress):
+        bar, advance = None, _reporting(progress, len(paths))
+    else:
+        bar, advance = _progress_bar(len(paths)) if progress else (None, _no_progress)
     try:
         first = _load(paths[0], reader)
         state = _start_state(paths[0], first, rows_option)
@@ -738,6 +743,17 @@ def _finish(
 
 def _no_progress() -> None:
     pass
+
+
+def _reporting(report: Callable[[int, int], None], total: int) -> Callable[[], None]:
+    """An `advance()` per file that reports the files read so far of `total`."""
+    done = [0]
+
+    def advance() -> None:
+        done[0] += 1
+        report(done[0], total)
+
+    return advance
 
 
 def _progress_bar(total: int) -> tuple[Any, Callable[[], None]]:
