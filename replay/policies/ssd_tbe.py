@@ -397,8 +397,8 @@ class SSDTBEPolicy(L1Recorder):
                 "evictions": int(tot[L2_EVICTIONS]),
                 "clean_evictions": int(tot[L2_CLEAN_EVICTIONS]),
                 "sets": int(tot[L2_SETS]),
-                # FBGEMM's get_l2_cache_hit_rate: 1 - misses / lookups
-                "hit_rate": 1.0 - tot[L2_MISSES] / lookups if lookups else 0.0,
+                # FBGEMM's get_l2_cache_hit_rate (1 - misses / lookups)
+                "hit_rate": int(tot[L2_HITS]) / lookups if lookups else 0.0,
                 "capacity_rows": self.l2.capacity_rows,
                 "capacity_bytes": float(self.spec.l2_capacity_bytes),
                 "resident_max": int(self.store[:, L2_RESIDENT].max()) if len(self.store) else 0,
