@@ -348,6 +348,17 @@ def make_plan(
             "differ there; the cache answers above compare the policies at the budget"
         )
     horizon_s = batches * time_per_batch
+    from replay.plan.ssd_tbe import ssd_tbe_answers, ssd_tbe_system
+
+    ssd_tbe = None
+    if ssd_tbe_system(request.systems, local_sets) is not None:
+        say("FBGEMM's SSD TBE: L1 and L2 per hit target (every L1 candidate in one read)")
+        ssd_tbe = ssd_tbe_answers(
+            horizon, request.systems, local_sets, rate=rate, total_rows=sum(table_rows),
+            distinct_rows=distinct, min_rows=smallest, full_lookups=full_lookups,
+            row_bytes=row_bytes, targets=request.hit_targets, time_per_batch_s=time_per_batch,
+            budget_bytes=request.cache_budget_bytes,
+        )  # fmt: skip
 
     say("checkpoint strategies at the cluster's MTBF")
     touched_rows = _interpolator(touched.batches, touched.rows)
@@ -456,6 +467,8 @@ def make_plan(
             ),
             # FBGEMM's TBE cache against an ideal LRU of the same rows (`replay.plan.tbe`)
             "tbe": [c.to_dict() for c in tbe],
+            # FBGEMM's SSD TBE: L1 and L2 per hit target (`replay.plan.ssd_tbe`)
+            **({"ssd_tbe": ssd_tbe} if ssd_tbe is not None else {}),
         },
         "checkpoint": {
             "cluster_mtbf_s": request.mtbf_s,

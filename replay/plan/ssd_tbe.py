@@ -214,13 +214,20 @@ def paste_load_factor(sets: int, total_rows: int, assoc: int) -> float:
 
 
 def _tiers(spec: Any) -> tuple[Any, Any, Any]:
-    """The system's L1 tier (HBM), L2 tier (host DRAM) and SSD tier."""
+    """The system's L1 tier (HBM), L2 tier (host DRAM: the policy's backing tier) and the
+    store's tier (the SSD: `policy.store_tier`)."""
     p = spec.policy
-    l1 = spec.tier(p.fast_tier)
-    l2_name = getattr(p, "l2_tier", "") or ""
-    ssd = spec.tier(p.backing_tier)
-    l2 = spec.tier(l2_name) if l2_name else None
-    return l1, l2, ssd
+    return spec.tier(p.fast_tier), spec.tier(p.backing_tier), spec.tier(p.store_tier)
+
+
+def ssd_tbe_answers(
+    source: Any, systems: Sequence[str], sets: Sequence[str], **kw: Any
+) -> dict[str, Any] | None:
+    """`plan_ssd_tbe` for the first `ssd-tbe` system among `systems`; None without one."""
+    found = ssd_tbe_system(systems, sets)
+    if found is None:
+        return None
+    return plan_ssd_tbe(source, found[0], found[1], **kw)
 
 
 def plan_ssd_tbe(
@@ -248,15 +255,13 @@ def plan_ssd_tbe(
     batches = max(int(source.num_batches), 1)
     warm_batches = max(batches - warm_from, 1)
     _, l2_tier, ssd = _tiers(spec)
-    dram_cap = float(l2_tier.capacity_bytes) if l2_tier is not None else math.inf
-    wa = float(getattr(spec.policy, "ssd_write_amplification", 0.0) or 0.0)
-    notes: list[str] = []
-    if wa <= 0:
-        wa = 1.0
-        notes.append(
-            "the SSD store's write amplification is taken as 1 (every row written once): "
-            "RocksDB's compaction rewrites more; scale the write bandwidth by yours"
-        )
+    dram_cap = float(l2_tier.capacity_bytes)
+    wa = float(spec.policy.ssd_write_amplification)
+    notes: list[str] = [
+        f"the SSD store's write amplification is {wa:g} (policy.ssd_write_amplification: "
+        "drive bytes per row byte written, RocksDB's compaction); set yours to rescale the "
+        "write bandwidth"
+    ]
     in_budget = [c for c in candidates if c.ways * row_bytes <= budget_bytes]
     if candidates and not in_budget:
         notes.append(
@@ -290,7 +295,7 @@ def plan_ssd_tbe(
             "write_bw_bytes_per_s": float(ssd.write_bw_bytes_per_s),
             "write_amplification": wa,
         },
-        "l2_capacity_limit_bytes": None if math.isinf(dram_cap) else dram_cap,
+        "l2_capacity_limit_bytes": dram_cap,
         "time_per_batch_s": time_per_batch_s,
         "warm_from_batch": warm_from,
         "targets": answers,
@@ -386,4 +391,11 @@ def _answer(
     return None
 
 
-__all__ = ["Candidate", "paste_load_factor", "plan_ssd_tbe", "ssd_tbe_system", "two_level_curves"]
+__all__ = [
+    "Candidate",
+    "paste_load_factor",
+    "plan_ssd_tbe",
+    "ssd_tbe_answers",
+    "ssd_tbe_system",
+    "two_level_curves",
+]

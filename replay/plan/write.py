@@ -31,6 +31,7 @@ from replay.plan.write_cluster import (
     cluster_markdown,
     write_cluster,
 )
+from replay.plan.write_ssd_tbe import ssd_tbe_answer_lines, ssd_tbe_markdown
 from replay.report.plan_section import (
     cluster_lines,
     few_failures,
@@ -128,6 +129,7 @@ def answers(document: dict[str, Any]) -> list[str]:
             f"hit ratio {need}."
         )
     lines.append(split_line(cache))
+    lines += ssd_tbe_answer_lines(document)
     ck = document["checkpoint"]
     if ck["strategies"] and ck["strategies"][0]["name"] == "none":
         s = ck["strategies"][0]
@@ -259,6 +261,7 @@ def plan_markdown(document: dict[str, Any]) -> str:
                 "--sample-rate)."
             )
     out += _tbe_section(document)
+    out += ssd_tbe_markdown(document)
     ck = document["checkpoint"]
     out += [
         "",
