@@ -248,3 +248,38 @@ def test_bad_settings_are_one_line_errors(
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert message in err and "\n" not in err and "Traceback" not in err
+
+
+# -- speed --------------------------------------------------------------------------------
+
+
+def ssd_tbe_rates(batches: int) -> dict[str, dict[str, float]]:
+    """hbm-tbe-lru and ssd-tbe (the same L1) on `batches` x 2048 of criteo-terabyte
+    generated on the fly, one after the other in this process, after a two-batch warm-up
+    of each (kernels loaded): lookups per second of each whole replay_trace call."""
+    import time
+
+    from replay.engine.replay import replay_trace
+
+    rates: dict[str, dict[str, float]] = {}
+    for n in (2, batches):
+        spec = get_preset("criteo-terabyte").with_overrides(batches=n, batch_size=2048)
+        for name in ("hbm-tbe-lru", "ssd-tbe"):
+            start = time.perf_counter()
+            result = replay_trace(GeneratedTrace(spec), resolve_system(name))
+            wall = time.perf_counter() - start
+            lookups = int(result.summary["lookups"])
+            rates[name] = {"lookups": lookups, "wall_s": wall, "lookups_per_s": lookups / wall}
+    return rates
+
+
+@pytest.mark.bench
+def test_terabyte_day_through_ssd_tbe_at_half_the_rate_of_tbe() -> None:
+    """Issue 45: a day of Criteo Terabyte (88,978 x 2048) through ssd-tbe at >= 0.5 x the
+    rate of hbm-tbe-lru on the same trace, measured side by side."""
+    from replay.runs.bench_lcs import TERABYTE_DAY_BATCHES
+
+    rates = ssd_tbe_rates(TERABYTE_DAY_BATCHES)
+    ratio = rates["ssd-tbe"]["lookups_per_s"] / rates["hbm-tbe-lru"]["lookups_per_s"]
+    assert rates["ssd-tbe"]["lookups"] == TERABYTE_DAY_BATCHES * 2048 * 26
+    assert ratio >= 0.5, (ratio, rates)

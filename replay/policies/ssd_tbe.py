@@ -312,7 +312,7 @@ class L2Cache:
         self.slot_key = np.empty(cap, dtype=np.int64)
         self.links = np.empty(2 * cap + 2, dtype=np.int32)
         self.links[2 * cap :] = cap
-        self.dirty = np.empty(cap, dtype=np.int64)
+        self.dirty = np.empty(cap, dtype=np.uint8)
         self.meta = np.array([0, cap, slot_bits, shift], dtype=np.int64)
         self.missed = np.empty(16, dtype=np.int64)
 
