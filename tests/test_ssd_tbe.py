@@ -283,3 +283,44 @@ def test_terabyte_day_through_ssd_tbe_at_half_the_rate_of_tbe() -> None:
     ratio = rates["ssd-tbe"]["lookups_per_s"] / rates["hbm-tbe-lru"]["lookups_per_s"]
     assert rates["ssd-tbe"]["lookups"] == TERABYTE_DAY_BATCHES * 2048 * 26
     assert ratio >= 0.5, (ratio, rates)
+
+
+# -- checkpoints of an SSD-backed table (issue 45 item 3) ---------------------------------
+
+
+def test_checkpoints_read_the_store_after_flushing_the_caches() -> None:
+    """sync-full every 4 of 8 batches: each checkpoint flushes L1's ways and L2's rows into
+    the store ((256 + 512) rows x 32 B x write amplification 4), reads the whole table
+    from it sequentially and writes the state to the target (the same drive here).
+    check-n-run: its increments read their rows from the store as point reads, one
+    4 KiB block each."""
+    from replay.engine.replay import replay_trace
+
+    spec = get_preset("tiny").with_overrides(batches=8)
+    knobs = ["policy.cache_load_factor=0.01", "policy.l2_capacity_bytes=16KiB"]
+    full = ["checkpoint.strategy=sync-full", "checkpoint.interval_batches=4"]
+    result = replay_trace(GeneratedTrace(spec), resolve_system("ssd-tbe", [*knobs, *full]))
+    s = result.summary
+    state, rows = s["row_state_bytes"], spec.total_rows
+    assert state == 32 and s["policy"]["sets"] * 32 == 256
+    flush = (256 + 16 * 1024 // 32) * state * 4
+    ck = result.checkpoints
+    assert list(ck["kind"]) == ["full", "full"] and list(ck["batch"]) == [3, 7]
+    nvme, ssd = s["tiers"]["nvme"], s["policy"]["ssd"]
+    assert nvme["read_bytes"] == ssd["read_rows"] * 4096 + 2 * rows * state
+    assert nvme["write_bytes"] == ssd["write_bytes"] + int(ck["bytes"].sum()) + 2 * flush
+    # the flush stalls training: its store write and L1's copy over PCIe, then the write
+    system = resolve_system("ssd-tbe", [*knobs, *full])
+    nv, pcie = system.tier("nvme"), system.link("pcie")
+    t_flush = flush / nv.write_bw_bytes_per_s + nv.write_latency_ns * 1e-9
+    t_flush += 256 * state / pcie.d2h_bw_bytes_per_s + pcie.latency_ns * 1e-9
+    t_write = ck["bytes"][0] / nv.write_bw_bytes_per_s + nv.write_latency_ns * 1e-9
+    assert ck["stall_s"][0] == pytest.approx(t_flush + t_write, rel=1e-12)
+
+    incr = ["checkpoint.strategy=check-n-run", "checkpoint.interval_batches=2"]
+    result = replay_trace(GeneratedTrace(spec), resolve_system("ssd-tbe", [*knobs, *incr]))
+    s, ck = result.summary, result.checkpoints
+    assert list(ck["kind"]) == ["full"] + ["incremental"] * 4  # the baseline, then rows
+    nvme, ssd = s["tiers"]["nvme"], s["policy"]["ssd"]
+    increments = int(ck["rows"][1:].sum())
+    assert nvme["read_bytes"] == ssd["read_rows"] * 4096 + rows * state + increments * 4096

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from replay.checkpoint.failures import RecoveryPoints
+from replay.checkpoint.ssd_store import Flush, cache_flush, ssd_backed
 from replay.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -149,6 +150,10 @@ class CheckpointContext:
     def snapshot_tier(self) -> TierSpec:
         return self.system.tier(snapshot_tier_name(self.system))
 
+    def flush(self) -> Flush | None:
+        """An SSD-backed table's cache flush before each checkpoint (None: no flush)."""
+        return cache_flush(self.system, self.total_rows, self.row_state_bytes)
+
     def snapshot_s(self, nbytes: float) -> float:
         """Seconds to copy nbytes into host memory (the snapshot), over checkpoint.link."""
         if nbytes <= 0:
@@ -180,8 +185,11 @@ def snapshot_tier_name(system: SystemSpec) -> str:
 
 
 def home_tier_name(system: SystemSpec) -> str:
-    """The tier that holds every row: the static tier, or a cache's backing tier."""
+    """The tier that holds every row: the static tier, a cache's backing tier, or the
+    store of an SSD-backed table (`replay.checkpoint.ssd_store`)."""
     p = system.policy
+    if ssd_backed(system):
+        return p.store_tier
     return p.tier if p.name == "static" else p.backing_tier
 
 
@@ -192,8 +200,11 @@ def tables_on_device(system: SystemSpec) -> bool:
     than the backing tier's copy), so its state leaves the device. A static tier is the
     device's when it is marked `on_device`, or when GPU lookups reach it over no link
     (`replay.engine.account`: then the tier is beside the GPU). Any other static tier is
-    on the host side (host DRAM or persistent memory, an SSD, a near-memory device)."""
+    on the host side (host DRAM or persistent memory, an SSD, a near-memory device), and
+    so is an SSD-backed table's store, read after the caches are flushed into it."""
     p = system.policy
+    if ssd_backed(system):
+        return False
     if p.name != "static":
         return True
     tier = system.tier(p.tier)
@@ -451,12 +462,19 @@ def full_checkpoints(
     on_device = ctx.on_device
     home = home_tier_name(ctx.system)
     home_bytes = ctx.home_read_bytes(ctx.total_rows, full=True)
+    flush = ctx.flush()
+    t_flush = flush.seconds if flush is not None else 0.0
     ends = np.cumsum(timing.base_s)
     extra = 0.0  # stall of batches up to now
     durable, resume, restores = [], [], []
     prev_needed = 0
     for b in (int(x) for x in batches):
         start = float(ends[b]) + extra
+        if t_flush:  # the caches' flush into the store: training waits for it
+            log.stall_s[b] += t_flush
+            extra += t_flush
+            log_flush(log, ctx, b, flush)
+            start += t_flush
         if overlap:
             nxt = b + 1
             window = float(timing.forward_backward_s[nxt]) if nxt < nb else 0.0
@@ -482,7 +500,7 @@ def full_checkpoints(
             dense_bytes=ctx.dense_bytes,
             start_s=start,
             durable_s=start + t_write,
-            stall_s=stall,
+            stall_s=stall + t_flush,
             restore_bytes=nbytes,
             retained_bytes=prev_needed + nbytes,  # the previous one is kept until this is durable
         )
@@ -533,7 +551,12 @@ def snapshot_persist(
     synchronous = ctx.spec.synchronous
     on_device = ctx.on_device
     home = home_tier_name(ctx.system)
+    flush = ctx.flush()
     for p in planned:
+        if flush is not None and p.batch >= 0:  # the caches' flush into the store first
+            log.stall_s[p.batch] += flush.seconds
+            extra += flush.seconds
+            log_flush(log, ctx, p.batch, flush)
         if p.batch < 0:
             ready = stall = 0.0
         elif synchronous:  # written straight to the target while training waits
@@ -582,3 +605,12 @@ def snapshot_persist(
         "write_bw_bytes_per_s": ctx.write_bw(),
     }
     return CheckpointResult(log, points, ctx.system.failures.restart_s, extras)
+
+
+def log_flush(log: CheckpointLog, ctx: CheckpointContext, batch: int, flush: Flush) -> None:
+    """The traffic of an SSD-backed table's cache flush (`replay.checkpoint.ssd_store`)."""
+    p = ctx.system.policy
+    log.traffic("write", p.store_tier, batch, flush.store_write_bytes)
+    log.traffic("read", p.backing_tier, batch, flush.l2_read_bytes)
+    if ctx.system.lookup.link:
+        log.traffic("d2h", ctx.system.lookup.link, batch, flush.link_bytes)
