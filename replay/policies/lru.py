@@ -216,11 +216,25 @@ def lru_kernel(
     meta[_SIZE] = size
 
 
+@kernel
+def _dirty_front(links: np.ndarray, dirty: np.ndarray, cap: int, n: int) -> None:
+    """Mark the n most recent slots dirty (walking the list from the sentinel)."""
+    s = links[ix(2 * cap + 1)]
+    for _ in range(n):
+        dirty[ix(s)] = 1
+        s = links[ix(2 * s + 1)]
+
+
+# the counters a piece of a batch adds to the batch's row; the others are set at its end
+_PIECE_SUMS = np.array([HITS, MISSES, BYPASS, FILLS, EVICTIONS, WRITEBACKS, NEEDED_ROWS])
+
+
 @register_policy("lru")
 class LRUPolicy(Policy):
     state_bytes_per_key = 0
     demand_fill = True
     updates_from_lookups = True
+    takes_pieces = True
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         super().__init__(spec, ctx)
@@ -235,6 +249,7 @@ class LRUPolicy(Policy):
         self.links[2 * cap :] = cap
         self.dirty = np.empty(cap, dtype=np.uint8)
         self.meta = np.array([0, cap, slot_bits, shift], dtype=np.int64)
+        self._distinct = 0  # the distinct rows of the batch's pieces so far (`_piece`)
 
     def warm_up(self, empty: BatchRange) -> None:
         self.process(empty, np.zeros((0, NUM_COUNTERS), dtype=np.int64))
@@ -246,6 +261,9 @@ class LRUPolicy(Policy):
         populate(self.table)
 
     def process(self, batch_range: BatchRange, out: np.ndarray) -> None:
+        if batch_range.tables is not None:
+            self._piece(batch_range, out)
+            return
         br = updates_as_keys(batch_range, len(self.slot_key))
         lru_kernel(
             br.keys,
@@ -260,6 +278,37 @@ class LRUPolicy(Policy):
             out,
             br.updates_are_lookups,
         )
+
+    def _piece(self, br: BatchRange, out: np.ndarray) -> None:
+        """A piece of one batch whose update rows are its distinct lookups: its lookups
+        now (the kernel's lookup pass, no update rows), the update pass at the batch's
+        last piece. Exact, as the whole batch: a lookup moves its row to the front, so
+        when the batch ends the rows it looked up that are still cached are the
+        min(resident, distinct) most recent slots (while one of them is evicted, every
+        older row went first, and the cache then holds only this batch's rows), which
+        the update pass of the whole batch finds and marks dirty."""
+        if not br.updates_are_lookups:
+            raise ConfigError(
+                "policy lru: a batch streamed in pieces needs its update rows to be its "
+                "distinct lookups (a step every batch, no frozen table)"
+            )
+        part = np.zeros((1, NUM_COUNTERS), dtype=np.int64)
+        no_updates = np.zeros(2, dtype=np.int64)
+        lru_kernel(
+            br.keys, br.bounds, br.keys[:0], no_updates, self.table, self.slot_key,
+            self.links, self.dirty, self.meta, part, False,
+        )  # fmt: skip
+        row = out[0]
+        row[_PIECE_SUMS] += part[0, _PIECE_SUMS]
+        row[RESIDENT] = row[RESIDENT_MAX] = part[0, RESIDENT]
+        self._distinct += int(br.update_bounds[-1])
+        if br.ends_batch:
+            size = int(self.meta[_SIZE])
+            fast = min(size, self._distinct)
+            _dirty_front(self.links, self.dirty, int(self.meta[_CAP]), fast)
+            row[UPDATES_FAST] = fast
+            row[UPDATES_BACKING] = self._distinct - fast
+            self._distinct = 0
 
 
 def reference_lru(

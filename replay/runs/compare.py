@@ -42,7 +42,7 @@ from replay._memory import (
 from replay._signals import deferred, ignore_in_worker
 from replay.engine.cluster_run import replay_system
 from replay.engine.placement import resolve_placement
-from replay.engine.replay import RunResult, workload_shape
+from replay.engine.replay import RunResult, streams_pieces, workload_shape
 from replay.engine.systems import (
     refuse_cluster,
     refuse_cluster_checkpoint,
@@ -400,17 +400,20 @@ def run_state(
     return RunState(sum(v for _, v in parts), slots, per_slot, per_lookup, label)
 
 
-def in_flight_bytes(lookups: int, batches: int) -> int:
+def in_flight_bytes(lookups: int, batches: int, piece_lookups: int = 0) -> int:
     """Bytes of the batch ranges a replay (or `inspect`) holds at once over `lookups` in
     `batches`: the reader's `READ_AHEAD` ranges and the one consumed, each a row group of
-    about `ROW_GROUP_TARGET_LOOKUPS` lookups or one whole batch when a batch is larger
-    (row groups hold whole batches)."""
+    about `ROW_GROUP_TARGET_LOOKUPS` lookups or one whole batch when a batch is larger,
+    or, where the reader takes a large batch in pieces of tables (`piece_lookups`: the
+    largest piece's lookups, `replay.trace.format.plan_pieces`), one piece."""
     from replay.trace.format import ROW_GROUP_TARGET_LOOKUPS
     from replay.trace.stream import READ_AHEAD
 
     lookups = max(int(lookups), 0)
     per_batch = -(-lookups // max(int(batches), 1))
     per_group = max(ROW_GROUP_TARGET_LOOKUPS, per_batch)
+    if piece_lookups > 0:
+        per_group = max(int(piece_lookups), 1)
     groups = max(-(-lookups // per_group), 1)
     return min(READ_AHEAD + 1, groups) * per_group * IN_FLIGHT_BYTES_PER_LOOKUP
 
@@ -431,7 +434,10 @@ def check_run_memory(
     if threads is None:
         threads = max(1, _cores() // max(1, min(parallel, len(systems))))
     states = [run_state(source, system, inspect=inspect, threads=threads) for system in systems]
-    held = in_flight_bytes(source.num_lookups, source.num_batches)
+    # whole batches in flight unless every replay takes them in pieces
+    pieced = all(streams_pieces(source, system, inspect=inspect) for system in systems)
+    piece = int(getattr(source, "piece_lookups", 0)) if pieced and systems else 0
+    held = in_flight_bytes(source.num_lookups, source.num_batches, piece)
     estimate = run_estimate(
         source.table_rows, int(source.num_lookups), int(source.num_batches), states,
         parallel=parallel, statistics=statistics, what=what, in_flight=held,

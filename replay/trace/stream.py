@@ -48,6 +48,7 @@ class GeneratedRanges(Protocol):
         with_updates: bool,
         with_distinct: bool,
         updates_from_lookups: bool = False,
+        pieces: bool = False,
     ) -> Iterator[BatchRange]: ...
 
 
@@ -73,6 +74,13 @@ class BatchRange:
     # the caller asked, `iter_batch_ranges(updates_from_lookups=True)`); update_bounds
     # count them, update_keys may be empty
     updates_are_lookups: bool = False
+    # A piece of one batch (the caller asked, `iter_batch_ranges(pieces=True)`, and the
+    # source cuts its batches: `replay.trace.format.plan_pieces`): the lookups and update
+    # rows of batch batch_start's tables [t0, t1) only; None: whole batches. Tables never
+    # share a row, so a consumer adds the pieces' counts up and closes the batch (applies
+    # what waits for its end, writes its row) at the piece with `ends_batch`.
+    tables: tuple[int, int] | None = None
+    ends_batch: bool = True  # False: the range's last batch goes on in the next range
 
     @property
     def batches(self) -> int:
@@ -454,6 +462,7 @@ def iter_batch_ranges(
     read_ahead: int = READ_AHEAD,
     with_runs: bool = False,
     updates_from_lookups: bool = False,
+    pieces: bool = False,
 ) -> Iterator[BatchRange]:
     """Consecutive `BatchRange`s covering [start, stop), decoded in a background thread
     (for an on-the-fly workload: generated in its own pool of threads).
@@ -464,8 +473,11 @@ def iter_batch_ranges(
     carry only the update rows' count per batch (`update_bounds`; update keys only where
     they cost nothing, as on the fly): of a trace's update files only the `row` column is
     then decoded, to refuse an id outside its table (`check_counted_rows`: 30 ms of the
-    reader's thread for 15 M update rows), and no keys are made. Errors raised while
-    reading (a corrupt file) are re-raised in the caller's thread.
+    reader's thread for 15 M update rows), and no keys are made. `pieces`: where the
+    source cuts a large batch into pieces of tables (`plan_pieces`), a range may be one
+    piece of one batch (`BatchRange.tables`, `ends_batch`); without it every range holds
+    whole batches. Errors raised while reading (a corrupt file) are re-raised in the
+    caller's thread.
     """
     stop = trace.num_batches if stop is None else min(stop, trace.num_batches)
     generated = getattr(trace, "generated_ranges", None)
@@ -473,7 +485,9 @@ def iter_batch_ranges(
         if with_runs:
             raise ValueError("with_runs needs a trace folder")
         # asked only when wanted: a source without the keyword never gets it
-        derive = {"updates_from_lookups": True} if updates_from_lookups else {}
+        derive: dict[str, bool] = {"updates_from_lookups": True} if updates_from_lookups else {}
+        if pieces:
+            derive["pieces"] = True
         yield from generated(
             start, stop, with_updates=with_updates, with_distinct=with_distinct, **derive
         )

@@ -38,6 +38,7 @@ from replay.trace.format import (
     build_manifest,
     lookups_schema,
     plan_layout,
+    plan_pieces,
     row_dtype_for,
     updates_schema,
 )
@@ -90,10 +91,15 @@ class CompiledWorkload:
         )
 
     def lookups(
-        self, batch_start: int, batch_stop: int
+        self, batch_start: int, batch_stop: int, tables: tuple[int, int] | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(batch, table, row) arrays of batches [batch_start, batch_stop) in trace order."""
-        n = (batch_stop - batch_start) * self.spec.lookups_per_batch
+        """(batch, table, row) arrays of batches [batch_start, batch_stop) in trace order;
+        of tables [t0, t1) only with `tables` (a piece, `replay.trace.format.plan_pieces`)."""
+        t0, t1 = (0, len(self.spec.tables)) if tables is None else tables
+        per_batch = self.spec.lookups_per_batch
+        if tables is not None:
+            per_batch = self.spec.batch_size * sum(t.pooling for t in self.spec.tables[t0:t1])
+        n = (batch_stop - batch_start) * per_batch
         out_batch = np.empty(n, dtype=np.uint32)
         out_table = np.empty(n, dtype=np.uint16)
         out_row = np.empty(n, dtype=self.row_dtype)
@@ -101,8 +107,20 @@ class CompiledWorkload:
         sampler.generate_lookups(
             self.root, batch_start, batch_stop, self.spec.batch_size, st.iparams, st.fparams,
             st.round_keys, st.alias_prob, st.alias_index, st.perm, out_batch, out_table, out_row,
+            t0, t1,
         )  # fmt: skip
         return out_batch, out_table, out_row
+
+    @property
+    def table_lookups(self) -> np.ndarray:
+        """Each table's lookups per batch (int64)."""
+        spec = self.spec
+        return np.array([spec.batch_size * t.pooling for t in spec.tables], dtype=np.int64)
+
+    @property
+    def pieces(self) -> tuple[tuple[int, int], ...]:
+        """The table ranges a batch is cut into, or () (`plan_pieces`)."""
+        return plan_pieces(self.table_lookups.tolist(), self.spec.update.accumulate_batches)
 
     def updates(
         self,
@@ -117,9 +135,11 @@ class CompiledWorkload:
             self.spec.update.accumulate_batches,
         )  # fmt: skip
 
-    def row_group(self, batch_start: int, batch_stop: int) -> dict[str, pa.Table]:
-        """The lookups and updates tables of one row group."""
-        b, t, r = self.lookups(batch_start, batch_stop)
+    def row_group(
+        self, batch_start: int, batch_stop: int, tables: tuple[int, int] | None = None
+    ) -> dict[str, pa.Table]:
+        """The lookups and updates tables of one row group (of one piece: `tables`)."""
+        b, t, r = self.lookups(batch_start, batch_stop, tables)
         ub, ut, ur, uc = self.updates(b, t, r, batch_start, batch_stop)
         return {
             LOOKUPS_DIR: _arrow.table({"batch": b, "table": t, "row": r}, self.lookups_schema),

@@ -30,6 +30,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
 
 AHEAD = 2  # row groups made beyond one per thread, so no thread waits on the consumer
 Item = TypeVar("Item")
+Tables = tuple[int, int] | None  # a piece's table range [t0, t1), or None: every table
+Piece = tuple[int, int, Tables]  # (g0, g1, tables): a row group or a piece of one
 
 
 class RowGroups(Sequence[tuple[int, int]]):
@@ -121,6 +124,9 @@ class GeneratedTrace:
         self.threads = max(1, int(threads))
         self.compiled = CompiledWorkload.from_spec(spec)
         self.layout = plan_layout(spec.lookups_per_batch, spec.update.accumulate_batches)
+        # the table ranges a batch is cut into where it is too large for a row group
+        # (`plan_pieces`), for the readers that ask (`pieces=True`); () for whole batches
+        self.pieces = self.compiled.pieces
         self.row_groups: Sequence[tuple[int, int]] = RowGroups(
             spec.batches, self.layout["batches_per_file"], self.layout["batches_per_row_group"]
         )
@@ -161,7 +167,8 @@ class GeneratedTrace:
     @cached_property
     def num_updates(self) -> int:
         """Update rows: counted by generating the workload once (only oracles ask)."""
-        return sum(len(u) for _, u in self._chunks(0, self.num_batches, updates=True) if u)
+        chunks = self._chunks(0, self.num_batches, updates=True, pieces=True)
+        return sum(len(u) for _, u in chunks if u)
 
     @property
     def table_names(self) -> list[str]:
@@ -196,18 +203,32 @@ class GeneratedTrace:
             return self.row_groups.meeting(start, stop)
         return [(g0, g1) for g0, g1 in self.row_groups if g1 > start and g0 < stop]
 
-    def _ordered(self, work: Callable[[int, int], Item], start: int, stop: int) -> Iterator[Item]:
-        """work(g0, g1) of every row group meeting [start, stop), in order, in the pool."""
-        groups = self._groups(start, stop)
+    def _items(self, start: int, stop: int, pieces: bool) -> Iterator[Piece]:
+        """(g0, g1, tables) of every row group meeting [start, stop): tables None, or with
+        `pieces` where batches are cut, one item per (batch, piece) in trace order."""
+        for g0, g1 in self._groups(start, stop):
+            if not (pieces and self.pieces):
+                yield g0, g1, None
+                continue
+            for b in range(g0, g1):
+                for tables in self.pieces:
+                    yield b, b + 1, tables
+
+    def _ordered(
+        self, work: Callable[[int, int, Tables], Item], start: int, stop: int, pieces: bool = False
+    ) -> Iterator[Item]:
+        """work(g0, g1, tables) of every row group (or piece: `_items`) meeting [start,
+        stop), in order, in the pool."""
+        groups = self._items(start, stop, pieces)
         if self.threads == 1:
-            for g0, g1 in groups:
-                yield work(g0, g1)
+            for g0, g1, tables in groups:
+                yield work(g0, g1, tables)
             return
         with ThreadPoolExecutor(self.threads, thread_name_prefix="on-the-fly") as pool:
             pending: deque[Future[Item]] = deque()
             try:
-                for g0, g1 in groups:
-                    pending.append(pool.submit(work, g0, g1))
+                for g0, g1, tables in groups:
+                    pending.append(pool.submit(work, g0, g1, tables))
                     if len(pending) >= self.threads + AHEAD:
                         yield pending.popleft().result()
                 while pending:
@@ -216,17 +237,21 @@ class GeneratedTrace:
                 for future in pending:
                     future.cancel()
 
-    def _lookups(self, g0: int, g1: int, lo: int, hi: int) -> LookupChunk:
-        """Lookups of row group [g0, g1), cut to [lo, hi)."""
-        lookups = LookupChunk(g0, g1, *self.compiled.lookups(g0, g1))
+    def _lookups(self, g0: int, g1: int, lo: int, hi: int, tables: Tables = None) -> LookupChunk:
+        """Lookups of row group [g0, g1) (of its `tables` only), cut to [lo, hi)."""
+        c = self.compiled
+        lookups = LookupChunk(
+            g0, g1, *(c.lookups(g0, g1) if tables is None else c.lookups(g0, g1, tables))
+        )
         return lookups if (lo, hi) == (g0, g1) else _cut(lookups, lo, hi)
 
     def _make(
-        self, g0: int, g1: int, start: int, stop: int, updates: bool
+        self, g0: int, g1: int, start: int, stop: int, updates: bool, tables: Tables = None
     ) -> tuple[LookupChunk, UpdateChunk | None]:
-        """Lookups (and update rows) of row group [g0, g1), cut to [start, stop)."""
+        """Lookups (and update rows) of row group [g0, g1) (of its `tables` only: a
+        piece, whose update rows are its own), cut to [start, stop)."""
         c = self.compiled
-        batch, table, row = c.lookups(g0, g1)
+        batch, table, row = c.lookups(g0, g1) if tables is None else c.lookups(g0, g1, tables)
         lookups = LookupChunk(g0, g1, batch, table, row)
         chunk = UpdateChunk(g0, g1, *c.updates(batch, table, row, g0, g1)) if updates else None
         lo, hi = max(g0, start), min(g1, stop)
@@ -236,10 +261,13 @@ class GeneratedTrace:
         return lookups, chunk
 
     def _chunks(
-        self, start: int, stop: int, *, updates: bool
+        self, start: int, stop: int, *, updates: bool, pieces: bool = False
     ) -> Iterator[tuple[LookupChunk, UpdateChunk | None]]:
         yield from self._ordered(
-            lambda g0, g1: self._make(g0, g1, start, stop, updates), start, stop
+            lambda g0, g1, tables: self._make(g0, g1, start, stop, updates, tables),
+            start,
+            stop,
+            pieces,
         )
 
     def map_lookups(
@@ -249,7 +277,7 @@ class GeneratedTrace:
         generation and `work` run together in the pool's threads (numba releases the GIL)."""
         stop = self.num_batches if stop is None else min(stop, self.num_batches)
         yield from self._ordered(
-            lambda g0, g1: work(self._make(g0, g1, start, stop, False)[0]), start, stop
+            lambda g0, g1, _: work(self._make(g0, g1, start, stop, False)[0]), start, stop
         )
 
     def iter_lookups(
@@ -259,14 +287,16 @@ class GeneratedTrace:
         *,
         min_lookups: int = 1,
         use_threads: bool = True,
+        pieces: bool = False,
     ) -> Iterator[LookupChunk]:
         """Lookups of batches [start, stop), one row group (~1 M lookups) per chunk.
 
         `min_lookups` and `use_threads` are accepted for `Trace`'s signature; chunks
-        always hold whole batches, which is all a caller relies on.
+        hold whole batches, unless `pieces` asks for a large batch in pieces of tables
+        (`plan_pieces`: a chunk then holds some tables of one batch, in trace order).
         """
         stop = self.num_batches if stop is None else min(stop, self.num_batches)
-        for lookups, _ in self._chunks(start, stop, updates=False):
+        for lookups, _ in self._chunks(start, stop, updates=False, pieces=pieces):
             if len(lookups):
                 yield lookups
 
@@ -285,6 +315,12 @@ class GeneratedTrace:
             if chunk is not None and len(chunk):
                 yield chunk
 
+    @cached_property
+    def piece_lookups(self) -> int:
+        """The lookups of the largest piece of a batch, or 0 where batches are whole."""
+        looks = self.compiled.table_lookups
+        return max((int(looks[t0:t1].sum()) for t0, t1 in self.pieces), default=0)
+
     @property
     def updates_are_lookups(self) -> bool:
         """Each batch's update rows are its distinct lookups (as `Trace`'s)."""
@@ -298,9 +334,11 @@ class GeneratedTrace:
         with_updates: bool,
         with_distinct: bool,
         updates_from_lookups: bool = False,
+        pieces: bool = False,
     ) -> Iterator[BatchRange]:
-        """The replay stream's `BatchRange`s of [start, stop), one per row group
-        (`iter_batch_ranges` says what `updates_from_lookups` asks)."""
+        """The replay stream's `BatchRange`s of [start, stop), one per row group, or per
+        piece of a batch with `pieces` (`iter_batch_ranges` says what `updates_from_lookups`
+        and `pieces` ask)."""
         from replay.trace.keys import batch_bounds, key_dtype
         from replay.trace.stream import BatchRange, build_range, distinct_bitmap
         from replay.trace.updates import step_keys
@@ -316,11 +354,15 @@ class GeneratedTrace:
         fused = with_updates and self.steps_every_batch
         no_frozen = np.zeros(len(self.spec.tables), dtype=np.bool_)
         dtype = key_dtype(int(offsets[-1]))
+        num_tables = len(self.spec.tables)
 
-        def work(g0: int, g1: int) -> BatchRange:
+        def work(g0: int, g1: int, tables: Tables) -> BatchRange:
+            piece = (
+                {} if tables is None else {"tables": tables, "ends_batch": tables[1] == num_tables}
+            )
             if fused:
                 lo, hi = max(g0, start), min(g1, stop)
-                lookups = self._lookups(g0, g1, lo, hi)
+                lookups = self._lookups(g0, g1, lo, hi, tables)
                 bounds = batch_bounds(lookups.batch, lo, hi)
                 keys, ukeys, ubounds = step_keys(
                     lookups.table, lookups.row, bounds, offsets, no_frozen, dtype
@@ -328,15 +370,15 @@ class GeneratedTrace:
                 distinct = np.diff(ubounds) if with_distinct else None
                 return BatchRange(
                     lo, hi, keys, bounds, ukeys, ubounds, distinct,
-                    updates_are_lookups=updates_from_lookups,
+                    updates_are_lookups=updates_from_lookups, **piece,
                 )  # fmt: skip
-            lookups, chunk = self._make(g0, g1, start, stop, with_updates)
+            lookups, chunk = self._make(g0, g1, start, stop, with_updates, tables)
             seen = None
             if with_distinct:
                 seen = getattr(local, "seen", None)
                 if seen is None:
                     seen = local.seen = distinct_bitmap(int(offsets[-1]))
-            return build_range(
+            r = build_range(
                 lookups.batch_start, lookups.batch_stop, offsets,
                 lookups.batch, lookups.table, lookups.row,
                 None if chunk is None else chunk.batch,
@@ -344,8 +386,9 @@ class GeneratedTrace:
                 None if chunk is None else chunk.row,
                 seen,
             )  # fmt: skip
+            return replace(r, **piece) if piece else r
 
-        yield from self._ordered(work, start, stop)
+        yield from self._ordered(work, start, stop, pieces)
 
 
 def _cut(chunk: Any, lo: int, hi: int) -> Any:

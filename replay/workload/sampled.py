@@ -423,6 +423,7 @@ class SampledWorkload(GeneratedTrace):
             )
             self.row_groups = RowGroups(spec.batches, spec.batches, per_group)
             self.layout = {"batches_per_row_group": per_group}
+            self.pieces = ()  # its own row groups of sampled lookups: batches are whole
             self.manifest["layout"] = self.layout
             del self.manifest["lookups"]  # a random number: `num_lookups` counts it
         self.manifest["sample"] = {

@@ -533,16 +533,21 @@ def generate_lookups(
     out_batch: np.ndarray,
     out_table: np.ndarray,
     out_row: np.ndarray,
+    table_start: np.int64 = 0,
+    table_stop: np.int64 = -1,
 ) -> None:
-    """Fill the lookups of batches [batch_start, batch_stop), sorted by (batch, table).
+    """Fill the lookups of batches [batch_start, batch_stop), sorted by (batch, table),
+    of tables [table_start, table_stop) (-1: to the last): a piece of a batch too large
+    for one row group holds a range of its tables, drawn exactly as the whole batch
+    draws them (every draw is a function of (batch, table, position) alone).
 
     Within a (batch, table) group lookups are in sample order: sample i's pooling
     lookups sit at positions i * pooling ... i * pooling + pooling - 1.
     """
-    num_tables = ip.shape[0]
+    num_tables = ip.shape[0] if table_stop < 0 else table_stop
     out = 0
     for b in range(batch_start, batch_stop):
-        for t in range(num_tables):
+        for t in range(table_start, num_tables):
             # table parameters as locals: the compiler cannot prove the output stores
             # leave them unchanged, so reading them per lookup would reload them
             rows = ip[t, I_ROWS]

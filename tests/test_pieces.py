@@ -1,0 +1,124 @@
+"""Batches streamed in pieces of tables (`replay.trace.format.plan_pieces`): a batch too
+large for a row group (meta-2021: 887 M lookups) is generated, replayed and inspected
+piece by piece. Tables never share a row, so the results are those of whole batches:
+these tests force pieces on small workloads (a tiny row-group target) and compare with
+the normal path, byte for byte where the layout is the same."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+import replay.trace.format as fmt
+from replay.engine.replay import replay_trace, streams_pieces
+from replay.engine.systems import resolve_system
+from replay.trace.format import plan_pieces
+from replay.trace.stream import iter_batch_ranges
+from replay.workload.onthefly import GeneratedTrace
+from replay.workload.spec import WorkloadSpec, spec_from_dict
+
+# rows and pooling per table, cycled: small and large tables, 1-3 lookups per sample
+_ROWS = (50, 3000, 200, 10_000, 7)
+
+
+def small_spec(tables: int = 9, batches: int = 12, batch_size: int = 16) -> WorkloadSpec:
+    return spec_from_dict(
+        {
+            "name": "pieces",
+            "batch_size": batch_size,
+            "batches": batches,
+            "seed": 3,
+            "tables": [
+                {"name": f"t{i}", "rows": _ROWS[i % 5], "alpha": 1.0, "pooling": 1 + i % 3}
+                for i in range(tables)
+            ],
+        }
+    )
+
+
+@pytest.fixture
+def tiny_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row groups of ~60 lookups; batches of more than 120 are cut into pieces."""
+    monkeypatch.setattr(fmt, "ROW_GROUP_TARGET_LOOKUPS", 60)
+    monkeypatch.setattr(fmt, "PIECE_MIN_LOOKUPS", 120)
+
+
+def test_plan_pieces_cuts_between_tables_only_when_large() -> None:
+    target = fmt.ROW_GROUP_TARGET_LOOKUPS
+    assert plan_pieces([target // 4] * 4) == ()  # fits a row group: whole batches
+    assert plan_pieces([target] * 3, accumulate_batches=2) == ()  # windows are never cut
+    big = [target // 2, target // 2, target // 3, 3 * target, target // 4]
+    assert plan_pieces(big) == ((0, 2), (2, 3), (3, 4), (4, 5))
+    looks = [int(x) for x in np.random.default_rng(1).integers(1, target, 200)]
+    pieces = plan_pieces(looks)
+    assert pieces[0][0] == 0 and pieces[-1][1] == len(looks)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(pieces))
+    assert all(t1 - t0 == 1 or sum(looks[t0:t1]) <= target for t0, t1 in pieces)
+
+
+def _whole_ranges(g: GeneratedTrace, **kw):  # type: ignore[no-untyped-def]
+    return list(iter_batch_ranges(g, read_ahead=0, **kw))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pieces_hold_the_batches_lookups_and_updates(tiny_pieces: None, threads: int) -> None:
+    spec = small_spec()
+    g = GeneratedTrace(spec, threads=threads)
+    assert g.pieces and g.piece_lookups <= 3 * spec.batch_size
+    whole = _whole_ranges(g, with_distinct=True)  # without `pieces`: whole batches
+    assert all(r.tables is None and r.ends_batch for r in whole)
+    for derived in (False, True):
+        parts = list(
+            iter_batch_ranges(
+                g, read_ahead=0, with_distinct=True, pieces=True, updates_from_lookups=derived
+            )
+        )
+        assert all(r.batches == 1 and r.tables is not None for r in parts)
+        for b in range(spec.batches):
+            mine = [r for r in parts if r.batch_start == b]
+            assert [r.tables for r in mine] == list(g.pieces)
+            assert [r.ends_batch for r in mine] == [False] * (len(mine) - 1) + [True]
+            w = next(r for r in whole if r.batch_start <= b < r.batch_stop)
+            i = b - w.batch_start
+            keys = w.keys[w.bounds[i] : w.bounds[i + 1]]
+            assert np.array_equal(np.concatenate([r.keys for r in mine]), keys)
+            assert w.distinct is not None
+            assert sum(int(r.distinct[0]) for r in mine) == w.distinct[i]  # type: ignore[index]
+            ukeys = w.update_keys[w.update_bounds[i] : w.update_bounds[i + 1]]
+            assert sum(int(r.update_bounds[-1]) for r in mine) == len(ukeys)
+            if not derived:
+                assert np.array_equal(np.concatenate([r.update_keys for r in mine]), ukeys)
+
+
+@pytest.mark.parametrize("capacity_bytes", [1200, 4000, 100_000])
+def test_lru_replay_in_pieces_equals_whole_batches(
+    monkeypatch: pytest.MonkeyPatch, capacity_bytes: int
+) -> None:
+    """summary.json's dict and every per-batch column, with caches smaller than a piece,
+    than a batch, and larger than the workload."""
+    spec = small_spec(batches=20)
+    system = resolve_system("hbm-lru", [f"policy.capacity_bytes={capacity_bytes}"])
+    whole = replay_trace(GeneratedTrace(spec, threads=2), system)
+    monkeypatch.setattr(fmt, "ROW_GROUP_TARGET_LOOKUPS", 60)
+    monkeypatch.setattr(fmt, "PIECE_MIN_LOOKUPS", 120)
+    g = GeneratedTrace(spec, threads=2)
+    assert streams_pieces(g, system)
+    calls: list[int] = []
+    cut = replay_trace(g, system, on_progress=lambda done, _: calls.append(done))
+    assert calls == list(range(1, spec.batches + 1))  # once per batch, at its last piece
+    assert json.dumps(cut.summary, sort_keys=True) == json.dumps(whole.summary, sort_keys=True)
+    assert whole.columns.keys() == cut.columns.keys()
+    for name, column in whole.columns.items():
+        assert np.array_equal(column, cut.columns[name]), name
+
+
+def test_pieces_only_where_every_consumer_adds_them_up(tiny_pieces: None) -> None:
+    g = GeneratedTrace(small_spec(), threads=1)
+    assert streams_pieces(g, resolve_system("hbm-lru"))
+    assert not streams_pieces(g, resolve_system("hbm-lfu"))  # no piece support: whole
+    frozen = small_spec().to_dict()
+    frozen["tables"][0]["frozen"] = True  # update rows are not the distinct lookups
+    assert not streams_pieces(GeneratedTrace(spec_from_dict(frozen)), resolve_system("hbm-lru"))
