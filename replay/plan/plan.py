@@ -356,8 +356,9 @@ def make_plan(
         ssd_tbe = ssd_tbe_answers(
             horizon, request.systems, local_sets, rate=rate, total_rows=sum(table_rows),
             distinct_rows=distinct, min_rows=smallest, full_lookups=full_lookups,
-            row_bytes=row_bytes, targets=request.hit_targets, time_per_batch_s=time_per_batch,
+            row_bytes=state_bytes, targets=request.hit_targets, time_per_batch_s=time_per_batch,
             budget_bytes=request.cache_budget_bytes,
+            batch_rows=float(np.interp(1, touched.batches, touched.rows)),
         )  # fmt: skip
 
     say("checkpoint strategies at the cluster's MTBF")

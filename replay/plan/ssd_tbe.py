@@ -23,14 +23,21 @@ The two-level curve, over the plan's whole horizon:
 3. All L1 candidates share **one read of the horizon**: each range is fed to every L1
    and each L1's stream to its L2 pass before the next range is read.
 
-**The rule** (per target): least HBM first, then least host DRAM. Among the L1 candidates
-within the cache budget (`--cache-budget`: the HBM the cache may take; all of them when
-none fits), the smallest L1 for which some L2 within the system's host DRAM tier reaches
+**The rule** (per target): least HBM first, then least host DRAM. The L1 candidates also
+include the whole sets that hold a batch's distinct rows (the run's mean, `touched(1)`):
+an L1 smaller than that cannot keep a batch's rows, which then go through the scratch pad
+(read from L2 and written back every batch), so the rule takes only candidates at least
+that large, and within the cache budget (`--cache-budget`: the HBM the cache may take).
+Of those, the smallest L1 for which some L2 within the system's host DRAM tier reaches
 the target, with the smallest such L2 (never interpolated: the curve's measured sizes,
-5% apart, so an L2 10% smaller does not reach the target with that L1). HBM is the
+5% apart, so an L2 10% smaller does not reach the target with that L1). Where that L1
+reaches the target with no L2, a smaller L1 may too (its misses then read the SSD, but
+few enough): the answer is the smallest L1 that reaches it alone, by bisection (5%, whole
+sets) on L1 replays below it, and no L2. HBM is the
 scarce level: SSD TBE exists to keep it small. Every candidate's curve is in plan.json
 (`cache.ssd_tbe.candidates`): a user who wants a larger L1 (fewer L2 reads over PCIe per
-step) reads the L2 it needs there.
+step) reads the L2 it needs there. Bytes are the engine's row (values and optimizer
+state, as the `ssd-tbe` policy sizes L1 and L2), so `replay run` replays them.
 
 **SSD bandwidth** per target: SSD read bytes per step = SSD reads x row bytes / batches;
 write bytes per step = SSD writes x row bytes x the store's write amplification / batches
@@ -67,7 +74,7 @@ from typing import Any
 import numpy as np
 
 from replay.engine.systems import resolve_system
-from replay.plan.cache import curve_sizes
+from replay.plan.cache import SIZE_RATIO, curve_sizes
 from replay.plan.ssd_tbe_l2 import L2Counts, L2Curve
 from replay.plan.tbe import LOAD_FACTORS
 from replay.policies.base import HITS, NUM_COUNTERS
@@ -125,21 +132,30 @@ def two_level_curves(
     full_lookups: float = 0.0,
     min_rows: int = 1,
     load_factors: Sequence[float] = LOAD_FACTORS,
+    extra_rows: Sequence[float] = (),
+    l2_sizes: Sequence[int] | None = None,
 ) -> tuple[list[Candidate], int]:
     """Each L1 candidate's hit and SSD traffic at every L2 size, from one read of
     `source` (flat keys in [0, total_rows); a spatial sample at `rate`, whose full
-    stream has `full_lookups` lookups). Returns the candidates and the batch from which
-    the warm counts start."""
+    stream has `full_lookups` lookups). L1 candidates: FBGEMM's ways at each of
+    `load_factors`, and the whole sets holding each of `extra_rows` (load factor: ways /
+    rows), those holding fewer rows than the run touches. L2 sizes (full stream): 0 and
+    `curve_sizes` up to the distinct rows, or `l2_sizes`. Returns the candidates (by
+    ways) and the batch from which the warm counts start."""
     assoc = int(associativity)
+    proposed = [(f, _l1_ways(total_rows, f, assoc)) for f in load_factors]
+    for rows in extra_rows:
+        ways = tbe_sets(math.ceil(rows), assoc) * assoc
+        proposed.append((ways / max(int(total_rows), 1), ways))
     chosen: list[tuple[float, int]] = []
-    for f in load_factors:
-        ways = _l1_ways(total_rows, f, assoc)
-        if ways >= distinct_rows:
-            break
-        if ways < min_rows or any(w == ways for _, w in chosen):
-            continue
-        chosen.append((f, ways))
-    full_sizes = np.concatenate([[0], curve_sizes(max(int(distinct_rows), 1), 1)])
+    for f, ways in sorted(proposed, key=lambda p: (p[1], p[0])):
+        if min_rows <= ways < distinct_rows and all(w != ways for _, w in chosen):
+            chosen.append((f, ways))
+    full_sizes = (
+        np.concatenate([[0], curve_sizes(max(int(distinct_rows), 1), 1)])
+        if l2_sizes is None
+        else np.unique(np.asarray(l2_sizes, dtype=np.int64))
+    )
     if rate < 1.0:
         full_sizes = full_sizes[(full_sizes == 0) | (full_sizes * rate >= 1)]
     sample_sizes = np.where(full_sizes == 0, 0, np.maximum(np.rint(full_sizes * rate), 1))
@@ -244,13 +260,15 @@ def plan_ssd_tbe(
     targets: Sequence[float],
     time_per_batch_s: float,
     budget_bytes: float,
+    batch_rows: float,
 ) -> dict[str, Any]:
     """plan.json's `cache.ssd_tbe`: per hit target the L1 and L2 that reach it, the SSD
-    traffic per step and whether the drive keeps up, and TorchRec's settings."""
+    traffic per step and whether the drive keeps up, and TorchRec's settings.
+    `batch_rows`: a batch's distinct rows (the run's mean, full stream), the L1's floor."""
     assoc = int(spec.policy.associativity)
     candidates, warm_from = two_level_curves(
         source, total_rows=total_rows, distinct_rows=distinct_rows, associativity=assoc,
-        rate=rate, full_lookups=full_lookups, min_rows=min_rows,
+        rate=rate, full_lookups=full_lookups, min_rows=min_rows, extra_rows=[batch_rows],
     )  # fmt: skip
     batches = max(int(source.num_batches), 1)
     warm_batches = max(batches - warm_from, 1)
@@ -262,18 +280,44 @@ def plan_ssd_tbe(
         "drive bytes per row byte written, RocksDB's compaction); set yours to rescale the "
         "write bandwidth"
     ]
-    in_budget = [c for c in candidates if c.ways * row_bytes <= budget_bytes]
-    if candidates and not in_budget:
+    eligible = [
+        c for c in candidates if c.ways * row_bytes <= budget_bytes and c.ways >= batch_rows
+    ]
+    if candidates and not eligible:
+        eligible = [c for c in candidates if c.ways * row_bytes <= budget_bytes] or candidates
         notes.append(
-            "no L1 candidate fits the cache budget: the smallest ones are recommended anyway"
+            "no L1 candidate both fits the cache budget and holds a batch's distinct rows "
+            f"({batch_rows:,.0f}): the rule takes "
+            + ("those within the budget" if eligible != candidates else "every candidate")
         )
-        in_budget = candidates
+
+    def refine(found: Candidate, target: float) -> tuple[Candidate, int]:
+        """An L1 that reaches `target` alone: the smallest that does, by bisection (in
+        log space, to 5%, whole sets) between the largest candidate below it that does
+        not and it, each step one L1 replay with no L2."""
+        below = [c for c in candidates if c.ways < found.ways and c.hit[0] < target]
+        lo, hi = (max(c.ways for c in below) if below else 0), found
+        while hi.ways > max(lo, assoc) * SIZE_RATIO:
+            mid = tbe_sets(math.ceil(math.sqrt(max(lo, assoc) * hi.ways)), assoc) * assoc
+            if not lo < mid < hi.ways:
+                break
+            (c,), _ = two_level_curves(
+                source, total_rows=total_rows, distinct_rows=distinct_rows,
+                associativity=assoc, rate=rate, full_lookups=full_lookups,
+                load_factors=(), extra_rows=[mid], l2_sizes=[0],
+            )  # fmt: skip
+            if c.hit[0] >= target:
+                hi = c
+            else:
+                lo = mid
+        return hi, 0
+
     answers: dict[str, dict[str, Any] | None] = {}
     for target in targets:
         answers[f"{target:g}"] = _answer(
-            in_budget, target, row_bytes=row_bytes, dram_cap=dram_cap, batches=batches,
+            eligible, target, row_bytes=row_bytes, dram_cap=dram_cap, batches=batches,
             warm_batches=warm_batches, wa=wa, time_per_batch_s=time_per_batch_s, ssd=ssd,
-            total_rows=total_rows, assoc=assoc,
+            total_rows=total_rows, assoc=assoc, refine=refine,
         )  # fmt: skip
     method = (
         "L1 replayed per load factor; L2 by exact stack distances over L1's miss stream"
@@ -286,15 +330,21 @@ def plan_ssd_tbe(
         "method": method,
         "hit": "lookups served from L1 or L2 (1 - SSD reads / lookups)",
         "rule": (
-            "least HBM first: the smallest L1 candidate within the cache budget for which an "
-            "L2 within the host DRAM tier reaches the target, with the smallest such L2"
+            "least HBM first: of the L1 candidates within the cache budget that hold a "
+            "batch's distinct rows, the smallest for which an L2 within the host DRAM tier "
+            "reaches the target, with the smallest such L2; where that L1 reaches the target "
+            "alone, the smallest L1 that does (bisection on L1 replays) and no L2"
         ),
+        "batch_rows": batch_rows,
         "ssd": {
             "tier": ssd.name,
             "read_bw_bytes_per_s": float(ssd.read_bw_bytes_per_s),
             "write_bw_bytes_per_s": float(ssd.write_bw_bytes_per_s),
             "write_amplification": wa,
         },
+        # a row as the ssd-tbe policy holds it in L1 and L2 (values and optimizer state,
+        # the engine's row), so `replay run` with these bytes replays these caches
+        "row_bytes": row_bytes,
         "l2_capacity_limit_bytes": dram_cap,
         "time_per_batch_s": time_per_batch_s,
         "warm_from_batch": warm_from,
@@ -334,61 +384,96 @@ def _answer(
     ssd: Any,
     total_rows: int,
     assoc: int,
+    refine: Any = None,
 ) -> dict[str, Any] | None:
+    """The answer for `target` by the rule (`_choose`); where the L1 alone reaches it,
+    `refine(candidate, target)` may give a smaller L1 (with no L2) that does too."""
+    chosen = _choose(candidates, target, row_bytes=row_bytes, dram_cap=dram_cap)
+    if chosen is None:
+        return None
+    c, i = chosen
+    if int(c.l2_rows[i]) == 0 and refine is not None:
+        c, i = refine(c, target)
+    return _describe(
+        c, i, row_bytes=row_bytes, batches=batches, warm_batches=warm_batches, wa=wa,
+        time_per_batch_s=time_per_batch_s, ssd=ssd, total_rows=total_rows, assoc=assoc,
+    )  # fmt: skip
+
+
+def _choose(
+    candidates: Sequence[Candidate], target: float, *, row_bytes: int, dram_cap: float
+) -> tuple[Candidate, int] | None:
+    """The rule: the smallest L1 with an L2 within `dram_cap` reaching `target`, and the
+    smallest such L2 (its index)."""
     for c in sorted(candidates, key=lambda c: c.ways):
         fits = c.l2_rows * row_bytes <= dram_cap
         reach = np.nonzero((np.maximum.accumulate(c.hit) >= target) & fits)[0]
-        if len(reach) == 0:
-            continue
-        i = int(reach[0])
-        l2_rows = int(c.l2_rows[i])
-        per_step = {
-            "run": (c.ssd_read_rows[i] / batches, c.ssd_write_rows[i] / batches),
-            "warm": (c.warm_read_rows[i] / warm_batches, c.warm_write_rows[i] / warm_batches),
-        }
-        traffic: dict[str, Any] = {}
-        worst = 0.0
-        for part, (r_rows, w_rows) in per_step.items():
-            rb = float(r_rows) * row_bytes
-            wb = float(w_rows) * row_bytes * wa
-            r_bw = rb / time_per_batch_s
-            w_bw = wb / time_per_batch_s
-            util = r_bw / ssd.read_bw_bytes_per_s + w_bw / ssd.write_bw_bytes_per_s
-            worst = max(worst, util)
-            traffic[part] = {
-                "ssd_read_bytes_per_step": rb,
-                "ssd_write_bytes_per_step": wb,
-                "ssd_read_bytes_per_s": r_bw,
-                "ssd_write_bytes_per_s": w_bw,
-                "ssd_utilization": util,
-            }
-        l1_bytes = c.ways * row_bytes
-        l2_bytes = l2_rows * row_bytes
-        f = paste_load_factor(c.sets, total_rows, assoc)
-        l2_gib = math.ceil(l2_bytes / GIB) if l2_bytes > 0 else 0
-        l1_mib = math.ceil(l1_bytes / MIB)
-        return {
-            "l1_bytes": l1_bytes,
-            "l2_bytes": l2_bytes,
-            "l1_rows": c.ways,
-            "l2_rows": l2_rows,
-            "l1_sets": c.sets,
-            "l1_load_factor": c.load_factor,
-            "hit": float(c.hit[i]),
-            "l1_hit": c.l1_hit,
-            **traffic["run"],
-            "warm": traffic["warm"],
-            "ssd_keeps_up": worst <= 1.0,
-            "torchrec": {
-                "cache_load_factor": f,
-                "key_value_params": {"l2_cache_size": l2_gib, "max_l1_cache_size": l1_mib},
-                "paste": (
-                    f"cache_load_factor={f}, key_value_params=KeyValueParams("
-                    f"l2_cache_size={l2_gib}, max_l1_cache_size={l1_mib})"
-                ),
-            },
-        }
+        if len(reach):
+            return c, int(reach[0])
     return None
+
+
+def _describe(
+    c: Candidate,
+    i: int,
+    *,
+    row_bytes: int,
+    batches: int,
+    warm_batches: int,
+    wa: float,
+    time_per_batch_s: float,
+    ssd: Any,
+    total_rows: int,
+    assoc: int,
+) -> dict[str, Any]:
+    """plan.json's answer for candidate `c` with its `i`-th L2 size."""
+    l2_rows = int(c.l2_rows[i])
+    per_step = {
+        "run": (c.ssd_read_rows[i] / batches, c.ssd_write_rows[i] / batches),
+        "warm": (c.warm_read_rows[i] / warm_batches, c.warm_write_rows[i] / warm_batches),
+    }
+    traffic: dict[str, Any] = {}
+    worst = 0.0
+    for part, (r_rows, w_rows) in per_step.items():
+        rb = float(r_rows) * row_bytes
+        wb = float(w_rows) * row_bytes * wa
+        r_bw = rb / time_per_batch_s
+        w_bw = wb / time_per_batch_s
+        util = r_bw / ssd.read_bw_bytes_per_s + w_bw / ssd.write_bw_bytes_per_s
+        worst = max(worst, util)
+        traffic[part] = {
+            "ssd_read_bytes_per_step": rb,
+            "ssd_write_bytes_per_step": wb,
+            "ssd_read_bytes_per_s": r_bw,
+            "ssd_write_bytes_per_s": w_bw,
+            "ssd_utilization": util,
+        }
+    l1_bytes = c.ways * row_bytes
+    l2_bytes = l2_rows * row_bytes
+    f = paste_load_factor(c.sets, total_rows, assoc)
+    l2_gib = math.ceil(l2_bytes / GIB) if l2_bytes > 0 else 0
+    l1_mib = math.ceil(l1_bytes / MIB)
+    return {
+        "l1_bytes": l1_bytes,
+        "l2_bytes": l2_bytes,
+        "l1_rows": c.ways,
+        "l2_rows": l2_rows,
+        "l1_sets": c.sets,
+        "l1_load_factor": c.load_factor,
+        "hit": float(c.hit[i]),
+        "l1_hit": c.l1_hit,
+        **traffic["run"],
+        "warm": traffic["warm"],
+        "ssd_keeps_up": worst <= 1.0,
+        "torchrec": {
+            "cache_load_factor": f,
+            "key_value_params": {"l2_cache_size": l2_gib, "max_l1_cache_size": l1_mib},
+            "paste": (
+                f"cache_load_factor={f}, key_value_params=KeyValueParams("
+                f"l2_cache_size={l2_gib}, max_l1_cache_size={l1_mib})"
+            ),
+        },
+    }
 
 
 __all__ = [
