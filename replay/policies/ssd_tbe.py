@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from replay._intrinsics import ix
+from replay._intrinsics import PREFETCH_AHEAD, ix, prefetch
 from replay._jit import kernel
 from replay._malloc import state_array
 from replay.errors import ConfigError
 from replay.policies.base import NUM_COUNTERS, PolicyContext, register_policy
-from replay.policies.lru import _find, _remove, table_shape
+from replay.policies.lru import _find, _home, _remove, table_shape
 from replay.policies.tbe import TBEPolicy, tbe_sets
 from replay.system.spec import PolicySpec
 from replay.trace.stream import BatchRange, updates_as_keys
@@ -277,7 +277,10 @@ def l2_kernel(
             )
             continue
         nm = 0
-        for i in range(bounds[b, READS], bounds[b + 1, READS]):
+        r1 = bounds[b + 1, READS]
+        for i in range(bounds[b, READS], r1):
+            # the rows AHEAD lookups on: a prefetch, not a test (the table is random)
+            prefetch(table, _home(reads[ix(min(i + PREFETCH_AHEAD, r1 - 1))], shift))
             k = reads[ix(i)]
             s = _find(table, k, slot_bits, shift)
             if s >= 0:  # CacheLib's find promotes on every read
@@ -290,11 +293,16 @@ def l2_kernel(
         row[L2_MISSES] = nm
         row[SSD_READS] = nm
         for m in range(nm):  # FWD_ROCKSDB_READ: the rows read go into L2, as read
+            prefetch(table, _home(missed[ix(min(m + PREFETCH_AHEAD, nm - 1))], shift))
             _l2_put(table, slot_key, links, dirty, meta, missed[ix(m)], 0, row)
-        for i in range(bounds[b, EVICTS], bounds[b + 1, EVICTS]):  # FWD_L1_EVICTION
+        e1 = bounds[b + 1, EVICTS]
+        for i in range(bounds[b, EVICTS], e1):  # FWD_L1_EVICTION
+            prefetch(table, _home(evictions[ix(min(i + PREFETCH_AHEAD, e1 - 1))], shift))
             _l2_put(table, slot_key, links, dirty, meta, evictions[ix(i)], 1, row)
             row[L2_SETS] += 1
-        for i in range(bounds[b, CONFLICTS], bounds[b + 1, CONFLICTS]):  # BWD write-back
+        c1 = bounds[b + 1, CONFLICTS]
+        for i in range(bounds[b, CONFLICTS], c1):  # BWD write-back
+            prefetch(table, _home(conflicts[ix(min(i + PREFETCH_AHEAD, c1 - 1))], shift))
             _l2_put(table, slot_key, links, dirty, meta, conflicts[ix(i)], 1, row)
             row[L2_SETS] += 1
         row[L2_RESIDENT] = meta[_SIZE]
