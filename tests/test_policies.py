@@ -302,7 +302,7 @@ def test_the_demand_fill_policies() -> None:
     # fills) or static (no cache): a new policy must say which it is. tbe fills a batch's
     # misses at its start, before their lookups, but only rows the batch looks up: a cache
     # that fetched each of them at its first lookup instead keeps the same rows
-    assert DEMAND_FILL == ["belady", "lfu", "lru", "tbe"]
+    assert DEMAND_FILL == ["belady", "lfu", "lru", "ssd-tbe", "tbe"]  # ssd-tbe: tbe's L1
 
 
 @settings(max_examples=500, deadline=None)
@@ -316,7 +316,7 @@ def test_belady_bounds_every_demand_fill_policy(trace: Batches, capacity: int) -
     assert optimal <= demand
     for name in DEMAND_FILL:  # each at its default knobs, from the registry
         # (tbe with sets of one way: 32-way sets would round the capacity up)
-        got = counters(name, **({"associativity": 1} if name == "tbe" else {}))
+        got = counters(name, **({"associativity": 1} if name in ("tbe", "ssd-tbe") else {}))
         assert optimal <= got[MISSES], name
         if got[BYPASS] == 0:  # fills every miss: demand Belady bounds it too
             assert demand <= got[MISSES], name
