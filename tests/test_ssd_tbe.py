@@ -198,6 +198,29 @@ def test_without_l2_every_get_reads_and_every_set_writes_the_store() -> None:
     assert policy.summary_extra()["l2"]["hits"] == 0
 
 
+def test_the_store_is_timed_before_the_copy_per_batch() -> None:
+    """batches.parquet: L2's and the store's rows per batch; the store tier reads a 4 KiB
+    block per row; embedding time = L1 + max(L2 + store, link)."""
+    from replay.engine.replay import replay_trace
+
+    spec = get_preset("tiny").with_overrides(batches=8)
+    system = resolve_system(
+        "ssd-tbe", ["policy.cache_load_factor=0.01", "policy.l2_capacity_bytes=16KiB"]
+    )
+    result = replay_trace(GeneratedTrace(spec), system)
+    c, pol = result.columns, result.summary["policy"]
+    assert int(c["l2_misses"].sum()) == pol["l2"]["misses"]
+    assert int(c["ssd_write_rows"].sum()) == pol["ssd"]["write_rows"] > 0
+    np.testing.assert_array_equal(c["nvme_read_bytes"], c["ssd_read_rows"] * 4096)
+    np.testing.assert_array_equal(
+        c["nvme_write_bytes"], np.round(c["ssd_write_rows"] * 32 * 4.0).astype(np.int64)
+    )
+    host = c["dram_time_s"] + c["nvme_time_s"]
+    want = c["hbm_time_s"] + np.maximum(host, c["pcie_time_s"])
+    np.testing.assert_allclose(c["time_embedding_s"], want, rtol=1e-12)
+    assert (c["nvme_time_s"] > c["pcie_time_s"]).any()  # the store is what waits here
+
+
 # -- the CLI ------------------------------------------------------------------------------
 
 
