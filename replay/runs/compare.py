@@ -390,6 +390,8 @@ def run_state(
         slots, per_slot = min(capacity, -(-total // unit_rows)), _SLOT_BYTES[cls.name]
     if cls.name == "hot":
         slots, per_slot = min(total, lookups), _HOT_SELECT_BYTES
+    if cls.name == "ssd-tbe":  # L2: an LRU of rows as `lru` keeps it (table, key, links, flag)
+        slots, per_slot = min(int(p.l2_capacity_bytes // state), total), _SLOT_BYTES["lru"]
     if cls.name == "chunk":
         parts.append(("chunks", _CHUNK_BYTES / unit_rows))
         if p.chunk_eviction != "lru":  # the next use of every lookup and update row
