@@ -39,7 +39,7 @@ def streams(draw: st.DrawFn) -> tuple[int, list[tuple[list[int], list[int]]]]:
     return keys, batches
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(case=streams())
 def test_l2_curve_matches_a_slow_lru_at_every_size(
     case: tuple[int, list[tuple[list[int], list[int]]]],

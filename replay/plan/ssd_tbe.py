@@ -83,6 +83,7 @@ from replay.policies.tbe import tbe_sets
 from replay.trace.stream import iter_batch_ranges, updates_as_keys
 
 POLICY = "ssd-tbe"
+DIRECT_STATE_BYTES = 1 << 30
 MIB = 1 << 20
 GIB = 1 << 30
 
@@ -159,12 +160,19 @@ def two_level_curves(
     if rate < 1.0:
         full_sizes = full_sizes[(full_sizes == 0) | (full_sizes * rate >= 1)]
     sample_sizes = np.where(full_sizes == 0, 0, np.maximum(np.rint(full_sizes * rate), 1))
-    sample_sizes = sample_sizes.astype(np.int64)
+    # each miniature L2 stands for the full-stream L2 of its rows / R (sizes that round to
+    # the same miniature are one size)
+    sample_sizes = np.unique(sample_sizes.astype(np.int64))
+    full_sizes = sample_sizes if rate >= 1.0 else np.rint(sample_sizes / rate).astype(np.int64)
     l1s, l2s = [], []
+    # per-row L2 state: a direct array (4 bytes a row of the row space) for the full
+    # stream while all candidates' fit in DIRECT_STATE_BYTES; a map of the rows seen for
+    # a sample (which touches few of them) or beyond
+    direct = rate >= 1.0 and 4 * int(total_rows) * max(len(chosen), 1) <= DIRECT_STATE_BYTES
     for _, ways in chosen:
         sample_ways = ways if rate >= 1.0 else max(1, round(ways * rate))
         l1s.append(l1_recorder(total_rows, tbe_sets(sample_ways, assoc), assoc))
-        l2s.append(L2Curve(total_rows, sample_sizes))
+        l2s.append(L2Curve(total_rows, sample_sizes, direct=direct))
     hits = [0] * len(chosen)
     lookups = 0
     split = _warm_split(source)

@@ -75,11 +75,14 @@ class L2Curve:
     `sizes` are L2 capacities in rows (ascending; 0 allowed: no L2); `total_keys` bounds
     the flat keys (`replay.trace.keys`)."""
 
-    def __init__(self, total_keys: int, sizes: Iterable[int]) -> None:
+    def __init__(
+        self, total_keys: int, sizes: Iterable[int], *, direct: bool | None = None
+    ) -> None:
         self.sizes = np.unique(np.asarray(list(sizes), dtype=np.int64))
         if len(self.sizes) == 0 or self.sizes[0] < 0:
             raise ValueError("L2 sizes must be non-negative and at least one")
-        direct = int(total_keys) <= DIRECT_MAX_KEYS
+        if direct is None:  # a direct array of 4-8 bytes per key, or a map of those seen
+            direct = int(total_keys) <= DIRECT_MAX_KEYS
         self._state = StackDistances(int(total_keys), direct=direct)
         # counts by bucket: bucket j holds distances d with j = #{sizes <= d}
         self._read_buckets = np.zeros(len(self.sizes) + 1, dtype=np.int64)
