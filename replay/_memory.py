@@ -121,6 +121,11 @@ INSPECT_BYTES_PER_ROW = 1  # replay.analysis.stats: one uint8 state word per row
 INSPECT_BYTES_PER_WRAP = 8  # one int64 flat row per 63 lookups of a row, at most
 INSPECT_WRAPS_HELD = 1 << 22  # wrap events held before they are folded into pairs
 INSPECT_SMALL_ROWS = 1 << 16  # tables of at most this many rows count apart, 8 B a row
+# the two per-batch lists of the rows a batch looked up first (`replay.analysis.stats`):
+# room for a batch's lookups, at most max(INSPECT_LIST_MIN, R / INSPECT_LIST_DIVISOR)
+# entries each (a batch that looks up more rows is swept), grown by a quarter
+INSPECT_LIST_MIN = 1 << 16
+INSPECT_LIST_DIVISOR = 512
 
 
 def inspect_wraps_bytes(table_rows: Sequence[int], lookups: int) -> int:
@@ -132,9 +137,18 @@ def inspect_wraps_bytes(table_rows: Sequence[int], lookups: int) -> int:
     return events + pairs + 8 * sum(r for r in rows if r <= INSPECT_SMALL_ROWS)
 
 
+def inspect_lists_bytes(total_rows: int, lookups: int) -> int:
+    """The two per-batch lists of first-looked-up rows, at their largest (a batch holds
+    `lookups` at most)."""
+    cap = max(INSPECT_LIST_MIN, total_rows // INSPECT_LIST_DIVISOR)
+    entries = min(max(lookups, 0), cap)
+    itemsize = 4 if total_rows <= 2**32 else 8
+    return 2 * _ceil(entries * 1.25) * itemsize
+
+
 def inspect_estimate(table_rows: Sequence[int], lookups: int, in_flight: int = 0) -> Estimate:
-    """`replay inspect`: 1 B per row, the count wraps and the small tables' counts, and
-    the batch ranges it holds at once (`in_flight`, bytes)."""
+    """`replay inspect`: 1 B per row, the count wraps and the small tables' counts, the
+    per-batch lists, and the batch ranges it holds at once (`in_flight`, bytes)."""
     total = row_space(table_rows)
     detail = _rows_detail(table_rows, INSPECT_BYTES_PER_ROW)
     if in_flight > (1 << 30):
@@ -142,6 +156,7 @@ def inspect_estimate(table_rows: Sequence[int], lookups: int, in_flight: int = 0
     parts = [
         ("row state", total * INSPECT_BYTES_PER_ROW),
         ("count wraps", inspect_wraps_bytes(table_rows, lookups)),
+        ("per-batch lists", inspect_lists_bytes(total, lookups)),
     ]
     if in_flight > 0:
         parts.append(("batches in flight", in_flight))

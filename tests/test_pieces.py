@@ -122,3 +122,49 @@ def test_pieces_only_where_every_consumer_adds_them_up(tiny_pieces: None) -> Non
     frozen = small_spec().to_dict()
     frozen["tables"][0]["frozen"] = True  # update rows are not the distinct lookups
     assert not streams_pieces(GeneratedTrace(spec_from_dict(frozen)), resolve_system("hbm-lru"))
+
+
+def test_inspect_in_pieces_equals_whole_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`replay inspect`'s result (statistics and reuse within a batch in Meta's bins),
+    identical whether the batches come whole or in pieces; its update count (each
+    batch's distinct lookups, counted in the pass) that of the generated update rows."""
+    from replay.analysis.stats import inspect_trace
+
+    spec = small_spec(batches=10)
+    whole = inspect_trace(GeneratedTrace(spec, threads=2), batch_reuse=True)
+    monkeypatch.setattr(fmt, "ROW_GROUP_TARGET_LOOKUPS", 60)
+    monkeypatch.setattr(fmt, "PIECE_MIN_LOOKUPS", 120)
+    g = GeneratedTrace(spec, threads=2)
+    assert g.pieces
+    seen: list[int] = []
+    cut = inspect_trace(g, batch_reuse=True, on_progress=lambda done, _: seen.append(done))
+    assert json.dumps(cut, sort_keys=True) == json.dumps(whole, sort_keys=True)
+    assert seen == list(range(1, spec.batches + 1))
+    assert cut["updates"] == GeneratedTrace(spec, threads=1).num_updates > 0
+
+
+@pytest.mark.parametrize("list_min", [1, 3, 1 << 16])
+def test_inspector_lists_that_overflow_are_swept(
+    monkeypatch: pytest.MonkeyPatch, list_min: int
+) -> None:
+    """The per-batch lists of first-looked-up rows are capped (`_list_cap`); a batch with
+    more rows has its tags cleared by a sweep of the state: the same statistics."""
+    from replay.analysis import stats
+
+    rng = np.random.default_rng(11)
+    rows = [40, 7, 300]
+    n = 3000
+    batch = np.sort(rng.integers(0, 25, n)).astype(np.uint32)
+    table = rng.integers(0, 3, n).astype(np.uint16)
+    order = np.lexsort((table, batch))
+    batch, table = batch[order], table[order]
+    row = (rng.zipf(1.3, n) % np.array(rows)[table]).astype(np.uint32)
+    want = stats.inspect_arrays(batch, table, row, rows, num_batches=26, min_lookups=1 << 30)
+    monkeypatch.setattr(stats, "INSPECT_LIST_MIN", list_min)
+    monkeypatch.setattr(stats, "INSPECT_LIST_DIVISOR", 1 << 40)
+    for min_lookups in (1, 97, 1 << 30):
+        got = stats.inspect_arrays(batch, table, row, rows, num_batches=26, min_lookups=min_lookups)
+        assert got == want
+    ref = stats.inspect_reference(batch, table, row, rows, num_batches=26)
+    assert 0 < want["consecutive_reuse_mean"] == pytest.approx(ref["consecutive_reuse_mean"])
+    assert want["distinct_rows"] == ref["distinct_rows"]

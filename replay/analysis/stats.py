@@ -51,7 +51,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from replay._malloc import populate, state_array
-from replay._memory import INSPECT_SMALL_ROWS, INSPECT_WRAPS_HELD, MAX_ROW_SPACE
+from replay._memory import (
+    INSPECT_LIST_DIVISOR,
+    INSPECT_LIST_MIN,
+    INSPECT_SMALL_ROWS,
+    INSPECT_WRAPS_HELD,
+    MAX_ROW_SPACE,
+)
 from replay._threads import read_ahead
 from replay.analysis.batch_reuse import BatchReuse
 from replay.analysis.stats_kernels import (
@@ -154,6 +160,15 @@ def _top_sum(hist: np.ndarray, wrapped: np.ndarray, k: int) -> int:
 def _top1pct_rows(rows: int) -> int:
     """k = ceil(rows / 100), in integers (0.01 * rows is not exact in floating point)."""
     return -(-int(rows) // 100)
+
+
+def _list_cap(total_rows: int) -> int:
+    """Entries a per-batch list of first-looked-up rows holds at most: above it a batch's
+    tags are cleared by a sweep of the state (`_clear_tags`), which reads R bytes in order
+    where the list touches one row at random per entry (about as long at R / 512
+    entries). Keeps the lists of meta-2021's 128 M rows per batch to 2 x 10 M entries
+    (160 MB) instead of 2.5 GB."""
+    return max(INSPECT_LIST_MIN, total_rows // INSPECT_LIST_DIVISOR)
 
 
 def _ratio(num: float, den: float) -> float:
@@ -277,10 +292,12 @@ class Inspector:
         # holds at most lookups // 63 of them, and a lookup makes one at most
         room = min((self.fed + n) // _COUNT_WRAP - self.wrap_count, n) + 1
         wraps = np.empty(max(room, 1), dtype=np.int64)
-        # each list gets room for its rows so far and every lookup of the chunk
+        # each list gets room for its rows so far and every lookup of the chunk, up to
+        # `_list_cap` (a batch that looks up more rows is swept: `_clear_tags`)
         need = int(max(self.gi[_G_N_CUR], self.gi[_G_N_PREV])) + n
-        if self.lists.shape[1] < need:
-            grown = np.empty((2, need + need // 4), dtype=self.lists.dtype)
+        cap = _list_cap(len(self.state))
+        if self.lists.shape[1] < min(need, cap):
+            grown = np.empty((2, min(need + need // 4, cap)), dtype=self.lists.dtype)
             grown[:, : self.lists.shape[1]] = self.lists
             self.lists = grown
         code = _inspect_runs(
@@ -543,13 +560,27 @@ def inspect_trace(
     trace = open_trace(trace_or_path) if isinstance(trace_or_path, str | Path) else trace_or_path
     inspector = trace_inspector(trace, curve_points=curve_points)
     reuse = BatchReuse(trace.table_rows, trace.num_batches) if batch_reuse else None
-    for chunk in read_ahead(trace.iter_lookups(min_lookups=min_lookups)):
-        inspector.feed(chunk.batch, chunk.table, chunk.row)
+    # a batch too large for a row group comes in pieces of tables where the source cuts
+    # it (`plan_pieces`): the inspector and the reuse histograms take a batch over
+    # several chunks, so memory holds a piece in flight, not the batch
+    cut = {"pieces": True} if getattr(trace, "pieces", ()) else {}
+    # on the fly with a step every batch (no frozen table), a batch's update rows are
+    # its distinct lookups: counted here, instead of a second generation pass
+    distinct = np.zeros(trace.num_batches, dtype=np.int64)
+    counted = bool(getattr(trace, "steps_every_batch", False))
+    for chunk in read_ahead(trace.iter_lookups(min_lookups=min_lookups, **cut)):
+        inspector.feed(chunk.batch, chunk.table, chunk.row, distinct if counted else None)
         if reuse is not None:
             reuse.feed(chunk.batch, chunk.table, chunk.row)
         if on_progress is not None and len(chunk.batch):
-            on_progress(int(chunk.batch[-1]) + 1, trace.num_batches)
-    result = trace_statistics(trace, inspector)
+            # a batch is done at its chunk's end unless the batch goes on in a piece
+            done = int(chunk.batch[-1]) + 1
+            if not cut or int(chunk.table[-1]) == len(trace.table_rows) - 1:
+                on_progress(done, trace.num_batches)
+    if counted:
+        result = {"trace": str(trace.path), **inspector.result(), "updates": int(distinct.sum())}
+    else:
+        result = trace_statistics(trace, inspector)
     if reuse is not None:
         result["batch_reuse"] = reuse.result()
     return result

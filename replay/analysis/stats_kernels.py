@@ -122,7 +122,15 @@ def _tag(b: int) -> int:
 
 @kernel
 def _clear_tags(state: np.ndarray, rows: np.ndarray, n: int, tag: int) -> None:
-    """Drop `tag` from the first n `rows` that still hold it (their counts stay)."""
+    """Drop `tag` from the first n `rows` that still hold it (their counts stay); when
+    the list overflowed (n > len(rows): a batch looked up more rows than it holds),
+    from every row of the state, in one sequential sweep."""
+    if n > len(rows):
+        for f in range(len(state)):
+            v = state[f]
+            if (v >> _TAG_SHIFT) == tag:
+                state[f] = v & _COUNT_MASK
+        return
     for i in range(n):
         if i + PREFETCH_AHEAD < n:
             prefetch(state, rows[ix(i + PREFETCH_AHEAD)])
@@ -201,7 +209,9 @@ def _inspect_runs(
 
     Tags: `lists[side]` collects the rows the current batch looks up first, and
     `lists[1 - side]` the previous batch's (`_G_N_CUR`, `_G_N_PREV` rows; the caller
-    gives each room for its rows plus every lookup of the chunk). When batch b follows
+    gives each room for its rows plus every lookup of the chunk, up to a cap: a count
+    above the list's length says it overflowed, and its tags are then cleared by a sweep
+    of the state, `_clear_tags`). When batch b follows
     batch b - 1, the rows of b - 2 that b - 1 did not retag lose their tag and the lists
     turn; after an empty batch both lose theirs. So when batch b starts, only tag(b - 1)
     is left, held by exactly the rows of b - 1, and tag(b) = tag(b - 3) by none.
@@ -265,6 +275,7 @@ def _inspect_runs(
         previous = _tag(b - 1) if n_prev > 0 else _NO_TAG  # no row holds _NO_TAG
         stamp = tag << _TAG_SHIFT
         mine = lists[side]
+        last = len(mine) - 1
         d = 0
         rr = 0
         nw = 0
@@ -279,7 +290,9 @@ def _inspect_runs(
             d += fresh
             nw += c == 0
             rr += s == previous
-            mine[ix(n_cur)] = f  # kept only when fresh: a store, not a branch
+            # kept only when fresh: a store, not a branch (past the list's end the
+            # count goes on and the last entry is overwritten: `_clear_tags` sweeps)
+            mine[ix(min(n_cur, last))] = f
             n_cur += fresh
             if c == _COUNT_WRAP:  # rare: once per 63 lookups of a row
                 if nwraps < len(wraps):
@@ -294,7 +307,7 @@ def _inspect_runs(
             fresh = s != tag
             d += fresh
             rr += s == previous
-            mine[ix(n_cur)] = f
+            mine[ix(min(n_cur, last))] = f
             n_cur += fresh
             c = dense[ix(at + f)]
             nw += c == 0

@@ -61,12 +61,9 @@ def inspect_command(
     from replay.workload.source import open_source
 
     def check(rows: list[int], lookups: int, batches_: int) -> None:
-        from replay.runs.compare import in_flight_bytes
-
-        # 1 B per row of the row space and the batches held: refused with the figure
-        # before anything is read
+        # 1 B per row of the row space: refused with the figure before anything is read
         check_row_space(rows, str(trace) if trace is not None else "")
-        check_fits(inspect_estimate(rows, lookups, in_flight_bytes(lookups, batches_)))
+        check_fits(inspect_estimate(rows, lookups))
 
     with display("inspect") as progress:
         progress.stage("checking the inputs")
@@ -75,6 +72,12 @@ def inspect_command(
         )
         if opened is None:
             opened = open_source(ref)
+        # and the batches held, a piece of each where the source cuts them (`pieces`)
+        from replay.runs.compare import in_flight_bytes
+
+        piece = int(getattr(opened, "piece_lookups", 0))
+        held = in_flight_bytes(opened.num_lookups, opened.num_batches, piece)
+        check_fits(inspect_estimate(opened.table_rows.tolist(), opened.num_lookups, held))
         if verify and isinstance(opened, Trace):
             progress.stage("checking the trace's checksums")
             opened.verify()
