@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from replay.engine.replay import replay_trace
 from replay.engine.systems import resolve_system
 from replay.plan.plan import PlanRequest, make_plan
-from replay.plan.ssd_tbe import paste_load_factor, two_level_curves
+from replay.plan.ssd_tbe import paste_load_factor, ssd_tbe_system, two_level_curves
 from replay.plan.ssd_tbe_l2 import DIRECT_MAX_KEYS, L2Curve, reference_l2
 from replay.plan.write import plan_markdown, write_plan
 from replay.policies.ssd_tbe import l1_miss_stream
@@ -24,6 +24,7 @@ from replay.policies.tbe import tbe_sets
 from replay.trace.stream import iter_batch_ranges
 from replay.workload.onthefly import GeneratedTrace
 from replay.workload.presets import get_preset
+from replay.workload.sampled import open_sampled_workload
 
 
 @st.composite
@@ -223,10 +224,27 @@ def test_plan_json_and_plan_md(planned: tuple[dict, dict, GeneratedTrace], tmp_p
     md = (tmp_path / "plan" / "plan.md").read_text()
     assert "- SSD TBE (ssd-tbe): hit ratio 0.75 needs L1" in md
     assert "FBGEMM's SSD TBE on ssd-tbe" in md and "KeyValueParams(l2_cache_size=" in md
-    request = PlanRequest(
-        source=get_preset("tiny").with_overrides(batches=5), systems=("hbm-lru",),
-        cache_budget_bytes=64 << 10, hit_targets=(0.5,), mtbf_s=6 * 3600.0,
-        time_per_batch_s=0.2, draws=5,
-    )  # fmt: skip
-    other, _ = make_plan(request)
-    assert "ssd_tbe" not in other["cache"] and "SSD TBE" not in plan_markdown(other)
+    without = {**document, "cache": {k: v for k, v in document["cache"].items() if k != "ssd_tbe"}}
+    assert "SSD TBE" not in plan_markdown(without)
+    assert ssd_tbe_system(("hbm-lru", "hbm-tbe-lru"), []) is None  # make_plan adds none
+
+
+def test_a_sampled_horizon_is_the_exact_curve_in_miniature() -> None:
+    """At R = 1/4 (a spatial sample of the rows) each L1's miniature and L2 sizes x R give
+    the exact curve's hits within 0.005 (criteo-kaggle, 40 batches of 512), at L2 sizes
+    that are the miniature's rows / R."""
+    spec = get_preset("criteo-kaggle").with_overrides(batches=40, batch_size=512)
+    full = GeneratedTrace(spec)
+    total = int(np.sum(full.table_rows))
+    sampled = open_sampled_workload(spec, 0.25)
+    kw = {"total_rows": total, "distinct_rows": 88_762, "associativity": 32}
+    exact, _ = two_level_curves(full, load_factors=(0.0005, 0.001), **kw)
+    mini, _ = two_level_curves(
+        sampled, rate=0.25, full_lookups=float(spec.lookups), load_factors=(0.0005, 0.001), **kw
+    )
+    assert [c.ways for c in exact] == [c.ways for c in mini]
+    for e, m in zip(exact, mini, strict=True):
+        assert np.all(m.l2_rows % 4 == 0) and len(np.unique(m.l2_rows)) == len(m.l2_rows)
+        assert abs(e.l1_hit - m.l1_hit) < 0.005
+        at = np.searchsorted(e.l2_rows, m.l2_rows).clip(max=len(e.l2_rows) - 1)
+        assert np.max(np.abs(e.hit[at] - m.hit)) < 0.005
