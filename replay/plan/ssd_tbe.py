@@ -477,7 +477,7 @@ def _describe(
             "cache_load_factor": f,
             "key_value_params": {"l2_cache_size": l2_gib, "max_l1_cache_size": l1_mib},
             "paste": (
-                f"cache_load_factor={f}, key_value_params=KeyValueParams("
+                f"cache_params=CacheParams(load_factor={f}), key_value_params=KeyValueParams("
                 f"l2_cache_size={l2_gib}, max_l1_cache_size={l1_mib})"
             ),
         },

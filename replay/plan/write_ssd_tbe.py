@@ -81,8 +81,10 @@ def ssd_tbe_markdown(document: dict[str, Any]) -> list[str]:
     if pastes:
         out += [
             "",
-            "TorchRec settings to paste (in the table's fused params and `ParameterSharding`"
-            "; `l2_cache_size` in whole GiB and `max_l1_cache_size` in whole MiB, rounded up):",
+            "TorchRec settings to paste into each table's `ParameterSharding` (compute kernel "
+            "`key_value`; TorchRec passes them to the SSD TBE as `cache_load_factor`, "
+            "`l2_cache_size` in whole GiB and `max_l1_cache_size` in whole MiB, rounded up; "
+            "the load factor is over the rows of the tables sharing the TBE):",
             "",
             *pastes,
         ]
