@@ -248,3 +248,21 @@ def test_a_sampled_horizon_is_the_exact_curve_in_miniature() -> None:
         assert abs(e.l1_hit - m.l1_hit) < 0.005
         at = np.searchsorted(e.l2_rows, m.l2_rows).clip(max=len(e.l2_rows) - 1)
         assert np.max(np.abs(e.hit[at] - m.hit)) < 0.005
+
+
+def test_a_target_beyond_the_cold_misses_is_out_of_reach() -> None:
+    """3 batches whose rows are mostly new: no L1 and L2 reach 0.99 (the first lookup of
+    each row reads the SSD); the plan says so and answers the reachable target."""
+    request = PlanRequest(
+        source=get_preset("tiny").with_overrides(batches=3, batch_size=16),
+        systems=("ssd-tbe",), cache_budget_bytes=1 << 30, hit_targets=(0.4, 0.99),
+        mtbf_s=6 * 3600.0, time_per_batch_s=0.2, draws=5,
+    )  # fmt: skip
+    document, _ = make_plan(request)
+    s = document["cache"]["ssd_tbe"]
+    cold = document["distinct_rows"] / document["horizon"]["lookups"]
+    assert s["targets"]["0.99"] is None
+    assert max(max(c["hit"]) for c in s["candidates"]) == pytest.approx(1 - cold)
+    assert any("0.99 is out of reach" in n for n in s["notes"])
+    assert s["targets"]["0.4"]["hit"] >= 0.4
+    assert "0.99 is out of reach" in plan_markdown(document)

@@ -327,6 +327,15 @@ def plan_ssd_tbe(
             warm_batches=warm_batches, wa=wa, time_per_batch_s=time_per_batch_s, ssd=ssd,
             total_rows=total_rows, assoc=assoc, refine=refine,
         )  # fmt: skip
+    best = max((float(np.max(c.hit)) for c in eligible), default=None)
+    if not candidates:
+        notes.append("every L1 candidate holds all the rows the run touches: no L1 and L2 to size")
+    for target, answer in answers.items():
+        if answer is None and best is not None:
+            notes.append(
+                f"a hit ratio of {target} is out of reach over this run: the best L1 and L2 "
+                f"within the limits hit {best:.4f} (the rows' first lookups read the SSD)"
+            )
     method = (
         "L1 replayed per load factor; L2 by exact stack distances over L1's miss stream"
         if rate >= 1.0

@@ -33,8 +33,9 @@ def ssd_tbe_answer_lines(document: dict[str, Any]) -> list[str]:
             continue
         keeps = "keeps up" if a["ssd_keeps_up"] else "does NOT keep up"
         parts.append(
-            f"{float(target):g} needs L1 {format_bytes(a['l1_bytes'])} + L2 "
-            f"{format_bytes(a['l2_bytes'])} (SSD reads {format_rate(a['ssd_read_bytes_per_s'])}, "
+            f"{float(target):g} needs L1 {format_bytes(a['l1_bytes'])} + "
+            + (f"L2 {format_bytes(a['l2_bytes'])}" if a["l2_bytes"] else "no L2")
+            + f" (SSD reads {format_rate(a['ssd_read_bytes_per_s'])}, "
             f"writes {format_rate(a['ssd_write_bytes_per_s'])}: the {s['ssd']['tier']} {keeps})"
         )
     return [f"SSD TBE ({s['system']}): hit ratio " + "; ".join(parts) + "."]
