@@ -255,6 +255,7 @@ def route_lookups(
     scratch: np.ndarray,
     link: np.ndarray,
     a2a: np.ndarray,
+    goes_on: bool = False,
 ) -> None:
     """Route the lookups of a range's batches: counts[b, r] = lookups of batch b routed to
     rank r; krank[i], klocal[i] = lookup i's rank and local key (-1 - t and the row for a
@@ -263,14 +264,17 @@ def route_lookups(
     intra latency, inter bw per GPU, inter latency). `own[s]`: sample s's rank;
     `shift[blk]` = local[blk] - start[blk].
     `stamp` (per block) and `held` mark a bag's blocks; `scratch` is world x 4
-    (sent/received intra/inter of the current batch)."""
+    (sent/received intra/inter of the current batch). `goes_on`: the range is a later
+    piece of the batch the last call routed (`BatchRange.tables`): `scratch` keeps that
+    batch's bytes, so a2a[0] is the whole batch's so far (tables never share a bag)."""
     world = counts.shape[1]
     bag = 0
     stamp[:] = -1  # bag ids restart with every call
     for b in range(len(bounds) - 1):
         lo = bounds[b]
         hi = bounds[b + 1]
-        scratch[:, :] = 0
+        if b > 0 or not goes_on:
+            scratch[:, :] = 0
         i = lo
         while i < hi:
             t = table_of(offsets, np.int64(keys[ix(i)]))
@@ -613,6 +617,27 @@ class Router:
         )  # fmt: skip
         return out, starts, bounds
 
+    def count(self, br: BatchRange, a2a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(counts, ucounts) of the range's lookups and update rows per batch and rank, and
+        its all-to-all in `a2a`, as `route` gives them, without laying the keys out (the
+        routing alone: `replay.engine.cluster_routed`)."""
+        n, world = br.batches, self.world
+        nk, nu = len(br.keys), 0
+        counts = np.zeros((n, world), dtype=np.int64)
+        route_lookups(
+            br.keys, br.bounds, self.batch_size, self.gpn, *self.tables, *self.blocks,
+            self.lay.pooled, self.lay.full, self.own, counts,
+            self._take("krank", nk, np.int32), self._take("klocal", nk, np.int64),
+            self.stamp, self.held, self.scratch, self.link, a2a,
+            br.tables is not None and br.tables[0] > 0,
+        )  # fmt: skip
+        ucounts = np.zeros((n, world), dtype=np.int64)
+        route_updates(
+            br.update_keys, br.update_bounds, *self.tables, *self.blocks, ucounts, self.tcount,
+            False, self._take("urank", nu, np.int32), self._take("ulocal", nu, np.int64),
+        )  # fmt: skip
+        return counts, ucounts
+
     def route(self, br: BatchRange, a2a: np.ndarray, update_keys: bool = True) -> tuple:
         """(counts, keys, starts, bounds) of the range's lookups, then of its update rows
         (counts: batches x world; rank r's keys keys[starts[r]:starts[r + 1]] with batch
@@ -628,6 +653,7 @@ class Router:
             lay.pooled, lay.full, self.own, counts,
             self._take("krank", nk, np.int32), self._take("klocal", nk, np.int64),
             self.stamp, self.held, self.scratch, self.link, a2a,
+            br.tables is not None and br.tables[0] > 0,
         )  # fmt: skip
         keys = self._scatter("k", counts, nk)
         nu = len(br.update_keys) if update_keys else 0

@@ -1,0 +1,177 @@
+"""The cluster's routing without its caches: per-GPU lookups, update rows and the
+all-to-all of a batch read in pieces, and the step time from given per-GPU hit ratios.
+
+Why. `replay.engine.cluster.replay_cluster` feeds one cache per GPU, each batch whole. At
+production scale (meta-2021: 887 M lookups a batch over 5.16 G rows, 128 GPUs) a batch's
+keys alone are 7 GiB, and caches sized to what a GPU touches hold ~1 M rows per GPU per
+batch, ~500 M over a span: neither fits 4 GiB. But what the routing gives (each GPU's
+lookups and update rows per batch, the all-to-all's bytes and time, the imbalance) needs
+no cache at all: this pass routes the source's batches in the pieces of tables the
+generator cuts them into (`replay.trace.format.plan_pieces`, `iter_batch_ranges(pieces=
+True)`) with the same kernels (`replay.engine.cluster_route.Router`: a later piece of a
+batch keeps the batch's per-rank bytes, `route_lookups(goes_on=True)`, since no bag spans
+two tables), so those columns are exactly the cluster replay's (tested on small workloads
+with pieces forced).
+
+The caches. Each GPU's hits are taken as `hit_ratios[r]` x its lookups (the plan passes
+the per-GPU curves' hit at the budget, `replay.plan.rank_curves`: SHARDS over the whole
+run), and its other counters as an LRU cache in its steady state holds them: every miss
+fills one row and evicts one (a full cache), every evicted row is dirty (each row looked
+up is updated by the same batch's step), and a batch's update rows are resident when it
+ends (a GPU's cache of the budget holds far more rows than one batch's). ASSUMPTION:
+that is the `lru` policy's steady state; other policies are not modelled this way
+(`routed_policy_ok`). The embedding time and the step then come from the very
+accounting the cluster replay uses (`replay.engine.cluster_time.RankAccount`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from replay.engine.cluster import allreduce_model
+from replay.engine.cluster_route import Router
+from replay.engine.cluster_time import RankAccount
+from replay.engine.replay import workload_shape
+from replay.errors import ConfigError
+from replay.policies.base import (
+    EVICTIONS,
+    FILLS,
+    HITS,
+    MISSES,
+    NEEDED_ROWS,
+    NUM_COUNTERS,
+    RESIDENT,
+    RESIDENT_MAX,
+    UPDATES_FAST,
+    WRITEBACKS,
+)
+from replay.system.sharding import Placement
+from replay.system.spec import ClusterSpec, SystemSpec
+from replay.trace.keys import table_offsets
+from replay.trace.stream import iter_batch_ranges
+
+ROUTED_POLICIES = ("lru",)  # whose steady-state counters this module models
+
+
+def routed_policy_ok(system: SystemSpec) -> bool:
+    return system.policy.name in ROUTED_POLICIES
+
+
+def steady_counters(
+    lookups: np.ndarray, updates: np.ndarray, hit: np.ndarray, capacity_rows: int
+) -> np.ndarray:
+    """int64 (world, n, NUM_COUNTERS): a full LRU cache's counters for per-rank `lookups`
+    and `updates` (world, n) at hit ratios `hit` (world) (module docstring)."""
+    world, n = lookups.shape
+    out = np.zeros((world, n, NUM_COUNTERS), dtype=np.int64)
+    hits = np.rint(lookups * np.clip(hit, 0.0, 1.0)[:, None]).astype(np.int64)
+    misses = lookups - hits
+    out[:, :, HITS] = hits
+    out[:, :, MISSES] = misses
+    out[:, :, FILLS] = misses
+    out[:, :, EVICTIONS] = misses
+    out[:, :, WRITEBACKS] = misses
+    out[:, :, UPDATES_FAST] = updates
+    out[:, :, RESIDENT] = capacity_rows
+    out[:, :, RESIDENT_MAX] = capacity_rows
+    out[:, :, NEEDED_ROWS] = misses
+    return out
+
+
+def _router(source: object, system: SystemSpec, placement: Placement) -> tuple:
+    cluster = system.cluster or ClusterSpec(
+        nodes=placement.nodes, gpus_per_node=placement.gpus_per_node
+    )
+    rows = np.asarray(source.table_rows, dtype=np.int64)  # type: ignore[attr-defined]
+    if [t.rows for t in placement.tables] != rows.tolist():
+        raise ConfigError("cluster: the placement's tables are not the source's tables")
+    shape = workload_shape(source, system)
+    if shape.batch_size <= 0:
+        raise ConfigError("cluster: the source names no batch size (samples per batch)")
+    inter_bw = cluster.nics_per_node * cluster.nic_bw_bytes_per_s / placement.gpus_per_node
+    link = np.array(
+        [
+            cluster.intra_node_bw_bytes_per_s,
+            cluster.intra_node_latency_s,
+            inter_bw if inter_bw > 0 else 1.0,
+            cluster.inter_node_latency_s,
+        ],
+        dtype=np.float64,
+    )
+    return Router(placement, table_offsets(rows), shape.batch_size, link), link, shape
+
+
+def route_clusters(
+    source: object,
+    jobs: list[tuple[SystemSpec, Placement, np.ndarray | None]],
+) -> list[dict[str, np.ndarray]]:
+    """The cluster replay's routing columns of every batch of `source` for each job
+    (system, placement, per-GPU hit ratios or None), all from one read of the source in
+    pieces: `rank_lookups`, `rank_updates` (batches x world), `lookups`,
+    `routed_lookups`, `all_to_all_bytes`, `all_to_all_intra_bytes`,
+    `all_to_all_inter_bytes`, `all_to_all_s`, `allreduce_s`, `imbalance` (per batch);
+    with hit ratios also `rank_hits`, `rank_time_s` and `step_time_s` (module
+    docstring)."""
+    nb = int(source.num_batches)  # type: ignore[attr-defined]
+    routers = [_router(source, system, placement) for system, placement, _ in jobs]
+    looks = [np.zeros((nb, p.world), dtype=np.int64) for _, p, _ in jobs]
+    upds = [np.zeros((nb, p.world), dtype=np.int64) for _, p, _ in jobs]
+    a2as = [np.zeros((nb, 3), dtype=np.float64) for _ in jobs]
+    lookups = np.zeros(nb, dtype=np.int64)
+    ranges = iter_batch_ranges(source, with_updates=True, updates_from_lookups=True, pieces=True)
+    for br in ranges:
+        window = slice(br.batch_start, br.batch_stop)
+        lookups[window] += np.diff(br.bounds)
+        for j, (router, _, _) in enumerate(routers):
+            # a later piece adds to its batch; the router keeps the batch's bytes
+            row = np.zeros((br.batches, 3), dtype=np.float64)
+            counts, ucounts = router.count(br, row)
+            looks[j][window] += counts
+            upds[j][window] += ucounts
+            a2as[j][window] = row  # the batch's bytes so far, and their time
+    return [
+        _columns(system, placement, link, shape, hit, lookups, looks[j], upds[j], a2as[j])
+        for j, ((system, placement, hit), (_, link, shape)) in enumerate(
+            zip(jobs, routers, strict=True)
+        )
+    ]
+
+
+def _columns(
+    system: SystemSpec, placement: Placement, link: np.ndarray, shape: object,
+    hit_ratios: np.ndarray | None, lookups: np.ndarray, rank_lookups: np.ndarray,
+    rank_updates: np.ndarray, a2a: np.ndarray,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    nb, world = rank_lookups.shape
+    _, _, _, ar_s = allreduce_model(placement, system.model.dense_params, tuple(link))
+    routed = rank_lookups.sum(axis=1)
+    mean = routed / world
+    columns: dict[str, np.ndarray] = {
+        "lookups": lookups.copy(),
+        "routed_lookups": routed,
+        "rank_lookups": rank_lookups,
+        "rank_updates": rank_updates,
+        "all_to_all_bytes": 2 * (a2a[:, 0] + a2a[:, 1]),
+        "all_to_all_intra_bytes": 2 * a2a[:, 0],
+        "all_to_all_inter_bytes": 2 * a2a[:, 1],
+        "all_to_all_s": 2 * a2a[:, 2],
+        "allreduce_s": np.full(nb, ar_s),
+        "imbalance": np.where(routed > 0, rank_lookups.max(axis=1) / np.maximum(mean, 1e-300), 1.0),
+    }
+    if hit_ratios is None:
+        return columns
+    hit = np.asarray(hit_ratios, dtype=np.float64)
+    if hit.shape != (world,):
+        raise ValueError(f"hit_ratios: one per GPU ({world}), got {hit.shape}")
+    acc = RankAccount(system, shape, world, nb, 1)  # type: ignore[arg-type]
+    capacity = int(system.policy.capacity_rows or 0)
+    counters = steady_counters(rank_lookups.T, rank_updates.T, hit, capacity)
+    acc.add(slice(0, nb), counters, rank_lookups.T, rank_updates.T, np.zeros(nb, np.int64))
+    batch = acc.finish(columns["all_to_all_s"], columns["allreduce_s"])
+    columns["rank_hits"] = counters[:, :, HITS].T.copy()
+    columns["rank_time_s"] = acc.rank_time_s
+    columns["step_time_s"] = batch["time_s"]
+    return columns
+
+
+__all__ = ["ROUTED_POLICIES", "route_clusters", "routed_policy_ok", "steady_counters"]
