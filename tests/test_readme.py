@@ -1,8 +1,10 @@
-"""Every example of the README runs, in order, as written, in an empty folder: its
-`bash` blocks through the command line, its `python` blocks as Python, its `toml` block
-as the `my-system.toml` the text names. Only sizes shrink (`SMALLER`: a few batches where
-the README says thousands) and `day_0.gz` is a small synthetic Criteo file; the quick
-start's install commands are CI's own job. Whatever the examples write is git-ignored."""
+"""Every example of the README and of each page of docs/ runs, in order, as written: each
+page in its own empty folder, its `bash` blocks through the command line, its `python`
+blocks as Python, a `toml` block that names its file on its first line (`# my-gpu.toml`)
+as that file (a `toml` block that names none is a fragment: it must parse). Only sizes
+shrink (`SMALLER`: a few batches where a page says thousands) and `day_0.gz` is a small
+synthetic Criteo file; the quick start's install commands are CI's own job. Whatever the
+examples write is git-ignored."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +22,9 @@ import pytest
 from replay.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-# the sizes the README gives, and the ones the test runs (whole examples in seconds)
+# the README, then every page of the site, in a fixed order (each runs in its own folder)
+PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
+# the sizes the pages give, and the ones the test runs (whole examples in seconds)
 SMALLER = {
     "--batches 1000 --batch-size 2048 --out traces/k": (
         "--batches 20 --batch-size 2048 --out traces/k"
@@ -30,14 +35,37 @@ SMALLER = {
     "--batches 88978": "--batches 8",
     "--batches 18781": "--batches 8",
     "batches=200": "batches=8",
+    # the tutorial: its model's replays, and its plans' epoch of 976,563 batches
+    "batches = 500 ": "batches = 20 ",
+    "--epochs 1 ": "--batches 200 ",
 }
 INSTALL = ("python3 -m venv", "pip install")
 # what the examples read that a user brings: not outputs, so not git-ignored
-INPUTS = {"my-system.toml", "day_0.gz"}
+INPUTS = {"my-system.toml", "my-model.toml", "my-gpu.toml", "day_0.gz"}
+# what each page's examples must have written when they ran (so a page whose examples
+# were dropped, or silently skipped, fails)
+WRITES = {
+    "docs/checkpoints.md": ["runs/cnr/summary.json"],
+    "docs/cluster.md": ["plans/cluster/sharding.json"],
+    "docs/criteo.md": ["traces/day0-x100/manifest.json", "traces/day0-fit.toml"],
+    "docs/plan.md": ["plans/tb/plan.json", "plans/tb/torchrec.json"],
+    "docs/python.md": ["traces/api/manifest.json"],
+    "docs/reports.md": ["reports/example/report.md"],
+    "docs/scale.md": ["runs/day/summary.json"],
+    "docs/systems.md": ["runs/lru/summary.json", "runs/mine/summary.json"],
+    "docs/trace_format.md": ["traces/k/manifest.json"],
+    "docs/tutorial.md": [
+        "runs/my-model/compare.json",
+        "plans/my-model/plan.json",
+        "plans/my-cluster/plan.json",
+        "reports/my-model/report.md",
+    ],
+}
+TOML_FILE = re.compile(r"# (\S+\.toml)\n")
 
 
-def _blocks() -> list[tuple[str, str]]:
-    text = (ROOT / "README.md").read_text()
+def _blocks(page: str) -> list[tuple[str, str]]:
+    text = (ROOT / page).read_text()
     return [(m[1], m[2]) for m in re.finditer(r"^```(\w+)\n(.*?)^```", text, re.M | re.S)]
 
 
@@ -68,51 +96,83 @@ def _criteo_day(path: Path, lines: int = 12_000, seed: int = 0) -> None:
     path.write_bytes(gzip.compress(("\n".join(rows) + "\n").encode(), mtime=0))
 
 
-def test_the_readme_examples_run_in_order(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    _criteo_day(tmp_path / "day_0.gz")
+def _run_page(page: str, folder: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, int]:
+    """Runs the page's examples in `folder` (the working directory), in order; returns
+    how many blocks of each kind ran."""
+    if "day_0.gz" in (ROOT / page).read_text():
+        _criteo_day(folder / "day_0.gz")
     ran = {"bash": 0, "python": 0, "toml": 0}
-    for lang, code in _blocks():
+    for lang, code in _blocks(page):
         code = _smaller(code)
         if lang == "toml":
-            assert not (tmp_path / "my-system.toml").exists(), "one system file"
-            (tmp_path / "my-system.toml").write_text(code)
+            named = TOML_FILE.match(code)
+            if named is None:
+                tomllib.loads(code)  # a fragment of a file: it must still be TOML
+                continue
+            assert not (folder / named[1]).exists(), f"{page}: two blocks write {named[1]}"
+            (folder / named[1]).write_text(code)
         elif lang == "python":
-            exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+            exec(compile(code, page, "exec"), {"__name__": "docs_example"})
         elif lang in ("bash", "sh"):
             for command in _commands(code):
                 if command.startswith(INSTALL):
                     continue
                 argv = shlex.split(command)
-                assert argv[0] == "replay", command
+                assert argv[0] == "replay", f"{page}: {command}"
                 code_ = main(argv[1:])
                 err = capsys.readouterr().err
-                assert code_ == 0, f"{command}\n{err}"
+                assert code_ == 0, f"{page}: {command}\n{err}"
             lang = "bash"
         else:
             continue
         ran[lang] += 1
-    assert ran["bash"] >= 7 and ran["python"] == 2 and ran["toml"] == 1, ran
-    assert (tmp_path / "runs" / "mine" / "summary.json").is_file()
-    assert (tmp_path / "traces" / "day0-x100" / "manifest.json").is_file()
+    return ran
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_the_examples_of_each_page_run_in_order(
+    page: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _run_page(page, tmp_path, capsys)
+    missing = [path for path in WRITES.get(page, []) if not (tmp_path / path).exists()]
+    assert not missing, f"{page}: its examples did not write {missing}"
+
+
+def test_the_pages_hold_the_examples_the_test_expects() -> None:
+    """The examples are there to run: the pages that WRITES names exist, and together the
+    pages hold the runnable blocks they held when they were the README's (and more)."""
+    assert set(WRITES) <= set(PAGES), set(WRITES) - set(PAGES)
+    counts = {"bash": 0, "python": 0, "toml": 0}
+    for page in PAGES:
+        for lang, code in _blocks(page):
+            if lang in ("bash", "sh"):
+                counts["bash"] += 1
+            elif lang == "python":
+                counts["python"] += 1
+            elif lang == "toml" and TOML_FILE.match(code):
+                counts["toml"] += 1
+    assert counts["bash"] >= 16 and counts["python"] >= 2 and counts["toml"] >= 3, counts
 
 
 def test_what_the_examples_write_is_git_ignored(tmp_path: Path) -> None:
     """Each path the examples write (a folder after --out, or a Python example's path)
     is ignored by the repository's .gitignore, but for the committed example report."""
     written = set()
-    for lang, code in _blocks():
-        if lang in ("bash", "sh"):
-            written |= set(re.findall(r"--out\s+(\S+)", code))
-            written |= set(re.findall(r"--trace\s+(\S+)", code))
-        elif lang == "python":
-            written |= set(re.findall(r'generate\([^,]+,\s*"([^"]+)"', code))
-    written -= {"reports/example"}  # committed: the README links it
+    for page in PAGES:
+        for lang, code in _blocks(page):
+            if lang in ("bash", "sh"):
+                written |= set(re.findall(r"--out\s+(\S+)", code))
+                written |= set(re.findall(r"--trace\s+(\S+)", code))
+            elif lang == "python":
+                written |= set(re.findall(r'generate\([^,]+,\s*"([^"]+)"', code))
+    written -= {"reports/example"}  # committed: the pages show it
     # a fitted spec (traces/NAME.toml) is a small input to keep, as the presets' are
     written = {path for path in written if not path.endswith(".toml")}
-    assert {"traces/k", "runs/lru", "plans/tb", "traces/api"} <= written
+    assert {"traces/k", "runs/lru", "plans/tb", "traces/api", "runs/my-model"} <= written
     shutil.copy(ROOT / ".gitignore", tmp_path / ".gitignore")
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     for path in sorted(written):
@@ -125,9 +185,9 @@ def test_what_the_examples_write_is_git_ignored(tmp_path: Path) -> None:
     assert out.splitlines() == ["?? .gitignore"], out
 
 
-def test_every_size_the_examples_shrink_is_still_in_the_readme() -> None:
-    """A size the README changes (a day of batches, say) must change here too, or the
+def test_every_size_the_examples_shrink_is_still_in_the_pages() -> None:
+    """A size a page changes (a day of batches, say) must change here too, or the
     example runs at full size inside the suite (a Terabyte day once did: 80 s)."""
-    text = re.sub(r"\\\n\s*", " ", (ROOT / "README.md").read_text())
+    text = "\n".join(re.sub(r"\\\n\s*", " ", (ROOT / page).read_text()) for page in PAGES)
     missing = [big for big in SMALLER if big not in text]
-    assert not missing, f"SMALLER keys no longer in README.md: {missing}"
+    assert not missing, f"SMALLER keys no longer in the pages: {missing}"
