@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -168,3 +169,67 @@ def test_inspector_lists_that_overflow_are_swept(
     ref = stats.inspect_reference(batch, table, row, rows, num_batches=26)
     assert 0 < want["consecutive_reuse_mean"] == pytest.approx(ref["consecutive_reuse_mean"])
     assert want["distinct_rows"] == ref["distinct_rows"]
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(path)): f.read_bytes() for f in sorted(path.rglob("*.parquet"))}
+
+
+def test_generated_trace_in_pieces_reads_back_as_the_whole_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`replay generate` writes a row group per piece; the reader gives the same
+    lookups, update rows, replay and statistics as a trace of whole batches, in pieces
+    or whole; the bytes do not depend on the workers."""
+    from replay.analysis.stats import inspect_trace
+    from replay.trace.reader import open_trace
+    from replay.workload.generator import generate
+
+    spec = small_spec(batches=10)
+    whole = open_trace(generate(spec, tmp_path / "whole", workers=2))
+    assert not whole.pieces
+    monkeypatch.setattr(fmt, "ROW_GROUP_TARGET_LOOKUPS", 60)
+    monkeypatch.setattr(fmt, "PIECE_MIN_LOOKUPS", 120)
+    cut = open_trace(generate(spec, tmp_path / "cut", workers=2))
+    one = generate(spec, tmp_path / "one", workers=1)
+    assert _files(one) == _files(cut.path)
+    g = GeneratedTrace(spec, threads=1)
+    assert cut.pieces == g.pieces and cut.piece_lookups == g.piece_lookups > 0
+    assert cut.manifest["layout"]["batch_pieces"] == [list(p) for p in g.pieces]
+    for kind in ("lookups", "updates"):
+        a, b = getattr(whole, kind)(), getattr(cut, kind)()
+        for name in ("batch", "table", "row"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), (kind, name)
+    # the replay stream, in pieces (as on the fly) and whole (as the whole trace)
+    for derived in (False, True):
+        kw = {"read_ahead": 0, "with_distinct": True, "updates_from_lookups": derived}
+        mine = list(iter_batch_ranges(cut, pieces=True, **kw))
+        fly = list(iter_batch_ranges(g, pieces=True, **kw))
+        assert [(r.batch_start, r.tables, r.ends_batch) for r in mine] == [
+            (r.batch_start, r.tables, r.ends_batch) for r in fly
+        ]
+        for x, y in zip(mine, fly, strict=True):
+            assert np.array_equal(x.keys, y.keys) and np.array_equal(x.distinct, y.distinct)
+        assert sum(int(r.update_bounds[-1]) for r in mine) == whole.num_updates
+        w = list(iter_batch_ranges(whole, **kw))
+        c = list(iter_batch_ranges(cut, **kw))  # pieces not asked: whole batches
+        assert all(r.tables is None for r in c)
+        assert np.array_equal(
+            np.concatenate([r.keys for r in w]), np.concatenate([r.keys for r in c])
+        )
+        assert np.array_equal(
+            np.concatenate([r.update_keys for r in w]), np.concatenate([r.update_keys for r in c])
+        )
+    # replay (with the statistics from its own pass) and inspect
+    system = resolve_system("hbm-lru", ["policy.capacity_bytes=4000"])
+    assert streams_pieces(cut, system)
+    a = replay_trace(whole, system, inspect=True)
+    b = replay_trace(cut, system, inspect=True)
+    assert json.dumps(a.summary, sort_keys=True) == json.dumps(b.summary, sort_keys=True)
+    for name, column in a.columns.items():
+        assert np.array_equal(column, b.columns[name]), name
+    assert a.workload is not None and b.workload is not None
+    assert {**a.workload, "trace": ""} == {**b.workload, "trace": ""}
+    x = inspect_trace(whole, batch_reuse=True)
+    y = inspect_trace(cut, batch_reuse=True)
+    assert {**x, "trace": ""} == {**y, "trace": ""}

@@ -175,7 +175,7 @@ def replay_trace(
     # a batch too large for a row group (meta-2021: 887 M lookups) comes in pieces of
     # tables where the policy adds them up (`Policy.takes_pieces`) and nothing else needs
     # whole batches: ranges in flight then hold ~1 M lookups, not 887 M
-    pieces = streams_pieces(trace, system, inspect=inspect)
+    pieces = streams_pieces(trace, system)
     # Threads on numba kernels that release the GIL: the reader decodes ahead and counts
     # distinct rows (1 bit per key), the caller runs the policy. With the trace
     # statistics, a third thread feeds the inspector (whose per-row state counts the
@@ -318,13 +318,13 @@ def replay_trace(
     return RunResult(system, columns, checkpointed.log.columns(), summary, meta, workload)
 
 
-def streams_pieces(trace: Source, system: SystemSpec, *, inspect: bool = False) -> bool:
-    """Whether `replay_trace(trace, system, inspect=inspect)` reads batches in pieces of
+def streams_pieces(trace: Source, system: SystemSpec) -> bool:
+    """Whether `replay_trace(trace, system)` reads batches in pieces of
     tables (`iter_batch_ranges(pieces=True)`): where the source cuts its batches
     (`piece_lookups`), the policy adds pieces up (`Policy.takes_pieces`), takes each
     batch's update rows as its distinct lookups, and nothing else needs whole batches
-    (a checkpoint strategy reading update keys, read-after-write counting, the trace
-    statistics fed from the replay's own ranges)."""
+    (a checkpoint strategy reading update keys, read-after-write counting); the trace
+    statistics fed from the replay's own ranges take a batch over several ranges."""
     cls = POLICIES[system.policy.name]
     p = system.policy
     home = system.tier(p.tier if p.name == "static" else p.backing_tier)
@@ -337,7 +337,6 @@ def streams_pieces(trace: Source, system: SystemSpec, *, inspect: bool = False) 
         and cls.updates_from_lookups
         and not STRATEGIES[system.checkpoint.strategy].needs_updates
         and not raw
-        and not (inspect and isinstance(trace, Trace))
     )
 
 

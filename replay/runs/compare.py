@@ -437,7 +437,7 @@ def check_run_memory(
         threads = max(1, _cores() // max(1, min(parallel, len(systems))))
     states = [run_state(source, system, inspect=inspect, threads=threads) for system in systems]
     # whole batches in flight unless every replay takes them in pieces
-    pieced = all(streams_pieces(source, system, inspect=inspect) for system in systems)
+    pieced = all(streams_pieces(source, system) for system in systems)
     piece = int(getattr(source, "piece_lookups", 0)) if pieced and systems else 0
     held = in_flight_bytes(source.num_lookups, source.num_batches, piece)
     estimate = run_estimate(

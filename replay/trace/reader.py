@@ -32,7 +32,14 @@ from replay._threads import lower_priority
 from replay._verified import Identity, Records, identity, now_ns
 from replay.errors import TraceError
 from replay.trace.counts import COUNTS_KEY, decode_counts
-from replay.trace.format import KINDS, LOOKUPS_DIR, UPDATES_DIR, load_manifest, safe_member
+from replay.trace.format import (
+    KINDS,
+    LOOKUPS_DIR,
+    MANIFEST_NAME,
+    UPDATES_DIR,
+    load_manifest,
+    safe_member,
+)
 from replay.trace.writer import sha256_file
 
 
@@ -184,6 +191,31 @@ class Trace:
     @property
     def workload(self) -> dict[str, Any]:
         return self.manifest.get("workload", {})
+
+    @property
+    def pieces(self) -> tuple[tuple[int, int], ...]:
+        """The table ranges each batch is cut into, a row group each (the manifest's
+        `layout.batch_pieces`, `replay.trace.format.plan_pieces`), or () for row groups
+        of whole batches."""
+        layout = self.manifest.get("layout") or {}
+        given = layout.get("batch_pieces") if isinstance(layout, dict) else None
+        try:
+            pieces = tuple((int(t0), int(t1)) for t0, t1 in given or ())
+            if not all(0 <= t0 < t1 <= len(self.table_rows) for t0, t1 in pieces):
+                raise ValueError("a table range out of bounds")
+            int(layout.get("piece_lookups", 0))
+        except (TypeError, ValueError) as exc:
+            raise TraceError(
+                f"{self.path / MANIFEST_NAME}: layout.batch_pieces is not a list of table "
+                f"ranges [t0, t1) ({exc})"
+            ) from None
+        return pieces
+
+    @property
+    def piece_lookups(self) -> int:
+        """The lookups of the largest piece of a batch, or 0 where batches are whole."""
+        layout = self.manifest.get("layout") or {}
+        return int(layout.get("piece_lookups", 0)) if self.pieces else 0
 
     def __repr__(self) -> str:
         return (
@@ -366,6 +398,7 @@ class Trace:
             )
         tables = len(self.table_rows)
         at = int(entry["batch_start"])
+        last_table = tables  # of batch at - 1 in the row groups so far: none continues
         for index, (first, counts) in enumerate(groups):
             rows = meta.row_group(index).num_rows
             if counts.shape[1] > tables or int(counts.sum()) != rows:
@@ -373,12 +406,19 @@ class Trace:
                     f"{member}: row group {index}'s counts do not match its {rows} rows "
                     f"of {tables} tables"
                 )
-            if len(counts) and (first < at or first + len(counts) > entry["batch_stop"]):
+            if not counts.any():
+                continue
+            # a row group may go on with the last batch of the one before (a piece of a
+            # batch cut by tables, `plan_pieces`), from a later table on
+            held = np.flatnonzero(counts[0])
+            goes_on = first == at - 1 and len(held) and int(held[0]) > last_table
+            if (first < at and not goes_on) or first + len(counts) > entry["batch_stop"]:
                 raise TraceError(
                     f"{member}: row group {index} holds batches outside the file's range "
                     f"[{entry['batch_start']}, {entry['batch_stop']}) or out of order"
                 )
-            at = first + len(counts) if len(counts) else at
+            at = first + len(counts)
+            last_table = int(np.flatnonzero(counts[-1])[-1]) if counts[-1].any() else -1
         return groups
 
     def iter_groups(
@@ -431,14 +471,22 @@ class Trace:
         *,
         min_lookups: int = 1 << 20,
         use_threads: bool = True,
+        pieces: bool = False,
     ) -> Iterator[LookupChunk]:
         """Lookups of batches [start, stop) in trace order, in chunks of whole batches.
 
         Row groups are concatenated until a chunk holds at least `min_lookups` lookups.
         `use_threads=False` decodes on the calling thread only (for callers that keep the
-        other cores busy themselves).
+        other cores busy themselves). `pieces`: where the trace cuts its batches into
+        pieces of tables (`self.pieces`), a chunk is one row group, possibly some tables
+        of one batch (in trace order).
         """
-        for cols in _gather(self._iter(LOOKUPS_DIR, start, stop, use_threads), min_lookups):
+        groups = self._iter(LOOKUPS_DIR, start, stop, use_threads)
+        if pieces and self.pieces:
+            for cols in groups:
+                yield LookupChunk(int(cols["batch"][0]), int(cols["batch"][-1]) + 1, **cols)
+            return
+        for cols in _gather(groups, min_lookups):
             yield LookupChunk(int(cols["batch"][0]), int(cols["batch"][-1]) + 1, **cols)
 
     def iter_updates(

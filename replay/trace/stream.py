@@ -304,6 +304,7 @@ class _UpdateKeys:
         # (first batch, update rows per batch, keys), in batch order
         self._pending: list[tuple[int, np.ndarray, np.ndarray]] = []
         self._exhausted = False
+        self._cut = bool(trace.pieces)  # batches in pieces of tables, a row group each
 
     def _piece(self, group: Group) -> tuple[int, np.ndarray, np.ndarray]:
         if group.counts is not None and not self._keys:
@@ -336,9 +337,13 @@ class _UpdateKeys:
 
     def take(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """(keys, bounds) of the update rows of batches [lo, hi); ranges come in order."""
-        # a group that starts at or after hi shows that nothing before hi is left unread
+        # a group that starts at or after hi shows that nothing before hi is left unread;
+        # where batches are cut into pieces (a row group each), the next group may go on
+        # with batch hi - 1: read until one starts at or after hi
         while not self._exhausted and (
-            not self._pending or self._pending[-1][0] + len(self._pending[-1][1]) < hi
+            not self._pending
+            or self._pending[-1][0] + len(self._pending[-1][1]) < hi
+            or (self._cut and self._pending[-1][0] < hi)
         ):
             try:
                 self._pending.append(self._piece(next(self._groups)))
@@ -354,7 +359,7 @@ class _UpdateKeys:
                 continue
             a, b = max(first, lo), min(last, hi)
             cut = np.concatenate([[0], np.cumsum(per_batch)])
-            sizes[a - lo : b - lo] = per_batch[a - first : b - first]
+            sizes[a - lo : b - lo] += per_batch[a - first : b - first]
             parts.append(keys[cut[a - first] : cut[b - first]])
             if last > hi:
                 kept.append((hi, per_batch[hi - first :], keys[cut[hi - first] :]))
@@ -368,7 +373,8 @@ class _UpdateKeys:
 
 
 def _merge(groups: list[Group]) -> Group:
-    """Consecutive counted groups as one (batches between them hold no lookups)."""
+    """Consecutive counted groups as one (batches between them hold no lookups; a group
+    may go on with the last batch of the one before, from a later table: a piece)."""
     if len(groups) == 1:
         return groups[0]
     lo, hi = groups[0].batch_start, groups[-1].batch_stop
@@ -376,9 +382,31 @@ def _merge(groups: list[Group]) -> Group:
     counts = np.zeros((hi - lo, width), dtype=np.int64)
     for g in groups:
         assert g.counts is not None
-        counts[g.batch_start - lo : g.batch_stop - lo, : g.counts.shape[1]] = g.counts
+        counts[g.batch_start - lo : g.batch_stop - lo, : g.counts.shape[1]] += g.counts
     row = np.concatenate([g.columns["row"] for g in groups])
     return Group(lo, hi, counts, {"row": row})
+
+
+def _chains(groups: Iterator[Group]) -> Iterator[list[Group]]:
+    """The row groups in runs where each goes on with the last batch of the one before
+    (pieces of a batch cut by tables, `replay.trace.format.plan_pieces`): most runs are
+    one group."""
+    chain: list[Group] = []
+    for group in groups:
+        last = chain[-1] if chain else None
+        if (
+            last is not None
+            and last.counts is not None
+            and group.counts is not None
+            and group.batch_start < last.batch_stop
+        ):
+            chain.append(group)
+            continue
+        if chain:
+            yield chain
+        chain = [group]
+    if chain:
+        yield chain
 
 
 def _ranges(
@@ -390,6 +418,7 @@ def _ranges(
     with_distinct: bool = False,
     with_runs: bool = False,
     updates_from_lookups: bool = False,
+    pieces: bool = False,
 ) -> Iterator[BatchRange]:
     offsets = table_offsets(trace.table_rows)
     seen = distinct_bitmap(int(offsets[-1]) if with_distinct else 0) if with_distinct else None
@@ -416,11 +445,49 @@ def _ranges(
             )  # fmt: skip
         return replace(r, update_keys=ukeys, update_bounds=ubounds, updates_are_lookups=derived)
 
+    def empty_batches(lo: int, hi: int) -> BatchRange:
+        ukeys, ubounds = update_keys(lo, hi)
+        return BatchRange(
+            lo, hi, empty, np.zeros(hi - lo + 1, dtype=np.int64), ukeys, ubounds,
+            np.zeros(hi - lo, dtype=np.int64) if seen is not None else None,
+            np.array([[0, 0, 0]], dtype=np.int64) if with_runs else None,
+            derived,
+        )  # fmt: skip
+
+    def pieces_of(chain: list[Group]) -> Iterator[BatchRange]:
+        """One range per row group of a batch cut into pieces (its update rows with the
+        first piece)."""
+        b = chain[0].batch_start
+        for i, group in enumerate(chain):
+            assert group.counts is not None
+            held = np.flatnonzero(group.counts[0])
+            tables = (int(held[0]), int(held[-1]) + 1)
+            if i == 0:
+                ukeys, ubounds = update_keys(b, b + 1)
+            else:
+                ukeys, ubounds = empty, np.zeros(2, dtype=np.int64)
+            r = _range_from_counts(b, b + 1, offsets, group, ukeys, ubounds, seen, where, with_runs)
+            yield replace(
+                r, updates_are_lookups=derived, tables=tables, ends_batch=i == len(chain) - 1
+            )
+
     cursor = start
     pending: list[Group] = []
     size = 0
     # decode on this thread only: the caller's kernels use the other core
-    for group in trace.iter_groups(LOOKUPS_DIR, start, stop, ("row",)):
+    for chain in _chains(trace.iter_groups(LOOKUPS_DIR, start, stop, ("row",))):
+        if len(chain) > 1 and pieces and all(g.batch_stop - g.batch_start == 1 for g in chain):
+            if pending:
+                merged = _merge(pending)
+                pending, size = [], 0
+                yield make(cursor, merged)
+                cursor = merged.batch_stop
+            if cursor < chain[0].batch_start:  # batches without lookups before
+                yield empty_batches(cursor, chain[0].batch_start)
+            yield from pieces_of(chain)
+            cursor = chain[0].batch_stop
+            continue
+        group = _merge(chain)  # a batch cut into pieces, whole
         if group.counts is None or size + len(group) >= min_lookups:
             if group.counts is not None:
                 pending.append(group)
@@ -442,13 +509,7 @@ def _ranges(
         yield make(cursor, merged)
         cursor = merged.batch_stop
     if cursor < stop:  # trailing batches without lookups
-        ukeys, ubounds = update_keys(cursor, stop)
-        yield BatchRange(
-            cursor, stop, empty, np.zeros(stop - cursor + 1, dtype=np.int64), ukeys, ubounds,
-            np.zeros(stop - cursor, dtype=np.int64) if seen is not None else None,
-            np.array([[0, 0, 0]], dtype=np.int64) if with_runs else None,
-            derived,
-        )  # fmt: skip
+        yield empty_batches(cursor, stop)
 
 
 def iter_batch_ranges(
@@ -494,7 +555,7 @@ def iter_batch_ranges(
         return
     ranges = _ranges(
         trace, start, stop, min_lookups, with_updates, with_distinct, with_runs,
-        updates_from_lookups,
+        updates_from_lookups, pieces,
     )  # fmt: skip
     if read_ahead <= 0:
         yield from ranges

@@ -175,16 +175,39 @@ class FileTask:
     batch_start: int
     batch_stop: int
     row_groups: tuple[tuple[int, int], ...]
+    # the table ranges each batch is cut into (a row group per piece), or () for whole
+    # batches per row group (`replay.trace.format.plan_pieces`)
+    pieces: tuple[tuple[int, int], ...] = ()
+
+    def groups(self) -> Iterator[tuple[int, int, tuple[int, int] | None]]:
+        """(g0, g1, tables) of each row group the file holds, in trace order."""
+        for g0, g1 in self.row_groups:
+            if not self.pieces:
+                yield g0, g1, None
+                continue
+            for b in range(g0, g1):
+                for tables in self.pieces:
+                    yield b, b + 1, tables
 
 
-def plan_files(spec: WorkloadSpec) -> tuple[dict[str, int], list[FileTask]]:
-    layout = plan_layout(spec.lookups_per_batch, spec.update.accumulate_batches)
+def plan_files(spec: WorkloadSpec) -> tuple[dict[str, Any], list[FileTask]]:
+    """The layout (the manifest's: `plan_layout`, and where batches are cut, their
+    pieces as `batch_pieces` and the largest piece's lookups as `piece_lookups`) and the
+    files to write."""
+    layout: dict[str, Any] = dict(
+        plan_layout(spec.lookups_per_batch, spec.update.accumulate_batches)
+    )
     per_file, per_group = layout["batches_per_file"], layout["batches_per_row_group"]
+    looks = [spec.batch_size * t.pooling for t in spec.tables]
+    pieces = plan_pieces(looks, spec.update.accumulate_batches)
+    if pieces:
+        layout["batch_pieces"] = [list(p) for p in pieces]
+        layout["piece_lookups"] = max(sum(looks[t0:t1]) for t0, t1 in pieces)
     tasks = []
     for index, start in enumerate(range(0, spec.batches, per_file)):
         stop = min(start + per_file, spec.batches)
         groups = tuple((g, min(g + per_group, stop)) for g in range(start, stop, per_group))
-        tasks.append(FileTask(index, start, stop, groups))
+        tasks.append(FileTask(index, start, stop, groups, pieces))
     return layout, tasks
 
 
@@ -318,8 +341,8 @@ def _write_files_here(
 
             def groups() -> Iterator[dict[str, pa.Table]]:
                 pending: deque[Future[dict[str, pa.Table]]] = deque()
-                for g0, g1 in task.row_groups:
-                    pending.append(sample_pool.submit(compiled.row_group, g0, g1))
+                for g0, g1, tables in task.groups():
+                    pending.append(sample_pool.submit(compiled.row_group, g0, g1, tables))
                     if len(pending) >= ROW_GROUPS_AHEAD:
                         group = pending.popleft().result()
                         yield group
@@ -369,5 +392,5 @@ def write_file_task(partial: str, spec: WorkloadSpec, task: FileTask) -> dict[st
     spec and its batch range."""
     compiled = CompiledWorkload.from_spec(spec)
     schemas = {LOOKUPS_DIR: compiled.lookups_schema, UPDATES_DIR: compiled.updates_schema}
-    groups = (compiled.row_group(g0, g1) for g0, g1 in task.row_groups)
+    groups = (compiled.row_group(g0, g1, tables) for g0, g1, tables in task.groups())
     return write_parts(Path(partial), task.index, schemas, groups)
