@@ -24,7 +24,8 @@ from replay.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 # the README, then every page of the site, in a fixed order (each runs in its own folder)
 PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
-# the sizes the pages give, and the ones the test runs (whole examples in seconds)
+# the sizes the pages give, and the ones the test runs (whole examples in seconds); a
+# `python` block that cannot run alone (a snippet for another library) is fenced `py`
 SMALLER = {
     "--batches 1000 --batch-size 2048 --out traces/k": (
         "--batches 20 --batch-size 2048 --out traces/k"
@@ -38,6 +39,10 @@ SMALLER = {
     # the tutorial: its model's replays, and its plans' epoch of 976,563 batches
     "batches = 500 ": "batches = 20 ",
     "--epochs 1 ": "--batches 200 ",
+    # the SSD TBE plan: the preset's 1,000 batches of Criteo Terabyte
+    "--workload criteo-terabyte --system ssd-tbe": (
+        "--workload criteo-terabyte --batches 20 --system ssd-tbe"
+    ),
 }
 INSTALL = ("python3 -m venv", "pip install")
 # what the examples read that a user brings: not outputs, so not git-ignored
@@ -53,6 +58,7 @@ WRITES = {
     "docs/reports.md": ["reports/example/report.md"],
     "docs/scale.md": ["runs/day/summary.json"],
     "docs/systems.md": ["runs/lru/summary.json", "runs/mine/summary.json"],
+    "docs/ssd_tbe_plan.md": ["plans/ssd/plan.json"],
     "docs/trace_format.md": ["traces/k/manifest.json"],
     "docs/tutorial.md": [
         "runs/my-model/compare.json",
