@@ -40,6 +40,14 @@ def test_the_site_builds_strict_with_no_warning(site: tuple[Path, str]) -> None:
         assert built.is_file(), f"{page.name} was not built"
 
 
+def test_each_page_is_in_the_nav_once() -> None:
+    """mkdocs warns of a page left out of the nav, not of one listed twice."""
+    nav = re.findall(r":\s*(\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    twice = sorted({page for page in nav if nav.count(page) > 1})
+    assert not twice, twice
+    assert "cli.md" in nav and "index.md" in nav
+
+
 def test_the_built_cli_reference_has_every_command(site: tuple[Path, str]) -> None:
     """The hook generated cli.md into the site (no copy is committed)."""
     from replay.cli import COMMANDS
