@@ -103,3 +103,189 @@ def test_routed_step_time_at_full_hits_is_the_replays_when_nothing_misses(
     # with every lookup a hit the routed step is at most the replay's (which has misses)
     assert (routed["step_time_s"] <= full.columns["step_time_s"] + 1e-15).all()
     assert (routed["rank_hits"] == routed["rank_lookups"]).all()
+
+
+# -- the exact heads from one batch in pieces -------------------------------------------
+
+
+def _batch_keys(spec: WorkloadSpec, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """(flat keys of one whole batch, table offsets), generated at once."""
+    from replay.trace.keys import table_offsets
+    from replay.workload.generator import CompiledWorkload
+
+    compiled = CompiledWorkload.from_spec(spec)
+    offsets = table_offsets(np.array([t.rows for t in spec.tables], dtype=np.int64))
+    _, table, row = compiled.lookups(batch, batch + 1)
+    return offsets[table.astype(np.int64)] + row.astype(np.int64), offsets
+
+
+def _pieces_of(spec: WorkloadSpec, batch: int):  # type: ignore[no-untyped-def]
+    from replay.trace.keys import table_offsets
+    from replay.workload.generator import CompiledWorkload
+
+    compiled = CompiledWorkload.from_spec(spec)
+    offsets = table_offsets(np.array([t.rows for t in spec.tables], dtype=np.int64))
+
+    def pieces_of():  # type: ignore[no-untyped-def]
+        for piece in compiled.pieces:
+            _, table, row = compiled.lookups(batch, batch + 1, piece)
+            yield piece, offsets[table.astype(np.int64)] + row.astype(np.int64)
+
+    return pieces_of, compiled
+
+
+def _distinct(spec: WorkloadSpec) -> np.ndarray:
+    from replay.analysis.touched_model import expected_touched
+
+    return expected_touched(spec, [1], kind="lookups")[:, 0]
+
+
+def _heads_spec() -> WorkloadSpec:
+    return spec_from_dict(
+        {
+            "name": "heads",
+            "batch_size": 512,
+            "batches": 8,
+            "seed": 2,
+            "tables": [
+                {
+                    "name": f"t{i}",
+                    "rows": (20_000, 3_000, 60_000)[i % 3],
+                    "alpha": 0.9,
+                    "pooling": 1 + i % 4,
+                }
+                for i in range(12)
+            ],
+        }
+    )
+
+
+def test_one_batch_heads_blocks_are_the_heads_of_their_excerpts(
+    tiny_pieces: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per table: each block is an ExactHead fed that slice of the table's lookups in
+    the batch. In total: with a target no block reaches, the 16 blocks tile the batch
+    and each is an ExactHead fed its tile. Both from a batch generated whole."""
+    import replay.analysis.head_pieces as hp
+    from replay.analysis.head import ExactHead
+
+    monkeypatch.setattr(hp, "HEAD_LOOKUPS", 1 << 40)  # total blocks: whole tiles
+    # heads small enough to fill within a block of this small batch (a real one's are
+    # 2^20 keys against ~128 M distinct rows a batch)
+    monkeypatch.setattr(hp, "head_capacity", lambda d, res, rows: min(128, int(rows)))
+    monkeypatch.setattr(hp, "HEAD_MIN_BLOCK_LOOKUPS", 64)
+    spec = _heads_spec()
+    pieces_of, compiled = _pieces_of(spec, 3)
+    assert len(compiled.pieces) > 3
+    keys, offsets = _batch_keys(spec, 3)
+    looks = compiled.table_lookups
+    resolution = 1 << 10
+    heads = hp.one_batch_heads(pieces_of, offsets, looks, resolution, _distinct(spec))
+    assert len(heads) == 1 + len(spec.tables)
+    total = heads[0]
+    edges = [j * len(keys) // 16 for j in range(17)]
+    ref = ExactHead(int(offsets[-1]), total.capacity)
+    for j in range(16):
+        ref.start_block(warm=True)
+        ref.feed(keys[edges[j] : edges[j + 1]])
+    np.testing.assert_array_equal(total.counts, ref.block_counts())
+    assert total.counted > 0
+    starts = np.concatenate([[0], np.cumsum(looks)])
+    for t, head in enumerate(heads[1:]):
+        sub = keys[starts[t] : starts[t + 1]] - offsets[t]
+        ref = ExactHead(int(offsets[t + 1] - offsets[t]), head.capacity)
+        for a, b in hp.table_blocks(len(sub), head.capacity):
+            ref.start_block(warm=True)
+            ref.feed(sub[a:b])
+        np.testing.assert_array_equal(head.counts, ref.block_counts(), err_msg=f"table {t}")
+    assert any(h.usable for h in heads[1:])
+
+
+def test_one_batch_total_blocks_stop_at_their_target(
+    tiny_pieces: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import replay.analysis.head_pieces as hp
+
+    monkeypatch.setattr(hp, "head_capacity", lambda d, res, rows: min(64, int(rows)))
+    monkeypatch.setattr(hp, "HEAD_LOOKUPS", 16 * 600)  # a target below a tile's lookups
+
+    spec = _heads_spec()
+    pieces_of, compiled = _pieces_of(spec, 0)
+    _, offsets = _batch_keys(spec, 0)
+    total = hp.one_batch_heads(
+        pieces_of, offsets, compiled.table_lookups, 1 << 10, _distinct(spec)
+    )[0]
+    counted = total.counts[:, -1]
+    target = max(hp.HEAD_LOOKUPS // hp.HEAD_BLOCKS, 8 * total.capacity)
+    # every block counted, none more than its target plus one piece
+    assert len(counted) == 16 and (counted > 0).all()
+    assert counted.max() <= target + max(compiled.table_lookups)
+
+
+def test_spread_blocks() -> None:
+    from replay.analysis.head_pieces import spread_blocks
+
+    assert spread_blocks(100, 10, 4) == [(0, 10), (30, 40), (60, 70), (90, 100)]
+    assert spread_blocks(100, 40, 4) == [(0, 50), (50, 100)]
+    assert spread_blocks(0, 10, 4) == []
+
+
+def test_one_batch_heads_only_above_their_size() -> None:
+    from replay.analysis.head_pieces import HEAD_FULL_MAX_LOOKUPS, one_batch_heads_wanted
+
+    assert not one_batch_heads_wanted(1000, 26_214_400, ((0, 1), (1, 2)))  # 400 tables
+    assert one_batch_heads_wanted(216_000, 887_029_760, ((0, 1), (1, 2)))  # meta-2021
+    assert not one_batch_heads_wanted(216_000, 887_029_760, ())  # whole batches
+    assert one_batch_heads_wanted(16, HEAD_FULL_MAX_LOOKUPS // 16 + 1, ((0, 1),))
+
+
+# -- touched(k) in closed form ------------------------------------------------------------
+
+
+def test_expected_touched_against_the_count_of_generated_windows() -> None:
+    from replay.analysis.horizon import TouchedCounter
+    from replay.analysis.touched_model import expected_touched
+
+    spec = spec_from_dict(
+        {
+            "name": "iid",
+            "batch_size": 256,
+            "batches": 300,
+            "seed": 9,
+            "tables": [
+                {"name": "a", "rows": 5000, "alpha": 1.1, "pooling": 4},
+                {"name": "b", "rows": 20_000, "alpha": 0.8, "pooling": 2,
+                 "hot_shares": [0.05, 0.02]},
+                {"name": "c", "rows": 300, "alpha": 0.5, "pooling": 1, "rank_offset": 3.0},
+                {"name": "d", "rows": 1000, "alpha": 1.0, "pooling": 1, "frozen": True},
+            ],
+        }
+    )  # fmt: skip
+    ks = [1, 2, 5, 20]
+    src = GeneratedTrace(spec)
+    counter = TouchedCounter(src.table_rows, spec.batches, batches=ks)
+    counter.feed_source(src, "lookups")
+    measured = counter.curve(1.0, "lookups", tuple(src.table_names)).per_table
+    model = expected_touched(spec, ks, kind="lookups")
+    # mean over ~300 windows: within 1% (the Poisson model within 1e-3 of the binomial)
+    np.testing.assert_allclose(model, measured, rtol=0.01)
+    updates = expected_touched(spec, ks, kind="updates")
+    assert (updates[3] == 0).all() and (updates[:3] == model[:3]).all()
+
+
+def test_plan_touched_takes_the_closed_form_only_for_large_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import replay.analysis.touched_plan as tp
+    from replay.workload.sampled import open_sampled_workload
+
+    spec = small_spec(batches=64, batch_size=64)
+    horizon = open_sampled_workload(spec, 0.5)
+    _, info = tp.plan_touched(horizon, spec)
+    assert "closed form" not in str(info.get("exact_from"))
+    monkeypatch.setattr(tp, "PREFIX_MAX_LOOKUPS", 10)
+    curve, info = tp.plan_touched(horizon, spec)
+    assert "closed form" in info["exact_from"]
+    from replay.analysis.touched_model import expected_touched
+
+    np.testing.assert_allclose(curve.rows, expected_touched(spec, curve.batches).sum(axis=0))

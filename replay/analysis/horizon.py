@@ -51,6 +51,7 @@ from replay._intrinsics import PREFETCH_AHEAD, prefetch
 from replay._jit import kernel
 from replay._malloc import state_array
 from replay.analysis.head import HeadCurve, _split_by_table, head_curves
+from replay.analysis.head_pieces import one_batch_heads, one_batch_heads_wanted
 from replay.analysis.mrc import (
     MrcResult,
     _exact_result,
@@ -513,6 +514,30 @@ def _full_stream_heads(src: Any, resolution: int) -> list[HeadCurve] | None:
                 _, table, row = compiled.lookups(g0, min(g0 + step, b))
                 yield offsets[table.astype(np.int64)] + row.astype(np.int64)
 
+        pieces = compiled.pieces
+        if one_batch_heads_wanted(int(src.num_batches), int(spec.lookups_per_batch), pieces):
+            # production scale (`replay.analysis.head_pieces`): one batch, in pieces
+            middle = int(src.num_batches) // 2
+
+            def pieces_of() -> Iterator[tuple[tuple[int, int], np.ndarray]]:
+                for piece in pieces:
+                    _, table, row = compiled.lookups(middle, middle + 1, piece)
+                    yield piece, offsets[table.astype(np.int64)] + row.astype(np.int64)
+
+            from replay.analysis.touched_model import expected_touched
+
+            cache[resolution] = one_batch_heads(
+                pieces_of, offsets, compiled.table_lookups, resolution,
+                expected_touched(spec, [1], kind="lookups")[:, 0],
+            )  # fmt: skip
+            src.__dict__["heads_basis"] = (
+                f"the sampled curves' exact heads (sizes up to {cache[resolution][0].capacity:,} "
+                f"rows in total) are counted in batch {middle:,} alone, read in "
+                f"{len(pieces)} pieces of tables, 16 blocks within it (16 whole batches "
+                f"would be {min(16, int(src.num_batches)) * int(spec.lookups_per_batch):,} "
+                "lookups; replay.analysis.head_pieces)"
+            )
+            return cache[resolution]
         cache[resolution] = head_curves(
             keys_of, int(src.num_batches), int(spec.lookups), offsets, resolution,
             total=True, per_table=True,

@@ -126,7 +126,9 @@ from replay.analysis.horizon import (
     source_sample_rate,
     touched_curve,
 )
+from replay.analysis.touched_model import closed_form_wanted, expected_touched
 from replay.errors import ConfigError
+from replay.trace.keys import curve_batches
 from replay.workload.spec import WorkloadSpec
 
 PREFIX_LOOKUPS = 1 << 24  # lookups of the full stream counted exactly, about
@@ -297,6 +299,10 @@ def plan_touched(
     rate = source_sample_rate(horizon)
     if threads is None:
         threads = getattr(horizon, "threads", None)
+    wanted = isinstance(spec, WorkloadSpec) and closed_form_wanted(spec, PREFIX_MAX_LOOKUPS)
+    if rate < 1.0 and wanted:
+        # production scale: one batch is more than the prefix may count (`touched_model`)
+        return _closed_form(horizon, spec, kind, batches, rate)
     if sampled is None:
         if batches is None:
             sampled = touched_curve(horizon, kind=kind, threads=threads)
@@ -332,6 +338,38 @@ def plan_touched(
     )
     above_text = f"{_rate_text(rate)}: {how}, above {prefix:,} batches"
     return joined, _info(prefix, exact_from, above_text, rate, ks, errors, above)
+
+
+def _closed_form(
+    horizon: Any, spec: WorkloadSpec, kind: str, batches: Any, rate: float
+) -> tuple[TouchedCurve, dict[str, Any]]:
+    """touched(k) at every window of the grid from the spec in closed form
+    (`replay.analysis.touched_model`), with its basis; nothing is generated or read."""
+    run = int(horizon.num_batches)
+    ks = (
+        curve_batches(run)
+        if batches is None
+        else np.unique(np.asarray(batches, dtype=np.int64))
+    )
+    per_table = expected_touched(spec, ks, kind)
+    curve = TouchedCurve(
+        batches=ks, rows=per_table.sum(axis=0), per_table=per_table, sample_rate=rate,
+        num_batches=run, kind=kind, table_names=tuple(getattr(horizon, "table_names", ())),
+    )  # fmt: skip
+    # the run's own mean over its windows differs from E D(k) by this much at most
+    m = np.minimum(1.0, (2 * ks - 1) / np.maximum(run - ks + 1, 1))
+    errors = np.sqrt(m / np.maximum(curve.rows, 1.0))
+    info = _info(run, None, "none: the closed form at every k", rate, ks, errors, "sample")
+    info["exact_from"] = (
+        f"the spec in closed form at every k (one batch is {spec.lookups_per_batch:,} lookups, "
+        f"more than the {PREFIX_MAX_LOOKUPS:,} the exact prefix may count): E D(k) = sum over "
+        "ranks of 1 - exp(-k L p), per table, its batches i.i.d. (replay.analysis.touched_model)"
+    )
+    info["relative_error"]["stated_from"] = (
+        "the run's own mean over its windows about E D(k): sqrt(m(k, B) / T(k)) at most; "
+        "m(k, n) = min(1, (2k - 1) / (n - k + 1)), T = touched"
+    )
+    return curve, info
 
 
 def _info(

@@ -140,6 +140,15 @@ def span_batches(spec: WorkloadSpec, batches: int) -> int:
     return max(1, min(batches, SPAN_BATCHES, fit))
 
 
+def _closed_form(spec: WorkloadSpec) -> bool:
+    """Whether the distinct rows per batch come from the spec in closed form: one batch
+    is more than `SPAN_MAX_LOOKUPS` lookups (counting it would hold its distinct keys,
+    ~128 M for meta-2021, in a map)."""
+    from replay.analysis.touched_model import closed_form_wanted
+
+    return closed_form_wanted(spec, SPAN_MAX_LOOKUPS)
+
+
 def _distinct_per_batch(src: Any, rate: float) -> np.ndarray:
     """Mean distinct rows looked up per batch, per table, over the source (divided by R):
     touched(1) over the lookups, exact (integer counts until the final division)."""
@@ -223,7 +232,13 @@ def torchrec_stats(
     if curves is None:
         curves = per_table_mrc(src, sizes, threads=threads)
     spec = getattr(src, "spec", None)
-    if rate < 1.0 and isinstance(spec, WorkloadSpec):  # i.i.d. batches: see the docstring
+    if rate < 1.0 and isinstance(spec, WorkloadSpec) and _closed_form(spec):
+        # production scale: one batch is too large to count (`replay.analysis.touched_model`)
+        from replay.analysis.touched_model import expected_touched
+
+        distinct = expected_touched(spec, [1], kind="lookups")[:, 0]
+        lookups_from = "the spec in closed form (E D(1), replay.analysis.touched_model)"
+    elif rate < 1.0 and isinstance(spec, WorkloadSpec):  # i.i.d. batches: see the docstring
         from replay.workload.onthefly import GeneratedTrace
 
         span = span_batches(spec, int(src.num_batches))

@@ -485,6 +485,41 @@ def _stream_full(
     return out
 
 
+def _closed_distinct(
+    spec: Any, placement: Placement, counted: _Streams
+) -> tuple[np.ndarray, str] | None:
+    """At production scale (one batch over `SPAN_MAX_LOOKUPS`, i.i.d. batches: the rule
+    of `replay.plan.torchrec`), each counted stream's mean distinct rows per batch from
+    the spec in closed form (`replay.analysis.touched_model`): a whole table's E D_t(1);
+    a data-parallel replica's, its rank's samples only (1 / W of the lookups); a row
+    block of a permuted table, its share of the rows x E D_t(1) (each rank equally
+    likely in any row: the expectation over the permutation). None elsewhere, or where a
+    row-blocked table's rows are not permuted."""
+    from replay.analysis.touched_model import closed_form_wanted, expected_touched
+    from replay.plan.torchrec import SPAN_MAX_LOOKUPS
+    from replay.workload.spec import WorkloadSpec
+
+    if not isinstance(spec, WorkloadSpec) or not closed_form_wanted(spec, SPAN_MAX_LOOKUPS):
+        return None
+    world = placement.world
+    per_table = np.bincount(counted.table, minlength=len(spec.tables))
+    rows = np.array([t.rows for t in spec.tables], dtype=np.float64)
+    whole = expected_touched(spec, [1.0, 1.0 / world], kind="lookups")
+    out = np.zeros(len(counted.table))
+    for i, t in enumerate(counted.table.tolist()):
+        replica = placement.entry(t).type == DATA_PARALLEL and per_table[t] > 1
+        if replica:
+            out[i] = whole[t, 1]
+            continue
+        if int(counted.height[i]) < rows[t] and spec.tables[t].mapping != "permuted":
+            return None
+        out[i] = whole[t, 0] * float(counted.height[i]) / rows[t]
+    return out, (
+        "the spec in closed form (E D(1) per table, a row block's share of its rows, a "
+        "replica's 1 / W of the lookups; replay.analysis.touched_model)"
+    )
+
+
 def _span_distinct(
     horizon: Any, spec: Any, placement: Placement, counted: _Streams, rate: float
 ) -> tuple[np.ndarray, str]:
@@ -493,6 +528,9 @@ def _span_distinct(
     from replay.workload.spec import WorkloadSpec
 
     table_rows = np.asarray(horizon.table_rows, dtype=np.int64)
+    closed = _closed_distinct(spec, placement, counted)
+    if closed is not None:
+        return closed
     if isinstance(spec, WorkloadSpec):
         from replay.workload.onthefly import GeneratedTrace
 
