@@ -276,10 +276,34 @@ def plan_cluster(
             f"({format_bytes(cluster.gpu_memory_bytes)}, cluster.gpu_memory_bytes)"
         )
 
-    say(f"cluster: steady-state replay on {world} GPUs")
-    capacity = span_capacity(steady_source, placement, budget_rows, base.policy.name)
-    system = _cluster_system(system_name, sets, capacity)
-    result = replay_cluster(steady_source, system, placement)
+    routed = routed_steady(spec, base)
+    scaling: dict[str, Any] | None = None
+    if routed:
+        # production scale (`replay.engine.cluster_routed`): the span routed in pieces,
+        # the caches' hits from each GPU's curve at the budget; the scaling points from
+        # the same read
+        say(f"cluster: routing {ROUTED_BATCHES} batch in pieces on {world} GPUs and at each "
+            "GPU count (no caches: hits from the per-GPU curves)")  # fmt: skip
+        capacity = budget_rows
+        system = _cluster_system(system_name, sets, capacity)
+        at_budget = np.array([0.0 if h is None else float(h) for h in hits])
+        result, scaling = _routed_span(
+            base, system_name, sets, spec, loads, placement, system, at_budget,
+            nodes=cluster.nodes,
+        )  # fmt: skip
+    else:
+        say(f"cluster: steady-state replay on {world} GPUs")
+        capacity = span_capacity(steady_source, placement, budget_rows, base.policy.name)
+        system = _cluster_system(system_name, sets, capacity)
+        result = replay_cluster(steady_source, system, placement)
+    if routed:
+        notes.append(
+            "basis: the steady state and the scaling points are "
+            + ROUTED_STEADY.format(
+                span=ROUTED_BATCHES, lookups=int(result.columns["lookups"].sum())
+            )
+            + "; the scaling's step times put every GPU at the mean per-GPU hit"
+        )
     step = np.asarray(result.columns["step_time_s"], dtype=np.float64)
     step_basis = STEP_BASIS
     columns = result.columns
@@ -336,9 +360,10 @@ def plan_cluster(
     comparison = _compare_shardings(
         base, horizon, loads, chosen, curves, budget_rows, rate=rate, spec=spec
     )
-    scaling = _scaling(
-        base, system_name, sets, steady_source, loads, spec, budget_rows, nodes=cluster.nodes
-    )
+    if scaling is None:
+        scaling = _scaling(
+            base, system_name, sets, steady_source, loads, spec, budget_rows, nodes=cluster.nodes
+        )
     method_curves = "exact stack distances per GPU" if exact else f"SHARDS at R = {rate:g} per GPU"
     doc: dict[str, Any] = {
         "nodes": int(cluster.nodes),
@@ -383,7 +408,9 @@ def plan_cluster(
             "batches); bytes = rows x the row's bytes, sizes 5% apart, never extrapolated",
             "error_bound": float(np.max(bounds, initial=0.0)),
             "sharding": _sharding_method(chosen.basis, spec is not None),
-            "steady": f"cluster replay of the plan's steady span ({span} batches), means "
+            "steady": ROUTED_STEADY.format(span=span, lookups=int(result.columns["lookups"].sum()))
+            if routed
+            else f"cluster replay of the plan's steady span ({span} batches), means "
             "over its second half; a cache of the budget per GPU, no checkpointing"
             + (
                 f" (replayed with {capacity:,} rows per GPU, the most distinct rows a GPU "
@@ -403,7 +430,14 @@ def plan_cluster(
             "step_time": step_basis,
             "comparison": "per sharding: one curve pass over the run, each GPU's LRU hit at "
             "the budget and its lookups",
-            "scaling": f"auto sharding at each GPU count, {scaling['batches']} batches "
+            "scaling": (
+                f"auto sharding at each GPU count, the same {scaling['batches']} batch "
+                "routed in pieces (all-to-all, all-reduce, imbalance exact for it), the step "
+                "time with every GPU at the mean per-GPU hit at the budget of the user's "
+                "cluster"
+            )
+            if routed
+            else f"auto sharding at each GPU count, {scaling['batches']} batches "
             "replayed each from cold caches, means over every batch (all-to-all, "
             "all-reduce, step time, imbalance)",
         },
@@ -479,6 +513,77 @@ def _compare_shardings(
         )
         out.append(entry)
     return out
+
+
+# a batch above this many lookups: the steady span is routed in pieces, not replayed
+# with caches (`replay.engine.cluster_routed`); one batch of it
+ROUTED_MIN_LOOKUPS = 1 << 27
+ROUTED_BATCHES = 1
+ROUTED_STEADY = (
+    "at production scale ({lookups:,} lookups in {span} batch): the batch routed in pieces "
+    "of tables without caches (replay.engine.cluster_routed: per-GPU lookups, update rows, "
+    "all-to-all and all-reduce exactly as the cluster replay routes them); each GPU's hits "
+    "= its lookups x its curve's hit at the budget (SHARDS over the whole run, above), its "
+    "other counters a full LRU cache's (every miss fills and evicts a dirty row); no "
+    "checkpointing"
+)
+
+
+def routed_steady(spec: Any, base: Any) -> bool:
+    """Whether the cluster's steady state is routed without caches (`ROUTED_STEADY`): a
+    workload whose batch has more than `ROUTED_MIN_LOOKUPS` lookups, an LRU policy."""
+    from replay.engine.cluster_routed import routed_policy_ok
+
+    return (
+        spec is not None
+        and int(spec.lookups_per_batch) > ROUTED_MIN_LOOKUPS
+        and routed_policy_ok(base)
+    )
+
+
+def _routed_span(
+    base: Any, name: str, sets: Sequence[str], spec: Any, loads: Any, placement: Any,
+    system: Any, at_budget: np.ndarray, *, nodes: int,
+) -> tuple[Any, dict[str, Any]]:  # fmt: skip
+    """The user's cluster and the scaling points (`_scaling`'s GPU counts) from one read
+    of `ROUTED_BATCHES` in pieces (`replay.engine.cluster_routed.route_clusters`)."""
+    from types import SimpleNamespace
+
+    from replay.engine.cluster_routed import route_clusters
+    from replay.workload.onthefly import GeneratedTrace
+
+    span = GeneratedTrace(spec.with_overrides(batches=ROUTED_BATCHES))
+    cluster = base.cluster
+    jobs: list[tuple[Any, Any, Any]] = [(system, placement, at_budget)]
+    mean_hit = float(at_budget.mean()) if len(at_budget) else 0.0
+    points: list[dict[str, Any]] = []
+    index: list[int | None] = []
+    for n in sorted({*SCALING_NODES, int(nodes)}):
+        point: dict[str, Any] = {"nodes": n, "gpus": n * cluster.gpus_per_node}
+        points.append(point)
+        try:
+            placed = _placement(base, span, loads, sharding="auto", nodes=n)
+        except ConfigError as exc:
+            point.update(fits=False, why=str(exc))
+            index.append(None)
+            continue
+        sized = dataclasses.replace(system, cluster=dataclasses.replace(system.cluster, nodes=n))
+        index.append(len(jobs))
+        jobs.append((sized, placed.placement, np.full(placed.placement.world, mean_hit)))
+    results = route_clusters(span, jobs)
+    for point, j in zip(points, index, strict=True):
+        if j is None:
+            continue
+        cols = results[j]
+        point.update(
+            fits=True,
+            all_to_all_s_per_batch=float(np.mean(cols["all_to_all_s"])),
+            all_to_all_bytes_per_batch=float(np.mean(cols["all_to_all_bytes"])),
+            allreduce_s_per_batch=float(np.mean(cols["allreduce_s"])),
+            step_time_s=float(np.mean(cols["step_time_s"])),
+            imbalance=float(np.mean(cols["imbalance"])),
+        )
+    return SimpleNamespace(columns=results[0]), {"batches": ROUTED_BATCHES, "points": points}
 
 
 def _scaling(

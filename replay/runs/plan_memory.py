@@ -70,10 +70,14 @@ from replay._memory import (
     row_space,
 )
 from replay._units import format_bytes
-from replay.analysis.touched_plan import iid_batches, prefix_batches
+from replay.analysis.head_pieces import one_batch_heads_wanted
+from replay.analysis.touched_model import closed_form_wanted
+from replay.analysis.touched_plan import PREFIX_MAX_LOOKUPS, iid_batches, prefix_batches
+from replay.plan.cluster import routed_steady
 from replay.plan.plan import PlanRequest, request_sample_rate, steady_batches
 from replay.plan.policies import MINIATURE_POLICIES
-from replay.plan.torchrec import span_batches
+from replay.plan.systems_model import modelled_wanted
+from replay.plan.torchrec import SPAN_MAX_LOOKUPS, span_batches
 from replay.workload.sampled import MAX_GROUP_BATCHES, MAX_GROUP_CELLS, SETUP_CHUNK_ROWS
 from replay.workload.spec import WorkloadSpec
 
@@ -97,6 +101,9 @@ TOUCHED_MAP_BYTES_PER_KEY = 4 * 16  # else a map of (key, last batch), up to 4 s
 # local key twice and its batch's per-rank counts (the cluster replay's count and emit)
 CLUSTER_ROUTED_BYTES_PER_LOOKUP = 24
 CLUSTER_SLOT_BYTES = 96  # a cache slot of the cluster replay, its hash entries included
+# a lookup of a piece the routing-only pass holds beyond the piece's columns: its rank
+# and local key (12 B), its update key (8 B) (`replay.engine.cluster_routed`)
+ROUTED_PIECE_BYTES = 20
 
 
 def _shape(source: Any) -> tuple[list[int], int, int]:
@@ -171,6 +178,11 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         parts.append(("exact heads of the sampled curves", kept))
         notes.append(how)
         chunk = max(1, (1 << 20) // max(per_batch, 1)) * per_batch
+        piece = _piece_lookups(source)
+        if piece and one_batch_heads_wanted(batches, per_batch, (piece,)):
+            # production scale: the heads read one batch piece by piece (`head_pieces`)
+            chunk = piece
+            notes.append("production scale: the heads read one batch in pieces of tables")
         sampled = mrc_estimate(rows, lookups, rate).total
         # the sampled rows' ids, weights and alias tables (`replay.workload.sampled`),
         # built by set-up tasks that each test `SETUP_CHUNK_ROWS` rows, and kept
@@ -193,6 +205,9 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         curves = max(mrc_estimate(rows, lookups, None).total, touched)
         notes.append(f"exact curves over {format_count(total)} rows")
     steady = 0
+    modelled = isinstance(source, WorkloadSpec) and modelled_wanted(source)
+    if modelled:
+        notes.append("production scale: the systems' steady state modelled, not replayed")
     if isinstance(source, WorkloadSpec):
         span = source.with_overrides(batches=steady_batches(source))
         steady_source: Any = GeneratedTrace(span, threads=threads)
@@ -220,16 +235,26 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         )
         steady = max(steady, replay_bytes)
     steady += in_flight
+    if modelled:
+        steady = 0  # `replay.plan.systems_model`: arithmetic on the curve, nothing replayed
     stages = {"curves": curves, "systems' steady state": steady}
     if policies:
         stages["cache policies' replays"] = policies
-    if isinstance(source, WorkloadSpec) and rate < 1.0:
+    closed = isinstance(source, WorkloadSpec) and closed_form_wanted(source, SPAN_MAX_LOOKUPS)
+    if closed:
+        notes.append("production scale: distinct rows per batch and touched(k) in closed form")
+    if isinstance(source, WorkloadSpec) and rate < 1.0 and not closed:
         # torchrec.json's distinct rows per batch: a few full batches, their keys in a map
         span = span_batches(source, batches)
         stages["distinct rows per batch"] = span * per_batch * TOUCHED_MAP_BYTES_PER_KEY // 4 + (
             _in_flight(source, span, threads + AHEAD + 1)
         )
-    if isinstance(source, WorkloadSpec) and rate < 1.0 and iid_batches(source):
+    if (
+        isinstance(source, WorkloadSpec)
+        and rate < 1.0
+        and iid_batches(source)
+        and not closed_form_wanted(source, PREFIX_MAX_LOOKUPS)
+    ):
         # touched(k) for small k: the run's first P batches generated in full and counted
         # (`replay.analysis.touched_plan`): a dense array over the rows, or their keys in a map
         prefix = prefix_batches(source, rate, batches)
@@ -242,12 +267,18 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
             source, prefix, threads + AHEAD + 1
         )
     if systems and systems[0].cluster is not None:
+        routed = isinstance(source, WorkloadSpec) and routed_steady(source, systems[0])
         stages["cluster: per-GPU curves and replay"] = _cluster_stage(
-            systems[0], rows, per_batch, batches, rate, steady_lookups, in_flight
-        )
+            systems[0], rows, per_batch, batches, rate, steady_lookups, in_flight,
+            _piece_lookups(source) if routed else 0,
+        )  # fmt: skip
         notes.append(
             f"cluster of {systems[0].cluster.world_size} GPUs: per-GPU curves in one pass, "
-            "a steady replay with caches of the span's distinct rows per GPU"
+            + (
+                "one batch routed in pieces without caches (production scale)"
+                if routed
+                else "a steady replay with caches of the span's distinct rows per GPU"
+            )
         )
     which = max(stages, key=lambda k: stages[k])
     parts.append((f"the largest stage ({which})", stages[which]))
@@ -259,12 +290,24 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
     return Estimate("replay plan", tuple(parts), detail, tuple(notes))
 
 
+def _piece_lookups(source: Any) -> int:
+    """The largest piece's lookups where a spec's batches are cut into pieces, else 0."""
+    if not isinstance(source, WorkloadSpec):
+        return 0
+    from replay.trace.format import plan_pieces
+
+    looks = [int(source.batch_size) * int(t.pooling) for t in source.tables]
+    pieces = plan_pieces(looks, source.update.accumulate_batches)
+    return max((sum(looks[a:b]) for a, b in pieces), default=0)
+
+
 def _cluster_stage(
     system: Any, rows: list[int], per_batch: int, batches: int, rate: float,
-    steady_lookups: int, in_flight: int,
+    steady_lookups: int, in_flight: int, piece: int = 0,
 ) -> int:  # fmt: skip
     """Bytes of the cluster's largest part (module docstring): the per-GPU curves or the
-    steady cluster replay."""
+    steady cluster replay (`piece` > 0: routed in pieces of that many lookups without
+    caches, `replay.engine.cluster_routed`)."""
     from replay.policies import POLICIES
 
     total = row_space(rows)
@@ -272,6 +315,14 @@ def _cluster_stage(
     chunk = max(1, (1 << 20) // max(per_batch, 1)) * per_batch
     curves = mrc_estimate(rows, lookups, rate if rate < 1.0 else None).total
     curves += math.ceil(chunk * rate) * CLUSTER_ROUTED_BYTES_PER_LOOKUP
+    if piece:
+        # a piece in flight per reader thread and the routed one: its columns, flat keys,
+        # update keys and each route's rank and local key
+        from replay.runs.compare import _cores
+        from replay.workload.onthefly import AHEAD
+
+        routed = (_cores() + AHEAD + 2) * piece * (IN_FLIGHT_BYTES_PER_LOOKUP + ROUTED_PIECE_BYTES)
+        return max(curves, routed)
     cls = POLICIES[system.policy.name]
     replay = (
         math.ceil(total * cls.state_bytes_per_key)
