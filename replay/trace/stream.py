@@ -19,6 +19,7 @@ import numpy as np
 from replay._intrinsics import ix
 from replay._jit import kernel
 from replay._threads import read_ahead as read_ahead_items
+from replay.errors import TraceError
 from replay.trace.counts import keys_from_counts, runs_of
 from replay.trace.format import LOOKUPS_DIR, UPDATES_DIR
 from replay.trace.keys import (
@@ -387,26 +388,28 @@ def _merge(groups: list[Group]) -> Group:
     return Group(lo, hi, counts, {"row": row})
 
 
-def _chains(groups: Iterator[Group]) -> Iterator[list[Group]]:
-    """The row groups in runs where each goes on with the last batch of the one before
-    (pieces of a batch cut by tables, `replay.trace.format.plan_pieces`): most runs are
-    one group."""
-    chain: list[Group] = []
-    for group in groups:
-        last = chain[-1] if chain else None
-        if (
-            last is not None
-            and last.counts is not None
+def _linked(groups: Iterator[Group]) -> Iterator[tuple[Group, bool, bool]]:
+    """(group, whether it goes on with the last batch of the group before, whether the
+    next group goes on with its last batch), one group ahead: pieces of a batch cut by
+    tables (`replay.trace.format.plan_pieces`) come as such links, a row group each."""
+
+    def goes_on(before: Group | None, group: Group) -> bool:
+        return (
+            before is not None
+            and before.counts is not None
             and group.counts is not None
-            and group.batch_start < last.batch_stop
-        ):
-            chain.append(group)
-            continue
-        if chain:
-            yield chain
-        chain = [group]
-    if chain:
-        yield chain
+            and group.batch_start < before.batch_stop
+        )
+
+    before: Group | None = None
+    held: Group | None = None
+    for group in groups:
+        if held is not None:
+            yield held, goes_on(before, held), goes_on(held, group)
+            before = held
+        held = group
+    if held is not None:
+        yield held, goes_on(before, held), False
 
 
 def _ranges(
@@ -454,40 +457,52 @@ def _ranges(
             derived,
         )  # fmt: skip
 
-    def pieces_of(chain: list[Group]) -> Iterator[BatchRange]:
-        """One range per row group of a batch cut into pieces (its update rows with the
-        first piece)."""
-        b = chain[0].batch_start
-        for i, group in enumerate(chain):
-            assert group.counts is not None
-            held = np.flatnonzero(group.counts[0])
-            tables = (int(held[0]), int(held[-1]) + 1)
-            if i == 0:
-                ukeys, ubounds = update_keys(b, b + 1)
-            else:
-                ukeys, ubounds = empty, np.zeros(2, dtype=np.int64)
-            r = _range_from_counts(b, b + 1, offsets, group, ukeys, ubounds, seen, where, with_runs)
-            yield replace(
-                r, updates_are_lookups=derived, tables=tables, ends_batch=i == len(chain) - 1
+    def piece(group: Group, first: bool, last: bool) -> BatchRange:
+        """The range of one row group of a batch cut into pieces (the batch's update
+        rows with its first piece)."""
+        assert group.counts is not None
+        if group.batch_stop - group.batch_start != 1:
+            raise TraceError(
+                f"{where}: a row group of batches {group.batch_start}-{group.batch_stop - 1} "
+                "shares a batch with the next or the one before (the layout cuts batches "
+                "into pieces of one batch each)"
             )
+        b = group.batch_start
+        held = np.flatnonzero(group.counts[0])
+        tables = (int(held[0]), int(held[-1]) + 1)
+        if first:
+            ukeys, ubounds = update_keys(b, b + 1)
+        else:
+            ukeys, ubounds = empty, np.zeros(2, dtype=np.int64)
+        r = _range_from_counts(b, b + 1, offsets, group, ukeys, ubounds, seen, where, with_runs)
+        return replace(r, updates_are_lookups=derived, tables=tables, ends_batch=last)
 
+    cut = pieces and bool(trace.pieces)  # stream cut batches piece by piece
     cursor = start
     pending: list[Group] = []
     size = 0
+    chain: list[Group] = []  # without `cut`: the pieces of a batch so far, made whole
     # decode on this thread only: the caller's kernels use the other core
-    for chain in _chains(trace.iter_groups(LOOKUPS_DIR, start, stop, ("row",))):
-        if len(chain) > 1 and pieces and all(g.batch_stop - g.batch_start == 1 for g in chain):
-            if pending:
-                merged = _merge(pending)
-                pending, size = [], 0
-                yield make(cursor, merged)
-                cursor = merged.batch_stop
-            if cursor < chain[0].batch_start:  # batches without lookups before
-                yield empty_batches(cursor, chain[0].batch_start)
-            yield from pieces_of(chain)
-            cursor = chain[0].batch_stop
+    for group, continues, continued in _linked(
+        trace.iter_groups(LOOKUPS_DIR, start, stop, ("row",))
+    ):
+        if cut and (continues or continued):
+            if not continues:  # the batch's first piece
+                if pending:
+                    merged = _merge(pending)
+                    pending, size = [], 0
+                    yield make(cursor, merged)
+                    cursor = merged.batch_stop
+                if cursor < group.batch_start:  # batches without lookups before
+                    yield empty_batches(cursor, group.batch_start)
+            yield piece(group, not continues, not continued)
+            cursor = group.batch_stop
             continue
-        group = _merge(chain)  # a batch cut into pieces, whole
+        if continued:
+            chain.append(group)
+            continue
+        if chain:
+            group, chain = _merge([*chain, group]), []  # a batch cut into pieces, whole
         if group.counts is None or size + len(group) >= min_lookups:
             if group.counts is not None:
                 pending.append(group)
