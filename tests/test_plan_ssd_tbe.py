@@ -81,6 +81,34 @@ def test_l2_curve_in_map_mode_is_the_direct_one() -> None:
         assert (a.ssd_read_rows[i], a.ssd_write_rows[i]) == reference_l2(fed, c)
 
 
+@pytest.mark.parametrize("direct", [True, False])
+def test_l2_curve_fed_ranges_resumes_through_every_growth(direct: bool) -> None:
+    """Many batches per call, the stack state forced to compact, grow its histogram and
+    (map mode) its ids mid-range, cut anywhere: the counts of the slow LRU."""
+    rng = np.random.default_rng(3)
+    keys = 3000
+    batches = []
+    for _ in range(120):
+        reads = np.unique(rng.zipf(1.2, 60) % keys)
+        batches.append((rng.permutation(reads), rng.integers(0, keys, 20)))
+    bounds = np.zeros((len(batches) + 1, 3), dtype=np.int64)
+    bounds[1:, 0] = np.cumsum([len(r) for r, _ in batches])
+    bounds[1:, 1] = np.cumsum([len(w[:12]) for _, w in batches])
+    bounds[1:, 2] = np.cumsum([len(w[12:]) for _, w in batches])
+    reads = np.concatenate([r for r, _ in batches])
+    evictions = np.concatenate([w[:12] for _, w in batches])
+    conflicts = np.concatenate([w[12:] for _, w in batches])
+    sizes = [0, 1, 30, 100, 500, 1000, 2000, 4000]
+    curve = L2Curve(keys, sizes, direct=direct, min_window=64)
+    for lo, hi in ((0, 7), (7, 8), (8, 90), (90, 120)):
+        curve.feed_batches(bounds, reads, evictions, conflicts, lo, hi)
+    got = curve.counts()
+    fed = [(r.tolist(), w.tolist()) for r, w in batches]
+    for i, c in enumerate(sizes):
+        assert (got.ssd_read_rows[i], got.ssd_write_rows[i]) == reference_l2(fed, c)
+    assert curve._state.compactions > 0 and len(curve._state.hist) > 1024
+
+
 @pytest.fixture(scope="module")
 def tiny() -> GeneratedTrace:
     return GeneratedTrace(get_preset("tiny").with_overrides(batches=30))

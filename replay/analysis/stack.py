@@ -325,25 +325,6 @@ def _rehash(old_keys: np.ndarray, old_ids: np.ndarray, keys: np.ndarray, ids: np
         ids[slot] = old_ids[s]
 
 
-@kernel
-def _last_positions(
-    keys: np.ndarray, map_keys: np.ndarray, map_ids: np.ndarray, last: np.ndarray, shift: int
-) -> np.ndarray:
-    """Each key's last position in the window (-1: never seen), through the map."""
-    out = np.empty(len(keys), dtype=np.int64)
-    mask = len(map_keys) - 1
-    for i in range(len(keys)):
-        key = keys[i]
-        slot = np.int64((np.uint64(key) * _FIB) >> np.uint64(shift))
-        out[i] = -1
-        while map_keys[slot] >= 0:
-            if map_keys[slot] == key:
-                out[i] = last[map_ids[slot]]
-                break
-            slot = (slot + 1) & mask
-    return out
-
-
 def _window_size(live: int, min_window: int) -> int:
     """Positions between compactions: >= 4 x live keys (a compaction every >= 3 live), x 64."""
     size = max(4 * live, min_window, live + 1)
@@ -446,16 +427,6 @@ class StackDistances:
         _rehash(self.map_keys, self.map_ids, keys, ids)
         self.last, self.map_keys, self.map_ids = last, keys, ids
         self.sc[_S_SHIFT] = 64 - int(np.log2(len(keys)))
-
-    def last_positions(self, keys: np.ndarray) -> np.ndarray:
-        """Where each key (in [0, total_keys)) was last accessed, as int64 positions that
-        order the keys by recency (larger = more recent; -1 = never accessed). Valid until
-        the next `feed` (a compaction renumbers them, keeping their order)."""
-        keys = np.ascontiguousarray(keys, dtype=np.int64)
-        if self.direct:
-            return self.last[keys].astype(np.int64)
-        shift = int(self.sc[_S_SHIFT])
-        return _last_positions(keys, self.map_keys, self.map_ids, self.last, shift)
 
     # -- results ------------------------------------------------------------------------
     @property

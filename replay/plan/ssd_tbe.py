@@ -186,11 +186,14 @@ def two_level_curves(
             out = np.zeros((br.batches, NUM_COUNTERS), dtype=np.int64)
             ex = l1.exchange(br, out)
             hits[c] += int(out[:, HITS].sum())
-            for i in range(ex.batches):  # FBGEMM's order: get, prefetch set, backward set
-                if i == cut:
-                    at_split[c] = l2.counts()
-                reads, evictions, conflicts = ex.batch(i)
-                l2.feed(reads, np.concatenate([evictions, conflicts]))
+            # per batch in FBGEMM's order: get, prefetch set, backward set
+            streams = (ex.bounds, ex.reads, ex.evictions, ex.conflicts)
+            if cut < 0:
+                l2.feed_batches(*streams)
+            else:
+                l2.feed_batches(*streams, 0, cut)
+                at_split[c] = l2.counts()
+                l2.feed_batches(*streams, cut)
     scale = 1.0 if rate >= 1.0 else 1.0 / rate
     denom = float(lookups) if rate >= 1.0 or full_lookups <= 0 else rate * full_lookups
     denom = max(denom, 1.0)

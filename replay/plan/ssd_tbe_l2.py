@@ -18,10 +18,11 @@ A read hits iff its row is in L2 at the batch's start, so its stack distance mus
 the rows accessed between its last access and the batch, not the batch's other reads.
 Fed to the stack most recently used first (rows never seen last), every read fed before
 it was used more recently, so is counted already: each read's distance in the fed stream
-is exactly its distance at the batch's start (`StackDistances.last_positions` gives the
-order). The rest is Mattson's stack property (Mattson et al., IBM Systems Journal 9(2),
-1970; `replay.analysis.stack`): an access hits an L2 of C rows iff its distance is < C,
-so one exact pass gives, at every C:
+is exactly its distance at the batch's start (the order is read from the stack's own
+per-row last positions, which a compaction renumbers keeping their order). The rest is
+Mattson's stack property (Mattson et al., IBM Systems Journal 9(2), 1970;
+`replay.analysis.stack`): an access hits an L2 of C rows iff its distance is < C, so one
+exact pass gives, at every C:
 
     SSD reads(C)  = cold reads + #{reads with distance >= C}
     inserts(C)    = cold accesses + #{accesses with distance >= C}
@@ -38,8 +39,12 @@ in read order: that order has one). Measured against the policy's `L2Cache` on L
 candidates of 0.5%, 2% and 10% load factor: on `tiny` (60 batches) reads equal at every
 size, writes within 1% at L2 sizes of at least twice a batch's reads (6% below); on
 `criteo-kaggle` (12 batches) both equal at every size.
-The distances are counted per size, not kept: memory is the pass's per-row state
-(`StackDistances`) plus one counter per size.
+The reads' distances are counted per size, not kept, and every access's come from the
+stack's own histogram: memory is the pass's per-row state (`StackDistances`: 4-8 bytes
+per row of the row space, or a map of the rows seen, plus its histogram) and one counter
+per size. One kernel call feeds a range of batches (`_batches_kernel`: a batch's reads
+ordered, then fed with its writes by the stack's kernel), so a run of millions of small
+batches costs no Python per batch.
 """
 
 from __future__ import annotations
@@ -50,7 +55,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replay.analysis.stack import StackDistances
+from replay._jit import kernel
+from replay.analysis.stack import (  # the stack kernel's state, fed a range at a time
+    _DONE,
+    _FIB,
+    _HIST_FULL,
+    _IDS_FULL,
+    _S_SHIFT,
+    _WINDOW_FULL,
+    DEFAULT_MIN_WINDOW,
+    StackDistances,
+    _stack_kernel,
+)
+from replay.errors import TraceError
 
 # a row space above this many keys keeps its per-row state in a hash map of the keys seen
 # (a sampled stream touches few of them); below, a direct array of 4-8 bytes per key
@@ -69,70 +86,189 @@ class L2Counts:
     distinct: int  # distinct rows of the stream
 
 
+# the columns of an exchange's bounds (`replay.policies.ssd_tbe.L1Exchange`)
+_READS, _EVICTS, _CONFLICTS = 0, 1, 2
+# counters of a pass: cold reads, reads, writes, accesses in the scratch of the batch
+# stopped in (kept across a resume)
+_C_COLD, _C_READS, _C_WRITES, _C_HELD = 0, 1, 2, 3
+
+
+@kernel
+def _batches_kernel(
+    bounds: np.ndarray,
+    reads: np.ndarray,
+    evictions: np.ndarray,
+    conflicts: np.ndarray,
+    b: int,
+    stop: int,
+    resume: int,
+    buf: np.ndarray,
+    dist: np.ndarray,
+    total_keys: int,
+    last: np.ndarray,
+    map_keys: np.ndarray,
+    map_ids: np.ndarray,
+    bits: np.ndarray,
+    tree: np.ndarray,
+    pos2id: np.ndarray,
+    hist: np.ndarray,
+    sc: np.ndarray,
+    sizes: np.ndarray,
+    read_buckets: np.ndarray,
+    counters: np.ndarray,
+) -> tuple[int, int, int]:
+    """Batches [b, stop) of an exchange into the stack state: per batch the reads in
+    order of their last use (most recent first, never seen last: the stable sort keeps
+    read order among those), then the evictions and the conflict write-backs; each read's
+    distance counted in `read_buckets` (bucket j: j sizes <= d). Stops where the state
+    must grow and returns (batch, offset in its accesses, code) to resume at (`resume`
+    >= 0: the batch's accesses are in `buf` already); (stop, 0, done) at the end."""
+    direct = len(map_keys) == 0
+    mask = len(map_keys) - 1
+    shift = np.uint64(sc[_S_SHIFT])
+    while b < stop:
+        r0, r1 = bounds[b, _READS], bounds[b + 1, _READS]
+        nr = r1 - r0
+        if resume < 0:
+            pos = np.empty(nr, dtype=np.int64)
+            for j in range(nr):
+                key = reads[r0 + j]
+                if direct:
+                    pos[j] = -np.int64(last[key]) if 0 <= key < total_keys else 0
+                else:
+                    pos[j] = 1
+                    slot = np.int64((np.uint64(key) * _FIB) >> shift)
+                    while map_keys[slot] >= 0:
+                        if map_keys[slot] == key:
+                            pos[j] = -np.int64(last[map_ids[slot]])
+                            break
+                        slot = (slot + 1) & mask
+            order = np.argsort(pos, kind="mergesort")  # -last: most recent first, -(-1) last
+            n = 0
+            for j in range(nr):
+                buf[n] = reads[r0 + order[j]]
+                n += 1
+            for i in range(bounds[b, _EVICTS], bounds[b + 1, _EVICTS]):
+                buf[n] = evictions[i]
+                n += 1
+            for i in range(bounds[b, _CONFLICTS], bounds[b + 1, _CONFLICTS]):
+                buf[n] = conflicts[i]
+                n += 1
+            counters[_C_HELD] = n
+            resume = 0
+        n = counters[_C_HELD]
+        if n > 0:
+            i, code = _stack_kernel(
+                buf[:n], resume, total_keys, last, map_keys, map_ids, bits, tree, pos2id,
+                hist, sc, dist[:n],
+            )  # fmt: skip
+            if code != _DONE:
+                return b, i, code
+        for j in range(nr):
+            d = dist[j]
+            if d < 0:
+                counters[_C_COLD] += 1
+            else:
+                read_buckets[np.searchsorted(sizes, d, side="right")] += 1
+        counters[_C_READS] += nr
+        counters[_C_WRITES] += n - nr
+        resume = -1
+        b += 1
+    return stop, 0, _DONE
+
+
 class L2Curve:
     """Feed each batch's reads, then its writes; `counts()` answers every size at once.
 
     `sizes` are L2 capacities in rows (ascending; 0 allowed: no L2); `total_keys` bounds
-    the flat keys (`replay.trace.keys`)."""
+    the flat keys (`replay.trace.keys`). The reads of a batch are looked up before any of
+    them is put (FBGEMM's `get`: every row's `find`, then the puts), so a read hits iff
+    its row is in L2 at the batch's start: its distance counts the rows accessed since its
+    last access up to the batch, not the batch's other reads. Fed most recently used first
+    (never seen last), each read's distance in the stream is exactly that: every read fed
+    before it was used more recently, so was counted already. One kernel call per range
+    of batches (`feed_exchange`)."""
 
     def __init__(
-        self, total_keys: int, sizes: Iterable[int], *, direct: bool | None = None
+        self,
+        total_keys: int,
+        sizes: Iterable[int],
+        *,
+        direct: bool | None = None,
+        min_window: int = DEFAULT_MIN_WINDOW,
     ) -> None:
         self.sizes = np.unique(np.asarray(list(sizes), dtype=np.int64))
         if len(self.sizes) == 0 or self.sizes[0] < 0:
             raise ValueError("L2 sizes must be non-negative and at least one")
         if direct is None:  # a direct array of 4-8 bytes per key, or a map of those seen
             direct = int(total_keys) <= DIRECT_MAX_KEYS
-        self._state = StackDistances(int(total_keys), direct=direct)
-        # counts by bucket: bucket j holds distances d with j = #{sizes <= d}
+        self._state = StackDistances(int(total_keys), direct=direct, min_window=min_window)
+        # reads by bucket: bucket j holds distances d with j = #{sizes <= d}
         self._read_buckets = np.zeros(len(self.sizes) + 1, dtype=np.int64)
-        self._all_buckets = np.zeros(len(self.sizes) + 1, dtype=np.int64)
-        self._cold_reads = 0
-        self._cold_all = 0
-        self.reads = 0
-        self.writes = 0
+        self._counters = np.zeros(4, dtype=np.int64)
+        self._buf = np.empty(0, dtype=np.int64)
+        self._dist = np.empty(0, dtype=np.int64)
+
+    @property
+    def reads(self) -> int:
+        return int(self._counters[_C_READS])
+
+    @property
+    def writes(self) -> int:
+        return int(self._counters[_C_WRITES])
 
     def feed(self, reads: np.ndarray, writes: np.ndarray) -> None:
-        """One batch: the rows L1 reads from L2 (distinct), then those it writes to L2.
-
-        The reads are looked up before any of them is put (FBGEMM's `get`: every row's
-        `find`, then the puts), so a read hits iff its row is in L2 at the batch's start:
-        its stack distance counts the rows accessed since its last access up to the batch,
-        not the batch's other reads. Fed most recently used first (never seen last), each
-        read's distance in the stream is exactly that: every read fed before it was used
-        more recently, so was counted already. They leave L2 with the batch's reads at the
-        front, the least recently used of them (and the new rows) first."""
+        """One batch: the rows L1 reads from L2 (distinct), then those it writes to L2."""
         reads = np.ascontiguousarray(reads, dtype=np.int64)
         writes = np.ascontiguousarray(writes, dtype=np.int64)
-        if len(reads) > 1:
-            last = self._state.last_positions(reads)
-            reads = reads[np.argsort(-last, kind="stable")]  # -1 (never) sorts last
-        n = len(self.sizes) + 1
-        for keys, is_read in ((reads, True), (writes, False)):
-            if len(keys) == 0:
-                continue
-            dist = np.empty(len(keys), dtype=np.int64)
-            self._state.feed(keys, dist)
-            seen = dist[dist >= 0]
-            cold = len(dist) - len(seen)
-            # bucket j = #{sizes <= d}: the sizes this access misses
-            counted = np.bincount(np.searchsorted(self.sizes, seen, side="right"), minlength=n)
-            self._all_buckets += counted
-            self._cold_all += cold
-            if is_read:
-                self._read_buckets += counted
-                self._cold_reads += cold
-                self.reads += len(keys)
+        bounds = np.array([[0, 0, 0], [len(reads), len(writes), 0]], dtype=np.int64)
+        self.feed_batches(bounds, reads, writes, np.empty(0, dtype=np.int64))
+
+    def feed_batches(
+        self,
+        bounds: np.ndarray,
+        reads: np.ndarray,
+        evictions: np.ndarray,
+        conflicts: np.ndarray,
+        lo: int = 0,
+        hi: int | None = None,
+    ) -> None:
+        """Batches [lo, hi) of an exchange (`L1Exchange`'s bounds and streams)."""
+        hi = len(bounds) - 1 if hi is None else hi
+        if hi <= lo:
+            return
+        widest = int(np.diff(bounds[lo : hi + 1], axis=0).sum(axis=1).max())
+        if widest > len(self._buf):
+            self._buf = np.empty(widest, dtype=np.int64)
+            self._dist = np.empty(widest, dtype=np.int64)
+        st = self._state
+        b, at = lo, -1
+        while True:
+            b, at, code = _batches_kernel(
+                bounds, reads, evictions, conflicts, b, hi, at, self._buf, self._dist,
+                st.total_keys, st.last, st.map_keys, st.map_ids, st.bits, st.tree,
+                st.pos2id, st.hist, st.sc, self.sizes, self._read_buckets, self._counters,
+            )  # fmt: skip
+            if code == _DONE:
+                return
+            if code == _WINDOW_FULL:
+                st._compact()
+            elif code == _HIST_FULL:
+                grown = np.zeros(min(2 * len(st.hist), st.total_keys + 1), dtype=np.int64)
+                grown[: len(st.hist)] = st.hist
+                st.hist = grown
+            elif code == _IDS_FULL:
+                st._grow_ids()
             else:
-                self.writes += len(keys)
+                raise TraceError(f"an L2 access outside the row space [0, {st.total_keys})")
 
     def counts(self) -> L2Counts:
-        # misses(C_i) = cold + #{d >= C_i} = cold + sum of buckets j > i
+        # misses(C_i) = cold + #{d >= C_i}: the reads' from their buckets (j > i), every
+        # access's from the stack's own histogram
         above_reads = np.cumsum(self._read_buckets[::-1])[::-1][1:]
-        above_all = np.cumsum(self._all_buckets[::-1])[::-1][1:]
         distinct = self._state.distinct
-        ssd_reads = self._cold_reads + above_reads
-        inserts = self._cold_all + above_all
+        ssd_reads = self._counters[_C_COLD] + above_reads
+        inserts = self._state.misses_at(self.sizes)
         ssd_writes = inserts - np.minimum(self.sizes, distinct)
         no_l2 = self.sizes == 0
         ssd_reads = np.where(no_l2, self.reads, ssd_reads)
