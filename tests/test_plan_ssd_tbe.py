@@ -219,7 +219,11 @@ def test_ssd_traffic_and_torchrec_settings(planned: tuple[dict, dict, GeneratedT
         "ssd-tbe",
         [f"policy.capacity_rows={a['l1_rows']}", f"policy.l2_capacity_bytes={a['l2_bytes']}"],
     )
-    ssd = replay_trace(trace, system).summary["policy"]["ssd"]
+    policy = replay_trace(trace, system).summary["policy"]
+    ssd, l2 = policy["ssd"], policy["l2"]
+    reads_from_l2 = (l2["hits"] + l2["misses"]) * row / batches
+    assert a["l2_read_bytes_per_step"] == pytest.approx(reads_from_l2)
+    assert a["l2_write_bytes_per_step"] == pytest.approx(l2["sets"] * row / batches)
     wa = s["ssd"]["write_amplification"]
     assert wa == system.policy.ssd_write_amplification
     assert a["ssd_read_bytes_per_step"] == pytest.approx(ssd["read_rows"] * row / batches)

@@ -376,6 +376,9 @@ def plan_ssd_tbe(
                 "l1_rows": c.ways,
                 "l1_bytes": c.ways * row_bytes,
                 "l1_hit": c.l1_hit,
+                # what L1 exchanges with L2 per step (over the host link), whatever L2's size
+                "l2_read_bytes_per_step": c.l2_reads * row_bytes / batches,
+                "l2_write_bytes_per_step": c.l2_writes * row_bytes / batches,
                 "l2_bytes": [int(r) * row_bytes for r in c.l2_rows],
                 "hit": [float(h) for h in c.hit],
                 "ssd_read_bytes_per_step": [
@@ -482,6 +485,9 @@ def _describe(
         "l1_load_factor": c.load_factor,
         "hit": float(c.hit[i]),
         "l1_hit": c.l1_hit,
+        # L1's reads from L2 and writes to it per step (over the host link)
+        "l2_read_bytes_per_step": c.l2_reads * row_bytes / batches,
+        "l2_write_bytes_per_step": c.l2_writes * row_bytes / batches,
         **traffic["run"],
         "warm": traffic["warm"],
         "ssd_keeps_up": worst <= 1.0,
