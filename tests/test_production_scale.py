@@ -289,3 +289,54 @@ def test_plan_touched_takes_the_closed_form_only_for_large_batches(
     from replay.analysis.touched_model import expected_touched
 
     np.testing.assert_allclose(curve.rows, expected_touched(spec, curve.batches).sum(axis=0))
+
+
+def test_ahead_keeps_order_and_results() -> None:
+    from replay.analysis.head_pieces import ahead
+
+    items = list(range(23))
+    got = list(ahead(lambda i: np.full(3, i * i), items, 2))
+    assert [i for i, _ in got] == items
+    assert all((a == i * i).all() for i, a in got)
+    assert list(ahead(lambda i: np.zeros(1), [], 2)) == []
+
+
+# -- the plan with every production-scale switch forced on a small workload ---------------
+
+
+def test_plan_at_production_scale_says_its_bases(
+    tiny_pieces: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import replay.analysis.head_pieces as hp
+    import replay.analysis.touched_plan as tp
+    import replay.plan.cluster as pc
+    import replay.plan.systems_model as sm
+    import replay.plan.torchrec as trc
+    from replay.plan.plan import PlanRequest, make_plan
+
+    monkeypatch.setattr(hp, "HEAD_FULL_MAX_LOOKUPS", 0)
+    monkeypatch.setattr(hp, "HEAD_MIN_BLOCK_LOOKUPS", 64)
+    monkeypatch.setattr(tp, "PREFIX_MAX_LOOKUPS", 10)
+    monkeypatch.setattr(trc, "SPAN_MAX_LOOKUPS", 10)
+    monkeypatch.setattr(pc, "ROUTED_MIN_LOOKUPS", 10)
+    monkeypatch.setattr(sm, "MODELLED_MIN_LOOKUPS", 10)
+    spec = _heads_spec().with_overrides(batches=40)
+    sets = ("cluster.nodes=2", "cluster.gpus_per_node=2")
+    request = PlanRequest(
+        source=spec, systems=("hbm-lru",), cache_budget_bytes=1 << 20, hit_targets=(0.9,),
+        mtbf_s=3600.0, sample_rate=0.25, time_per_batch_s=0.1, sets=sets,
+    )  # fmt: skip
+    document, _ = make_plan(request)
+    bases = [n for n in document["notes"] if "basis:" in n]
+    assert any("exact heads" in n and "pieces of tables" in n for n in bases), bases
+    assert any("modelled, not replayed" in n for n in bases), bases
+    assert any("routed in pieces" in n for n in bases), bases
+    assert "closed form" in document["touched"]["basis"]["exact_from"]
+    cluster = document["cluster"]
+    assert "production scale" in cluster["methods"]["steady"]
+    # the routed span is one batch: every GPU's steady lookups add up to it
+    total = sum(g["steady_lookups"] for g in cluster["per_gpu"])
+    assert total >= spec.lookups_per_batch  # a column-wise lookup counts once a block
+    assert cluster["scaling"]["batches"] == 1
+    system = document["systems"][0]
+    assert system["batches"] == 1 and 0.0 <= system["hit_ratio"] <= 1.0

@@ -35,7 +35,10 @@ counting blocks is not usable (its curve falls back to the sample).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 
@@ -61,6 +64,29 @@ def one_batch_heads_wanted(num_batches: int, batch_lookups: int, pieces: tuple) 
     into pieces and 16 whole-batch blocks would exceed `HEAD_FULL_MAX_LOOKUPS`."""
     blocks = min(HEAD_BLOCKS, max(int(num_batches), 0))
     return bool(pieces) and blocks * int(batch_lookups) > HEAD_FULL_MAX_LOOKUPS
+
+
+T = TypeVar("T")
+
+
+def ahead(
+    make: Callable[[T], np.ndarray], items: Sequence[T], threads: int
+) -> Iterator[tuple[T, np.ndarray]]:
+    """(item, make(item)) in order, `make` running on `threads` worker threads up to
+    threads + 1 items ahead of the consumer (bounded memory: that many pieces)."""
+    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="head-pieces") as pool:
+        pending: deque[tuple[T, Future[np.ndarray]]] = deque()
+        todo = iter(items)
+        for item in todo:
+            pending.append((item, pool.submit(make, item)))
+            if len(pending) > threads:
+                break
+        while pending:
+            item, future = pending.popleft()
+            nxt = next(todo, None)
+            if nxt is not None:
+                pending.append((nxt, pool.submit(make, nxt)))
+            yield item, future.result()
 
 
 def spread_blocks(n: int, length: int, blocks: int) -> list[tuple[int, int]]:
@@ -122,44 +148,60 @@ def one_batch_heads(
     target = max(HEAD_LOOKUPS // HEAD_BLOCKS, 8 * total.capacity)
     edges = [j * batch // HEAD_BLOCKS for j in range(HEAD_BLOCKS + 1)]
     starts = np.concatenate([[0], np.cumsum(looks)])
-    block, open_block = 0, False
-    for (t0, t1), piece in pieces_of():
-        keys = np.ascontiguousarray(piece, dtype=np.int64)
-        at = int(starts[t0])  # the piece's first lookup in the batch's stream
-        end = at + len(keys)
-        if len(keys) != int(starts[t1]) - at:
-            raise ValueError(f"piece {t0}-{t1}: {len(keys)} keys, the spec says {starts[t1] - at}")
-        pos = at
-        while block < HEAD_BLOCKS and pos < end:
-            lo, hi = edges[block], edges[block + 1]
+    state = {"block": 0, "open": False}
+
+    def feed_total(keys: np.ndarray, at: int) -> None:
+        end, pos = at + len(keys), at
+        while state["block"] < HEAD_BLOCKS and pos < end:
+            lo, hi = edges[state["block"]], edges[state["block"] + 1]
             if pos < lo:
                 pos = lo
                 continue
-            if not open_block:
+            if not state["open"]:
                 total.start_block(warm=True)
-                open_block = True
+                state["open"] = True
             stop = min(end, hi)
             total.feed(keys[pos - at : stop - at])
             pos = stop
             if total.sc[_H_COUNTED] >= target or pos >= hi:
                 total.end_block()
-                open_block = False
-                block += 1
-        # a batch's trace order is table-major, so each table's lookups are one slice
-        for t in range(t0, t1):
-            a, b = int(starts[t] - at), int(starts[t + 1] - at)
-            if b <= a:
-                continue
-            sub = keys[a:b] - offsets[t]
-            if int(sub.min()) < 0 or int(sub.max()) >= int(rows[t]):
-                raise ValueError(f"table {t}'s lookups are not where the trace order puts them")
-            _feed_blocks(tables[t], sub, table_blocks(b - a, tables[t].capacity))
+                state["open"] = False
+                state["block"] += 1
+
+    # the total head takes each piece on a thread of its own while the tables' heads take
+    # it here (the heads' kernels release the GIL; each head is fed in stream order)
+    with ThreadPoolExecutor(1, thread_name_prefix="total-head") as side:
+        running: Future[None] | None = None
+        for (t0, t1), piece in pieces_of():
+            keys = np.ascontiguousarray(piece, dtype=np.int64)
+            at = int(starts[t0])  # the piece's first lookup in the batch's stream
+            if len(keys) != int(starts[t1]) - at:
+                raise ValueError(
+                    f"piece {t0}-{t1}: {len(keys)} keys, the spec says {starts[t1] - at}"
+                )
+            if running is not None:
+                running.result()
+            running = None
+            if state["block"] < HEAD_BLOCKS and at + len(keys) > edges[state["block"]]:
+                running = side.submit(feed_total, keys, at)
+            # a batch's trace order is table-major, so each table's lookups are one slice
+            for t in range(t0, t1):
+                a, b = int(starts[t] - at), int(starts[t + 1] - at)
+                if b <= a:
+                    continue
+                sub = keys[a:b] - offsets[t]
+                if int(sub.min()) < 0 or int(sub.max()) >= int(rows[t]):
+                    raise ValueError(f"table {t}'s lookups are not where the trace order puts them")
+                _feed_blocks(tables[t], sub, table_blocks(b - a, tables[t].capacity))
+        if running is not None:
+            running.result()
     total.end_block()
     return [HeadCurve(h.capacity, h.block_counts(), False) for h in [total, *tables]]
 
 
 __all__ = [
     "HEAD_FULL_MAX_LOOKUPS",
+    "ahead",
     "one_batch_heads",
     "one_batch_heads_wanted",
     "spread_blocks",

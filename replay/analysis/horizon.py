@@ -51,7 +51,7 @@ from replay._intrinsics import PREFETCH_AHEAD, prefetch
 from replay._jit import kernel
 from replay._malloc import state_array
 from replay.analysis.head import HeadCurve, _split_by_table, head_curves
-from replay.analysis.head_pieces import one_batch_heads, one_batch_heads_wanted
+from replay.analysis.head_pieces import ahead, one_batch_heads, one_batch_heads_wanted
 from replay.analysis.mrc import (
     MrcResult,
     _exact_result,
@@ -519,10 +519,14 @@ def _full_stream_heads(src: Any, resolution: int) -> list[HeadCurve] | None:
             # production scale (`replay.analysis.head_pieces`): one batch, in pieces
             middle = int(src.num_batches) // 2
 
+            def make(piece: tuple[int, int]) -> np.ndarray:
+                _, table, row = compiled.lookups(middle, middle + 1, piece)
+                return offsets[table.astype(np.int64)] + row.astype(np.int64)
+
             def pieces_of() -> Iterator[tuple[tuple[int, int], np.ndarray]]:
-                for piece in pieces:
-                    _, table, row = compiled.lookups(middle, middle + 1, piece)
-                    yield piece, offsets[table.astype(np.int64)] + row.astype(np.int64)
+                # generated a few pieces ahead on the source's threads (the generator's
+                # kernel releases the GIL) while the heads take the current one
+                yield from ahead(make, pieces, int(getattr(src, "threads", 1) or 1))
 
             from replay.analysis.touched_model import expected_touched
 

@@ -26,6 +26,9 @@ accounting the cluster replay uses (`replay.engine.cluster_time.RankAccount`).
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from replay.engine.cluster import allreduce_model
@@ -48,9 +51,13 @@ from replay.policies.base import (
 from replay.system.sharding import Placement
 from replay.system.spec import ClusterSpec, SystemSpec
 from replay.trace.keys import table_offsets
-from replay.trace.stream import iter_batch_ranges
+from replay.trace.stream import BatchRange, iter_batch_ranges
 
 ROUTED_POLICIES = ("lru",)  # whose steady-state counters this module models
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def routed_policy_ok(system: SystemSpec) -> bool:
@@ -104,6 +111,7 @@ def _router(source: object, system: SystemSpec, placement: Placement) -> tuple:
 def route_clusters(
     source: object,
     jobs: list[tuple[SystemSpec, Placement, np.ndarray | None]],
+    threads: int | None = None,
 ) -> list[dict[str, np.ndarray]]:
     """The cluster replay's routing columns of every batch of `source` for each job
     (system, placement, per-GPU hit ratios or None), all from one read of the source in
@@ -119,16 +127,24 @@ def route_clusters(
     a2as = [np.zeros((nb, 3), dtype=np.float64) for _ in jobs]
     lookups = np.zeros(nb, dtype=np.int64)
     ranges = iter_batch_ranges(source, with_updates=True, updates_from_lookups=True, pieces=True)
-    for br in ranges:
+
+    def route(j: int, br: BatchRange) -> None:
         window = slice(br.batch_start, br.batch_stop)
-        lookups[window] += np.diff(br.bounds)
-        for j, (router, _, _) in enumerate(routers):
-            # a later piece adds to its batch; the router keeps the batch's bytes
-            row = np.zeros((br.batches, 3), dtype=np.float64)
-            counts, ucounts = router.count(br, row)
-            looks[j][window] += counts
-            upds[j][window] += ucounts
-            a2as[j][window] = row  # the batch's bytes so far, and their time
+        # a later piece adds to its batch; the router keeps the batch's bytes
+        row = np.zeros((br.batches, 3), dtype=np.float64)
+        counts, ucounts = routers[j][0].count(br, row)
+        looks[j][window] += counts
+        upds[j][window] += ucounts
+        a2as[j][window] = row  # the batch's bytes so far, and their time
+
+    # the routers are independent (each its own buffers) and their kernels release the
+    # GIL: the placements of a piece route side by side
+    workers = max(1, min(len(routers), threads if threads is not None else _cores()))
+    with ThreadPoolExecutor(workers, thread_name_prefix="cluster-routed") as pool:
+        for br in ranges:
+            lookups[br.batch_start : br.batch_stop] += np.diff(br.bounds)
+            for done in [pool.submit(route, j, br) for j in range(len(routers))]:
+                done.result()
     return [
         _columns(system, placement, link, shape, hit, lookups, looks[j], upds[j], a2as[j])
         for j, ((system, placement, hit), (_, link, shape)) in enumerate(

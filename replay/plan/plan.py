@@ -232,6 +232,8 @@ def make_plan(
         # the budget's own size too: the shared cache's hit is read there, not up to 5% below
         total_sizes = np.union1d(total_sizes, [budget_at])
     mrc = horizon_mrc(horizon, total_sizes)
+    if getattr(horizon, "heads_basis", None):  # production scale: `analysis.head_pieces`
+        notes.append(f"basis: {horizon.heads_basis}")
     lookups = int(mrc.lookups)
     distinct = int(mrc.distinct_keys)
     sizes = np.asarray(mrc.sizes, dtype=np.float64)
@@ -334,8 +336,27 @@ def make_plan(
             "answers); checkpoints are the cluster's: every GPU writes its shards "
             "(replay.plan.cluster_checkpoint)"
         )
-    say("systems: steady state per batch")
-    systems = steady_state(steady_source, request.systems, sets=local_sets)
+    from replay.plan.systems_model import modelled_wanted
+
+    if modelled_wanted(spec):  # production scale: `replay.plan.systems_model`
+        from replay.plan.systems_model import modelled_note, modelled_steady_state
+
+        say("systems: steady state per batch, modelled from the curve (production scale)")
+        per_batch = float(np.interp(1, touched.batches, touched.rows))
+        systems, left = modelled_steady_state(
+            spec, request.systems, sets=local_sets, distinct_per_batch=per_batch,
+            lru_hit_at=lambda rows: hit_at(sizes, hits, rows),
+        )  # fmt: skip
+        notes.append(modelled_note(left, per_batch, int(spec.lookups_per_batch)))
+        if not systems:
+            raise ConfigError(
+                f"replay plan: at this scale ({spec.lookups_per_batch:,} lookups a batch) the "
+                "systems' steady state is modelled for LRU caches only; give an LRU system "
+                f"first (left out: {', '.join(left)})"
+            )
+    else:
+        say("systems: steady state per batch")
+        systems = steady_state(steady_source, request.systems, sets=local_sets)
     time_per_batch = request.time_per_batch_s or (
         cluster["step_time_s"] if cluster is not None else systems[0].time_per_batch_s
     )
