@@ -119,6 +119,14 @@ def _l1_ways(total_rows: int, f: float, assoc: int) -> int:
     return tbe_sets(int(total_rows * f), assoc) * assoc
 
 
+def _simulated_ways(ways: int, rate: float, assoc: int) -> int:
+    """The L1 a miniature at `rate` simulates for `ways` full-stream rows: round(ways x R)
+    rows in whole sets, standing for those rows / R (R a power of two: whole sets too)."""
+    if rate >= 1.0:
+        return int(ways)
+    return round(tbe_sets(max(1, round(ways * rate)), assoc) * assoc / rate)
+
+
 def _warm_split(source: Any) -> int:
     return int(source.num_batches) // 2
 
@@ -150,6 +158,7 @@ def two_level_curves(
         proposed.append((ways / max(int(total_rows), 1), ways))
     chosen: list[tuple[float, int]] = []
     for f, ways in sorted(proposed, key=lambda p: (p[1], p[0])):
+        ways = _simulated_ways(ways, rate, assoc)
         if min_rows <= ways < distinct_rows and all(w != ways for _, w in chosen):
             chosen.append((f, ways))
     full_sizes = (
@@ -170,8 +179,8 @@ def two_level_curves(
     # a sample (which touches few of them) or beyond
     direct = rate >= 1.0 and 4 * int(total_rows) * max(len(chosen), 1) <= DIRECT_STATE_BYTES
     for _, ways in chosen:
-        sample_ways = ways if rate >= 1.0 else max(1, round(ways * rate))
-        l1s.append(l1_recorder(total_rows, tbe_sets(sample_ways, assoc), assoc))
+        sample_ways = ways if rate >= 1.0 else round(ways * rate)
+        l1s.append(l1_recorder(total_rows, sample_ways // assoc, assoc))
         l2s.append(L2Curve(total_rows, sample_sizes, direct=direct))
     hits = [0] * len(chosen)
     lookups = 0
@@ -302,33 +311,16 @@ def plan_ssd_tbe(
             + ("those within the budget" if eligible != candidates else "every candidate")
         )
 
-    def refine(found: Candidate, target: float) -> tuple[Candidate, int]:
-        """An L1 that reaches `target` alone: the smallest that does, by bisection (in
-        log space, to 5%, whole sets) between the largest candidate below it that does
-        not and it, each step one L1 replay with no L2."""
-        below = [c for c in candidates if c.ways < found.ways and c.hit[0] < target]
-        lo, hi = (max(c.ways for c in below) if below else 0), found
-        while hi.ways > max(lo, assoc) * SIZE_RATIO:
-            mid = tbe_sets(math.ceil(math.sqrt(max(lo, assoc) * hi.ways)), assoc) * assoc
-            if not lo < mid < hi.ways:
-                break
-            (c,), _ = two_level_curves(
-                source, total_rows=total_rows, distinct_rows=distinct_rows,
-                associativity=assoc, rate=rate, full_lookups=full_lookups,
-                load_factors=(), extra_rows=[mid], l2_sizes=[0],
-            )  # fmt: skip
-            if c.hit[0] >= target:
-                hi = c
-            else:
-                lo = mid
-        return hi, 0
-
+    picks = {t: _choose(eligible, t, row_bytes=row_bytes, dram_cap=dram_cap) for t in targets}
+    _smallest_alone(picks, candidates, source, **{
+        "total_rows": total_rows, "distinct_rows": distinct_rows, "associativity": assoc,
+        "rate": rate, "full_lookups": full_lookups, "min_rows": min_rows,
+    })  # fmt: skip
     answers: dict[str, dict[str, Any] | None] = {}
-    for target in targets:
-        answers[f"{target:g}"] = _answer(
-            eligible, target, row_bytes=row_bytes, dram_cap=dram_cap, batches=batches,
-            warm_batches=warm_batches, wa=wa, time_per_batch_s=time_per_batch_s, ssd=ssd,
-            total_rows=total_rows, assoc=assoc, refine=refine,
+    for target, pick in picks.items():
+        answers[f"{target:g}"] = None if pick is None else _describe(
+            *pick, row_bytes=row_bytes, batches=batches, warm_batches=warm_batches, wa=wa,
+            time_per_batch_s=time_per_batch_s, ssd=ssd, total_rows=total_rows, assoc=assoc,
         )  # fmt: skip
     best = max((float(np.max(c.hit)) for c in eligible), default=None)
     if not candidates:
@@ -394,33 +386,37 @@ def plan_ssd_tbe(
     }
 
 
-def _answer(
+GRID_STEPS = 40  # L1 sizes tried below an L1 that reaches a target alone: down to 1/7
+
+
+def _smallest_alone(
+    picks: dict[float, tuple[Candidate, int] | None],
     candidates: Sequence[Candidate],
-    target: float,
-    *,
-    row_bytes: int,
-    dram_cap: float,
-    batches: int,
-    warm_batches: int,
-    wa: float,
-    time_per_batch_s: float,
-    ssd: Any,
-    total_rows: int,
-    assoc: int,
-    refine: Any = None,
-) -> dict[str, Any] | None:
-    """The answer for `target` by the rule (`_choose`); where the L1 alone reaches it,
-    `refine(candidate, target)` may give a smaller L1 (with no L2) that does too."""
-    chosen = _choose(candidates, target, row_bytes=row_bytes, dram_cap=dram_cap)
-    if chosen is None:
-        return None
-    c, i = chosen
-    if int(c.l2_rows[i]) == 0 and refine is not None:
-        c, i = refine(c, target)
-    return _describe(
-        c, i, row_bytes=row_bytes, batches=batches, warm_batches=warm_batches, wa=wa,
-        time_per_batch_s=time_per_batch_s, ssd=ssd, total_rows=total_rows, assoc=assoc,
-    )  # fmt: skip
+    source: Any,
+    **kw: Any,
+) -> None:
+    """Where the rule's L1 reaches a target with no L2, a smaller L1 may too: the smallest
+    that does among L1 sizes 5% apart below it, down to the largest candidate that does
+    not (at most `GRID_STEPS`), all replayed (with no L2) in one read of the source.
+    Updates `picks` in place."""
+    alone = {t: p for t, p in picks.items() if p is not None and int(p[0].l2_rows[p[1]]) == 0}
+    grid: list[float] = []
+    for target, (found, _) in alone.items():
+        below = [c.ways for c in candidates if c.ways < found.ways and c.hit[0] < target]
+        floor = max(max(below, default=0), kw["associativity"])
+        rows = found.ways / SIZE_RATIO
+        for _ in range(GRID_STEPS):
+            if rows <= floor:
+                break
+            grid.append(rows)
+            rows /= SIZE_RATIO
+    if not grid:
+        return
+    finer, _ = two_level_curves(source, load_factors=(), extra_rows=grid, l2_sizes=[0], **kw)
+    for target, (found, _) in alone.items():
+        reach = [c for c in finer if c.ways < found.ways and c.hit[0] >= target]
+        if reach:
+            picks[target] = (min(reach, key=lambda c: c.ways), 0)
 
 
 def _choose(

@@ -202,7 +202,11 @@ class L2Curve:
             raise ValueError("L2 sizes must be non-negative and at least one")
         if direct is None:  # a direct array of 4-8 bytes per key, or a map of those seen
             direct = int(total_keys) <= DIRECT_MAX_KEYS
-        self._state = StackDistances(int(total_keys), direct=direct, min_window=min_window)
+        self._no_l2 = len(self.sizes) == 1 and self.sizes[0] == 0
+        # no L2: no stack (a map's 1,024 slots)
+        self._state = StackDistances(
+            int(total_keys), direct=direct and not self._no_l2, min_window=min_window
+        )
         # reads by bucket: bucket j holds distances d with j = #{sizes <= d}
         self._read_buckets = np.zeros(len(self.sizes) + 1, dtype=np.int64)
         self._counters = np.zeros(4, dtype=np.int64)
@@ -236,6 +240,11 @@ class L2Curve:
         """Batches [lo, hi) of an exchange (`L1Exchange`'s bounds and streams)."""
         hi = len(bounds) - 1 if hi is None else hi
         if hi <= lo:
+            return
+        if self._no_l2:  # no L2 to model: the reads and writes go to the SSD as they are
+            n = (bounds[hi] - bounds[lo]).astype(np.int64)
+            self._counters[_C_READS] += n[_READS]
+            self._counters[_C_WRITES] += n[_EVICTS] + n[_CONFLICTS]
             return
         widest = int(np.diff(bounds[lo : hi + 1], axis=0).sum(axis=1).max())
         if widest > len(self._buf):
