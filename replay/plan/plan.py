@@ -71,6 +71,10 @@ class PlanRequest:
     # the training length as the user gave it, {"duration_s" | "samples" | "epochs" |
     # "batches": value}, recorded in plan.json's horizon; None: the source's own batches
     given: dict[str, float | int] | None = None
+    # the failure model as the user gave it (--nodes with --node-mtbf), recorded in
+    # plan.json beside mtbf_s; None where --cluster-mtbf was given
+    nodes: int | None = None
+    node_mtbf_s: float | None = None
 
 
 def choose_sample_rate(lookups: int, rows: int = 0) -> float:
@@ -432,6 +436,9 @@ def make_plan(
             "time_per_batch_s": time_per_batch,
             "time_per_batch_from": _time_from(request, systems[0].name, cluster),
             "given": request.given,
+            # what the run is, for the answers' first line (a report names it)
+            "workload": str((horizon.workload or {}).get("name") or ""),
+            "batch_size": int((horizon.workload or {}).get("batch_size") or 0),
         },
         "row_bytes": row_bytes,
         "state_bytes_per_row": state_bytes,
@@ -494,6 +501,9 @@ def make_plan(
         },
         "checkpoint": {
             "cluster_mtbf_s": request.mtbf_s,
+            # the failure model as given (--nodes, --node-mtbf); None: --cluster-mtbf
+            "nodes": request.nodes,
+            "node_mtbf_s": request.node_mtbf_s,
             "system": base.name,
             "best": None if best is None else best.name,
             "strategies": [s.to_dict() for s in strategies],
@@ -506,6 +516,9 @@ def make_plan(
                 "hit_ratio": c.hit_ratio,
                 "pareto": c.pareto,
                 "never_evicts": c.never_evicts,
+                # the basis of these per-batch figures: the span replayed, the cache's rows
+                "batches": c.batches,
+                "cache_rows": c.cache_rows,
             }
             for c in systems
         ],
