@@ -111,12 +111,31 @@ def format_duration(seconds: float) -> str:
     return f"{_sig3(s * 1e3)} ms"
 
 
+def format_rate(bytes_per_s: float) -> str:
+    """`1.16 GB/s`, `6 TB/s`: a transfer rate (disk, network, link throughput) in decimal
+    units, as drives and links are rated; memory sizes stay binary (`format_bytes`)."""
+    r = float(bytes_per_s)
+    for unit, size in (("PB/s", 1e15), ("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6),
+                       ("kB/s", 1e3)):  # fmt: skip
+        if r >= size:
+            return f"{_sig3(r / size)} {unit}"
+    return f"{r:.0f} B/s"
+
+
 def format_percent(fraction: float) -> str:
     """`97.3%`, `0.12%`: a fraction as a percentage with 3 significant digits."""
     return f"{100 * fraction:.3g}%"
 
 
-__all__ = ["format_bytes", "format_duration", "format_percent", "parse_bytes", "parse_duration"]
+__all__ = [
+    "format_bytes",
+    "format_duration",
+    "format_hit_ratio",
+    "format_percent",
+    "format_rate",
+    "parse_bytes",
+    "parse_duration",
+]
 
 
 def format_hit_ratio(value: float | None, missing: str = "n/a") -> str:

@@ -5,23 +5,19 @@ holds anything else."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _quickstart_once import BATCH_SIZE, BATCHES, Quick, quickstart_once
+from _quickstart_once import files_of as _files
+from _quickstart_once import quickstart_args as _args
 
 from replay.cli import main
 from replay.report.build import build_report
 
-# 101 batches, not fewer: the `interval` study checkpoints every 100 batches at most, and
-# on a trace shorter than that its failure draws (MTBF 1 h over a week) have no recovery
-# point and run to their cap, seconds per run; at 64 samples per batch the whole
-# quickstart takes about 10 s on two cores.
-BATCHES, BATCH_SIZE = 101, 64
 RESULT_FOLDERS = [
     "caches",
     "check-n-run",
-    "checkfreq",
     "chunk-size",
     "fastpersist",
     "fastpersist-grid",
@@ -44,44 +40,9 @@ CLAIM_SOURCES = [
 ]
 
 
-def _args(out: Path, trace: Path, workers: int) -> list[str]:
-    return [
-        "quickstart",
-        "--out",
-        str(out),
-        "--trace",
-        str(trace),
-        "--batches",
-        str(BATCHES),
-        "--batch-size",
-        str(BATCH_SIZE),
-        "--workers",
-        str(workers),
-    ]
-
-
-def _files(folder: Path) -> dict[str, bytes]:
-    return {
-        p.relative_to(folder).as_posix(): p.read_bytes()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
-
-
-@dataclass(frozen=True)
-class Quick:
-    out: Path
-    trace: Path
-    files: dict[str, bytes]  # the report's files (results/ left out), after the first run
-
-
 @pytest.fixture(scope="module")
-def quick(tmp_path_factory: pytest.TempPathFactory) -> Quick:
-    base = tmp_path_factory.mktemp("quickstart")
-    out, trace = base / "qs", base / "t"
-    assert main(_args(out, trace, workers=2)) == 0
-    files = {k: v for k, v in _files(out).items() if not k.startswith("results/")}
-    return Quick(out, trace, files)
+def quick() -> Quick:
+    return quickstart_once()
 
 
 def test_quickstart_writes_results_and_report(quick: Quick) -> None:
@@ -107,9 +68,13 @@ def test_quickstart_writes_results_and_report(quick: Quick) -> None:
         assert (out / "results" / name / "comparison.parquet").is_file()
     for name in ("check-n-run", "fastpersist-grid", "chunk-size"):
         assert (out / "results" / name / "sweep.json").is_file()
-    for name in ("sync-full", "checkfreq"):
-        assert (out / "results" / name / "summary.json").is_file()
-        assert (out / "results" / name / "workload.json").is_file()
+    assert (out / "results" / "sync-full" / "summary.json").is_file()
+    assert (out / "results" / "sync-full" / "workload.json").is_file()
+    # one workload: the replayed trace is the start of the planned run
+    assert plan["horizon"]["workload"] == "criteo-terabyte"
+    assert json.loads((quick.trace / "manifest.json").read_text())["workload"]["name"] == (
+        "criteo-terabyte"
+    )
     assert (out / "results" / "mrc" / "mrc.parquet").is_file()
 
     summary = json.loads((out / "summary.json").read_text())
@@ -167,7 +132,7 @@ def test_quickstart_again_replaces_its_output(
     assert main(_args(out, quick.trace, workers=1)) == 0
     printed = capsys.readouterr().out
     # the report's summary, answers first
-    assert "wrote" in printed and "  Cache: " in printed and "  Checkpoint: " in printed
+    assert "wrote" in printed and "  Cache (plan: " in printed and "  Checkpoint (plan: " in printed
     assert not (out / "figures" / "stale.png").exists()
     assert not (out / "results" / "ladder" / "stale").exists()
     files = {k: v for k, v in _files(out).items() if not k.startswith("results/")}

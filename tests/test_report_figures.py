@@ -338,7 +338,9 @@ def test_patrickstar_chunk_size_figure(small: Path, tmp_path: Path) -> None:
         half[c].mean() for c in half.columns if c.endswith(("_h2d_bytes", "_d2h_bytes"))
     )
     unit = fig.axes[1].get_ylabel().split()[1]
-    assert moved[0] * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[unit] == pytest.approx(link_bytes)
+    # memory sizes in binary units (`replay._units.format_bytes`'s)
+    scale = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}[unit]
+    assert moved[0] * scale == pytest.approx(link_bytes)
 
 
 def _pct_text(fraction: float) -> str:

@@ -67,12 +67,16 @@ def test_the_summary_comes_first_with_the_plans_numbers(report: tuple[Path, dict
         f"{format_percent(cache['uniform_hit'])}"
     ) in text
     best = plan["checkpoint"]["strategies"][0]
-    ck = next(line for line in lines if "Checkpoint:" in line).replace("\\", "")
-    assert format_percent(best["goodput"]) in ck
+    ck = next(line for line in lines if line.startswith("- Checkpoint (")).replace("\\", "")
+    goodput = next(line for line in lines if line.startswith("- Goodput (")).replace("\\", "")
+    assert format_percent(best["goodput"]) in goodput
+    assert f"5th percentile {format_percent(best['goodput_p5'])}" in goodput
     assert format_duration(plan["checkpoint"]["cluster_mtbf_s"]) in ck
     if best["name"] != "none":
-        assert f"{best['label']} every {best['interval_s'] / 60:.3g} min" in ck
-        assert f"writing {format_bytes(best['bytes'])} per checkpoint" in ck
+        assert f"{best['label']} every {format_duration(best['interval_s'])}" in ck
+        assert f"{format_bytes(best['bytes'])} written per checkpoint" in ck
+        assert f"{format_bytes(best['storage_bytes'])} of storage" in ck
+        assert f"a restore of {format_duration(best['restore_s'])}" in ck
     fastest = min(plan["systems"], key=lambda s: s["time_per_batch_s"])
     assert f"{fastest['name']} is fastest at {format_duration(fastest['time_per_batch_s'])}" in (
         text

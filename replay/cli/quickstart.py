@@ -1,7 +1,8 @@
 """`replay quickstart [--out DIR]`: the README's main command (`replay.runs.quickstart`).
 
-Generates a small `criteo-kaggle` trace into traces/quickstart, runs the seeds'
-comparisons on it and writes a report to DIR (default reports/quickstart), replacing an
+Generates the first batches of `criteo-terabyte` into traces/quickstart, runs the
+per-batch comparisons on them, plans the whole epoch of the same workload and writes a
+report to DIR (default reports/quickstart), replacing an
 earlier quickstart output there (never a folder holding anything else).
 """
 
@@ -26,7 +27,7 @@ from replay.runs.quickstart import (
 )
 
 
-@app.command("quickstart", short_help="Generate a small trace, compare systems, write a report.")
+@app.command("quickstart", short_help="Plan criteo-terabyte, compare systems on its start, report.")
 def quickstart_command(
     out: Annotated[
         Path, typer.Option("--out", "-o", metavar="DIR", help="Report folder to write.")
@@ -48,7 +49,8 @@ def quickstart_command(
         typer.Option("--workers", "-j", metavar="N", help="Runs at once (default: all cores)."),
     ] = None,
 ) -> None:
-    """Run the seeds' comparisons on a small built-in trace and write a report."""
+    """Plan one epoch of criteo-terabyte (cache, checkpoints, goodput), replay its first
+    batches on the papers' systems, and write a report of both."""
     import replay
     from replay.errors import Interrupted
     from replay.runs.compare import check_workers

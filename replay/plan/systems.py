@@ -38,6 +38,7 @@ class SystemCost:
     batches: int  # the span measured (its second half averaged)
     pareto: bool = False
     never_evicts: bool = False  # a cache that held every row the span touched
+    cache_rows: int | None = None  # the system's cache (None: no cache)
 
 
 def steady_state(
@@ -62,6 +63,9 @@ def steady_state(
                 hit_ratio=None if hit is None else float(hit),
                 batches=len(time_s),
                 never_evicts=hit is not None and int(policy.get("evictions", 1)) == 0,
+                cache_rows=None
+                if hit is None
+                else int(policy.get("capacity_units", 0)) * int(policy.get("unit_rows", 1)),
             )
         )
     return mark_pareto(costs)

@@ -38,6 +38,8 @@ from replay.report.plan_section import (
     lossy,
     split_line,
     strategy_label,
+    systems_basis,
+    targets_with_range,
 )
 
 # what --force may replace (`replay._output.Owned`): these files, and figures/ holding only
@@ -100,15 +102,11 @@ def answers(document: dict[str, Any]) -> list[str]:
     cache = document["cache"]
     lines = cluster_lines(document["cluster"]) if document.get("cluster") else []
     hit = cache["hit_at_budget"]["lru"]
-    targets = ", ".join(
-        f"{float(t):g} needs {format_bytes(b)}"
-        if b is not None
-        else f"{float(t):g} is out of reach"
-        for t, b in cache["bytes_for_hit"]["lru"].items()
-    )
+    # each target's bytes with the range the curve's error bound allows (issue 44 item 3)
+    targets = targets_with_range(document)
     lines.append(
         f"Cache: {format_bytes(cache['budget_bytes'])} of LRU cache hits {_pct(hit)} of the "
-        f"run's lookups; hit ratio {targets}."
+        f"run's lookups; {targets}."
     )
     for policy, other in cache["hit_at_budget"].items():
         if policy == "lru":
@@ -151,7 +149,7 @@ def answers(document: dict[str, Any]) -> list[str]:
     front = [s["name"] for s in document["systems"] if s["pareto"]]
     fastest = min(document["systems"], key=lambda s: s["time_per_batch_s"])
     lines.append(
-        f"Systems: {fastest['name']} is fastest at "
+        f"Systems ({systems_basis(document)}): {fastest['name']} is fastest at "
         f"{format_duration(fastest['time_per_batch_s'])} per batch; on the time/energy "
         f"Pareto front: {', '.join(front)}."
     )
@@ -392,14 +390,22 @@ def _goodput_figure(document: dict[str, Any], curves: dict[str, Any], path: Path
 
     fig = new_figure(7.5, 4.5)
     ax = fig.add_subplot(1, 1, 1)
-    for s in document["checkpoint"]["strategies"]:
+    # strategies with the same costs (sync-full and fastpersist on one node) draw the same
+    # curve: each its own dash and marker, the later ones narrower, so none hides another
+    styles = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)))
+    markers = ("o", "s", "^", "D", "v")
+    for i, s in enumerate(document["checkpoint"]["strategies"]):
         curve = curves.get(s["name"])
         if curve is None:
             continue
         (line,) = ax.plot(
-            curve["interval_s"], np.asarray(curve["goodput"]) * 100, lw=1.5, label=s["name"]
-        )
-        ax.plot([s["interval_s"]], [s["goodput"] * 100], "o", color=line.get_color())
+            curve["interval_s"], np.asarray(curve["goodput"]) * 100,
+            lw=max(3.0 - 0.6 * i, 1.0), ls=styles[i % len(styles)], label=s["name"],
+        )  # fmt: skip
+        ax.plot(
+            [s["interval_s"]], [s["goodput"] * 100], markers[i % len(markers)],
+            color=line.get_color(), markersize=max(9 - 1.5 * i, 4),
+        )  # fmt: skip
     ax.set_xscale("log")
     ax.set_xlabel("checkpoint interval (s of training)")
     ax.set_ylabel("expected goodput (%)")

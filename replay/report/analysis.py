@@ -42,11 +42,12 @@ from typing import Any
 
 import polars as pl
 
-from replay._units import format_duration
+from replay._units import format_duration, format_rate
 from replay.report.claims_cluster import patrickstar_claim
 from replay.report.cluster import cluster_rows
 from replay.report.document import fmt_multiple, fmt_ratio, fmt_saving
 from replay.report.load import Results, RunData, SweepData
+from replay.report.plan_section import planned_checkfreq
 
 LADDER = ("ssd", "pmem-host", "pcie-ndp", "cxl-d", "cxl-b", "cxl")
 TERMS = ("compute", "memory", "link", "raw_stall", "checkpoint", "other")
@@ -780,7 +781,9 @@ def claims(results: Results, sections: dict[str, Any]) -> list[dict[str, str]]:
         {
             "claim": "runtime overhead of frequent checkpoints bounded within 3.5%",
             "source": "CheckFreq abstract",
-            "model": _checkfreq_text(cf),
+            # no replayed run at CheckFreq's interval: the plan's stall share, said so
+            "model": (planned_checkfreq(results.plans) if cf is None else None)
+            or _checkfreq_text(cf),
             "assumptions": "snapshot to host memory, then persist in the background; "
             "interval chosen by CheckFreq's rule for the overhead budget",
         }
@@ -824,7 +827,7 @@ def _checkfreq_text(cf: dict[str, Any] | None) -> str:
 
 
 def _fmt_bw(value: float | None) -> str:
-    return "n/a" if value is None else f"{value / 1e9:.3g} GB/s"
+    return "n/a" if value is None else format_rate(value)
 
 
 def analyse(results: Results) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from replay._units import format_bytes, format_duration
+from replay._units import format_bytes, format_duration, format_rate
 from replay.report.document import Block, Bullets, Image, Paragraph, fmt_multiple, fmt_ratio
 from replay.report.figures import FigureOut
 
@@ -27,6 +27,12 @@ def pct(value: float | None, digits: int = 3) -> str:
 
 def bytes_text(value: float | None) -> str:
     return "n/a" if value is None or not math.isfinite(value) else format_bytes(value)
+
+
+def rate_text(bytes_per_s: float | None) -> str:
+    """A write or transfer rate in decimal units (`1.16 GB/s`), as drives are rated."""
+    ok = bytes_per_s is not None and math.isfinite(bytes_per_s)
+    return format_rate(bytes_per_s) if ok else "n/a"  # type: ignore[arg-type]
 
 
 def images(figures: list[FigureOut], section: str) -> list[Block]:
@@ -52,4 +58,4 @@ def not_shown(items: list[tuple[str, str]]) -> list[Block]:
     ]
 
 
-__all__ = ["bytes_text", "images", "ms", "not_shown", "pct", "x"]
+__all__ = ["bytes_text", "images", "ms", "not_shown", "pct", "rate_text", "x"]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from replay._output import atomic_folder, foreign_entry, listed_names, write_json
-from replay._units import format_duration, format_hit_ratio
+from replay._units import format_hit_ratio
 from replay._version import __version__
 from replay.errors import OutputError
 from replay.report.analysis import (
@@ -42,8 +42,9 @@ from replay.report.blocks import images as _images
 from replay.report.blocks import ms as _ms
 from replay.report.blocks import not_shown as _not_shown
 from replay.report.blocks import pct as _pct
+from replay.report.blocks import rate_text as _rate
 from replay.report.blocks import x as _x
-from replay.report.caveats import WARNINGS, run_warnings, warning_blocks, warning_line
+from replay.report.caveats import run_warnings, warning_blocks
 from replay.report.cluster import cluster_blocks
 from replay.report.document import (
     Block,
@@ -60,13 +61,13 @@ from replay.report.document import (
     to_html,
     to_markdown,
 )
-from replay.report.figures import FigureOut, sweep_figure_names
+from replay.report.figures import FigureOut
 from replay.report.figures_all import generic_figures
 from replay.report.load import Results, RunData, load_results
 from replay.report.plan_section import SECTION as PLAN_SECTION
-from replay.report.plan_section import heading as plan_heading
-from replay.report.plan_section import plan_blocks, plan_figures, plan_lines
+from replay.report.plan_section import plan_blocks, plan_figures
 from replay.report.scenario_figures import scenario_figures
+from replay.report.summary import CLAIMS, summary_items
 from replay.report.tbe import tbe_blocks
 
 # what --force may replace (`replay._output.Owned`; figures/ as `check_report_folder` says)
@@ -82,13 +83,20 @@ def _workload_blocks(results: Results, figures: list[FigureOut]) -> list[Block]:
         blocks.append(Paragraph("No workload.json in the results (runs made with --no-inspect)."))
         return blocks
     tables = work.get("tables", [])
+    # on a short span of big tables the hottest 1% holds every row touched: no skew figure
+    top = (
+        f"The hottest 1% of rows take {_pct(work['top1pct_share'])} of the lookups"
+        if work["rows"] * 0.01 < work.get("distinct_rows", work["rows"])
+        else f"Every lookup falls on the {_pct(work['touched_fraction'])} of rows touched, "
+        "fewer than the hottest 1% (so the top-1% share says nothing on this span)"
+    )
     blocks.append(
         Paragraph(
             f"{work['lookups']:,} lookups in {work['batches']:,} batches over "
             f"{len(tables)} tables ({work['rows']:,} rows, {_pct(work['touched_fraction'])} "
-            f"of them touched). The hottest 1% of rows take {_pct(work['top1pct_share'])} of "
-            f"the lookups; a batch's distinct rows are {_pct(work['distinct_per_batch_mean'])} "
-            f"of its lookups; {_pct(work['consecutive_reuse_mean'])} of a batch's distinct "
+            f"of them touched). {top}; a batch's distinct rows are "
+            f"{_pct(work['distinct_per_batch_mean'])} of its lookups; "
+            f"{_pct(work['consecutive_reuse_mean'])} of a batch's distinct "
             f"rows were also in the batch before (TrainingCXL cites about "
             f"{_pct(PAPER['consecutive_reuse'], 0)})."
         )
@@ -108,10 +116,13 @@ def _compare_table(runs: tuple[RunData, ...]) -> Table:
         if strategy == "none":
             overhead = "-"
         else:
+            # steady state, as every column here (the run's own `overhead` is whole-run:
+            # its initial full checkpoint included)
+            training = terms["total"] - terms["checkpoint"]
             overhead = (
                 f"needs ≥ {MIN_CHECKPOINTS} checkpoints"
                 if needs_checkpoints(run)
-                else _pct(ck.get("overhead", 0.0))
+                else _pct(terms["checkpoint"] / training if training > 0 else None)
             )
         rows.append(
             (
@@ -132,7 +143,7 @@ def _compare_table(runs: tuple[RunData, ...]) -> Table:
             "energy per batch",
             "hit ratio",
             "checkpoint",
-            "checkpoint stall / training time",
+            "checkpoint stall / training time (steady state)",
         ),
         tuple(rows),
     )
@@ -352,7 +363,7 @@ def _fastpersist_blocks(fp: dict[str, Any]) -> list[Block]:
                 f"{_x(PAPER['fastpersist_speedup'])}, across many nodes). Like with like: "
                 + fastpersist_per_batch(fp)
                 + f". Free per-batch checkpoints would need "
-                f"{_bytes(fp['needed_write_bw_bytes_per_s'])}/s of aggregate writes."
+                f"{_rate(fp['needed_write_bw_bytes_per_s'])} of aggregate writes."
             )
         )
     elif base.get("needs"):
@@ -377,7 +388,7 @@ def _fastpersist_blocks(fp: dict[str, Any]) -> list[Block]:
                         str(r["writers"]),
                         str(r["drives"]),
                         _ms(r["write_s"]),
-                        _bytes(r["write_bw_bytes_per_s"]) + "/s",
+                        _rate(r["write_bw_bytes_per_s"]),
                         _x(r["speedup"]),
                         _pct(r["write_over_compute"]),
                         "n/a"
@@ -495,110 +506,11 @@ def _sources_blocks(results: Results) -> list[Block]:
         Paragraph(
             f"Made by replay {__version__} from "
             + ", ".join(str(p) for p in results.sources)
-            + f": {len(rows)} runs, {len(results.mrcs)} miss-ratio curves."
+            + f": {len(rows)} runs, {len(results.mrcs)} miss-ratio "
+            + ("curve." if len(results.mrcs) == 1 else "curves.")
         ),
         Table(("run", "system from", "overrides", "folder"), tuple(rows[:200])),
     ]
-
-
-def _workload_line(results: Results) -> str:
-    work = results.workload()
-    runs = results.all_runs()
-    meta = runs[0].meta.get("trace", {}) if runs else {}
-    what = f"the {meta['workload']} trace" if meta.get("workload") else "the trace"
-    text = (
-        f"Workload: {what} replayed here has {work['batches']:,} batches, "
-        f"{work['lookups']:,} lookups over {len(work.get('tables', []))} tables "
-        f"({work['rows']:,} rows, {_pct(work['touched_fraction'])} touched; the hottest 1% "
-        f"take {_pct(work['top1pct_share'])} of the lookups)"
-        if work
-        else f"Workload: {len(runs)} runs; the trace's statistics were not recorded"
-    )
-    if results.plans:
-        h = results.plans[0].document["horizon"]
-        text += (
-            f"; the plan covers {int(h['batches']):,} batches, "
-            f"{format_duration(h['training_time_s'])} of training"
-        )
-    return text + "."
-
-
-def _plan_command(results: Results) -> str:
-    """The `replay plan` command that would answer for this trace (no numbers made up)."""
-    runs = results.all_runs()
-    trace = runs[0].trace if runs else ""
-    system = runs[0].system if runs else "hbm-lru"
-    return (
-        f"replay plan {trace or 'TRACE'} --system {system} --cache-budget SIZE "
-        "--hit-target 0.9 --cluster-mtbf DURATION --out plan"
-    )
-
-
-def _run_extremes(results: Results) -> str | None:
-    """The fastest and the most frugal of the replayed runs (steady state)."""
-    runs = results.all_runs()
-    if not runs:
-        return None
-    costs = [(time_terms(r)["total"], energy_per_batch(r), r.label) for r in runs]
-    fast = min(costs, key=lambda c: (c[0], c[2]))
-    frugal = min(costs, key=lambda c: (c[1], c[2]))
-    text = (
-        f"Replayed runs (steady state, checkpointing as each was run): {fast[2]} is fastest "
-        f"at {_ms(fast[0])} and {fast[1]:.4g} J per batch"
-    )
-    if frugal[2] != fast[2]:
-        text += f"; {frugal[2]} the most energy-efficient at {frugal[1]:.4g} J and {_ms(frugal[0])}"
-    return text + "."
-
-
-def _summary_items(
-    results: Results, analysis: dict[str, Any], anchors: dict[str, str]
-) -> list[Text]:
-    """At most ten lines, each ending in a link to the section it comes from."""
-
-    def see(line: str, heading: str) -> Text:
-        target = anchors.get(heading)
-        return (line, " (", Link(heading, "#" + target), ")") if target else line
-
-    items: list[Text] = [see(_workload_line(results), "Workload")]
-    warned = warning_line(results)
-    if warned:
-        items.append(see(warned, WARNINGS))
-    if results.plans:
-        lines = plan_lines(results.plans[0])
-        plan = results.plans[0]
-        items.append(see(str(lines["cache"]), plan_heading(plan, 0, "cache")))
-        items.append(see(str(lines["checkpoint"]), plan_heading(plan, 0, "checkpoints")))
-        if lines["systems"]:
-            items.append(see(lines["systems"], plan_heading(plan, 0, "systems")))
-        if plan.document.get("notes"):
-            n = len(plan.document["notes"])
-            items.append(see(f"The plan notes {n} caveat{'s' * (n > 1)} to read first.", "Plan"))
-    else:
-        command = _plan_command(results)
-        items.append(
-            f"Cache: no plan among the results, so no cache size is given; to get one, run "
-            f"`{command}` and report its folder with these results."
-        )
-        items.append(
-            "Checkpoint: no plan among the results, so no scheme or interval is given (a "
-            "replayed span of seconds cannot measure goodput over days); the same "
-            "`replay plan` answers it."
-        )
-    extremes = _run_extremes(results)
-    if extremes:
-        items.append(see(extremes, "Time per batch"))
-    claims = analysis.get("claims") or []
-    if claims:
-        shown = sum(not c["model"].startswith(("not computed", "not shown")) for c in claims)
-        items.append(
-            see(
-                f"Published claims: {shown} of {len(claims)} computed on this trace; the "
-                "others say what they need.",
-                CLAIMS,
-            )
-        )
-    return items[:10]
 
 
 def _contents(blocks: list[Block]) -> Bullets:
@@ -617,7 +529,6 @@ def _contents(blocks: list[Block]) -> Bullets:
     return Bullets(tuple(tuple(item) for item in items))
 
 
-CLAIMS = "Claims: the papers beside this model"
 HEAD_ANCHORS = ("summary", "contents")
 
 
@@ -625,7 +536,7 @@ def _claims_blocks(analysis: dict[str, Any]) -> list[Block]:
     return [
         Heading(CLAIMS),
         Paragraph(
-            "Each published claim of DESIGN section 7 beside the figure this model "
+            "Each published claim the presets model, beside the figure this model "
             "computes for it on this trace, and the assumptions behind the figure. The "
             "model need not match a number it cannot derive; a figure the replayed span "
             "cannot support says what it would need."
@@ -673,13 +584,7 @@ def build_blocks(
     if energy:
         body += [Heading("Energy"), *energy]
     body += _sensitivity_blocks(analysis, figures)
-    studied = {folder for study in analysis.get("sensitivity") or [] for folder in study["folders"]}
-    paired = {
-        name
-        for sweep, name in zip(results.sweeps, sweep_figure_names(results.sweeps), strict=True)
-        if sweep.path.name in studied
-    }
-    other = [f for f in _images(figures, "sweeps") if f.name not in paired]
+    other = _images(figures, "sweeps")  # the sensitivity studies' sweeps are not drawn
     if other:
         body += [Heading("Other sweeps"), *other]
     body += _claims_blocks(analysis)
@@ -698,9 +603,10 @@ def build_blocks(
     for block in blocks:
         if isinstance(block, Heading):
             anchors.setdefault(block.text, block.anchor)
-    summary = Bullets(tuple(_summary_items(results, analysis, anchors)))
+    items, answers = summary_items(results, analysis, anchors)
+    analysis["answers"] = answers  # summary.json's: what each summary line answers
     contents = _contents(blocks)
-    return [*blocks[:3], summary, blocks[3], contents, *blocks[4:]]
+    return [*blocks[:3], Bullets(tuple(items)), blocks[3], contents, *blocks[4:]]
 
 
 # a percentage written out: digits (with thousands commas) and a decimal part, then %
@@ -790,7 +696,12 @@ def build_report(
         fig_dir = tmp / "figures"
         fig_dir.mkdir()
         # both draw names as written (no mathtext, no TeX): see figures.save
-        figures = generic_figures(results, fig_dir) + scenario_figures(analysis, fig_dir)
+        studied = frozenset(
+            folder for study in analysis.get("sensitivity") or [] for folder in study["folders"]
+        )
+        figures = generic_figures(results, fig_dir, skip_sweeps=studied) + scenario_figures(
+            analysis, fig_dir
+        )
         # captions state ratios as multiples above 100%, as the text does
         figures = [
             FigureOut(f.name, as_multiples(f.title), as_multiples(f.caption), f.section)

@@ -345,7 +345,8 @@ def _g(value: float) -> str:
 
 
 def _bytes_unit(largest: float) -> tuple[float, str]:
-    for scale, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+    # memory sizes in binary units, as `replay._units.format_bytes` writes them
+    for scale, unit in ((2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB"), (2.0**10, "KiB")):
         if largest >= scale:
             return scale, unit
     return 1.0, "B"

@@ -47,10 +47,13 @@ from replay.report.figures_workload import (
 from replay.report.load import Results, RunData
 
 
-def generic_figures(results: Results, out_dir: Path) -> list[FigureOut]:
+def generic_figures(
+    results: Results, out_dir: Path, *, skip_sweeps: frozenset[str] = frozenset()
+) -> list[FigureOut]:
     """Draw every figure the results support into out_dir (which exists); skip figures
-    with no data. Returns them in report order (workload, hierarchy, cluster, time,
-    energy, checkpoints, sweeps)."""
+    with no data, and the sweeps named in `skip_sweeps` (folder names: the sensitivity
+    studies, which the report shows as their own figures). Returns them in report order
+    (workload, hierarchy, cluster, time, energy, checkpoints, sweeps)."""
     out = Path(out_dir)
     runs = results.all_runs()
     colors = system_colors([r.label for r in runs])
@@ -81,6 +84,8 @@ def generic_figures(results: Results, out_dir: Path) -> list[FigureOut]:
     figures.append(_checkpoint_bytes(runs, colors, names, out))
 
     for sweep, name in zip(results.sweeps, sweep_figure_names(results.sweeps), strict=True):
+        if sweep.path.name in skip_sweeps:
+            continue  # a figure written is a figure shown: these are drawn as sensitivity
         if is_chunk_sweep(sweep):
             figures.append(_chunk_figure(sweep, name, results, colors, out))
         else:

@@ -21,6 +21,7 @@ from matplotlib.ticker import FuncFormatter, PercentFormatter
 
 # `figures.save` is looked up when a figure is written, as in figures.py itself, so a
 # patched `figures.save` (tests/test_untrusted.py records the texts drawn) sees it too
+from replay._units import format_bytes, format_duration
 from replay.report import figures
 from replay.report.figures import (
     MARKERS,
@@ -296,8 +297,8 @@ def _sweep_figure(sweep: SweepData, name: str, out: Path) -> FigureOut | None:
         if i == 0:
             trends.append(
                 f"{titles[metric].capitalize()} goes from {_fmt_metric(metric, y0)} at "
-                f"{short_key}={_g(x0)} to {_fmt_metric(metric, y1)} at "
-                f"{short_key}={_g(x1)}{where}."
+                f"{_setting(short_key, x0)} to {_fmt_metric(metric, y1)} at "
+                f"{_setting(short_key, x1)}{where}."
             )
         else:
             trends.append(f"For {label}: {_fmt_metric(metric, y0)} to {_fmt_metric(metric, y1)}.")
@@ -349,9 +350,27 @@ def _trace_digest(run: RunData) -> Any:
     return (run.summary.get("digests") or {}).get("trace_sha256")
 
 
+def _setting(key: str, value: float) -> str:
+    """`quantize_bits=4`; 0 bits is fp32, Check-N-Run's unquantized rows, said in words."""
+    if key.endswith("quantize_bits") and value == 0:
+        return f"{key}=0 (fp32, no quantization)"
+    return f"{key}={_g(value)}"
+
+
+def _pct_pair(a: float, b: float) -> str:
+    """`84% to 87%`; two shares that round alike get two more digits (`84.12% to 84.47%`),
+    and equal ones are said once (`84% at every size`)."""
+    if _pct(a) != _pct(b):
+        return f"{_pct(a)} to {_pct(b)}"
+    if f"{a:.2%}" != f"{b:.2%}":
+        return f"{a:.2%} to {b:.2%}"
+    return f"{_pct(a)} at every size"
+
+
 def _row_caches(sweep: SweepData, results: Results) -> list[RunData]:
     """Row caches (a cache policy other than `chunk`) on the same trace with the same
-    budget in rows as the sweep's runs, one per label."""
+    budget in rows as the sweep's runs, checkpointing off as in the sweep (a run's
+    checkpoint stalls are another basis of time per batch), one per label."""
     budgets = {_budget_rows(r) for r in sweep.runs}
     traces = {_trace_digest(r) for r in sweep.runs}
     kept: dict[str, RunData] = {}
@@ -360,6 +379,8 @@ def _row_caches(sweep: SweepData, results: Results) -> list[RunData]:
             continue
         policy = str(_policy(run).get("name", ""))
         if policy in ("", "static", "chunk") or not _is_cache(run):
+            continue
+        if run.strategy not in ("", "none"):
             continue
         if _budget_rows(run) in budgets and _trace_digest(run) in traces:
             kept.setdefault(run.label, run)
@@ -441,18 +462,18 @@ def _chunk_figure(
     facts = [
         f"Steady state ({steady_span([r for _, r in points])}), chunk policy{budget_text}: "
         f"from {_g(xs[0])} to {_g(xs[-1])} rows per chunk the hit ratio goes from "
-        f"{_pct(hit[0] or 0.0)} to {_pct(hit[-1] or 0.0)}, the link moves "
-        f"{_g(moved[0] * scales[1])} to {_g(moved[-1] * scales[1])} {b_unit} per batch and a "
-        f"batch takes {_g(times[0] * t_scale)} to {_g(times[-1] * t_scale)} {t_unit}.",
-        f"The fastest chunk size is {_g(xs[i_fast])} rows ({_g(times[i_fast] * t_scale)} "
-        f"{t_unit}); the best hit ratio is at {_g(xs[i_best])} rows "
+        f"{_pct_pair(hit[0] or 0.0, hit[-1] or 0.0)}, the link moves "
+        f"{format_bytes(moved[0])} to {format_bytes(moved[-1])} per batch and a "
+        f"batch takes {format_duration(times[0])} to {format_duration(times[-1])}.",
+        f"The fastest chunk size is {_g(xs[i_fast])} rows ({format_duration(times[i_fast])}"
+        f"); the best hit ratio is at {_g(xs[i_best])} rows "
         f"({_pct(hit[i_best] or 0.0)}).",
     ]
     for cache in caches[:3]:
         h = _steady_hit_ratio(cache)
         facts.append(
-            f"{cache.label} caches rows{budget_text}: hit ratio {_pct(h or 0.0)}, "
-            f"{_g(_steady_link_bytes(cache) * scales[1])} {b_unit} and "
-            f"{_g(steady_mean(cache, 'time_s') * t_scale)} {t_unit} per batch."
+            f"{cache.label} caches rows{budget_text} (no checkpointing): hit ratio "
+            f"{_pct(h or 0.0)}, {format_bytes(_steady_link_bytes(cache))} over its links and "
+            f"{format_duration(steady_mean(cache, 'time_s'))} per batch."
         )
     return FigureOut(name, title, " ".join(facts), "hierarchy")

@@ -54,6 +54,74 @@ def _targets(needs: dict[str, Any]) -> str:
     )
 
 
+def _first_reaching(sizes: np.ndarray, hits: np.ndarray, target: float) -> int | None:
+    """Index of the smallest measured size whose hit (running maximum) reaches `target`,
+    as `replay plan` reads bytes for a hit target (never interpolated)."""
+    reach = np.nonzero(np.maximum.accumulate(hits) >= target)[0]
+    return None if len(reach) == 0 else int(reach[0])
+
+
+def target_range(mrc: dict[str, Any], target: float) -> dict[str, Any]:
+    """Bytes for hit `target` on the plan's LRU curve with the range its error bound
+    allows: `low` where the curve's hit plus the bound reaches the target, `high` where
+    its hit minus the bound does (None: beyond the curve's largest point). `edge` says
+    where an answer is a bound, not a measurement: "first" when the answer (or the low
+    end) is the curve's first point (the target may be met by a smaller cache the curve
+    did not measure), "last" when the high end lies beyond the curve."""
+    sizes = np.asarray(mrc.get("bytes") or [], dtype=np.float64)
+    hits = 1.0 - np.asarray(mrc.get("miss_ratio") or [], dtype=np.float64)
+    bound = float(mrc.get("error_bound") or 0.0)
+    if not len(sizes):
+        return {"bytes": None, "low": None, "high": None, "bound": bound, "edge": None}
+    at = _first_reaching(sizes, hits, target)
+    lo = _first_reaching(sizes, hits + bound, target)
+    hi = _first_reaching(sizes, hits - bound, target)
+    edge = "first" if lo == 0 else ("last" if hi is None else None)
+    return {
+        "bytes": None if at is None else float(sizes[at]),
+        "low": None if lo is None else float(sizes[lo]),
+        "high": None if hi is None else float(sizes[hi]),
+        "bound": bound,
+        "edge": edge,
+        "at_first_point": at == 0,
+        "last_bytes": float(sizes[-1]),
+    }
+
+
+def range_text(r: dict[str, Any]) -> str:
+    """`788 MiB (271 MiB – 4.87 GiB)`; `≤ 32 MiB (the curve's first point: a bound)`;
+    an open high end is `more than` the curve's last point."""
+    if r["bytes"] is None:
+        return "out of reach over the run"
+    if r.get("at_first_point"):
+        return f"≤ {format_bytes(r['bytes'])} (the curve's first point: a bound, not a size)"
+    low = format_bytes(r["low"]) if r["low"] is not None else "?"
+    if r["edge"] == "first":
+        low = f"≤ {low}"
+    high = (
+        format_bytes(r["high"])
+        if r["high"] is not None
+        else (f"more than the curve's {format_bytes(r['last_bytes'])}")
+    )
+    return f"{format_bytes(r['bytes'])} ({low} – {high})"
+
+
+def targets_with_range(doc: dict[str, Any]) -> str:
+    """Each hit target's bytes with the range from the curve's error bound."""
+    lru = doc["cache"]["bytes_for_hit"].get("lru", {})
+    mrc = doc.get("mrc") or {}
+    parts = []
+    for t in lru:
+        r = target_range(mrc, float(t))
+        if r["bytes"] is None or lru[t] is None:
+            parts.append(f"hit {float(t):g} is out of reach over the run")
+        else:
+            parts.append(f"hit {float(t):g} needs {range_text(r)}")
+    bound = float(mrc.get("error_bound") or 0.0)
+    where = f" (ranges: the curve's ±{bound:.2g} error bound in miss ratio)" if bound else ""
+    return ", ".join(parts) + where
+
+
 def split_verdict(gain_points: float) -> str:
     """The split against the shared cache, in words: a gain under half a point is none."""
     if abs(gain_points) < 0.5:
@@ -86,9 +154,9 @@ def cache_line(doc: dict[str, Any]) -> str:
     cache, the split against it, and per-table caches at one load factor."""
     cache = doc["cache"]
     lru = cache["bytes_for_hit"].get("lru", {})
-    text = "Cache: "
+    text = f"Cache ({plan_basis(doc)}, one LRU cache shared by every table): "
     if lru:
-        text += f"LRU {_targets(lru)}; "
+        text += f"{targets_with_range(doc)}; "
     budget = format_bytes(cache["budget_bytes"])
     base = cache.get("baseline")
     if base is None:  # a plan.json written before the shared-cache baseline
@@ -107,6 +175,76 @@ def cache_line(doc: dict[str, Any]) -> str:
         f"({split_verdict(base['split_gain_points'])}); per-table caches at one load factor "
         f"({cache['uniform_load_factor']:.3g}) hit {pct_text(cache['uniform_hit'])}."
     )
+
+
+def plan_basis(doc: dict[str, Any]) -> str:
+    """`plan: criteo-terabyte, the whole run of 2,135,484 batches`: what every plan
+    answer is computed over."""
+    h = doc.get("horizon") or {}
+    name = h.get("workload") or "the planned workload"
+    span = f" of {int(h['batches']):,} batches" if h.get("batches") else ""
+    return f"plan: {name}, the whole run{span}"
+
+
+def failure_model(ck: dict[str, Any]) -> str:
+    """`16 nodes each failing once in 30 d on average: a cluster MTBF of 1.88 d`."""
+    mtbf = format_duration(ck["cluster_mtbf_s"])
+    nodes, node_mtbf = ck.get("nodes"), ck.get("node_mtbf_s")
+    if nodes and node_mtbf:
+        return (
+            f"{int(nodes)} node{'s' * (int(nodes) != 1)} each failing once in "
+            f"{format_duration(node_mtbf)} on average: a cluster MTBF of {mtbf}"
+        )
+    return f"a cluster MTBF of {mtbf}"
+
+
+def checkpoint_answer(doc: dict[str, Any]) -> str:
+    """The recommended strategy with its mode, interval, stall, bytes, storage and
+    restore; its goodput is `goodput_line`'s."""
+    ck = doc["checkpoint"]
+    basis = f"Checkpoint ({plan_basis(doc)}, at {failure_model(ck)})"
+    if not ck["strategies"]:
+        return f"{basis}: no strategy was planned."
+    s = ck["strategies"][0]
+    if s["name"] == "none":
+        return f"{basis}: no strategy beats running without checkpoints over this run."
+    return (
+        f"{basis}: {strategy_label(s)} every {format_duration(s['interval_s'])} "
+        f"({int(s.get('interval_batches') or 0):,} batches): a stall of "
+        f"{format_duration(s['cost_s'])} and {format_bytes(s['bytes'])} written per "
+        f"checkpoint, {format_bytes(s['storage_bytes'])} of storage, a restore of "
+        f"{format_duration(s['restore_s'])}" + (f"; {lossy(s)}." if lossy(s) else ".")
+    )
+
+
+def goodput_line(doc: dict[str, Any]) -> str:
+    """The recommended strategy's goodput over the run, mean and 5th percentile."""
+    ck = doc["checkpoint"]
+    if not ck["strategies"]:
+        return ""
+    s = ck["strategies"][0]
+    draws = int(s.get("draws") or 0)
+    runs = f" over {draws:,} simulated runs" if draws else ""
+    return (
+        f"Goodput ({plan_basis(doc)}, at {failure_model(ck)}, with {strategy_label(s)}): "
+        f"{pct_text(s['goodput'])} on average, 5th percentile {pct_text(s['goodput_p5'])}"
+        f"{runs}{few_failures(s)}."
+    )
+
+
+def planned_checkfreq(plans: list[PlanData]) -> str | None:
+    """CheckFreq's stall share over the planned run (the claim's figure where no replayed
+    run measured it): one snapshot stall per interval, at the plan's interval."""
+    for plan in plans:
+        for s in plan.document["checkpoint"]["strategies"]:
+            if s["name"] == "checkfreq" and s["interval_s"] > 0:
+                return (
+                    f"{format_percent(s['cost_s'] / s['interval_s'])} stall overhead "
+                    f"({format_duration(s['cost_s'])} of snapshot every "
+                    f"{format_duration(s['interval_s'])}; {plan_basis(plan.document)}, at the "
+                    "plan's goodput-optimal interval, not CheckFreq's rule)"
+                )
+    return None
 
 
 def checkpoint_line(doc: dict[str, Any]) -> str:
@@ -181,14 +319,47 @@ def few_failures(strategy: dict[str, Any]) -> str:
     )
 
 
+def systems_basis(doc: dict[str, Any]) -> str:
+    """What the systems' per-batch figures are measured over: the span each replays, its
+    steady half, each system's own cache (not the plan's budget), checkpointing off."""
+    systems = doc["systems"]
+    spans = {int(s["batches"]) for s in systems if s.get("batches")}
+    span = (
+        f"the first {spans.pop():,} batches (steady state: their second half)"
+        if len(spans) == 1
+        else "a short span (steady state: its second half)"
+    )
+    row_bytes = float(doc.get("row_bytes") or 0)
+    caches = [
+        f"{s['name']} {format_bytes(s['cache_rows'] * row_bytes)}"
+        for s in systems
+        if s.get("cache_rows") and row_bytes
+    ]
+    own = (
+        f"each system's own cache ({', '.join(caches)}), not the "
+        f"{format_bytes(doc['cache']['budget_bytes'])} budget"
+        if caches
+        else "each system's own cache"
+    )
+    name = doc["horizon"].get("workload") or "the planned workload"
+    return f"plan: {name}, modelled time per batch over {span}, {own}, checkpointing off"
+
+
 def systems_line(doc: dict[str, Any]) -> str | None:
     systems = doc["systems"]
     if not systems:
         return None
     fast = min(systems, key=lambda s: s["time_per_batch_s"])
     frugal = min(systems, key=lambda s: s["energy_per_batch_j"])
+    step = doc["horizon"].get("time_per_batch_s")
+    assumed = (
+        f"; the plan's intervals and training time use its step of {format_duration(step)} "
+        "(--time-per-batch), not this modelled time"
+        if doc["horizon"].get("time_per_batch_from") == "--time-per-batch" and step
+        else ""
+    )
     text = (
-        f"Systems (steady state, no checkpointing): {fast['name']} is fastest at "
+        f"Systems ({systems_basis(doc)}): {fast['name']} is fastest at "
         f"{format_duration(fast['time_per_batch_s'])} and {fast['energy_per_batch_j']:.4g} J "
         "per batch"
     )
@@ -200,7 +371,7 @@ def systems_line(doc: dict[str, Any]) -> str | None:
         )
     else:
         text += ", and the most energy-efficient"
-    return text + "."
+    return text + assumed + "."
 
 
 def times_text(x: float | None) -> str:
@@ -270,7 +441,8 @@ def plan_lines(plan: PlanData) -> dict[str, str | None]:
     return {
         **{f"cluster{i}": line for i, line in enumerate(cluster)},
         "cache": cache_line(doc),
-        "checkpoint": checkpoint_line(doc),
+        "checkpoint": checkpoint_answer(doc),
+        "goodput": goodput_line(doc) or None,
         "systems": systems_line(doc),
     }
 
@@ -452,14 +624,19 @@ def _systems_blocks(plan: PlanData, index: int) -> list[Block]:
     return [
         Heading(heading(plan, index, "systems"), 3),
         Paragraph(
-            "Each system's steady-state time and energy per batch (checkpointing off: it is "
-            "planned above); Pareto: no other system is both as fast and as frugal."
+            f"Each system's time and energy per batch ({systems_basis(plan.document)}; "
+            "checkpointing is planned above); the hit ratio is over that span from a cold "
+            "cache, not the whole run's (the cache answers above); Pareto: no other system is "
+            "both as fast and as frugal."
         ),
         Table(
-            ("system", "time per batch", "energy per batch", "hit ratio", "Pareto"),
+            ("system", "cache", "time per batch", "energy per batch", "hit ratio (span)", "Pareto"),
             tuple(
                 (
                     s["name"],
+                    format_bytes(s["cache_rows"] * float(plan.document.get("row_bytes") or 0))
+                    if s.get("cache_rows")
+                    else "-",
                     format_duration(s["time_per_batch_s"]),
                     f"{s['energy_per_batch_j']:.4g} J",
                     pct_text(s.get("hit_ratio")),

@@ -1,4 +1,4 @@
-"""Figures of the seeds' scenarios, drawn from `replay.report.analysis` results:
+"""Figures of the papers' scenarios, drawn from `replay.report.analysis` results:
 
 - `ladder_time.png`: TrainingCXL's ladder, steady-state time per batch stacked by term
   (what each step removes is the slice that shrinks);
@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from replay._units import format_rate
 from replay.report.analysis import PAPER, TERMS
 from replay.report.figures import TIME_PARTS, FigureOut, new_figure, save
 
@@ -131,7 +132,7 @@ def _fastpersist(fp: dict[str, Any], out_dir: Path) -> FigureOut:
             if (r["writers"], r["drive_write_bw_bytes_per_s"]) == (w, bw)
         }
         xs = sorted(pts)
-        drive = f", {bw / 1e9:.3g} GB/s drives" if bw else ""
+        drive = f", {format_rate(bw)} drives" if bw else ""
         ax1.plot(xs, [pts[d] for d in xs], marker="o", label=f"{w} writer{'s' * (w > 1)}{drive}")
     ax1.axhline(PAPER["fastpersist_speedup"], color="k", ls="--", lw=1, label="paper: up to 116×")
     ax1.set_yscale("log")
@@ -174,7 +175,8 @@ def _fastpersist(fp: dict[str, Any], out_dir: Path) -> FigureOut:
 
 
 def _checknrun(cnr: dict[str, Any], out_dir: Path) -> FigureOut:
-    rows = cnr["runs"]
+    # the rows the text lists as not shown (artifacts of the span) are not drawn either
+    rows = [r for r in cnr["runs"] if r.get("needs") is None]
     modes = list(dict.fromkeys(r["increment"] for r in rows))
     bits = sorted({r["quantize_bits"] for r in rows})
     fig = new_figure(10.5, 3.8)

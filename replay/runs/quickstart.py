@@ -1,25 +1,33 @@
-"""`replay quickstart`: the seeds' comparisons on a small built-in trace, and a report.
+"""`replay quickstart`: one workload, criteo-terabyte, planned for a training run and
+replayed for its per-batch comparisons, and a report of both.
 
-One call generates a `criteo-kaggle` trace (200 batches of 2,048 samples by default,
-about 10.6 M lookups), runs every study below in one process pool (so the cores stay
-busy across studies), writes their result folders exactly as `replay compare`,
-`replay sweep`, `replay run` and `replay mrc` would, and builds the report from them:
+One call generates the first batches of `criteo-terabyte` (200 batches of 2,048 samples
+by default, about 10.6 M lookups: the workload the plan covers, cut short), runs every
+study below in one process pool (so the cores stay busy across studies), writes their
+result folders exactly as `replay compare`, `replay sweep`, `replay run` and `replay mrc`
+would, plans the whole epoch of the same workload, and builds the report from them. The
+short trace supports what a few hundred batches can measure (time, energy, traffic and
+checkpoint bytes per batch, in steady state); cache sizes, checkpoint intervals and
+goodput over the run come from the plan, which reads the whole epoch.
 
 - `ladder`: TrainingCXL's ladder ssd → pmem-host → pcie-ndp → cxl-d → cxl-b → cxl;
 - `fastpersist`: torch-save against FastPersist on 1, 4 and 8 drives, and
   `fastpersist-grid`, a sweep of writers × drives (each writer capped at
   `WRITER_BW_BYTES_PER_S`, an ASSUMPTION stated below);
 - `caches`: PatrickStar's `chunk` against the row caches `hbm-lru` and `hbm-belady`, all
-  holding 100,000 rows, with the trace's exact LRU miss-ratio curve in `mrc`;
+  holding an eighth of the rows the trace touches (100,000 by default), with the
+  trace's exact LRU miss-ratio curve in `mrc`;
 - `check-n-run`: increment modes × bit widths every 20 batches, against `sync-full`
-  (the run folder `sync-full`) at the same interval; `checkfreq` at its own interval;
+  (the run folder `sync-full`) at the same interval (CheckFreq is planned, not replayed:
+  its own rule asks for an interval of hundreds of batches on this workload, longer than
+  the short trace, so a replayed run could take no checkpoint);
 - `chunk-size`: PatrickStar's chunk size (64 to 4,096 rows) at the same cache size;
 - `sens-*`: sensitivity sweeps of the ladder's headline to the assumptions it leans on
   most (the per-copy software cost of host-driven PCIe copies; the persistent memory's
   write-to-read turnaround);
-- `plan`: `replay plan` for a training run at the scale users plan for (one epoch of
-  Criteo Terabyte on 16 nodes, the PLAN_* settings below): cache bytes per hit target,
-  each checkpoint strategy's interval and goodput over the run, systems per batch.
+- `plan`: `replay plan` for the training run (one epoch of the same workload on 16
+  nodes, the PLAN_* settings below): cache bytes per hit target, each checkpoint
+  strategy's interval and goodput over the run, systems per batch.
 
 The result folders go in OUT/results, the report in OUT. Everything is deterministic.
 """
@@ -58,7 +66,8 @@ from replay.runs.results import (
     write_run,
 )
 
-DEFAULT_WORKLOAD = "criteo-kaggle"
+# the workload the plan covers: the replayed studies read its first batches
+DEFAULT_WORKLOAD = "criteo-terabyte"
 DEFAULT_BATCHES = 200
 DEFAULT_BATCH_SIZE = 2048
 DEFAULT_SEED = 0
@@ -69,15 +78,26 @@ FASTPERSIST_SYSTEMS = ("torch-save", "fastpersist-1", "fastpersist", "fastpersis
 WRITER_BW_BYTES_PER_S = 2e9
 CHECKPOINT_INTERVAL_BATCHES = 20
 MIN_BATCHES = 100  # 5 checkpoints at that interval; a steady-state half of 50 batches
-# smaller than the ~800 k rows the default trace touches, so placement matters (the
-# presets' 256 MiB budget holds them all, and a cache that never evicts is no study; the
-# miss-ratio curve shows the whole range); the checkpoint studies use it too
-CACHE_ROWS = "policy.capacity_rows=100000"
+# The replayed caches hold about an eighth of the rows the trace touches (100,000 of the
+# default trace's 838,060), so placement matters: the presets' 256 MiB budget holds them
+# all, and a cache that never evicts is no study (every policy ties, and its run carries
+# a warning); the miss-ratio curve shows the whole range. The checkpoint studies use it too.
+CACHE_SHARE = 8
+DEFAULT_CACHE_ROWS = 100_000
 
-# The plan (`results/plan`): the answers for a training run at the scale users plan for,
-# beside the seeds' studies on the short trace. One epoch of Criteo Terabyte (its 24
-# days of click logs, 4.37 G samples) at batch 2,048.
-PLAN_WORKLOAD = "criteo-terabyte"
+
+def cache_rows_for(distinct_rows: int) -> int:
+    """The replayed caches' rows: the trace's distinct rows / CACHE_SHARE, cut to two
+    significant digits (100,000 for the default trace), at least 64."""
+    target = max(int(distinct_rows) // CACHE_SHARE, 64)
+    scale = 10 ** max(len(str(target)) - 2, 0)
+    return max(target // scale * scale, 64)
+
+
+# The plan (`results/plan`): the answers for the training run the short trace is the start
+# of. One epoch of Criteo Terabyte (its 24 days of click logs, 4.37 G samples) at batch
+# 2,048.
+PLAN_WORKLOAD = DEFAULT_WORKLOAD
 PLAN_BATCHES = 2_135_484
 PLAN_SYSTEMS = ("hbm-lru", "dram")
 # ASSUMPTION: a training step of 50 ms at batch 2,048 (about 41 k samples/s on one node of
@@ -158,20 +178,22 @@ def _run(folder: str, system: str, sets: list[str]) -> Study:
     return Study(folder, "run", resolve_systems([system], sets))
 
 
-def studies(trace: Path) -> list[Study]:
-    """Every study of the quickstart, resolved (so a bad preset fails before any run)."""
+def studies(trace: Path, cache_rows: int = DEFAULT_CACHE_ROWS) -> list[Study]:
+    """Every study of the quickstart, resolved (so a bad preset fails before any run),
+    its caches of `cache_rows` rows."""
     every = f"checkpoint.interval_batches={CHECKPOINT_INTERVAL_BATCHES}"
+    rows = f"policy.capacity_rows={int(cache_rows)}"
     return [
         _compare("ladder", trace, list(LADDER_SYSTEMS), []),
-        _compare("fastpersist", trace, list(FASTPERSIST_SYSTEMS), [CACHE_ROWS]),
+        _compare("fastpersist", trace, list(FASTPERSIST_SYSTEMS), [rows]),
         _sweep(
             "fastpersist-grid",
             trace,
             "fastpersist",
             ["checkpoint.drives=1,4,8", "checkpoint.writers=1,2,8"],
-            [f"checkpoint.writer_bw_bytes_per_s={WRITER_BW_BYTES_PER_S:g}", CACHE_ROWS],
+            [f"checkpoint.writer_bw_bytes_per_s={WRITER_BW_BYTES_PER_S:g}", rows],
         ),
-        _compare("caches", trace, ["hbm-lru", "hbm-belady", "chunk"], [CACHE_ROWS]),
+        _compare("caches", trace, ["hbm-lru", "hbm-belady", "chunk"], [rows]),
         _sweep(
             "check-n-run",
             trace,
@@ -180,14 +202,11 @@ def studies(trace: Path) -> list[Study]:
                 "checkpoint.increment=consecutive,one-shot,intermittent",
                 "checkpoint.quantize_bits=0,2,4,8",
             ],
-            ["checkpoint.strategy=check-n-run", every, CACHE_ROWS],
+            ["checkpoint.strategy=check-n-run", every, rows],
         ),
-        _run("sync-full", "hbm-lru", ["checkpoint.strategy=sync-full", every, CACHE_ROWS]),
-        # CheckFreq's own rule picks the interval (the claim's check needs it); on a short
-        # trace it asks for more batches than there are, and the run says so (warnings)
-        _run("checkfreq", "hbm-lru", ["checkpoint.strategy=checkfreq", CACHE_ROWS]),
+        _run("sync-full", "hbm-lru", ["checkpoint.strategy=sync-full", every, rows]),
         # PatrickStar's trade-off: bigger chunks move more bytes per fill, fewer fills
-        _sweep("chunk-size", trace, "chunk", ["policy.chunk_rows=64,256,1024,4096"], [CACHE_ROWS]),
+        _sweep("chunk-size", trace, "chunk", ["policy.chunk_rows=64,256,1024,4096"], [rows]),
         *(
             _sweep(f"sens-copy-{system}", trace, system, [
                 "links.pcie.transfer_cost_ns=2500,5000,10000,20000"], [])
@@ -221,14 +240,16 @@ def run_quickstart(
     from replay.trace.reader import open_trace
 
     step = on_step or (lambda message: None)
-    plan = studies(trace)
-    jobs = [job for study in plan for job in study.jobs]
+    studies(trace)  # a bad preset fails before anything is written
     check_quickstart_folder(out)
     owned = owned_entries()
     with atomic_folder(out, force=force, owned=owned, what="quickstart output") as tmp:
-        preflight(trace, jobs)
         step("measuring the trace (skew, reuse, rows touched) and its miss-ratio curve")
         workload = inspect_trace(trace)
+        # the caches' size follows the trace: never one that holds every row touched
+        plan = studies(trace, cache_rows_for(int(workload["distinct_rows"])))
+        jobs = [job for study in plan for job in study.jobs]
+        preflight(trace, jobs)
         results = tmp / "results"
         results.mkdir()
         curve = mrc_trace(open_trace(trace))
@@ -292,6 +313,8 @@ def plan_request() -> Any:
         cache_budget_bytes=PLAN_BUDGET_BYTES,
         hit_targets=PLAN_HIT_TARGETS,
         mtbf_s=PLAN_NODE_MTBF_S / PLAN_NODES,
+        nodes=PLAN_NODES,
+        node_mtbf_s=PLAN_NODE_MTBF_S,
         time_per_batch_s=PLAN_STEP_S,
     )
 

@@ -1,0 +1,243 @@
+"""The report's first screen: its summary lines, and the answers they give as data.
+
+Each line names its workload and its basis (which workload, over what span: the plan's
+whole run or the replayed batches' steady state, and at which cache), so two lines that
+give different values for one quantity say why they differ. The answers behind the
+lines go into summary.json's `answers` (quantity, value, the text quoted, the basis and
+the line it is on) so a pipeline, and the tests, can check the Markdown against them.
+
+Oracles (Belady's policy knows the future) are bounds, not systems: they are never
+called fastest, and the line that mentions one says it is a bound.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from replay._units import format_duration
+from replay.report.analysis import energy_per_batch, time_terms
+from replay.report.blocks import ms as _ms
+from replay.report.blocks import pct as _pct
+from replay.report.caveats import WARNINGS, warning_line
+from replay.report.document import Link, Text
+from replay.report.figures import steady_span
+from replay.report.load import Results, RunData
+from replay.report.plan_section import (
+    failure_model,
+    pct_text,
+    plan_basis,
+    plan_lines,
+    systems_basis,
+)
+from replay.report.plan_section import heading as plan_heading
+
+CLAIMS = "Claims: the papers beside this model"
+ORACLES = frozenset({"belady"})  # policies that read the future: bounds, not systems
+
+
+def is_oracle(run: RunData) -> bool:
+    return str((run.summary.get("policy") or {}).get("name", "")) in ORACLES
+
+
+def _trace_name(results: Results) -> str:
+    runs = results.all_runs()
+    meta = runs[0].meta.get("trace", {}) if runs else {}
+    return str(meta.get("workload") or "")
+
+
+def replayed_basis(results: Results) -> str:
+    """`replayed: the first 200 batches of criteo-terabyte, steady state (batches
+    100–199)`."""
+    work = results.workload() or {}
+    name = _trace_name(results)
+    runs = [r for r in results.all_runs() if r.batches.height > 0]
+    batches = f"{int(work['batches']):,} batches" if work.get("batches") else "the trace"
+    whose = f" of {name}" if name else ""
+    plan_name = results.plans[0].document["horizon"].get("workload") if results.plans else ""
+    first = "the first " if plan_name and plan_name == name else ""
+    return f"replayed: {first}{batches}{whose}, steady state ({steady_span(runs)})"
+
+
+def step_basis(doc: dict[str, Any]) -> str:
+    """`the assumed step (--time-per-batch)`, or `the modelled step (hbm-lru's steady
+    state)`: where the plan's step time comes from."""
+    source = str(doc["horizon"].get("time_per_batch_from") or "")
+    if source == "--time-per-batch":
+        return "the assumed step (--time-per-batch)"
+    return f"the modelled step ({source})" if source else "the modelled step"
+
+
+def workload_line(results: Results) -> str:
+    """The first line: the plan's workload with its size, step time and cluster, then
+    the replayed span (said to be another workload where it is one)."""
+    work = results.workload()
+    name = _trace_name(results)
+    replayed = ""
+    if work:
+        top = (
+            f"the hottest 1% of rows take {_pct(work['top1pct_share'])} of the lookups"
+            if work["rows"] * 0.01 < work.get("distinct_rows", work["rows"])
+            else f"every lookup falls on {_pct(work['touched_fraction'])} of the rows"
+        )
+        replayed = (
+            f"{int(work['batches']):,} batches, {int(work['lookups']):,} lookups over "
+            f"{len(work.get('tables', []))} tables ({int(work['rows']):,} rows, "
+            f"{_pct(work['touched_fraction'])} touched; {top})"
+        )
+    if not results.plans:
+        what = f"the {name} trace" if name else "the trace"
+        if not work:
+            n = len(results.all_runs())
+            return f"Workload: {n} runs; the trace's statistics were not recorded."
+        return f"Workload: {what} replayed here: {replayed}."
+    doc = results.plans[0].document
+    h = doc["horizon"]
+    plan_name = h.get("workload") or "the planned workload"
+    size = f"{int(doc['distinct_rows']):,} distinct rows of {int(doc['row_bytes'])} B"
+    batch = f" of {int(h['batch_size']):,}" if h.get("batch_size") else ""
+    text = (
+        f"Workload: {plan_name}, planned for {int(h['batches']):,} batches{batch} "
+        f"({int(h['lookups']):,} lookups, {size}) at {step_basis(doc)} of "
+        f"{format_duration(h['time_per_batch_s'])}: {format_duration(h['training_time_s'])} "
+        "of training on "
+        f"{failure_model(doc['checkpoint'])}"
+    )
+    if work:
+        if name and name == plan_name:
+            text += f"; the replayed studies run its first {replayed}"
+        else:
+            other = f"the {name} trace" if name else "a trace"
+            text += f"; the replayed studies run another workload, {other}: {replayed}"
+    return text + "."
+
+
+def _run_lines(results: Results) -> tuple[str | None, list[dict[str, Any]]]:
+    """The fastest buildable replayed run, and the oracles beside it as bounds."""
+    runs = [r for r in results.all_runs() if r.batches.height > 0]
+    if not runs:
+        return None, []
+    costs = [(time_terms(r)["total"], energy_per_batch(r), r.label, is_oracle(r)) for r in runs]
+    real = [c for c in costs if not c[3]]
+    oracles = [c for c in costs if c[3]]
+    basis = replayed_basis(results) + ", each run's own cache and checkpointing"
+    answers: list[dict[str, Any]] = []
+    parts = []
+    if real:
+        fast = min(real, key=lambda c: (c[0], c[2]))
+        parts.append(
+            f"{fast[2]} is the fastest run at {_ms(fast[0])} and {fast[1]:.4g} J per batch"
+        )
+        answers += [
+            {"quantity": "fastest", "value": fast[2], "text": fast[2], "basis": basis},
+            {"quantity": "time_per_batch", "value": fast[0], "text": _ms(fast[0]), "basis": basis},
+        ]
+    for o in sorted(oracles, key=lambda c: (c[0], c[2]))[:1]:
+        parts.append(
+            f"{o[2]}, an oracle that knows the future (Belady), bounds what a cache could do at "
+            f"{_ms(o[0])}: a bound, not a system"
+        )
+    text = (
+        f"Replayed runs ({basis}; they support the per-batch comparisons: time, energy, "
+        f"traffic and checkpoint bytes, not the cache size or the checkpoint interval for the "
+        f"run): " + "; ".join(parts) + "."
+    )
+    return text, answers
+
+
+def _plan_command(results: Results) -> str:
+    """The `replay plan` command that would answer for this trace (no numbers made up)."""
+    runs = results.all_runs()
+    trace = runs[0].trace if runs else ""
+    system = runs[0].system if runs else "hbm-lru"
+    return (
+        f"replay plan {trace or 'TRACE'} --system {system} --cache-budget SIZE "
+        "--hit-target 0.9 --cluster-mtbf DURATION --out plan"
+    )
+
+
+def summary_items(
+    results: Results, analysis: dict[str, Any], anchors: dict[str, str]
+) -> tuple[list[Text], list[dict[str, Any]]]:
+    """At most ten lines, each ending in a link to the section it comes from, and the
+    answers they give (each with the index of its line)."""
+
+    def see(line: str, heading: str) -> Text:
+        target = anchors.get(heading)
+        return (line, " (", Link(heading, "#" + target), ")") if target else line
+
+    items: list[Text] = [see(workload_line(results), "Workload")]
+    answers: list[dict[str, Any]] = []
+
+    def add(line: str | None, heading: str, given: list[dict[str, Any]] | None = None) -> None:
+        if not line:
+            return
+        answers.extend({**a, "line": len(items)} for a in given or [])
+        items.append(see(line, heading))
+
+    add(warning_line(results), WARNINGS)  # read first: a degenerate run's numbers
+    if results.plans:
+        plan = results.plans[0]
+        doc = plan.document
+        h = doc["horizon"]
+        answers.append(
+            {
+                "quantity": "time_per_batch",
+                "value": h["time_per_batch_s"],
+                "text": format_duration(h["time_per_batch_s"]),
+                "basis": step_basis(doc),
+                "line": 0,
+            }
+        )
+        lines = plan_lines(plan)
+        hit = doc["cache"]["hit_at_budget"].get("lru")
+        budget_basis = plan_basis(doc)  # the hit of the budget, said in the line
+        add(
+            str(lines["cache"]),
+            plan_heading(plan, 0, "cache"),
+            [{"quantity": "hit_ratio", "value": hit, "text": pct_text(hit), "basis": budget_basis}],
+        )
+        add(lines["checkpoint"], plan_heading(plan, 0, "checkpoints"))
+        add(lines["goodput"], plan_heading(plan, 0, "checkpoints"))
+        if lines["systems"] and doc["systems"]:
+            fast = min(doc["systems"], key=lambda s: s["time_per_batch_s"])
+            basis = systems_basis(doc)
+            add(
+                lines["systems"],
+                plan_heading(plan, 0, "systems"),
+                [
+                    {"quantity": "fastest", "value": fast["name"], "text": fast["name"],
+                     "basis": basis},
+                    {"quantity": "time_per_batch", "value": fast["time_per_batch_s"],
+                     "text": format_duration(fast["time_per_batch_s"]), "basis": basis},
+                ],
+            )  # fmt: skip
+        if doc.get("notes"):
+            n = len(doc["notes"])
+            add(
+                f"The plan ({plan_basis(doc)}) notes {n} caveat{'s' * (n > 1)} to read first.",
+                "Plan",
+            )
+    else:
+        items.append(
+            "Cache: no plan among the results, so no cache size is given; to get one, run "
+            f"`{_plan_command(results)}` and report its folder with these results."
+        )
+        items.append(
+            "Checkpoint: no plan among the results, so no scheme or interval is given (a "
+            "replayed span of seconds cannot measure goodput over days); the same "
+            "`replay plan` answers it."
+        )
+    runs_line, run_answers = _run_lines(results)
+    add(runs_line, "Time per batch", run_answers)
+    claims = analysis.get("claims") or []
+    if claims:
+        shown = sum(not c["model"].startswith(("not computed", "not shown")) for c in claims)
+        add(
+            f"Published claims: {shown} of {len(claims)} computed ({replayed_basis(results)}, "
+            "or the plan's whole run where a row says so); the others say what they need.",
+            CLAIMS,
+        )
+    return items[:10], [a for a in answers if a["line"] < 10]
+
+
+__all__ = ["CLAIMS", "ORACLES", "is_oracle", "replayed_basis", "summary_items", "workload_line"]
