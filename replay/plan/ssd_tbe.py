@@ -32,9 +32,10 @@ Of those, the smallest L1 for which some L2 within the system's host DRAM tier r
 the target, with the smallest such L2 (never interpolated: the curve's measured sizes,
 5% apart, so an L2 10% smaller does not reach the target with that L1). Where that L1
 reaches the target with no L2, a smaller L1 may too (its misses then read the SSD, but
-few enough): the answer is the smallest L1 that reaches it alone, by bisection (5%, whole
-sets) on L1 replays below it, and no L2. HBM is the
-scarce level: SSD TBE exists to keep it small. Every candidate's curve is in plan.json
+few enough): the answer is the smallest L1 that reaches it alone among sizes 5% apart
+below it (whole sets; down to the largest candidate that does not, at most 40 steps),
+all replayed in one more read of the horizon, and no L2. HBM is the scarce level: SSD
+TBE exists to keep it small. Every candidate's curve is in plan.json
 (`cache.ssd_tbe.candidates`): a user who wants a larger L1 (fewer L2 reads over PCIe per
 step) reads the L2 it needs there. Bytes are the engine's row (values and optimizer
 state, as the `ssd-tbe` policy sizes L1 and L2), so `replay run` replays them.
@@ -143,12 +144,14 @@ def two_level_curves(
     load_factors: Sequence[float] = LOAD_FACTORS,
     extra_rows: Sequence[float] = (),
     l2_sizes: Sequence[int] | None = None,
+    max_rows: float = math.inf,
 ) -> tuple[list[Candidate], int]:
     """Each L1 candidate's hit and SSD traffic at every L2 size, from one read of
     `source` (flat keys in [0, total_rows); a spatial sample at `rate`, whose full
     stream has `full_lookups` lookups). L1 candidates: FBGEMM's ways at each of
     `load_factors`, and the whole sets holding each of `extra_rows` (load factor: ways /
-    rows), those holding fewer rows than the run touches. L2 sizes (full stream): 0 and
+    rows), those holding fewer rows than the run touches and no more than `max_rows`
+    (the smallest one if none is that small). L2 sizes (full stream): 0 and
     `curve_sizes` up to the distinct rows, or `l2_sizes`. Returns the candidates (by
     ways) and the batch from which the warm counts start."""
     assoc = int(associativity)
@@ -161,6 +164,8 @@ def two_level_curves(
         ways = _simulated_ways(ways, rate, assoc)
         if min_rows <= ways < distinct_rows and all(w != ways for _, w in chosen):
             chosen.append((f, ways))
+    # an L1 beyond the budget is never recommended: not replayed (each is a replay)
+    chosen = [p for i, p in enumerate(chosen) if p[1] <= max_rows or i == 0]
     full_sizes = (
         np.concatenate([[0], curve_sizes(max(int(distinct_rows), 1), 1)])
         if l2_sizes is None
@@ -289,6 +294,7 @@ def plan_ssd_tbe(
     candidates, warm_from = two_level_curves(
         source, total_rows=total_rows, distinct_rows=distinct_rows, associativity=assoc,
         rate=rate, full_lookups=full_lookups, min_rows=min_rows, extra_rows=[batch_rows],
+        max_rows=budget_bytes / row_bytes,
     )  # fmt: skip
     batches = max(int(source.num_batches), 1)
     warm_batches = max(batches - warm_from, 1)
@@ -322,6 +328,13 @@ def plan_ssd_tbe(
             *pick, row_bytes=row_bytes, batches=batches, warm_batches=warm_batches, wa=wa,
             time_per_batch_s=time_per_batch_s, ssd=ssd, total_rows=total_rows, assoc=assoc,
         )  # fmt: skip
+    for target, a in answers.items():
+        if a is not None and rate < 1.0 and a["l1_rows"] <= assoc / rate and not a["l2_rows"]:
+            notes.append(
+                f"{target}: an L1 of one set of the miniature ({a['l1_rows']:,} rows at R = "
+                f"{rate:g}) reaches it alone, so a smaller one may too (a bound, not a size): "
+                "plan with a higher --sample-rate to size it"
+            )
     best = max((float(np.max(c.hit)) for c in eligible), default=None)
     if not candidates:
         notes.append("every L1 candidate holds all the rows the run touches: no L1 and L2 to size")
@@ -345,7 +358,7 @@ def plan_ssd_tbe(
             "least HBM first: of the L1 candidates within the cache budget that hold a "
             "batch's distinct rows, the smallest for which an L2 within the host DRAM tier "
             "reaches the target, with the smallest such L2; where that L1 reaches the target "
-            "alone, the smallest L1 that does (bisection on L1 replays) and no L2"
+            "alone, the smallest L1 that does (L1 sizes 5% apart below it, replayed) and no L2"
         ),
         "batch_rows": batch_rows,
         "ssd": {
