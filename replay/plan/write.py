@@ -51,7 +51,10 @@ OUTPUT_FILES: Owned = {
     SHARDING_FILE: None,
     "figures": frozenset({"mrc.png", "goodput.png", "tbe.png", *CLUSTER_FIGURES}),
 }
-TORCHREC_KEY = "torchrec"  # the document's part written as torchrec.json
+TORCHREC_KEY = "torchrec"
+# goodput curves this close (percentage points, at every interval) look like one line on
+# the figure: the legend says so, so no strategy seems missing
+SAME_CURVE_POINTS = 0.1  # the document's part written as torchrec.json
 
 
 def plan_json(document: dict[str, Any]) -> dict[str, Any]:
@@ -385,6 +388,18 @@ def _mrc_figure(document: dict[str, Any], path: Path) -> None:
     save(fig, path)
 
 
+def _same_curve(x0: np.ndarray, y0: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> bool:
+    """Whether curve (xs, ys) spans about the same intervals as (x0, y0) and lies within
+    SAME_CURVE_POINTS of it at each of its intervals (read on a log axis)."""
+    if len(x0) < 2 or len(xs) < 2 or not (np.all(x0 > 0) and np.all(xs > 0)):
+        return False
+    if abs(np.log(xs[0] / x0[0])) > 0.05 or abs(np.log(xs[-1] / x0[-1])) > 0.05:
+        return False
+    inside = (xs >= x0[0]) & (xs <= x0[-1])
+    along = np.interp(np.log(xs[inside]), np.log(x0), y0)
+    return bool(inside.any() and np.all(np.abs(along - ys[inside]) <= SAME_CURVE_POINTS))
+
+
 def _goodput_figure(document: dict[str, Any], curves: dict[str, Any], path: Path) -> None:
     from replay.report.figures import new_figure, save
 
@@ -394,14 +409,22 @@ def _goodput_figure(document: dict[str, Any], curves: dict[str, Any], path: Path
     # curve: each its own dash and marker, the later ones narrower, so none hides another
     styles = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)))
     markers = ("o", "s", "^", "D", "v")
+    drawn: list[tuple[str, np.ndarray, np.ndarray]] = []
     for i, s in enumerate(document["checkpoint"]["strategies"]):
         curve = curves.get(s["name"])
         if curve is None:
             continue
-        (line,) = ax.plot(
-            curve["interval_s"], np.asarray(curve["goodput"]) * 100,
-            lw=max(3.0 - 0.6 * i, 1.0), ls=styles[i % len(styles)], label=s["name"],
+        xs = np.asarray(curve["interval_s"], dtype=float)
+        ys = np.asarray(curve["goodput"], dtype=float) * 100
+        same = next((n for n, x0, y0 in drawn if _same_curve(x0, y0, xs, ys)), None)
+        drawn.append((s["name"], xs, ys))
+        label = (
+            s["name"] if same is None
+            else f"{s['name']} (within {SAME_CURVE_POINTS:g} points of {same}: drawn over it)"
         )  # fmt: skip
+        (line,) = ax.plot(
+            xs, ys, lw=max(3.0 - 0.6 * i, 1.0), ls=styles[i % len(styles)], label=label
+        )
         ax.plot(
             [s["interval_s"]], [s["goodput"] * 100], markers[i % len(markers)],
             color=line.get_color(), markersize=max(9 - 1.5 * i, 4),

@@ -234,7 +234,8 @@ def summary_items(
         shown = sum(not c["model"].startswith(("not computed", "not shown")) for c in claims)
         add(
             f"Published claims: {shown} of {len(claims)} computed ({replayed_basis(results)}, "
-            "or the plan's whole run where a row says so); the others say what they need.",
+            "or the plan's whole run where a row says so)"
+            + ("; the others say what they need." if shown < len(claims) else "."),
             CLAIMS,
         )
     return items[:10], [a for a in answers if a["line"] < 10]
