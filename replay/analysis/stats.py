@@ -167,7 +167,7 @@ def _list_cap(total_rows: int) -> int:
     tags are cleared by a sweep of the state (`_clear_tags`), which reads R bytes in order
     where the list touches one row at random per entry (about as long at R / 512
     entries). Keeps the lists of meta-2021's 128 M rows per batch to 2 x 10 M entries
-    (160 MB) instead of 2.5 GB."""
+    (192 MiB with their growth room) instead of 2.4 GiB."""
     return max(INSPECT_LIST_MIN, total_rows // INSPECT_LIST_DIVISOR)
 
 
