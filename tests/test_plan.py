@@ -147,6 +147,8 @@ def test_cli_writes_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert sorted(p.name for p in (out / "figures").iterdir()) == ["goodput.png", "mrc.png"]
     doc = json.loads((out / "plan.json").read_text())
     assert doc["checkpoint"]["cluster_mtbf_s"] == pytest.approx(30 * 86400 / 64)
+    # the failure model as given, beside the cluster MTBF it makes
+    assert doc["checkpoint"]["nodes"] == 64 and doc["checkpoint"]["node_mtbf_s"] == 30 * 86400
     assert (out / "plan.md").read_text().startswith("# Plan: 60 batches")
 
 

@@ -11,6 +11,7 @@ import pytest
 
 import replay
 import replay.report.figures as figures_module
+from replay._units import format_bytes
 from replay.cli import main
 from replay.report.figures import (
     SECTIONS,
@@ -358,7 +359,8 @@ def test_mrc_has_a_bytes_axis_and_the_budget(small: Path, tmp_path: Path) -> Non
     assert tops and f"{row_bytes} B per row" in tops[0].get_xlabel()
     budget = [ln for ln in ax.get_lines() if ln.get_label().startswith("budget ")]
     assert budget and budget[0].get_xdata()[0] == BUDGET
-    assert f"budget of {BUDGET:,} rows ({BUDGET * row_bytes / 1e3:.1f} kB)" in figure.caption
+    # memory sizes in binary units, as `replay._units.format_bytes` writes them
+    assert f"budget of {BUDGET:,} rows ({format_bytes(BUDGET * row_bytes)})" in figure.caption
     # a curve alone: no run, so no budget; the row size is the curve's own, if it says
     alone, drawn = _draw([small / "mrc"], tmp_path / "alone")
     ax = drawn["mrc.png"].axes[0]

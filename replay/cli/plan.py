@@ -267,6 +267,13 @@ def plan_command(
         draws=draws,
         torchrec_bins=torchrec_bins,
         given=given,
+        # the failure model as given, for the answers' wording (plan.json records it)
+        nodes=nodes if cluster_mtbf is None else None,
+        node_mtbf_s=(
+            None
+            if cluster_mtbf is not None or node_mtbf is None
+            else parse_duration(node_mtbf, "--node-mtbf")
+        ),
     )
     estimate = plan_estimate(request, source_for_estimate(request.source), resolved)
     if dry_run:
