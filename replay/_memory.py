@@ -146,9 +146,13 @@ def inspect_lists_bytes(total_rows: int, lookups: int) -> int:
     return 2 * _ceil(entries * 1.25) * itemsize
 
 
-def inspect_estimate(table_rows: Sequence[int], lookups: int, in_flight: int = 0) -> Estimate:
+def inspect_estimate(
+    table_rows: Sequence[int], lookups: int, in_flight: int = 0, run_lookups: int = 0
+) -> Estimate:
     """`replay inspect`: 1 B per row, the count wraps and the small tables' counts, the
-    per-batch lists, and the batch ranges it holds at once (`in_flight`, bytes)."""
+    per-batch lists, the batch ranges it holds at once (`in_flight`, bytes), and the
+    reuse within a batch's keys of one (batch, table) run and their sorted copy
+    (`run_lookups`: the largest run's lookups, 16 B each)."""
     total = row_space(table_rows)
     detail = _rows_detail(table_rows, INSPECT_BYTES_PER_ROW)
     if in_flight > (1 << 30):
@@ -160,6 +164,8 @@ def inspect_estimate(table_rows: Sequence[int], lookups: int, in_flight: int = 0
     ]
     if in_flight > 0:
         parts.append(("batches in flight", in_flight))
+    if run_lookups > 0:
+        parts.append(("a table's run of lookups", 16 * run_lookups))
     return Estimate("replay inspect", tuple(parts), detail)
 
 

@@ -80,7 +80,8 @@ def test_meta_2021_batch_generates_replays_and_inspects_in_bounded_memory(
     from replay.runs.compare import in_flight_bytes
 
     rows = [t.rows for t in get_preset("meta-2021").tables]
-    estimate = inspect_estimate(rows, LOOKUPS, in_flight_bytes(LOOKUPS, 1, 4_456_448))
+    piece = 4_456_448  # the largest piece: one table of pooling 68
+    estimate = inspect_estimate(rows, LOOKUPS, in_flight_bytes(LOOKUPS, 1, piece), piece)
     assert got["peak_bytes"] <= estimate.total + MARGIN_BYTES
     assert result["lookups"] == LOOKUPS and result["updates"] == result["distinct_rows"]
     reuse = result["batch_reuse"]

@@ -77,7 +77,10 @@ def inspect_command(
 
         piece = int(getattr(opened, "piece_lookups", 0))
         held = in_flight_bytes(opened.num_lookups, opened.num_batches, piece)
-        check_fits(inspect_estimate(opened.table_rows.tolist(), opened.num_lookups, held))
+        # a (batch, table) run is within a piece, or else within a batch
+        run = piece or -(-int(opened.num_lookups) // max(int(opened.num_batches), 1))
+        rows = opened.table_rows.tolist()
+        check_fits(inspect_estimate(rows, opened.num_lookups, held, run))
         if verify and isinstance(opened, Trace):
             progress.stage("checking the trace's checksums")
             opened.verify()
