@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from _quickstart_once import Quick, quickstart_once
 
-from replay.report.plan_section import range_text, target_range
+from replay.report.build import percents_over_100
+from replay.report.load import PlanData
+from replay.report.plan_section import planned_checkfreq, range_text, target_range
 
 QUANTITIES = ("hit_ratio", "time_per_batch", "fastest")
 
@@ -159,3 +162,15 @@ def test_target_range_golden(
 def test_target_range_without_bound_is_the_answer() -> None:
     r = target_range({**CURVE, "error_bound": 0.0}, 0.85)
     assert r["low"] == r["bytes"] == r["high"] == 400.0
+
+
+def test_a_snapshot_longer_than_its_interval_is_a_multiple() -> None:
+    # a short plan's CheckFreq: 5.06 s of snapshot every 0.8 s is 6.32x, never "632%"
+    # (the report refuses its own text with a percentage above 100%)
+    doc = {
+        "horizon": {"workload": "my-model", "batches": 20},
+        "checkpoint": {"strategies": [{"name": "checkfreq", "interval_s": 0.8, "cost_s": 5.06}]},
+    }
+    text = planned_checkfreq([PlanData(Path("p"), doc, {})])
+    assert text is not None and text.startswith("6.32× stall overhead")
+    assert not percents_over_100(text)

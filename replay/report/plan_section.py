@@ -19,7 +19,15 @@ from typing import Any
 import numpy as np
 
 from replay._units import format_bytes, format_duration, format_percent
-from replay.report.document import Block, Bullets, Heading, Image, Paragraph, Table
+from replay.report.document import (
+    Block,
+    Bullets,
+    Heading,
+    Image,
+    Paragraph,
+    Table,
+    fmt_ratio,
+)
 from replay.report.figures import FigureOut
 from replay.report.load import PlanData
 
@@ -238,8 +246,10 @@ def planned_checkfreq(plans: list[PlanData]) -> str | None:
     for plan in plans:
         for s in plan.document["checkpoint"]["strategies"]:
             if s["name"] == "checkfreq" and s["interval_s"] > 0:
+                # a multiple past 100% (a snapshot longer than its interval), as the
+                # report writes every ratio
                 return (
-                    f"{format_percent(s['cost_s'] / s['interval_s'])} stall overhead "
+                    f"{fmt_ratio(s['cost_s'] / s['interval_s'])} stall overhead "
                     f"({format_duration(s['cost_s'])} of snapshot every "
                     f"{format_duration(s['interval_s'])}; {plan_basis(plan.document)}, at the "
                     "plan's goodput-optimal interval, not CheckFreq's rule)"
