@@ -165,7 +165,8 @@ def bench_all_command(
         ),
     ] = None,
     markdown: Annotated[
-        bool, typer.Option("--markdown", help="Print the table as Markdown (the README's).")
+        bool,
+        typer.Option("--markdown", help="Print the table as Markdown (docs/performance.md's)."),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -235,7 +236,8 @@ def bench_libcachesim_command(
         bool,
         typer.Option(
             "--day/--no-day",
-            help="Also time a Criteo Terabyte day on the fly (88,978 x 2048, 4.7 B lookups).",
+            help="Also time one Criteo Terabyte day file on the fly (88,978 x 2048, 4.7 B "
+            "lookups: a day of click logs, not a day of training).",
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,

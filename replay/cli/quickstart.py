@@ -1,4 +1,4 @@
-"""`replay quickstart [--out DIR]`: the README's main command (`replay.runs.quickstart`).
+"""`replay quickstart [--out DIR]`: the quick start's main command (`replay.runs.quickstart`).
 
 Generates the first batches of `criteo-terabyte` into traces/quickstart, runs the
 per-batch comparisons on them, plans the whole epoch of the same workload and writes a

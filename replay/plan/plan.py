@@ -167,7 +167,7 @@ def _interpolator(xs: np.ndarray, ys: np.ndarray) -> Callable[[Any], Any]:
 def make_plan(
     request: PlanRequest, progress: Callable[[str], None] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The plan as the JSON document `plan.json` holds (see the README; its `torchrec`
+    """The plan as the JSON document `plan.json` holds (see docs/plan.md; its `torchrec`
     part is written as `torchrec.json`), and the curves its goodput figure draws (goodput
     against interval, per strategy)."""
     from replay._malloc import trim_freed_memory

@@ -457,7 +457,7 @@ def bench_all(
 
 
 def markdown_table(result: dict[str, Any]) -> str:
-    """The table the README quotes."""
+    """The table docs/performance.md quotes."""
     lines = [
         f"Measured on {result['machine']}; whole `replay` processes, best of "
         f"{result['repeats']} after a warm-up run.",
