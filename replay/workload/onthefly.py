@@ -17,6 +17,10 @@ caller's thread only runs the policy.
 
 Memory: the row groups in flight (about 1 M lookups each, ~40 MB with their keys and
 update rows) plus one bitmap of 1 bit per row per thread; never the number of batches.
+A batch too large for a row group (meta-2021: 887 M lookups) is a row group of its own,
+which a reader that asks (`pieces=True`) gets in pieces of tables instead
+(`replay.trace.format.plan_pieces`, a row group of `replay generate` each): then the
+pieces are in flight, never the batch.
 An oracle policy (`hot` without warm-up, `belady`, `chunk` with furthest-next-use)
 generates the workload twice: once for its pass over the future, once to replay.
 """
