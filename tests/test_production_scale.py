@@ -13,6 +13,8 @@ workload, against the computation it replaces.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -305,7 +307,7 @@ def test_ahead_keeps_order_and_results() -> None:
 
 
 def test_plan_at_production_scale_says_its_bases(
-    tiny_pieces: None, monkeypatch: pytest.MonkeyPatch
+    tiny_pieces: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import replay.analysis.head_pieces as hp
     import replay.analysis.touched_plan as tp
@@ -326,7 +328,11 @@ def test_plan_at_production_scale_says_its_bases(
         source=spec, systems=("hbm-lru",), cache_budget_bytes=1 << 20, hit_targets=(0.9,),
         mtbf_s=3600.0, sample_rate=0.25, time_per_batch_s=0.1, sets=sets,
     )  # fmt: skip
-    document, _ = make_plan(request)
+    document, curves = make_plan(request)
+    from replay.plan.write import write_plan
+
+    write_plan(document, tmp_path / "plan", force=False, curves=curves)
+    assert (tmp_path / "plan" / "plan.md").read_text().count("basis:") >= 3
     bases = [n for n in document["notes"] if "basis:" in n]
     assert any("exact heads" in n and "pieces of tables" in n for n in bases), bases
     assert any("modelled, not replayed" in n for n in bases), bases
@@ -340,3 +346,34 @@ def test_plan_at_production_scale_says_its_bases(
     assert cluster["scaling"]["batches"] == 1
     system = document["systems"][0]
     assert system["batches"] == 1 and 0.0 <= system["hit_ratio"] <= 1.0
+
+
+def test_che_merges_alike_tables_without_changing_the_curve() -> None:
+    """`spec_popularity` computes alike tables once (meta-2021: 856 tables of 4 kinds,
+    83 s -> 1 s of CPU): the curve is the one of every table on its own."""
+    from replay.analysis.che import che_hit_ratios, che_miss_ratios, table_popularity
+
+    spec = spec_from_dict(
+        {
+            "name": "alike",
+            "batch_size": 64,
+            "batches": 10,
+            "tables": [
+                {"name": f"t{i}", "rows": (1000, 50_000)[i % 2], "alpha": (0.9, 1.2)[i % 2],
+                 "pooling": 1 + i % 2, "hot_shares": [0.1] if i % 2 else []}
+                for i in range(6)
+            ],
+        }
+    )  # fmt: skip
+    sizes = np.array([10, 100, 1000, 10_000, 40_000])
+    pooling = sum(t.pooling for t in spec.tables)
+    parts = [
+        table_popularity(t.rows, float(t.alpha), t.pooling / pooling, hot_shares=t.hot_shares)
+        for t in spec.tables
+    ]
+    hits, _ = che_hit_ratios(
+        np.concatenate([p.counts for p in parts]),
+        np.concatenate([p.probabilities for p in parts]),
+        sizes,
+    )
+    np.testing.assert_allclose(che_miss_ratios(spec, sizes), 1.0 - hits, rtol=0, atol=1e-12)

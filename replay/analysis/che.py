@@ -57,6 +57,7 @@ leaves the bracket), warm-started from the previous size, to |f - C| <= 1e-12 C.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -187,22 +188,23 @@ def spec_popularity(spec: WorkloadSpec, tolerance: float = DEFAULT_TOLERANCE) ->
     """Every table's ranks, weighted by its share n_t / n of the lookups (pooling)."""
     check_independent(spec)
     pooling = sum(t.pooling for t in spec.tables)
-    parts = [
-        table_popularity(
-            t.rows,
-            float(t.alpha),
-            t.pooling / pooling,
-            tolerance,
-            hot_shares=t.hot_shares,
-            rank_offset=float(t.rank_offset),
-        )
+    # alike tables (meta-2021's 856 are 4 kinds) have the same ranks and probabilities:
+    # one part each, its key counts times how many there are (the sums are the same)
+    kinds = Counter(
+        (t.rows, float(t.alpha), t.pooling, tuple(t.hot_shares), float(t.rank_offset))
         for t in spec.tables
-    ]
+    )
+    parts = []
+    for (rows, alpha, pool, hot, q), many in kinds.items():
+        part = table_popularity(
+            rows, alpha, pool / pooling, tolerance, hot_shares=hot, rank_offset=q
+        )
+        parts.append((part, many))
     return Popularity(
-        np.concatenate([p.counts for p in parts]),
-        np.concatenate([p.probabilities for p in parts]),
-        max(p.max_ratio for p in parts),
-        sum(p.rows for p in parts),
+        np.concatenate([p.counts * many for p, many in parts]),
+        np.concatenate([p.probabilities for p, _ in parts]),
+        max(p.max_ratio for p, _ in parts),
+        sum(p.rows * many for p, many in parts),
     )
 
 

@@ -104,6 +104,7 @@ CLUSTER_SLOT_BYTES = 96  # a cache slot of the cluster replay, its hash entries 
 # a lookup of a piece the routing-only pass holds beyond the piece's columns: its rank
 # and local key (12 B), its update key (8 B) (`replay.engine.cluster_routed`)
 ROUTED_PIECE_BYTES = 20
+ROUTER_BYTES_PER_LOOKUP = 12  # a router's buffers: int32 rank and int64 local key a lookup
 
 
 def _shape(source: Any) -> tuple[list[int], int, int]:
@@ -318,10 +319,13 @@ def _cluster_stage(
     if piece:
         # a piece in flight per reader thread and the routed one: its columns, flat keys,
         # update keys and each route's rank and local key
+        from replay.plan.cluster import SCALING_NODES
         from replay.runs.compare import _cores
         from replay.workload.onthefly import AHEAD
 
         routed = (_cores() + AHEAD + 2) * piece * (IN_FLIGHT_BYTES_PER_LOOKUP + ROUTED_PIECE_BYTES)
+        # each placement's router keeps its rank and local key buffers (12 B a lookup)
+        routed += (len(SCALING_NODES) + 1) * piece * ROUTER_BYTES_PER_LOOKUP
         return max(curves, routed)
     cls = POLICIES[system.policy.name]
     replay = (
