@@ -377,3 +377,28 @@ def test_che_merges_alike_tables_without_changing_the_curve() -> None:
         sizes,
     )
     np.testing.assert_allclose(che_miss_ratios(spec, sizes), 1.0 - hits, rtol=0, atol=1e-12)
+
+
+def test_a_gpu_whose_budget_holds_its_rows_below_the_resolution() -> None:
+    """Per-GPU curves sampled so thinly that no size up to the budget is resolved (meta-2021
+    at R = 2^-23: 2^27 rows, each GPU ~40 M): a GPU whose budget holds all its shards' rows
+    misses only first lookups; one whose budget does not keeps the curve's 0."""
+    from types import SimpleNamespace
+
+    from replay.plan.cluster import _per_gpu
+
+    nan = float("nan")
+    curves = SimpleNamespace(
+        sizes=np.array([100, 1000]),
+        resolution_rows=10_000,
+        miss_ratio=np.array([[nan, nan], [nan, nan], [nan, nan]]),
+        lookups=np.array([1e6, 2e6, 0.0]),
+        distinct=np.array([500, 900, 0]),
+        hit_at=lambda rows: np.zeros(3),
+        rows_for_hit=lambda t: [None, None, None],
+    )
+    hits, rows = _per_gpu(curves, (0.9,), 1000.0, np.array([800, 5000, 10]))
+    assert hits[0] == pytest.approx(1 - 500 / 1e6)
+    assert hits[1] == 0.0  # 5,000 rows do not fit 1,000: the curve's answer stays
+    assert hits[2] is None  # no lookups
+    assert rows[0]["0.9"] == 800.0 and rows[1]["0.9"] is None

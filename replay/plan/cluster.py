@@ -131,17 +131,32 @@ def _rank_rows(placement: Any) -> np.ndarray:
     )
 
 
-def _per_gpu(curves: Any, targets: Sequence[float], budget_rows: float) -> tuple[
-    list[float | None], list[dict[str, float | None]]
-]:  # fmt: skip
+def _per_gpu(
+    curves: Any, targets: Sequence[float], budget_rows: float, rank_rows: Any = None
+) -> tuple[list[float | None], list[dict[str, float | None]]]:
     """Per GPU: the hit at the budget and the rows for each target (None: out of reach,
-    or a GPU without lookups)."""
+    or a GPU without lookups). A sampled curve with no resolved size up to the budget
+    reads 0 there; where the budget holds every row of the GPU's shards (`rank_rows`),
+    its LRU cache misses only the rows' first lookups, so its hit is 1 - distinct /
+    lookups (`every_row_fits`), and a target that reaches is answered with the GPU's rows
+    (an upper bound: the sample does not resolve smaller sizes)."""
     lookups = np.asarray(curves.lookups, dtype=np.float64)
     hits = np.asarray(curves.hit_at(budget_rows), dtype=np.float64).reshape(-1)
     rows = {
         f"{t:g}": list(np.asarray(curves.rows_for_hit(t), dtype=object).reshape(-1))
         for t in targets
     }
+    if rank_rows is not None:
+        sizes = np.asarray(curves.sizes)
+        resolved = sizes[sizes >= int(getattr(curves, "resolution_rows", 1))]
+        if not (resolved <= budget_rows).any():
+            for r, held in enumerate(every_row_fits(curves, rank_rows, budget_rows)):
+                if held is None:
+                    continue
+                hits[r] = held
+                for t, v in rows.items():
+                    if v[r] is None and float(t) <= held:
+                        v[r] = float(rank_rows[r])
     hit_out: list[float | None] = []
     rows_out: list[dict[str, float | None]] = []
     for r in range(len(lookups)):
@@ -154,6 +169,20 @@ def _per_gpu(curves: Any, targets: Sequence[float], budget_rows: float) -> tuple
             }
         )
     return hit_out, rows_out
+
+
+def every_row_fits(curves: Any, rank_rows: Any, budget_rows: float) -> list[float | None]:
+    """Per GPU whose budget holds all its shards' rows: its hit over the run, 1 - its
+    distinct rows (at most its rows) / its lookups; None elsewhere (or without lookups)."""
+    out: list[float | None] = []
+    for r, n in enumerate(np.asarray(curves.lookups, dtype=np.float64)):
+        rows = int(rank_rows[r])
+        if n > 0 and rows <= budget_rows:
+            first = min(float(np.asarray(curves.distinct)[r]), float(rows))
+            out.append(max(0.0, 1.0 - first / n))
+        else:
+            out.append(None)
+    return out
 
 
 def _span_means(columns: dict[str, np.ndarray]) -> dict[str, float]:
@@ -223,7 +252,17 @@ def plan_cluster(
         sizes = np.union1d(sizes, [budget_rows])
     say(f"cluster: each GPU's LRU curve over {int(horizon.num_batches):,} batches")
     curves = rank_curves(horizon, placement, sizes, rate=rate, spec=spec)
-    hits, rows = _per_gpu(curves, targets, budget_rows)
+    hits, rows = _per_gpu(curves, targets, budget_rows, rank_rows)
+    fits_all = [h for h in every_row_fits(curves, rank_rows, budget_rows) if h is not None]
+    sizes_resolved = sizes[sizes >= int(getattr(curves, "resolution_rows", 1))]
+    if fits_all and not (sizes_resolved <= budget_rows).any():
+        notes.append(
+            f"basis: {len(fits_all)} of {world} GPUs hold all their shards' rows within the "
+            "budget, below what the sample resolves per GPU: their hit is 1 - first "
+            "lookups / lookups (an LRU cache that holds every row misses only first "
+            "touches; the distinct rows estimated by the sample), and a target they reach "
+            "is answered with their rows (an upper bound)"
+        )
     from replay.plan.torchrec import DEFAULT_BINS
     from replay.plan.torchrec_shards import SHARDS_KEY, shard_stats
 
@@ -501,7 +540,7 @@ def _compare_shardings(
             curves = rank_curves(
                 horizon, placed.placement, np.array([max(budget_rows, 1)]), rate=rate, spec=spec
             )
-        hits, _ = _per_gpu(curves, (), budget_rows)
+        hits, _ = _per_gpu(curves, (), budget_rows, _rank_rows(placed.placement))
         lookups = np.asarray(curves.lookups, dtype=np.float64)
         mean = float(lookups.mean()) if len(lookups) else 0.0
         entry.update(
