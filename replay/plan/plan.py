@@ -321,7 +321,13 @@ def make_plan(
         curves=tables,
     )
 
-    steady_source = _steady_source(request, horizon)
+    from replay.plan.cluster import routed_steady
+    from replay.plan.systems_model import modelled_wanted
+
+    # at production scale nothing replays the steady span: its compiled workload (~0.5 GB
+    # for meta-2021's 5.16 G rows) is not built
+    modelled = modelled_wanted(spec) and (base.cluster is None or routed_steady(spec, base))
+    steady_source = None if modelled else _steady_source(request, horizon)
     cluster = None
     if base.cluster is not None:
         from replay.plan.cluster import plan_cluster
@@ -340,8 +346,6 @@ def make_plan(
             "answers); checkpoints are the cluster's: every GPU writes its shards "
             "(replay.plan.cluster_checkpoint)"
         )
-    from replay.plan.systems_model import modelled_wanted
-
     if modelled_wanted(spec):  # production scale: `replay.plan.systems_model`
         from replay.plan.systems_model import modelled_note, modelled_steady_state
 
