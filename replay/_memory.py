@@ -146,22 +146,78 @@ def inspect_lists_bytes(total_rows: int, lookups: int) -> int:
     return 2 * _ceil(entries * 1.25) * itemsize
 
 
+# Above this many rows (1 B of state each), `replay inspect` takes the tables in groups
+# of at most `INSPECT_GROUP_ROWS` rows, each over every batch with a state of its own
+# rows only (`replay.analysis.table_major`): meta-2021's 5.16 G rows in 6 groups of
+# <= 1 GiB instead of 4.80 GiB at once. Below it, the one pass over the trace.
+INSPECT_TABLE_MAJOR_ROWS = 1 << 31
+INSPECT_GROUP_ROWS = 1 << 30
+# the table-major pass's per-batch sums: the statistics' (lookups, distinct, reused) and
+# the reuse histograms' (2 x 16 bins, lookups, distinct), int64 each
+INSPECT_BATCH_SUMS_BYTES = 8 * (3 + 2 * 16 + 2)
+
+
+def inspect_groups(
+    table_rows: Sequence[int], pieces: Sequence[tuple[int, int]] = (), group_rows: int = 0
+) -> list[tuple[int, int]]:
+    """The groups of tables [t0, t1) of the table-major pass: consecutive pieces of a
+    batch (`pieces`, table ranges; else single tables) while their rows add up to at
+    most `group_rows` (`INSPECT_GROUP_ROWS` when 0), one piece at least."""
+    limit = int(group_rows) or INSPECT_GROUP_ROWS
+    rows = [int(r) for r in table_rows]
+    units = list(pieces) or [(t, t + 1) for t in range(len(rows))]
+    groups: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for t0, t1 in units:
+        n = sum(rows[t0:t1])
+        if t0 > start and size + n > limit:
+            groups.append((start, t0))
+            start, size = t0, 0
+        size += n
+    groups.append((start, len(rows)))
+    return groups
+
+
+def inspect_table_major(table_rows: Sequence[int], threshold: int = 0) -> bool:
+    """Whether `replay inspect` takes the tables in groups (`INSPECT_TABLE_MAJOR_ROWS`
+    when `threshold` is 0)."""
+    return row_space(table_rows) > (int(threshold) or INSPECT_TABLE_MAJOR_ROWS)
+
+
 def inspect_estimate(
-    table_rows: Sequence[int], lookups: int, in_flight: int = 0, run_lookups: int = 0
+    table_rows: Sequence[int],
+    lookups: int,
+    in_flight: int = 0,
+    run_lookups: int = 0,
+    *,
+    batches: int = 0,
+    pieces: Sequence[tuple[int, int]] = (),
 ) -> Estimate:
     """`replay inspect`: 1 B per row, the count wraps and the small tables' counts, the
     per-batch lists, the batch ranges it holds at once (`in_flight`, bytes), and the
     reuse within a batch's keys of one (batch, table) run and their sorted copy
-    (`run_lookups`: the largest run's lookups, 16 B each)."""
+    (`run_lookups`: the largest run's lookups, 16 B each). Table-major (a row space
+    above `INSPECT_TABLE_MAJOR_ROWS`): the state and lists of the largest group of
+    tables (`inspect_groups` of the batch's `pieces`) and the per-batch sums instead."""
     total = row_space(table_rows)
     detail = _rows_detail(table_rows, INSPECT_BYTES_PER_ROW)
+    state = total
+    if inspect_table_major(table_rows):
+        groups = inspect_groups(table_rows, pieces)
+        state = max(row_space(table_rows[t0:t1]) for t0, t1 in groups)
+        detail = (
+            f"{len(groups)} groups of tables taken in turn, the largest "
+            f"{format_count(state)} rows x {_bytes_per(INSPECT_BYTES_PER_ROW)}"
+        )
     if in_flight > (1 << 30):
         detail += f"; batches in flight {format_bytes(in_flight)}"
     parts = [
-        ("row state", total * INSPECT_BYTES_PER_ROW),
+        ("row state", state * INSPECT_BYTES_PER_ROW),
         ("count wraps", inspect_wraps_bytes(table_rows, lookups)),
-        ("per-batch lists", inspect_lists_bytes(total, lookups)),
+        ("per-batch lists", inspect_lists_bytes(state, lookups)),
     ]
+    if state < total:
+        parts.append(("per-batch sums", INSPECT_BATCH_SUMS_BYTES * max(int(batches), 0)))
     if in_flight > 0:
         parts.append(("batches in flight", in_flight))
     if run_lookups > 0:

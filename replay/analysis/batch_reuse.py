@@ -73,8 +73,19 @@ class BatchReuse:
     keys are kept per run (a trace is sorted by batch, then table) and counted when the
     run ends, so memory is one table's lookups of one batch, not the batch's."""
 
-    def __init__(self, table_rows: Sequence[int] | np.ndarray, num_batches: int) -> None:
+    def __init__(
+        self,
+        table_rows: Sequence[int] | np.ndarray,
+        num_batches: int,
+        *,
+        batch_sums: np.ndarray | None = None,
+    ) -> None:
+        """With `batch_sums` (int64, num_batches x `SUMS_WIDTH`), each batch's counts are
+        added to its row instead (bins of rows, bins of lookups, lookups, distinct rows:
+        `reuse_from_sums`), so that several accumulators of disjoint tables (the
+        table-major pass, `replay.analysis.table_major`) add up to the whole trace's."""
         rows = np.asarray(table_rows, dtype=np.int64)
+        self.batch_sums = batch_sums
         self.offsets = table_offsets(rows)[:-1]
         self.num_batches = int(num_batches)
         self.rows_share_sum = np.zeros(BINS)
@@ -119,6 +130,16 @@ class BatchReuse:
     def _finish_batch(self) -> None:
         if not self._batch_lookups:
             return
+        if self.batch_sums is not None:
+            into = self.batch_sums[self._pending_run[0]]
+            into[:BINS] += self._rows
+            into[BINS : 2 * BINS] += self._looks
+            into[2 * BINS] += self._batch_lookups
+            into[2 * BINS + 1] += self._batch_distinct
+            self._rows[:] = 0
+            self._looks[:] = 0
+            self._batch_distinct = self._batch_lookups = 0
+            return
         self.rows_share_sum += self._rows / self._batch_distinct
         self.lookups_share_sum += self._looks / self._batch_lookups
         self.batches_with_lookups += 1
@@ -132,6 +153,8 @@ class BatchReuse:
         """`batch_reuse` (the module docstring); call once every lookup was fed."""
         self._count_run()
         self._finish_batch()
+        if self.batch_sums is not None:
+            self._fold(self.batch_sums)
         n = max(self.batches_with_lookups, 1)
         batches = max(self.num_batches, 1)
         return {
@@ -141,6 +164,34 @@ class BatchReuse:
             "lookups_per_batch": self.lookups / batches,
             "distinct_per_batch": self.distinct / batches,
         }
+
+    def flush(self) -> None:
+        """Count what is pending into `batch_sums` (after the last lookup of a group)."""
+        self._count_run()
+        self._finish_batch()
+        self._pending_run = (-1, -1)
+
+    def _fold(self, sums: np.ndarray) -> None:
+        """The running means from per-batch counts, in batch order, with the very
+        operations `_finish_batch` does (so the result is bit-identical)."""
+        for b in np.flatnonzero(sums[:, 2 * BINS]).tolist():
+            row = sums[b]
+            self.rows_share_sum += row[:BINS] / int(row[2 * BINS + 1])
+            self.lookups_share_sum += row[BINS : 2 * BINS] / int(row[2 * BINS])
+            self.batches_with_lookups += 1
+            self.lookups += int(row[2 * BINS])
+            self.distinct += int(row[2 * BINS + 1])
+
+
+SUMS_WIDTH = 2 * BINS + 2  # a batch's row of `BatchReuse(batch_sums=...)`
+
+
+def reuse_from_sums(sums: np.ndarray, num_batches: int) -> dict[str, Any]:
+    """`batch_reuse` from per-batch counts (`BatchReuse(batch_sums=...)`, summed over
+    accumulators of disjoint tables)."""
+    reuse = BatchReuse([1], num_batches)
+    reuse._fold(sums)
+    return reuse.result()
 
 
 def batch_reuse_arrays(

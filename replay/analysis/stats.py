@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,7 @@ from replay._memory import (
     INSPECT_SMALL_ROWS,
     INSPECT_WRAPS_HELD,
     MAX_ROW_SPACE,
+    inspect_table_major,
 )
 from replay._threads import read_ahead
 from replay.analysis.batch_reuse import BatchReuse
@@ -186,6 +188,7 @@ class Inspector:
         curve_points: int = DEFAULT_CURVE_POINTS,
         names: Sequence[str] | None = None,
         where: str = "trace",
+        first_table: int = 0,
     ) -> None:
         if sum(int(r) for r in np.asarray(table_rows).ravel().tolist()) > MAX_ROW_SPACE:
             raise TraceError(
@@ -203,6 +206,12 @@ class Inspector:
         if len(self.names) != len(rows):
             raise ValueError("one name per table")
         self.where = where
+        # the index of table 0 in the trace (an inspector of a group of tables, in the
+        # table-major pass: `replay.analysis.table_major`), for the error messages
+        self.first_table = int(first_table)
+        # per-batch (lookups, distinct, reused) sums, when the table-major pass asks
+        # (`_inspect_runs`' `batch_sums`): batches x 3, or no rows
+        self.batch_sums = np.zeros((0, 3), dtype=np.int64)
         self.num_batches = int(num_batches)
         self.rows = rows
         self.rows_u = rows.astype(np.uint64)
@@ -318,6 +327,7 @@ class Inspector:
             self.lists,
             self.dense_at,
             self.dense,
+            self.batch_sums,
         )
         if self.gi[_G_WRAPS]:
             self.wraps.append(wraps[: self.gi[_G_WRAPS]].copy())
@@ -334,13 +344,15 @@ class Inspector:
         self, code: int, i: int, batch: np.ndarray, table: np.ndarray, row: np.ndarray
     ) -> None:
         b, t, r = int(batch[i]), int(table[i]), int(row[i])
-        at = f"lookup (batch {b}, table {t}, row {r})"
+        shown = t + self.first_table
+        at = f"lookup (batch {b}, table {shown}, row {r})"
         if code == _BAD_TABLE:
-            msg = f"{at}: table index {t} is out of range (the trace has {len(self.rows)} tables)"
+            tables = len(self.rows)
+            msg = f"{at}: table index {shown} is out of range (the trace has {tables} tables)"
         elif code == _BAD_ROW:
             msg = (
                 f"{at}: row id {r} is out of range "
-                f"(table {t} {self.names[t]!r} has {int(self.rows[t])} rows)"
+                f"(table {shown} {self.names[t]!r} has {int(self.rows[t])} rows)"
             )
         elif code == _UNSORTED:
             before = int(batch[i - 1]) if i > 0 else int(self.gi[_G_CUR])
@@ -369,11 +381,11 @@ class Inspector:
         self.wraps = []
         self.wraps_pending = 0
 
-    def _top_shares(self) -> tuple[list[int], int]:
-        """Top-1% lookup sums per table and overall, from each table's histogram of the
-        state words' counts, the true counts of the rows whose count wrapped, and the
-        small tables' own counts (those above the state word's range go with the
-        wrapped rows, the others into the histogram)."""
+    def _top_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What the top-1% sums are taken from: each table's histogram of the state
+        words' counts (tables x 256), and the true counts of the rows whose count wrapped
+        and the small tables' counts above the state word's range (largest first), with
+        their tables; those rows are not in the histogram."""
         bounds = np.append(self.offsets, self.offsets[-1] + self.rows[-1])
         hist = _histograms(self.state, bounds)
         self._fold_wraps()
@@ -392,13 +404,7 @@ class Inspector:
             extra_table.append(np.full(int(above.sum()), t, dtype=np.int64))
         true, table_of = np.concatenate(extra_true), np.concatenate(extra_table)
         order = np.argsort(-true, kind="stable")
-        true, table_of = true[order], table_of[order]
-        per_table = [
-            _top_sum(hist[t], true[table_of == t], _top1pct_rows(int(r)))
-            for t, r in enumerate(self.rows)
-        ]
-        overall = _top_sum(hist.sum(axis=0), true, _top1pct_rows(int(self.rows.sum())))
-        return per_table, overall
+        return hist, true[order], table_of[order]
 
     def prefault(self) -> None:
         """Fault the per-row state in (`populate`: 0.08 s for criteo-terabyte's 188 MB in
@@ -422,50 +428,90 @@ class Inspector:
             part,
         )
 
-    def result(self) -> dict[str, Any]:
+    def finish(self) -> InspectParts:
+        """Finish the statistics and return what `statistics` makes the result of (the
+        table-major pass adds up the parts of several inspectors: `table_major`)."""
         if self.done:
             raise RuntimeError("inspector already finished")
         self.done = True
         _finish_kernel(self.ti, self.tf, self.gi, self.gf, self.curve_x, self.curve_val)
-        top_t, top_all = self._top_shares()
-        total_rows = int(self.rows.sum())
-        names = self.names
-        ti, tf, gi, gf = self.ti, self.tf, self.gi, self.gf
-        tables = []
-        for t, rows in enumerate(self.rows):
-            lookups = int(ti[t, _T_LOOKUPS])
-            distinct = int(ti[t, _T_DISTINCT])
-            tables.append(
-                {
-                    "name": names[t],
-                    "rows": int(rows),
-                    "lookups": lookups,
-                    "distinct_rows": distinct,
-                    "touched_fraction": _ratio(distinct, int(rows)),
-                    "top1pct_rows": _top1pct_rows(int(rows)),
-                    "top1pct_share": _ratio(top_t[t], lookups),
-                    "distinct_per_batch_mean": _ratio(tf[t, _T_DPB_SUM], ti[t, _T_DPB_N]),
-                    "consecutive_reuse_mean": _ratio(tf[t, _T_REUSE_SUM], ti[t, _T_REUSE_N]),
-                }
-            )
-        lookups = int(ti[:, _T_LOOKUPS].sum())
-        distinct = int(gi[_G_TOUCHED])
-        return {
-            "batches": self.num_batches,
-            "lookups": lookups,
-            "rows": total_rows,
-            "distinct_rows": distinct,
-            "touched_fraction": _ratio(distinct, total_rows),
-            "top1pct_rows": _top1pct_rows(total_rows),
-            "top1pct_share": _ratio(top_all, lookups),
-            "distinct_per_batch_mean": _ratio(gf[_G_DPB_SUM], gi[_G_DPB_N]),
-            "consecutive_reuse_mean": _ratio(gf[_G_REUSE_SUM], gi[_G_REUSE_N]),
-            "tables": tables,
-            "touched_curve": [
-                [int(x), v / total_rows]
-                for x, v in zip(self.curve_x.tolist(), self.curve_val.tolist(), strict=True)
-            ],
-        }
+        hist, true, table_of = self._top_parts()
+        top_tables = [
+            _top_sum(hist[t], true[table_of == t], _top1pct_rows(int(r)))
+            for t, r in enumerate(self.rows)
+        ]
+        return InspectParts(
+            self.ti, self.tf, self.gi, self.gf, self.curve_val, top_tables, hist.sum(axis=0), true
+        )
+
+    def result(self) -> dict[str, Any]:
+        return statistics(self.names, self.rows, self.num_batches, self.curve_x, self.finish())
+
+
+@dataclass
+class InspectParts:
+    """An inspector's finished state: the per-table and global counters (`ti`, `tf`,
+    `gi`, `gf`, `stats_kernels` layout), the touched counts at the curve's points, the
+    top-1% sums per table, and what the overall top-1% sum is taken from: the histogram
+    of the counts of all tables (256) and the true counts kept apart (largest first)."""
+
+    ti: np.ndarray
+    tf: np.ndarray
+    gi: np.ndarray
+    gf: np.ndarray
+    curve_val: np.ndarray
+    top_tables: list[int]
+    hist: np.ndarray
+    true: np.ndarray
+
+
+def statistics(
+    names: Sequence[str],
+    table_rows: np.ndarray,
+    num_batches: int,
+    curve_x: np.ndarray,
+    parts: InspectParts,
+) -> dict[str, Any]:
+    """The result of `Inspector.result` (module docstring) from its finished parts."""
+    total_rows = int(table_rows.sum())
+    ti, tf, gi, gf = parts.ti, parts.tf, parts.gi, parts.gf
+    top_t = parts.top_tables
+    top_all = _top_sum(parts.hist, parts.true, _top1pct_rows(total_rows))
+    tables = []
+    for t, rows in enumerate(table_rows):
+        lookups = int(ti[t, _T_LOOKUPS])
+        distinct = int(ti[t, _T_DISTINCT])
+        tables.append(
+            {
+                "name": names[t],
+                "rows": int(rows),
+                "lookups": lookups,
+                "distinct_rows": distinct,
+                "touched_fraction": _ratio(distinct, int(rows)),
+                "top1pct_rows": _top1pct_rows(int(rows)),
+                "top1pct_share": _ratio(top_t[t], lookups),
+                "distinct_per_batch_mean": _ratio(tf[t, _T_DPB_SUM], ti[t, _T_DPB_N]),
+                "consecutive_reuse_mean": _ratio(tf[t, _T_REUSE_SUM], ti[t, _T_REUSE_N]),
+            }
+        )
+    lookups = int(ti[:, _T_LOOKUPS].sum())
+    distinct = int(gi[_G_TOUCHED])
+    return {
+        "batches": int(num_batches),
+        "lookups": lookups,
+        "rows": total_rows,
+        "distinct_rows": distinct,
+        "touched_fraction": _ratio(distinct, total_rows),
+        "top1pct_rows": _top1pct_rows(total_rows),
+        "top1pct_share": _ratio(top_all, lookups),
+        "distinct_per_batch_mean": _ratio(gf[_G_DPB_SUM], gi[_G_DPB_N]),
+        "consecutive_reuse_mean": _ratio(gf[_G_REUSE_SUM], gi[_G_REUSE_N]),
+        "tables": tables,
+        "touched_curve": [
+            [int(x), v / total_rows]
+            for x, v in zip(curve_x.tolist(), parts.curve_val.tolist(), strict=True)
+        ],
+    }
 
 
 def _whole_batch_chunks(
@@ -551,6 +597,9 @@ def inspect_trace(
     With `batch_reuse`, also the reuse within each batch in Meta's bins
     (`replay.analysis.batch_reuse`; `replay inspect` asks for it).
 
+    Above `INSPECT_TABLE_MAJOR_ROWS` rows, the tables are taken in groups, one pass each
+    (`replay.analysis.table_major`), with the same result.
+
     Raises TraceError for a missing or corrupt trace, or a lookup whose table or row is
     out of range. `min_lookups` is the chunk size read at a time (results do not depend
     on it). The result also holds `trace` (the folder) and `updates` (update rows).
@@ -558,6 +607,14 @@ def inspect_trace(
     inspect=True)`), feeding an inspector the chunks it decodes anyway.
     """
     trace = open_trace(trace_or_path) if isinstance(trace_or_path, str | Path) else trace_or_path
+    if inspect_table_major(trace.table_rows.tolist()):
+        # a row space above the threshold: the tables in groups, a state of one group's
+        # rows at a time (same result: `replay.analysis.table_major`)
+        from replay.analysis.table_major import inspect_table_major as by_tables
+
+        return by_tables(
+            trace, curve_points=curve_points, batch_reuse=batch_reuse, on_progress=on_progress
+        )
     inspector = trace_inspector(trace, curve_points=curve_points)
     reuse = BatchReuse(trace.table_rows, trace.num_batches) if batch_reuse else None
     # a batch too large for a row group comes in pieces of tables where the source cuts

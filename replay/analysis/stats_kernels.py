@@ -192,6 +192,7 @@ def _inspect_runs(
     lists: np.ndarray,
     dense_at: np.ndarray,
     dense: np.ndarray,
+    batch_sums: np.ndarray,
 ) -> int:
     """Fold a chunk of checked lookups into the state: `keys` are their flat rows and
     `runs` their (batch, table) runs in trace order (`_checked_keys`, `table_runs`).
@@ -200,7 +201,10 @@ def _inspect_runs(
     `state` is the uint8 state word per flat row (`_TAG_SHIFT`); each count wrap's flat
     row goes to `wraps` (sized by the caller: a wrap takes 63 lookups of one row). When
     `batch_distinct` is not empty, the distinct pairs of batch b are added to
-    batch_distinct[b - first_batch] (batches outside it are skipped).
+    batch_distinct[b - first_batch] (batches outside it are skipped). When `batch_sums`
+    (int64, batches x 3) has rows, batch b's lookups, distinct pairs and pairs also looked
+    up by batch b - 1 are added to its row b (the table-major pass sums them over groups
+    of tables, `replay.analysis.table_major`).
 
     Small tables (dense_at[t, 0] = 1) count in `dense` (int64, flat row f at
     dense[dense_at[t, 1] + f]) instead of the state word's 6 bits, whose wraps they would
@@ -321,6 +325,10 @@ def _inspect_runs(
         slot = b - first_batch
         if 0 <= slot < len(batch_distinct):
             batch_distinct[slot] += d
+        if b < batch_sums.shape[0]:
+            batch_sums[b, 0] += j - i
+            batch_sums[b, 1] += d
+            batch_sums[b, 2] += rr
         reuse[t] += rr
         new[t] += nw
     gi[_G_CUR] = cur
@@ -335,6 +343,20 @@ def _inspect_runs(
         ti[t, _T_DISTINCT] += new[t]
         gi[_G_TOUCHED] += new[t]
     return code
+
+
+@kernel
+def _fold_batch_sums(batch_sums: np.ndarray, gi: np.ndarray, gf: np.ndarray) -> None:
+    """Fold per-batch (lookups, distinct, reused) sums into the global means' running
+    sums, in batch order, with the very operations `_flush_batch` does on a batch's
+    per-table counters summed (so the table-major pass gives bit-identical means)."""
+    ti = np.zeros((1, _TI_WIDTH), dtype=np.int64)
+    tf = np.zeros((1, 2), dtype=np.float64)
+    for b in range(batch_sums.shape[0]):
+        ti[0, _T_LOOK_CUR] = batch_sums[b, 0]
+        ti[0, _T_DIST_CUR] = batch_sums[b, 1]
+        ti[0, _T_REUSE_CUR] = batch_sums[b, 2]
+        _flush_batch(b, ti, tf, gi, gf)
 
 
 @kernel

@@ -493,6 +493,25 @@ class Trace:
         for cols in _gather(groups, min_lookups):
             yield LookupChunk(int(cols["batch"][0]), int(cols["batch"][-1]) + 1, **cols)
 
+    def iter_table_lookups(self, tables: tuple[int, int]) -> Iterator[LookupChunk]:
+        """The row groups of lookups that hold tables [t0, t1), each whole (rows of other
+        tables too: the caller picks its tables' rows), in trace order, for the table-
+        major pass of `replay inspect` (`replay.analysis.table_major`). Row groups whose
+        footer counts (`replay.trace.counts`) hold none of those tables are not read: a
+        trace cut into pieces of tables is read one piece range at a time; a file
+        without the counts is read whole."""
+        t0, t1 = tables
+        names = _COLUMNS[LOOKUPS_DIR]
+        for entry in self.manifest["files"][LOOKUPS_DIR]:
+            member, handle = self._open(LOOKUPS_DIR, entry)
+            footer = self._footer_counts(LOOKUPS_DIR, entry, member, handle)
+            for index in range(handle.metadata.num_row_groups):
+                if footer is not None and not footer[index][1][:, t0:t1].any():
+                    continue
+                cols = self._read_group(member, handle, index, names)
+                if len(cols["batch"]):
+                    yield LookupChunk(int(cols["batch"][0]), int(cols["batch"][-1]) + 1, **cols)
+
     def iter_updates(
         self,
         start: int = 0,

@@ -219,11 +219,16 @@ class GeneratedTrace:
                     yield b, b + 1, tables
 
     def _ordered(
-        self, work: Callable[[int, int, Tables], Item], start: int, stop: int, pieces: bool = False
+        self,
+        work: Callable[[int, int, Tables], Item],
+        start: int,
+        stop: int,
+        pieces: bool = False,
+        items: Iterator[Piece] | None = None,
     ) -> Iterator[Item]:
         """work(g0, g1, tables) of every row group (or piece: `_items`) meeting [start,
-        stop), in order, in the pool."""
-        groups = self._items(start, stop, pieces)
+        stop), or of `items`, in order, in the pool."""
+        groups = self._items(start, stop, pieces) if items is None else items
         if self.threads == 1:
             for g0, g1, tables in groups:
                 yield work(g0, g1, tables)
@@ -301,6 +306,29 @@ class GeneratedTrace:
         """
         stop = self.num_batches if stop is None else min(stop, self.num_batches)
         for lookups, _ in self._chunks(start, stop, updates=False, pieces=pieces):
+            if len(lookups):
+                yield lookups
+
+    def iter_table_lookups(self, tables: tuple[int, int]) -> Iterator[LookupChunk]:
+        """The lookups of tables [t0, t1) only, of every batch, in trace order (the
+        table-major pass of `replay inspect`, `replay.analysis.table_major`): per row
+        group, or where batches are cut, per batch and piece of the range (which then
+        starts and ends between pieces). Draws depend on (batch, table, position) only,
+        so they are the lookups of those tables in `iter_lookups`."""
+        t0, t1 = tables
+
+        def items() -> Iterator[Piece]:
+            for g0, g1 in self._groups(0, self.num_batches):
+                if not self.pieces:
+                    yield g0, g1, (t0, t1)
+                    continue
+                for b in range(g0, g1):
+                    for p0, p1 in self.pieces:
+                        if t0 <= p0 and p1 <= t1:
+                            yield b, b + 1, (p0, p1)
+
+        work = lambda g0, g1, part: self._lookups(g0, g1, g0, g1, part)  # noqa: E731
+        for lookups in self._ordered(work, 0, self.num_batches, items=items()):
             if len(lookups):
                 yield lookups
 
