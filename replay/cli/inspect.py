@@ -63,7 +63,7 @@ def inspect_command(
     def check(rows: list[int], lookups: int, batches_: int) -> None:
         # 1 B per row of the row space: refused with the figure before anything is read
         check_row_space(rows, str(trace) if trace is not None else "")
-        check_fits(inspect_estimate(rows, lookups))
+        check_fits(inspect_estimate(rows, lookups, batches=batches_))
 
     with display("inspect") as progress:
         progress.stage("checking the inputs")
@@ -80,7 +80,13 @@ def inspect_command(
         # a (batch, table) run is within a piece, or else within a batch
         run = piece or -(-int(opened.num_lookups) // max(int(opened.num_batches), 1))
         rows = opened.table_rows.tolist()
-        check_fits(inspect_estimate(rows, opened.num_lookups, held, run))
+        # above `INSPECT_TABLE_MAJOR_ROWS` rows, the state of one group of tables at a
+        # time (groups of whole pieces where the source cuts its batches)
+        pieces = tuple(getattr(opened, "pieces", ()) or ())
+        estimate = inspect_estimate(
+            rows, opened.num_lookups, held, run, batches=opened.num_batches, pieces=pieces
+        )
+        check_fits(estimate)
         if verify and isinstance(opened, Trace):
             progress.stage("checking the trace's checksums")
             opened.verify()
