@@ -2,9 +2,9 @@
 a batch, 5.16 G rows) on 128 H100s (16 DGX nodes) planned within 5 minutes and 4 GiB of
 peak RSS on the 2-core VM (`pytest -m bench tests/test_meta_plan_bench.py`).
 
-The step time is given, as a user would give their measured one: 400 ms (ASSUMPTION: a
-production ads model's step; Mudigere et al., ISCA 2022, train DLRMs of this class at a
-few hundred ms per global batch of 64 K samples on 128 GPUs), so a day is 216,000 batches.
+The step time is given, as a user would give their measured one: 400 ms a global batch of
+65,536 samples (ASSUMPTION: the issue's own command line; no published step time of this
+model is used), so a day is 216,000 batches.
 The cache budget is 8 GiB per GPU, a node fails every 30 days. The plan stands on the
 production-scale bases of docs/methods.md ("At production scale"), which plan.json must
 name.
