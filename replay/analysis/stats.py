@@ -91,6 +91,7 @@ from replay.analysis.stats_kernels import (
     _finish_kernel,
     _inspect_runs,
 )
+from replay.analysis.table_major import inspect_table_major as by_tables
 from replay.errors import TraceError
 from replay.trace.keys import (
     DEFAULT_CURVE_POINTS,
@@ -610,10 +611,13 @@ def inspect_trace(
     if inspect_table_major(trace.table_rows.tolist()):
         # a row space above the threshold: the tables in groups, a state of one group's
         # rows at a time (same result: `replay.analysis.table_major`)
-        from replay.analysis.table_major import inspect_table_major as by_tables
-
         return by_tables(
-            trace, curve_points=curve_points, batch_reuse=batch_reuse, on_progress=on_progress
+            trace,
+            Inspector,
+            statistics,
+            curve_points=curve_points,
+            batch_reuse=batch_reuse,
+            on_progress=on_progress,
         )
     inspector = trace_inspector(trace, curve_points=curve_points)
     reuse = BatchReuse(trace.table_rows, trace.num_batches) if batch_reuse else None

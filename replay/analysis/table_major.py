@@ -46,6 +46,7 @@ the one reported may be another than the first in trace order (groups come in tu
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +55,6 @@ import numpy as np
 from replay import _memory
 from replay._threads import read_ahead
 from replay.analysis.batch_reuse import SUMS_WIDTH, BatchReuse, reuse_from_sums
-from replay.analysis.stats import Inspector, InspectParts, statistics
 from replay.analysis.stats_kernels import _G_TOUCHED, _GI_WIDTH, _fold_batch_sums
 from replay.errors import TraceError
 from replay.trace.keys import DEFAULT_CURVE_POINTS, curve_batches
@@ -94,27 +94,31 @@ def _picked(
     return batch, (table - np.uint16(t0)).astype(np.uint16, copy=False), row
 
 
-def _combined(parts: list[InspectParts], batch_sums: np.ndarray) -> InspectParts:
-    """One inspector's parts from those of groups of tables (the module docstring)."""
+def _combined(parts: list[Any], batch_sums: np.ndarray) -> Any:
+    """One inspector's parts (`stats.InspectParts`) from those of groups of tables (the
+    module docstring)."""
     gi = np.zeros(_GI_WIDTH, dtype=np.int64)
     gi[_G_TOUCHED] = sum(int(p.gi[_G_TOUCHED]) for p in parts)
     gf = np.zeros(2, dtype=np.float64)
     _fold_batch_sums(batch_sums, gi, gf)
     true = np.concatenate([p.true for p in parts])
-    return InspectParts(
-        np.concatenate([p.ti for p in parts]),
-        np.concatenate([p.tf for p in parts]),
-        gi,
-        gf,
-        np.sum([p.curve_val for p in parts], axis=0, dtype=np.int64),
-        [s for p in parts for s in p.top_tables],
-        np.sum([p.hist for p in parts], axis=0, dtype=np.int64),
-        np.sort(true)[::-1],  # largest first; the top sums take values, not rows
+    return dataclasses.replace(
+        parts[0],
+        ti=np.concatenate([p.ti for p in parts]),
+        tf=np.concatenate([p.tf for p in parts]),
+        gi=gi,
+        gf=gf,
+        curve_val=np.sum([p.curve_val for p in parts], axis=0, dtype=np.int64),
+        top_tables=[s for p in parts for s in p.top_tables],
+        hist=np.sum([p.hist for p in parts], axis=0, dtype=np.int64),
+        true=np.sort(true)[::-1],  # largest first; the top sums take values, not rows
     )
 
 
 def inspect_table_major(
     trace: Trace | GeneratedTrace,
+    inspector_class: Callable[..., Any],
+    statistics: Callable[..., dict[str, Any]],
     *,
     curve_points: int = DEFAULT_CURVE_POINTS,
     batch_reuse: bool = False,
@@ -123,7 +127,10 @@ def inspect_table_major(
 ) -> dict[str, Any]:
     """`inspect_trace`'s result, table group by table group (the module docstring);
     on_progress(done, groups x batches) after each chunk, done counting the batches of
-    the groups before. `group_rows` replaces `INSPECT_GROUP_ROWS` (tests)."""
+    the groups before. `group_rows` replaces `INSPECT_GROUP_ROWS` (tests).
+    `inspector_class` and `statistics` are `replay.analysis.stats`' `Inspector` and
+    `statistics`, passed in by its `inspect_trace`: that module comes here, so this one
+    does not import it back."""
     rows = np.asarray(trace.table_rows, dtype=np.int64)
     names = list(trace.table_names)
     num_batches = int(trace.num_batches)
@@ -132,10 +139,10 @@ def inspect_table_major(
     groups = _memory.inspect_groups(rows.tolist(), pieces, group_rows)
     batch_sums = np.zeros((num_batches, 3), dtype=np.int64)
     reuse_sums = np.zeros((num_batches, SUMS_WIDTH), dtype=np.int64) if batch_reuse else None
-    parts: list[InspectParts] = []
+    parts: list[Any] = []
     total = len(groups) * num_batches
     for g, (t0, t1) in enumerate(groups):
-        inspector = Inspector(
+        inspector = inspector_class(
             rows[t0:t1],
             num_batches,
             curve_points=curve_points,
