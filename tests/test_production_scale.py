@@ -402,3 +402,18 @@ def test_a_gpu_whose_budget_holds_its_rows_below_the_resolution() -> None:
     assert hits[1] == 0.0  # 5,000 rows do not fit 1,000: the curve's answer stays
     assert hits[2] is None  # no lookups
     assert rows[0]["0.9"] == 800.0 and rows[1]["0.9"] is None
+
+
+def test_jobs_on_one_placement_are_routed_once_with_their_own_hits(tiny_pieces: None) -> None:
+    spec = small_spec()
+    system = resolve_system("hbm-lru", ["cluster.nodes=1", "cluster.gpus_per_node=2",
+                                        "policy.capacity_rows=100"])  # fmt: skip
+    placement = resolve_placement(system, GeneratedTrace(spec)).placement
+    a, b = route_clusters(
+        GeneratedTrace(spec),
+        [(system, placement, np.zeros(2)), (system, placement, np.ones(2))],
+    )
+    np.testing.assert_array_equal(a["rank_lookups"], b["rank_lookups"])
+    np.testing.assert_array_equal(a["all_to_all_s"], b["all_to_all_s"])
+    assert (a["rank_hits"] == 0).all() and (b["rank_hits"] == b["rank_lookups"]).all()
+    assert (b["step_time_s"] <= a["step_time_s"]).all()

@@ -121,10 +121,15 @@ def route_clusters(
     with hit ratios also `rank_hits`, `rank_time_s` and `step_time_s` (module
     docstring)."""
     nb = int(source.num_batches)  # type: ignore[attr-defined]
+    # jobs on the same placement object (the user's cluster among the scaling points)
+    # are routed once
+    first: dict[int, int] = {}
+    of = [first.setdefault(id(placement), j) for j, (_, placement, _) in enumerate(jobs)]
     routers = [_router(source, system, placement) for system, placement, _ in jobs]
     looks = [np.zeros((nb, p.world), dtype=np.int64) for _, p, _ in jobs]
     upds = [np.zeros((nb, p.world), dtype=np.int64) for _, p, _ in jobs]
     a2as = [np.zeros((nb, 3), dtype=np.float64) for _ in jobs]
+    unique = sorted(set(of))
     lookups = np.zeros(nb, dtype=np.int64)
     ranges = iter_batch_ranges(source, with_updates=True, updates_from_lookups=True, pieces=True)
 
@@ -139,14 +144,16 @@ def route_clusters(
 
     # the routers are independent (each its own buffers) and their kernels release the
     # GIL: the placements of a piece route side by side
-    workers = max(1, min(len(routers), threads if threads is not None else _cores()))
+    workers = max(1, min(len(unique), threads if threads is not None else _cores()))
     with ThreadPoolExecutor(workers, thread_name_prefix="cluster-routed") as pool:
         for br in ranges:
             lookups[br.batch_start : br.batch_stop] += np.diff(br.bounds)
-            for done in [pool.submit(route, j, br) for j in range(len(routers))]:
+            for done in [pool.submit(route, j, br) for j in unique]:
                 done.result()
     return [
-        _columns(system, placement, link, shape, hit, lookups, looks[j], upds[j], a2as[j])
+        _columns(
+            system, placement, link, shape, hit, lookups, looks[of[j]], upds[of[j]], a2as[of[j]]
+        )
         for j, ((system, placement, hit), (_, link, shape)) in enumerate(
             zip(jobs, routers, strict=True)
         )

@@ -600,15 +600,18 @@ def _routed_span(
     for n in sorted({*SCALING_NODES, int(nodes)}):
         point: dict[str, Any] = {"nodes": n, "gpus": n * cluster.gpus_per_node}
         points.append(point)
-        try:
-            placed = _placement(base, span, loads, sharding="auto", nodes=n)
-        except ConfigError as exc:
-            point.update(fits=False, why=str(exc))
-            index.append(None)
-            continue
+        if n == int(nodes) and cluster.sharding == "auto" and not cluster.sharding_file:
+            placed_at: Any = placement  # the user's cluster: routed once (`route_clusters`)
+        else:
+            try:
+                placed_at = _placement(base, span, loads, sharding="auto", nodes=n).placement
+            except ConfigError as exc:
+                point.update(fits=False, why=str(exc))
+                index.append(None)
+                continue
         sized = dataclasses.replace(system, cluster=dataclasses.replace(system.cluster, nodes=n))
         index.append(len(jobs))
-        jobs.append((sized, placed.placement, np.full(placed.placement.world, mean_hit)))
+        jobs.append((sized, placed_at, np.full(placed_at.world, mean_hit)))
     results = route_clusters(span, jobs)
     for point, j in zip(points, index, strict=True):
         if j is None:
