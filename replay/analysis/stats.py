@@ -35,6 +35,9 @@ outrank every other row) taken apart with their true counts. The kernel folds ea
 into float64 running sums in batch order, so the results are bit-identical however the
 trace is chunked.
 
+Above `INSPECT_TABLE_MAJOR_ROWS` rows (meta-2021), `inspect_trace` takes the tables in
+groups, each over every batch with a state of its own rows (`table_major`).
+
 `inspect_trace` streams a trace folder; `inspect_arrays` runs the same kernel on
 in-memory arrays; `inspect_reference` is the slow, obviously correct version (sets and
 dicts) that the tests compare both with.
