@@ -108,6 +108,7 @@ ROUTER_BYTES_PER_LOOKUP = 12  # a router's buffers: int32 rank and int64 local k
 # a compiled workload's alias tables: 16 B a head rank kept, ~29 B of RSS while built
 # (meta-2021: 11.2 M head ranks, +0.30 GiB measured)
 COMPILED_BYTES_PER_HEAD_RANK = 29
+ROW_MASS_BYTES_PER_RANK = 24  # top row (int64), its mass and cumulative mass (float64)
 
 
 def _shape(source: Any) -> tuple[list[int], int, int]:
@@ -275,7 +276,7 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         stages["cluster: per-GPU curves and replay"] = _cluster_stage(
             systems[0], rows, per_batch, batches, rate, steady_lookups, in_flight,
             _piece_lookups(source) if routed else 0,
-        ) + (compiled_bytes(source) if routed else 0)  # fmt: skip
+        ) + (compiled_bytes(source) + loads_bytes(source) if routed else 0)  # fmt: skip
         notes.append(
             f"cluster of {systems[0].cluster.world_size} GPUs: per-GPU curves in one pass, "
             + (
@@ -301,6 +302,19 @@ def compiled_bytes(spec: WorkloadSpec) -> int:
 
     ranks = sum(t.rows if t.rows <= FULL_ALIAS_ROWS else HEAD_RANKS for t in spec.tables)
     return ranks * COMPILED_BYTES_PER_HEAD_RANK
+
+
+def loads_bytes(spec: WorkloadSpec) -> int:
+    """The sharder's loads of a spec (`replay.engine.placement.spec_loads`), kept through
+    the cluster's stage: each table whose lookups draw from its pmf holds its head ranks'
+    rows, masses and cumulative masses (`replay.workload.row_mass.RowMass`, 24 B a rank)."""
+    from replay.workload.row_mass import SHARE_HEAD_RANKS
+
+    return sum(
+        min(int(t.rows), SHARE_HEAD_RANKS) * ROW_MASS_BYTES_PER_RANK
+        for t in spec.tables
+        if float(t.drift) == 0.0 and float(t.rank_offset) == 0.0
+    )
 
 
 def _piece_lookups(source: Any) -> int:
