@@ -48,7 +48,7 @@ def test_meta_2021_batch_generates_replays_and_inspects_in_bounded_memory(
 ) -> None:
     """generate, run and inspect (on the fly and on the trace folder) within 4 GiB peak
     RSS, with the same results either way; inspect within its own estimate, which is
-    not above its peak by more than a quarter, with Meta's-bins histograms equal to the
+    within a quarter of its peak, with Meta's-bins histograms equal to the
     generator's own draws counted table by table."""
     from replay.analysis.batch_reuse import spec_batch_reuse
     from replay.workload.presets import get_preset
@@ -90,7 +90,8 @@ def test_meta_2021_batch_generates_replays_and_inspects_in_bounded_memory(
     assert dict(estimate.parts)["row state"] <= 2**30  # a group of tables, not 5.16 G rows
     assert got["peak_bytes"] <= PEAK_BYTES
     assert got["peak_bytes"] <= estimate.total + MARGIN_BYTES
-    assert estimate.total + MARGIN_BYTES <= 1.25 * got["peak_bytes"]
+    # honest: within a quarter of the peak either way (the margin covers the interpreter)
+    assert 0.75 * got["peak_bytes"] <= estimate.total <= 1.25 * got["peak_bytes"]
     assert result["lookups"] == LOOKUPS and result["updates"] == result["distinct_rows"]
     reuse = result["batch_reuse"]
     want = spec_batch_reuse(get_preset("meta-2021"), 0, threads=2)
@@ -101,6 +102,7 @@ def test_meta_2021_batch_generates_replays_and_inspects_in_bounded_memory(
     out = tmp_path / "inspect-trace.json"
     read = measured(["inspect", str(trace), "--json"], stdout=out)
     assert read["peak_bytes"] <= PEAK_BYTES
+    assert 0.75 * read["peak_bytes"] <= estimate.total <= 1.25 * read["peak_bytes"]
     mine = json.loads(out.read_text())
     for x in (mine, result):  # the same but the trace's name and the checksums
         x.pop("trace")
