@@ -202,7 +202,8 @@ def inspect_estimate(
     total = row_space(table_rows)
     detail = _rows_detail(table_rows, INSPECT_BYTES_PER_ROW)
     state = total
-    if inspect_table_major(table_rows):
+    grouped = inspect_table_major(table_rows)
+    if grouped:
         groups = inspect_groups(table_rows, pieces)
         state = max(row_space(table_rows[t0:t1]) for t0, t1 in groups)
         detail = (
@@ -216,7 +217,7 @@ def inspect_estimate(
         ("count wraps", inspect_wraps_bytes(table_rows, lookups)),
         ("per-batch lists", inspect_lists_bytes(state, lookups)),
     ]
-    if state < total:
+    if grouped:
         parts.append(("per-batch sums", INSPECT_BATCH_SUMS_BYTES * max(int(batches), 0)))
     if in_flight > 0:
         parts.append(("batches in flight", in_flight))
