@@ -23,6 +23,7 @@ from replay.system.presets import (
 )
 from replay.system.spec import (
     MAX_GPUS,
+    SSD_TBE_KNOBS,
     ClusterSpec,
     SystemSpec,
     apply_overrides,
@@ -42,6 +43,9 @@ def _old_to_dict(spec: SystemSpec) -> dict[str, Any]:
     data = dataclasses.asdict(spec)
     del data["cluster"]
     del data["checkpoint"]["replicas"], data["checkpoint"]["store"]  # later fields (issue 42)
+    if data["policy"]["name"] != "ssd-tbe":  # later fields, serialised for ssd-tbe only
+        for knob in SSD_TBE_KNOBS:
+            del data["policy"][knob]
     data["tiers"] = {t.pop("name"): t for t in data["tiers"]}
     data["links"] = {lk.pop("name"): lk for lk in data["links"]}
     return data
