@@ -417,3 +417,24 @@ def test_jobs_on_one_placement_are_routed_once_with_their_own_hits(tiny_pieces: 
     np.testing.assert_array_equal(a["all_to_all_s"], b["all_to_all_s"])
     assert (a["rank_hits"] == 0).all() and (b["rank_hits"] == b["rank_lookups"]).all()
     assert (b["step_time_s"] <= a["step_time_s"]).all()
+
+
+def test_spec_block_shares_are_block_shares_for_every_placement() -> None:
+    """Each table's pmf built once for several placements gives each placement's shares
+    as `block_shares` computes them one by one."""
+    from replay.plan.rank_curves import row_split_starts, spec_block_shares
+    from replay.workload.row_mass import block_shares
+
+    spec = _heads_spec()
+    src = GeneratedTrace(spec)
+    starts = []
+    for kind in ("row-wise", "table-row-wise"):
+        system = resolve_system("hbm-lru", ["cluster.nodes=2", "cluster.gpus_per_node=2",
+                                            f"cluster.sharding={kind}"])  # fmt: skip
+        starts.append(row_split_starts(resolve_placement(system, src).placement))
+    assert all(starts)
+    got = spec_block_shares(spec, starts)
+    for one, shares in zip(starts, got, strict=True):
+        assert set(shares) == set(one)
+        for t, first in one.items():
+            np.testing.assert_array_equal(shares[t], block_shares(spec, t, first))

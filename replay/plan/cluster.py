@@ -519,27 +519,43 @@ def _compare_shardings(
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Each GPU's hit at the budget and lookups under each of `COMPARE_SHARDINGS` (and
     the recommended plan's, when it is a file): one curve pass each."""
-    from replay.plan.rank_curves import rank_curves
+    from replay.plan.rank_curves import rank_curves, row_split_starts, spec_block_shares
 
     out = []
     kinds = list(COMPARE_SHARDINGS)
     given = chosen.basis.get("sharding")
     if given not in kinds:
         kinds.append(str(given))
+    placements: dict[str, Any] = {}
+    for kind in kinds:
+        if kind == given:
+            continue
+        try:
+            placements[kind] = _placement(base, horizon, loads, sharding=kind)
+        except ConfigError as exc:
+            placements[kind] = exc
+    # the row-split tables' block shares of every placement, each table's pmf built once
+    placed_ok = [k for k, p in placements.items() if not isinstance(p, ConfigError)]
+    shares: dict[str, Any] = {k: None for k in placed_ok}
+    if spec is not None and rate < 1.0 and placed_ok:
+        got = spec_block_shares(
+            spec, [row_split_starts(placements[k].placement) for k in placed_ok]
+        )
+        shares = dict(zip(placed_ok, got, strict=True))
     for kind in kinds:
         entry: dict[str, Any] = {"sharding": kind, "recommended": kind == given}
         if kind == given:
             placed, curves = chosen, chosen_curves
         else:
-            try:
-                placed = _placement(base, horizon, loads, sharding=kind)
-            except ConfigError as exc:
-                entry.update(fits=False, why=str(exc))
+            placed = placements[kind]
+            if isinstance(placed, ConfigError):
+                entry.update(fits=False, why=str(placed))
                 out.append(entry)
                 continue
             curves = rank_curves(
-                horizon, placed.placement, np.array([max(budget_rows, 1)]), rate=rate, spec=spec
-            )
+                horizon, placed.placement, np.array([max(budget_rows, 1)]), rate=rate, spec=spec,
+                shares=shares[kind],
+            )  # fmt: skip
         hits, _ = _per_gpu(curves, (), budget_rows, _rank_rows(placed.placement))
         lookups = np.asarray(curves.lookups, dtype=np.float64)
         mean = float(lookups.mean()) if len(lookups) else 0.0

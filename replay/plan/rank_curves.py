@@ -97,7 +97,7 @@ from replay.plan import cache
 from replay.system.sharding import COLUMN_WISE, DATA_PARALLEL, TABLE_WISE, Placement
 from replay.trace.keys import last_at_most, table_of, table_offsets
 from replay.trace.stream import iter_batch_ranges
-from replay.workload.row_mass import block_shares
+from replay.workload.row_mass import RowMass
 from replay.workload.sampler import mix64
 from replay.workload.spec import WorkloadSpec
 
@@ -361,13 +361,16 @@ def rank_curves(
     *,
     rate: float,
     spec: WorkloadSpec | None = None,
+    shares: dict[int, np.ndarray] | None = None,
 ) -> RankCurves:
     """Every GPU's LRU miss-ratio curve over the horizon, from one pass (module docstring).
 
     `horizon`: the stream `make_plan` reads (R = 1: a `GeneratedTrace` or a trace; R < 1:
     the sampled workload, whose `sample_rate` must be `rate`); `placement` over the same
     tables; `sizes_rows`: per-GPU cache sizes (rows, ascending); `spec`: the workload (its
-    tables' full lookups; default the horizon's own spec, if any)."""
+    tables' full lookups; default the horizon's own spec, if any); `shares`: the spec's
+    row-split tables' block shares for this placement, where already computed
+    (`spec_block_shares`)."""
     sizes = _check_sizes(sizes_rows)
     src_rate = source_sample_rate(horizon)
     if abs(src_rate - float(rate)) > 1e-12 * max(src_rate, 1e-300):
@@ -411,7 +414,11 @@ def rank_curves(
     routed = counts.sum(axis=0)
     if spec is None and isinstance(getattr(horizon, "spec", None), WorkloadSpec):
         spec = horizon.spec
-    lookups = routed.copy() if exact else _rank_lookups(horizon, spec, placement, router, src_rate)
+    lookups = (
+        routed.copy()
+        if exact
+        else _rank_lookups(horizon, spec, placement, router, src_rate, shares)
+    )
     miss = np.full((world, len(sizes)), np.nan)
     bound = np.zeros(world)
     distinct = np.zeros(world, dtype=np.int64)
@@ -450,9 +457,44 @@ def rank_curves(
     )
 
 
+def row_split_starts(placement: Placement) -> dict[int, np.ndarray]:
+    """Each row-split table's blocks' first rows (tables cut into row blocks)."""
+    x = _layout(placement)
+    return {
+        t: x.start[int(x.base[t]) : int(x.base[t] + x.count[t])]
+        for t in range(len(placement.tables))
+        if x.kind[t] not in (_DP, _CW) and int(x.count[t]) > 1
+    }
+
+
+def spec_block_shares(
+    spec: WorkloadSpec, starts: Sequence[dict[int, np.ndarray]]
+) -> list[dict[int, np.ndarray]]:
+    """For each placement's `row_split_starts`, each table's pmf over its blocks
+    (`replay.workload.row_mass.block_shares`), every table's pmf built once for all the
+    placements that split it (a sort of its 2^18 head ranks' rows, ~25 ms: meta-2021's
+    856 tables under row-wise and table-row-wise), tables on the cores side by side (the
+    sort and the mapping kernel release the GIL)."""
+    tables = sorted({t for one in starts for t in one})
+
+    def shares_of(t: int) -> list[np.ndarray | None]:
+        mass = RowMass.from_spec(spec, t)
+        return [mass.block_shares(one[t]) if t in one else None for one in starts]
+
+    workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    out: list[dict[int, np.ndarray]] = [{} for _ in starts]
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        for t, got in zip(tables, pool.map(shares_of, tables), strict=True):
+            for i, share in enumerate(got):
+                if share is not None:
+                    out[i][t] = share
+    return out
+
+
 def _rank_lookups(
-    horizon: Any, spec: WorkloadSpec | None, placement: Placement, router: _Router, rate: float
-) -> np.ndarray:
+    horizon: Any, spec: WorkloadSpec | None, placement: Placement, router: _Router, rate: float,
+    shares: dict[int, np.ndarray] | None = None,
+) -> np.ndarray:  # fmt: skip
     """Each rank's lookups in the full stream (int64 [world]): each table's full lookups
     split over the ranks in the proportion its sampled lookups were routed (a column-wise
     table's reach each of its blocks, a data-parallel table's 1 / W each), except a
@@ -467,21 +509,8 @@ def _rank_lookups(
     seen = (router.counts.sum(axis=1) // np.maximum(multiplicity, 1)).astype(np.int64)
     full = _table_full_lookups(horizon, spec, seen, rate).astype(np.float64)
     out = np.zeros(router.world)
-    shares: dict[int, np.ndarray] = {}
-    if spec is not None:
-        # each row-split table's pmf over its blocks (a sort of its 2^18 head ranks' rows:
-        # ~25 ms a table, 856 tables for meta-2021's row-wise comparison), on the cores
-        # side by side (the sort and the generator's mapping kernel release the GIL)
-        split = [
-            t
-            for t in range(len(placement.tables))
-            if x.kind[t] not in (_DP, _CW) and int(x.count[t]) > 1
-        ]
-        starts = {t: x.start[int(x.base[t]) : int(x.base[t] + x.count[t])] for t in split}
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-        with ThreadPoolExecutor(max(1, workers)) as pool:
-            got = pool.map(lambda t: block_shares(spec, t, starts[t]), split)
-            shares = dict(zip(split, got, strict=True))
+    if shares is None:
+        shares = {} if spec is None else spec_block_shares(spec, [row_split_starts(placement)])[0]
     for t, shape in enumerate(placement.tables):
         lo, hi = int(x.base[t]), int(x.base[t] + x.count[t])
         ranks = x.rank[lo:hi]
@@ -512,4 +541,11 @@ def _table_full_lookups(
     return full_lookups(horizon, sampled, rate).astype(np.int64)
 
 
-__all__ = ["DIRECT_MAX_ROWS", "DP_SALT", "RankCurves", "rank_curves"]
+__all__ = [
+    "DIRECT_MAX_ROWS",
+    "DP_SALT",
+    "RankCurves",
+    "rank_curves",
+    "row_split_starts",
+    "spec_block_shares",
+]
