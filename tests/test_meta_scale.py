@@ -3,7 +3,7 @@ tables (`replay.trace.format.plan_pieces`), each command in a child process whos
 resident memory is its own: `replay generate`, `replay run` on the fly and on the trace
 folder, `replay inspect` on the fly and on the trace folder (its 5.16 G rows taken in
 groups of tables, `replay.analysis.table_major`) (issue 43 item 2). A `bench` test
-(`pytest -m bench tests/test_meta_scale.py`): about 15 minutes on the shared 2-core VM.
+(`pytest -m bench tests/test_meta_scale.py`): 7.5 minutes on the shared 2-core VM.
 The figures and what each command holds: docs/meta_scale.md.
 """
 
