@@ -438,3 +438,14 @@ def test_a_real_terminal_stdout_a_pipe_and_ctrl_c(small: Path, tmp_path: Path) -
     last = terminal.replace("\r\n", "\n").rstrip("\n").rsplit(ERASE_LINE, 1)
     assert len(last) == 2 and last[1] == "replay: interrupted", repr(terminal[-300:])
     assert not (tmp_path / "c").exists()
+
+
+def test_fit(
+    terminal: Recorded, small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    argv = ["fit", small, "--json", "--max-lookups", "20000"]
+    (out, err), (term_out, term_err) = _pipe_and_terminal(capsys, monkeypatch, argv)
+    assert err == "" and out == term_out  # the display never touches the output
+    _drawn(term_err, "fit: sampling the trace and fitting each table")
+    assert terminal.stages()[-1] == "fit: sampling the trace and fitting each table"

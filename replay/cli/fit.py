@@ -184,11 +184,18 @@ def fit_command(
     targets = [p for p in (out, figure) if p is not None]
     for target in targets:
         _check_target(target, force)
-    opened = open_trace(trace)
-    if verify:
-        opened.verify()
-    result = fit_trace(opened, rows_mode=rows, max_lookups=max_lookups, seed=seed)
-    checked = check_fit(opened, result) if check else None
+    from replay.cli._progress import display
+
+    with display("fit") as progress:
+        opened = open_trace(trace)
+        if verify:
+            progress.stage("verifying checksums")
+            opened.verify()
+        progress.stage("sampling the trace and fitting each table")
+        result = fit_trace(opened, rows_mode=rows, max_lookups=max_lookups, seed=seed)
+        if check:
+            progress.stage("checking the fit against a synthetic trace")
+        checked = check_fit(opened, result) if check else None
     writes: list[tuple[Path, Callable[[Path], None]]] = []
     if figure is not None and checked is not None:
         drawn = _figure(checked, str(trace))
@@ -255,11 +262,15 @@ def _fit_locality(
         "embedding_bag/2021/locality_stats.txt, MIT licence): table groups, see "
         "docs/locality_fit.md"
     )
-    fit = fit_locality(
-        chosen.stats, tables=count, batch_size=chosen.batch_size, max_groups=groups,
-        seed=seed, name=f"fit-{Path(chosen.name).stem}", source=source, drift=drift,
-        max_rows=max_rows,
-    )  # fmt: skip
+    from replay.cli._progress import display
+
+    with display("fit") as progress:
+        progress.stage(f"fitting table groups to {chosen.name}")
+        fit = fit_locality(
+            chosen.stats, tables=count, batch_size=chosen.batch_size, max_groups=groups,
+            seed=seed, name=f"fit-{Path(chosen.name).stem}", source=source, drift=drift,
+            max_rows=max_rows,
+        )  # fmt: skip
     if out is not None:
         header = "".join(f"# {line}\n" for line in _locality_summary(fit, chosen.name))
         text = header + spec_to_toml(fit.spec)
