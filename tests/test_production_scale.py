@@ -346,6 +346,12 @@ def test_plan_at_production_scale_says_its_bases(
     assert cluster["scaling"]["batches"] == 1
     system = document["systems"][0]
     assert system["batches"] == 1 and 0.0 <= system["hit_ratio"] <= 1.0
+    # the answers' lines say the same bases: routed without caches, modelled not replayed
+    assert cluster["steady"]["routed"] and system["modelled"]
+    md = (tmp_path / "plan" / "plan.md").read_text()
+    assert "1 batch routed without caches, each GPU's hits from its curve" in md
+    assert "batches replayed" not in md
+    assert "over one batch, its counters from the LRU curve (not replayed)" in md
 
 
 def test_che_merges_alike_tables_without_changing_the_curve() -> None:

@@ -174,3 +174,14 @@ def test_a_snapshot_longer_than_its_interval_is_a_multiple() -> None:
     text = planned_checkfreq([PlanData(Path("p"), doc, {})])
     assert text is not None and text.startswith("6.32× stall overhead")
     assert not percents_over_100(text)
+
+
+def test_a_bound_wider_than_the_curve_says_the_answer_is_unresolved() -> None:
+    # a coarse sample (meta-2021 at R = 2^-23: a bound of 0.14): the bound's range runs off
+    # both ends of the curve, so the size is written as one the sample does not pin down
+    r = target_range({**CURVE, "error_bound": 0.3}, 0.85)
+    assert (r["bytes"], r["low"], r["high"], r["edge"]) == (400.0, 100.0, None, "first")
+    assert range_text(r) == (
+        "400 B (unresolved: anywhere from ≤ 100 B to more than the curve's 800 B, the whole "
+        "curve)"
+    )

@@ -435,6 +435,8 @@ def plan_cluster(
             "batches": span,
             "averaged_batches": span - span // 2 if span > 1 else span,
             "imbalance_max": float(np.max(result.columns["imbalance"])) if span else 1.0,
+            # routed without caches, each GPU's hits from its curve (methods.steady)
+            "routed": bool(routed),
         },
         "comparison": comparison,
         "scaling": scaling,

@@ -346,7 +346,8 @@ def make_plan(
             "answers); checkpoints are the cluster's: every GPU writes its shards "
             "(replay.plan.cluster_checkpoint)"
         )
-    if modelled_wanted(spec):  # production scale: `replay.plan.systems_model`
+    systems_modelled = modelled_wanted(spec)
+    if systems_modelled:  # production scale: `replay.plan.systems_model`
         from replay.plan.systems_model import modelled_note, modelled_steady_state
 
         say("systems: steady state per batch, modelled from the curve (production scale)")
@@ -523,6 +524,8 @@ def make_plan(
                 # the basis of these per-batch figures: the span replayed, the cache's rows
                 "batches": c.batches,
                 "cache_rows": c.cache_rows,
+                # production scale: modelled from the curve, not replayed (only then)
+                **({"modelled": True} if systems_modelled else {}),
             }
             for c in systems
         ],

@@ -96,6 +96,16 @@ def target_range(mrc: dict[str, Any], target: float) -> dict[str, Any]:
     }
 
 
+def _steady_basis(steady: dict[str, Any]) -> str:
+    """`steady state, 200 batches replayed`, or at production scale the routed batches
+    whose hits come from each GPU's curve (plan.json cluster.methods.steady)."""
+    n = int(steady["batches"])
+    batches = f"{n:,} batch{'es' * (n != 1)}"
+    if steady.get("routed"):
+        return f"steady state: {batches} routed without caches, each GPU's hits from its curve"
+    return f"steady state, {batches} replayed"
+
+
 def range_text(r: dict[str, Any]) -> str:
     """`788 MiB (271 MiB – 4.87 GiB)`; `≤ 32 MiB (the curve's first point: a bound)`;
     an open high end is `more than` the curve's last point."""
@@ -111,6 +121,12 @@ def range_text(r: dict[str, Any]) -> str:
         if r["high"] is not None
         else (f"more than the curve's {format_bytes(r['last_bytes'])}")
     )
+    if r["edge"] == "first" and r["high"] is None:
+        # the bound spans the whole measured curve: a size, but not one the sample pins
+        return (
+            f"{format_bytes(r['bytes'])} (unresolved: anywhere from {low} to {high}, the "
+            "whole curve)"
+        )
     return f"{format_bytes(r['bytes'])} ({low} – {high})"
 
 
@@ -334,11 +350,13 @@ def systems_basis(doc: dict[str, Any]) -> str:
     steady half, each system's own cache (not the plan's budget), checkpointing off."""
     systems = doc["systems"]
     spans = {int(s["batches"]) for s in systems if s.get("batches")}
-    span = (
-        f"the first {spans.pop():,} batches (steady state: their second half)"
-        if len(spans) == 1
-        else "a short span (steady state: its second half)"
-    )
+    if any(s.get("modelled") for s in systems):
+        # production scale: one batch's counters from the LRU curve, no replay
+        span = "one batch, its counters from the LRU curve (not replayed)"
+    elif len(spans) == 1:
+        span = f"the first {spans.pop():,} batches (steady state: their second half)"
+    else:
+        span = "a short span (steady state: its second half)"
     row_bytes = float(doc.get("row_bytes") or 0)
     caches = [
         f"{s['name']} {format_bytes(s['cache_rows'] * row_bytes)}"
@@ -425,8 +443,7 @@ def cluster_lines(c: dict[str, Any]) -> list[str]:
         f"{format_duration(c['allreduce_s_per_batch'])}; step time "
         f"{format_duration(c['step_time_s'])}; imbalance {times_text(c['imbalance'])} "
         f"(max / mean lookups per GPU, measured; the sharder modeled "
-        f"{times_text(c.get('imbalance_modeled'))}) (steady state, "
-        f"{c['steady']['batches']} batches replayed).",
+        f"{times_text(c.get('imbalance_modeled'))}) ({_steady_basis(c['steady'])}).",
     ]
     return lines
 
