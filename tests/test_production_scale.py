@@ -352,6 +352,16 @@ def test_plan_at_production_scale_says_its_bases(
     assert "1 batch routed without caches, each GPU's hits from its curve" in md
     assert "batches replayed" not in md
     assert "over one batch, its counters from the LRU curve (not replayed)" in md
+    # the report's summary: the cluster in the first line, its per-GPU answers before the
+    # one-GPU reference's cache line, which says it is one
+    from replay.report.build import build_report
+
+    build_report([tmp_path / "plan"], tmp_path / "report")
+    summary = (tmp_path / "report" / "report.md").read_text().split("## Contents")[0]
+    lines = [line for line in summary.splitlines() if line.startswith("- ")]
+    assert "on 4 GPUs (2 nodes x 2)" in lines[0]
+    assert lines[1].startswith("- Cluster: 4 GPUs") and lines[2].startswith("- Cluster network")
+    assert "one GPU holding every table, beside the cluster" in lines[3]
 
 
 def test_che_merges_alike_tables_without_changing_the_curve() -> None:

@@ -178,7 +178,9 @@ def cache_line(doc: dict[str, Any]) -> str:
     cache, the split against it, and per-table caches at one load factor."""
     cache = doc["cache"]
     lru = cache["bytes_for_hit"].get("lru", {})
-    text = f"Cache ({plan_basis(doc)}, one LRU cache shared by every table): "
+    # a cluster's plan: this is the one-GPU reference beside the per-GPU lines
+    one_gpu = "; one GPU holding every table, beside the cluster" if doc.get("cluster") else ""
+    text = f"Cache ({plan_basis(doc)}, one LRU cache shared by every table{one_gpu}): "
     if lru:
         text += f"{targets_with_range(doc)}; "
     budget = format_bytes(cache["budget_bytes"])

@@ -23,6 +23,7 @@ from replay.report.document import Link, Text
 from replay.report.figures import steady_span
 from replay.report.load import Results, RunData
 from replay.report.plan_section import (
+    cluster_shape,
     failure_model,
     pct_text,
     plan_basis,
@@ -100,7 +101,8 @@ def workload_line(results: Results) -> str:
         f"({int(h['lookups']):,} lookups, {size}) at {step_basis(doc)} of "
         f"{format_duration(h['time_per_batch_s'])}: {format_duration(h['training_time_s'])} "
         "of training on "
-        f"{failure_model(doc['checkpoint'])}"
+        + (f"{cluster_shape(doc['cluster'])}, " if doc.get("cluster") else "")
+        + f"{failure_model(doc['checkpoint'])}"
     )
     if work:
         if name and name == plan_name:
@@ -189,6 +191,10 @@ def summary_items(
             }
         )
         lines = plan_lines(plan)
+        # a cluster's per-GPU answers first: the cache line below is one GPU holding every
+        # table, the reference beside them
+        add(lines.get("cluster0"), plan_heading(plan, 0))
+        add(lines.get("cluster1"), plan_heading(plan, 0))
         hit = doc["cache"]["hit_at_budget"].get("lru")
         budget_basis = plan_basis(doc)  # the hit of the budget, said in the line
         add(
