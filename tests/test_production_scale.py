@@ -338,6 +338,7 @@ def test_plan_at_production_scale_says_its_bases(
     assert any("modelled, not replayed" in n for n in bases), bases
     assert any("routed in pieces" in n for n in bases), bases
     assert "closed form" in document["touched"]["basis"]["exact_from"]
+    assert document["distinct_rows"] <= sum(t.rows for t in spec.tables)  # never past the rows
     cluster = document["cluster"]
     assert "production scale" in cluster["methods"]["steady"]
     # the routed span is one batch: every GPU's steady lookups add up to it

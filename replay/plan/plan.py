@@ -239,7 +239,8 @@ def make_plan(
     if getattr(horizon, "heads_basis", None):  # production scale: `analysis.head_pieces`
         notes.append(f"basis: {horizon.heads_basis}")
     lookups = int(mrc.lookups)
-    distinct = int(mrc.distinct_keys)
+    # a sampled count / R can pass the row space (meta-2021 at R = 2^-23: 5.28 G of 5.16 G)
+    distinct = min(int(mrc.distinct_keys), sum(table_rows))
     sizes = np.asarray(mrc.sizes, dtype=np.float64)
     hits = 1.0 - np.asarray(mrc.miss_ratios, dtype=np.float64)
     from replay.analysis.touched_plan import plan_touched
