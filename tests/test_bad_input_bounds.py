@@ -135,8 +135,9 @@ CASES: list[Case] = [
          "--out {out}", "replay run", "12 tables x 4,000,000,000 rows x 4 B", PINNED, setup=W12),
     case("bounds-mrc-12x4e9-rows", "mrc --workload {tmp}/w12.toml --out {out}",
          "replay mrc", "12 tables x 4,000,000,000 rows x 8 B", PINNED, setup=W12),
-    case("bounds-inspect-4x8e9-rows", "inspect {bad}", "replay inspect",
-         "4 tables x 8,000,000,000 rows x 1 B", PINNED, setup=_manifest_rows(8 * 10**9)),
+    case("bounds-inspect-4x20e9-rows", "inspect {bad}", "replay inspect",
+         "4 groups of tables taken in turn, the largest 2e10 rows x 1 B", PINNED,
+         setup=_manifest_rows(20 * 10**9)),
 ]  # fmt: skip
 PINNED_CASES = {c.id for c in CASES if any(PINNED in str(e) for e in c.expect)}
 
