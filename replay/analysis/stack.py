@@ -391,19 +391,26 @@ class StackDistances:
             )  # fmt: skip
             if code == _DONE:
                 return
-            if code == _WINDOW_FULL:
-                self._compact()
-            elif code == _HIST_FULL:
-                grown = np.zeros(min(2 * len(self.hist), self.total_keys + 1), dtype=np.int64)
-                grown[: len(self.hist)] = self.hist
-                self.hist = grown
-            elif code == _IDS_FULL:
-                self._grow_ids()
-            else:
+            if not self.make_room(code):
                 raise TraceError(
                     f"lookup {int(self.sc[_S_REQ]) + 1}: key {int(keys[i])} is outside the "
                     f"row space [0, {self.total_keys}) (a row id beyond its table)"
                 )
+
+    def make_room(self, code: int) -> bool:
+        """Grow what a kernel call stopped on (`code`: its window, histogram or id map
+        full) so that the call can resume; False for any other code (an error)."""
+        if code == _WINDOW_FULL:
+            self._compact()
+        elif code == _HIST_FULL:
+            grown = np.zeros(min(2 * len(self.hist), self.total_keys + 1), dtype=np.int64)
+            grown[: len(self.hist)] = self.hist
+            self.hist = grown
+        elif code == _IDS_FULL:
+            self._grow_ids()
+        else:
+            return False
+        return True
 
     def _compact(self) -> None:
         live = int(self.sc[_S_LIVE])

@@ -59,10 +59,7 @@ from replay._jit import kernel
 from replay.analysis.stack import (  # the stack kernel's state, fed a range at a time
     _DONE,
     _FIB,
-    _HIST_FULL,
-    _IDS_FULL,
     _S_SHIFT,
-    _WINDOW_FULL,
     DEFAULT_MIN_WINDOW,
     StackDistances,
     _stack_kernel,
@@ -260,15 +257,7 @@ class L2Curve:
             )  # fmt: skip
             if code == _DONE:
                 return
-            if code == _WINDOW_FULL:
-                st._compact()
-            elif code == _HIST_FULL:
-                grown = np.zeros(min(2 * len(st.hist), st.total_keys + 1), dtype=np.int64)
-                grown[: len(st.hist)] = st.hist
-                st.hist = grown
-            elif code == _IDS_FULL:
-                st._grow_ids()
-            else:
+            if not st.make_room(code):
                 raise TraceError(f"an L2 access outside the row space [0, {st.total_keys})")
 
     def counts(self) -> L2Counts:
