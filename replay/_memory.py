@@ -137,11 +137,16 @@ def inspect_wraps_bytes(table_rows: Sequence[int], lookups: int) -> int:
     return events + pairs + 8 * sum(r for r in rows if r <= INSPECT_SMALL_ROWS)
 
 
+def inspect_list_cap(total_rows: int) -> int:
+    """Entries a per-batch list of first-looked-up rows holds at most
+    (`replay.analysis.stats`: a batch that looks up more rows is swept)."""
+    return max(INSPECT_LIST_MIN, int(total_rows) // INSPECT_LIST_DIVISOR)
+
+
 def inspect_lists_bytes(total_rows: int, lookups: int) -> int:
     """The two per-batch lists of first-looked-up rows, at their largest (a batch holds
     `lookups` at most)."""
-    cap = max(INSPECT_LIST_MIN, total_rows // INSPECT_LIST_DIVISOR)
-    entries = min(max(lookups, 0), cap)
+    entries = min(max(lookups, 0), inspect_list_cap(total_rows))
     itemsize = 4 if total_rows <= 2**32 else 8
     return 2 * _ceil(entries * 1.25) * itemsize
 

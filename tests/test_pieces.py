@@ -150,6 +150,7 @@ def test_inspector_lists_that_overflow_are_swept(
 ) -> None:
     """The per-batch lists of first-looked-up rows are capped (`_list_cap`); a batch with
     more rows has its tags cleared by a sweep of the state: the same statistics."""
+    from replay import _memory
     from replay.analysis import stats
 
     rng = np.random.default_rng(11)
@@ -161,8 +162,8 @@ def test_inspector_lists_that_overflow_are_swept(
     batch, table = batch[order], table[order]
     row = (rng.zipf(1.3, n) % np.array(rows)[table]).astype(np.uint32)
     want = stats.inspect_arrays(batch, table, row, rows, num_batches=26, min_lookups=1 << 30)
-    monkeypatch.setattr(stats, "INSPECT_LIST_MIN", list_min)
-    monkeypatch.setattr(stats, "INSPECT_LIST_DIVISOR", 1 << 40)
+    monkeypatch.setattr(_memory, "INSPECT_LIST_MIN", list_min)
+    monkeypatch.setattr(_memory, "INSPECT_LIST_DIVISOR", 1 << 40)
     for min_lookups in (1, 97, 1 << 30):
         got = stats.inspect_arrays(batch, table, row, rows, num_batches=26, min_lookups=min_lookups)
         assert got == want

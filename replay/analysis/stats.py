@@ -56,11 +56,10 @@ import numpy as np
 
 from replay._malloc import populate, state_array
 from replay._memory import (
-    INSPECT_LIST_DIVISOR,
-    INSPECT_LIST_MIN,
     INSPECT_SMALL_ROWS,
     INSPECT_WRAPS_HELD,
     MAX_ROW_SPACE,
+    inspect_list_cap,
     inspect_table_major,
 )
 from replay._threads import read_ahead
@@ -169,12 +168,13 @@ def _top1pct_rows(rows: int) -> int:
 
 
 def _list_cap(total_rows: int) -> int:
-    """Entries a per-batch list of first-looked-up rows holds at most: above it a batch's
-    tags are cleared by a sweep of the state (`_clear_tags`), which reads R bytes in order
-    where the list touches one row at random per entry (about as long at R / 512
-    entries). Keeps the lists of meta-2021's 128 M rows per batch to 2 x 10 M entries
-    (192 MiB with their growth room) instead of 2.4 GiB."""
-    return max(INSPECT_LIST_MIN, total_rows // INSPECT_LIST_DIVISOR)
+    """Entries a per-batch list of first-looked-up rows holds at most
+    (`inspect_list_cap`, which the estimate counts): above it a batch's tags are cleared
+    by a sweep of the state (`_clear_tags`), which reads R bytes in order where the list
+    touches one row at random per entry (about as long at R / 512 entries). Keeps the
+    lists of meta-2021's 128 M rows per batch to 2 x 10 M entries (192 MiB with their
+    growth room) instead of 2.4 GiB."""
+    return inspect_list_cap(total_rows)
 
 
 def _ratio(num: float, den: float) -> float:
