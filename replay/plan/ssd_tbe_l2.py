@@ -65,6 +65,7 @@ from replay.analysis.stack import (  # the stack kernel's state, fed a range at 
     _stack_kernel,
 )
 from replay.errors import TraceError
+from replay.policies.ssd_tbe import CONFLICTS, EVICTS, READS  # an exchange's bounds' columns
 
 # a row space above this many keys keeps its per-row state in a hash map of the keys seen
 # (a sampled stream touches few of them); below, a direct array of 4-8 bytes per key
@@ -83,8 +84,6 @@ class L2Counts:
     distinct: int  # distinct rows of the stream
 
 
-# the columns of an exchange's bounds (`replay.policies.ssd_tbe.L1Exchange`)
-_READS, _EVICTS, _CONFLICTS = 0, 1, 2
 # counters of a pass: cold reads, reads, writes, accesses in the scratch of the batch
 # stopped in (kept across a resume)
 _C_COLD, _C_READS, _C_WRITES, _C_HELD = 0, 1, 2, 3
@@ -124,7 +123,7 @@ def _batches_kernel(
     mask = len(map_keys) - 1
     shift = np.uint64(sc[_S_SHIFT])
     while b < stop:
-        r0, r1 = bounds[b, _READS], bounds[b + 1, _READS]
+        r0, r1 = bounds[b, READS], bounds[b + 1, READS]
         nr = r1 - r0
         if resume < 0:
             pos = np.empty(nr, dtype=np.int64)
@@ -145,10 +144,10 @@ def _batches_kernel(
             for j in range(nr):
                 buf[n] = reads[r0 + order[j]]
                 n += 1
-            for i in range(bounds[b, _EVICTS], bounds[b + 1, _EVICTS]):
+            for i in range(bounds[b, EVICTS], bounds[b + 1, EVICTS]):
                 buf[n] = evictions[i]
                 n += 1
-            for i in range(bounds[b, _CONFLICTS], bounds[b + 1, _CONFLICTS]):
+            for i in range(bounds[b, CONFLICTS], bounds[b + 1, CONFLICTS]):
                 buf[n] = conflicts[i]
                 n += 1
             counters[_C_HELD] = n
@@ -240,8 +239,8 @@ class L2Curve:
             return
         if self._no_l2:  # no L2 to model: the reads and writes go to the SSD as they are
             n = (bounds[hi] - bounds[lo]).astype(np.int64)
-            self._counters[_C_READS] += n[_READS]
-            self._counters[_C_WRITES] += n[_EVICTS] + n[_CONFLICTS]
+            self._counters[_C_READS] += n[READS]
+            self._counters[_C_WRITES] += n[EVICTS] + n[CONFLICTS]
             return
         widest = int(np.diff(bounds[lo : hi + 1], axis=0).sum(axis=1).max())
         if widest > len(self._buf):
