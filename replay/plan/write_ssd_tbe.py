@@ -5,16 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replay._units import format_bytes, format_duration, format_percent
-
-
-def format_rate(bytes_per_s: float) -> str:
-    """A transfer rate in decimal units, as drives are rated (`1.2 GB/s`)."""
-    r = float(bytes_per_s)
-    for unit, size in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if r >= size:
-            return f"{r / size:.3g} {unit}"
-    return f"{r:.3g} B/s"
+from replay._units import format_bytes, format_duration, format_percent, format_rate
 
 
 def _ssd(document: dict[str, Any]) -> dict[str, Any] | None:
@@ -115,4 +106,4 @@ def ssd_tbe_markdown(document: dict[str, Any]) -> list[str]:
     return out
 
 
-__all__ = ["format_rate", "ssd_tbe_answer_lines", "ssd_tbe_markdown"]
+__all__ = ["ssd_tbe_answer_lines", "ssd_tbe_markdown"]
