@@ -239,7 +239,7 @@ def two_level_curves(
                 l2_writes=end.writes * scale,
             )
         )
-    return out_c, split if split > 0 else 0
+    return out_c, split
 
 
 def paste_load_factor(sets: int, total_rows: int, assoc: int) -> float:
