@@ -26,7 +26,7 @@ with zstd (before this change) read the same.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -374,3 +374,23 @@ def plan_pieces(
         size += n
     pieces.append((start, len(looks)))
     return tuple(pieces)
+
+
+def largest_piece(table_lookups: Sequence[int], pieces: Sequence[tuple[int, int]]) -> int:
+    """The lookups of the largest of `pieces` (table ranges, `plan_pieces`) of a batch
+    (`table_lookups`: each table's lookups per batch), or 0 where batches are whole."""
+    return max((int(sum(table_lookups[t0:t1])) for t0, t1 in pieces), default=0)
+
+
+def piece_groups(
+    row_groups: Iterable[tuple[int, int]], pieces: Sequence[tuple[int, int]]
+) -> Iterator[tuple[int, int, tuple[int, int] | None]]:
+    """(g0, g1, tables) of each row group [g0, g1) in trace order: tables None without
+    `pieces`, else one item per batch and piece (`plan_pieces`), a row group each."""
+    for g0, g1 in row_groups:
+        if not pieces:
+            yield g0, g1, None
+            continue
+        for b in range(g0, g1):
+            for tables in pieces:
+                yield b, b + 1, tables

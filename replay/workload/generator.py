@@ -36,7 +36,9 @@ from replay.trace.format import (
     MANIFEST_NAME,
     UPDATES_DIR,
     build_manifest,
+    largest_piece,
     lookups_schema,
+    piece_groups,
     plan_layout,
     plan_pieces,
     row_dtype_for,
@@ -181,13 +183,7 @@ class FileTask:
 
     def groups(self) -> Iterator[tuple[int, int, tuple[int, int] | None]]:
         """(g0, g1, tables) of each row group the file holds, in trace order."""
-        for g0, g1 in self.row_groups:
-            if not self.pieces:
-                yield g0, g1, None
-                continue
-            for b in range(g0, g1):
-                for tables in self.pieces:
-                    yield b, b + 1, tables
+        return piece_groups(self.row_groups, self.pieces)
 
 
 def plan_files(spec: WorkloadSpec) -> tuple[dict[str, Any], list[FileTask]]:
@@ -202,7 +198,7 @@ def plan_files(spec: WorkloadSpec) -> tuple[dict[str, Any], list[FileTask]]:
     pieces = plan_pieces(looks, spec.update.accumulate_batches)
     if pieces:
         layout["batch_pieces"] = [list(p) for p in pieces]
-        layout["piece_lookups"] = max(sum(looks[t0:t1]) for t0, t1 in pieces)
+        layout["piece_lookups"] = largest_piece(looks, pieces)
     tasks = []
     for index, start in enumerate(range(0, spec.batches, per_file)):
         stop = min(start + per_file, spec.batches)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from replay.trace.format import FORMAT_VERSION
+from replay.trace.format import FORMAT_VERSION, largest_piece, piece_groups
 from replay.trace.keys import table_offsets
 from replay.trace.reader import LookupChunk, UpdateChunk
 from replay.workload.generator import CompiledWorkload, plan_layout
@@ -210,13 +210,7 @@ class GeneratedTrace:
     def _items(self, start: int, stop: int, pieces: bool) -> Iterator[Piece]:
         """(g0, g1, tables) of every row group meeting [start, stop): tables None, or with
         `pieces` where batches are cut, one item per (batch, piece) in trace order."""
-        for g0, g1 in self._groups(start, stop):
-            if not (pieces and self.pieces):
-                yield g0, g1, None
-                continue
-            for b in range(g0, g1):
-                for tables in self.pieces:
-                    yield b, b + 1, tables
+        return piece_groups(self._groups(start, stop), self.pieces if pieces else ())
 
     def _ordered(
         self,
@@ -350,8 +344,7 @@ class GeneratedTrace:
     @cached_property
     def piece_lookups(self) -> int:
         """The lookups of the largest piece of a batch, or 0 where batches are whole."""
-        looks = self.compiled.table_lookups
-        return max((int(looks[t0:t1].sum()) for t0, t1 in self.pieces), default=0)
+        return largest_piece(self.compiled.table_lookups, self.pieces)
 
     @property
     def updates_are_lookups(self) -> bool:
