@@ -254,13 +254,6 @@ def paste_load_factor(sets: int, total_rows: int, assoc: int) -> float:
     return (sets + 0.5) * assoc / rows
 
 
-def _tiers(spec: Any) -> tuple[Any, Any, Any]:
-    """The system's L1 tier (HBM), L2 tier (host DRAM: the policy's backing tier) and the
-    store's tier (the SSD: `policy.store_tier`)."""
-    p = spec.policy
-    return spec.tier(p.fast_tier), spec.tier(p.backing_tier), spec.tier(p.store_tier)
-
-
 def ssd_tbe_answers(
     source: Any, systems: Sequence[str], sets: Sequence[str], **kw: Any
 ) -> dict[str, Any] | None:
@@ -298,7 +291,8 @@ def plan_ssd_tbe(
     )  # fmt: skip
     batches = max(int(source.num_batches), 1)
     warm_batches = max(batches - warm_from, 1)
-    _, l2_tier, ssd = _tiers(spec)
+    # L2 in host DRAM (the policy's backing tier), the store on the SSD (its store tier)
+    l2_tier, ssd = spec.tier(spec.policy.backing_tier), spec.tier(spec.policy.store_tier)
     dram_cap = float(l2_tier.capacity_bytes)
     wa = float(spec.policy.ssd_write_amplification)
     notes: list[str] = [
