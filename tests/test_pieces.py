@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _pieces_helpers import cut_in_pieces, cycled_spec
 
 import replay.trace.format as fmt
 from replay.engine.replay import replay_trace, streams_pieces
@@ -26,25 +27,15 @@ _ROWS = (50, 3000, 200, 10_000, 7)
 
 
 def small_spec(tables: int = 9, batches: int = 12, batch_size: int = 16) -> WorkloadSpec:
-    return spec_from_dict(
-        {
-            "name": "pieces",
-            "batch_size": batch_size,
-            "batches": batches,
-            "seed": 3,
-            "tables": [
-                {"name": f"t{i}", "rows": _ROWS[i % 5], "alpha": 1.0, "pooling": 1 + i % 3}
-                for i in range(tables)
-            ],
-        }
+    return cycled_spec(
+        "pieces", _ROWS, tables=tables, batches=batches, batch_size=batch_size, seed=3
     )
 
 
 @pytest.fixture
 def tiny_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """Row groups of ~60 lookups; batches of more than 120 are cut into pieces."""
-    monkeypatch.setattr(fmt, "ROW_GROUP_TARGET_LOOKUPS", 60)
-    monkeypatch.setattr(fmt, "PIECE_MIN_LOOKUPS", 120)
+    cut_in_pieces(monkeypatch)
 
 
 def test_plan_pieces_cuts_between_tables_only_when_large() -> None:
@@ -103,8 +94,7 @@ def test_lru_replay_in_pieces_equals_whole_batches(
     spec = small_spec(batches=20)
     system = resolve_system("hbm-lru", [f"policy.capacity_bytes={capacity_bytes}"])
     whole = replay_trace(GeneratedTrace(spec, threads=2), system)
-    monkeypatch.setattr(fmt, "ROW_GROUP_TARGET_LOOKUPS", 60)
-    monkeypatch.setattr(fmt, "PIECE_MIN_LOOKUPS", 120)
+    cut_in_pieces(monkeypatch)
     g = GeneratedTrace(spec, threads=2)
     assert streams_pieces(g, system)
     calls: list[int] = []
@@ -133,8 +123,7 @@ def test_inspect_in_pieces_equals_whole_batches(monkeypatch: pytest.MonkeyPatch)
 
     spec = small_spec(batches=10)
     whole = inspect_trace(GeneratedTrace(spec, threads=2), batch_reuse=True)
-    monkeypatch.setattr(fmt, "ROW_GROUP_TARGET_LOOKUPS", 60)
-    monkeypatch.setattr(fmt, "PIECE_MIN_LOOKUPS", 120)
+    cut_in_pieces(monkeypatch)
     g = GeneratedTrace(spec, threads=2)
     assert g.pieces
     seen: list[int] = []
@@ -189,8 +178,7 @@ def test_generated_trace_in_pieces_reads_back_as_the_whole_batches(
     spec = small_spec(batches=10)
     whole = open_trace(generate(spec, tmp_path / "whole", workers=2))
     assert not whole.pieces
-    monkeypatch.setattr(fmt, "ROW_GROUP_TARGET_LOOKUPS", 60)
-    monkeypatch.setattr(fmt, "PIECE_MIN_LOOKUPS", 120)
+    cut_in_pieces(monkeypatch)
     cut = open_trace(generate(spec, tmp_path / "cut", workers=2))
     one = generate(spec, tmp_path / "one", workers=1)
     assert _files(one) == _files(cut.path)

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _pieces_helpers import cut_in_pieces, cycled_spec
 
-import replay.trace.format as fmt
 from replay import _memory
 from replay.analysis import stats
 from replay.analysis.stats import inspect_trace
@@ -22,25 +22,14 @@ from replay.cli import main
 from replay.errors import TraceError
 from replay.trace.writer import write_trace_from_arrays
 from replay.workload.onthefly import GeneratedTrace
-from replay.workload.spec import WorkloadSpec, spec_from_dict, spec_to_toml
+from replay.workload.spec import WorkloadSpec, spec_to_toml
 
 GROUP_ROWS = 3500  # rows of a group at most: 4 to 6 groups of the spec's tables
 
 
 def small_spec(batches: int = 10) -> WorkloadSpec:
     rows = (50, 3000, 200, 10_000, 7)  # small and large tables (one above a group)
-    return spec_from_dict(
-        {
-            "name": "tm",
-            "batch_size": 16,
-            "batches": batches,
-            "seed": 5,
-            "tables": [
-                {"name": f"t{i}", "rows": rows[i % 5], "alpha": 1.1, "pooling": 1 + i % 3}
-                for i in range(11)
-            ],
-        }
-    )
+    return cycled_spec("tm", rows, tables=11, batches=batches, batch_size=16, seed=5, alpha=1.1)
 
 
 def force(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -57,12 +46,6 @@ def force(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(stats.Inspector, "__init__", init)
     return sizes
-
-
-def cut_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Row groups of ~60 lookups; batches of more than 120 are cut (`tests/test_pieces`)."""
-    monkeypatch.setattr(fmt, "ROW_GROUP_TARGET_LOOKUPS", 60)
-    monkeypatch.setattr(fmt, "PIECE_MIN_LOOKUPS", 120)
 
 
 def cli_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
