@@ -261,6 +261,21 @@ def _routed_ahead(
             yield pending[0], pending[1].result()
 
 
+def cluster_link(cluster: Any, gpus_per_node: int) -> np.ndarray:
+    """The routing kernels' link array of `cluster` (`route_lookups`'s `link`): intra bw,
+    intra latency, inter bw per GPU (1.0 without NICs), inter latency."""
+    inter_bw = cluster.nics_per_node * cluster.nic_bw_bytes_per_s / gpus_per_node
+    return np.array(
+        [
+            cluster.intra_node_bw_bytes_per_s,
+            cluster.intra_node_latency_s,
+            inter_bw if inter_bw > 0 else 1.0,
+            cluster.inter_node_latency_s,
+        ],
+        dtype=np.float64,
+    )
+
+
 def replay_cluster(
     source: Source,
     system: SystemSpec,
@@ -290,18 +305,9 @@ def replay_cluster(
     if batch <= 0:
         raise ConfigError("cluster: the source names no batch size (samples per batch)")
     world, gpn = placement.world, placement.gpus_per_node
-    inter_bw = cluster.nics_per_node * cluster.nic_bw_bytes_per_s / gpn
-    if placement.nodes > 1 and inter_bw <= 0:
+    if placement.nodes > 1 and cluster.nics_per_node * cluster.nic_bw_bytes_per_s <= 0:
         raise ConfigError("cluster: more than one node needs NICs (nics_per_node, nic_bw)")
-    link = np.array(
-        [
-            cluster.intra_node_bw_bytes_per_s,
-            cluster.intra_node_latency_s,
-            inter_bw if inter_bw > 0 else 1.0,
-            cluster.inter_node_latency_s,
-        ],
-        dtype=np.float64,
-    )
+    link = cluster_link(cluster, gpn)
     offsets = table_offsets(rows)
     router = Router(placement, offsets, batch, link, ring=2)
     lay = router.lay
@@ -454,4 +460,4 @@ def replay_cluster(
     )  # fmt: skip
 
 
-__all__ = ["ClusterResult", "allreduce_model", "make_rank_policy", "replay_cluster"]
+__all__ = ["ClusterResult", "allreduce_model", "cluster_link", "make_rank_policy", "replay_cluster"]

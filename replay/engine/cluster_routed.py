@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from replay.engine.cluster import allreduce_model
+from replay.engine.cluster import allreduce_model, cluster_link
 from replay.engine.cluster_route import Router
 from replay.engine.cluster_time import RankAccount
 from replay.engine.replay import workload_shape
@@ -95,16 +95,7 @@ def _router(source: object, system: SystemSpec, placement: Placement) -> tuple:
     shape = workload_shape(source, system)
     if shape.batch_size <= 0:
         raise ConfigError("cluster: the source names no batch size (samples per batch)")
-    inter_bw = cluster.nics_per_node * cluster.nic_bw_bytes_per_s / placement.gpus_per_node
-    link = np.array(
-        [
-            cluster.intra_node_bw_bytes_per_s,
-            cluster.intra_node_latency_s,
-            inter_bw if inter_bw > 0 else 1.0,
-            cluster.inter_node_latency_s,
-        ],
-        dtype=np.float64,
-    )
+    link = cluster_link(cluster, placement.gpus_per_node)
     return Router(placement, table_offsets(rows), shape.batch_size, link), link, shape
 
 

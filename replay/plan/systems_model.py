@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from replay.engine.account import Shape, account
-from replay.engine.cluster_routed import ROUTED_POLICIES, steady_counters
+from replay.engine.cluster_routed import routed_policy_ok, steady_counters
 from replay.engine.placement import row_state_bytes
 from replay.engine.systems import resolve_system_with_origin
 from replay.plan.systems import STEADY_OVERRIDES, SystemCost, mark_pareto
@@ -64,7 +64,7 @@ def modelled_steady_state(
     total_rows = int(sum(t.rows for t in spec.tables))
     for name in systems:
         system, _ = resolve_system_with_origin(name, [*STEADY_OVERRIDES, *sets])
-        if system.policy.name not in ROUTED_POLICIES:
+        if not routed_policy_ok(system):
             left.append(system.name)
             continue
         dim = int(system.model.embedding_dim or spec.embedding_dim)
