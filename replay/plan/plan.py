@@ -347,17 +347,18 @@ def make_plan(
             "answers); checkpoints are the cluster's: every GPU writes its shards "
             "(replay.plan.cluster_checkpoint)"
         )
+    # a batch's distinct rows, E touched(1): the modelled systems' updates, the SSD TBE's
+    batch_rows = float(np.interp(1, touched.batches, touched.rows))
     systems_modelled = modelled_wanted(spec)
     if systems_modelled:  # production scale: `replay.plan.systems_model`
         from replay.plan.systems_model import modelled_note, modelled_steady_state
 
         say("systems: steady state per batch, modelled from the curve (production scale)")
-        per_batch = float(np.interp(1, touched.batches, touched.rows))
         systems, left = modelled_steady_state(
-            spec, request.systems, sets=local_sets, distinct_per_batch=per_batch,
+            spec, request.systems, sets=local_sets, distinct_per_batch=batch_rows,
             lru_hit_at=lambda rows: hit_at(sizes, hits, rows),
         )  # fmt: skip
-        notes.append(modelled_note(left, per_batch, int(spec.lookups_per_batch)))
+        notes.append(modelled_note(left, batch_rows, int(spec.lookups_per_batch)))
         if not systems:
             raise ConfigError(
                 f"replay plan: at this scale ({spec.lookups_per_batch:,} lookups a batch) the "
@@ -389,7 +390,7 @@ def make_plan(
             distinct_rows=distinct, min_rows=smallest, full_lookups=full_lookups,
             row_bytes=state_bytes, targets=request.hit_targets, time_per_batch_s=time_per_batch,
             budget_bytes=request.cache_budget_bytes,
-            batch_rows=float(np.interp(1, touched.batches, touched.rows)),
+            batch_rows=batch_rows,
         )  # fmt: skip
 
     say("checkpoint strategies at the cluster's MTBF")
