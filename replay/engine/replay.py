@@ -326,9 +326,6 @@ def streams_pieces(trace: Source, system: SystemSpec) -> bool:
     (a checkpoint strategy reading update keys, read-after-write counting); the trace
     statistics fed from the replay's own ranges take a batch over several ranges."""
     cls = POLICIES[system.policy.name]
-    p = system.policy
-    home = system.tier(p.tier if p.name == "static" else p.backing_tier)
-    raw = home.write_to_read_ns > 0 and not system.lookup.relaxed
     return bool(
         system.cluster is None  # a cluster's replay routes whole batches
         and getattr(trace, "piece_lookups", 0)
@@ -336,7 +333,7 @@ def streams_pieces(trace: Source, system: SystemSpec) -> bool:
         and cls.takes_pieces
         and cls.updates_from_lookups
         and not STRATEGIES[system.checkpoint.strategy].needs_updates
-        and not raw
+        and not counts_read_after_write(system)
     )
 
 
@@ -352,11 +349,17 @@ def _prefault(policy: Policy, inspector: Inspector | None) -> None:
         inspector.prefault()
 
 
-def _raw_state(system: SystemSpec, policy: Policy) -> RawState | None:
-    """Read-after-write counting, when the rows' home tier has a turnaround to wait."""
+def counts_read_after_write(system: SystemSpec) -> bool:
+    """Whether a replay counts read-after-write turnarounds: the rows' home tier has one
+    to wait and lookups are not relaxed."""
     p = system.policy
     home = system.tier(p.tier if p.name == "static" else p.backing_tier)
-    if home.write_to_read_ns <= 0 or system.lookup.relaxed:
+    return home.write_to_read_ns > 0 and not system.lookup.relaxed
+
+
+def _raw_state(system: SystemSpec, policy: Policy) -> RawState | None:
+    """Read-after-write counting, when the rows' home tier has a turnaround to wait."""
+    if not counts_read_after_write(system):
         return None
     total = policy.ctx.total_keys
     return RawState(total, key_dtype(total))
@@ -395,6 +398,7 @@ def _base_times(
 __all__ = [
     "RunResult",
     "Source",
+    "counts_read_after_write",
     "make_policy",
     "make_strategy",
     "replay_trace",

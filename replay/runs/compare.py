@@ -42,7 +42,12 @@ from replay._memory import (
 from replay._signals import deferred, ignore_in_worker
 from replay.engine.cluster_run import replay_system
 from replay.engine.placement import resolve_placement
-from replay.engine.replay import RunResult, streams_pieces, workload_shape
+from replay.engine.replay import (
+    RunResult,
+    counts_read_after_write,
+    streams_pieces,
+    workload_shape,
+)
 from replay.engine.systems import (
     refuse_cluster,
     refuse_cluster_checkpoint,
@@ -380,8 +385,7 @@ def run_state(
         if inspect:  # a second generation pass, beside the run's state
             parts.append(("statistics", INSPECT_BYTES_PER_ROW))
     p = system.policy
-    home = system.tier(p.tier if p.name == "static" else p.backing_tier)
-    if home.write_to_read_ns > 0 and not system.lookup.relaxed:
+    if counts_read_after_write(system):
         parts.append(("read-after-write bitmap", 1 / 8))
     slots, per_slot, per_lookup = 0, 0.0, 0.0
     if system.cluster is not None:  # a cache per GPU (a data-parallel replica ignored)
