@@ -153,7 +153,7 @@ def inspect_lists_bytes(total_rows: int, lookups: int) -> int:
 
 # Above this many rows (1 B of state each), `replay inspect` takes the tables in groups
 # of at most `INSPECT_GROUP_ROWS` rows, each over every batch with a state of its own
-# rows only (`replay.analysis.table_major`): meta-2021's 5.16 G rows in 6 groups of
+# rows only (`replay.analysis.table_major`): meta-2021's 5.16 G rows in 5 groups of
 # <= 1 GiB instead of 4.80 GiB at once. Below it, the one pass over the trace.
 INSPECT_TABLE_MAJOR_ROWS = 1 << 31
 INSPECT_GROUP_ROWS = 1 << 30
