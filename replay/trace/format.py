@@ -357,7 +357,7 @@ def plan_pieces(
     lookups per batch, fixed by the spec) with a step every batch is cut between tables
     into pieces of about `ROW_GROUP_TARGET_LOOKUPS` lookups (whole tables, one table at
     least), so a row group and a batch range in flight hold a piece, not the batch (887 M
-    lookups of meta-2021 as int64 keys are 7 GiB). Tables never share a row, so each
+    lookups of meta-2021 as int64 keys are 6.6 GiB). Tables never share a row, so each
     piece has its own update set (its distinct rows) and a batch's per-row statistics
     are sums over its pieces. A gradient-accumulation window spans batches, so windows
     (`accumulate_batches` > 1) are never cut. A function of the workload shape only.
