@@ -630,10 +630,10 @@ def inspect_trace(
     cut = {"pieces": True} if getattr(trace, "pieces", ()) else {}
     # on the fly with a step every batch (no frozen table), a batch's update rows are
     # its distinct lookups: counted here, instead of a second generation pass
-    distinct = np.zeros(trace.num_batches, dtype=np.int64)
     counted = bool(getattr(trace, "steps_every_batch", False))
+    distinct = np.zeros(trace.num_batches, dtype=np.int64) if counted else None
     for chunk in read_ahead(trace.iter_lookups(min_lookups=min_lookups, **cut)):
-        inspector.feed(chunk.batch, chunk.table, chunk.row, distinct if counted else None)
+        inspector.feed(chunk.batch, chunk.table, chunk.row, distinct)
         if reuse is not None:
             reuse.feed(chunk.batch, chunk.table, chunk.row)
         if on_progress is not None and len(chunk.batch):
@@ -641,7 +641,7 @@ def inspect_trace(
             done = int(chunk.batch[-1]) + 1
             if not cut or int(chunk.table[-1]) == len(trace.table_rows) - 1:
                 on_progress(done, trace.num_batches)
-    if counted:
+    if distinct is not None:
         result = {"trace": str(trace.path), **inspector.result(), "updates": int(distinct.sum())}
     else:
         result = trace_statistics(trace, inspector)
