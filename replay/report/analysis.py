@@ -42,7 +42,8 @@ from typing import Any
 
 import polars as pl
 
-from replay._units import format_duration, format_rate
+from replay._units import format_duration
+from replay.report.blocks import rate_text
 from replay.report.claims_cluster import patrickstar_claim
 from replay.report.cluster import cluster_rows
 from replay.report.document import fmt_multiple, fmt_ratio, fmt_saving
@@ -745,7 +746,7 @@ def claims(results: Results, sections: dict[str, Any]) -> list[dict[str, str]]:
             "model": model,
             "assumptions": (
                 "torch.save writes at "
-                f"{_fmt_bw(base.get('write_bw_bytes_per_s'))} from one writer (ASSUMPTION); "
+                f"{rate_text(base.get('write_bw_bytes_per_s'))} from one writer (ASSUMPTION); "
                 "drives at their published aggregate rate; the paper's 116× is across many "
                 "nodes writing in parallel, the model counts one node"
             ),
@@ -824,10 +825,6 @@ def _checkfreq_text(cf: dict[str, Any] | None) -> str:
         f"(measured over {min(r['count'] for r in cf['runs'] if r['needs'] is None):,} "
         "checkpoints or more)"
     )
-
-
-def _fmt_bw(value: float | None) -> str:
-    return "n/a" if value is None else format_rate(value)
 
 
 def analyse(results: Results) -> dict[str, Any]:
