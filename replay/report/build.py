@@ -67,7 +67,7 @@ from replay.report.load import Results, RunData, load_results
 from replay.report.plan_section import SECTION as PLAN_SECTION
 from replay.report.plan_section import plan_blocks, plan_figures
 from replay.report.scenario_figures import scenario_figures
-from replay.report.summary import CLAIMS, summary_items
+from replay.report.summary import CLAIMS, summary_items, top1pct_says_something
 from replay.report.tbe import tbe_blocks
 
 # what --force may replace (`replay._output.Owned`; figures/ as `check_report_folder` says)
@@ -86,7 +86,7 @@ def _workload_blocks(results: Results, figures: list[FigureOut]) -> list[Block]:
     # on a short span of big tables the hottest 1% holds every row touched: no skew figure
     top = (
         f"The hottest 1% of rows take {_pct(work['top1pct_share'])} of the lookups"
-        if work["rows"] * 0.01 < work.get("distinct_rows", work["rows"])
+        if top1pct_says_something(work)
         else f"Every lookup falls on the {_pct(work['touched_fraction'])} of rows touched, "
         "fewer than the hottest 1% (so the top-1% share says nothing on this span)"
     )
