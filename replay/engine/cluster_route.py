@@ -617,12 +617,13 @@ class Router:
         )  # fmt: skip
         return out, starts, bounds
 
-    def count(self, br: BatchRange, a2a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(counts, ucounts) of the range's lookups and update rows per batch and rank, and
-        its all-to-all in `a2a`, as `route` gives them, without laying the keys out (the
-        routing alone: `replay.engine.cluster_routed`)."""
+    def _route(
+        self, br: BatchRange, a2a: np.ndarray, update_keys: bool
+    ) -> tuple[np.ndarray, int, np.ndarray, int]:
+        """The routing kernels over the range: (counts, lookups recorded, ucounts, update
+        rows recorded); the recorded ranks and local keys stay in the scratch buffers."""
         n, world = br.batches, self.world
-        nk, nu = len(br.keys), 0
+        nk = len(br.keys)
         counts = np.zeros((n, world), dtype=np.int64)
         route_lookups(
             br.keys, br.bounds, self.batch_size, self.gpn, *self.tables, *self.blocks,
@@ -631,11 +632,20 @@ class Router:
             self.stamp, self.held, self.scratch, self.link, a2a,
             br.tables is not None and br.tables[0] > 0,
         )  # fmt: skip
+        nu = len(br.update_keys) if update_keys else 0
         ucounts = np.zeros((n, world), dtype=np.int64)
         route_updates(
             br.update_keys, br.update_bounds, *self.tables, *self.blocks, ucounts, self.tcount,
-            False, self._take("urank", nu, np.int32), self._take("ulocal", nu, np.int64),
+            update_keys,
+            self._take("urank", nu, np.int32), self._take("ulocal", nu, np.int64),
         )  # fmt: skip
+        return counts, nk, ucounts, nu
+
+    def count(self, br: BatchRange, a2a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(counts, ucounts) of the range's lookups and update rows per batch and rank, and
+        its all-to-all in `a2a`, as `route` gives them, without laying the keys out (the
+        routing alone: `replay.engine.cluster_routed`)."""
+        counts, _, ucounts, _ = self._route(br, a2a, False)
         return counts, ucounts
 
     def route(self, br: BatchRange, a2a: np.ndarray, update_keys: bool = True) -> tuple:
@@ -644,25 +654,10 @@ class Router:
         bounds bounds[r]); a2a: the range's rows of the forward all-to-all columns.
         `update_keys` False: the update rows are counted, not laid out (no keys, starts
         all 0)."""
-        n, world, lay = br.batches, self.world, self.lay
+        n, world = br.batches, self.world
         self.turn = (self.turn + 1) % self.ring
-        nk = len(br.keys)
-        counts = np.zeros((n, world), dtype=np.int64)
-        route_lookups(
-            br.keys, br.bounds, self.batch_size, self.gpn, *self.tables, *self.blocks,
-            lay.pooled, lay.full, self.own, counts,
-            self._take("krank", nk, np.int32), self._take("klocal", nk, np.int64),
-            self.stamp, self.held, self.scratch, self.link, a2a,
-            br.tables is not None and br.tables[0] > 0,
-        )  # fmt: skip
+        counts, nk, ucounts, nu = self._route(br, a2a, update_keys)
         keys = self._scatter("k", counts, nk)
-        nu = len(br.update_keys) if update_keys else 0
-        ucounts = np.zeros((n, world), dtype=np.int64)
-        route_updates(
-            br.update_keys, br.update_bounds, *self.tables, *self.blocks, ucounts, self.tcount,
-            update_keys,
-            self._take("urank", nu, np.int32), self._take("ulocal", nu, np.int64),
-        )  # fmt: skip
         if update_keys:
             return (counts, *keys, ucounts, *self._scatter("u", ucounts, nu))
         ubounds = np.zeros((world, n + 1), dtype=np.int64)
