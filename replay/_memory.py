@@ -183,10 +183,10 @@ def inspect_groups(
     return groups
 
 
-def inspect_table_major(table_rows: Sequence[int], threshold: int = 0) -> bool:
-    """Whether `replay inspect` takes the tables in groups (`INSPECT_TABLE_MAJOR_ROWS`
-    when `threshold` is 0)."""
-    return row_space(table_rows) > (int(threshold) or INSPECT_TABLE_MAJOR_ROWS)
+def inspect_table_major(table_rows: Sequence[int]) -> bool:
+    """Whether `replay inspect` takes the tables in groups (a row space above
+    `INSPECT_TABLE_MAJOR_ROWS`)."""
+    return row_space(table_rows) > INSPECT_TABLE_MAJOR_ROWS
 
 
 def inspect_estimate(

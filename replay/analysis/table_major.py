@@ -123,11 +123,10 @@ def inspect_table_major(
     curve_points: int = DEFAULT_CURVE_POINTS,
     batch_reuse: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
-    group_rows: int = 0,
 ) -> dict[str, Any]:
     """`inspect_trace`'s result, table group by table group (the module docstring);
     on_progress(done, groups x batches) after each chunk, done counting the batches of
-    the groups before. `group_rows` replaces `INSPECT_GROUP_ROWS` (tests).
+    the groups before.
     `inspector_class` and `statistics` are `replay.analysis.stats`' `Inspector` and
     `statistics`, passed in by its `inspect_trace`: that module comes here, so this one
     does not import it back."""
@@ -136,7 +135,7 @@ def inspect_table_major(
     num_batches = int(trace.num_batches)
     where = str(trace.path)
     pieces = tuple(getattr(trace, "pieces", ()) or ())
-    groups = _memory.inspect_groups(rows.tolist(), pieces, group_rows)
+    groups = _memory.inspect_groups(rows.tolist(), pieces)
     batch_sums = np.zeros((num_batches, 3), dtype=np.int64)
     reuse_sums = np.zeros((num_batches, SUMS_WIDTH), dtype=np.int64) if batch_reuse else None
     parts: list[Any] = []
