@@ -286,7 +286,7 @@ def plan_command(
     with display("plan") as progress:
         progress.stage("planning")
         try:
-            document, curves = make_plan(request, progress=lambda stage: progress.stage(stage))
+            document, curves = make_plan(request, progress=progress.stage)
         except MtbfTooShort as exc:  # said with the options given, not "--cluster-mtbf, ..."
             raise ConfigError(_mtbf_too_short(exc, cluster_mtbf, nodes, node_mtbf)) from None
         progress.stage(f"writing {shown(out, markup=False)}")
