@@ -330,12 +330,6 @@ def plan_cluster(
             base, system_name, sets, spec, loads, placement, system, at_budget,
             nodes=cluster.nodes,
         )  # fmt: skip
-    else:
-        say(f"cluster: steady-state replay on {world} GPUs")
-        capacity = span_capacity(steady_source, placement, budget_rows, base.policy.name)
-        system = _cluster_system(system_name, sets, capacity)
-        result = replay_cluster(steady_source, system, placement)
-    if routed:
         notes.append(
             "basis: the steady state and the scaling points are "
             + ROUTED_STEADY.format(
@@ -343,6 +337,11 @@ def plan_cluster(
             )
             + "; the scaling's step times put every GPU at the mean per-GPU hit"
         )
+    else:
+        say(f"cluster: steady-state replay on {world} GPUs")
+        capacity = span_capacity(steady_source, placement, budget_rows, base.policy.name)
+        system = _cluster_system(system_name, sets, capacity)
+        result = replay_cluster(steady_source, system, placement)
     step = np.asarray(result.columns["step_time_s"], dtype=np.float64)
     step_basis = STEP_BASIS
     columns = result.columns
