@@ -180,7 +180,7 @@ def cache_line(doc: dict[str, Any]) -> str:
     lru = cache["bytes_for_hit"].get("lru", {})
     # a cluster's plan: this is the one-GPU reference beside the per-GPU lines
     one_gpu = "; one GPU holding every table, beside the cluster" if doc.get("cluster") else ""
-    text = f"Cache ({plan_basis(doc)}, one LRU cache shared by every table{one_gpu}): "
+    text = f"Cache ({plan_basis(doc)}, one GPU's LRU cache shared by every table{one_gpu}): "
     if lru:
         text += f"{targets_with_range(doc)}; "
     budget = format_bytes(cache["budget_bytes"])
@@ -238,9 +238,20 @@ def checkpoint_answer(doc: dict[str, Any]) -> str:
         f"{basis}: {strategy_label(s)} every {format_duration(s['interval_s'])} "
         f"({int(s.get('interval_batches') or 0):,} batches): a stall of "
         f"{format_duration(s['cost_s'])} and {format_bytes(s['bytes'])} written per "
-        f"checkpoint, {format_bytes(s['storage_bytes'])} of storage, a restore of "
+        f"checkpoint, {format_bytes(s['storage_bytes'])} of storage ({_scope(doc, s)}), a "
+        "restore of "
         f"{format_duration(s['restore_s'])}" + (f"; {lossy(s)}." if lossy(s) else ".")
     )
+
+
+def _scope(doc: dict[str, Any], s: dict[str, Any]) -> str:
+    """What a strategy's bytes cover: every node's shards, or the one GPU's whole model."""
+    if doc.get("cluster") and s.get("bytes_per_node") is not None:
+        return (
+            f"all nodes together; the busiest node {format_bytes(s['bytes_per_node'])} "
+            "per checkpoint"
+        )
+    return "the whole model's state"
 
 
 def goodput_line(doc: dict[str, Any]) -> str:

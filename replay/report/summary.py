@@ -84,7 +84,7 @@ def workload_line(results: Results) -> str:
         top = (
             f"the hottest 1% of rows take {_pct(work['top1pct_share'])} of the lookups"
             if top1pct_says_something(work)
-            else f"every lookup falls on {_pct(work['touched_fraction'])} of the rows"
+            else "the hottest 1% of rows take every lookup: fewer are touched"
         )
         replayed = (
             f"{int(work['batches']):,} batches, {int(work['lookups']):,} lookups over "
