@@ -51,7 +51,8 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from replay.errors import OutputError, opt
+from replay._files import RESULT_JSON, read_bytes
+from replay.errors import OutputError, ReplayError, opt
 
 
 def partial_path(out: Path) -> Path:
@@ -123,9 +124,9 @@ def listed_names(path: Path, key: str) -> frozenset[str]:
     Names only, never patterns (a listed `*` would claim a person's files); a missing,
     hostile or huge file lists nothing, so nothing in it is replaced."""
     try:
-        document = json.loads(path.read_text()) if path.stat().st_size < 1 << 26 else {}
+        document = json.loads(read_bytes(path, RESULT_JSON))
         names = {str(entry["name"]) for entry in document[key]}
-    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+    except (OSError, ValueError, TypeError, KeyError, RecursionError, ReplayError):
         return frozenset()
     return frozenset(name for name in names if not set("*?[") & set(name))
 

@@ -6,13 +6,14 @@ needs is the SHA-256 of the trace's files (0.2 s of CPU for the 289 MB of 106 M 
 2-core VM), which `replay.trace.reader.Verification` computes on helper threads that
 compete with the reader and the statistics for that second core. `start(argv)`, called
 by the console script before those imports (this module imports only the standard
-library and `replay._verified`, which does too), looks for a trace folder among the
-arguments of a command that verifies checksums, reads its manifest and hashes the listed
-files on one thread, in the order a replay reads them (a file unchanged since its digest
-was recorded as verified takes that digest instead). `Verification` asks
-`claim_or_wait(path)` before hashing a file: it gets the digest when this thread hashed
-(or is hashing) that very file, and otherwise hashes the file itself, the claim keeping
-the two from hashing one file twice.
+library, `replay.errors`, and `replay._verified` and `replay._files`, which import no
+more), looks for a trace folder among the arguments of a command that verifies
+checksums, reads its manifest (`replay._files`: a regular file under the manifests'
+size limit) and hashes the listed files on one thread, in the order a replay reads
+them (a file unchanged since its digest was recorded as verified takes that digest
+instead). `Verification` asks `claim_or_wait(path)` before hashing a file: it gets the
+digest when this thread hashed (or is hashing) that very file, and otherwise hashes the
+file itself, the claim keeping the two from hashing one file twice.
 
 A guess never changes a result. The manifest is read again, and validated, by the
 reader; a folder that is no trace, or a file not listed, is never hashed here; a file
@@ -31,6 +32,8 @@ import threading
 from pathlib import Path, PurePosixPath
 
 from replay import _verified
+from replay._files import MANIFEST, read_bytes
+from replay.errors import ReplayError
 
 # the commands that verify a trace folder's checksums (their --verify/--no-verify)
 COMMANDS = frozenset({"run", "inspect", "mrc", "compare", "sweep", "fit"})
@@ -61,7 +64,7 @@ def _listed(root: Path) -> list[str]:
     """The real paths of the files a trace folder's manifest lists, in reading order
     (by batch range, lookups before updates); [] for anything that is not a trace."""
     try:
-        manifest = json.loads((root / "manifest.json").read_text())
+        manifest = json.loads(read_bytes(root / "manifest.json", MANIFEST))
         files = manifest["files"]
         entries = [e for kind in KINDS for e in files[kind]]
         entries.sort(key=lambda e: int(e["batch_start"]))  # stable: lookups first
@@ -76,6 +79,8 @@ def _listed(root: Path) -> list[str]:
                 out.append(real)
         return out
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return []
+    except ReplayError:  # not a regular file, or too large: the reader says so
         return []
 
 

@@ -23,8 +23,8 @@ Records live in `$REPLAY_CACHE_DIR/verified/` (default `$XDG_CACHE_HOME/replay`,
 `~/.cache/replay`), one JSON file per trace folder (named by the SHA-256 of its real path),
 written to a temporary name and renamed; past 256 records, those of folders that no longer
 exist are deleted when a record is written. A record that cannot be read or written is no
-error: it only saves time. This module imports only the standard library (the console
-script uses it before the heavy imports).
+error: it only saves time. This module imports only the standard library, `replay._files`
+and `replay.errors`, which do too (the console script uses it before the heavy imports).
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ import os
 import tempfile
 import time
 from pathlib import Path
+
+from replay import _files
+from replay.errors import ReplayError
 
 RACY_NS = 2_000_000_000
 PRUNE_ABOVE = 256  # records kept before those of folders that are gone are deleted
@@ -78,13 +81,15 @@ class Records:
         if self.path is None:
             return
         try:
-            data = json.loads(self.path.read_text())
+            data = json.loads(_files.read_bytes(self.path, _files.STATE_JSON))
             if data.get("root") != self.root:
                 return
             for name, (ident, digest) in data["files"].items():
                 if len(ident) == 5 and isinstance(digest, str) and len(digest) == 64:
                     self.entries[name] = (tuple(int(v) for v in ident), digest)  # type: ignore[assignment]
         except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            self.entries = {}
+        except ReplayError:  # not a regular file, or too large: as if there were none
             self.entries = {}
 
     def digest(self, path: str | Path, now: Identity | None) -> str | None:
@@ -130,8 +135,8 @@ def _prune(where: Path) -> None:
             return
         for record in records:
             try:
-                root = json.loads(record.read_text()).get("root")
-            except (OSError, ValueError, AttributeError, RecursionError):
+                root = json.loads(_files.read_bytes(record, _files.STATE_JSON)).get("root")
+            except (OSError, ValueError, AttributeError, RecursionError, ReplayError):
                 root = None
             if not isinstance(root, str) or not os.path.isdir(root):
                 with contextlib.suppress(OSError):

@@ -293,7 +293,7 @@ def test_malformed_plan_files(tmp_path: Path, text: bytes, message: str) -> None
 def test_a_missing_plan_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         read_plan(tmp_path / "nope.json")
-    assert "cannot read" in one_line(exc)
+    assert "nope.json: no such sharding plan" in one_line(exc)
 
 
 # -- validation against the workload and the cluster ------------------------------------

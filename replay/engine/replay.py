@@ -19,13 +19,14 @@ from typing import Any
 
 import numpy as np
 
+from replay._files import MANIFEST, read_bytes
 from replay._threads import OrderedWorker
 from replay.analysis.stats import Inspector, inspect_trace, trace_inspector, trace_statistics
 from replay.checkpoint import STRATEGIES, CheckpointContext, CheckpointStrategy, Timing
 from replay.checkpoint.summarize import checkpoint_summary, failures_summary
 from replay.engine.account import Shape, account, study_warnings, summarize
 from replay.engine.raw import RawState, count_raw
-from replay.errors import ConfigError
+from replay.errors import ConfigError, TraceError
 from replay.policies import POLICIES
 from replay.policies.base import NUM_COUNTERS, Policy, PolicyContext
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
@@ -62,7 +63,8 @@ def trace_digest(trace: Source) -> str:
     on-the-fly workload, of the spec's canonical JSON."""
     if isinstance(trace, GeneratedTrace):
         return trace.digest()
-    return hashlib.sha256((trace.path / "manifest.json").read_bytes()).hexdigest()
+    manifest = read_bytes(trace.path / "manifest.json", MANIFEST, TraceError)
+    return hashlib.sha256(manifest).hexdigest()
 
 
 def trace_meta(trace: Source, lookups: int) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from replay._json import parse_json
+from replay._files import RESULT_JSON, read_json
 from replay.errors import ReplayError
 
 RUN_FILES = ("config.json", "summary.json", "meta.json", "batches.parquet")
@@ -146,13 +146,10 @@ class Results:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_bytes()
-    except FileNotFoundError:
-        raise ReportError(f"{path}: missing") from None
-    except OSError as exc:
-        raise ReportError(f"{path}: not readable JSON ({exc})") from None
-    value = parse_json(text, path, ReportError, bad="not readable JSON")
+    if not path.exists() and not path.is_symlink():
+        raise ReportError(f"{path}: missing")
+    # regular files only, of at most RESULT_JSON's limit: a FIFO or /dev/zero is refused
+    value = read_json(path, RESULT_JSON, ReportError, bad="not readable JSON")
     if not isinstance(value, dict):
         raise ReportError(f"{path}: expected a JSON object")
     return value

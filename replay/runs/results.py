@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from replay import _arrow
 from replay._faults import kill_point
+from replay._files import RESULT_JSON, STATE_JSON, read_bytes
 from replay._output import (
     _json_default,
     _remove,
@@ -38,7 +39,7 @@ from replay._output import (
     write_json,
 )
 from replay._version import __version__
-from replay.errors import OutputError
+from replay.errors import OutputError, ReplayError
 
 
 def write_columns(path: Path, columns: dict[str, np.ndarray]) -> None:
@@ -151,13 +152,13 @@ class RunStages:
         _whole(self.folder / "workload.json", lambda p: write_json(p, stats))
 
     def read(self, name: str) -> dict[str, Any]:
-        return json.loads((self.folder / name).read_text())
+        return json.loads(read_bytes(self.folder / name, RESULT_JSON))
 
 
 def _finished_run(out: Path, plan_sha256: str) -> bool:
     try:
-        meta = json.loads((out / "meta.json").read_text())
-    except (OSError, ValueError, RecursionError):  # unreadable: as if not written
+        meta = json.loads(read_bytes(out / "meta.json", RESULT_JSON))
+    except (OSError, ValueError, RecursionError, ReplayError):  # as if not written
         return False
     return (
         isinstance(meta, dict)
@@ -181,8 +182,8 @@ def _kept_plan(partial: Path, plan: dict[str, Any], digest: str, out: Path) -> b
         # killed after the plan was removed, just before the final rename
         return _finished_run(partial, digest)
     try:
-        old = json.loads(plan_file.read_text())
-    except (OSError, ValueError, RecursionError):  # unreadable: as if not written
+        old = json.loads(read_bytes(plan_file, STATE_JSON))
+    except (OSError, ValueError, RecursionError, ReplayError):  # as if not written
         return False  # killed while writing it: nothing finished yet
     if old != json.loads(json.dumps(plan, default=_json_default)):
         raise OutputError(

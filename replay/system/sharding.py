@@ -72,9 +72,9 @@ from typing import Any
 
 import numpy as np
 
+from replay._files import SHARDING_PLAN, read_json
 from replay._intrinsics import ix
 from replay._jit import kernel
-from replay._json import parse_json
 from replay._units import format_bytes
 from replay.errors import ConfigError
 from replay.trace.keys import last_at_most, table_offsets
@@ -244,15 +244,11 @@ def plan_from_json(data: Any, where: str | Path = "sharding plan") -> ShardingPl
 def read_plan(path: str | Path) -> ShardingPlan:
     """The plan in the JSON file `path` (untrusted: every failure is one ConfigError)."""
     path = Path(path)
-    try:
-        text = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(
-            f"{path}: cannot read the sharding plan ({exc.strerror or exc})"
-        ) from None
-    return plan_from_json(
-        parse_json(text, path, ConfigError, bad="not a sharding plan (JSON)"), path
+    # regular files only, of at most SHARDING_PLAN's limit: a FIFO or /dev/zero is refused
+    document = read_json(
+        path, SHARDING_PLAN, ConfigError, noun="sharding plan", bad="not a sharding plan (JSON)"
     )
+    return plan_from_json(document, path)
 
 
 # -- resolution and validation ----------------------------------------------------------

@@ -51,6 +51,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from replay._files import SPEC, read_text
 from replay._toml import has_too_long_int, parse_toml
 from replay._units import parse_bytes, parse_duration
 from replay.errors import ConfigError, opt
@@ -792,15 +793,8 @@ def load_system_data(name_or_file: str | Path) -> tuple[dict[str, Any], str]:
         data = preset_data(text)
         origin = f"preset {text}"
     elif path.suffix == ".toml" or exists:
-        try:
-            raw = path.read_text()
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such system file") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read ({exc})") from None
-        except ValueError:  # a NUL byte in the name
-            raise ConfigError(f"{text!r}: not a valid file name") from None
-        data = parse_toml(raw, str(path))
+        # regular files only, of at most SPEC's limit: a FIFO or /dev/zero is refused
+        data = parse_toml(read_text(path, SPEC, ConfigError, noun="system file"), str(path))
         origin = str(path)
     else:
         raise ConfigError(

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from replay import _arrow
+from replay._files import check_regular
 from replay._jit import kernel
 from replay.errors import ConfigError, InputError, opt
 from replay.trace.criteo_parse import (
@@ -322,36 +322,16 @@ def check_input_files(files: list[Path]) -> None:
     unreadable.
 
     Only regular files (or links to them) are read: a device such as /dev/zero never
-    ends and a FIFO can block the open or the read forever. `os.stat` looks without
-    opening, so a FIFO cannot block this check.
+    ends and a FIFO can block the open or the read forever. `check_regular` looks
+    without opening, so a FIFO cannot block this check (and the reader opens each file
+    with `open_regular`, which checks again what it opened).
     """
     if not files:
         raise InputError("no input files given")
     for path in files:
-        try:
-            mode = os.stat(path).st_mode
-        except (FileNotFoundError, NotADirectoryError):
-            raise InputError(f"{path}: no such file") from None
-        except OSError as exc:  # e.g. a name too long, a folder on the way not searchable
-            raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-        except ValueError as exc:  # a NUL in the name (from the API; argv holds none)
-            raise InputError(f"{str(path)!r}: cannot read ({exc})") from None
-        if stat.S_ISDIR(mode):
-            raise InputError(f"{path}: is a folder, not a file")
-        if not stat.S_ISREG(mode):
-            raise InputError(f"{path}: is {_file_kind(mode)}, not a regular file")
+        check_regular(path)
         if not os.access(path, os.R_OK):
             raise InputError(f"{path}: cannot read (permission denied)")
-
-
-def _file_kind(mode: int) -> str:
-    kinds = (
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    )
-    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def ingest(

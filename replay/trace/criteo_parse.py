@@ -48,6 +48,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from replay._files import open_regular
 from replay._jit import kernel
 from replay.errors import InputError
 
@@ -377,14 +378,7 @@ class _Dictionary:
 
 def _open_input(path: Path) -> tuple[BinaryIO, BinaryIO]:
     """(stream of decompressed bytes, underlying file for progress)."""
-    try:
-        raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a folder, not a file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    raw = open_regular(path)  # closed by the caller; refuses a FIFO or a device
     try:
         magic = raw.read(2)
         raw.seek(0)

@@ -78,6 +78,7 @@ import numpy as np
 import pyarrow as pa
 
 from replay import _arrow
+from replay._files import check_regular, open_regular
 from replay._memory import MAX_ROW_SPACE, row_space
 from replay.errors import ConfigError, InputError, opt
 from replay.trace import torch_zip
@@ -185,6 +186,7 @@ def read_tensors(path: str | Path, reader: str = "auto") -> Any:
     path = Path(path)
     if reader not in READERS:
         raise ConfigError(f"reader must be one of {', '.join(READERS)}, not {reader!r}")
+    check_regular(path)  # a FIFO or a device would block or never end either reader
     if reader == "auto":
         reader = "torch" if torch_available() else "builtin"
     if reader == "builtin":
@@ -198,7 +200,7 @@ def _load_with_torch(path: Path) -> Any:
 
     _check_torch(str(torch.__version__))  # the module imported, in case its metadata lied
 
-    with path.open("rb") as handle:  # torch's own message for these says little
+    with open_regular(path) as handle:  # torch's own message for these says little
         if handle.read(2) == b"\x1f\x8b":
             raise InputError(f"{path}: gzip-compressed; decompress it first (gunzip -k FILE)")
     try:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from replay._json import parse_json
+from replay._files import MANIFEST, read_json
 from replay._memory import MAX_ROW_SPACE, format_count
 from replay.errors import TraceError
 
@@ -203,13 +203,8 @@ def load_manifest(root: Path) -> dict[str, Any]:
             else ""
         )
         raise TraceError(f"{root}: no manifest.json, not a trace folder{hint}")
-    try:
-        text = where.read_text()
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{where}: not valid JSON ({exc})") from None
-    except OSError as exc:
-        raise TraceError(f"{where}: cannot read ({exc.strerror})") from None
-    manifest = parse_json(text, where, TraceError)
+    # regular files only, of at most MANIFEST's limit: a FIFO or /dev/zero is refused
+    manifest = read_json(where, MANIFEST, TraceError)
     if not isinstance(manifest, dict):
         raise TraceError(f"{where}: not a JSON object")
     version = _require(manifest, "format_version", int, where)

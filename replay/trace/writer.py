@@ -30,8 +30,9 @@ import pyarrow.parquet as pq
 
 from replay import _arrow
 from replay._faults import kill_point
+from replay._files import MANIFEST, STATE_JSON, read_bytes
 from replay._output import claim_output, partial_path, release_output
-from replay.errors import OutputError, opt
+from replay.errors import OutputError, ReplayError, opt
 from replay.trace.counts import COUNTS_KEY, encode_counts, group_counts
 from replay.trace.format import (
     KINDS,
@@ -74,10 +75,12 @@ def _is_replaceable(out: Path) -> bool:
     if MANIFEST_NAME not in entries or not set(entries) <= {MANIFEST_NAME, *KINDS}:
         return False
     try:
-        manifest = json.loads(entries[MANIFEST_NAME].read_text())
+        manifest = json.loads(read_bytes(entries[MANIFEST_NAME], MANIFEST))
         listed = {str(entry["path"]) for kind in KINDS for entry in manifest["files"].get(kind, [])}
         valid = isinstance(manifest, dict) and isinstance(manifest["format_version"], int)
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return False
+    except ReplayError:  # a FIFO, a device or a huge file: replay wrote no such manifest
         return False
     if not valid:
         return False
@@ -223,8 +226,8 @@ class TraceFolderWriter:
     def _plan_matches(self) -> bool:
         plan_file = self.partial / PLAN_NAME
         try:
-            old = json.loads(plan_file.read_text())
-        except (OSError, ValueError, RecursionError):  # unreadable: as if not written
+            old = json.loads(read_bytes(plan_file, STATE_JSON))
+        except (OSError, ValueError, RecursionError, ReplayError):  # as if not written
             return False
         if old != json.loads(json.dumps(self.plan)):
             raise OutputError(

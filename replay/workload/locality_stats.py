@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from replay._files import LOCALITY_STATS, read_text
 from replay.errors import ConfigError
 from replay.workload.locality_model import BIN_EDGES, BINS, BatchStats
 
@@ -218,16 +219,9 @@ def parse_locality_stats(text: str, path: str = "<text>") -> list[LocalityRecord
 
 
 def read_locality_stats(path: str | Path) -> list[LocalityRecord]:
-    """Parse the file at `path` (ConfigError if it cannot be read or is malformed)."""
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.__class__.__name__})") from None
-    except ValueError:
-        raise ConfigError(f"{str(path)!r}: not a valid file name") from None
-    return parse_locality_stats(text, str(path))
+    """Parse the file at `path` (ConfigError if it cannot be read or is malformed): a
+    regular file of at most `LOCALITY_STATS`' limit (1 MiB), refused before reading."""
+    return parse_locality_stats(read_text(path, LOCALITY_STATS, ConfigError), str(path))
 
 
 def select_record(records: list[LocalityRecord], which: str | int | None) -> LocalityRecord:

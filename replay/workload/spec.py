@@ -62,6 +62,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from replay._files import SPEC, read_text
 from replay._memory import MAX_ROW_SPACE
 from replay._toml import parse_toml
 from replay.errors import ConfigError
@@ -383,14 +384,8 @@ def spec_from_dict(data: Any, where: str = "spec") -> WorkloadSpec:
 def load_spec(path: str | Path) -> WorkloadSpec:
     """Load a workload spec from a TOML file."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such spec file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read ({exc})") from None
-    except ValueError:  # a NUL byte in the name
-        raise ConfigError(f"{str(path)!r}: not a valid file name") from None
+    # regular files only, of at most SPEC's limit: a FIFO or /dev/zero is refused
+    text = read_text(path, SPEC, ConfigError, noun="spec file")
     return spec_from_dict(parse_toml(text, str(path)), where=str(path))
 
 
