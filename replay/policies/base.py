@@ -71,6 +71,12 @@ class PolicyContext:
     capacity_units: int  # rows (or chunks) the fast tier may hold; 0 for static
     unit_rows: int = 1  # rows per unit (chunk_rows for chunk)
 
+    @property
+    def slots(self) -> int:
+        """Cache slots to allocate: `capacity_units`, but no more than the units of the
+        rows (`usable_units`)."""
+        return usable_units(self.capacity_units, self.total_keys, self.unit_rows)
+
 
 class Policy(ABC):
     """A placement policy: fills per-batch counters for consecutive batch ranges."""
@@ -175,6 +181,23 @@ def register_policy(name: str) -> Callable[[type[Policy]], type[Policy]]:
         return cls
 
     return deco
+
+
+def usable_units(capacity: int, total_keys: int, unit_rows: int = 1) -> int:
+    """The units a cache of `capacity` units over `total_keys` rows can ever hold, at
+    least 1: min(capacity, ceil(rows / unit_rows)). A cache at least that large holds
+    every row it is asked for and never evicts, so slots beyond it would never be filled:
+    caches are allocated to this size and report the capacity they were given (a run's
+    counters are those of the capacity as given; `study_warnings` says when the cache
+    held everything)."""
+    units = -(-max(int(total_keys), 0) // max(int(unit_rows), 1))
+    return max(1, min(int(capacity), units))
+
+
+def index_dtype(largest: int) -> np.dtype:
+    """The narrowest signed integer dtype (int32 or int64) that holds 0 .. `largest` + 1:
+    slot numbers, heap positions and slot + 1 maps of a cache of `largest` slots."""
+    return np.dtype(np.int32 if int(largest) + 1 < 2**31 else np.int64)
 
 
 def capacity_units(system: SystemSpec, unit_rows: int, row_state_bytes: int) -> int:

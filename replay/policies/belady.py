@@ -39,7 +39,8 @@ Memory: `prepare` streams the trace's lookup keys into one int64 array (8 B per 
 and turns it in place into next-use positions with a backward pass over an int64
 "next position" array (8 B per key, freed afterwards); the 8 B per lookup is kept for
 `process`. Per-key state during `process`: 4 bytes (int32 slot + 1, 0 when not
-resident: zeroed memory is the empty cache); per slot: 25 bytes. Peak: 8 B per lookup +
+resident: zeroed memory is the empty cache; int64 for 2^31 - 1 slots or more); per slot:
+25 bytes, no more slots than rows (`replay.policies.base.usable_units`). Peak: 8 B per lookup +
 12 B per key, besides the batches in flight (keeping the keys beside their next uses, as a
 plain implementation would, costs 16 B per lookup).
 """
@@ -68,6 +69,7 @@ from replay.policies.base import (
     WRITEBACKS,
     Policy,
     PolicyContext,
+    index_dtype,
     register_policy,
 )
 from replay.system.spec import PolicySpec
@@ -249,14 +251,15 @@ class BeladyPolicy(Policy):
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         super().__init__(spec, ctx)
-        cap = ctx.capacity_units
-        if cap < 1:
+        if ctx.capacity_units < 1:
             raise ValueError("belady: capacity_units must be at least 1")
-        self.slot_of = state_array(ctx.total_keys, np.int32)  # slot + 1; 0: not resident
+        cap = ctx.slots  # no more slots than rows: a larger cache never evicts either
+        index = index_dtype(cap)
+        self.slot_of = state_array(ctx.total_keys, index)  # slot + 1; 0: not resident
         self.slot_key = np.zeros(cap, dtype=np.int64)
         self.hp = np.zeros(cap, dtype=np.int64)
-        self.hs = np.zeros(cap, dtype=np.int32)
-        self.pos = np.zeros(cap, dtype=np.int32)
+        self.hs = np.zeros(cap, dtype=index)
+        self.pos = np.zeros(cap, dtype=index)
         self.dirty = np.zeros(cap, dtype=np.uint8)
         self.meta = np.array([0, cap, 0, 0, int(bool(spec.bypass))], dtype=np.int64)
         self.nxt: np.ndarray | None = None

@@ -71,6 +71,7 @@ from replay.policies.base import (
     WRITEBACKS,
     Policy,
     PolicyContext,
+    index_dtype,
     register_policy,
 )
 from replay.policies.belady import heap_sift_down, heap_sift_up, next_use_inplace
@@ -266,7 +267,7 @@ class ChunkPolicy(Policy):
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         super().__init__(spec, ctx)
-        cap = ctx.capacity_units
+        cap = ctx.capacity_units  # the phases' budgets are fractions of the capacity as given
         if cap < 1:
             raise ValueError("chunk: capacity_units must be at least 1")
         rows = spec.chunk_rows
@@ -280,9 +281,12 @@ class ChunkPolicy(Policy):
             )
         )
         self.lru = spec.chunk_eviction == "lru"
-        self.hp = np.zeros(cap, dtype=np.int64)
-        self.hs = np.zeros(cap, dtype=np.int64)
-        self.pos = np.full(self.num_chunks, -1, dtype=np.int32)
+        # the heap holds the resident chunks: at most the largest phase budget, and no
+        # more than the chunks there are
+        slots = min(self.num_chunks, max(self.budgets))
+        self.hp = np.zeros(slots, dtype=np.int64)
+        self.hs = np.zeros(slots, dtype=np.int64)
+        self.pos = np.full(self.num_chunks, -1, dtype=index_dtype(slots))
         self.dirty = np.zeros(self.num_chunks, dtype=np.uint8)
         self.rn = np.zeros(self.num_chunks, dtype=np.uint32)
         self.stamp = state_array(ctx.total_keys, np.uint32)

@@ -20,7 +20,9 @@ key -> slot map. A hit raises the key (sift down), a fill replaces the root: O(l
 per lookup with one random access into the per-key map.
 
 Per-key state: 4 bytes (int32 slot + 1, 0 when not resident: zeroed memory is the empty
-cache, nothing to fill before the first batch); per slot: 33 bytes.
+cache, nothing to fill before the first batch; int64, 8 bytes, for a cache of 2^31 - 1
+slots or more); per slot: 33 bytes. Slots: the capacity, at most the rows
+(`replay.policies.base.usable_units`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from replay.policies.base import (
     WRITEBACKS,
     Policy,
     PolicyContext,
+    index_dtype,
     register_policy,
 )
 from replay.system.spec import PolicySpec
@@ -195,15 +198,16 @@ class LFUPolicy(Policy):
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         super().__init__(spec, ctx)
-        cap = ctx.capacity_units
-        if cap < 1:
+        if ctx.capacity_units < 1:
             raise ValueError("lfu: capacity_units must be at least 1")
-        self.slot_of = state_array(ctx.total_keys, np.int32)  # slot + 1; 0: not resident
+        cap = ctx.slots  # no more slots than rows: a larger cache never evicts either
+        index = index_dtype(cap)
+        self.slot_of = state_array(ctx.total_keys, index)  # slot + 1; 0: not resident
         self.slot_key = np.zeros(cap, dtype=np.int64)
         self.hf = np.zeros(cap, dtype=np.int64)
         self.ht = np.zeros(cap, dtype=np.int64)
-        self.hs = np.zeros(cap, dtype=np.int32)
-        self.pos = np.zeros(cap, dtype=np.int32)
+        self.hs = np.zeros(cap, dtype=index)
+        self.pos = np.zeros(cap, dtype=index)
         self.dirty = np.zeros(cap, dtype=np.uint8)
         self.meta = np.array([0, cap, 0], dtype=np.int64)
 

@@ -50,6 +50,7 @@ from replay.policies.base import (
     WRITEBACKS,
     Policy,
     PolicyContext,
+    index_dtype,
     register_policy,
 )
 from replay.system.spec import PolicySpec
@@ -238,14 +239,15 @@ class LRUPolicy(Policy):
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         super().__init__(spec, ctx)
-        cap = ctx.capacity_units
+        # no more slots than rows: a larger cache never evicts, and nor does this one
+        cap = ctx.slots
         entries, slot_bits, shift = table_shape(ctx.total_keys, cap)
         self.table = state_array(entries, np.int64)
         # A slot's key, links and dirty flag are written when the slot is first filled
         # and read only for filled slots: no fill, and pages of slots never used are
         # never touched; the sentinel's links start as an empty circle.
         self.slot_key = np.empty(cap, dtype=np.int64)
-        self.links = np.empty(2 * cap + 2, dtype=np.int32)
+        self.links = np.empty(2 * cap + 2, dtype=index_dtype(cap))
         self.links[2 * cap :] = cap
         self.dirty = np.empty(cap, dtype=np.uint8)
         self.meta = np.array([0, cap, slot_bits, shift], dtype=np.int64)
@@ -264,7 +266,7 @@ class LRUPolicy(Policy):
         if batch_range.tables is not None:
             self._piece(batch_range, out)
             return
-        br = updates_as_keys(batch_range, len(self.slot_key))
+        br = updates_as_keys(batch_range, self.ctx.capacity_units)
         lru_kernel(
             br.keys,
             br.bounds,

@@ -67,7 +67,13 @@ from replay._intrinsics import PREFETCH_AHEAD, ix, prefetch
 from replay._jit import kernel
 from replay._malloc import state_array
 from replay.errors import ConfigError
-from replay.policies.base import NUM_COUNTERS, PolicyContext, register_policy
+from replay.policies.base import (
+    NUM_COUNTERS,
+    PolicyContext,
+    index_dtype,
+    register_policy,
+    usable_units,
+)
 from replay.policies.lru import _find, _home, _remove, table_shape
 from replay.policies.tbe import TBEPolicy, tbe_sets
 from replay.system.spec import PolicySpec
@@ -339,12 +345,16 @@ class L2Cache:
     counts, fed with L1's exchange range by range."""
 
     def __init__(self, total_rows: int, capacity_rows: int) -> None:
-        cap = max(0, int(capacity_rows))
+        self.capacity_rows = max(0, int(capacity_rows))
+        # An L2 of more rows than the tables hold never evicts, and neither does one of
+        # exactly those rows: its slots beyond them would never be filled, so it gets
+        # no more (`usable_units`); the counters are the same, the capacity is as given.
+        cap = usable_units(self.capacity_rows, total_rows) if self.capacity_rows else 0
+        self.slots = cap
         entries, slot_bits, shift = table_shape(total_rows, max(cap, 1))
-        self.capacity_rows = cap
         self.table = state_array(entries if cap else 16, np.int64)
         self.slot_key = np.empty(cap, dtype=np.int64)
-        self.links = np.empty(2 * cap + 2, dtype=np.int32)
+        self.links = np.empty(2 * cap + 2, dtype=index_dtype(cap))
         self.links[2 * cap :] = cap
         self.dirty = np.empty(cap, dtype=np.uint8)
         self.meta = np.array([0, cap, slot_bits, shift], dtype=np.int64)
