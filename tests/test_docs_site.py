@@ -105,8 +105,8 @@ def test_the_readme_is_a_front_page() -> None:
         in text
     )
     assert (
-        "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[dev]' && pytest -n 2"
-        in text
+        "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[dev,torchrec]' "
+        "&& pip install --no-deps torchrec==1.8.0 && pytest -n 2" in text
     )
     assert "replay quickstart" in ci and "pytest -n 2" in ci
     # every relative link of the README resolves in the repository
