@@ -210,9 +210,11 @@ def read_json(
 
 
 def _size(n: int) -> str:
-    if n >= MiB:
-        return f"{n / MiB:.3g} MiB"
-    return f"{n / KiB:.3g} KiB" if n >= KiB else f"{n} B"
+    """`1 MiB`, `2.58 MiB`, `1 GiB`: binary units, 3 significant digits."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", MiB), ("KiB", KiB)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} B"
 
 
 def _too_large(path: str | Path, kind: FileKind, size: int | None) -> str:

@@ -5,19 +5,23 @@ made up (never Meta's numbers, which live in ../shared/data/meta/)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from replay.analysis.batch_reuse import BatchReuse, batch_reuse_arrays, spec_batch_reuse
+from replay.errors import ConfigError
 from replay.workload.fit_locality import fit_locality, spec_expected_stats, spec_from_groups
 from replay.workload.generator import CompiledWorkload
 from replay.workload.locality_model import BIN_EDGES, BatchStats, TableShape, expected_stats
 from replay.workload.locality_spec import TableGroup
-from replay.workload.locality_stats import parse_locality_stats
+from replay.workload.locality_stats import parse_locality_stats, read_locality_stats
 from replay.workload.spec import TableSpec, WorkloadSpec
 
 
@@ -202,3 +206,150 @@ def test_batch_reuse_runs_split_across_chunks() -> None:
     per_batch = [spec_batch_reuse(spec, i) for i in range(3)]
     assert whole["distinct_per_batch"] == sum(x.distinct for x in per_batch) / 3
     assert np.allclose(whole["rows_share"], np.mean([x.rows_share for x in per_batch], axis=0))
+
+
+# -- a record that lies is refused before a fit starts (issue 50) ------------------------------
+
+META_STATS = Path("/work/shared/data/meta/dlrm_datasets_2021_locality_stats.txt")
+
+
+def _swap_histograms(text: str) -> str:
+    lines = text.splitlines()
+    rows = lines.index("Histogram of col sizes:")
+    looks = lines.index("Ratio of index distribution at different column sizes:")
+    swapped = lines[: rows + 1] + lines[looks + 1 :] + [lines[looks]] + lines[rows + 1 : looks]
+    return "\n".join(swapped) + "\n"
+
+
+def _lookups(value: str) -> Callable[[str], str]:
+    return lambda s: re.sub(r"Avg # of indices: \S+", f"Avg # of indices: {value}", s)
+
+
+LIES = {
+    # the issue's three: 1e30 lookups (its distinct rows and ratio made to agree with it)
+    "1e30-lookups": (
+        lambda s: re.sub(r"Avg col size: \S+", "Avg col size: 8.0", re.sub(
+            r"Avg # of unique cols: \S+", "Avg # of unique cols: 1.25e29", _lookups("1e30")(s)
+        )),
+        ":3: record synthetic_t4_bs4096.pt: 'Avg # of indices' 1e+30 is out of range "
+        "[1, 2,147,483,648]",
+    ),
+    "1e400-lookups": (
+        _lookups("1e400"),
+        ":3: record synthetic_t4_bs4096.pt: 'Avg # of indices' is not a finite number (inf)",
+    ),
+    "swapped-histograms": (_swap_histograms, ": the counts and histograms disagree: bin (0, 1]"),
+    # more distinct rows, the ratio made to agree: the histograms cannot
+    "distinct-rows-scaled": (
+        lambda s: re.sub(r"Avg # of unique cols: (\d+)",
+                         lambda m: f"Avg # of unique cols: {int(m[1]) * 9 // 5}",
+                         re.sub(r"Avg col size: \S+", "Avg col size: 1.1", s)),
+        ":27: record synthetic_t4_bs4096.pt: the counts and histograms disagree: bin (0, 1]",
+    ),
+    "negative-lookups": (_lookups("-5"), "'Avg # of indices' is negative (-5)"),
+    "zero-lookups": (_lookups("0"), "'Avg # of indices' 0 is out of range [1, "),
+    "infinite-ratio": (
+        lambda s: re.sub(r"Avg col size: \S+", "Avg col size: 1e999", s),
+        "'Avg col size' is not a finite number (inf)",
+    ),
+    "share-above-one": (
+        lambda s: s.replace("(1, 2]: ", "(1, 2]: 7", 1),
+        "the share of bin (1, 2] 7",
+    ),
+    "infinite-share": (
+        lambda s: re.sub(r"\(2, 4\]: \S+", "(2, 4]: 1e500", s, count=1),
+        "the share of bin (2, 4] is not a finite number (inf)",
+    ),
+    "nan-cumulative": (
+        lambda s: s.replace("['0.000',", "['nan',", 1),
+        "18 cumulative shares (finite numbers)",
+    ),
+    "batch-size-zero": (
+        lambda s: s.replace("of size 4096", "of size 0"),
+        "record synthetic_t4_bs4096.pt: batch size 0 is out of range [1, 67,108,864]",
+    ),
+    "batch-size-of-5000-digits": (
+        lambda s: s.replace("of size 4096", "of size " + "9" * 5000),
+        "expected 'Locality stats after processing N batches of size B'",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("lie", LIES, ids=list(LIES))
+def test_a_lying_record_is_refused_naming_record_and_field(lie: str) -> None:
+    edit, message = LIES[lie]
+    text = edit(GOOD)
+    assert text != GOOD
+    with pytest.raises(ConfigError) as exc:
+        parse_locality_stats(text, "stats.txt")
+    line = str(exc.value)
+    assert "\n" not in line and line.startswith("stats.txt:") and message in line, line
+    if " got " not in line:  # (an echoed line may hold any quotes)
+        assert line.count("'") % 2 == 0, f"a stray quote: {line}"
+
+
+@pytest.mark.parametrize("lie", ["1e30-lookups", "1e400-lookups", "swapped-histograms"])
+def test_the_cli_refuses_a_lying_record_and_writes_nothing(tmp_path: Path, lie: str) -> None:
+    edit, message = LIES[lie]
+    path = tmp_path / "stats.txt"
+    path.write_text(edit(GOOD))
+    out = tmp_path / "spec.toml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "replay", "fit", "--locality-stats", str(path), "--out", str(out)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.startswith("replay: error: ") and proc.stderr.count("\n") == 1
+    assert message in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stats.txt"]
+
+
+def test_a_huge_statistics_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """A 1 GiB file (sparse: no disk) is refused on its size, not read (it took 205 s and
+    5.6 GiB)."""
+    path = tmp_path / "huge.txt"
+    with path.open("wb") as handle:
+        handle.truncate(1 << 30)
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match="1 GiB, more than the 1 MiB that a locality stat"):
+        read_locality_stats(path)
+    assert time.perf_counter() - started < 1.0
+
+
+def test_records_of_generated_batches_agree_with_their_bins() -> None:
+    """The bins check passes what real batches give: one batch of two groups with rank
+    offsets, and the average of three batches (averages of per-batch shares)."""
+    parse_locality_stats(record_text(spec_batch_reuse(known_spec(), 0), "k_t16_bs4096.pt"))
+    spec = WorkloadSpec(
+        name="avg",
+        tables=(TableSpec("a", 3000, 0.9, pooling=3), TableSpec("b", 500, 1.2, rank_offset=4.0)),
+        batch_size=256,
+        batches=3,
+    )
+    b, t, r = CompiledWorkload.from_spec(spec).lookups(0, 3)
+    whole = batch_reuse_arrays(b, t, r, [3000, 500])
+    stats = BatchStats(
+        whole["lookups_per_batch"],
+        whole["distinct_per_batch"],
+        np.array(whole["rows_share"]),
+        np.array(whole["lookups_share"]),
+    )
+    (rec,) = parse_locality_stats(record_text(stats, "avg_t2_bs256.pt", batch=256))
+    assert rec.tables_in_name == 2
+
+
+def test_every_record_of_metas_file_passes_the_checks() -> None:
+    if not META_STATS.exists():
+        pytest.skip(f"{META_STATS} is not here")
+    records = read_locality_stats(META_STATS)
+    assert len(records) == 17
+    assert records[0].stats.lookups == 887_017_990
+
+
+def test_a_record_beyond_a_specs_pooling_is_refused_before_fitting() -> None:
+    """Lookups a spec can hold in all, but not per table: 2^30 lookups on one table of a
+    batch of 16 is 2^26 per sample, above a table's 2^20."""
+    stats = expected_stats([TableShape(4096 * 8, 200_000, 0.9)], [4])
+    big = BatchStats(float(1 << 30), stats.distinct, stats.rows_share, stats.lookups_share)
+    with pytest.raises(ConfigError, match=r"more than 1,048,576 per sample for each of 1 tab"):
+        fit_locality(big, tables=1, batch_size=16, max_groups=1)

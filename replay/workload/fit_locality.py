@@ -60,7 +60,7 @@ import numpy as np
 from replay.errors import ConfigError
 from replay.workload.locality_model import BatchStats, TableShape, expected_stats
 from replay.workload.locality_spec import TableGroup, apportion, group_tables
-from replay.workload.spec import WorkloadSpec
+from replay.workload.spec import MAX_POOLING, WorkloadSpec, spec_from_dict
 
 DISTINCT_WEIGHT = 3.0
 N_STARTS = 4
@@ -324,6 +324,12 @@ def fit_locality(
             f"{target.lookups:,.0f} lookups per batch is less than one per sample for each of "
             f"{tables} tables of a batch of {batch_size}: give fewer --tables"
         )
+    if target.lookups > MAX_POOLING * tables * batch_size:
+        raise ConfigError(
+            f"{target.lookups:,.0f} lookups per batch is more than {MAX_POOLING:,} per sample "
+            f"for each of {tables} tables of a batch of {batch_size} (a table's pooling in a "
+            "workload spec is at most 2^20): give more --tables"
+        )
     tried: dict[int, float] = {}
     best: tuple[float, _Problem, np.ndarray] | None = None
     warm: np.ndarray | None = None
@@ -343,6 +349,9 @@ def fit_locality(
     _, problem, x = best
     groups = problem.groups_of(x)
     spec = spec_from_groups(groups, batch_size, name=name, source=source, seed=seed, drift=drift)
+    # what is written must load: the spec's own checks (ranges, lookups per batch), as
+    # every command that reads it back will make them
+    spec_from_dict(spec.to_dict(), where=f"the fitted spec {name!r}")
     return LocalityFit(spec, groups, target, spec_expected_stats(spec), tried)
 
 

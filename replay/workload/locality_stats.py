@@ -21,14 +21,29 @@ production ads models. A file holds one or more records, each::
     ...                                                         (same 17 bins, edges and
                                                                 cumulative line)
 
-Records are separated by blank lines. What is refused, each as one line naming the file
-and line (`ConfigError`): a missing or malformed line, bins other than Meta's, a negative
-count or share, distinct rows above lookups, a histogram whose 17 shares do not sum to 1
-within SUM_TOLERANCE (0.01: the file prints 3 decimals, so 17 rounded shares sum to
-1 +- 0.0085 at most), a cumulative line that is not the running sum of its histogram
-within the same tolerance, and an average lookups per distinct row (printed to one
-decimal) off the ratio of the two counts by more than 0.05 plus 5% (averages over
-several batches are averages of per-batch ratios, not the ratio of averages).
+Records are separated by blank lines. What is refused, each as one line naming the file,
+the line, the record and the field (`ConfigError`), before any fit starts:
+
+- a missing or malformed line, bins other than Meta's;
+- a number that is not finite (`1e400` reads as infinity) or out of range: batches and
+  batch size at least 1 and at most what a workload spec holds (2^32 - 1 batches,
+  2^26 samples), lookups and distinct rows per batch at least 1 and at most the 2^31
+  lookups per batch of a workload spec (a record of 1e30 lookups would fit a spec that
+  every command refuses), distinct rows at most the lookups, each share in [0, 1];
+- a histogram whose 17 shares do not sum to 1 within SUM_TOLERANCE (0.01: the file
+  prints 3 decimals, so 17 rounded shares sum to 1 +- 0.0085 at most), a cumulative line
+  that is not the running sum of its histogram within the same tolerance;
+- an average lookups per distinct row (printed to one decimal) off the ratio of the two
+  counts by more than 0.05 plus 5% (averages over several batches are averages of
+  per-batch ratios, not the ratio of averages);
+- counts and histograms that disagree (`_check_bins`): the rows of bin (lo, hi] were each
+  looked up more than lo and at most hi times, so the bin's lookups L x l_j lie between
+  D x r_j x (lo + 1) and D x r_j x hi (L lookups, D distinct rows, r_j and l_j the bin's
+  shares of each; the last bin has no upper end). Each share may be off by its rounding
+  (SHARE_ROUNDING, half the last printed decimal) and the bounds by BIN_SLACK (5%, as the
+  average above). Meta's 17 records meet every bin's bounds on the rounding alone (0.1%
+  to 1.4% to spare); swapped histograms, or counts that do not belong to them, miss by
+  far more.
 """
 
 from __future__ import annotations
@@ -46,15 +61,23 @@ from replay.workload.locality_model import BIN_EDGES, BINS, BatchStats
 
 SUM_TOLERANCE = 0.01
 RATIO_SLACK = (0.05, 0.05)  # (absolute, relative) slack of "Avg col size"
+SHARE_ROUNDING = 0.0005  # half the last of the 3 decimals the file prints
+BIN_SLACK = 0.05  # relative slack of a bin's lookups against its rows' counts
+MAX_BATCHES = 2**32 - 1  # a workload spec's `batches`
+MAX_BATCH_SIZE = 1 << 26  # a workload spec's `batch_size`
+MAX_LOOKUPS = 1 << 31  # a workload spec's lookups per batch (`replay.workload.spec`)
 
-_HEADER = re.compile(r"^Locality stats after processing (\d+) batch(?:es)? of size (\d+)$")
+# at most 19 digits: int() of 4,300 or more raises, and no count here needs more than 10
+_HEADER = re.compile(
+    r"^Locality stats after processing (\d{1,19}) batch(?:es)? of size (\d{1,19})$"
+)
 _NUMBER = r"(-?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)"
 _LOOKUPS = re.compile(r"^Avg # of indices: " + _NUMBER + "$")
 _DISTINCT = re.compile(r"^Avg # of unique cols: " + _NUMBER + "$")
 _RATIO = re.compile(r"^Avg col size: " + _NUMBER + "$")
 _ROWS_TITLE = "Histogram of col sizes:"
 _LOOKUPS_TITLE = "Ratio of index distribution at different column sizes:"
-_BIN = re.compile(r"^\((\d+)(?:, (\d+)\]|\+): " + _NUMBER + "$")
+_BIN = re.compile(r"^\((\d{1,19})(?:, (\d{1,19})\]|\+): " + _NUMBER + "$")
 _TABLES_IN_NAME = re.compile(r"_t(\d+)_")
 
 
@@ -78,9 +101,15 @@ class LocalityRecord:
 class _Lines:
     def __init__(self, path: str, lines: list[str], start: int) -> None:
         self.path, self.lines, self.i = path, lines, start
+        self.record = ""  # the record's name, once read
 
-    def where(self) -> str:
-        return f"{self.path}:{self.i + 1}"
+    def where(self, line: int | None = None) -> str:
+        """`PATH:LINE` (`line`: 0-based; default the current one), and the record."""
+        at = f"{self.path}:{(self.i if line is None else line) + 1}"
+        if not self.record:
+            return at
+        name = self.record if self.record.isprintable() else repr(self.record)
+        return f"{at}: record {_clip(name)}"
 
     def next(self, what: str) -> str:
         if self.i >= len(self.lines) or not self.lines[self.i].strip():
@@ -102,12 +131,32 @@ def _clip(text: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _count(lines: _Lines, pattern: re.Pattern[str], what: str) -> float:
-    value = float(lines.match(pattern, what).group(1))
-    if value < 0 or not math.isfinite(value):
+def _count(
+    lines: _Lines, pattern: re.Pattern[str], field: str, form: str, lo: float, hi: float
+) -> float:
+    """The number on the line `FIELD: FORM`, finite and in [lo, hi] (else one line
+    naming the record and the field)."""
+    value = float(lines.match(pattern, f"'{field}: {form}'").group(1))
+    problem = _out_of_range(value, lo, hi)
+    if problem:
         lines.i -= 1
-        raise ConfigError(f"{lines.where()}: {what.split(':')[0]} is negative ({value:g})")
+        raise ConfigError(f"{lines.where()}: '{field}' {problem}")
     return value
+
+
+def _out_of_range(value: float, lo: float, hi: float) -> str:
+    """Why `value` is not a finite number in [lo, hi], or ""."""
+    if not math.isfinite(value):
+        return f"is not a finite number ({value:g})"
+    if value < 0 <= lo:
+        return f"is negative ({value:g})"
+    if not lo <= value <= hi:
+        return f"{value:g} is out of range [{_bound(lo)}, {_bound(hi)}]"
+    return ""
+
+
+def _bound(x: float) -> str:
+    return f"{int(x):,}" if x == int(x) else f"{x:g}"
 
 
 def _histogram(lines: _Lines, title: str, what: str) -> np.ndarray:
@@ -133,9 +182,10 @@ def _histogram(lines: _Lines, title: str, what: str) -> np.ndarray:
                 " (the bins must be Meta's: 0, 1, 2, 4, ..., 32768, the last open)"
             )
         shares[j] = float(found.group(3))
-        if shares[j] < 0:
+        problem = _out_of_range(shares[j], 0.0, 1.0)
+        if problem:
             lines.i -= 1
-            raise ConfigError(f"{lines.where()}: {what}: bin {label} has a negative share")
+            raise ConfigError(f"{lines.where()}: {what}: the share of bin {label} {problem}")
     edges = lines.next("the bin edges list")
     expected = "[" + ", ".join(str(e) for e in BIN_EDGES) + "]"
     if edges.replace(" ", "") != expected.replace(" ", ""):
@@ -148,15 +198,16 @@ def _histogram(lines: _Lines, title: str, what: str) -> np.ndarray:
         values = [float(v.strip().strip("'\"")) for v in cumulative.strip("[]").split(",")]
     except ValueError:
         values = []
-    if len(values) != BINS + 1:
+    if len(values) != BINS + 1 or not all(math.isfinite(v) for v in values):
         lines.i -= 1
         raise ConfigError(
-            f"{lines.where()}: expected {BINS + 1} cumulative shares, got {_clip(cumulative)!r}"
+            f"{lines.where()}: expected {BINS + 1} cumulative shares (finite numbers), "
+            f"got {_clip(cumulative)!r}"
         )
     total = math.fsum(shares.tolist())
     if abs(total - 1.0) > SUM_TOLERANCE:
         raise ConfigError(
-            f"{lines.path}:{start + 1}: {what} sums to {total:.4f}, not 1 within {SUM_TOLERANCE}"
+            f"{lines.where(start)}: {what} sums to {total:.4f}, not 1 within {SUM_TOLERANCE}"
         )
     running = np.concatenate([[0.0], np.cumsum(shares)])
     gap = np.abs(running - np.asarray(values)).max()
@@ -172,22 +223,23 @@ def _histogram(lines: _Lines, title: str, what: str) -> np.ndarray:
 def _record(path: str, lines: list[str], start: int) -> tuple[LocalityRecord, int]:
     cursor = _Lines(path, lines, start)
     name = cursor.next("the record's name")
+    cursor.record = name
     header = cursor.match(_HEADER, "'Locality stats after processing N batches of size B'")
     batches, batch_size = int(header.group(1)), int(header.group(2))
-    if batches < 1 or batch_size < 1:
-        cursor.i -= 1
-        raise ConfigError(f"{cursor.where()}: batches and batch size must be at least 1")
-    lookups = _count(cursor, _LOOKUPS, "'Avg # of indices: N'")
-    distinct = _count(cursor, _DISTINCT, "'Avg # of unique cols: N'")
+    for field, value, hi in (("batches", batches, MAX_BATCHES),
+                             ("batch size", batch_size, MAX_BATCH_SIZE)):  # fmt: skip
+        if not 1 <= value <= hi:
+            cursor.i -= 1
+            raise ConfigError(f"{cursor.where()}: {field} {value} is out of range [1, {hi:,}]")
+    lookups = _count(cursor, _LOOKUPS, "Avg # of indices", "N", 1.0, MAX_LOOKUPS)
+    distinct = _count(cursor, _DISTINCT, "Avg # of unique cols", "N", 1.0, MAX_LOOKUPS)
     if distinct > lookups:
         cursor.i -= 1
         raise ConfigError(
-            f"{cursor.where()}: {distinct:g} distinct rows is more than the {lookups:g} lookups"
+            f"{cursor.where()}: 'Avg # of unique cols' {distinct:g} distinct rows is more than "
+            f"the {lookups:g} lookups"
         )
-    if lookups == 0 or distinct == 0:
-        cursor.i -= 1
-        raise ConfigError(f"{cursor.where()}: a batch with no lookups has no statistics to fit")
-    ratio = _count(cursor, _RATIO, "'Avg col size: X'")
+    ratio = _count(cursor, _RATIO, "Avg col size", "X", 1.0, MAX_LOOKUPS)
     slack = RATIO_SLACK[0] + RATIO_SLACK[1] * ratio
     if abs(ratio - lookups / distinct) > slack:
         cursor.i -= 1
@@ -196,9 +248,45 @@ def _record(path: str, lines: list[str], start: int) -> tuple[LocalityRecord, in
             f"({lookups / distinct:.3f})"
         )
     rows_share = _histogram(cursor, _ROWS_TITLE, "the histogram of col sizes")
+    first_bin = cursor.i + 1  # the title, then the lookups' bins
     lookups_share = _histogram(cursor, _LOOKUPS_TITLE, "the ratio of index distribution")
     stats = BatchStats(lookups, distinct, rows_share, lookups_share)
+    _check_bins(cursor, first_bin, stats)
     return LocalityRecord(name, batches, batch_size, stats, start + 1), cursor.i
+
+
+def _check_bins(cursor: _Lines, first_bin: int, stats: BatchStats) -> None:
+    """The counts and both histograms agree (the module docstring): bin j's lookups
+    L x l_j lie between D x r_j x (lo + 1) and D x r_j x hi, each share give or take
+    SHARE_ROUNDING and the bounds give or take BIN_SLACK."""
+    lookups, distinct = stats.lookups, stats.distinct
+    rows = np.asarray(stats.rows_share, dtype=np.float64)
+    shares = np.asarray(stats.lookups_share, dtype=np.float64)
+    edges = np.asarray(BIN_EDGES, dtype=np.float64)
+    fewest = edges + 1.0  # a row of bin (lo, hi] was looked up at least lo + 1 times
+    most = np.append(edges[1:], np.inf)  # and at most hi (the last bin: no end)
+    h = SHARE_ROUNDING
+    low = distinct * np.maximum(rows - h, 0.0) * fewest / lookups / (1.0 + BIN_SLACK)
+    with np.errstate(invalid="ignore"):  # inf x 0: the last bin with no rows
+        high = distinct * (rows + h) * most / lookups * (1.0 + BIN_SLACK)
+    high = np.where(np.isnan(high), 0.0, high)
+    bad = np.flatnonzero((shares + h < low) | (shares - h > high))
+    if bad.size == 0:
+        return
+    j = int(bad[0])
+    label = f"({BIN_EDGES[j]}+" if j == BINS - 1 else f"({BIN_EDGES[j]}, {BIN_EDGES[j + 1]}]"
+    if j == BINS - 1:
+        times = f"more than {BIN_EDGES[j]} times"
+    elif BIN_EDGES[j] + 1 == BIN_EDGES[j + 1]:
+        times = "once" if BIN_EDGES[j + 1] == 1 else f"{BIN_EDGES[j + 1]} times"
+    else:
+        times = f"{BIN_EDGES[j] + 1} to {BIN_EDGES[j + 1]} times"
+    span = f"at least {low[j]:.3f}" if j == BINS - 1 else f"{low[j]:.3f} to {high[j]:.3f}"
+    raise ConfigError(
+        f"{cursor.where(first_bin + j)}: the counts and histograms disagree: bin {label} holds "
+        f"{shares[j]:.3f} of the {lookups:,.0f} lookups, but its {rows[j]:.3f} of the "
+        f"{distinct:,.0f} distinct rows, each looked up {times}, make {span} of them"
+    )
 
 
 def parse_locality_stats(text: str, path: str = "<text>") -> list[LocalityRecord]:
