@@ -1,7 +1,8 @@
-"""The cluster replay core (issue 41, item 3; `replay/engine/cluster.py`): per-GPU hits
-and misses against a slow reference that routes every key itself and keeps one cache per
-GPU, the all-to-all bytes of a tiny trace against hand-computed goldens for each sharding
-type, and one GPU equal to `replay_trace`."""
+"""The cluster replay core (`replay/engine/cluster.py`): per-GPU hits and misses against
+a slow reference that routes every key itself and keeps one cache per GPU, the
+all-to-all bytes of a tiny trace against hand-computed goldens for each sharding type
+(TorchRec's collectives, the default, and the lower bound), and one GPU equal to
+`replay_trace`."""
 
 from __future__ import annotations
 
@@ -305,6 +306,33 @@ TINY_GOLDEN = {
     DATA_PARALLEL: (1, 2, 0, 0),
     TABLE_ROW_WISE: (2, 2, 128, 128),
 }
+# TorchRec's collectives by hand (`replay/engine/collectives.py`; ids 8 B, lengths 4 B,
+# embeddings 4 B a value, dim 8; b = 2 samples a rank on two, 1 on four):
+# table-wise: splits 2 x 24; lengths 2 x (2 samples x 1 feature x 4 B); ids A s2, s3 and
+#   B s0, s1 (2 each) cross: 6 x 8; forward 2 x (2 x 32), backward the same:
+#   48 + 16 + 48 + 128 + 128 = 368
+# row-wise: splits 48; lengths 2 x (2 x 2 features x 4); ids of other ranks' rows: A s1,
+#   s2, B s0 (row 5), s1 (row 3), s3 (row 0): 5 x 8; the reduce-scatter of [4, 2 x 32 B]
+#   sends each rank's other chunk (2 x 64 B), the all-gather the same:
+#   48 + 32 + 40 + 256 + 256 = 632
+# column-wise (4 columns on each rank): splits 48; lengths 2 x (2 x 2 blocks x 4); every
+#   lookup's id to the other rank's block: 12 x 8; forward 2 x (2 x 2 x 16), backward:
+#   48 + 32 + 96 + 128 + 128 = 432
+# data-parallel: nothing
+# table-row-wise, 2 nodes x 2 (A on node 0, B on node 1; sample s on rank s): splits
+#   4 x 24 intra, 4 x 48 inter; lengths 4 x 4 intra, 4 x 8 inter; ids: A s2, s3 and B
+#   s0 (2), s1 (2) cross nodes (6 x 8), B s2 (2), s3 (row 0) inside node 1 (3 x 8); each
+#   node's reduce-scatter of [4, 32 B] sends each GPU's other chunk (2 x 32 B) and the
+#   cross-node all-to-all 1 x 32 B a GPU; backward the same:
+#   intra 96 + 16 + 24 + 256 + 256 = 648, inter 192 + 32 + 48 + 128 + 128 = 528
+TINY_TORCHREC = {
+    # kind: (all-to-all intra bytes, inter bytes, input distribution bytes)
+    TABLE_WISE: (368, 0, 112),
+    ROW_WISE: (632, 0, 120),
+    COLUMN_WISE: (432, 0, 176),
+    DATA_PARALLEL: (0, 0, 0),
+    TABLE_ROW_WISE: (648, 528, 408),
+}
 
 
 @pytest.mark.parametrize("kind", sorted(TINY_GOLDEN))
@@ -316,13 +344,26 @@ def test_all_to_all_bytes_of_a_tiny_trace(kind: str) -> None:
         uniform_plan(kind, tables, nodes=nodes, gpus_per_node=gpn), tables,
         nodes=nodes, gpus_per_node=gpn,
     )  # fmt: skip
-    system = _system(f"cluster.nodes={nodes}", f"cluster.gpus_per_node={gpn}",
-                     "policy.capacity_rows=4", "model.dense_params=0")  # fmt: skip
+    sets = (f"cluster.nodes={nodes}", f"cluster.gpus_per_node={gpn}",
+            "policy.capacity_rows=4", "model.dense_params=0")  # fmt: skip
+    ours = replay_cluster(source, _system(*sets), placement).columns
+    t_intra, t_inter, t_input = TINY_TORCHREC[kind]
+    assert ours["all_to_all_intra_bytes"].tolist() == [t_intra]
+    assert ours["all_to_all_inter_bytes"].tolist() == [t_inter]
+    assert ours["all_to_all_input_bytes"].tolist() == [t_input]
+    assert ours["all_to_all_forward_bytes"].tolist() == ours["all_to_all_backward_bytes"].tolist()
+    assert ours["rank_all_to_all_sent_bytes"].sum() == t_intra + t_inter
+    assert ours["rank_all_to_all_received_bytes"].sum() == t_intra + t_inter
+    system = _system(*sets, "cluster.all_to_all_model=lower-bound")
     result = replay_cluster(source, system, placement)
     c = result.columns
     assert c["all_to_all_intra_bytes"].tolist() == [2 * intra]  # forward + backward
     assert c["all_to_all_inter_bytes"].tolist() == [2 * inter]
     assert c["all_to_all_bytes"].tolist() == [2 * (intra + inter)]
+    assert c["all_to_all_input_bytes"].tolist() == [0]
+    assert result.totals["all_to_all_model"] == "lower-bound"
+    # TorchRec's collectives move at least the bags the lower bound counts
+    assert ours["all_to_all_bytes"][0] >= c["all_to_all_bytes"][0]
     assert c["lookups"].tolist() == [12]
     assert c["routed_lookups"].tolist() == [24 if kind == COLUMN_WISE else 12]
     if kind == DATA_PARALLEL:
@@ -337,6 +378,11 @@ def test_all_to_all_bytes_of_a_tiny_trace(kind: str) -> None:
         assert cl is not None
         one = 64 / cl.intra_node_bw_bytes_per_s + cl.intra_node_latency_s
         assert c["all_to_all_s"][0] == pytest.approx(2 * one)
+        # TorchRec's: five all-to-alls a step (splits 24 B, lengths 8 B, ids 32 B the
+        # most a rank moves, the embeddings 64 B and their gradients 64 B), a latency each
+        bw, lat = cl.intra_node_bw_bytes_per_s, cl.intra_node_latency_s
+        want = sum(n / bw + lat for n in (24, 8, 32, 64, 64))
+        assert ours["all_to_all_s"][0] == pytest.approx(want, rel=1e-12)
 
 
 def test_table_wise_across_nodes_is_inter_node() -> None:
@@ -345,10 +391,12 @@ def test_table_wise_across_nodes_is_inter_node() -> None:
         uniform_plan(TABLE_WISE, tables, nodes=2, gpus_per_node=1), tables,
         nodes=2, gpus_per_node=1,
     )  # fmt: skip
-    system = _system("cluster.nodes=2", "cluster.gpus_per_node=1", "policy.capacity_rows=4")
-    c = replay_cluster(TinySource(TINY_A, TINY_B), system, placement).columns
-    assert c["all_to_all_inter_bytes"].tolist() == [256]
-    assert c["all_to_all_intra_bytes"].tolist() == [0]
+    for model in ("lower-bound", "torchrec"):
+        system = _system("cluster.nodes=2", "cluster.gpus_per_node=1", "policy.capacity_rows=4",
+                         f"cluster.all_to_all_model={model}")  # fmt: skip
+        c = replay_cluster(TinySource(TINY_A, TINY_B), system, placement).columns
+        assert c["all_to_all_inter_bytes"].tolist() == [256 if model == "lower-bound" else 368]
+        assert c["all_to_all_intra_bytes"].tolist() == [0]
 
 
 def test_allreduce_ring_model() -> None:

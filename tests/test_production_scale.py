@@ -71,9 +71,16 @@ def test_routed_pieces_equal_the_cluster_replay(tiny_pieces: None, sharding: str
     assert full.rank_updates is not None
     np.testing.assert_array_equal(routed["rank_updates"], full.rank_updates)
     for name in ("all_to_all_bytes", "all_to_all_intra_bytes", "all_to_all_inter_bytes",
-                 "all_to_all_s", "allreduce_s"):  # fmt: skip
+                 "all_to_all_s", "allreduce_s", "all_to_all_input_bytes",
+                 "rank_all_to_all_sent_bytes", "rank_all_to_all_received_bytes"):  # fmt: skip
         np.testing.assert_allclose(routed[name], full.columns[name], rtol=1e-12, err_msg=name)
     assert routed["all_to_all_bytes"].sum() > 0 or sharding == "data-parallel"
+    # the lower bound's per-rank bytes, kept across a batch's pieces as TorchRec's ids are
+    lower = resolve_system("hbm-lru", [*sets, "cluster.all_to_all_model=lower-bound"])
+    full = replay_cluster(GeneratedTrace(spec), lower, placement)
+    (routed,) = route_clusters(GeneratedTrace(spec), [(lower, placement, None)])
+    for name in ("all_to_all_bytes", "all_to_all_s", "rank_all_to_all_sent_bytes"):
+        np.testing.assert_allclose(routed[name], full.columns[name], rtol=1e-12, err_msg=name)
 
 
 def test_steady_counters_model_a_full_lru() -> None:

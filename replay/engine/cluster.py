@@ -1,5 +1,7 @@
 """The cluster replay: one pass over a trace (or an on-the-fly workload) feeding one cache
-per GPU, with the all-to-all and all-reduce traffic each batch costs.
+per GPU, with the all-to-all and all-reduce traffic each batch costs (the all-to-all
+as `cluster.all_to_all_model` names it: TorchRec's collectives, the default, or the
+lower bound; `replay.engine.collectives`).
 
 Placement. This is the engine's loop for a sharded cluster, beside `replay.py` (one GPU);
 it reads a `Placement` (`replay/system/sharding.py`) and the system's policy registry. It
@@ -64,16 +66,22 @@ Routing (TorchRec's semantics, `replay/system/sharding.py`):
   every block; a data-parallel row to every rank (the all-reduced gradient updates every
   replica).
 
-The all-to-all (per batch; bytes as fp32, 4 B a value):
+The all-to-all (per batch). TorchRec's collectives (the default): the input
+distribution of ids and lengths, the forward embeddings (an all-to-all for table-wise
+and column-wise, a reduce-scatter of whole [batch, dim] partial sums for row-wise, in
+the node then across nodes for table-row-wise) and the backward gradients, per sharding
+group, as `replay.engine.collectives` says with its sources; the routing kernels count
+the ids each rank sends to and receives from the others, the rest follows from the
+placement and the batch size. The lower bound (`lower-bound`; bytes as fp32, 4 B a
+value):
 
 - forward, for each (table, sample) bag: every rank that holds lookups of the bag sends
   the bag's pooled embedding (row-wise/table-wise: dim x 4 B; column-wise: its block's
   cols x 4 B) to the rank that owns the sample; nothing when they are the same rank, and
-  nothing from a rank holding no lookup of the bag. This is the sparse lower bound:
-  TorchRec's row-wise sharding reduce-scatters the whole [B, dim] partial sums from every
-  shard (`RwPooledEmbeddingDist`, `PooledEmbeddingsReduceScatter`), including the samples
-  a shard holds no row of (ASSUMPTION: only bags with lookups cost bytes; with pooling 1
-  and many ranks it is far below TorchRec's dense reduce-scatter).
+  nothing from a rank holding no lookup of the bag. A lower bound: TorchRec's row-wise
+  sharding reduce-scatters the whole [B, dim] partial sums from every shard
+  (`RwPooledEmbeddingDist`, `PooledEmbeddingsReduceScatter`), including the samples a
+  shard holds no row of, and sends the ids first.
 - table-row-wise (TorchRec's `twrw_sharding.py`, groups from `comm.py`
   `intra_and_cross_node_pg`): the partial sums are first reduce-scattered inside the
   table's node, to the GPU with the same local index as the sample's owner (NVLink;
@@ -82,9 +90,10 @@ The all-to-all (per batch; bytes as fp32, 4 B a value):
 - backward: the same bytes in the other direction (the gradients of the pooled
   embeddings), so a batch's all-to-all bytes are 2 x the forward bytes, split into
   intra-node (same node) and inter-node bytes.
-- time: per rank and direction, intra-node ``max(sent, received) / intra_node_bw`` (per
-  GPU, full duplex) plus the inter-node ``max(sent, received) / (nics_per_node x nic_bw /
-  gpus_per_node)`` (the node's NICs shared evenly by its GPUs), plus each fabric's
+- time (both models' all-to-alls): per rank and direction, intra-node ``max(sent,
+  received) / intra_node_bw`` (per GPU, full duplex) plus the inter-node ``max(sent,
+  received) / (nics_per_node x nic_bw / gpus_per_node)`` (the node's NICs shared evenly
+  by its GPUs), plus each fabric's
   latency once when the rank moves bytes over it. Intra- and inter-node parts add (no
   overlap -- ASSUMPTION, conservative); the all-to-all takes the slowest rank's time
   (a collective ends when its last rank does); forward and backward each take it.
@@ -109,8 +118,10 @@ lookups).
 Memory: per rank, its policy's state over its own rows (`state_bytes_per_key` x rows on
 the rank + the cache's slots); per range, the routed keys (8 B a routed lookup, in a ring
 of 2 buffers: the range in the policies and the one being routed; and 12 B a lookup for
-the record pass, kept across ranges); per batch, 3 x W int64
-per-rank columns (lookups, hits, misses) -- 1.5 KB a batch at 64 GPUs.
+the record pass, kept across ranges); per batch, 3 x W int64 per-rank columns (lookups,
+hits, misses) and 2 x W float64 (the all-to-all bytes each rank sends and receives) --
+2.5 KB a batch at 64 GPUs; per range, the kernels' all-to-all counts, (1 + groups) x 4
+x W int64 a batch.
 """
 
 from __future__ import annotations
@@ -126,6 +137,7 @@ import numpy as np
 
 from replay.engine.cluster_route import DP, Router
 from replay.engine.cluster_time import RankAccount, local_batch
+from replay.engine.collectives import CollectiveModel
 from replay.engine.placement import row_state_bytes
 from replay.engine.replay import workload_shape
 from replay.errors import ConfigError
@@ -276,6 +288,17 @@ def cluster_link(cluster: Any, gpus_per_node: int) -> np.ndarray:
     )
 
 
+def collective_model(
+    cluster: Any, placement: Placement, batch_size: int, link: np.ndarray
+) -> CollectiveModel:
+    """The all-to-all model `cluster` names (`all_to_all_model`: TorchRec's collectives
+    or the lower bound; `replay.engine.collectives`)."""
+    return CollectiveModel(
+        placement, batch_size, link, model=cluster.all_to_all_model,
+        index_bytes=cluster.index_bytes, length_bytes=cluster.length_bytes,
+    )  # fmt: skip
+
+
 def replay_cluster(
     source: Source,
     system: SystemSpec,
@@ -309,8 +332,9 @@ def replay_cluster(
         raise ConfigError("cluster: more than one node needs NICs (nics_per_node, nic_bw)")
     link = cluster_link(cluster, gpn)
     offsets = table_offsets(rows)
-    router = Router(placement, offsets, batch, link, ring=2)
+    router = Router(placement, offsets, batch, ring=2)
     lay = router.lay
+    collectives = collective_model(cluster, placement, batch, link)
     nb = source.num_batches
     policies = [
         make_rank_policy(system, lay.rank_rows[r], nb, shape.embedding_dim) for r in range(world)
@@ -322,7 +346,7 @@ def replay_cluster(
     unit_rows = policies[0].ctx.unit_rows
     acc = RankAccount(system, shape, world, nb, unit_rows)
     lookups = np.zeros(nb, dtype=np.int64)
-    a2a = np.zeros((nb, 3), dtype=np.float64)
+    net: dict[str, np.ndarray] = {}  # the all-to-all's columns (`CollectiveModel.columns`)
     wait_s = 0.0
     policy_s = 0.0
     account_s = 0.0
@@ -349,7 +373,12 @@ def replay_cluster(
         # the update keys are there to count (an on-the-fly source makes them)
         derived = br.updates_are_lookups
         assert not derived or len(br.update_keys) == br.update_bounds[-1]
-        routes = router.route(br, a2a[br.batch_start : br.batch_stop], not derived)
+        traffic = collectives.buffers(br.batches)
+        routes = router.route(br, traffic, not derived)
+        for name, values in collectives.columns(*traffic).items():
+            if name not in net:
+                net[name] = np.zeros((nb, *values.shape[1:]), dtype=np.float64)
+            net[name][br.batch_start : br.batch_stop] = values
         route_took[0] += time.perf_counter() - t0
         return routes
 
@@ -390,7 +419,8 @@ def replay_cluster(
     ar_rank, ar_intra, ar_inter, ar_s = allreduce_model(
         placement, system.model.dense_params, tuple(link)
     )
-    fwd_intra, fwd_inter, fwd_s = a2a[:, 0], a2a[:, 1], a2a[:, 2]
+    if not net:  # no batch
+        net = {k: v[:0] for k, v in collectives.columns(*collectives.buffers(0)).items()}
     routed = rank_lookups.sum(axis=1)
     mean = routed / world
     imbalance = np.where(routed > 0, rank_lookups.max(axis=1) / np.maximum(mean, 1e-300), 1.0)
@@ -400,10 +430,7 @@ def replay_cluster(
         "rank_lookups": rank_lookups,
         "rank_hits": rank_hits,
         "rank_misses": rank_misses,
-        "all_to_all_bytes": 2 * (fwd_intra + fwd_inter),
-        "all_to_all_intra_bytes": 2 * fwd_intra,
-        "all_to_all_inter_bytes": 2 * fwd_inter,
-        "all_to_all_s": 2 * fwd_s,
+        **net,  # all_to_all_bytes (every phase), its parts, all_to_all_s, per rank
         "allreduce_bytes_per_rank": np.full(nb, ar_rank),
         "allreduce_s": np.full(nb, ar_s),
         "imbalance": imbalance,
@@ -426,12 +453,17 @@ def replay_cluster(
                 "state_bytes": int(type(policy).state_bytes_per_key * policy.ctx.total_keys),
                 "updates": int(rank_updates[:, r].sum()),
                 "time_s": float(acc.rank_time_s[:, r].sum()),
+                "all_to_all_sent_bytes": float(net["rank_all_to_all_sent_bytes"][:, r].sum()),
+                "all_to_all_received_bytes": float(
+                    net["rank_all_to_all_received_bytes"][:, r].sum()
+                ),
             }
         )
     totals = {
         "world": world,
         "lookups": int(lookups.sum()),
         "routed_lookups": int(rank_lookups.sum()),
+        "all_to_all_model": collectives.model,
         "all_to_all_bytes": float(columns["all_to_all_bytes"].sum()),
         "all_to_all_s": float(columns["all_to_all_s"].sum()),
         "allreduce_intra_bytes_per_batch": ar_intra,
@@ -460,4 +492,11 @@ def replay_cluster(
     )  # fmt: skip
 
 
-__all__ = ["ClusterResult", "allreduce_model", "cluster_link", "make_rank_policy", "replay_cluster"]
+__all__ = [
+    "ClusterResult",
+    "allreduce_model",
+    "cluster_link",
+    "collective_model",
+    "make_rank_policy",
+    "replay_cluster",
+]

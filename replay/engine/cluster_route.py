@@ -1,6 +1,7 @@
 """The cluster replay's routing kernels (`replay.engine.cluster` says what they compute):
 each lookup and update row of a batch range to the rank that owns it, as a rank-local key,
-and each batch's forward all-to-all bytes and time.
+and each batch's all-to-all counts per rank (the lower bound's pooled bytes and the ids of
+TorchRec's input all-to-all, which `replay.engine.collectives` turns into bytes and time).
 
 Two passes per stream, both numba: `route_lookups` (or `route_updates`) records every
 key's rank and local key and counts them per batch and rank; `scatter` lays the recorded
@@ -38,8 +39,9 @@ import numpy as np
 
 from replay._intrinsics import ix
 from replay._jit import kernel
+from replay.engine.collectives import sharding_groups, table_groups
 from replay.system.sharding import (
-    COLUMN_WISE,
+    COLUMN_SPLIT,
     DATA_PARALLEL,
     TABLE_ROW_WISE,
     TABLE_WISE,
@@ -100,7 +102,7 @@ def layout(placement: Placement) -> Layout:
         e = placement.entry(t)
         idx = by_table.get(t, [])
         full[t] = BYTES_PER_VALUE * shape.dim
-        if e.type == COLUMN_WISE:
+        if e.type in COLUMN_SPLIT:  # column-wise, table-column-wise
             kind[t] = CW
         elif e.type == DATA_PARALLEL:
             kind[t] = DP
@@ -210,6 +212,20 @@ def _send(src: int, dst: int, nbytes: int, gpn: int, scratch: np.ndarray) -> Non
 
 
 @kernel(inline="always")
+def _send_id(src: int, dst: int, g: int, gpn: int, iscratch: np.ndarray) -> None:
+    """One id from the sample's rank `src` to the rank serving it, in group g's input
+    all-to-all (nothing to itself)."""
+    if src == dst:
+        return
+    if src // gpn == dst // gpn:
+        iscratch[g, ix(src), 0] += 1
+        iscratch[g, ix(dst), 2] += 1
+    else:
+        iscratch[g, ix(src), 1] += 1
+        iscratch[g, ix(dst), 3] += 1
+
+
+@kernel(inline="always")
 def _flush(held: np.ndarray, nheld: int, owner: int, k_t: int, brank: np.ndarray,
            pooled: np.ndarray, full: int, gpn: int, scratch: np.ndarray) -> None:  # fmt: skip
     """A bag's forward bytes: each holding block's pooled embedding to the sample's owner
@@ -246,6 +262,7 @@ def route_lookups(
     shift: np.ndarray,
     pooled: np.ndarray,
     full: np.ndarray,
+    group: np.ndarray,
     own: np.ndarray,
     counts: np.ndarray,
     krank: np.ndarray,
@@ -253,21 +270,25 @@ def route_lookups(
     stamp: np.ndarray,
     held: np.ndarray,
     scratch: np.ndarray,
-    link: np.ndarray,
-    a2a: np.ndarray,
+    iscratch: np.ndarray,
+    lower: np.ndarray,
+    ids: np.ndarray,
     goes_on: bool = False,
 ) -> None:
     """Route the lookups of a range's batches: counts[b, r] = lookups of batch b routed to
     rank r; krank[i], klocal[i] = lookup i's rank and local key (-1 - t and the row for a
-    column-wise lookup of table t, which goes to every block); a2a[b] = (forward
-    intra-node bytes, forward inter-node bytes, forward time s) with `link` = (intra bw,
-    intra latency, inter bw per GPU, inter latency). `own[s]`: sample s's rank;
-    `shift[blk]` = local[blk] - start[blk].
-    `stamp` (per block) and `held` mark a bag's blocks; `scratch` is world x 4
-    (sent/received intra/inter of the current batch). `goes_on`: the range is a later
-    piece of the batch the last call routed (`BatchRange.tables`): `scratch` keeps that
-    batch's bytes, so a2a[0] is the whole batch's so far (tables never share a bag)."""
-    world = counts.shape[1]
+    column-wise lookup of table t, which goes to every block); lower[b] (world x 4) =
+    the lower bound's forward bytes per rank (sent intra-node, sent inter-node, received
+    intra-node, received inter-node: `replay.engine.collectives`); ids[b] (groups x
+    world x 4) = the ids each rank sends to and receives from other ranks in TorchRec's
+    input all-to-all of each sharding group (`group[t]`: table t's, -1 data-parallel, which
+    sends none), counted as the bytes are. `own[s]`: sample s's rank; `shift[blk]` =
+    local[blk] - start[blk].
+    `stamp` (per block) and `held` mark a bag's blocks; `scratch` (world x 4) and
+    `iscratch` (groups x world x 4) hold the current batch's. `goes_on`: the range is a
+    later piece of the batch the last call routed (`BatchRange.tables`): the scratches
+    keep that batch's counts, so lower[0] and ids[0] are the whole batch's so far (tables
+    never share a bag)."""
     bag = 0
     stamp[:] = -1  # bag ids restart with every call
     for b in range(len(bounds) - 1):
@@ -275,6 +296,7 @@ def route_lookups(
         hi = bounds[b + 1]
         if b > 0 or not goes_on:
             scratch[:, :] = 0
+            iscratch[:, :, :] = 0
         i = lo
         while i < hi:
             t = table_of(offsets, np.int64(keys[ix(i)]))
@@ -291,6 +313,7 @@ def route_lookups(
                     a = m + 1
             n = a - i
             k_t = kind[ix(t)]
+            g = group[ix(t)]
             tb = base[ix(t)]
             nblk = count[ix(t)]
             full_t = full[ix(t)]
@@ -312,6 +335,8 @@ def route_lookups(
                 first = (owner // gpn) * gpn  # the owner's node's first rank
                 rin = 0
                 rout = 0
+                iin = 0  # ids the owner sends, intra- and inter-node
+                iout = 0
                 for p in range(n):
                     j = i + p
                     row = np.int64(keys[ix(j)]) - toff
@@ -326,8 +351,12 @@ def route_lookups(
                         if own[ix(s)] != owner:
                             scratch[ix(owner), 2] += rin
                             scratch[ix(owner), 3] += rout
+                            iscratch[g, ix(owner), 0] += iin
+                            iscratch[g, ix(owner), 1] += iout
                             rin = 0
                             rout = 0
+                            iin = 0
+                            iout = 0
                             owner = own[ix(s)]
                             first = (owner // gpn) * gpn
                     blk = _block_of(t, row, mul, mshift, even, base, bshift, bbase, bfirst, bend)
@@ -340,11 +369,17 @@ def route_lookups(
                         if first <= r < first + gpn:
                             scratch[ix(r), 0] += nbytes
                             rin += nbytes
+                            iscratch[g, ix(r), 2] += 1
+                            iin += 1
                         else:
                             scratch[ix(r), 1] += nbytes
                             rout += nbytes
+                            iscratch[g, ix(r), 3] += 1
+                            iout += 1
                 scratch[ix(owner), 2] += rin
                 scratch[ix(owner), 3] += rout
+                iscratch[g, ix(owner), 0] += iin
+                iscratch[g, ix(owner), 1] += iout
                 i += n
                 continue
             if n <= batch_size and k_t == DP:
@@ -389,6 +424,7 @@ def route_lookups(
                     agg = (r // gpn) * gpn + owner % gpn
                     _send(r, agg, pooled[ix(blk)], gpn, scratch)
                     _send(agg, owner, full_t, gpn, scratch)
+                    _send_id(owner, r, g, gpn, iscratch)
                 i += n
                 continue
             for p in range(n):
@@ -419,6 +455,7 @@ def route_lookups(
                     for c in range(nblk):
                         blk = tb + c
                         counts[b, brank[ix(blk)]] += 1
+                        _send_id(owner, brank[ix(blk)], g, gpn, iscratch)
                         if stamp[ix(blk)] != bag:
                             stamp[ix(blk)] = bag
                             held[nheld] = blk
@@ -429,6 +466,7 @@ def route_lookups(
                     counts[b, r] += 1
                     krank[ix(j)] = r
                     klocal[ix(j)] = shift[ix(blk)] + row
+                    _send_id(owner, r, g, gpn, iscratch)
                     if stamp[ix(blk)] != bag:
                         stamp[ix(blk)] = bag
                         held[nheld] = blk
@@ -436,23 +474,8 @@ def route_lookups(
             if nheld > 0:
                 _flush(held, nheld, owner, k_t, brank, pooled, full_t, gpn, scratch)
             i += n
-        intra = 0
-        inter = 0
-        slowest = 0.0
-        for r in range(world):
-            intra += scratch[r, 0]
-            inter += scratch[r, 1]
-            ti = max(scratch[r, 0], scratch[r, 2])
-            te = max(scratch[r, 1], scratch[r, 3])
-            tr = 0.0
-            if ti > 0:
-                tr += ti / link[0] + link[1]
-            if te > 0:
-                tr += te / link[2] + link[3]
-            slowest = max(slowest, tr)
-        a2a[b, 0] = intra
-        a2a[b, 1] = inter
-        a2a[b, 2] = slowest
+        lower[b] = scratch
+        ids[b] = iscratch
 
 
 @kernel
@@ -569,10 +592,11 @@ def scatter(
 class Router:
     """Routes a source's batch ranges for one placement: the layout's kernel arrays, and
     scratch buffers kept across ranges (`route` returns views into them, valid for the
-    next `ring` - 1 calls)."""
+    next `ring` - 1 calls). `traffic` (`route`, `count`): the range's rows of the
+    kernel's per-batch `lower` and `ids` arrays (`CollectiveModel.buffers`)."""
 
     def __init__(self, placement: Placement, offsets: np.ndarray, batch_size: int,
-                 link: np.ndarray, ring: int = 1) -> None:  # fmt: skip
+                 ring: int = 1) -> None:  # fmt: skip
         lay = self.lay = layout(placement)
         # the routed keys' buffers: `ring` sets in turn, so a caller may hold the last
         # ring - 1 results while it asks for the next (a routing thread ahead of the
@@ -582,8 +606,9 @@ class Router:
         world = self.world = placement.world
         self.gpn = placement.gpus_per_node
         self.batch_size = batch_size
-        self.link = link
         self.offsets = offsets
+        self.group = table_groups(placement)
+        groups = max(len(sharding_groups(placement)), 1)
         shift = lay.local - lay.start
         mul, mshift = magic(np.diff(offsets), lay.even)
         index = buckets(lay, np.diff(offsets))
@@ -593,6 +618,7 @@ class Router:
         self.stamp = np.full(max(len(lay.start), 1), -1, dtype=np.int64)
         self.held = np.zeros(max(lay.max_blocks, 1), dtype=np.int64)
         self.scratch = np.zeros((world, 4), dtype=np.int64)
+        self.iscratch = np.zeros((groups, world, 4), dtype=np.int64)
         self.cursor = np.zeros(world, dtype=np.int64)
         self.tcount = np.zeros(len(lay.kind), dtype=np.int64)
         self._buf: dict[str, np.ndarray] = {}
@@ -618,7 +644,7 @@ class Router:
         return out, starts, bounds
 
     def _route(
-        self, br: BatchRange, a2a: np.ndarray, update_keys: bool
+        self, br: BatchRange, traffic: tuple[np.ndarray, np.ndarray], update_keys: bool
     ) -> tuple[np.ndarray, int, np.ndarray, int]:
         """The routing kernels over the range: (counts, lookups recorded, ucounts, update
         rows recorded); the recorded ranks and local keys stay in the scratch buffers."""
@@ -627,9 +653,9 @@ class Router:
         counts = np.zeros((n, world), dtype=np.int64)
         route_lookups(
             br.keys, br.bounds, self.batch_size, self.gpn, *self.tables, *self.blocks,
-            self.lay.pooled, self.lay.full, self.own, counts,
+            self.lay.pooled, self.lay.full, self.group, self.own, counts,
             self._take("krank", nk, np.int32), self._take("klocal", nk, np.int64),
-            self.stamp, self.held, self.scratch, self.link, a2a,
+            self.stamp, self.held, self.scratch, self.iscratch, traffic[0], traffic[1],
             br.tables is not None and br.tables[0] > 0,
         )  # fmt: skip
         nu = len(br.update_keys) if update_keys else 0
@@ -641,22 +667,26 @@ class Router:
         )  # fmt: skip
         return counts, nk, ucounts, nu
 
-    def count(self, br: BatchRange, a2a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def count(
+        self, br: BatchRange, traffic: tuple[np.ndarray, np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(counts, ucounts) of the range's lookups and update rows per batch and rank, and
-        its all-to-all in `a2a`, as `route` gives them, without laying the keys out (the
-        routing alone: `replay.engine.cluster_routed`)."""
-        counts, _, ucounts, _ = self._route(br, a2a, False)
+        its all-to-all counts in `traffic`, as `route` gives them, without laying the keys
+        out (the routing alone: `replay.engine.cluster_routed`)."""
+        counts, _, ucounts, _ = self._route(br, traffic, False)
         return counts, ucounts
 
-    def route(self, br: BatchRange, a2a: np.ndarray, update_keys: bool = True) -> tuple:
+    def route(
+        self, br: BatchRange, traffic: tuple[np.ndarray, np.ndarray], update_keys: bool = True
+    ) -> tuple:
         """(counts, keys, starts, bounds) of the range's lookups, then of its update rows
         (counts: batches x world; rank r's keys keys[starts[r]:starts[r + 1]] with batch
-        bounds bounds[r]); a2a: the range's rows of the forward all-to-all columns.
-        `update_keys` False: the update rows are counted, not laid out (no keys, starts
-        all 0)."""
+        bounds bounds[r]); `traffic`: the range's rows of the all-to-all counts (class
+        docstring). `update_keys` False: the update rows are counted, not laid out (no
+        keys, starts all 0)."""
         n, world = br.batches, self.world
         self.turn = (self.turn + 1) % self.ring
-        counts, nk, ucounts, nu = self._route(br, a2a, update_keys)
+        counts, nk, ucounts, nu = self._route(br, traffic, update_keys)
         keys = self._scatter("k", counts, nk)
         if update_keys:
             return (counts, *keys, ucounts, *self._scatter("u", ucounts, nu))

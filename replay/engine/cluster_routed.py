@@ -31,9 +31,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from replay.engine.cluster import allreduce_model, cluster_link
+from replay.engine.cluster import allreduce_model, cluster_link, collective_model
 from replay.engine.cluster_route import Router
 from replay.engine.cluster_time import RankAccount
+from replay.engine.collectives import CollectiveModel
 from replay.engine.replay import workload_shape
 from replay.errors import ConfigError
 from replay.policies.base import (
@@ -96,7 +97,8 @@ def _router(source: object, system: SystemSpec, placement: Placement) -> tuple:
     if shape.batch_size <= 0:
         raise ConfigError("cluster: the source names no batch size (samples per batch)")
     link = cluster_link(cluster, placement.gpus_per_node)
-    return Router(placement, table_offsets(rows), shape.batch_size, link), link, shape
+    router = Router(placement, table_offsets(rows), shape.batch_size)
+    return router, collective_model(cluster, placement, shape.batch_size, link), shape
 
 
 def route_clusters(
@@ -107,8 +109,9 @@ def route_clusters(
     """The cluster replay's routing columns of every batch of `source` for each job
     (system, placement, per-GPU hit ratios or None), all from one read of the source in
     pieces: `rank_lookups`, `rank_updates` (batches x world), `lookups`,
-    `routed_lookups`, `all_to_all_bytes`, `all_to_all_intra_bytes`,
-    `all_to_all_inter_bytes`, `all_to_all_s`, `allreduce_s`, `imbalance` (per batch);
+    `routed_lookups`, the all-to-all's columns (`CollectiveModel.columns`:
+    `all_to_all_bytes`, its parts and phases, `all_to_all_s`, and per rank),
+    `allreduce_s`, `imbalance` (per batch);
     with hit ratios also `rank_hits`, `rank_time_s` and `step_time_s` (module
     docstring)."""
     nb = int(source.num_batches)  # type: ignore[attr-defined]
@@ -119,19 +122,23 @@ def route_clusters(
     routers = [_router(source, system, placement) for system, placement, _ in jobs]
     looks = [np.zeros((nb, p.world), dtype=np.int64) for _, p, _ in jobs]
     upds = [np.zeros((nb, p.world), dtype=np.int64) for _, p, _ in jobs]
-    a2as = [np.zeros((nb, 3), dtype=np.float64) for _ in jobs]
+    nets: list[dict[str, np.ndarray]] = [{} for _ in jobs]
     unique = sorted(set(of))
     lookups = np.zeros(nb, dtype=np.int64)
     ranges = iter_batch_ranges(source, with_updates=True, updates_from_lookups=True, pieces=True)
 
     def route(j: int, br: BatchRange) -> None:
         window = slice(br.batch_start, br.batch_stop)
-        # a later piece adds to its batch; the router keeps the batch's bytes
-        row = np.zeros((br.batches, 3), dtype=np.float64)
-        counts, ucounts = routers[j][0].count(br, row)
+        # a later piece adds to its batch; the router keeps the batch's counts
+        model = routers[j][1]
+        traffic = model.buffers(br.batches)
+        counts, ucounts = routers[j][0].count(br, traffic)
         looks[j][window] += counts
         upds[j][window] += ucounts
-        a2as[j][window] = row  # the batch's bytes so far, and their time
+        for name, values in model.columns(*traffic).items():  # the batch's so far
+            if name not in nets[j]:
+                nets[j][name] = np.zeros((nb, *values.shape[1:]), dtype=np.float64)
+            nets[j][name][window] = values
 
     # the routers are independent (each its own buffers) and their kernels release the
     # GIL: the placements of a piece route side by side
@@ -143,21 +150,22 @@ def route_clusters(
                 done.result()
     return [
         _columns(
-            system, placement, link, shape, hit, lookups, looks[of[j]], upds[of[j]], a2as[of[j]]
+            system, placement, model, shape, hit, lookups, looks[of[j]], upds[of[j]],
+            nets[of[j]] or {k: v[:0] for k, v in model.columns(*model.buffers(0)).items()},
         )
-        for j, ((system, placement, hit), (_, link, shape)) in enumerate(
+        for j, ((system, placement, hit), (_, model, shape)) in enumerate(
             zip(jobs, routers, strict=True)
         )
-    ]
+    ]  # fmt: skip
 
 
 def _columns(
-    system: SystemSpec, placement: Placement, link: np.ndarray, shape: object,
+    system: SystemSpec, placement: Placement, model: CollectiveModel, shape: object,
     hit_ratios: np.ndarray | None, lookups: np.ndarray, rank_lookups: np.ndarray,
-    rank_updates: np.ndarray, a2a: np.ndarray,
+    rank_updates: np.ndarray, net: dict[str, np.ndarray],
 ) -> dict[str, np.ndarray]:  # fmt: skip
     nb, world = rank_lookups.shape
-    _, _, _, ar_s = allreduce_model(placement, system.model.dense_params, tuple(link))
+    _, _, _, ar_s = allreduce_model(placement, system.model.dense_params, tuple(model.link))
     routed = rank_lookups.sum(axis=1)
     mean = routed / world
     columns: dict[str, np.ndarray] = {
@@ -165,10 +173,7 @@ def _columns(
         "routed_lookups": routed,
         "rank_lookups": rank_lookups,
         "rank_updates": rank_updates,
-        "all_to_all_bytes": 2 * (a2a[:, 0] + a2a[:, 1]),
-        "all_to_all_intra_bytes": 2 * a2a[:, 0],
-        "all_to_all_inter_bytes": 2 * a2a[:, 1],
-        "all_to_all_s": 2 * a2a[:, 2],
+        **net,
         "allreduce_s": np.full(nb, ar_s),
         "imbalance": np.where(routed > 0, rank_lookups.max(axis=1) / np.maximum(mean, 1e-300), 1.0),
     }

@@ -73,6 +73,8 @@ FABRICS = ("nvlink2", "nvlink3", "nvlink4", "nvlink5", "nvswitch", "pcie", "xgmi
 # TorchRec's sharding types (torchrec.distributed.types.ShardingType), as the CLI names
 # them, and `auto`: the sharder balances per-GPU cost
 SHARDINGS = ("auto", "table-wise", "row-wise", "column-wise", "table-row-wise", "data-parallel")
+# a cluster's all-to-all model (replay/engine/collectives.py)
+ALL_TO_ALL_MODELS = ("torchrec", "lower-bound")
 MAX_GPUS_PER_NODE = 1024
 # ASSUMPTION: no DLRM job we know of is larger (Meta's ZionEX reports 128-2048 GPUs);
 # bounds the per-GPU state a cluster replay keeps
@@ -360,6 +362,12 @@ class ClusterSpec:
     drive_write_bw_bytes_per_s: float = field(default=4.0e9, metadata=_range(0, MAX_RATE))
     sharding: str = field(default="auto", metadata={"choices": SHARDINGS})
     sharding_file: str = ""  # a sharding plan (JSON); "": from `sharding`
+    # the all-to-all: TorchRec's collectives per sharding type, or the sparse lower bound
+    # (replay/engine/collectives.py); the byte widths of the ids and lengths TorchRec's
+    # input all-to-all sends (int64 ids, int32 lengths: TorchRec's RandomRecDataset)
+    all_to_all_model: str = field(default="torchrec", metadata={"choices": ALL_TO_ALL_MODELS})
+    index_bytes: int = field(default=8, metadata={"choices_int": (4, 8)})
+    length_bytes: int = field(default=4, metadata={"choices_int": (4, 8)})
     preset: str = ""  # the clusters.toml entry its defaults came from ("": these)
     source: str = ""
 

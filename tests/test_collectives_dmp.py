@@ -1,0 +1,233 @@
+"""TorchRec's collectives as `replay.engine.collectives` models them, held against the real
+`DistributedModelParallel`: a CPU run over gloo of 2 processes (one node of 2) and of 4
+(2 nodes of 2), every sharding type in one `EmbeddingBagCollection` (table-wise,
+row-wise, column-wise, table-row-wise on each node, data-parallel; pooling 1 and 2),
+two batches. For every rank, batch and phase (input distribution, forward embeddings,
+backward gradients) the bytes each collective call sends and receives, intra- and
+inter-node, equal the model's, framing included (the splits all-to-all, 24 B a peer a
+sharding group, is modelled; nothing else is sent); the data-parallel all-reduce's
+payload is `allreduce_model`'s. One DMP run per world size (`tests/_dmp_harness.py`):
+~10 s and ~20 s on the 2-core VM."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _dmp_harness import DmpResult, DmpTable, run_dmp
+
+from replay.engine.cluster import allreduce_model, cluster_link, replay_cluster
+from replay.engine.cluster_route import Router
+from replay.engine.collectives import (
+    ALL_GATHER,
+    ALL_TO_ALL,
+    REDUCE_SCATTER,
+    CollectiveModel,
+)
+from replay.system.sharding import (
+    COLUMN_WISE,
+    DATA_PARALLEL,
+    ROW_WISE,
+    TABLE_ROW_WISE,
+    TABLE_WISE,
+    ShardingPlan,
+    TableShape,
+    TableSharding,
+    resolve_plan,
+)
+from replay.system.spec import ClusterSpec, apply_overrides, build_system, load_system_data
+from replay.trace.keys import table_offsets
+from replay.trace.stream import BatchRange
+
+BATCH = 8
+BATCHES = 2
+# name, rows, dim, pooling
+TABLES = [("tw", 10, 4, 1), ("rw", 13, 8, 2), ("cw", 7, 8, 1), ("tr0", 11, 4, 1),
+          ("tr1", 9, 8, 2), ("dp", 5, 4, 1)]  # fmt: skip
+OPS = {
+    "all_to_all_single": ALL_TO_ALL,
+    "reduce_scatter_tensor": REDUCE_SCATTER,
+    "all_gather_into_tensor": ALL_GATHER,
+}
+
+
+def _batches() -> list[list[np.ndarray]]:
+    rng = np.random.default_rng(52)
+    return [
+        [rng.integers(0, rows, size=(BATCH, pooling)) for _, rows, _, pooling in TABLES]
+        for _ in range(BATCHES)
+    ]
+
+
+def _ours(world: int, gpn: int) -> ShardingPlan:
+    """Our plan of the same sharding: table-wise on rank 1, column-wise on ranks 0 and
+    the last, table-row-wise tr0 on node 0 and tr1 on the last node."""
+    nodes = world // gpn
+    every = tuple(range(world))
+    entries = {
+        "tw": (TABLE_WISE, (1,)),
+        "rw": (ROW_WISE, every),
+        "cw": (COLUMN_WISE, (0, world - 1)),
+        "tr0": (TABLE_ROW_WISE, tuple(range(gpn))),
+        "tr1": (TABLE_ROW_WISE, tuple(range((nodes - 1) * gpn, world))),
+        "dp": (DATA_PARALLEL, every),
+    }
+    return ShardingPlan(tuple(TableSharding(n, *entries[n]) for n, *_ in TABLES))
+
+
+def _theirs(world: int, gpn: int) -> list[DmpTable]:
+    nodes = world // gpn
+    kinds = {
+        "tw": ("table_wise", (1,), 0),
+        "rw": ("row_wise", (), 0),
+        "cw": ("column_wise", (0, world - 1), 0),
+        "tr0": ("table_row_wise", (), 0),
+        "tr1": ("table_row_wise", (), nodes - 1),
+        "dp": ("data_parallel", (), 0),
+    }
+    return [
+        DmpTable(name, rows, dim, kinds[name][0], ranks=kinds[name][1], host=kinds[name][2])
+        for name, rows, dim, _ in TABLES
+    ]
+
+
+class _Batches:
+    """The batches as a trace: per batch, table by table, samples in order."""
+
+    def __init__(self, batches: list[list[np.ndarray]]) -> None:
+        self.batches = batches
+        self.table_names = [n for n, *_ in TABLES]
+        self.table_rows = np.array([r for _, r, _, _ in TABLES], dtype=np.int64)
+        self.num_batches = len(batches)
+        self.workload = {"name": "dmp", "batch_size": BATCH, "embedding_dim": 8}
+        self.manifest: dict[str, Any] = {"batch_size": BATCH}
+        self.path = Path("dmp")
+
+    def keys(self) -> tuple[np.ndarray, np.ndarray]:
+        offsets = table_offsets(self.table_rows)
+        keys = [np.concatenate([offsets[t] + ids.reshape(-1) for t, ids in enumerate(b)])
+                for b in self.batches]  # fmt: skip
+        bounds = np.concatenate([[0], np.cumsum([len(k) for k in keys])])
+        return np.concatenate(keys).astype(np.int64), bounds.astype(np.int64)
+
+    def generated_ranges(self, start: int, stop: int, **_: Any) -> Any:
+        keys, bounds = self.keys()
+        empty = np.empty(0, dtype=np.int64)
+        yield BatchRange(0, self.num_batches, keys, bounds, empty,
+                         np.zeros(self.num_batches + 1, np.int64))  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=[(2, 2), (4, 2)], ids=["2 ranks", "2 x 2 ranks"])
+def dmp(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    world, gpn = request.param
+    batches = _batches()
+    folder = tmp_path_factory.mktemp(f"dmp{world}")
+    result = run_dmp(_theirs(world, gpn), batches, world=world, gpus_per_node=gpn,
+                     folder=folder)  # fmt: skip
+    return world, gpn, batches, result
+
+
+def _placement(world: int, gpn: int) -> Any:
+    tables = tuple(TableShape(n, r, d) for n, r, d, _ in TABLES)
+    return resolve_plan(_ours(world, gpn), tables, nodes=world // gpn, gpus_per_node=gpn)
+
+
+def _model(world: int, gpn: int, batches: list) -> tuple[CollectiveModel, np.ndarray]:
+    placement = _placement(world, gpn)
+    cluster = ClusterSpec(nodes=world // gpn, gpus_per_node=gpn)
+    model = CollectiveModel(placement, BATCH, cluster_link(cluster, gpn))
+    source = _Batches(batches)
+    router = Router(placement, table_offsets(source.table_rows), BATCH)
+    traffic = model.buffers(BATCHES)
+    router.count(next(source.generated_ranges(0, BATCHES)), traffic)
+    return model, traffic[1]
+
+
+def _measured(result: DmpResult, rank: int, batch: int, gpn: int) -> Counter:
+    """(phase, what, op, sent intra, sent inter, received intra, received inter) of each
+    embedding collective the rank called in the batch (the DDP all-reduce apart)."""
+    out: Counter = Counter()
+    node = rank // gpn
+    for c in result.calls(rank, batch=batch):
+        if c["op"] not in OPS:
+            continue
+        ranks = c["ranks"]
+        n = len(ranks)
+        me = ranks.index(rank)
+        traffic = [0, 0, 0, 0]
+        if c["op"] == "all_to_all_single":
+            for peer, sent, got in zip(ranks, c["sent_to"], c["received_from"], strict=True):
+                if peer != rank:
+                    inter = peer // gpn != node
+                    traffic[inter] += sent
+                    traffic[2 + inter] += got
+        else:  # a ring in group order, even chunks (`replay.engine.collectives._ring`)
+            full = c["input_bytes"] if c["op"] == "reduce_scatter_tensor" else c["output_bytes"]
+            moved = full - full // n
+            succ, pred = ranks[(me + 1) % n], ranks[(me - 1) % n]
+            traffic[succ // gpn != node] += moved
+            traffic[2 + (pred // gpn != node)] += moved
+        what = c.get("what") or ("embeddings" if c["phase"] == "forward" else "gradients")
+        out[(c["phase"], what, OPS[c["op"]], *traffic)] += 1
+    return out
+
+
+def _modelled(model: CollectiveModel, ids: np.ndarray, rank: int) -> Counter:
+    out: Counter = Counter()
+    for c in model.batch_calls(ids):
+        out[(c.phase, c.what, c.op, *(int(v) for v in c.traffic[rank]))] += 1
+    return out
+
+
+def test_every_collective_equals_dmps(dmp: tuple) -> None:
+    world, gpn, batches, result = dmp
+    model, ids = _model(world, gpn, batches)
+    for b in range(BATCHES):
+        for r in range(world):
+            assert _modelled(model, ids[b], r) == _measured(result, r, b, gpn), (b, r)
+    # each phase's bytes, summed over the ranks, as the results report them
+    columns = model.columns(*model.buffers(BATCHES)[:1], ids)
+    for b in range(BATCHES):
+        sent = {p: 0 for p in ("input", "forward", "backward")}
+        for r in range(world):
+            for key, count in _measured(result, r, b, gpn).items():
+                sent[key[0]] += count * (key[3] + key[4])
+        for phase, total in sent.items():
+            assert columns[f"all_to_all_{phase}_bytes"][b] == total
+
+
+def test_the_data_parallel_all_reduce_equals_ddps(dmp: tuple) -> None:
+    """DDP all-reduces the dense layer's and the replicated table's gradients: S bytes a
+    step, of which a ring moves 2 (W - 1) / W per rank (`allreduce_model`)."""
+    world, gpn, _, result = dmp
+    dense = sum(d for _, _, d, _ in TABLES) + 1  # Linear(sum of dims, 1)
+    per_rank, _, _, _ = allreduce_model(_placement(world, gpn), dense, (1.0, 0.0, 1.0, 0.0))
+    for r in range(world):
+        for b in range(BATCHES):
+            payload = sum(c["input_bytes"] for c in result.calls(r, batch=b)
+                          if c["op"] == "all_reduce")  # fmt: skip
+            assert per_rank == pytest.approx(2 * (world - 1) / world * payload)
+
+
+def test_the_replay_reports_the_same_bytes(dmp: tuple) -> None:
+    """`replay_cluster` (the default, TorchRec's model) gives each batch the bytes DMP
+    moved, and each rank what it sent and received."""
+    world, gpn, batches, result = dmp
+    data, origin = load_system_data("hbm-lru")
+    system = build_system(apply_overrides(data, [
+        f"cluster.nodes={world // gpn}", f"cluster.gpus_per_node={gpn}",
+        "policy.capacity_rows=8"]), origin)  # fmt: skip
+    c = replay_cluster(_Batches(batches), system, _placement(world, gpn)).columns
+    for b in range(BATCHES):
+        sent = np.zeros(world)
+        received = np.zeros(world)
+        for r in range(world):
+            for key, count in _measured(result, r, b, gpn).items():
+                sent[r] += count * (key[3] + key[4])
+                received[r] += count * (key[5] + key[6])
+        assert c["all_to_all_bytes"][b] == sent.sum()
+        np.testing.assert_array_equal(c["rank_all_to_all_sent_bytes"][b], sent)
+        np.testing.assert_array_equal(c["rank_all_to_all_received_bytes"][b], received)
