@@ -84,6 +84,10 @@ def _load(name: str):
         from replay.analysis.mrc import mrc_trace
 
         return mrc_trace
+    if name in ("torchrec_sharding_plan", "sharding_from_torchrec"):
+        from replay.system import torchrec_plan
+
+        return getattr(torchrec_plan, name)
     if name == "parameter_constraints":
         from replay.plan.torchrec import parameter_constraints
 
@@ -105,6 +109,8 @@ __all__ = [
     "parameter_constraints",
     "replay_trace",
     "resolve_system",
+    "sharding_from_torchrec",
+    "torchrec_sharding_plan",
 ]
 
 

@@ -195,7 +195,7 @@ def test_split_isolates_a_hot_row_and_evens_the_rest() -> None:
 
 TB_SYSTEM = _system(
     "cluster.preset=dgx-h100", "cluster.nodes=8", "cluster.gpu_memory_bytes=40e9",
-    "cluster.sharding=auto",
+    "cluster.sharding=auto-uneven",  # the sharder's uneven blocks (`auto`: TorchRec's even)
 )  # fmt: skip
 TB_SPEC = resolve_workload("criteo-terabyte").with_overrides(batches=30)
 
@@ -302,10 +302,13 @@ def test_uneven_blocks_only_from_auto() -> None:
     for kind in (ROW_WISE, TABLE_ROW_WISE):
         placed = resolve_placement(system, source, loads=loads, sharding=kind)
         assert all(e.shards is None for e in placed.plan.tables)
-    auto = resolve_placement(system, source, loads=loads, sharding="auto")
+    auto = resolve_placement(system, source, loads=loads, sharding="auto-uneven")
     split = [e for e in auto.plan.tables if e.type in (ROW_WISE, TABLE_ROW_WISE)]
     assert any(e.shards is not None for e in split)
     assert "mass over the rows for 3 of 3" in auto.basis["loads"]
+    assert auto.plan.torchrec_executable is False
+    even = resolve_placement(system, source, loads=loads, sharding="auto")
+    assert all(e.shards is None for e in even.plan.tables) and even.plan.torchrec_executable
 
 
 @pytest.mark.parametrize("nodes", [1, 8])

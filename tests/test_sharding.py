@@ -20,9 +20,11 @@ from replay.errors import ConfigError
 from replay.system.sharding import (
     COLUMN_WISE,
     DATA_PARALLEL,
+    GRID,
     MANY_OWNERS,
+    PLAN_TYPES,
     ROW_WISE,
-    SHARDING_TYPES,
+    TABLE_COLUMN_WISE,
     TABLE_ROW_WISE,
     TABLE_WISE,
     ShardingPlan,
@@ -112,7 +114,7 @@ def placements(draw: st.DrawFn) -> tuple:
     )
     entries = []
     for shape in tables:
-        kind = draw(st.sampled_from(SHARDING_TYPES))
+        kind = draw(st.sampled_from(PLAN_TYPES))
         shards = None
         if kind == TABLE_WISE:
             ranks = [draw(st.integers(0, world - 1))]
@@ -124,6 +126,14 @@ def placements(draw: st.DrawFn) -> tuple:
             ranks = ranks[: draw(st.integers(1, gpus))]
         elif kind == ROW_WISE:
             ranks = draw(st.permutations(range(world)))[: draw(st.integers(1, world))]
+        elif kind == TABLE_COLUMN_WISE:
+            node = draw(st.integers(0, nodes - 1)) * gpus
+            ranks = [
+                node + draw(st.integers(0, gpus - 1)) for _ in range(draw(st.sampled_from([1, 2])))
+            ]
+        elif kind == GRID:
+            blocks = draw(st.lists(st.integers(0, nodes - 1), min_size=1, max_size=2))
+            ranks = [n * gpus + g for n in blocks for g in range(gpus)]
         else:
             ranks = [draw(st.integers(0, world - 1)) for _ in range(draw(st.sampled_from([1, 2])))]
         extent = shape.dim if kind == COLUMN_WISE else shape.rows
@@ -266,12 +276,12 @@ BAD_JSON = [
     (b"[]", "expected an object"),
     (b'{"tables": {}}', "'tables' must be a list"),
     (b'{"tables": [], "plan": 1}', "unknown key 'plan'"),
-    (b'{"tables": [], "source": 3}', "'source' must be a string"),
+    (b'{"tables": [], "source": 3}', "'source' and 'torchrec_executable_reason' must be"),
     (b'{"tables": [3]}', "tables[0]: expected an object"),
     (b'{"tables": [{"table": "a", "type": "row-wise"}]}', "missing 'ranks'"),
     (b'{"tables": [{"table": "a", "type": "row-wise", "ranks": [0], "x": 1}]}', "unknown key"),
     (b'{"tables": [{"table": 1, "type": "row-wise", "ranks": [0]}]}', "'table' must be"),
-    (b'{"tables": [{"table": "a", "type": "grid", "ranks": [0]}]}', "unknown type 'grid'"),
+    (b'{"tables": [{"table": "a", "type": "hexagonal", "ranks": [0]}]}', "unknown type 'hex"),
     (b'{"tables": [{"table": "a", "type": "row-wise", "ranks": []}]}', "non-empty list"),
     (b'{"tables": [{"table": "a", "type": "row-wise", "ranks": 0}]}', "non-empty list"),
     (b'{"tables": [{"table": "a", "type": "row-wise", "ranks": [true]}]}', "whole number"),
@@ -362,14 +372,14 @@ def test_a_good_plan_and_its_bytes() -> None:
     assert cw.rank_bytes()[0] == 2 * 100 * 18 + 7 * 36  # a rank may hold two column blocks
 
 
-@pytest.mark.parametrize("kind", SHARDING_TYPES)
+@pytest.mark.parametrize("kind", PLAN_TYPES)
 def test_uniform_plans_resolve(kind: str) -> None:
     tables = table_shapes(["a", "b", "c"], [100, 3, 7], 12)
     plan = uniform_plan(kind, tables, nodes=2, gpus_per_node=4)
     p = resolve_plan(plan, tables, nodes=2, gpus_per_node=4)
     assert {e.type for e in p.plan.tables} == {kind}
     with pytest.raises(ConfigError):
-        uniform_plan("grid", tables, nodes=2, gpus_per_node=4)
+        uniform_plan("hexagonal", tables, nodes=2, gpus_per_node=4)
 
 
 # -- the automatic sharder ---------------------------------------------------------------

@@ -8,11 +8,14 @@ the same system shard the same way. Pure: no files written.
 
 Where the plan comes from, in order:
 
-1. `cluster.sharding_file`: a user's plan (`read_plan`), checked against the tables and
+1. `cluster.sharding_file`: a user's plan, ours or TorchRec's in its JSON form
+   (`replay.system.torchrec_plan.read_sharding_file`), checked against the tables and
    the cluster (`resolve_plan`: missing tables, ranks outside the cluster, overlaps,
-   uncovered rows, a shard over a GPU's memory are one-line errors);
+   uncovered rows, a shard over a GPU's memory, a world size or a table's shape that
+   disagrees are one-line errors);
 2. `cluster.sharding` a type: every table that way (`uniform_plan`);
-3. `cluster.sharding = "auto"`: the automatic sharder over the tables' measured loads:
+3. `cluster.sharding = "auto"` (or `"auto-uneven"`): the automatic sharder over the
+   tables' measured loads:
    lookups per batch of each table and how they fall on its rows (a `RowMass`,
    `replay.workload.row_mass`), counted over the source's first `LOAD_BATCHES` batches
    (`table_loads`: each table's most looked-up rows exactly, the rest per 1 / 4,096 of
@@ -38,6 +41,14 @@ lookup``:
   what the imbalance costs. `all_to_all=False` prices the hit alone (the plan then
   replicates nothing at 64 GPUs: imbalance 1.45 measured against 1.22, same step time).
 
+`auto` is the sharder's TorchRec-executable mode (`auto_shard(torchrec_executable=True)`:
+even row blocks over every rank or all GPUs of a node, in order), the default of
+`replay run` and `replay plan` on a cluster: a plan is what users take to TorchRec
+(`replay export torchrec-plan`), and one TorchRec cannot execute as planned would read
+the wrong rows there, silently. `auto-uneven` is the mode of uneven blocks of equal
+lookup mass on any GPUs, better balanced, which only `replay` can replay: its
+`sharding.json` says `torchrec_executable: false` and why, and the export refuses it.
+
 Memory of the counting: the first batches' keys, 8 B a lookup (twice while sorting).
 
 Memory: a shard's bytes are its rows x (values + optimizer state) (`row_state_bytes`),
@@ -57,18 +68,20 @@ from replay.engine.sharder import CostModel, TableLoad, auto_shard, rank_costs
 from replay.errors import ConfigError
 from replay.system.sharding import (
     DATA_PARALLEL,
+    GRID,
     Placement,
     ShardingPlan,
-    read_plan,
     resolve_plan,
     table_shapes,
     uniform_plan,
 )
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
+from replay.system.torchrec_plan import read_sharding_file
 from replay.trace.keys import table_offsets
 from replay.workload.row_mass import RowMass, spec_mass
 
 LOAD_BATCHES = 64  # batches counted for the sharder's loads when the caller gives none
+AUTO = ("auto", "auto-uneven")  # the sharder: TorchRec-executable, or uneven blocks
 ALL_TO_ALL_IN_LOOKUP = True  # a lookup's price includes its pooled embedding's all-to-all
 
 
@@ -284,25 +297,26 @@ def resolve_placement(
     state = row_state_bytes(system, dim)
     shapes = table_shapes(names, rows, dim)
     kind = cluster.sharding if sharding is None else sharding
-    if loads is None and kind == "auto" and not (cluster.sharding_file and sharding is None):
+    if loads is None and kind in AUTO and not (cluster.sharding_file and sharding is None):
         loads = table_loads(source, system)  # the sharder's input (a uniform type needs none)
     basis: dict[str, Any] = {"nodes": nodes, "gpus_per_node": gpn, "world": nodes * gpn}
     if cluster.sharding_file and sharding is None:
-        plan = read_plan(cluster.sharding_file)
+        plan = read_sharding_file(cluster.sharding_file)
         placement = resolve_plan(
             plan, shapes, nodes=nodes, gpus_per_node=gpn, gpu_memory_bytes=memory,
             row_bytes=state, where=cluster.sharding_file,
         )  # fmt: skip
         basis["sharding"] = "file"
         basis["sharding_file"] = cluster.sharding_file
-    elif kind == "auto":
+    elif kind in AUTO:
         assert loads is not None
         model, prices = system_cost_model(system, nodes, gpn, dim, loads)
         result = auto_shard(
-            loads, nodes=nodes, gpus_per_node=gpn, gpu_memory_bytes=memory, model=model
-        )
+            loads, nodes=nodes, gpus_per_node=gpn, gpu_memory_bytes=memory, model=model,
+            torchrec_executable=kind == "auto",
+        )  # fmt: skip
         placement = result.placement
-        basis["sharding"] = "auto"
+        basis["sharding"] = kind
         basis["cost_model"] = (
             "a lookup (a cache hit on the system's GPU) is the unit; a replica costs every "
             "GPU replica_byte per byte it sends in the ring all-reduce of its gradient"
@@ -331,10 +345,20 @@ def resolve_placement(
             f"lookups per batch and table; their mass over the rows for {massed} of "
             f"{len(loads)} tables (the rest uniform)"
         )
+    grid = [e.table for e in placement.plan.tables if e.type == GRID]
+    if grid:
+        raise ConfigError(
+            f"table {grid[0]!r} is grid-sharded: the cluster replay does not route grid "
+            "sharding (a lookup to one row block in each column block) yet"
+        )
+    basis["torchrec_executable"] = placement.plan.torchrec_executable
+    if not placement.plan.torchrec_executable:
+        basis["torchrec_executable_reason"] = placement.plan.torchrec_executable_reason
     return PlacementResult(placement, tuple(loads or ()), basis)
 
 
 __all__ = [
+    "AUTO",
     "LOAD_BATCHES",
     "PlacementResult",
     "allreduce_byte_seconds",

@@ -299,6 +299,7 @@ def _replicas(
     world: int,
     gpu_memory_bytes: int,
     price_network: bool,
+    hot: list[float] | None = None,
 ) -> tuple[list[int], float]:
     """Step 1 of the rule: (the data-parallel tables, the floor). Among the sets
     {t : hottest row of t costs more than H} that fit memory, the one of the lowest
@@ -306,14 +307,15 @@ def _replicas(
     replicas); then, when the network is not priced (`price_network` False), each tiny
     table, in table order, while the floor stays and the replicas fit."""
     need = sum(ld.bytes for ld in loads)
-    hot = [access[t] * loads[t].hottest_share() for t in range(len(loads))]
+    if hot is None:
+        hot = [access[t] * loads[t].hottest_share() for t in range(len(loads))]
 
     def fits(dp: set[int]) -> bool:
         held = sum(loads[t].bytes for t in dp)
         return held + (need - held) / world <= gpu_memory_bytes
 
     def floor_of(dp: set[int]) -> float:
-        return _floor_of(dp, access, memory, rep, hot, world)
+        return _floor_of(dp, access, memory, rep, hot or [], world)
 
     if world <= 1:
         return [], floor_of(set())
@@ -548,6 +550,148 @@ def _search(
     return best
 
 
+def even_shares(load: TableLoad, k: int) -> list[float]:
+    """The share of a table's lookups on each of TorchRec's k even row blocks
+    (ceil(rows / k) rows each, in order; trailing blocks may be empty)."""
+    blocks = row_blocks(load.rows, k)
+    if load.mass is None or load.mass.total <= 0 or load.rows == 0:
+        return [(b - a) / load.rows if load.rows else 1.0 / k for a, b in blocks]
+    full = [i for i, (a, b) in enumerate(blocks) if b > a]
+    got = load.mass.block_shares(np.array([blocks[i][0] for i in full], dtype=np.int64))
+    shares = [0.0] * k
+    for i, g in zip(full, got.tolist(), strict=True):
+        shares[i] = float(g)
+    return shares
+
+
+class _Fill:
+    """One granularity's assignment of the TorchRec-executable mode: each GPU's load and
+    free memory, and the tables placed (type, ranks, row blocks)."""
+
+    def __init__(self, loads: Sequence[TableLoad], cost_of: list[float], rest: list[int],
+                 world: int, gpus_per_node: int, dp_cost: float, room: int) -> None:  # fmt: skip
+        self.loads, self.cost_of = loads, cost_of
+        self.world, self.gpn = world, gpus_per_node
+        self.rw = {t: [cost_of[t] * f for f in even_shares(loads[t], world)] for t in rest}
+        self.rw_rows = {t: row_blocks(loads[t].rows, world) for t in rest}
+        g = gpus_per_node
+        self.local = {t: [cost_of[t] * f for f in even_shares(loads[t], g)] for t in rest}
+        self.local_rows = {t: row_blocks(loads[t].rows, g) for t in rest}
+        self.dp_cost, self.room = dp_cost, room
+        self.reset()
+
+    def reset(self) -> None:
+        self.load = np.full(self.world, self.dp_cost, dtype=np.float64)
+        self.free = np.full(self.world, self.room, dtype=np.int64)
+        self.chosen: dict[int, tuple[str, list[int], list[tuple[int, int]]]] = {}
+        self.units: dict[int, list[float]] = {}
+
+    def _need(self, t: int, blocks: list[tuple[int, int]]) -> np.ndarray:
+        return np.array([(b - a) * self.loads[t].bytes_per_row for a, b in blocks])
+
+    def row_wise(self, t: int) -> bool:
+        need = self._need(t, self.rw_rows[t])
+        if np.any(self.free < need):
+            return False
+        self.free -= need
+        self.load += self.rw[t]
+        self.chosen[t] = (ROW_WISE, list(range(self.world)), self.rw_rows[t])
+        self.units[t] = self.rw[t]
+        return True
+
+    def table_row_wise(self, t: int) -> bool:
+        """On the node where the table's blocks leave the lowest maximum, with room."""
+        g = self.gpn
+        need = self._need(t, self.local_rows[t])
+        pick: tuple[float, int] | None = None
+        for node in range(self.world // g):
+            gpus = slice(node * g, (node + 1) * g)
+            if np.all(self.free[gpus] >= need):
+                top = float((self.load[gpus] + self.local[t]).max())
+                if pick is None or top < pick[0]:
+                    pick = (top, node)
+        if pick is None or self.world // g < 2:
+            return False
+        gpus = slice(pick[1] * g, (pick[1] + 1) * g)
+        self.free[gpus] -= need
+        self.load[gpus] += self.local[t]
+        ranks = list(range(pick[1] * g, (pick[1] + 1) * g))
+        self.chosen[t] = (TABLE_ROW_WISE, ranks, self.local_rows[t])
+        self.units[t] = self.local[t]
+        return True
+
+    def table_wise(self, t: int) -> bool:
+        """On the least-loaded GPU with room (ties: the lower rank)."""
+        fits = np.flatnonzero(self.free >= self.loads[t].bytes)
+        if len(fits) == 0:
+            return False
+        r = int(fits[np.argmin(self.load[fits])])
+        self.free[r] -= self.loads[t].bytes
+        self.load[r] += self.cost_of[t]
+        self.chosen[t] = (TABLE_WISE, [r], [(0, self.loads[t].rows)])
+        self.units[t] = [self.cost_of[t]]
+        return True
+
+
+def _splits(n: int) -> list[int]:
+    """How many tables to split, tried in turn: 0-4, then steps of about a third, n."""
+    out, k = [], 0
+    while k < n:
+        out.append(k)
+        k = k + 1 if k < 4 else k + max(1, k // 3)
+    return [*out, n]
+
+
+def _search_executable(
+    loads: Sequence[TableLoad],
+    dp: list[int],
+    cost_of: list[float],
+    dp_cost: float,
+    room: int,
+    world: int,
+    gpus_per_node: int,
+    tolerance: float,
+    floor: float,
+) -> _Best | None:
+    """Steps 2-4 for the TorchRec-executable mode (module docstring). The tables in order
+    of cost (ties: the flatter even split first), the first k split and the rest whole,
+    for k = 0, 1, 2, ... (`_splits`): a split table is table-row-wise over all GPUs of
+    one node when there is more than one node and its largest even block is at most the
+    per-GPU mean, else row-wise over every rank (and, as a second try of each k, every
+    split table row-wise). Row-wise blocks sit on their fixed ranks, then table-row-wise
+    tables go (largest block first) to the node of the lowest maximum with room, then
+    whole tables (costliest first) to the least-loaded GPU with room; a table that finds
+    no room is split instead. The k of the lowest maximum wins (ties: the fewer splits);
+    the search stops at the first within `tolerance` of max(mean, floor)."""
+    rest = [t for t in range(len(loads)) if t not in dp]
+    multi = world // gpus_per_node > 1
+    mean = dp_cost + sum(cost_of[t] for t in rest) / world
+    fill = _Fill(loads, cost_of, rest, world, gpus_per_node, dp_cost, room)
+    order = sorted(rest, key=lambda t: (-cost_of[t], max(fill.rw[t]), t))
+    must = {t for t in rest if loads[t].bytes > room}  # split whatever the k
+    best: _Best | None = None
+    for k in _splits(len(order)):
+        split = set(order[:k]) | must
+        for local_ok in (True, False) if multi else (False,):
+            fill.reset()
+            twrw = [t for t in rest if t in split and local_ok and max(fill.local[t]) <= mean]
+            placed = all(fill.row_wise(t) for t in rest if t in split and t not in twrw)
+            for t in sorted(twrw, key=lambda t: (-max(fill.local[t]), t)):
+                placed = placed and (fill.table_row_wise(t) or fill.row_wise(t))
+            for t in sorted(rest, key=lambda t: (-cost_of[t], t)):
+                if placed and t not in split:
+                    placed = fill.table_wise(t) or fill.table_row_wise(t) or fill.row_wise(t)
+            if not placed:
+                continue
+            top = float(fill.load.max())
+            if best is None or top < best[0] * (1 - 1e-12):
+                largest = max((max(u) for u in fill.units.values()), default=0.0)
+                best = (top, len(split), dict(fill.chosen), largest)
+        if best is not None and (mean <= 0 or best[0] <= (1 + tolerance) * max(mean, floor)):
+            break
+    return best
+
+
 def auto_shard(
     loads: Sequence[TableLoad],
     *,
@@ -557,10 +701,13 @@ def auto_shard(
     model: CostModel | None = None,
     tolerance: float = 0.05,
     max_granularity: int = 64,
+    torchrec_executable: bool = False,
 ) -> ShardingResult:
     """The plan of the module docstring's rule for `loads` (one per table, in table
-    order) on `nodes` x `gpus_per_node` GPUs of `gpu_memory_bytes` each. A ConfigError
-    when the tables cannot fit the cluster's memory."""
+    order) on `nodes` x `gpus_per_node` GPUs of `gpu_memory_bytes` each; with
+    `torchrec_executable`, the plan TorchRec's training path executes (even blocks over
+    every rank or a node's GPUs in order: module docstring). A ConfigError when the
+    tables cannot fit the cluster's memory."""
     model = model or CostModel()
     world = check_cluster(nodes, gpus_per_node, gpu_memory_bytes)
     names = [ld.name for ld in loads]
@@ -577,14 +724,16 @@ def auto_shard(
 
     rep = [model.replica(ld, world) for ld in loads]
     hot = hot_costs(loads, model)
+    if torchrec_executable:  # the finest split is every rank's even block
+        hot = [a * max(even_shares(ld, world)) for a, ld in zip(access, loads, strict=True)]
 
     # 1. data-parallel: the replicas of the lowest floor (then, with the network unpriced,
     # the tiny tables that leave it)
     dp, floor = _replicas(
-        loads, access, memory, rep, world, gpu_memory_bytes, model.replica_byte > 0
+        loads, access, memory, rep, world, gpu_memory_bytes, model.replica_byte > 0, hot
     )
     while True:
-        best = _search(
+        args = (
             loads,
             dp,
             [access[t] + memory[t] for t in range(len(loads))],
@@ -593,8 +742,12 @@ def auto_shard(
             world,
             gpus_per_node,
             tolerance,
-            max_granularity,
-            _floor_of(set(dp), access, memory, rep, hot, world),
+        )
+        floor_dp = _floor_of(set(dp), access, memory, rep, hot, world)
+        best = (
+            _search_executable(*args, floor_dp)
+            if torchrec_executable
+            else _search(*args, max_granularity, floor_dp)
         )
         if best is not None or not dp:
             break
@@ -616,7 +769,12 @@ def auto_shard(
             even = kind == TABLE_WISE or blocks == row_blocks(ld.rows, len(blocks))
             explicit = None if even else tuple(blocks)
             entries.append(TableSharding(ld.name, kind, tuple(ranks), explicit))
-    plan = ShardingPlan(tuple(entries), f"replay auto sharder (granularity {j})")
+    mode = (
+        f"TorchRec-executable, {j} tables split"
+        if torchrec_executable
+        else f"uneven blocks, granularity {j}"
+    )
+    plan = ShardingPlan(tuple(entries), f"replay auto sharder ({mode})")
     shapes = [TableShape(ld.name, ld.rows, ld.dim) for ld in loads]
     placement = resolve_plan(
         plan,
@@ -634,4 +792,4 @@ def auto_shard(
     return ShardingResult(plan, placement, costs, mean, bound, j, min(floor, bound), allreduce)
 
 
-__all__ = ["CostModel", "ShardingResult", "TableLoad", "auto_shard", "rank_costs"]
+__all__ = ["CostModel", "ShardingResult", "TableLoad", "auto_shard", "even_shares", "rank_costs"]

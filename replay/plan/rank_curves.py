@@ -94,7 +94,7 @@ from replay.analysis.shards import ShardsSampler
 from replay.analysis.stack import StackDistances
 from replay.errors import ConfigError
 from replay.plan import cache
-from replay.system.sharding import COLUMN_WISE, DATA_PARALLEL, TABLE_WISE, Placement
+from replay.system.sharding import COLUMN_SPLIT, DATA_PARALLEL, TABLE_WISE, Placement
 from replay.trace.keys import last_at_most, table_of, table_offsets
 from replay.trace.stream import iter_batch_ranges
 from replay.workload.row_mass import RowMass
@@ -193,7 +193,7 @@ def _layout(placement: Placement) -> _Layout:
     for t, shape in enumerate(placement.tables):
         e = placement.entry(t)
         idx = by_table.get(t, [])
-        if e.type == COLUMN_WISE:
+        if e.type in COLUMN_SPLIT:  # column-wise, table-column-wise
             kind[t] = _CW
         elif e.type == DATA_PARALLEL:
             kind[t] = _DP

@@ -25,11 +25,20 @@ whose `ranks` list a table's shards in shard order):
   uses all of the node's GPUs; here any distinct GPUs of one node).
 - **data-parallel**: the table replicated on every rank (its gradient all-reduced);
   ``ranks`` must list every rank of the cluster once.
+- **table-column-wise**: column-wise with every block on GPUs of one node (TorchRec's
+  `table_column_wise`, `twcw_sharding.py`: executed as column-wise).
+- **grid**: column blocks, each split row-wise over GPUs of one node (TorchRec's
+  `grid_shard(host_indexes)`, `grid_sharding.py`): ``ranks`` lists each column block's
+  GPUs, block after block; without ``shards`` a block is ``gpus_per_node`` consecutive
+  ranks and the blocks split the columns equally; with them (one column range per rank)
+  a block is a run of consecutive ranks with the same range. Rows split evenly
+  (ceil(rows / GPUs of the block)) over a block's ranks in listed order.
 
-A plan may give a row-wise, table-row-wise or column-wise table explicit blocks instead
-of the even rule, as TorchRec's `row_wise(sizes_placement=...)` and
-`column_wise(size_per_rank=...)` do: ``"shards": [[start, stop], ...]``, one half-open
-row (or column) range per rank of ``ranks``; those are checked for overlaps and gaps.
+A plan may give a row-wise, table-row-wise, column-wise or table-column-wise table
+explicit blocks instead of the even rule, as TorchRec's `row_wise(sizes_placement=...)`
+and `column_wise(size_per_rank=...)` do: ``"shards": [[start, stop], ...]``, one
+half-open row (or column; grid: column) range per rank of ``ranks``; those are checked
+for overlaps and gaps.
 
 The JSON document (read by `plan_from_json` / `read_plan`, written by `to_json`):
 
@@ -38,6 +47,14 @@ The JSON document (read by `plan_from_json` / `read_plan`, written by `to_json`)
                 {"table": "C3", "type": "column-wise", "ranks": [6, 7],
                  "shards": [[0, 96], [96, 128]]}],
      "source": "optional words on what produced the plan"}
+
+TorchRec's training path executes as planned (`executable_reason`; its sources in
+`replay.system.sharding_rules`) row-wise over every rank in rank order in even blocks,
+table-row-wise and each grid block over all GPUs of one node in order, and every other
+type. A resolved plan (`sharding.json` of `replay run` and `replay plan`) says so
+(``torchrec_executable``, else ``torchrec_executable_reason``: the first offending
+table), and each table's ``rows`` and ``dim`` and the ``world_size``, which are checked
+against the workload and the cluster when the plan is read back.
 
 Bytes a rank holds: each shard's rows x its share of the row's bytes, where `row_bytes`
 (per table, default fp32 values: 4 x dim) is one full row's values plus optimizer state.
@@ -66,7 +83,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,16 +94,29 @@ from replay._intrinsics import ix
 from replay._jit import kernel
 from replay._units import format_bytes
 from replay.errors import ConfigError
+from replay.system.sharding_rules import (
+    COLUMN_SPLIT,
+    COLUMN_WISE,
+    DATA_PARALLEL,
+    EXPLICIT,
+    GRID,
+    ONE_NODE,
+    PLAN_TYPES,
+    REPEATS,
+    ROW_SPLIT,
+    ROW_WISE,
+    SHARDING_TYPES,
+    TABLE_COLUMN_WISE,
+    TABLE_ROW_WISE,
+    TABLE_WISE,
+    column_blocks,
+    coverage,
+    executable_reason,
+    grid_groups,
+    one_node,
+    row_blocks,
+)
 from replay.trace.keys import last_at_most, table_offsets
-
-TABLE_WISE = "table-wise"
-ROW_WISE = "row-wise"
-COLUMN_WISE = "column-wise"
-TABLE_ROW_WISE = "table-row-wise"
-DATA_PARALLEL = "data-parallel"
-SHARDING_TYPES = (TABLE_WISE, ROW_WISE, COLUMN_WISE, TABLE_ROW_WISE, DATA_PARALLEL)
-ROW_SPLIT = (ROW_WISE, TABLE_ROW_WISE)  # types whose blocks are row ranges
-EXPLICIT = (ROW_WISE, TABLE_ROW_WISE, COLUMN_WISE)  # types that may list their blocks
 
 MANY_OWNERS = -1  # owner_ranks of a key of a column-wise or data-parallel table
 BYTES_PER_VALUE = 4  # fp32 (replay.system.spec.BYTES_PER_VALUE)
@@ -121,26 +151,47 @@ class TableSharding:
     type: str
     ranks: tuple[int, ...]
     shards: tuple[tuple[int, int], ...] | None = None
+    rows: int | None = None  # the table's shape (a resolved plan says it; None: unsaid)
+    dim: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"table": self.table, "type": self.type, "ranks": list(self.ranks)}
         if self.shards is not None:
             out["shards"] = [list(s) for s in self.shards]
+        if self.rows is not None:
+            out["rows"] = self.rows
+        if self.dim is not None:
+            out["dim"] = self.dim
         return out
 
 
 @dataclass(frozen=True)
 class ShardingPlan:
-    """A plan: one `TableSharding` per table (`source`: what produced it, free text)."""
+    """A plan: one `TableSharding` per table (`source`: what produced it, free text;
+    `world_size`, `gpus_per_node`: the cluster it is for, None: unsaid;
+    `torchrec_executable`: whether
+    TorchRec's training path executes it as planned, None: not resolved, with the reason
+    when it does not)."""
 
     tables: tuple[TableSharding, ...]
     source: str = ""
+    world_size: int | None = None
+    gpus_per_node: int | None = None
+    torchrec_executable: bool | None = None
+    torchrec_executable_reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The document `plan_from_json` reads (the run folder's `sharding.json`)."""
         out: dict[str, Any] = {"tables": [t.to_json() for t in self.tables]}
         if self.source:
             out["source"] = self.source
+        for key in ("world_size", "gpus_per_node"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.torchrec_executable is not None:
+            out["torchrec_executable"] = self.torchrec_executable
+            if not self.torchrec_executable:
+                out["torchrec_executable_reason"] = self.torchrec_executable_reason
         return out
 
 
@@ -165,22 +216,13 @@ class Shard:
         return self.col_stop - self.col_start
 
 
-def row_blocks(rows: int, n: int) -> list[tuple[int, int]]:
-    """TorchRec's even row-wise rule: `n` blocks of ceil(rows / n) rows in order, the
-    last short, those after it empty ([start, stop) each)."""
-    size = -(-rows // n) if rows else 0
-    return [(min(i * size, rows), min((i + 1) * size, rows)) for i in range(n)]
-
-
-def column_blocks(dim: int, n: int) -> list[tuple[int, int]]:
-    """`n` equal column blocks of `dim` (the caller checked `dim % n == 0`)."""
-    size = dim // n
-    return [(i * size, (i + 1) * size) for i in range(n)]
-
-
 # -- JSON -------------------------------------------------------------------------------
 
-_ENTRY_KEYS = ("table", "type", "ranks", "shards")
+_ENTRY_KEYS = ("table", "type", "ranks", "shards", "rows", "dim")
+_PLAN_KEYS = (
+    "tables", "source", "world_size", "gpus_per_node", "torchrec_executable",
+    "torchrec_executable_reason",
+)  # fmt: skip
 
 
 def _int(value: Any, where: str, what: str) -> int:
@@ -204,8 +246,8 @@ def _entry_from_json(item: Any, where: str) -> TableSharding:
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}: 'table' must be a table's name, got {name!r}")
     where = f"{where} ({name!r})"
-    if kind not in SHARDING_TYPES:
-        raise ConfigError(f"{where}: unknown type {kind!r} (types: {', '.join(SHARDING_TYPES)})")
+    if kind not in PLAN_TYPES:
+        raise ConfigError(f"{where}: unknown type {kind!r} (types: {', '.join(PLAN_TYPES)})")
     if not isinstance(ranks, list) or not ranks:
         raise ConfigError(f"{where}: 'ranks' must be a non-empty list of ranks, got {ranks!r}")
     ranks_t = tuple(_int(r, where, "a rank") for r in ranks)
@@ -217,7 +259,8 @@ def _entry_from_json(item: Any, where: str) -> TableSharding:
         shards = tuple(
             (_int(a, where, "a shard bound"), _int(b, where, "a shard bound")) for a, b in raw
         )
-    return TableSharding(name, kind, ranks_t, shards)
+    shape = [_int(item[k], where, k) if k in item else None for k in ("rows", "dim")]
+    return TableSharding(name, kind, ranks_t, shards, *shape)
 
 
 def plan_from_json(data: Any, where: str | Path = "sharding plan") -> ShardingPlan:
@@ -228,17 +271,25 @@ def plan_from_json(data: Any, where: str | Path = "sharding plan") -> ShardingPl
         raise ConfigError(
             f'{where}: expected an object {{"tables": [...]}}, got {type(data).__name__}'
         )
-    unknown = sorted(set(data) - {"tables", "source"})
+    unknown = sorted(set(data) - set(_PLAN_KEYS))
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (keys: tables, source)")
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (keys: {', '.join(_PLAN_KEYS)})")
     tables = data.get("tables")
     if not isinstance(tables, list):
         raise ConfigError(f"{where}: 'tables' must be a list of {{table, type, ranks}} entries")
     source = data.get("source", "")
-    if not isinstance(source, str):
-        raise ConfigError(f"{where}: 'source' must be a string")
+    reason = data.get("torchrec_executable_reason", "")
+    if not isinstance(source, str) or not isinstance(reason, str):
+        raise ConfigError(f"{where}: 'source' and 'torchrec_executable_reason' must be strings")
+    label = data.get("torchrec_executable")
+    if label is not None and not isinstance(label, bool):
+        raise ConfigError(f"{where}: 'torchrec_executable' must be true or false")
+    cluster = [data.get(k) for k in ("world_size", "gpus_per_node")]
+    for key, value in zip(("world_size", "gpus_per_node"), cluster, strict=True):
+        if value is not None and _int(value, where, key) < 1:
+            raise ConfigError(f"{where}: {key} must be positive")
     entries = tuple(_entry_from_json(t, f"{where}: tables[{i}]") for i, t in enumerate(tables))
-    return ShardingPlan(entries, source)
+    return ShardingPlan(entries, source, *cluster, label, reason if label is False else "")
 
 
 def read_plan(path: str | Path) -> ShardingPlan:
@@ -282,22 +333,6 @@ def _row_bytes(
     return out
 
 
-def _coverage(blocks: Sequence[tuple[int, int]], extent: int, what: str, where: str) -> None:
-    """One-line errors for explicit blocks out of range, overlapping or leaving a gap."""
-    for start, stop in blocks:
-        if not start <= stop <= extent:
-            raise ConfigError(f"{where}: shard [{start}, {stop}) is not within the {extent} {what}")
-    done = 0
-    for start, stop in sorted(b for b in blocks if b[1] > b[0]):
-        if start < done:
-            raise ConfigError(f"{where}: shards overlap ({what} {start}-{done - 1} are held twice)")
-        if start > done:
-            raise ConfigError(f"{where}: {what} {done}-{start - 1} are left uncovered")
-        done = stop
-    if done < extent:
-        raise ConfigError(f"{where}: {what} {done}-{extent - 1} are left uncovered")
-
-
 def _entry_shards(
     entry: TableSharding, t: int, shape: TableShape, world: int, gpus_per_node: int, where: str
 ) -> list[Shard]:
@@ -310,7 +345,7 @@ def _entry_shards(
             raise ConfigError(
                 f"{where}: rank {r} is outside the cluster ({world} GPUs: ranks 0-{world - 1})"
             )
-    if entry.type != COLUMN_WISE and len(set(ranks)) != len(ranks):
+    if entry.type not in REPEATS and len(set(ranks)) != len(ranks):
         twice = next(r for r in ranks if ranks.count(r) > 1)
         raise ConfigError(f"{where}: rank {twice} is listed twice (its shards would overlap)")
     if entry.shards is not None and entry.type not in EXPLICIT:
@@ -331,30 +366,29 @@ def _entry_shards(
                 f"ranks must be 0-{world - 1}"
             )
         return [Shard(t, r, 0, rows, 0, dim) for r in ranks]
-    if entry.type == TABLE_ROW_WISE:
-        nodes = sorted({r // gpus_per_node for r in ranks})
-        if len(nodes) > 1:
-            a = next(r for r in ranks if r // gpus_per_node == nodes[0])
-            b = next(r for r in ranks if r // gpus_per_node == nodes[1])
-            raise ConfigError(
-                f"{where}: table-row-wise keeps a table in one node, but rank {a} is on node "
-                f"{nodes[0]} and rank {b} on node {nodes[1]} ({gpus_per_node} GPUs per node)"
-            )
+    if entry.type == GRID:
+        return [
+            Shard(t, r, a, b, c0, c1)
+            for granks, (c0, c1) in grid_groups(entry, dim, gpus_per_node, where)
+            for r, (a, b) in zip(granks, row_blocks(rows, len(granks)), strict=True)
+        ]
+    if entry.type in ONE_NODE:
+        one_node(ranks, gpus_per_node, entry.type, where)
     if entry.type in ROW_SPLIT:
         blocks = list(entry.shards) if entry.shards is not None else row_blocks(rows, len(ranks))
         if entry.shards is not None:
-            _coverage(blocks, rows, "rows", where)
+            coverage(blocks, rows, "rows", where)
         return [Shard(t, r, a, b, 0, dim) for r, (a, b) in zip(ranks, blocks, strict=True)]
     if entry.shards is None:
         if dim % len(ranks):
             raise ConfigError(
-                f"{where}: column-wise splits the {dim} columns equally, which {len(ranks)} "
+                f"{where}: {entry.type} splits the {dim} columns equally, which {len(ranks)} "
                 "ranks do not divide (give 'shards' for uneven blocks)"
             )
         blocks = column_blocks(dim, len(ranks))
     else:
         blocks = list(entry.shards)
-        _coverage(blocks, dim, "columns", where)
+        coverage(blocks, dim, "columns", where)
     return [Shard(t, r, 0, rows, a, b) for r, (a, b) in zip(ranks, blocks, strict=True)]
 
 
@@ -377,8 +411,17 @@ def resolve_plan(
     (entries in table order). One-line ConfigErrors: zero GPUs, a table not in the
     workload, a table listed twice or not at all, a rank outside the cluster, shards
     that overlap or leave rows (columns) uncovered, a table-row-wise table across nodes,
-    a shard or a rank's shards that do not fit `gpu_memory_bytes` (None: not checked)."""
+    a shard or a rank's shards that do not fit `gpu_memory_bytes` (None: not checked),
+    a plan whose `world_size` or a table's `rows` or `dim` disagree with them. The
+    placement's plan says the tables' shapes, the world size and whether TorchRec can
+    execute it (`executable_reason`)."""
     world = check_cluster(nodes, gpus_per_node, gpu_memory_bytes)
+    said = (plan.world_size or world, plan.gpus_per_node or gpus_per_node)
+    if said != (world, gpus_per_node):
+        raise ConfigError(
+            f"{where}: the plan is for {said[0]} GPUs ({said[1]} per node), the cluster has "
+            f"{world} ({nodes} nodes x {gpus_per_node})"
+        )
     index = {t.name: i for i, t in enumerate(tables)}
     entries: list[TableSharding | None] = [None] * len(tables)
     for e in plan.tables:
@@ -391,7 +434,14 @@ def resolve_plan(
             raise ConfigError(
                 f"{where}: table {e.table!r} is listed twice (its shards would overlap)"
             )
-        entries[index[e.table]] = e
+        shape = tables[index[e.table]]
+        for what, said, real in (("rows", e.rows, shape.rows), ("dim", e.dim, shape.dim)):
+            if said is not None and said != real:
+                raise ConfigError(
+                    f"{where}: table {e.table!r} has {what} {said} in the plan and {real} in "
+                    "the workload"
+                )
+        entries[index[e.table]] = replace(e, rows=shape.rows, dim=shape.dim)
     missing = [t.name for t, e in zip(tables, entries, strict=True) if e is None]
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
@@ -400,12 +450,24 @@ def resolve_plan(
             "uncovered (every table needs an entry)"
         )
     shards: list[Shard] = []
+    reasons: list[str] = []
     for t, (shape, e) in enumerate(zip(tables, entries, strict=True)):
         assert e is not None
         shards += _entry_shards(e, t, shape, world, gpus_per_node, f"{where}: table {shape.name!r}")
+        reason = executable_reason(e, shape.rows, world, gpus_per_node)
+        if reason is not None:
+            reasons.append(reason)
+    more = f" (and {len(reasons) - 1} more tables)" if len(reasons) > 1 else ""
     placement = Placement(
         tables=tuple(tables),
-        plan=ShardingPlan(tuple(e for e in entries if e is not None), plan.source),
+        plan=ShardingPlan(
+            tuple(e for e in entries if e is not None),
+            plan.source,
+            world,
+            int(gpus_per_node),
+            not reasons,
+            reasons[0] + more if reasons else "",
+        ),
         nodes=int(nodes),
         gpus_per_node=int(gpus_per_node),
         shards=tuple(shards),
@@ -631,7 +693,7 @@ def owner_ranks_reference(placement: Placement, keys: Iterable[int]) -> np.ndarr
         e = placement.plan.tables[t]
         if e.type == TABLE_WISE:
             out.append(e.ranks[0])
-        elif e.type in (COLUMN_WISE, DATA_PARALLEL):
+        elif e.type in (*COLUMN_SPLIT, GRID, DATA_PARALLEL):
             out.append(MANY_OWNERS)
         elif e.shards is None:
             size = math.ceil(placement.tables[t].rows / len(e.ranks))
@@ -647,36 +709,55 @@ def uniform_plan(
     """Every table sharded the one way `kind` names (`cluster.sharding=KIND`):
     table-wise: table t on rank t mod world; row-wise: every rank in order; column-wise:
     n = the largest divisor of dim not above the world, ranks t*n, t*n+1, ... mod world;
-    table-row-wise: every GPU of node t mod nodes; data-parallel: every rank."""
+    table-row-wise: every GPU of node t mod nodes; data-parallel: every rank;
+    table-column-wise: n = the largest divisor of dim not above a node's GPUs, the first
+    n GPUs of node t mod nodes; grid: n = the largest divisor of dim not above the nodes,
+    column block c on every GPU of node (t + c) mod nodes."""
     world = check_cluster(nodes, gpus_per_node)
-    if kind not in SHARDING_TYPES:
+    if kind not in PLAN_TYPES:
         raise ConfigError(
-            f"cluster.sharding: unknown type {kind!r} (types: {', '.join(SHARDING_TYPES)})"
+            f"cluster.sharding: unknown type {kind!r} (types: {', '.join(PLAN_TYPES)})"
         )
+
+    def divisor(dim: int, most: int) -> int:  # the largest divisor of dim up to most
+        return max(d for d in range(1, min(most, max(dim, 1)) + 1) if max(dim, 1) % d == 0)
+
     out = []
     for t, shape in enumerate(tables):
+        node = t % nodes
+        gpus = tuple(range(node * gpus_per_node, (node + 1) * gpus_per_node))
         if kind == TABLE_WISE:
             ranks: tuple[int, ...] = (t % world,)
         elif kind in (ROW_WISE, DATA_PARALLEL):
             ranks = tuple(range(world))
         elif kind == TABLE_ROW_WISE:
-            node = t % nodes
-            ranks = tuple(range(node * gpus_per_node, (node + 1) * gpus_per_node))
-        else:
-            n = max(
-                d for d in range(1, min(world, max(shape.dim, 1)) + 1) if max(shape.dim, 1) % d == 0
+            ranks = gpus
+        elif kind == TABLE_COLUMN_WISE:
+            ranks = gpus[: divisor(shape.dim, gpus_per_node)]
+        elif kind == GRID:
+            ranks = tuple(
+                ((t + c) % nodes) * gpus_per_node + g
+                for c in range(divisor(shape.dim, nodes))
+                for g in range(gpus_per_node)
             )
+        else:
+            n = divisor(shape.dim, world)
             ranks = tuple((t * n + j) % world for j in range(n))
         out.append(TableSharding(shape.name, kind, ranks))
     return ShardingPlan(tuple(out), f"every table {kind}")
 
 
 __all__ = [
+    "COLUMN_SPLIT",
     "COLUMN_WISE",
     "DATA_PARALLEL",
+    "GRID",
     "MANY_OWNERS",
+    "PLAN_TYPES",
+    "ROW_SPLIT",
     "ROW_WISE",
     "SHARDING_TYPES",
+    "TABLE_COLUMN_WISE",
     "TABLE_ROW_WISE",
     "TABLE_WISE",
     "Placement",
@@ -686,6 +767,8 @@ __all__ = [
     "TableSharding",
     "check_cluster",
     "column_blocks",
+    "executable_reason",
+    "grid_groups",
     "owner_ranks_reference",
     "plan_from_json",
     "read_plan",

@@ -71,8 +71,12 @@ MAX_NS = 1e12  # 1000 s
 # the intra-node fabric's name (descriptive: its numbers are the bandwidth and latency)
 FABRICS = ("nvlink2", "nvlink3", "nvlink4", "nvlink5", "nvswitch", "pcie", "xgmi")
 # TorchRec's sharding types (torchrec.distributed.types.ShardingType), as the CLI names
-# them, and `auto`: the sharder balances per-GPU cost
-SHARDINGS = ("auto", "table-wise", "row-wise", "column-wise", "table-row-wise", "data-parallel")
+# them, and the sharder, which balances per-GPU cost: `auto` in plans TorchRec executes,
+# `auto-uneven` in uneven blocks only replay can replay (replay/engine/placement.py)
+SHARDINGS = (
+    "auto", "auto-uneven", "table-wise", "row-wise", "column-wise", "table-row-wise",
+    "data-parallel", "table-column-wise",
+)  # fmt: skip
 # a cluster's all-to-all model (replay/engine/collectives.py)
 ALL_TO_ALL_MODELS = ("torchrec", "lower-bound")
 MAX_GPUS_PER_NODE = 1024
@@ -341,8 +345,9 @@ class ClusterSpec:
     ConnectX-7 at 400 Gb/s (DGX H100 user guide; NVIDIA DGX BasePOD reference architecture),
     8 x 3.84 TB U.2 NVMe drives (same). The drives' bandwidths and both latencies are
     stated ASSUMPTIONs there. `sharding` is TorchRec's sharding type for every table, or
-    `auto` (the sharder); `sharding_file` a plan in JSON (`{"tables": [{"table", "type",
-    "ranks"}]}`), read by the cluster replay, not here.
+    `auto` (the sharder; `auto-uneven` its replay-only mode); `sharding_file` a plan in
+    JSON (`{"tables": [{"table", "type", "ranks"}]}`, or TorchRec's plan in the form of
+    `replay export torchrec-plan`), read by the cluster replay, not here.
     """
 
     nodes: int = field(default=1, metadata=_range(1, MAX_GPUS))

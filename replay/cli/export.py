@@ -1,0 +1,94 @@
+"""`replay export torchrec-plan PLAN_DIR --out FILE.json`: a cluster plan's sharding as
+TorchRec's `ShardingPlan`, in the JSON form `replay.torchrec_sharding_plan` loads
+(`replay/system/torchrec_plan.py`). A plan TorchRec's training path would not execute as
+planned (`torchrec_executable: false` in its `sharding.json`) is refused in one line.
+The file is written whole or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from replay.cli.app import app, shown
+
+export_app = typer.Typer(
+    help="Write a plan's answers in another tool's format.", no_args_is_help=True
+)
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("torchrec-plan")
+def export_torchrec_plan_command(
+    plan_dir: Annotated[
+        Path,
+        typer.Argument(
+            metavar="PLAN_DIR",
+            help="A cluster plan or run folder (its sharding.json), or a sharding.json.",
+        ),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", metavar="FILE", help="The JSON file to write."),
+    ],
+    module: Annotated[
+        str,
+        typer.Option(
+            metavar="PATH",
+            help="The module path of the EmbeddingBagCollection in the model that "
+            "DistributedModelParallel shards (e.g. sparse_arch.embedding_bag_collection; "
+            "default: the model is the collection).",
+        ),
+    ] = "",
+    device: Annotated[
+        str,
+        typer.Option(metavar="DEVICE", help="The compute device of the shards' placements."),
+    ] = "cuda",
+    kernel: Annotated[
+        str,
+        typer.Option(
+            metavar="KERNEL",
+            help="TorchRec's compute kernel of the sharded tables (data-parallel ones: dense).",
+        ),
+    ] = "fused",
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing FILE.")] = False,
+) -> None:
+    """Write the plan's sharding as TorchRec's ShardingPlan (JSON) for DistributedModelParallel."""
+    from replay.errors import OutputError
+    from replay.system.torchrec_plan import (
+        SHARDING_FILE,
+        placement_of,
+        torchrec_plan_document,
+    )
+
+    source = plan_dir / SHARDING_FILE if plan_dir.is_dir() else plan_dir
+    if out.resolve() in (source.resolve(), plan_dir.resolve()):
+        raise OutputError(f"{out}: is the input {source}; write the output elsewhere")
+    if out.is_dir():
+        raise OutputError(f"{out}: is a folder, not a file")
+    if (out.exists() or out.is_symlink()) and not force:
+        raise OutputError(f"{out}: already exists (use --force to replace it)")
+    placement = placement_of(plan_dir)
+    document = torchrec_plan_document(
+        placement, compute_device=device, module_path=module, compute_kernel=kernel
+    )
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(document, indent=2) + "\n")
+        tmp.replace(out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"{out}: cannot write ({exc.strerror or exc})") from None
+    types: dict[str, int] = {}
+    for e in placement.plan.tables:
+        types[e.type] = types.get(e.type, 0) + 1
+    kinds = ", ".join(f"{n} {k}" for k, n in sorted(types.items()))
+    typer.echo(
+        f"wrote {shown(out, markup=False)}: TorchRec's ShardingPlan of {len(placement.tables)} "
+        f"tables ({kinds}) on {placement.world} GPUs ({placement.nodes} nodes x "
+        f"{placement.gpus_per_node}), module {module or '(the model)'!r}; load it with "
+        f"replay.torchrec_sharding_plan({str(out)!r})"
+    )
