@@ -74,6 +74,19 @@ def test_a_cluster_run_folder(tmp_path: Path, sharding: str) -> None:
         rows = [i for i, x in enumerate(per_rank["rank"]) if x == r["rank"]]
         assert sum(per_rank["lookups"][i] for i in rows) == r["lookups"]
         assert sum(per_rank["hits"][i] for i in rows) == r["hits"]
+    # the all-to-all is TorchRec's collectives (the default), said so, split by phase; each
+    # rank's bytes sent sum to the batch's, and what one sends another receives
+    assert cl["all_to_all_model"] == "torchrec" and "TorchRec" in cl["all_to_all"]
+    phases = [batches[f"all_to_all_{p}_bytes"] for p in ("input", "forward", "backward")]
+    for b in range(12):
+        assert sum(p[b] for p in phases) == pytest.approx(batches["all_to_all_bytes"][b])
+        sent = per_rank["all_to_all_sent_bytes"][b * 4 : b * 4 + 4]
+        got = per_rank["all_to_all_received_bytes"][b * 4 : b * 4 + 4]
+        assert sum(sent) == pytest.approx(batches["all_to_all_bytes"][b]) == sum(got)
+        assert min(phases[0][b], phases[1][b]) > 0  # ids and lengths; embeddings
+    assert sum(r["all_to_all_sent_bytes"] for r in ranks) == pytest.approx(
+        sum(batches["all_to_all_bytes"])
+    )
     step = batches["step_time_s"]
     slowest = [max(per_rank["time_s"][b * 4 : b * 4 + 4]) for b in range(12)]
     for b in range(12):  # the step holds the slowest rank's embedding time and the network

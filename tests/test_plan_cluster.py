@@ -82,6 +82,12 @@ def test_cluster_keys_present_and_consistent(planned: dict) -> None:
     assert c["imbalance"] >= 1.0
     assert c["all_to_all_bytes_per_batch"] > 0 and c["all_to_all_s_per_batch"] > 0
     assert c["step_time_s"] >= c["all_to_all_s_per_batch"]
+    # TorchRec's collectives (the default), by phase, and said so
+    assert c["all_to_all_model"] == "torchrec"
+    assert sum(c["all_to_all_bytes_per_batch_by_phase"].values()) == pytest.approx(
+        c["all_to_all_bytes_per_batch"]
+    )
+    assert c["methods"]["all_to_all"].startswith("TorchRec's collectives per sharding type")
     # without --time-per-batch the checkpoint answers run at the cluster's step time
     assert doc["horizon"]["time_per_batch_s"] == c["step_time_s"]
     assert "GPUs" in doc["horizon"]["time_per_batch_from"]
@@ -92,6 +98,7 @@ def test_cluster_keys_present_and_consistent(planned: dict) -> None:
     assert "per GPU" in c["methods"]["budget"]
     text = (planned["out"] / "plan.md").read_text()
     assert "## Cluster" in text and "**per GPU**" in text
+    assert "per step (TorchRec's collectives per sharding type, ids and lengths included)" in text
     assert text.index("- Cluster:") < text.index("- Cache:")
 
 

@@ -90,6 +90,14 @@ def test_the_cluster_section(cluster: tuple[Path, Path]) -> None:
     ]
     # the section sits between the hierarchy and the time sections
     assert md.index("## Memory hierarchy") < md.index("## Cluster") < md.index("## Time")
+    assert row["all_to_all_model"] == "torchrec"
+    assert "TorchRec's collectives per sharding type" in md and "lower bound" not in md
+
+
+def test_a_lower_bound_run_says_so(tmp_path: Path) -> None:
+    run = _run(tmp_path, "lower", *CLUSTER, *SMALL, "--set", "cluster.all_to_all_model=lower-bound")
+    md = (_report(tmp_path, run) / "report.md").read_text()
+    assert "): the all-to-all is a lower bound (only the pooled embeddings" in md
 
 
 def test_the_cluster_figure(cluster: tuple[Path, Path]) -> None:

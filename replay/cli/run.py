@@ -180,6 +180,10 @@ def _replay(opened: Any, spec: Any, *, inspect: bool, placed: Any = None, progre
     return replay_system(opened, spec, inspect=inspect, on_progress=on_progress, placed=placed)
 
 
+# the all-to-all model a cluster run names (`replay.engine.collectives`), in a word
+_A2A = {"torchrec": "TorchRec's collectives", "lower-bound": "lower bound"}
+
+
 def _si(value: float, unit: str) -> str:
     for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= factor:
@@ -279,7 +283,8 @@ def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
             f"{cl['sharding'].get('sharding', '?')}: step {cl['step_time_s']:.4g} s a batch "
             f"(slowest GPU's embedding {cl['rank_embedding_s_max_per_batch']:.4g}, "
             f"all-to-all {cl['all_to_all_s_per_batch']:.4g} for "
-            f"{_si(cl['all_to_all_bytes_per_batch'], 'B')}, all-reduce "
+            f"{_si(cl['all_to_all_bytes_per_batch'], 'B')} "
+            f"({_A2A.get(cl.get('all_to_all_model', ''), 'lower bound')}), all-reduce "
             f"{cl['allreduce_s_per_batch']:.4g}); lookups max/mean per GPU "
             f"{cl['imbalance_mean']:.3f} mean, {cl['imbalance_max']:.3f} max"
         )

@@ -13,18 +13,22 @@ What a cluster's run folder says (`ClusterRunResult`):
 - `batches.parquet`: the one-GPU columns for the whole cluster
   (`replay.engine.cluster_time`: counts and bytes summed over the GPUs, times the slowest
   GPU's, `time_s` the step time), then the network's per batch: `trace_lookups`,
-  `all_to_all_bytes` (forward + backward), its intra- and inter-node parts,
-  `all_to_all_s`, `allreduce_bytes_per_rank`, `allreduce_s`, `imbalance` (max / mean
-  per-rank lookups) and `step_time_s` (= `time_s`);
-- `ranks.parquet`: one row per (batch, rank): lookups, hits, misses, updates and the
-  rank's embedding time;
+  `all_to_all_bytes` (every collective of the embeddings, as `cluster.all_to_all_model`
+  counts them: TorchRec's collectives, the default, or the lower bound;
+  `replay.engine.collectives`), its intra- and inter-node parts, its input
+  distribution, forward and backward parts, `all_to_all_s`, `allreduce_bytes_per_rank`,
+  `allreduce_s`, `imbalance` (max / mean per-rank lookups) and `step_time_s` (=
+  `time_s`);
+- `ranks.parquet`: one row per (batch, rank): lookups, hits, misses, updates, the
+  rank's embedding time and the all-to-all bytes it sends and receives;
 - `sharding.json`: the placement's plan, `ShardingPlan.to_json()`, the format
   `cluster.sharding_file` reads back;
 - `summary.json`: the usual totals, where `lookups` counts the lookups the GPUs' caches
   served (`routed_lookups`: a column-wise lookup once per column block, any other once;
   the trace's own count is `cluster.trace_lookups`), so `policy.hit_ratio` is hits over
   the caches' lookups; plus `ranks` (one object per GPU) and `cluster` (the cluster, the
-  sharding's basis, imbalance, all-to-all, all-reduce and step time per batch).
+  sharding's basis, imbalance, all-to-all -- which model, in words, its bytes by phase --,
+  all-reduce and step time per batch).
 
 Checkpoints and failures of a cluster are not modelled yet (issue 42): such a system is
 refused (`refuse_cluster_checkpoint`), and the summary's `checkpoint` is strategy
@@ -42,6 +46,7 @@ from replay.checkpoint import Timing
 from replay.checkpoint.summarize import checkpoint_summary, failures_summary
 from replay.engine.account import study_warnings, summarize
 from replay.engine.cluster import ClusterResult, replay_cluster
+from replay.engine.collectives import DESCRIPTIONS
 from replay.engine.patrickstar_run import PATRICKSTAR_POLICY, replay_patrickstar_run
 from replay.engine.placement import PlacementResult, resolve_placement, row_state_bytes
 from replay.engine.replay import (
@@ -62,6 +67,9 @@ _NETWORK_COLUMNS = (
     "all_to_all_bytes",
     "all_to_all_intra_bytes",
     "all_to_all_inter_bytes",
+    "all_to_all_input_bytes",
+    "all_to_all_forward_bytes",
+    "all_to_all_backward_bytes",
     "all_to_all_s",
     "allreduce_bytes_per_rank",
     "allreduce_s",
@@ -104,6 +112,8 @@ def rank_columns(result: ClusterResult) -> dict[str, np.ndarray]:
         "misses": cols["rank_misses"].reshape(-1),
         "updates": updates.reshape(-1),
         "time_s": cols["rank_time_s"].reshape(-1),
+        "all_to_all_sent_bytes": cols["rank_all_to_all_sent_bytes"].reshape(-1),
+        "all_to_all_received_bytes": cols["rank_all_to_all_received_bytes"].reshape(-1),
     }
 
 
@@ -130,9 +140,14 @@ def cluster_block(system: SystemSpec, placed: PlacementResult, result: ClusterRe
         "local_batch": int(totals["local_batch"]),
         "imbalance_mean": float(totals["imbalance_mean"]),
         "imbalance_max": float(totals["imbalance_max"]),
+        "all_to_all_model": totals["all_to_all_model"],
+        "all_to_all": DESCRIPTIONS[totals["all_to_all_model"]],
         "all_to_all_bytes_per_batch": mean("all_to_all_bytes"),
         "all_to_all_intra_bytes_per_batch": mean("all_to_all_intra_bytes"),
         "all_to_all_inter_bytes_per_batch": mean("all_to_all_inter_bytes"),
+        "all_to_all_input_bytes_per_batch": mean("all_to_all_input_bytes"),
+        "all_to_all_forward_bytes_per_batch": mean("all_to_all_forward_bytes"),
+        "all_to_all_backward_bytes_per_batch": mean("all_to_all_backward_bytes"),
         "all_to_all_s_per_batch": mean("all_to_all_s"),
         "allreduce_bytes_per_rank_per_batch": mean("allreduce_bytes_per_rank"),
         "allreduce_s_per_batch": mean("allreduce_s"),

@@ -190,7 +190,9 @@ def _span_means(columns: dict[str, np.ndarray]) -> dict[str, float]:
     n = len(columns["imbalance"])
     half = slice(n // 2, n) if n > 1 else slice(0, n)
     out = {}
-    for key in ("imbalance", "all_to_all_bytes", "all_to_all_s", "allreduce_s", "step_time_s"):
+    for key in ("imbalance", "all_to_all_bytes", "all_to_all_s", "allreduce_s", "step_time_s",
+                "all_to_all_input_bytes", "all_to_all_forward_bytes",
+                "all_to_all_backward_bytes"):  # fmt: skip
         if key in columns:
             out[key] = float(np.asarray(columns[key], dtype=np.float64)[half].mean())
     return out
@@ -231,6 +233,7 @@ def plan_cluster(
     at R < 1); `torchrec_bins`, `torchrec_tables`: torchrec.json's bins and one-GPU
     tables (`replay.plan.torchrec_shards.shard_stats`)."""
     from replay.engine.cluster import replay_cluster
+    from replay.engine.collectives import DESCRIPTIONS, PHASES
     from replay.engine.placement import spec_loads
     from replay.plan.cache import curve_sizes
     from replay.plan.cluster_checkpoint import checkpoint_bytes
@@ -417,7 +420,11 @@ def plan_cluster(
         "imbalance": means["imbalance"],
         "imbalance_modeled": chosen.basis.get("modeled_imbalance"),
         "imbalance_run": float(lookups.max() / run_mean) if run_mean > 0 else 1.0,
+        "all_to_all_model": cluster.all_to_all_model,
         "all_to_all_bytes_per_batch": means["all_to_all_bytes"],
+        "all_to_all_bytes_per_batch_by_phase": {
+            phase: means[f"all_to_all_{phase}_bytes"] for phase in PHASES
+        },
         "all_to_all_s_per_batch": means["all_to_all_s"],
         "allreduce_s_per_batch": means["allreduce_s"],
         "step_time_s": means["step_time_s"],
@@ -461,10 +468,10 @@ def plan_cluster(
             "imbalance": "max / mean per-GPU lookups per batch, measured (imbalance_modeled: "
             "the sharder's max / mean modeled cost; imbalance_run: max / mean per-GPU "
             "lookups over the whole run, from the curves' pass)",
-            "all_to_all": "pooled embeddings of each (table, sample) bag from every shard "
-            "holding its lookups to the sample's GPU, and their gradients back (fp32); "
+            "all_to_all": f"{DESCRIPTIONS[cluster.all_to_all_model]} (fp32 embeddings); "
             "NVLink inside a node, the node's NICs shared by its GPUs across nodes, the two "
-            "not overlapped; the slowest GPU's time (replay.engine.cluster)",
+            "not overlapped; each collective the slowest GPU's time, the collectives one "
+            "after another (replay.engine.collectives)",
             "allreduce": "ring all-reduce of the dense gradient and the data-parallel "
             "tables' every batch (replay.engine.cluster)",
             "step_time": step_basis,

@@ -10,7 +10,8 @@ which checked the fields quoted here), never a model.
 
 What a row says, from summary.json (per batch: the mean over all the run's batches, as
 summary.json states it, not the report's steady state): the GPUs (nodes x GPUs per
-node), the sharding, the step time, the all-to-all's bytes and time, the all-reduce's
+node), the sharding, the step time, the all-to-all's bytes and time (which model:
+`all_to_all_model`), the all-reduce's
 time (PatrickStar's blocking collectives for a `chunk` run), the imbalance (the busiest
 GPU's lookups over the mean, per batch: mean and max), and the hit ratio of each GPU's
 cache from summary.json `ranks` (hits / lookups): the worst GPU's and the mean over the
@@ -76,6 +77,8 @@ def cluster_row(run: RunData) -> dict[str, Any]:
         "step_time_s": _float(c, "step_time_s"),
         "all_to_all_bytes_per_batch": _float(c, "all_to_all_bytes_per_batch"),
         "all_to_all_s_per_batch": _float(c, "all_to_all_s_per_batch"),
+        # runs written before TorchRec's collectives were modelled counted the lower bound
+        "all_to_all_model": str(c.get("all_to_all_model", "lower-bound")),
         "allreduce_s_per_batch": (
             allreduce if allreduce is not None else _float(c, "collectives_s_per_batch")
         ),
@@ -123,11 +126,22 @@ def cluster_blocks(rows: list[dict[str, Any]] | None, figures: list[FigureOut]) 
     text = (
         "Each cluster run: its GPUs (nodes x GPUs per node), the sharding, and per batch "
         "(the mean over all its batches, as its summary.json states it) the step time, the "
-        "all-to-all's bytes (forward and backward) and time, the all-reduce's time, the "
+        "all-to-all's bytes and time (TorchRec's collectives per sharding type: the input "
+        "distribution of ids and lengths, the pooled embeddings forward -- an all-to-all, "
+        "or a reduce-scatter of whole partial sums for row-wise and table-row-wise -- and "
+        "their gradients back), the all-reduce's time, the "
         "imbalance (the busiest GPU's lookups over the mean GPU's: mean / max over the "
         "batches), and the hit ratio of the GPUs' caches: the worst GPU's and the mean "
         "over the GPUs. Embedding, all-to-all, compute and all-reduce run in sequence."
     )
+    lower = [row["label"] for row in rows if row["all_to_all_model"] == "lower-bound"
+             and row["collectives"] != "patrickstar"]  # fmt: skip
+    if lower:
+        text += (
+            f" {', '.join(lower)}: the all-to-all is a lower bound (only the pooled "
+            "embeddings of the (table, sample) bags with lookups on a GPU, no input "
+            "distribution), not TorchRec's collectives."
+        )
     if any(row["collectives"] == "patrickstar" for row in rows):
         text += (
             " A PatrickStar (chunk policy) run has no all-to-all: its all-reduce column is its "

@@ -452,13 +452,20 @@ def cluster_lines(c: dict[str, Any]) -> list[str]:
         f"{pct_text(h['worst'])} on the worst GPU (GPU {h['worst_gpu']}), {pct_text(h['mean'])} on "
         "the mean (each GPU's LRU curve over the run).",
         f"Cluster network: all-to-all {format_bytes(c['all_to_all_bytes_per_batch'])} and "
-        f"{format_duration(c['all_to_all_s_per_batch'])} per step, all-reduce "
+        f"{format_duration(c['all_to_all_s_per_batch'])} per step ({_a2a_basis(c)}), all-reduce "
         f"{format_duration(c['allreduce_s_per_batch'])}; step time "
         f"{format_duration(c['step_time_s'])}; imbalance {times_text(c['imbalance'])} "
         f"(max / mean lookups per GPU, measured; the sharder modeled "
         f"{times_text(c.get('imbalance_modeled'))}) ({_steady_basis(c['steady'])}).",
     ]
     return lines
+
+
+def _a2a_basis(c: dict[str, Any]) -> str:
+    """What the all-to-all counts (plans before the key was written: the lower bound)."""
+    if c.get("all_to_all_model", "lower-bound") == "lower-bound":
+        return "a lower bound: pooled embeddings of the bags with lookups only"
+    return "TorchRec's collectives per sharding type, ids and lengths included"
 
 
 def horizon_text(doc: dict[str, Any]) -> str:
