@@ -453,8 +453,9 @@ def resolve_plan(
     reasons: list[str] = []
     for t, (shape, e) in enumerate(zip(tables, entries, strict=True)):
         assert e is not None
-        shards += _entry_shards(e, t, shape, world, gpus_per_node, f"{where}: table {shape.name!r}")
-        reason = executable_reason(e, shape.rows, world, gpus_per_node)
+        mine = _entry_shards(e, t, shape, world, gpus_per_node, f"{where}: table {shape.name!r}")
+        shards += mine
+        reason = executable_reason(e, shape.rows, world, gpus_per_node, [s.cols for s in mine])
         if reason is not None:
             reasons.append(reason)
     more = f" (and {len(reasons) - 1} more tables)" if len(reasons) > 1 else ""

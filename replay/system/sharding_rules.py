@@ -27,6 +27,11 @@ What TorchRec 1.8.0's training path executes (read in its source, and run: a
 - table-wise, column-wise, table-column-wise (`twcw_sharding.py`: column-wise), and
   data-parallel: each shard is its own table on the rank its metadata names, so any rank
   (column blocks of any width, `column_wise(size_per_rank=...)`) executes as planned.
+- and the kernels: TorchRec's fused kernels (`fused`, `fused_uvm`, `fused_uvm_caching`,
+  what its planner proposes for a sharded table) assert that every shard's columns are a
+  multiple of 4 (`batched_embedding_kernel.py` `_assert_local_cols_divisible_by_4`), so a
+  shard of 2 columns, or a table of dim 6, does not build; data-parallel tables take the
+  dense kernel, which has no such rule.
 """
 
 from __future__ import annotations
@@ -53,6 +58,9 @@ COLUMN_SPLIT = (COLUMN_WISE, TABLE_COLUMN_WISE)  # each column block sees every 
 EXPLICIT = (ROW_WISE, TABLE_ROW_WISE, COLUMN_WISE, TABLE_COLUMN_WISE, GRID)  # may list blocks
 REPEATS = (COLUMN_WISE, TABLE_COLUMN_WISE, GRID)  # types whose ranks may repeat
 ONE_NODE = (TABLE_ROW_WISE, TABLE_COLUMN_WISE)  # types that keep a table in one node
+# the columns of a shard in TorchRec's fused kernels are a multiple of this
+# (batched_embedding_kernel.py `_assert_local_cols_divisible_by_4`: FBGEMM's TBE)
+FUSED_COLUMNS = 4
 
 
 class Entry(Protocol):
@@ -158,11 +166,19 @@ def grid_groups(
     return groups
 
 
-def executable_reason(entry: Entry, rows: int, world: int, gpus_per_node: int) -> str | None:
+def executable_reason(
+    entry: Entry, rows: int, world: int, gpus_per_node: int, widths: Sequence[int] = ()
+) -> str | None:
     """Why TorchRec's training path would not execute a checked entry as planned (module
-    docstring), or None when it would."""
+    docstring), or None when it would. `widths`: the columns of each of its shards."""
     ranks = entry.ranks
     name = f"table {entry.table!r}"
+    odd = [w for w in widths if w % FUSED_COLUMNS]
+    if odd and entry.type != DATA_PARALLEL:
+        return (
+            f"{name} has a shard of {odd[0]} columns: TorchRec's fused kernels need a "
+            f"multiple of {FUSED_COLUMNS}"
+        )
     if entry.type == ROW_WISE:
         if ranks != tuple(range(world)):
             return (
@@ -198,6 +214,7 @@ __all__ = [
     "COLUMN_WISE",
     "DATA_PARALLEL",
     "EXPLICIT",
+    "FUSED_COLUMNS",
     "GRID",
     "ONE_NODE",
     "PLAN_TYPES",
