@@ -39,6 +39,11 @@ def test_each_length_gives_its_batches() -> None:
     assert _length(duration="5d", step_s=0.05) == (8_640_000, {"duration_s": 432_000.0})
     assert _length(duration="30min", step_s=0.7) == (2572, {"duration_s": 1800.0})
     assert _length(epochs=0.5, dataset_samples=1000) == (8, {"epochs": 0.5})
+    # ceil, however small the length: one batch, never "0 batches" (a float's rounding
+    # of a whole number is that number, but 0 is no length)
+    assert _length(epochs=1e-30, dataset_samples=1000) == (1, {"epochs": 1e-30})
+    assert _length("criteo-kaggle", epochs=1e-30) == (1, {"epochs": 1e-30})
+    assert _length(duration="1ms", step_s=1e9) == (1, {"duration_s": 0.001})
 
 
 def test_epochs_of_the_criteo_presets() -> None:

@@ -369,9 +369,11 @@ def _training_length(
             )
         count = Fraction(str(epochs)) * size / spec.batch_size
         given = {"epochs": epochs}
-    # a quotient within a float's rounding of a whole number is that number (5d at 50 ms)
+    # a quotient within a float's rounding of a whole number is that number (5d at 50 ms);
+    # never 0: a length above 0, however small (--epochs 1e-30), starts a batch (ceil)
     whole = round(count)
-    planned = whole if abs(count - whole) <= Fraction(1, 10**6) else math.ceil(count)
+    near = whole >= 1 and abs(count - whole) <= Fraction(1, 10**6)
+    planned = whole if near else math.ceil(count)
     if not 1 <= planned <= _MAX_BATCHES:
         raise ConfigError(
             f"{option}: gives {planned:,} batches of {spec.batch_size:,} samples, out of "
