@@ -174,3 +174,11 @@ def test_a_bad_ranks_parquet(
 
     frame.drop("rank").write_parquet(ranks)
     assert "no 'rank' column" in _refused(tmp_path, run, capsys)
+
+    # a batch's time that is no number: every figure and mean made from it would be too
+    assert "time_s" in frame.columns
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        first = pl.when(pl.int_range(pl.len()) == 0).then(bad).otherwise(pl.col("time_s"))
+        frame.with_columns(first.alias("time_s")).write_parquet(ranks)
+        refused = _refused(tmp_path, run, capsys)
+        assert "ranks.parquet: column 'time_s' holds a NaN or infinite value" in refused

@@ -406,6 +406,8 @@ def _check_cluster(path: Path, summary: dict[str, Any], batches: int) -> pl.Data
         if not kind or series.null_count():
             what = "seconds" if name == "time_s" else "integers"
             raise ReportError(f"{file}: column {name!r} must hold {what} without nulls")
+        if name == "time_s" and not series.is_finite().all():  # min() skips NaN
+            raise ReportError(f"{file}: column 'time_s' holds a NaN or infinite value")
         if series.len() and float(series.min()) < 0:  # type: ignore[arg-type]
             raise ReportError(f"{file}: column {name!r} holds a negative value")
     if frame.height != batches * world:
