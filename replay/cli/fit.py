@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from replay._files import file_kind
 from replay.cli.app import app, shown
 from replay.cli.source import VerifyOption
 from replay.errors import ConfigError, OutputError
@@ -316,6 +318,14 @@ def _locality_summary(fit: Any, name: str) -> list[str]:
 def _check_target(path: Path, force: bool) -> None:
     if path.is_dir():
         raise OutputError(f"{path}: is a folder, not a file")
+    try:
+        mode = path.lstat().st_mode
+    except OSError:  # nothing there (or unreachable: the checks below say so)
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        # --force replaces by renaming over the path: never over a device (`--out
+        # /dev/null` as root would replace the device node) nor a FIFO or a socket
+        raise OutputError(f"{path}: is {file_kind(mode)}, not a regular file to replace")
     if path.exists() and not force:
         raise OutputError(f"{path}: already exists (use --force to replace it)")
     probe = path.parent

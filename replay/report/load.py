@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from replay._files import RESULT_JSON, read_json
+from replay._files import RESULT_JSON, check_regular, read_json
 from replay.errors import ReplayError
 
 RUN_FILES = ("config.json", "summary.json", "meta.json", "batches.parquet")
@@ -145,6 +145,13 @@ class Results:
         return None
 
 
+def _say_what_it_is(path: Path) -> None:
+    """A ReportError naming what `path` is when it is there but no regular file (a FIFO,
+    a device, a folder): "missing" would send the user looking for the wrong thing."""
+    if path.exists():
+        check_regular(path, ReportError)
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.exists() and not path.is_symlink():
         raise ReportError(f"{path}: missing")
@@ -157,6 +164,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def _read_parquet(path: Path) -> pl.DataFrame:
     if not path.is_file():
+        _say_what_it_is(path)
         raise ReportError(f"{path}: missing")
     try:
         return pl.read_parquet(path)
@@ -172,6 +180,7 @@ def is_run(path: Path) -> bool:
 def load_run(path: Path, *, label: str = "", values: dict[str, Any] | None = None) -> RunData:
     for name in RUN_FILES:
         if not (path / name).is_file():
+            _say_what_it_is(path / name)
             raise ReportError(f"{path}: not a complete run folder ({name} is missing)")
     config = _read_json(path / "config.json")
     summary = _read_json(path / "summary.json")
