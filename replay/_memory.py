@@ -26,7 +26,13 @@ Assumptions:
   to the next, and the per-row kernels touch memory at random, so a workload that only
   fits by swapping is no workload to run either. `REPLAY_MEMORY_LIMIT` (bytes, or a
   number with K, M, G or T for KiB ... TiB) replaces the figure: to keep a command to a
-  share of a shared machine, or to let it use swap on purpose.
+  share of a shared machine, or to let it use swap on purpose. Under an address-space
+  limit (RLIMIT_AS) the figure is at most the room the limit leaves (what the process
+  may still map): there numpy fails at the limit whatever the machine has.
+- Every setting that sizes a structure is in an estimate before anything is allocated:
+  a cache is allocated no more slots than the rows it could hold (a larger one never
+  evicts), so a capacity beyond them costs nothing; a cluster's state of each GPU (its
+  cache, its policy, its columns per batch) is counted once per GPU.
 """
 
 from __future__ import annotations
@@ -272,10 +278,16 @@ class RunState:
     `replay.runs.compare.run_state`)."""
 
     bytes_per_key: float  # policy + checkpoint strategy + bitmaps (+ statistics)
-    slots: int  # cache slots the policy may fill (min(capacity, units of the row space))
+    slots: int  # slots of state per looked-up row (hot's selection)
     bytes_per_slot: float
     bytes_per_lookup: float  # oracles' next-use arrays
     label: str = ""  # "policy lru 4 B, distinct-row bitmap 0.125 B, ..."
+    # what the settings size besides the rows and lookups: the caches (their slots, at
+    # most the units of the rows; FBGEMM's ways as the capacity gives them), a cluster's
+    # state of each GPU
+    fixed_bytes: int = 0
+    bytes_per_batch: int = 0  # beyond `RUN_BYTES_PER_BATCH`: a cluster's columns per GPU
+    notes: tuple[str, ...] = ()  # how `fixed_bytes` and `bytes_per_batch` are made
 
 
 # a worker process of `compare`/`sweep` before its run: the interpreter, numpy, numba's
@@ -304,7 +316,8 @@ def run_estimate(
         _ceil(total * s.bytes_per_key)
         + _ceil(s.slots * s.bytes_per_slot)
         + _ceil(max(lookups, 0) * s.bytes_per_lookup)
-        + max(batches, 0) * RUN_BYTES_PER_BATCH
+        + max(batches, 0) * (RUN_BYTES_PER_BATCH + max(s.bytes_per_batch, 0))
+        + max(s.fixed_bytes, 0)
         + max(in_flight, 0)
         for s in states
     ]
@@ -321,6 +334,9 @@ def run_estimate(
     detail = _rows_detail(table_rows, worst.bytes_per_key)
     if worst.label:
         detail += f": {worst.label}"
+    sized = worst.fixed_bytes + max(batches, 0) * worst.bytes_per_batch
+    if worst.notes and sized > total * worst.bytes_per_key:  # the settings' part first
+        detail = "; ".join(worst.notes) + f"; and {detail}"
     if in_flight > (1 << 30):  # worth naming: batches too large to stream in pieces
         detail += f"; batches in flight {format_bytes(in_flight)}"
     if len(chosen) > 1:
@@ -387,9 +403,42 @@ def physical_memory() -> int | None:
         return None
 
 
+def address_space_room() -> int | None:
+    """Bytes this process may still map under its address-space limit (RLIMIT_AS, e.g.
+    `ulimit -v`): the limit less what it maps already (`VmSize`); None without a limit.
+    Such a limit refuses an allocation the machine could hold (numpy's `MemoryError`), so
+    an estimate is checked against it too."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    mapped = 0
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                mapped = int(line.split()[1]) * 1024
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    return max(int(soft) - mapped, 0)
+
+
 def available_memory() -> tuple[int | None, str]:
     """(bytes, what they are): REPLAY_MEMORY_LIMIT, or physical memory lowered to the
-    cgroup's limit; (None, "") where neither can be read (then nothing is refused)."""
+    cgroup's limit; either lowered to the room under an address-space limit
+    (`address_space_room`); (None, "") where none can be read (then nothing is
+    refused)."""
+    have, source = _memory_figure()
+    room = address_space_room()
+    if room is not None and (have is None or room < have):
+        return room, "the room left under its address-space limit (RLIMIT_AS)"
+    return have, source
+
+
+def _memory_figure() -> tuple[int | None, str]:
     override = os.environ.get(ENV_LIMIT)
     if override:
         try:
@@ -424,6 +473,7 @@ __all__ = [
     "MAX_ROW_SPACE",
     "Estimate",
     "RunState",
+    "address_space_room",
     "available_memory",
     "check_fits",
     "check_row_space",

@@ -93,10 +93,12 @@ def run_command(
 
         def fits(opened: Source) -> None:
             # refused with the figure before a byte is hashed or a row's state allocated
-            from replay.runs.compare import check_run_memory
+            from replay.runs.run_memory import check_run_memory
 
-            with_stats = inspect if inspect is not None else not isinstance(opened, GeneratedTrace)
-            check_run_memory(opened, [spec], inspect=with_stats)
+            check_run_memory(opened, [spec], inspect=with_stats(opened))
+
+        def with_stats(opened: Source) -> bool:
+            return inspect if inspect is not None else not isinstance(opened, GeneratedTrace)
 
         # the checksums are hashed meanwhile (two threads that release the GIL) and checked
         # before anything is final: the replay starts ~0.05 s sooner on the 2-core VM
@@ -107,8 +109,13 @@ def run_command(
         placed = None
         if spec.cluster is not None:  # a bad sharding is refused before anything is written
             from replay.engine.placement import resolve_placement
+            from replay.runs.run_memory import check_run_memory
 
             placed = resolve_placement(spec, opened)
+            # each GPU's rows known: replicas and column blocks counted where they are held
+            check_run_memory(
+                opened, [spec], inspect=with_stats(opened), placements=[placed.placement]
+            )
         check_output_folder(out, force=force, resume=resume)
         verified = checksums_verified(ref, verify)
         with_workload = inspect_default(ref, inspect)

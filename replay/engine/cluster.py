@@ -121,7 +121,9 @@ of 2 buffers: the range in the policies and the one being routed; and 12 B a loo
 the record pass, kept across ranges); per batch, 3 x W int64 per-rank columns (lookups,
 hits, misses) and 2 x W float64 (the all-to-all bytes each rank sends and receives) --
 2.5 KB a batch at 64 GPUs; per range, the kernels' all-to-all counts, (1 + groups) x 4
-x W int64 a batch.
+x W int64 a batch. A range is cut to at most `RANGE_CELLS` (batch, GPU) cells
+(`split_ranges`): 65,536 GPUs on a range of 200 batches took 5.1 GB in the accounting's
+columns at once. `replay.runs.run_memory` estimates it all before a run starts.
 """
 
 from __future__ import annotations
@@ -154,8 +156,14 @@ from replay.trace.stream import (
     distinct_bitmap,
     distinct_kernel,
     iter_batch_ranges,
+    split_ranges,
 )
 from replay.workload.source import Source
+
+# (batch, GPU) cells of a batch range at most: what a range's per-GPU arrays hold (the
+# counters, the routed counts, the accounting's ~50 columns: ~0.1 GiB at this size), so
+# many GPUs take fewer batches a range; one batch at least
+RANGE_CELLS = 1 << 18
 
 
 @dataclass(frozen=True, eq=False)
@@ -363,8 +371,11 @@ def replay_cluster(
         and not bool((lay.kind == DP).any())
     )
     replay_start = time.perf_counter()
-    ranges = iter_batch_ranges(
-        source, with_updates=True, with_distinct=True, updates_from_lookups=derive
+    ranges = split_ranges(
+        iter_batch_ranges(
+            source, with_updates=True, with_distinct=True, updates_from_lookups=derive
+        ),
+        RANGE_CELLS // world,
     )
     route_took = [0.0]
 

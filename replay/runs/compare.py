@@ -29,23 +29,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from replay._memory import (
-    IN_FLIGHT_BYTES_PER_LOOKUP,
-    INSPECT_BYTES_PER_ROW,
-    Estimate,
-    RunState,
-    check_fits,
-    check_row_space,
-    row_space,
-    run_estimate,
-)
 from replay._signals import deferred, ignore_in_worker
 from replay.engine.cluster_run import replay_system
 from replay.engine.placement import resolve_placement
 from replay.engine.replay import (
     RunResult,
-    counts_read_after_write,
-    streams_pieces,
     workload_shape,
 )
 from replay.engine.systems import (
@@ -57,6 +45,7 @@ from replay.engine.systems import (
 from replay.errors import ConfigError
 from replay.policies import POLICIES
 from replay.policies.base import capacity_units
+from replay.runs.run_memory import _cores, check_run_memory, in_flight_bytes, run_state
 from replay.system.spec import (
     BYTES_PER_VALUE,
     SystemSpec,
@@ -340,118 +329,6 @@ def preflight(ref: SourceRef | Path, jobs: Sequence[RunJob]) -> Source:
     return opened
 
 
-# Bytes per cache slot that each policy allocates beside its per-key map (the policies'
-# constructors): lru slot_key 8 + prev 4 + next 4 + dirty 1; lfu slot_key, frequency,
-# time 8 each + heap slot and position 4 each + dirty 1; belady slot_key 8 + heap
-# priority 8 + heap slot and position 4 each + dirty 1; chunk heap priority and slot 8 each
-# lru: 17 B per slot + its hash table, 4-8 entries of 8 B (replay.policies.lru)
-_SLOT_BYTES = {"lru": 81, "lfu": 33, "belady": 25, "chunk": 16}
-# hot's selection of the hottest rows: per looked-up row, its flat id (8), its count and
-# the partition's copy (4 + 4), two masks (2) and the selected ids (8), rounded up
-_HOT_SELECT_BYTES = 32
-# chunk, per chunk: position 4 + dirty 1 + stamp 4, and 8 for the next use while prepared
-_CHUNK_BYTES = 17
-
-
-def run_state(
-    source: Source, system: SystemSpec, *, inspect: bool = False, threads: int = 1
-) -> RunState:
-    """What `replay_trace(source, system, inspect=inspect)` allocates per key, per cache
-    slot and per lookup, from the classes that allocate it (`replay._memory`'s input).
-    `threads`: the generating threads of an on-the-fly workload (a distinct-row bitmap
-    each). ConfigError where the system does not fit the source (as a run would say)."""
-    from replay.checkpoint import STRATEGIES
-    from replay.workload.onthefly import GeneratedTrace
-
-    shape = workload_shape(source, system)
-    cls = POLICIES[system.policy.name]
-    dim = shape.embedding_dim
-    state = BYTES_PER_VALUE * dim + optimizer_bytes_per_row(system.model.optimizer, dim)
-    unit_rows = cls.unit_rows(system.policy)
-    capacity = capacity_units(system, unit_rows, state) if cls.cached else 0
-    total = row_space(source.table_rows)
-    lookups = int(source.num_lookups)
-    parts: list[tuple[str, float]] = [(f"policy {cls.name}", float(cls.state_bytes_per_key))]
-    strategy = STRATEGIES[system.checkpoint.strategy]
-    if strategy.state_bytes_per_key:
-        parts.append((f"checkpoint {system.checkpoint.strategy}", strategy.state_bytes_per_key))
-    generated = isinstance(source, GeneratedTrace)
-    if inspect and not generated:
-        parts.append(("statistics", INSPECT_BYTES_PER_ROW))  # instead of the bitmap
-    else:
-        if not (generated and source.steps_every_batch):  # else counted from the updates
-            bitmaps = "distinct-row bitmaps" if threads > 1 and generated else "distinct-row bitmap"
-            parts.append((bitmaps, (threads if generated else 1) / 8))
-        if inspect:  # a second generation pass, beside the run's state
-            parts.append(("statistics", INSPECT_BYTES_PER_ROW))
-    p = system.policy
-    if counts_read_after_write(system):
-        parts.append(("read-after-write bitmap", 1 / 8))
-    slots, per_slot, per_lookup = 0, 0.0, 0.0
-    if system.cluster is not None:  # a cache per GPU (a data-parallel replica ignored)
-        capacity *= system.cluster.nodes * system.cluster.gpus_per_node
-    if cls.name in _SLOT_BYTES:
-        slots, per_slot = min(capacity, -(-total // unit_rows)), _SLOT_BYTES[cls.name]
-    if cls.name == "hot":
-        slots, per_slot = min(total, lookups), _HOT_SELECT_BYTES
-    if cls.name == "ssd-tbe":  # L2: an LRU of rows as `lru` keeps it (table, key, links, flag)
-        slots, per_slot = min(int(p.l2_capacity_bytes // state), total), _SLOT_BYTES["lru"]
-    if cls.name == "chunk":
-        parts.append(("chunks", _CHUNK_BYTES / unit_rows))
-        if p.chunk_eviction != "lru":  # the next use of every lookup and update row
-            per_lookup = 2 * getattr(cls, "state_bytes_per_request", 8)
-    if cls.name == "belady":
-        per_lookup = getattr(cls, "state_bytes_per_lookup", 8)
-    label = ", ".join(f"{name} {value:.3g} B" for name, value in parts)
-    return RunState(sum(v for _, v in parts), slots, per_slot, per_lookup, label)
-
-
-def in_flight_bytes(lookups: int, batches: int, piece_lookups: int = 0) -> int:
-    """Bytes of the batch ranges a replay (or `inspect`) holds at once over `lookups` in
-    `batches`: the reader's `READ_AHEAD` ranges and the one consumed, each a row group of
-    about `ROW_GROUP_TARGET_LOOKUPS` lookups or one whole batch when a batch is larger,
-    or, where the reader takes a large batch in pieces of tables (`piece_lookups`: the
-    largest piece's lookups, `replay.trace.format.plan_pieces`), one piece."""
-    from replay.trace.format import ROW_GROUP_TARGET_LOOKUPS
-    from replay.trace.stream import READ_AHEAD
-
-    lookups = max(int(lookups), 0)
-    per_batch = -(-lookups // max(int(batches), 1))
-    per_group = max(ROW_GROUP_TARGET_LOOKUPS, per_batch)
-    if piece_lookups > 0:
-        per_group = max(int(piece_lookups), 1)
-    groups = max(-(-lookups // per_group), 1)
-    return min(READ_AHEAD + 1, groups) * per_group * IN_FLIGHT_BYTES_PER_LOOKUP
-
-
-def check_run_memory(
-    source: Source,
-    systems: Sequence[SystemSpec],
-    *,
-    inspect: bool = False,
-    parallel: int = 1,
-    statistics: bool = False,
-    threads: int | None = None,
-    what: str = "replay run",
-) -> Estimate:
-    """ConfigError, with the figure, when replaying `systems` over `source` (`parallel`
-    at once) needs more memory than this machine has; else the estimate."""
-    check_row_space([int(r) for r in source.table_rows])
-    if threads is None:
-        threads = max(1, _cores() // max(1, min(parallel, len(systems))))
-    states = [run_state(source, system, inspect=inspect, threads=threads) for system in systems]
-    # whole batches in flight unless every replay takes them in pieces
-    pieced = all(streams_pieces(source, system) for system in systems)
-    piece = int(getattr(source, "piece_lookups", 0)) if pieced and systems else 0
-    held = in_flight_bytes(source.num_lookups, source.num_batches, piece)
-    estimate = run_estimate(
-        source.table_rows, int(source.num_lookups), int(source.num_batches), states,
-        parallel=parallel, statistics=statistics, what=what, in_flight=held,
-    )  # fmt: skip
-    check_fits(estimate)
-    return estimate
-
-
 def compare_document(
     trace: SourceRef | Path, jobs: Sequence[RunJob], given: Sequence[str], overrides: Sequence[str]
 ) -> dict[str, Any]:
@@ -507,10 +384,6 @@ def _start_worker(cwd: str) -> None:
 
 def _run_one(ref: SourceRef, system: SystemSpec, threads: int | None = None) -> RunResult:
     return replay_system(open_source(ref, threads=threads), system)
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
 
 
 def _pool_context() -> multiprocessing.context.BaseContext:

@@ -27,7 +27,7 @@ what stays for the whole plan plus the largest stage:
   ... caches, one replay of the horizon at a time): the policy's per-row state and the
   replay's per-batch columns (`REPLAY_BYTES_PER_BATCH`), which grow with the run;
 - **the steady state**: each system's replay of the short span (`replay.plan.plan.
-  steady_batches`): its per-row and per-slot state (`replay.runs.compare.run_state`, as
+  steady_batches`): its per-row and per-slot state (`replay.runs.run_memory.run_state`, as
   `replay run` estimates it) and the generated row groups in flight (`threads + AHEAD`
   ahead of the one consumed, `IN_FLIGHT_BYTES_PER_LOOKUP` each lookup);
 - **the cluster** (a first system with a `[cluster]`, `replay.plan.cluster`): the per-GPU
@@ -171,7 +171,7 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
     (`replay.trace.reader.open_trace`); `systems`: the resolved system specs."""
     from replay.analysis.horizon import DENSE_MAX_ROWS
     from replay.plan.cache import curve_sizes
-    from replay.runs.compare import _cores, run_state
+    from replay.runs.run_memory import _cores, run_state
     from replay.workload.onthefly import AHEAD, GeneratedTrace
 
     rows, per_batch, batches = _shape(source)
@@ -240,6 +240,7 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         replay_bytes = (
             math.ceil(total * state.bytes_per_key)
             + math.ceil(state.slots * state.bytes_per_slot)
+            + state.fixed_bytes
             + math.ceil(steady_lookups * state.bytes_per_lookup)
         )
         steady = max(steady, replay_bytes)
@@ -350,7 +351,7 @@ def _cluster_stage(
         # a piece in flight per reader thread and the routed one: its columns, flat keys,
         # update keys and each route's rank and local key
         from replay.plan.cluster import SCALING_NODES
-        from replay.runs.compare import _cores
+        from replay.runs.run_memory import _cores
         from replay.workload.onthefly import AHEAD
 
         routed = (_cores() + AHEAD + 2) * piece * (IN_FLIGHT_BYTES_PER_LOOKUP + ROUTED_PIECE_BYTES)

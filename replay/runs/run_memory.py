@@ -1,0 +1,284 @@
+"""What one replay holds, for `replay run`, `compare` and `sweep`'s memory estimate
+(`replay._memory.run_estimate` adds it up and checks it against the machine), from the
+classes that allocate it and the sizes the settings give, before anything is allocated.
+
+Every setting that sizes a structure is in it:
+
+- **per row** (R, the rows of the tables): the policy's and the checkpoint strategy's
+  `state_bytes_per_key`, the distinct-row bitmaps, the statistics' byte;
+- **per cache slot**: a cache is allocated at most one slot per unit of its rows
+  (`replay.policies.base.usable_units`: a larger one never evicts, and nor does one of
+  exactly those rows), so a capacity beyond the rows costs nothing; its slots at the
+  bytes each policy's constructor allocates (`_SLOT_BYTES`). FBGEMM's set-associative
+  caches (`tbe`, `ssd-tbe`'s L1) are the exception: a row's set is its hash modulo the
+  sets, so their ways are allocated as many as the capacity gives, 16 B each (a way's
+  row and time; LFU: 8, and its 8 B count per row); ssd-tbe's L2 is an LRU of rows,
+  at most R of them;
+- **per lookup**: the oracles' next-use arrays;
+- **per batch**: the run's per-batch columns (`RUN_BYTES_PER_BATCH`);
+- **a cluster** (`[cluster]`, one cache per GPU, `replay.engine.cluster`): each GPU's
+  cache is sized by the capacity per GPU and the rows on it, and each GPU holds state
+  of its own whatever its rows: its policy object and its `summary.json` entry
+  (`CLUSTER_BYTES_PER_GPU`), and per batch its columns (lookups, hits, misses, updates,
+  times, the all-to-all's per-GPU bytes, `ranks.parquet`'s rows:
+  `CLUSTER_BYTES_PER_GPU_BATCH`). The routing buffers and the accounting of a batch range
+  are bounded by cutting ranges to at most `replay.engine.cluster.RANGE_CELLS` (batch,
+  GPU) cells, within `replay._memory.MARGIN_BYTES`. Before the placement is known the
+  rows of every GPU add up to R (`run_state`); once it is (`check_cluster_memory`), to
+  the rows each GPU holds, replicas and column blocks counted on every GPU that holds
+  them.
+
+Measured (peak RSS, `/usr/bin/time`, 2-core VM): `replay run --workload tiny --system
+hbm-lru` on dgx-h100 nodes, 65,536 GPUs: 0.71 GiB at 50 batches, 1.20 GiB at 200, 1.88
+GiB at 400: 56 B a (batch, GPU) and ~4.7 KB a GPU beside the process; the figures
+below are those rounded up, with room for the per-GPU all-to-all columns.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from replay._memory import (
+    IN_FLIGHT_BYTES_PER_LOOKUP,
+    INSPECT_BYTES_PER_ROW,
+    Estimate,
+    RunState,
+    check_fits,
+    check_row_space,
+    format_count,
+    row_space,
+    run_estimate,
+)
+from replay.engine.replay import counts_read_after_write, streams_pieces, workload_shape
+from replay.policies import POLICIES
+from replay.policies.base import usable_units
+from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
+from replay.workload.source import Source
+
+# Bytes per cache slot that each policy allocates beside its per-key map (the policies'
+# constructors): lru slot_key 8 + prev 4 + next 4 + dirty 1; lfu slot_key, frequency,
+# time 8 each + heap slot and position 4 each + dirty 1; belady slot_key 8 + heap
+# priority 8 + heap slot and position 4 each + dirty 1; chunk heap priority and slot 8 each
+# lru: 17 B per slot + its hash table, 4-8 entries of 8 B (replay.policies.lru)
+_SLOT_BYTES = {"lru": 81, "lfu": 33, "belady": 25, "chunk": 16}
+# FBGEMM's TBE (replay.policies.tbe): per way its row (int64) and, for LRU, its time step
+_TBE_WAY_BYTES = {"lru": 16, "lfu": 8}
+# hot's selection of the hottest rows: per looked-up row, its flat id (8), its count and
+# the partition's copy (4 + 4), two masks (2) and the selected ids (8), rounded up
+_HOT_SELECT_BYTES = 32
+# chunk, per chunk: position 4 + dirty 1 + stamp 4, and 8 for the next use while prepared
+_CHUNK_BYTES = 17
+# a cluster's per-GPU state (module docstring): each GPU's policy and summary entry, and
+# its columns per batch
+CLUSTER_BYTES_PER_GPU = 8192
+CLUSTER_BYTES_PER_GPU_BATCH = 96
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
+
+def _row_state(system: SystemSpec, source: Source) -> int:
+    dim = workload_shape(source, system).embedding_dim
+    return BYTES_PER_VALUE * dim + optimizer_bytes_per_row(system.model.optimizer, dim)
+
+
+def _even(total: int, gpus: int) -> list[int]:
+    """`total` rows split as evenly as they go over `gpus`."""
+    q, m = divmod(int(total), max(int(gpus), 1))
+    return [q + 1] * m + [q] * (max(int(gpus), 1) - m)
+
+
+def sharded(system: SystemSpec) -> bool:
+    """Whether `system` replays one cache per GPU (`replay.engine.cluster`): a cluster,
+    not PatrickStar's data-parallel chunks (`replay.engine.patrickstar_run`)."""
+    from replay.engine.patrickstar_run import PATRICKSTAR_POLICY
+
+    return system.cluster is not None and system.policy.name != PATRICKSTAR_POLICY
+
+
+def cache_bytes(system: SystemSpec, gpu_rows: Sequence[int], row_state: int) -> tuple[int, str]:
+    """(bytes, how) of the caches of `system`'s policy, one per entry of `gpu_rows` (the
+    rows each cache sees: [R] for one GPU), as their constructors allocate them."""
+    cls = POLICIES[system.policy.name]
+    p = system.policy
+    if not cls.cached:
+        return 0, ""
+    unit_rows = cls.unit_rows(p)
+    total = sum(int(r) for r in gpu_rows)
+    cap = cls.capacity(system, unit_rows, row_state, max(total, 1))
+    gpus = len(gpu_rows)
+    if cls.name in ("tbe", "ssd-tbe"):
+        # whole sets, as the capacity gives them on each GPU (a set is a hash modulo them)
+        per_way = _TBE_WAY_BYTES.get(p.cache_algorithm, 16)
+        ways = sum(cls.capacity(system, unit_rows, row_state, max(int(r), 1)) for r in gpu_rows)
+        size, how = ways * per_way, f"{format_count(ways)} cache ways x {per_way} B"
+        if cls.name == "ssd-tbe":
+            l2 = int(p.l2_capacity_bytes // row_state)
+            slots = sum(usable_units(l2, int(r)) for r in gpu_rows) if l2 else 0
+            size += slots * _SLOT_BYTES["lru"]
+            how += f", L2 {format_count(slots)} rows x {_SLOT_BYTES['lru']} B"
+        return size, how
+    if cls.name == "hot":
+        return 0, ""  # its selection is per looked-up row (`run_state`)
+    if cls.name not in _SLOT_BYTES:
+        return 0, ""
+    slots = sum(usable_units(cap, int(r), unit_rows) for r in gpu_rows)
+    unit = "chunk" if unit_rows > 1 else "row"
+    what = f"{gpus:,} caches, " if gpus > 1 else ""
+    return slots * _SLOT_BYTES[cls.name], (
+        f"{what}{format_count(slots)} {unit} slots x {_SLOT_BYTES[cls.name]} B"
+    )
+
+
+def run_state(
+    source: Source,
+    system: SystemSpec,
+    *,
+    inspect: bool = False,
+    threads: int = 1,
+    gpu_rows: Sequence[int] | None = None,
+) -> RunState:
+    """What `replay_trace(source, system, inspect=inspect)` (or a cluster's replay)
+    allocates per key, per cache slot, per lookup and per batch, from the classes that
+    allocate it (`replay._memory`'s input). `threads`: the generating threads of an
+    on-the-fly workload (a distinct-row bitmap each). `gpu_rows`: a cluster's rows on
+    each GPU, once placed (else R in all, `world` GPUs). ConfigError where the system
+    does not fit the source (as a run would say)."""
+    from replay.checkpoint import STRATEGIES
+    from replay.workload.onthefly import GeneratedTrace
+
+    cls = POLICIES[system.policy.name]
+    state = _row_state(system, source)
+    total = row_space(source.table_rows)
+    lookups = int(source.num_lookups)
+    parts: list[tuple[str, float]] = [(f"policy {cls.name}", float(cls.state_bytes_per_key))]
+    strategy = STRATEGIES[system.checkpoint.strategy]
+    if strategy.state_bytes_per_key:
+        parts.append((f"checkpoint {system.checkpoint.strategy}", strategy.state_bytes_per_key))
+    generated = isinstance(source, GeneratedTrace)
+    if inspect and not generated:
+        parts.append(("statistics", INSPECT_BYTES_PER_ROW))  # instead of the bitmap
+    else:
+        if not (generated and source.steps_every_batch):  # else counted from the updates
+            bitmaps = "distinct-row bitmaps" if threads > 1 and generated else "distinct-row bitmap"
+            parts.append((bitmaps, (threads if generated else 1) / 8))
+        if inspect:  # a second generation pass, beside the run's state
+            parts.append(("statistics", INSPECT_BYTES_PER_ROW))
+    p = system.policy
+    if counts_read_after_write(system):
+        parts.append(("read-after-write bitmap", 1 / 8))
+    cluster = sharded(system)
+    gpus = system.cluster.world_size if system.cluster is not None else 1
+    rows = [total]
+    if cluster:
+        # before the placement, the rows split evenly: they add up to R on the GPUs
+        rows = list(gpu_rows) if gpu_rows is not None else _even(total, gpus)
+    fixed, how = cache_bytes(system, rows, state)
+    per_batch = 0
+    notes: list[str] = []
+    if cluster:
+        fixed += gpus * CLUSTER_BYTES_PER_GPU
+        per_batch = gpus * CLUSTER_BYTES_PER_GPU_BATCH
+        notes.append(
+            f"{gpus:,} GPUs x ({CLUSTER_BYTES_PER_GPU // 1024} KiB + "
+            f"{CLUSTER_BYTES_PER_GPU_BATCH} B a batch x {format_count(source.num_batches)} "
+            "batches)"
+        )
+        extra = sum(int(r) for r in rows) - total  # replicas and column blocks
+        if extra > 0:  # the policy's per-key state of each GPU's copy
+            fixed += math.ceil(extra * cls.state_bytes_per_key)
+    if how:
+        notes.insert(0, how)
+    slots, per_slot, per_lookup = 0, 0.0, 0.0
+    if cls.name == "hot":
+        slots, per_slot = min(total, lookups), _HOT_SELECT_BYTES
+    if cls.name == "chunk":
+        parts.append(("chunks", _CHUNK_BYTES / cls.unit_rows(p)))
+        if p.chunk_eviction != "lru":  # the next use of every lookup and update row
+            per_lookup = 2 * getattr(cls, "state_bytes_per_request", 8)
+    if cls.name == "belady":
+        per_lookup = getattr(cls, "state_bytes_per_lookup", 8)
+    label = ", ".join(f"{name} {value:.3g} B" for name, value in parts)
+    return RunState(
+        sum(v for _, v in parts), slots, per_slot, per_lookup, label,
+        fixed_bytes=fixed, bytes_per_batch=per_batch, notes=tuple(notes),
+    )  # fmt: skip
+
+
+def in_flight_bytes(lookups: int, batches: int, piece_lookups: int = 0) -> int:
+    """Bytes of the batch ranges a replay (or `inspect`) holds at once over `lookups` in
+    `batches`: the reader's `READ_AHEAD` ranges and the one consumed, each a row group of
+    about `ROW_GROUP_TARGET_LOOKUPS` lookups or one whole batch when a batch is larger,
+    or, where the reader takes a large batch in pieces of tables (`piece_lookups`: the
+    largest piece's lookups, `replay.trace.format.plan_pieces`), one piece."""
+    from replay.trace.format import ROW_GROUP_TARGET_LOOKUPS
+    from replay.trace.stream import READ_AHEAD
+
+    lookups = max(int(lookups), 0)
+    per_batch = -(-lookups // max(int(batches), 1))
+    per_group = max(ROW_GROUP_TARGET_LOOKUPS, per_batch)
+    if piece_lookups > 0:
+        per_group = max(int(piece_lookups), 1)
+    groups = max(-(-lookups // per_group), 1)
+    return min(READ_AHEAD + 1, groups) * per_group * IN_FLIGHT_BYTES_PER_LOOKUP
+
+
+def check_run_memory(
+    source: Source,
+    systems: Sequence[SystemSpec],
+    *,
+    inspect: bool = False,
+    parallel: int = 1,
+    statistics: bool = False,
+    threads: int | None = None,
+    what: str = "replay run",
+    placements: Sequence[Any] | None = None,
+) -> Estimate:
+    """ConfigError, with the figure, when replaying `systems` over `source` (`parallel`
+    at once) needs more memory than this machine has; else the estimate. `placements`:
+    each system's placement where it is a cluster already placed (None elsewhere)."""
+    check_row_space([int(r) for r in source.table_rows])
+    if threads is None:
+        threads = max(1, _cores() // max(1, min(parallel, len(systems))))
+    placed = list(placements) if placements is not None else [None] * len(systems)
+    states = [
+        run_state(source, system, inspect=inspect, threads=threads, gpu_rows=gpu_rows(place))
+        for system, place in zip(systems, placed, strict=True)
+    ]
+    # whole batches in flight unless every replay takes them in pieces
+    pieced = all(streams_pieces(source, system) for system in systems)
+    piece = int(getattr(source, "piece_lookups", 0)) if pieced and systems else 0
+    held = in_flight_bytes(source.num_lookups, source.num_batches, piece)
+    estimate = run_estimate(
+        source.table_rows, int(source.num_lookups), int(source.num_batches), states,
+        parallel=parallel, statistics=statistics, what=what, in_flight=held,
+    )  # fmt: skip
+    check_fits(estimate)
+    return estimate
+
+
+def gpu_rows(placement: Any) -> list[int] | None:
+    """The rows each GPU of a placement holds (a replica or a column block counts its
+    rows on its GPU); None for no placement."""
+    if placement is None:
+        return None
+    rows = [0] * placement.world
+    for shard in placement.shards:
+        rows[shard.rank] += int(shard.rows)
+    return rows
+
+
+__all__ = [
+    "CLUSTER_BYTES_PER_GPU",
+    "CLUSTER_BYTES_PER_GPU_BATCH",
+    "cache_bytes",
+    "check_run_memory",
+    "gpu_rows",
+    "in_flight_bytes",
+    "run_state",
+    "sharded",
+]
