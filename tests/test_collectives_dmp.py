@@ -7,7 +7,9 @@ backward gradients) the bytes each collective call sends and receives, intra- an
 inter-node, equal the model's, framing included (the splits all-to-all, 24 B a peer a
 sharding group, is modelled; nothing else is sent); the data-parallel all-reduce's
 payload is `allreduce_model`'s. One DMP run per world size (`tests/_dmp_harness.py`):
-~10 s and ~20 s on the 2-core VM."""
+~10 s and ~20 s on the 2-core VM. Under `-m bench`: each sharding type alone (every
+table the same type, `uniform_plan`) on 2 and 2 x 2 processes, the same equality, and
+the bytes per batch of the lower bound, the model and DMP printed side by side."""
 
 from __future__ import annotations
 
@@ -135,15 +137,19 @@ def _placement(world: int, gpn: int) -> Any:
     return resolve_plan(_ours(world, gpn), tables, nodes=world // gpn, gpus_per_node=gpn)
 
 
-def _model(world: int, gpn: int, batches: list) -> tuple[CollectiveModel, np.ndarray]:
-    placement = _placement(world, gpn)
+def _model(
+    world: int, gpn: int, batches: list, placement: Any = None, kind: str = "torchrec"
+) -> tuple[CollectiveModel, np.ndarray, np.ndarray]:
+    """The model of the batches on `placement` (default: every type at once): the model,
+    and the routing kernels' counts (lower bound, ids) per batch."""
+    placement = placement or _placement(world, gpn)
     cluster = ClusterSpec(nodes=world // gpn, gpus_per_node=gpn)
-    model = CollectiveModel(placement, BATCH, cluster_link(cluster, gpn))
+    model = CollectiveModel(placement, BATCH, cluster_link(cluster, gpn), model=kind)
     source = _Batches(batches)
     router = Router(placement, table_offsets(source.table_rows), BATCH)
     traffic = model.buffers(BATCHES)
     router.count(next(source.generated_ranges(0, BATCHES)), traffic)
-    return model, traffic[1]
+    return model, traffic[0], traffic[1]
 
 
 def _measured(result: DmpResult, rank: int, batch: int, gpn: int) -> Counter:
@@ -184,7 +190,7 @@ def _modelled(model: CollectiveModel, ids: np.ndarray, rank: int) -> Counter:
 
 def test_every_collective_equals_dmps(dmp: tuple) -> None:
     world, gpn, batches, result = dmp
-    model, ids = _model(world, gpn, batches)
+    model, _, ids = _model(world, gpn, batches)
     for b in range(BATCHES):
         for r in range(world):
             assert _modelled(model, ids[b], r) == _measured(result, r, b, gpn), (b, r)
@@ -231,3 +237,58 @@ def test_the_replay_reports_the_same_bytes(dmp: tuple) -> None:
         assert c["all_to_all_bytes"][b] == sent.sum()
         np.testing.assert_array_equal(c["rank_all_to_all_sent_bytes"][b], sent)
         np.testing.assert_array_equal(c["rank_all_to_all_received_bytes"][b], received)
+
+
+# -- each sharding type alone (bench) --------------------------------------------------
+
+_TORCHREC_NAMES = {
+    TABLE_WISE: "table_wise",
+    ROW_WISE: "row_wise",
+    COLUMN_WISE: "column_wise",
+    TABLE_ROW_WISE: "table_row_wise",
+    DATA_PARALLEL: "data_parallel",
+}
+
+
+def _dmp_tables(placement: Any) -> list[DmpTable]:
+    """TorchRec's generators for a uniform plan of ours (even blocks, every rank in
+    order; a node's GPUs for table-row-wise)."""
+    out = []
+    for t, shape in enumerate(placement.tables):
+        e = placement.entry(t)
+        host = placement.node_of(e.ranks[0])
+        out.append(DmpTable(shape.name, shape.rows, shape.dim, _TORCHREC_NAMES[e.type],
+                            ranks=tuple(e.ranks), host=host))  # fmt: skip
+    return out
+
+
+@pytest.mark.bench
+@pytest.mark.parametrize("world, gpn", [(2, 2), (4, 2)], ids=["2 ranks", "2 x 2 ranks"])
+@pytest.mark.parametrize("kind", sorted(_TORCHREC_NAMES))
+def test_each_sharding_type_alone(kind: str, world: int, gpn: int, tmp_path: Path) -> None:
+    from replay.system.sharding import uniform_plan
+
+    # dims x 4: column blocks of a multiple of 4 columns, as TorchRec's kernels need
+    # (`column_wise(ranks)` makes a table whose blocks would not be one block instead)
+    tables = tuple(TableShape(n, r, 4 * d) for n, r, d, _ in TABLES)
+    placement = resolve_plan(
+        uniform_plan(kind, tables, nodes=world // gpn, gpus_per_node=gpn), tables,
+        nodes=world // gpn, gpus_per_node=gpn,
+    )  # fmt: skip
+    batches = _batches()
+    result = run_dmp(_dmp_tables(placement), batches, world=world, gpus_per_node=gpn,
+                     folder=tmp_path)  # fmt: skip
+    model, lower, ids = _model(world, gpn, batches, placement)
+    bound, _, _ = _model(world, gpn, batches, placement, kind="lower-bound")
+    ours = model.columns(lower, ids)["all_to_all_bytes"]
+    low = bound.columns(lower, ids)["all_to_all_bytes"]
+    for b in range(BATCHES):
+        measured = 0
+        for r in range(world):
+            got = _measured(result, r, b, gpn)
+            assert _modelled(model, ids[b], r) == got, (b, r)
+            measured += sum(count * (key[3] + key[4]) for key, count in got.items())
+        assert ours[b] == measured >= low[b]
+        where = f"{kind} on {world} ({world // gpn} x {gpn}), batch {b}"
+        print(f"{where}: lower bound {low[b]:.0f} B, TorchRec's collectives {ours[b]:.0f} B, "
+              f"DMP {measured} B")  # fmt: skip
