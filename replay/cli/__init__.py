@@ -165,7 +165,8 @@ def console_main() -> None:
     after each command on the 2-core VM (measured: 2.47 s to the end of `main` and 2.83 s
     wall for a `replay run`). Everything a command writes is complete and renamed into
     place before `main` returns, so the process flushes its streams, waits for its
-    non-daemon threads, runs the atexit handlers (as a normal exit does), and ends.
+    non-daemon threads (unless interrupted: then their work is abandoned), runs the
+    atexit handlers (as a normal exit does), and ends.
     """
     # A command is one short process: collect cyclic garbage every 100,000 allocations,
     # not 700. With the defaults a 53 M-lookup `replay run` made 271 collections (2 of
@@ -191,9 +192,12 @@ def console_main() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe (`... | head`)
             stream.flush()
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    # an interrupted command abandons its threads' work in flight (a numba kernel cannot
+    # be stopped halfway; `replay._threads.worker_pool`): it ends without joining them
+    if _signals.received() is None:
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
     atexit._run_exitfuncs()
     os._exit(code)
 

@@ -33,7 +33,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from replay._threads import wait_for, worker_pool
 from replay.trace.format import FORMAT_VERSION, largest_piece, piece_groups
 from replay.trace.keys import table_offsets
 from replay.trace.reader import LookupChunk, UpdateChunk
@@ -227,15 +228,17 @@ class GeneratedTrace:
             for g0, g1, tables in groups:
                 yield work(g0, g1, tables)
             return
-        with ThreadPoolExecutor(self.threads, thread_name_prefix="on-the-fly") as pool:
+        # an interrupt abandons the row groups in flight (`worker_pool`); the main
+        # thread waits in slices, so it runs the signal's handler (`wait_for`)
+        with worker_pool(self.threads, "on-the-fly") as pool:
             pending: deque[Future[Item]] = deque()
             try:
                 for g0, g1, tables in groups:
                     pending.append(pool.submit(work, g0, g1, tables))
                     if len(pending) >= self.threads + AHEAD:
-                        yield pending.popleft().result()
+                        yield wait_for(pending.popleft())
                 while pending:
-                    yield pending.popleft().result()
+                    yield wait_for(pending.popleft())
             finally:
                 for future in pending:
                     future.cancel()
