@@ -51,6 +51,7 @@ COMMANDS = (
     "presets",
     "quickstart",
     "bench",
+    "export",  # a group, as bench: `--help` lists the groups after the commands
 )
 
 
@@ -75,6 +76,8 @@ def _register(command: str | None) -> None:
         from replay.cli import bench  # noqa: F401
     elif command == "compare":
         from replay.cli import compare  # noqa: F401
+    elif command == "export":
+        from replay.cli import export  # noqa: F401
     elif command == "fit":
         from replay.cli import fit  # noqa: F401
     elif command == "generate":

@@ -71,6 +71,8 @@ def export_torchrec_plan_command(
         raise OutputError(f"{out}: is a folder, not a file")
     if (out.exists() or out.is_symlink()) and not force:
         raise OutputError(f"{out}: already exists (use --force to replace it)")
+    if out.exists() and not out.is_file():  # a FIFO, a device, a socket: never replaced
+        raise OutputError(f"{out}: is not a regular file; write the output elsewhere")
     placement = placement_of(plan_dir)
     document = torchrec_plan_document(
         placement, compute_device=device, module_path=module, compute_kernel=kernel
