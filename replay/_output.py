@@ -499,10 +499,11 @@ def atomic_folder(
 
 
 def _remove(path: Path) -> None:
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.exists():
+    if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
+    elif path.is_symlink() or path.exists():
+        # a file, a link, or a FIFO or a socket: `rmtree` of a FIFO opens it, and waits
+        path.unlink()
 
 
 def _json_default(value: Any) -> Any:

@@ -378,3 +378,49 @@ def test_the_opener_refuses_what_is_no_regular_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not UTF-8 text"):
         small.write_bytes(b"\xff")
         _files.read_text(small, kind)
+
+
+def test_resume_over_fifos_in_the_partial_folder(tmp_path: Path) -> None:
+    """A FIFO where `--resume` looks for its own files (the plan, a finished part) is no
+    file of a finished step: the command starts that step over instead of waiting on it."""
+    generate = ["generate", "--preset", "tiny", "--batches", "700", "--batch-size", "1024",
+                "--workers", "1", "--out", str(tmp_path / "trace")]  # fmt: skip
+    env = {**os.environ, "REPLAY_KILL_AT": "trace:part#1"}  # killed after its first part
+    killed = subprocess.run([sys.executable, "-m", "replay", *generate], env=env,
+                            capture_output=True, timeout=120, check=False)  # fmt: skip
+    assert killed.returncode < 0, killed.stderr
+    part = tmp_path / ".trace.partial" / "lookups" / "part-00000.parquet"
+    part.unlink()
+    os.mkfifo(part)
+    env.pop("REPLAY_KILL_AT")
+    for argv in (generate, ["run", "--workload", "tiny", "--batches", "20", "--system",
+                            "hbm-lru", "--out", str(tmp_path / "run")]):  # fmt: skip
+        if argv[0] == "run":
+            partial = tmp_path / ".run.partial"
+            partial.mkdir()
+            for name in (".plan.json", "meta.json"):
+                os.mkfifo(partial / name)
+        done = subprocess.run([sys.executable, "-m", "replay", *argv, "--resume"], env=env,
+                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert not list(tmp_path.glob(".*"))
+
+
+@pytest.mark.parametrize("command", ["generate", "run", "fit"])
+def test_force_over_a_fifo_where_the_output_is_built(
+    tmp_path: Path, shared: Shared, command: str
+) -> None:
+    """What is in the way of an output's temporary name (`.out.partial` of a folder,
+    `.out.tmp` of fit's file) is removed: a FIFO there is unlinked, never opened
+    (`shutil.rmtree` of a FIFO opened it and waited for a writer; so did writing it)."""
+    argv = {
+        "generate": ["generate", "--preset", "tiny", "--batches", "2", "--workers", "1"],
+        "run": ["run", "--workload", "tiny", "--batches", "2", "--system", "hbm-lru"],
+        "fit": ["fit", str(shared.trace)],
+    }[command]
+    os.mkfifo(tmp_path / (".out.tmp" if command == "fit" else ".out.partial"))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "replay", *argv, "--out", str(out), "--force"],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

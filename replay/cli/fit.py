@@ -347,6 +347,8 @@ def _write_all(writes: list[tuple[Path, Callable[[Path], None]]]) -> None:
         for path, write in writes:
             made.extend(_make_parents(path.parent))
             tmp = path.with_name(f".{path.name}.tmp")
+            if tmp.is_symlink() or (tmp.exists() and not tmp.is_dir()):
+                tmp.unlink()  # a leftover, or a FIFO that writing would open and wait on
             tmps.append(tmp)
             write(tmp)
         for (path, _), tmp in zip(writes, tmps, strict=True):

@@ -178,8 +178,10 @@ class TraceFolderWriter:
         if self.partial.exists():
             if resume and self._plan_matches():
                 self.resumed = True
-            else:
+            elif self.partial.is_dir() and not self.partial.is_symlink():
                 shutil.rmtree(self.partial)
+            else:  # a file, a link or a FIFO in its place (`rmtree` of a FIFO waits on it)
+                self.partial.unlink()
         if not self.resumed:
             try:
                 self.partial.mkdir(parents=True)
@@ -239,7 +241,9 @@ class TraceFolderWriter:
     def done_part(self, kind: str, index: int) -> dict[str, Any] | None:
         """The manifest entry of a part a previous run completed, or None."""
         path = self.partial / kind / part_name(index)
-        if not self.resumed or not path.exists():
+        # a regular file only: a FIFO put there would block the Parquet reader (the part
+        # is written again, renamed over it)
+        if not self.resumed or not path.is_file():
             return None
         try:
             rows = pq.ParquetFile(path).metadata.num_rows
