@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replay.analysis.batch_reuse import BatchReuse, batch_reuse_arrays, spec_batch_reuse
 from replay.errors import ConfigError
@@ -353,3 +355,30 @@ def test_a_record_beyond_a_specs_pooling_is_refused_before_fitting() -> None:
     big = BatchStats(float(1 << 30), stats.distinct, stats.rows_share, stats.lookups_share)
     with pytest.raises(ConfigError, match=r"more than 1,048,576 per sample for each of 1 tab"):
         fit_locality(big, tables=1, batch_size=16, max_groups=1)
+
+
+NUMBER_TOKEN = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
+HOSTILE_NUMBERS = ["0", "-0", "-1", "1e30", "1e400", "-1e400", "9" * 5000, "0.0005", "1.5",
+                   "nan", "inf", "", "1e-400", "4294967296", "67108865", "2147483649"]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_any_number_anywhere_parses_or_is_one_config_error(data: st.DataObject) -> None:
+    """Every number of a good record replaced by hostile ones: a record (whose counts are
+    then finite, in range and consistent) or one ConfigError line, never another error."""
+    spans = [m.span() for m in NUMBER_TOKEN.finditer(GOOD)]
+    chosen = data.draw(st.lists(st.sampled_from(spans), min_size=1, max_size=3, unique=True))
+    text = GOOD
+    for lo, hi in sorted(chosen, reverse=True):
+        text = text[:lo] + data.draw(st.sampled_from(HOSTILE_NUMBERS)) + text[hi:]
+    try:
+        (record,) = parse_locality_stats(text, "stats.txt")
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("stats.txt")
+        return
+    stats = record.stats
+    assert 1 <= stats.distinct <= stats.lookups <= 2**31
+    assert 1 <= record.batch_size <= 1 << 26
+    shares = np.concatenate([stats.rows_share, stats.lookups_share])
+    assert np.isfinite(shares).all() and ((shares >= 0) & (shares <= 1)).all()
