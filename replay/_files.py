@@ -20,7 +20,14 @@ reading it whole takes all the memory there is), a socket or a folder. So:
   and at most limit + 1 bytes are read, so a file that grows while it is read, or one
   whose size the kernel does not know (`/proc`), cannot make replay allocate past it.
 
-The limits (`KINDS`, listed in docs/troubleshooting.md) are 20 times or more the largest
+A reader of a new file names its kind and its own error class, e.g. for `torchrec.json`::
+
+    document = read_json(path, TORCHREC_STATS, InputError, bad="not TorchRec statistics")
+
+(missing, a FIFO, a device, too large, not UTF-8, malformed JSON: each one line of that
+class, naming `path`); a new kind goes in `KINDS` and in the documented table.
+
+The limits (`KINDS`, listed in docs/troubleshooting.md) are 16 times or more the largest
 such file replay writes or that has been published, so a real file never meets one;
 they bound what a hostile file can cost, since parsing holds several times the text in
 memory (2-core VM): 4 MiB of TOML (a spec of 22,000 tables) parses in 0.85 s; 16 MiB of
