@@ -12,7 +12,8 @@ Each case runs `python -m replay` (the console script, as a user runs it) in a c
 process under an address-space limit (`RLIMIT_AS`, 4 GiB: a read until memory runs out
 ends in `MemoryError` there rather than in the machine's OOM killer), killed after
 `KILL_S`, and must: exit 2 with exactly one line `replay: error: ...` on stderr and no
-traceback, within `LIMIT_S` (5 s) and at a peak resident size under 1 GiB, and leave the
+traceback, within `LIMIT_S` (5 s; `FAST_LIMIT_S` in the normal suite, which shares the
+machine with other tests) and at a peak resident size under 1 GiB, and leave the
 case's folder as it was: no output, no `.partial`, no lock file.
 
 The options that read a file are fed a FIFO (nobody writes to it: a reader that opens it
@@ -23,7 +24,7 @@ the FIFO and a link to /dev/zero (a link, so that nothing is ever claimed beside
 device, in /dev), and the FIFO with `--force`, which replaces no FIFO (nor a device: a
 link to one is a link, which `--force` may replace). The whole walk takes about three
 minutes on the 2-core VM, so it is a `bench` test; the normal suite runs `FAST`, one case
-of each way of reading a file and an output (about 20 s).
+of each way of reading a file and an output (about 30 s with the tests beside them).
 """
 
 from __future__ import annotations
@@ -47,7 +48,11 @@ from replay.cli._outputs import NAMED_FILES
 from replay.cli.app import app
 from replay.errors import InputError
 
-LIMIT_S = 5.0  # the issue's bound on a refusal
+LIMIT_S = 5.0  # the issue's bound on a refusal (the walk, a bench test on a quiet machine)
+# the normal suite's bound: it runs beside other tests on 2 cores, where `replay plan`'s
+# imports alone (matplotlib, for its figures) took 3 to 9 s at a load of 12; a reader
+# that waits on a FIFO or reads /dev/zero runs into KILL_S or RLIMIT_AS all the same
+FAST_LIMIT_S = 15.0
 KILL_S = 20.0  # a child still running then has hung (it is killed and the case fails)
 AS_LIMIT_BYTES = 4 << 30
 RSS_LIMIT_BYTES = 1 << 30
@@ -278,7 +283,9 @@ def _run(argv: list[str], cwd: Path) -> tuple[int | str, str, float, int]:
     return code, err_path.read_text(), elapsed, usage.ru_maxrss * 1024
 
 
-def _check(key: tuple[str, str], kind: str, shared: Shared, tmp_path: Path) -> None:
+def _check(
+    key: tuple[str, str], kind: str, shared: Shared, tmp_path: Path, limit_s: float = LIMIT_S
+) -> None:
     tmp = tmp_path / "case"
     tmp.mkdir()
     bad = _hostile(tmp, key, kind, shared)
@@ -293,7 +300,7 @@ def _check(key: tuple[str, str], kind: str, shared: Shared, tmp_path: Path) -> N
     assert "Traceback" not in stderr, shown
     assert code == 2, shown
     assert stderr.startswith("replay: error: ") and stderr.count("\n") == 1, shown
-    assert seconds < LIMIT_S, shown
+    assert seconds < limit_s, shown
     assert rss < RSS_LIMIT_BYTES, f"peak {rss / 2**20:.0f} MiB\n{shown}"
     left = sorted(_listing(tmp) ^ before)
     assert not left, f"written or removed in the case's folder: {left}\n{shown}"
@@ -319,7 +326,7 @@ def _all_cases() -> list[tuple[str, str, str]]:
 def test_a_hostile_file_is_refused(
     command: str, param: str, kind: str, shared: Shared, tmp_path: Path
 ) -> None:
-    _check((command, param), kind, shared, tmp_path)
+    _check((command, param), kind, shared, tmp_path, limit_s=FAST_LIMIT_S)
 
 
 @pytest.mark.bench
