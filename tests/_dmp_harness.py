@@ -53,8 +53,9 @@ class DmpTable:
     name: str
     rows: int
     dim: int
-    # TorchRec sharding: "table_wise" (ranks: [r]), "row_wise", "column_wise" (ranks:
-    # the blocks' ranks), "table_row_wise" (host: the node), "data_parallel"; or a
+    # TorchRec sharding: "table_wise" (ranks: [r]), "row_wise", "column_wise" and
+    # "table_column_wise" (ranks: the blocks' ranks), "table_row_wise" (host: the node),
+    # "grid" (ranks: the column blocks' nodes), "data_parallel"; or a
     # ParameterSharding given as JSON (`parameter_sharding`, TorchRec's fields)
     sharding: str
     ranks: tuple[int, ...] = ()
@@ -293,6 +294,20 @@ def _generator(t: dict[str, Any]) -> Any:
         return sp.row_wise()
     if kind == "column_wise":
         return sp.column_wise(ranks=list(t["ranks"]))
+    if kind == "table_column_wise":  # no generator of its own: column-wise, so named
+        import dataclasses
+
+        from torchrec.distributed.types import ShardingType
+
+        inner = sp.column_wise(ranks=list(t["ranks"]))
+
+        def twcw(*args: Any, **kwargs: Any) -> Any:
+            ps = inner(*args, **kwargs)
+            return dataclasses.replace(ps, sharding_type=ShardingType.TABLE_COLUMN_WISE.value)
+
+        return twcw
+    if kind == "grid":
+        return sp.grid_shard(host_indexes=list(t["ranks"]))
     if kind == "table_row_wise":
         return sp.table_row_wise(host_index=t["host"])
     if kind == "data_parallel":

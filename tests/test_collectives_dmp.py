@@ -1,7 +1,8 @@
 """TorchRec's collectives as `replay.engine.collectives` models them, held against the real
 `DistributedModelParallel`: a CPU run over gloo of 2 processes (one node of 2) and of 4
 (2 nodes of 2), every sharding type in one `EmbeddingBagCollection` (table-wise,
-row-wise, column-wise, table-row-wise on each node, data-parallel; pooling 1 and 2),
+row-wise, column-wise, table-row-wise on each node, data-parallel, table-column-wise;
+pooling 1 and 2; grid, which the cluster replay does not route, under bench),
 two batches. For every rank, batch and phase (input distribution, forward embeddings,
 backward gradients) the bytes each collective call sends and receives, intra- and
 inter-node, equal the model's, framing included (the splits all-to-all, 24 B a peer a
@@ -32,7 +33,9 @@ from replay.engine.collectives import (
 from replay.system.sharding import (
     COLUMN_WISE,
     DATA_PARALLEL,
+    GRID,
     ROW_WISE,
+    TABLE_COLUMN_WISE,
     TABLE_ROW_WISE,
     TABLE_WISE,
     ShardingPlan,
@@ -48,7 +51,7 @@ BATCH = 8
 BATCHES = 2
 # name, rows, dim, pooling
 TABLES = [("tw", 10, 4, 1), ("rw", 13, 8, 2), ("cw", 7, 8, 1), ("tr0", 11, 4, 1),
-          ("tr1", 9, 8, 2), ("dp", 5, 4, 1)]  # fmt: skip
+          ("tr1", 9, 8, 2), ("dp", 5, 4, 1), ("tc", 6, 8, 2)]  # fmt: skip
 OPS = {
     "all_to_all_single": ALL_TO_ALL,
     "reduce_scatter_tensor": REDUCE_SCATTER,
@@ -66,7 +69,8 @@ def _batches() -> list[list[np.ndarray]]:
 
 def _ours(world: int, gpn: int) -> ShardingPlan:
     """Our plan of the same sharding: table-wise on rank 1, column-wise on ranks 0 and
-    the last, table-row-wise tr0 on node 0 and tr1 on the last node."""
+    the last, table-row-wise tr0 on node 0 and tr1 on the last node, table-column-wise
+    on the last node's GPUs."""
     nodes = world // gpn
     every = tuple(range(world))
     entries = {
@@ -76,6 +80,7 @@ def _ours(world: int, gpn: int) -> ShardingPlan:
         "tr0": (TABLE_ROW_WISE, tuple(range(gpn))),
         "tr1": (TABLE_ROW_WISE, tuple(range((nodes - 1) * gpn, world))),
         "dp": (DATA_PARALLEL, every),
+        "tc": (TABLE_COLUMN_WISE, tuple(range((nodes - 1) * gpn, world))),
     }
     return ShardingPlan(tuple(TableSharding(n, *entries[n]) for n, *_ in TABLES))
 
@@ -89,6 +94,7 @@ def _theirs(world: int, gpn: int) -> list[DmpTable]:
         "tr0": ("table_row_wise", (), 0),
         "tr1": ("table_row_wise", (), nodes - 1),
         "dp": ("data_parallel", (), 0),
+        "tc": ("table_column_wise", tuple(range((nodes - 1) * gpn, world)), 0),
     }
     return [
         DmpTable(name, rows, dim, kinds[name][0], ranks=kinds[name][1], host=kinds[name][2])
@@ -247,6 +253,8 @@ _TORCHREC_NAMES = {
     COLUMN_WISE: "column_wise",
     TABLE_ROW_WISE: "table_row_wise",
     DATA_PARALLEL: "data_parallel",
+    TABLE_COLUMN_WISE: "table_column_wise",
+    GRID: "grid",
 }
 
 
@@ -257,8 +265,13 @@ def _dmp_tables(placement: Any) -> list[DmpTable]:
     for t, shape in enumerate(placement.tables):
         e = placement.entry(t)
         host = placement.node_of(e.ranks[0])
+        ranks = tuple(e.ranks)
+        if e.type == GRID:  # TorchRec's grid_shard names each column block's node
+            blocks = sorted({(s.col_start, s.rank // placement.gpus_per_node)
+                             for s in placement.shards if s.table == t})  # fmt: skip
+            ranks = tuple(node for _, node in blocks)
         out.append(DmpTable(shape.name, shape.rows, shape.dim, _TORCHREC_NAMES[e.type],
-                            ranks=tuple(e.ranks), host=host))  # fmt: skip
+                            ranks=ranks, host=host))  # fmt: skip
     return out
 
 
@@ -269,8 +282,10 @@ def test_each_sharding_type_alone(kind: str, world: int, gpn: int, tmp_path: Pat
     from replay.system.sharding import uniform_plan
 
     # dims x 4: column blocks of a multiple of 4 columns, as TorchRec's kernels need
-    # (`column_wise(ranks)` makes a table whose blocks would not be one block instead)
-    tables = tuple(TableShape(n, r, 4 * d) for n, r, d, _ in TABLES)
+    # (`column_wise(ranks)` makes a table whose blocks would not be one block instead);
+    # grid: 128 columns a node, `grid_shard`'s block (planner/constants.py MIN_CW_DIM)
+    dims = [128 * (world // gpn) if kind == GRID else 4 * d for _, _, d, _ in TABLES]
+    tables = tuple(TableShape(n, r, d) for (n, r, _, _), d in zip(TABLES, dims, strict=True))
     placement = resolve_plan(
         uniform_plan(kind, tables, nodes=world // gpn, gpus_per_node=gpn), tables,
         nodes=world // gpn, gpus_per_node=gpn,
@@ -280,6 +295,17 @@ def test_each_sharding_type_alone(kind: str, world: int, gpn: int, tmp_path: Pat
                      folder=tmp_path)  # fmt: skip
     model, lower, ids = _model(world, gpn, batches, placement)
     bound, _, _ = _model(world, gpn, batches, placement, kind="lower-bound")
+    if kind == GRID:
+        # not routed by the cluster replay (nor counted here): every other call is held
+        # against DMP's, and the ids' bytes are DMP's ids in any case
+        for b in range(BATCHES):
+            for r in range(world):
+                got = _measured(result, r, b, gpn)
+                want = _modelled(model, ids[b], r)
+                assert {k: n for k, n in want.items() if k[1] != "ids"} == {
+                    k: n for k, n in got.items() if k[1] != "ids"
+                }, (b, r)
+        return
     ours = model.columns(lower, ids)["all_to_all_bytes"]
     low = bound.columns(lower, ids)["all_to_all_bytes"]
     for b in range(BATCHES):
