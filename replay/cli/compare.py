@@ -198,7 +198,8 @@ def run_and_write(
         say = None if echo is None else progress.around(echo)
         n = check_workers(default_workers() if workers is None else workers)
         check_output_folder(out, force=force, owned=owned_entries(out, own_files), what=WHAT)
-        opened = preflight(trace, jobs)
+        placements: list[Any] = []
+        opened = preflight(trace, jobs, placements)
         with_stats = inspect_default(trace, inspect)
         # the runs at once, each its row state, and first the statistics: refused with the
         # figure before anything is allocated (a remote cluster's workers are not this
@@ -206,7 +207,7 @@ def run_and_write(
         here = scheduler is None or scheduler == "local"
         check_run_memory(
             opened, [job.system for job in jobs] if here else [], parallel=n,
-            statistics=with_stats, what=what,
+            statistics=with_stats, what=what, placements=placements if here else [],
         )  # fmt: skip
         if say is not None:
             at_once = min(n, len(jobs))

@@ -304,6 +304,7 @@ def replay_trace(
         "trace": trace_meta(trace, total_lookups),
         "system": system.name,
         "policy_state_bytes_per_key": type(policy).state_bytes_per_key,
+        **({"sizing": notes} if (notes := policy.sizing_notes()) else {}),
         "timings": {
             "prepare_s": prepare_s,
             "replay_s": replay_s,

@@ -101,6 +101,8 @@ class Policy(ABC):
     #: adds the piece's counts to out[0], the batch's row, and closes the batch (what
     #: waits for its end: the update pass) at the piece that `ends_batch`
     takes_pieces: ClassVar[bool] = False
+    #: True: the cache is allocated `ctx.slots` (no more slots than units of its rows)
+    sized_to_rows: ClassVar[bool] = False
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         self.spec = spec
@@ -137,6 +139,19 @@ class Policy(ABC):
     def summary_extra(self) -> dict[str, object]:
         """Policy-specific totals for summary.json's `policy` section (none by default)."""
         return {}
+
+    def sizing_notes(self) -> list[str]:
+        """What was allocated smaller than the settings asked, and why the counters are
+        still those of the settings (meta.json's `sizing`)."""
+        ctx = self.ctx
+        if not type(self).sized_to_rows or ctx.slots >= ctx.capacity_units:
+            return []
+        unit = "chunks" if ctx.unit_rows > 1 else "rows"
+        return [
+            f"policy: a cache of {ctx.capacity_units:,} {unit} allocated as {ctx.slots:,} "
+            f"slots, the {unit} of the tables: it can hold no more, and its counters "
+            "are those of the capacity given"
+        ]
 
     def store_rows(self) -> np.ndarray | None:
         """Rows per batch moved behind the backing tier, for a policy with a third level

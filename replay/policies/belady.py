@@ -244,6 +244,7 @@ def belady_kernel(
 
 @register_policy("belady")
 class BeladyPolicy(Policy):
+    sized_to_rows = True
     state_bytes_per_key = 12  # 4 (slot map) + 8 (next-position array, during prepare)
     demand_fill = True
     #: kept from `prepare` to the end of the run: the next use of every lookup

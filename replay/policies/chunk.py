@@ -257,6 +257,7 @@ def _chunk_requests(
 
 @register_policy("chunk")
 class ChunkPolicy(Policy):
+    sized_to_rows = True
     state_bytes_per_key = 4  # plus 9 B per chunk (and 8 B per chunk during prepare)
     #: "furthest" keeps the next request of every lookup and update row after `prepare`
     state_bytes_per_request: ClassVar[int] = 8

@@ -193,6 +193,7 @@ def lfu_kernel(
 
 @register_policy("lfu")
 class LFUPolicy(Policy):
+    sized_to_rows = True
     state_bytes_per_key = 4
     demand_fill = True
 

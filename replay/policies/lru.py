@@ -232,6 +232,7 @@ _PIECE_SUMS = np.array([HITS, MISSES, BYPASS, FILLS, EVICTIONS, WRITEBACKS, NEED
 
 @register_policy("lru")
 class LRUPolicy(Policy):
+    sized_to_rows = True
     state_bytes_per_key = 0
     demand_fill = True
     updates_from_lookups = True

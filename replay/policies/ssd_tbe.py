@@ -426,6 +426,17 @@ class SSDTBEPolicy(L1Recorder):
     def store_rows(self) -> np.ndarray:
         return self.store
 
+    def sizing_notes(self) -> list[str]:
+        l2 = self.l2
+        if l2.slots >= l2.capacity_rows:
+            return super().sizing_notes()
+        return [
+            *super().sizing_notes(),
+            f"policy: an L2 of {l2.capacity_rows:,} rows allocated as {l2.slots:,} slots, "
+            "the rows of the tables: it can hold no more, and its counters are those of "
+            "the capacity given",
+        ]
+
     def summary_extra(self) -> dict[str, object]:
         tot = self.store.sum(axis=0)
         state = self.ctx.row_state_bytes

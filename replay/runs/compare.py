@@ -312,10 +312,13 @@ def check_grid_size(items: Sequence[str], max_runs: int) -> int:
     return total
 
 
-def preflight(ref: SourceRef | Path, jobs: Sequence[RunJob]) -> Source:
+def preflight(
+    ref: SourceRef | Path, jobs: Sequence[RunJob], placements: list[Any] | None = None
+) -> Source:
     """Open the source and check each system fits it (embedding dim, cache capacity),
     before any worker starts; the checks a run makes again, without allocating state.
-    Returns the opened source (for the caller's own pass, e.g. its statistics)."""
+    Returns the opened source (for the caller's own pass, e.g. its statistics);
+    `placements` gets each job's placement (None for one GPU), for the memory estimate."""
     opened = open_source(ref)
     for job in jobs:
         spec = job.system
@@ -324,8 +327,11 @@ def preflight(ref: SourceRef | Path, jobs: Sequence[RunJob]) -> Source:
         if cls.cached:
             state = BYTES_PER_VALUE * dim + optimizer_bytes_per_row(spec.model.optimizer, dim)
             capacity_units(spec, cls.unit_rows(spec.policy), state)
+        placed = None
         if spec.cluster is not None:  # a bad sharding, before any run folder exists
-            resolve_placement(spec, opened)
+            placed = resolve_placement(spec, opened).placement
+        if placements is not None:
+            placements.append(placed)
     return opened
 
 

@@ -23,15 +23,18 @@ Every setting that sizes a structure is in it:
   times, the all-to-all's per-GPU bytes, `ranks.parquet`'s rows:
   `CLUSTER_BYTES_PER_GPU_BATCH`). The routing buffers and the accounting of a batch range
   are bounded by cutting ranges to at most `replay.engine.cluster.RANGE_CELLS` (batch,
-  GPU) cells, within `replay._memory.MARGIN_BYTES`. Before the placement is known the
+  GPU) cells, `CLUSTER_BYTES_PER_RANGE_CELL` each. Before the placement is known the
   rows of every GPU add up to R (`run_state`); once it is (`check_cluster_memory`), to
   the rows each GPU holds, replicas and column blocks counted on every GPU that holds
   them.
 
 Measured (peak RSS, `/usr/bin/time`, 2-core VM): `replay run --workload tiny --system
-hbm-lru` on dgx-h100 nodes, 65,536 GPUs: 0.71 GiB at 50 batches, 1.20 GiB at 200, 1.88
-GiB at 400: 56 B a (batch, GPU) and ~4.7 KB a GPU beside the process; the figures
-below are those rounded up, with room for the per-GPU all-to-all columns.
+hbm-lru` on dgx-h100 nodes: 0.19 GiB on 8 GPUs (200 batches), 0.40 GiB on 2,048, 0.53 on
+8,192; on 16,384 0.49 GiB at 50 batches and 0.86 at 400; on 65,536 0.86 GiB at 50:
+~70 B a (batch, GPU), ~4.6 KB a GPU, and ~0.17 GiB for a range of 2^18 cells. The
+figures below are those rounded up: the estimate's growth over 8 GPUs is 1.15-1.46
+times the measured one at these points (`tests/test_sizes_before_alloc.py` checks
+8,192 GPUs).
 """
 
 from __future__ import annotations
@@ -75,6 +78,9 @@ _CHUNK_BYTES = 17
 # its columns per batch
 CLUSTER_BYTES_PER_GPU = 8192
 CLUSTER_BYTES_PER_GPU_BATCH = 96
+# a (batch, GPU) cell of the range in hand: its counters, routed counts, all-to-all
+# buffers and the accounting's ~50 columns and their temporaries
+CLUSTER_BYTES_PER_RANGE_CELL = 768
 
 
 def _cores() -> int:
@@ -90,6 +96,19 @@ def _even(total: int, gpus: int) -> list[int]:
     """`total` rows split as evenly as they go over `gpus`."""
     q, m = divmod(int(total), max(int(gpus), 1))
     return [q + 1] * m + [q] * (max(int(gpus), 1) - m)
+
+
+def _range_cells(source: Source, gpus: int) -> int:
+    """(batch, GPU) cells of the largest range the cluster replay holds: a row group's
+    batches (`ROW_GROUP_TARGET_LOOKUPS` lookups, one batch at least), cut to
+    `RANGE_CELLS` cells (`replay.trace.stream.split_ranges`)."""
+    from replay.engine.cluster import RANGE_CELLS
+    from replay.trace.format import ROW_GROUP_TARGET_LOOKUPS
+
+    batches = max(int(source.num_batches), 1)
+    per_batch = max(-(-int(source.num_lookups) // batches), 1)
+    group = min(batches, max(ROW_GROUP_TARGET_LOOKUPS // per_batch, 1))
+    return gpus * min(group, max(RANGE_CELLS // gpus, 1))
 
 
 def sharded(system: SystemSpec) -> bool:
@@ -181,7 +200,9 @@ def run_state(
     per_batch = 0
     notes: list[str] = []
     if cluster:
-        fixed += gpus * CLUSTER_BYTES_PER_GPU
+        fixed += gpus * CLUSTER_BYTES_PER_GPU + _range_cells(source, gpus) * (
+            CLUSTER_BYTES_PER_RANGE_CELL
+        )
         per_batch = gpus * CLUSTER_BYTES_PER_GPU_BATCH
         notes.append(
             f"{gpus:,} GPUs x ({CLUSTER_BYTES_PER_GPU // 1024} KiB + "
@@ -275,6 +296,7 @@ def gpu_rows(placement: Any) -> list[int] | None:
 __all__ = [
     "CLUSTER_BYTES_PER_GPU",
     "CLUSTER_BYTES_PER_GPU_BATCH",
+    "CLUSTER_BYTES_PER_RANGE_CELL",
     "cache_bytes",
     "check_run_memory",
     "gpu_rows",
