@@ -318,6 +318,21 @@ def test_che_solver_matches_the_reference() -> None:
     assert np.all(np.diff(times[1:-2]) > 0)
 
 
+def test_che_solver_in_short_calls_gives_the_same_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The solver runs in calls of bounded work (so a signal's handler runs between them),
+    the warm start carried from one call to the next: the numbers, bit for bit, of one
+    call over every size, whatever the sizes' order."""
+    import replay.analysis.che as che
+
+    pop = table_popularity(300_000, 1.05)
+    sizes = np.concatenate([np.geomspace(1, 400_000, 40), [0, 5, 5e3, 299_000]])[::-1]
+    whole = che_hit_ratios(pop.counts, pop.probabilities, sizes)
+    for work in (1, 3 * len(pop.counts)):  # a size a call, three a call
+        monkeypatch.setattr(che, "SOLVE_CALL_WORK", work)
+        cut = che_hit_ratios(pop.counts, pop.probabilities, sizes)
+        assert all(np.array_equal(a, b) for a, b in zip(cut, whole, strict=True))
+
+
 @pytest.mark.parametrize(
     ("rows", "alpha"), [(100_000, 1.05), (1_000_000, 0.9), (300_000, 1.4), (200_000, 0.5)]
 )

@@ -208,6 +208,10 @@ def spec_popularity(spec: WorkloadSpec, tolerance: float = DEFAULT_TOLERANCE) ->
     )
 
 
+# key groups x sizes that one `_che_solve` call takes at most (~0.3 s)
+SOLVE_CALL_WORK = 1 << 21
+
+
 @kernel
 def _occupancy(counts: np.ndarray, probs: np.ndarray, t: float) -> tuple[float, float, float]:
     """(f(t), t f'(t), hit(t)): expected keys in cache, its derivative in log t, hits."""
@@ -225,15 +229,21 @@ def _occupancy(counts: np.ndarray, probs: np.ndarray, t: float) -> tuple[float, 
 
 @kernel
 def _che_solve(
-    counts: np.ndarray, probs: np.ndarray, sizes: np.ndarray, times: np.ndarray, hits: np.ndarray
-) -> None:
-    """t_C and hit(C) for each size (module docstring: bracketing + safeguarded Newton)."""
+    counts: np.ndarray,
+    probs: np.ndarray,
+    sizes: np.ndarray,
+    times: np.ndarray,
+    hits: np.ndarray,
+    u_prev: float,
+) -> float:
+    """t_C and hit(C) for each size (module docstring: bracketing + safeguarded Newton),
+    warm-started from `u_prev` (log t of the previous size; -1.0: none); returns the last
+    size's, the warm start of the next call."""
     keys = 0.0
     mass = 0.0
     for j in range(len(counts)):
         keys += counts[j]
         mass += counts[j] * probs[j]
-    u_prev = -1.0
     for i in range(len(sizes)):
         c = sizes[i]
         if c <= 0.0:
@@ -270,6 +280,7 @@ def _che_solve(
         u_prev = u
         times[i] = math.exp(u)
         hits[i] = hit
+    return u_prev
 
 
 def che_hit_ratios(
@@ -283,13 +294,17 @@ def che_hit_ratios(
     order = np.argsort(sizes, kind="stable")  # increasing: warm starts
     times = np.empty(len(sizes))
     hits = np.empty(len(sizes))
-    _che_solve(
-        np.ascontiguousarray(counts, dtype=np.float64),
-        np.ascontiguousarray(probabilities, dtype=np.float64),
-        np.ascontiguousarray(sizes[order]),
-        times,
-        hits,
-    )
+    counts = np.ascontiguousarray(counts, dtype=np.float64)
+    probabilities = np.ascontiguousarray(probabilities, dtype=np.float64)
+    ordered = np.ascontiguousarray(sizes[order])
+    # in calls of ~0.3 s, the warm start carried from one to the next (the same numbers
+    # as one call): a signal's handler runs between kernel calls only, and 186 sizes of
+    # criteo-terabyte's 109 K key groups are 3 s (2-core VM)
+    step = max(1, SOLVE_CALL_WORK // max(len(counts), 1))
+    u = -1.0
+    for lo in range(0, len(ordered), step):
+        hi = lo + step
+        u = _che_solve(counts, probabilities, ordered[lo:hi], times[lo:hi], hits[lo:hi], u)
     out_hits = np.empty(len(sizes))
     out_times = np.empty(len(sizes))
     out_hits[order] = np.clip(hits, 0.0, 1.0)
