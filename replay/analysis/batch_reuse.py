@@ -28,12 +28,12 @@ but 0 is shifted, which moves no count either, but is not needed here).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from replay._jit import kernel
+from replay._threads import worker_pool
 from replay.errors import ConfigError
 from replay.trace.keys import table_offsets
 from replay.workload import sampler
@@ -245,7 +245,7 @@ def spec_batch_counts(
     rows = np.zeros(BINS, dtype=np.int64)
     looks = np.zeros(BINS, dtype=np.int64)
     distinct = lookups = 0
-    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="batch-reuse") as pool:
+    with worker_pool(max(1, threads), "batch-reuse") as pool:  # interrupt: no wait
         for r, lk, d, n in pool.map(one, chosen):
             rows += r
             looks += lk

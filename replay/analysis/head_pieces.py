@@ -37,11 +37,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TypeVar
 
 import numpy as np
 
+from replay._threads import worker_pool
 from replay.analysis.head import (
     _H_COUNTED,
     HEAD_BLOCKS,
@@ -74,7 +75,7 @@ def ahead(
 ) -> Iterator[tuple[T, np.ndarray]]:
     """(item, make(item)) in order, `make` running on `threads` worker threads up to
     threads + 1 items ahead of the consumer (bounded memory: that many pieces)."""
-    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="head-pieces") as pool:
+    with worker_pool(max(1, threads), "head-pieces") as pool:  # interrupt: no wait
         pending: deque[tuple[T, Future[np.ndarray]]] = deque()
         todo = iter(items)
         for item in todo:
@@ -170,7 +171,7 @@ def one_batch_heads(
 
     # the total head takes each piece on a thread of its own while the tables' heads take
     # it here (the heads' kernels release the GIL; each head is fed in stream order)
-    with ThreadPoolExecutor(1, thread_name_prefix="total-head") as side:
+    with worker_pool(1, "total-head") as side:
         running: Future[None] | None = None
         for (t0, t1), piece in pieces_of():
             keys = np.ascontiguousarray(piece, dtype=np.int64)

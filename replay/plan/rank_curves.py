@@ -81,7 +81,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +88,7 @@ import numpy as np
 
 from replay._intrinsics import ix
 from replay._jit import kernel
+from replay._threads import worker_pool
 from replay.analysis.horizon import _sample_groups, full_lookups, source_sample_rate
 from replay.analysis.shards import ShardsSampler
 from replay.analysis.stack import StackDistances
@@ -483,7 +483,7 @@ def spec_block_shares(
 
     workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     out: list[dict[int, np.ndarray]] = [{} for _ in starts]
-    with ThreadPoolExecutor(max(1, workers)) as pool:
+    with worker_pool(max(1, workers), "block-shares") as pool:  # interrupt: no wait
         for t, got in zip(tables, pool.map(shares_of, tables), strict=True):
             for i, share in enumerate(got):
                 if share is not None:

@@ -62,7 +62,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -71,6 +70,7 @@ from typing import Any
 import numpy as np
 
 from replay._jit import kernel
+from replay._threads import worker_pool
 from replay.errors import ConfigError
 from replay.trace.keys import table_offsets
 from replay.workload import sampler
@@ -237,7 +237,7 @@ def sampled_tables(
         )  # fmt: skip
         return out_row[:n].copy(), out_weight[:n].copy()
 
-    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="sample-setup") as pool:
+    with worker_pool(max(1, threads), "sample-setup") as pool:  # interrupt: no wait
         parts = list(pool.map(run, tasks))
     by_table: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in rows]
     for (t, _, _), part in zip(tasks, parts, strict=True):
