@@ -165,24 +165,29 @@ def test_fbgemm_ways_beyond_memory_are_refused_with_the_estimate(
     assert not (tmp_path / "out").exists()
 
 
+_CLUSTER = ("--set", "cluster.preset=dgx-h100", "--set", "cluster.nodes=8192")
+_PLAN = ("--cache-budget", "1MiB", "--cluster-mtbf", "6h")
+
+
 @pytest.mark.parametrize(
-    ("limit", "env", "said"),
+    ("command", "limit", "env", "said"),
     [
-        (LIMIT_BYTES, {"REPLAY_MEMORY_LIMIT": "1G"}, "REPLAY_MEMORY_LIMIT=1G"),
-        (3 << 29, {}, "RLIMIT_AS"),
+        ("run", LIMIT_BYTES, {"REPLAY_MEMORY_LIMIT": "1G"}, "REPLAY_MEMORY_LIMIT=1G"),
+        ("run", 3 << 29, {}, "RLIMIT_AS"),
+        ("plan", LIMIT_BYTES, {"REPLAY_MEMORY_LIMIT": "1G"}, "REPLAY_MEMORY_LIMIT=1G"),
     ],
 )
 def test_a_cluster_too_large_for_memory_is_refused_in_one_line(
-    tmp_path: Path, limit: int, env: dict[str, str], said: str, pace: float
+    tmp_path: Path, command: str, limit: int, env: dict[str, str], said: str, pace: float
 ) -> None:
     """8,192 nodes x 8 GPUs on tiny: each GPU's state (its cache, its columns a batch)
     is in the estimate, checked before the placement and any GPU's state."""
     proc, seconds = _replay(
-        tmp_path, "run", "--workload", "tiny", "--system", "hbm-lru",
-        "--set", "cluster.preset=dgx-h100", "--set", "cluster.nodes=8192", "--out", "out",
-        limit=limit, env=env,
+        tmp_path, command, "--workload", "tiny", "--system", "hbm-lru", *_CLUSTER,
+        *(_PLAN if command == "plan" else ()), "--out", "out", limit=limit, env=env,
     )  # fmt: skip
-    _refused(proc, seconds, pace, "65,536 GPUs x", "200 batches", said)
+    words = ("65,536 GPUs x", "200 batches") if command == "run" else ("per-GPU curves and",)
+    _refused(proc, seconds, pace, *words, said)
     assert not (tmp_path / "out").exists()
 
 

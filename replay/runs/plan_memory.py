@@ -35,9 +35,12 @@ what stays for the whole plan plus the largest stage:
   over every routed row holds, `mrc_estimate` of the routed rows, plus the routed keys of
   a range, `CLUSTER_ROUTED_BYTES_PER_LOOKUP` each), or the steady cluster replay (its
   caches sized to the span's distinct rows per GPU, so at most a slot per routed lookup of
-  the span, `_SLOT_BYTES`-class per slot, the per-key state of every GPU's rows, and the
-  routed keys), whichever is larger. Measured: the 64-GPU Criteo Terabyte plan peaked at
-  0.62 GiB, its one-GPU stages the largest.
+  the span, `_SLOT_BYTES`-class per slot, the per-key state of every GPU's rows, the
+  routed keys, and each GPU's own state: its policy, its columns a batch and the range
+  in hand, `replay.runs.run_memory.cluster_gpu_bytes`), whichever is larger. Measured:
+  the 64-GPU Criteo Terabyte plan peaked at 0.62 GiB, its one-GPU stages the largest;
+  tiny on 8,192 GPUs at 0.77 GiB, on 1,024 at 0.56 GiB (~29 KB a GPU: the steady
+  replay's state of each GPU over its 200 batches).
 
 The per-lookup figures were measured (peak RSS, `/proc/self/status`, 2-core VM) on a
 400-table workload of 2 G rows and batches of 65,536 (26.2 M lookups a batch): the
@@ -277,13 +280,16 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
             source, prefix, threads + AHEAD + 1
         )
     if systems and systems[0].cluster is not None:
+        from replay.runs.run_memory import cluster_gpu_bytes
+
         routed = isinstance(source, WorkloadSpec) and routed_steady(source, systems[0])
+        world = systems[0].cluster.world_size
         stages["cluster: per-GPU curves and replay"] = _cluster_stage(
             systems[0], rows, per_batch, batches, rate, steady_lookups, in_flight,
-            _piece_lookups(source) if routed else 0,
+            _piece_lookups(source) if routed else 0, cluster_gpu_bytes(steady_source, world),
         ) + (compiled_bytes(source) + loads_bytes(source) if routed else 0)  # fmt: skip
         notes.append(
-            f"cluster of {systems[0].cluster.world_size} GPUs: per-GPU curves in one pass, "
+            f"cluster of {world:,} GPUs: per-GPU curves in one pass, "
             + (
                 "one batch routed in pieces without caches (production scale)"
                 if routed
@@ -335,11 +341,12 @@ def _piece_lookups(source: Any) -> int:
 
 def _cluster_stage(
     system: Any, rows: list[int], per_batch: int, batches: int, rate: float,
-    steady_lookups: int, in_flight: int, piece: int = 0,
+    steady_lookups: int, in_flight: int, piece: int = 0, gpu_bytes: int = 0,
 ) -> int:  # fmt: skip
     """Bytes of the cluster's largest part (module docstring): the per-GPU curves or the
     steady cluster replay (`piece` > 0: routed in pieces of that many lookups without
-    caches, `replay.engine.cluster_routed`)."""
+    caches, `replay.engine.cluster_routed`), with its state of each GPU (`gpu_bytes`:
+    `replay.runs.run_memory.cluster_gpu_bytes`)."""
     from replay.policies import POLICIES
 
     total = row_space(rows)
@@ -357,12 +364,13 @@ def _cluster_stage(
         routed = (_cores() + AHEAD + 2) * piece * (IN_FLIGHT_BYTES_PER_LOOKUP + ROUTED_PIECE_BYTES)
         # each placement's router keeps its rank and local key buffers (12 B a lookup)
         routed += (len(SCALING_NODES) + 1) * piece * ROUTER_BYTES_PER_LOOKUP
-        return max(curves, routed)
+        return max(curves, routed + gpu_bytes)
     cls = POLICIES[system.policy.name]
     replay = (
         math.ceil(total * cls.state_bytes_per_key)
         + steady_lookups * (CLUSTER_SLOT_BYTES + CLUSTER_ROUTED_BYTES_PER_LOOKUP)
         + in_flight
+        + gpu_bytes
     )
     return max(curves, replay)
 

@@ -111,6 +111,17 @@ def _range_cells(source: Source, gpus: int) -> int:
     return gpus * min(group, max(RANGE_CELLS // gpus, 1))
 
 
+def cluster_gpu_bytes(source: Source, gpus: int) -> int:
+    """What a cluster replay of `source` holds for its `gpus` GPUs besides their caches
+    and per-row state: each GPU's policy and summary entry, its columns over the batches,
+    and the range in hand (module docstring)."""
+    return (
+        gpus * CLUSTER_BYTES_PER_GPU
+        + _range_cells(source, gpus) * CLUSTER_BYTES_PER_RANGE_CELL
+        + gpus * max(int(source.num_batches), 0) * CLUSTER_BYTES_PER_GPU_BATCH
+    )
+
+
 def sharded(system: SystemSpec) -> bool:
     """Whether `system` replays one cache per GPU (`replay.engine.cluster`): a cluster,
     not PatrickStar's data-parallel chunks (`replay.engine.patrickstar_run`)."""
@@ -299,6 +310,7 @@ __all__ = [
     "CLUSTER_BYTES_PER_RANGE_CELL",
     "cache_bytes",
     "check_run_memory",
+    "cluster_gpu_bytes",
     "gpu_rows",
     "in_flight_bytes",
     "run_state",
