@@ -334,9 +334,20 @@ def run_estimate(
     detail = _rows_detail(table_rows, worst.bytes_per_key)
     if worst.label:
         detail += f": {worst.label}"
+    # the settings' parts first where they are larger than the rows'
+    rows_part = total * worst.bytes_per_key
+    columns = max(batches, 0) * RUN_BYTES_PER_BATCH
+    lead = []
+    if not worst.bytes_per_batch and columns > max(rows_part, worst.fixed_bytes):
+        lead.append(
+            f"{format_count(max(batches, 0))} batches x {format_bytes(RUN_BYTES_PER_BATCH)} "
+            "of per-batch columns"
+        )
     sized = worst.fixed_bytes + max(batches, 0) * worst.bytes_per_batch
-    if worst.notes and sized > total * worst.bytes_per_key:  # the settings' part first
-        detail = "; ".join(worst.notes) + f"; and {detail}"
+    if worst.notes and sized > rows_part:
+        lead += worst.notes
+    if lead:
+        detail = "; ".join(lead) + f"; and {detail}"
     if in_flight > (1 << 30):  # worth naming: batches too large to stream in pieces
         detail += f"; batches in flight {format_bytes(in_flight)}"
     if len(chosen) > 1:

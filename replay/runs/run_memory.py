@@ -24,9 +24,9 @@ Every setting that sizes a structure is in it:
   `CLUSTER_BYTES_PER_GPU_BATCH`). The routing buffers and the accounting of a batch range
   are bounded by cutting ranges to at most `replay.engine.cluster.RANGE_CELLS` (batch,
   GPU) cells, `CLUSTER_BYTES_PER_RANGE_CELL` each. Before the placement is known the
-  rows of every GPU add up to R (`run_state`); once it is (`check_cluster_memory`), to
-  the rows each GPU holds, replicas and column blocks counted on every GPU that holds
-  them.
+  caches' slots are bounded by R + W (a slot on every GPU, one per row: `run_state`);
+  once it is (`check_run_memory(placements=...)`), they are those of the rows each GPU
+  holds, replicas and column blocks counted on every GPU that holds them.
 
 Measured (peak RSS, `/usr/bin/time`, 2-core VM): `replay run --workload tiny --system
 hbm-lru` on dgx-h100 nodes: 0.19 GiB on 8 GPUs (200 batches), 0.40 GiB on 2,048, 0.53 on
@@ -205,8 +205,10 @@ def run_state(
     gpus = system.cluster.world_size if system.cluster is not None else 1
     rows = [total]
     if cluster:
-        # before the placement, the rows split evenly: they add up to R on the GPUs
-        rows = list(gpu_rows) if gpu_rows is not None else _even(total, gpus)
+        # before the placement: R + W rows split evenly, so that the caches' slots (each
+        # GPU's min(capacity, its rows), one at least) are at most those of any placement
+        # without replicas, which then have at most R + W
+        rows = list(gpu_rows) if gpu_rows is not None else _even(total + gpus, gpus)
     fixed, how = cache_bytes(system, rows, state)
     per_batch = 0
     notes: list[str] = []
@@ -220,7 +222,7 @@ def run_state(
             f"{CLUSTER_BYTES_PER_GPU_BATCH} B a batch x {format_count(source.num_batches)} "
             "batches)"
         )
-        extra = sum(int(r) for r in rows) - total  # replicas and column blocks
+        extra = sum(int(r) for r in gpu_rows or ()) - total  # replicas and column blocks
         if extra > 0:  # the policy's per-key state of each GPU's copy
             fixed += math.ceil(extra * cls.state_bytes_per_key)
     if how:
