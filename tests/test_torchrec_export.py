@@ -1,41 +1,54 @@
-"""`torchrec.json` (`replay.plan.torchrec`): TorchRec's reading of the exported histogram,
-with the cold-miss ratio, reproduces replay's exact per-table LRU curve within one bin at
-every load factor and exactly at the bins' edge sizes; the counts are the stack distances'
-histogram; expected lookups are the exact distinct rows per batch; the file round-trips;
-`parameter_constraints` builds TorchRec's objects, or says `pip install torchrec`.
-
-TorchRec is not installed here: its reading is transcribed in numpy from
-`EmbeddingOffloadStats.estimate_cache_miss_rate` (torchrec/distributed/planner/
-shard_estimators.py), float32 where torch computes in float32."""
+"""`torchrec.json` (`replay.plan.torchrec`) read by the real TorchRec (torchrec 1.8.0,
+torch 2.13.0 CPU: the `torchrec` extra, installed by CI): its histogram is the LRU stack
+distances of each batch's unique ids with the cold misses in the last bin; TorchRec's own
+`EmbeddingOffloadStats.expected_miss_rate(load_factor) x expected_lookups` is the exact
+LRU's fetches per batch at the plan's load factor and within one bin elsewhere;
+`choose_bins` puts an edge on the cache whatever float32 does; the file round-trips;
+`parameter_constraints` builds TorchRec's own objects, or says how to install it when
+torch is missing (its absence simulated)."""
 
 from __future__ import annotations
 
-import enum
 import json
+import math
 import sys
-import types
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from replay.analysis.horizon import per_table_mrc
 from replay.analysis.stack import reference_stack_distances
 from replay.cli import main
 from replay.errors import ConfigError, InputError
 from replay.plan.torchrec import (
+    MAX_BINS,
     SPAN_BATCHES,
+    VERSION,
+    TorchRecArgumentError,
+    TorchRecFileError,
+    choose_bins,
     edge_sizes,
     parameter_constraints,
     read_torchrec_stats,
     torchrec_cacheability,
     torchrec_stats,
 )
+from replay.plan.torchrec_unique import reference_unique_lru_misses
 from replay.trace.keys import table_offsets
 from replay.trace.stream import iter_batch_ranges
 from replay.workload.onthefly import GeneratedTrace
 from replay.workload.spec import TableSpec, WorkloadSpec
+
+with warnings.catch_warnings():  # fbgemm-gpu's imports warn about its own module names
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import torch
+    from torchrec.distributed.planner.shard_estimators import EmbeddingOffloadStats
+    from torchrec.distributed.planner.types import ParameterConstraints
+    from torchrec.distributed.types import CacheAlgorithm, CacheParams
 
 # rows: below the default 100 bins, a multiple of them, not a multiple, larger
 SPEC = WorkloadSpec(
@@ -50,73 +63,170 @@ SPEC = WorkloadSpec(
     batches=150,
     embedding_dim=8,
 )
+FACTORS = {"small": 0.5, "even": 0.25, "odd": 0.013, "big": 0.1234}
 
 
-def torchrec_miss(hist: Any, height: int, clf: Any) -> np.ndarray:
-    """`EmbeddingOffloadStats.expected_miss_rate` in numpy: `torch.tensor(clf * height)`
-    and `torch.linspace(0, height, n + 1)` are float32; `torch.bucketize(x, bins,
-    right=True)` is `np.searchsorted(bins, x, side="right")`."""
-    h = np.asarray(hist, dtype=np.float64)
-    ys = np.cumsum(h)
-    clf = np.atleast_1d(np.asarray(clf, dtype=np.float64))
-    if ys[-1] == 0:
-        return np.zeros(len(clf))
-    ys = 1.0 - ys / ys[-1]
-    ys = np.concatenate([ys, [0.0, 1.0]])
-    bins = np.linspace(0.0, height, len(h) + 1).astype(np.float32)
-    x = (clf * height).astype(np.float32) - np.float32(1.0)
-    idx = np.searchsorted(bins, x, side="right")
-    return ys[idx - 1]
+def stats_of(table: dict[str, Any]) -> EmbeddingOffloadStats:
+    return EmbeddingOffloadStats(
+        cacheability=table["cacheability"],
+        expected_lookups=table["expected_lookups"],
+        mrc_hist_counts=torch.tensor(table["mrc_hist_counts"], dtype=torch.float64),
+        height=table["height"],
+    )
+
+
+def torchrec_miss(table: dict[str, Any], clf: np.ndarray) -> np.ndarray:
+    """TorchRec's own reading at each load factor (`estimate_cache_miss_rate`, as
+    `expected_miss_rate` calls it: cache sizes float32)."""
+    stats = stats_of(table)
+    sizes = torch.tensor(np.asarray(clf, dtype=np.float64) * table["height"], dtype=torch.float32)
+    return EmbeddingOffloadStats.estimate_cache_miss_rate(sizes, stats.hist, stats.bins).numpy()
+
+
+def per_table_batches(spec: WorkloadSpec) -> dict[str, list[list[int]]]:
+    """Each table's table-local keys, batch by batch, in trace order."""
+    offsets = table_offsets(np.array([t.rows for t in spec.tables]))
+    out: dict[str, list[list[int]]] = {t.name: [] for t in spec.tables}
+    for r in iter_batch_ranges(GeneratedTrace(spec), with_updates=False):
+        for b in range(r.batches):
+            keys = np.asarray(r.keys[r.bounds[b] : r.bounds[b + 1]], dtype=np.int64)
+            for i, t in enumerate(spec.tables):
+                mine = keys[(keys >= offsets[i]) & (keys < offsets[i + 1])] - offsets[i]
+                out[t.name].append(mine.tolist())
+    return out
+
+
+def unique_stream(batches: list[list[int]]) -> list[int]:
+    return [k for batch in batches for k in dict.fromkeys(batch)]
 
 
 @pytest.fixture(scope="module")
-def exact_curves() -> dict[str, np.ndarray]:
-    """Replay's exact per-table miss ratio at every cache size 0..rows (1 at size 0)."""
-    src = GeneratedTrace(SPEC)
-    curves = per_table_mrc(src, [np.arange(1, t.rows + 1) for t in SPEC.tables])
-    return {
-        t.name: np.concatenate([[1.0], c.miss_ratios])
-        for t, c in zip(SPEC.tables, curves, strict=True)
-    }
+def batches() -> dict[str, list[list[int]]]:
+    return per_table_batches(SPEC)
+
+
+@pytest.fixture(scope="module")
+def exact_misses(batches: dict[str, list[list[int]]]) -> dict[str, np.ndarray]:
+    """Each table's misses of an LRU of k rows fed each batch's unique ids, k = 0..rows
+    (from its stack distances: a cache of k rows misses every distance >= k)."""
+    out = {}
+    for t in SPEC.tables:
+        d = reference_stack_distances(unique_stream(batches[t.name]))
+        finite = np.array([x for x in d if x is not None], dtype=np.int64)
+        cold = sum(x is None for x in d)
+        counts = np.bincount(finite, minlength=t.rows)
+        at_least = np.concatenate([np.cumsum(counts[::-1])[::-1], [0]])  # #{d >= k}
+        out[t.name] = cold + at_least
+    return out
 
 
 @pytest.fixture(scope="module", params=[100, 7])
 def export(request: pytest.FixtureRequest) -> dict[str, Any]:
-    return torchrec_stats(GeneratedTrace(SPEC), bins=request.param, load_factors={"even": 0.25})
+    return torchrec_stats(GeneratedTrace(SPEC), bins=request.param, load_factors=FACTORS)
 
 
-def _reproduced(table: dict[str, Any], clf: np.ndarray) -> np.ndarray:
-    cold = table["cold_miss_ratio"]
-    return cold + (1.0 - cold) * torchrec_miss(table["mrc_hist_counts"], table["height"], clf)
-
-
-def _miss_at(curve: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Our miss ratio at real cache sizes: a cache of s rows holds floor(s) rows."""
-    k = np.floor(np.asarray(sizes, dtype=np.float64) + 1e-9).astype(np.int64)
-    return curve[np.clip(k, 0, len(curve) - 1)]
-
-
-def test_the_histogram_is_the_stack_distances_binned_over_the_rows(
-    export: dict[str, Any],
+def test_the_histogram_is_the_unique_ids_stack_distances_with_cold_misses_last(
+    export: dict[str, Any], batches: dict[str, list[list[int]]]
 ) -> None:
-    """Bin b holds the finite LRU stack distances d with b H / n <= d < (b + 1) H / n
-    (an explicit LRU stack, table by table), and the cold misses are the first lookups."""
-    offsets = table_offsets(np.array([t.rows for t in SPEC.tables]))
-    keys = np.concatenate(
-        [r.keys for r in iter_batch_ranges(GeneratedTrace(SPEC), with_updates=False)]
-    ).astype(np.int64)
-    for t, spec in enumerate(SPEC.tables):
-        table = export["tables"][spec.name]
-        mine = keys[(keys >= offsets[t]) & (keys < offsets[t + 1])] - offsets[t]
-        distances = reference_stack_distances(mine.tolist())
+    """Bin b < n - 1 holds the reuses of each batch's unique ids with b H / n <= d < (b + 1)
+    H / n (an explicit LRU stack); the last bin the rest, cold misses included."""
+    for t in SPEC.tables:
+        table = export["tables"][t.name]
+        stream = unique_stream(batches[t.name])
+        distances = reference_stack_distances(stream)
         finite = np.array([d for d in distances if d is not None], dtype=np.int64)
         n, height = table["bins"], table["height"]
         expected = np.bincount(finite * n // height, minlength=n)  # b <= d n / H < b + 1
-        assert table["mrc_hist_counts"] == expected.tolist()
-        assert all(isinstance(c, int) for c in table["mrc_hist_counts"])  # R = 1: counts
-        cold = sum(d is None for d in distances)
-        assert table["cold_miss_ratio"] == pytest.approx(cold / len(mine), abs=1e-15)
-        assert table["lookups"] == len(mine) == len(finite) + cold
+        expected[-1] += sum(d is None for d in distances)
+        assert table["mrc_hist_counts"] == expected.tolist(), t.name
+        assert all(isinstance(c, int) for c in table["mrc_hist_counts"])
+        assert sum(table["mrc_hist_counts"]) == len(stream)
+        cold = sum(d is None for d in distances) / len(stream)
+        assert table["cold_miss_ratio"] == pytest.approx(cold, abs=1e-15)
+        assert table["lookups"] == sum(len(b) for b in batches[t.name])
+        assert table["pooling_factor"] == table["lookups"] / (SPEC.batches * SPEC.batch_size)
+        assert table["expected_lookups"] == pytest.approx(len(stream) / SPEC.batches, rel=1e-12)
+
+
+def test_torchrec_reads_the_exact_lrus_fetches_at_the_plans_load_factor(
+    export: dict[str, Any], batches: dict[str, list[list[int]]]
+) -> None:
+    """TorchRec's estimate of cache fetches per batch, computed by TorchRec, equals an
+    OrderedDict LRU of floor(load factor x rows) rows fed each batch's unique ids."""
+    for t in SPEC.tables:
+        table = export["tables"][t.name]
+        factor = table["load_factor"]
+        rows = math.floor(factor * table["height"] + 1e-9)
+        want = reference_unique_lru_misses(batches[t.name], rows) / SPEC.batches
+        stats = stats_of(table)
+        got = stats.expected_miss_rate(factor) * stats.expected_lookups
+        assert got == pytest.approx(want, rel=1e-9), t.name
+
+
+def _ratio(misses: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Our miss ratio at real cache sizes (a cache of s rows holds floor(s) rows)."""
+    k = np.clip(np.floor(sizes + 1e-9).astype(np.int64), 0, len(misses) - 1)
+    return misses[k] / misses[0]
+
+
+def test_torchrec_reads_our_curve_within_one_bin_at_every_load_factor(
+    export: dict[str, Any], exact_misses: dict[str, np.ndarray]
+) -> None:
+    """At f below the last edge TorchRec reads our miss ratio at a size between (f - 1/n) H
+    and (f + 1/n) H (a cache of s rows holds floor(s)); 1 below one row."""
+    for t in SPEC.tables:
+        table = export["tables"][t.name]
+        height, n = table["height"], table["bins"]
+        misses = exact_misses[t.name]
+        edges = np.arange(n + 1) * height / n
+        clf = np.unique(
+            np.concatenate([
+                np.linspace(0.0, 1.0, 20_001)[1:],
+                edge_sizes(height, n)[1:] / height,
+                np.clip((edges + 1) / height, 0, 1),  # TorchRec's steps ...
+                np.clip((edges + 1) / height * (1 - 1e-9), 0, 1),  # ... either side
+            ])
+        )  # fmt: skip
+        inside = clf[(clf > 0) & (clf * height - 1 < edges[n - 1] - 1e-6 * height)]
+        got = torchrec_miss(table, inside)
+        low = _ratio(misses, (inside + 1.0 / n) * height)  # a bin larger misses no more
+        high = _ratio(misses, (inside - 1.0 / n) * height)  # a bin smaller misses no less
+        assert np.all(got >= low - 1e-6) and np.all(got <= high + 1e-6), t.name
+        assert torchrec_miss(table, np.array([0.5 / height]))[0] == 1.0
+        # f = 1 (a whole table is `fused`): 0 when e_(n-1) <= H - 1, else the cold misses
+        at_one = 0.0 if n <= height else table["cold_miss_ratio"]
+        assert torchrec_miss(table, np.array([1.0]))[0] == pytest.approx(at_one, abs=1e-7)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    height=st.integers(2, 60_000_000),
+    share=st.floats(1e-6, 0.999),
+    at_least=st.sampled_from([1, 100, 1000]),
+)
+def test_choose_bins_puts_an_edge_on_the_cache_as_torchrec_computes_it(
+    height: int, share: float, at_least: int
+) -> None:
+    """For caches of up to 2^20 rows TorchRec (float32) reads the edge size k_j = k at
+    f = k / H; a bin is at most 1% of the cache; the last edge lies above it."""
+    rows = max(1, min(height - 1, round(share * height)))
+    n = choose_bins(height, float(rows), at_least)
+    assert at_least <= n <= MAX_BINS
+    if n == MAX_BINS:
+        return
+    assert height / n <= 0.01 * rows + 1e-9
+    bins = torch.linspace(0, height, n + 1)
+    j = int(torch.bucketize(torch.tensor(rows / height * height) - 1, bins, right=True))
+    assert 1 <= j <= n - 1  # the cold misses in the last bin are read
+    if rows <= 1 << 20:
+        assert edge_sizes(height, n)[j] == rows, (height, rows, n, j)
+
+
+def test_choose_bins_without_a_cache_keeps_the_asked_bins() -> None:
+    assert choose_bins(1000, None, 100) == 100
+    assert choose_bins(1000, 1000.0, 7) == 7  # fits whole: `fused`, no statistics read
+    assert choose_bins(1000, 0.0, 7) == 7
+    assert choose_bins(40_000_000, 1.0, 100) == MAX_BINS  # a bin of 40 rows at most
 
 
 def test_edge_sizes_are_the_edges_rounded_up() -> None:
@@ -126,61 +236,125 @@ def test_edge_sizes_are_the_edges_rounded_up() -> None:
     assert edge_sizes(5, 1).tolist() == [0, 5]
 
 
-def test_torchrec_reads_our_curve_within_one_bin_at_every_load_factor(
-    export: dict[str, Any], exact_curves: dict[str, np.ndarray]
-) -> None:
-    for spec in SPEC.tables:
-        table = export["tables"][spec.name]
-        height, n = table["height"], table["bins"]
-        curve = exact_curves[spec.name]
-        edges = np.arange(n + 1) * height / n
-        clf = np.unique(
-            np.concatenate([
-                np.linspace(0.0, 1.0, 20_001)[1:],
-                edge_sizes(height, n)[1:] / height,  # every edge size
-                np.clip((edges + 1) / height, 0, 1),  # TorchRec's steps ...
-                np.clip((edges + 1) / height * (1 - 1e-9), 0, 1),  # ... either side
-                np.clip(edges / height, 0, 1)[1:],
-            ])
-        )  # fmt: skip
-        clf = clf[clf > 0]
-        got = _reproduced(table, clf)
-        low = _miss_at(curve, (clf + 1.0 / n) * height)  # a bin larger misses no more
-        high = _miss_at(curve, (clf - 1.0 / n) * height)  # a bin smaller misses no less
-        assert np.all(got >= low - 1e-12), spec.name
-        assert np.all(got <= high + 1e-12), spec.name
-        # at f = 1 TorchRec reads no misses: what is left are the cold misses, our curve's end
-        assert _reproduced(table, np.array([1.0]))[0] == pytest.approx(curve[-1], abs=1e-12)
-
-
-def test_torchrec_reads_our_curve_exactly_at_the_edge_sizes(
-    export: dict[str, Any], exact_curves: dict[str, np.ndarray]
-) -> None:
-    for spec in SPEC.tables:
-        table = export["tables"][spec.name]
-        height, n = table["height"], table["bins"]
-        curve = exact_curves[spec.name]
-        sizes = edge_sizes(height, n)[1:]  # ceil(b H / n): a cache of that many rows
-        got = _reproduced(table, sizes / height)
-        np.testing.assert_allclose(got, curve[sizes], rtol=0, atol=1e-12, err_msg=spec.name)
-        if height < n:  # edges less than a row apart: every size is an edge size
-            every = np.arange(1, height + 1)
-            got = _reproduced(table, every / height)
-            np.testing.assert_allclose(got, curve[every], rtol=0, atol=1e-12)
-        # below one row TorchRec reads a miss ratio of 1, as an empty cache has
-        assert _reproduced(table, np.array([0.5 / height]))[0] == 1.0
-
-
 def test_cacheability_is_the_area_under_torchrecs_reading(export: dict[str, Any]) -> None:
-    grid = (np.arange(400_000) + 0.5) / 400_000  # midpoints
+    grid = (np.arange(200_000) + 0.5) / 200_000  # midpoints
     for name, table in export["tables"].items():
-        area = float(torchrec_miss(table["mrc_hist_counts"], table["height"], grid).mean())
-        assert table["cacheability"] == pytest.approx(area, abs=2e-5), name
+        area = float(torchrec_miss(table, grid).astype(np.float64).mean())
+        assert table["cacheability"] == pytest.approx(area, abs=5e-5), name
     assert torchrec_cacheability([0, 0], 10) == 0.0  # no counts: TorchRec reads no misses
-    # one bin, one row: a miss below a load factor of 1
     assert torchrec_cacheability([3], 1) == pytest.approx(1.0)
-    # two rows, two bins, all hits at distance 0: miss 1 below f = 1/2, then 0
     assert torchrec_cacheability([5, 0], 2) == pytest.approx(0.5)
+
+
+def test_the_document_names_its_format_and_method(export: dict[str, Any]) -> None:
+    assert export["format"] == "replay-torchrec-cache-stats" and export["version"] == VERSION
+    assert export["batches"] == SPEC.batches and export["sample_rate"] == 1.0
+    assert export["batch_size"] == SPEC.batch_size
+    assert export["method"] == "exact stack distances of each batch's unique ids"
+    assert list(export["tables"]) == [t.name for t in SPEC.tables]
+    for t in SPEC.tables:
+        table = export["tables"][t.name]
+        assert table["height"] == t.rows and len(table["mrc_hist_counts"]) == table["bins"]
+        assert table["load_factor"] == FACTORS[t.name]
+
+
+def test_the_file_round_trips_and_bad_files_are_refused(
+    export: dict[str, Any], tmp_path: Path
+) -> None:
+    path = tmp_path / "torchrec.json"
+    path.write_text(json.dumps(export, indent=2) + "\n")
+    assert read_torchrec_stats(path) == export
+    assert read_torchrec_stats(tmp_path) == export  # a plan folder
+    bad = json.loads(json.dumps(export))
+    bad["tables"]["odd"]["mrc_hist_counts"].pop()
+    path.write_text(json.dumps(bad))
+    with pytest.raises(InputError, match="mrc_hist_counts must hold"):
+        read_torchrec_stats(path)
+    path.write_text(json.dumps({**export, "version": 1}))
+    with pytest.raises(InputError, match="version 1; this replay reads 2"):
+        read_torchrec_stats(path)
+    path.write_text(json.dumps({"format": "something else"}))
+    with pytest.raises(InputError, match="not a replay-torchrec-cache-stats"):
+        read_torchrec_stats(path)
+    with pytest.raises(InputError, match="no such file"):
+        read_torchrec_stats(tmp_path / "missing.json")
+    with pytest.raises(ConfigError, match="bins"):
+        torchrec_stats(GeneratedTrace(SPEC), bins=0)
+
+
+def test_bad_input_is_one_line_and_a_value_error(export: dict[str, Any], tmp_path: Path) -> None:
+    """A plan folder without torchrec.json, and a kernel TorchRec lacks: one line, a
+    ReplayError (exit 2 on the command line) that is also a ValueError."""
+    (tmp_path / "plan").mkdir()
+    with pytest.raises(ValueError) as info:
+        parameter_constraints(tmp_path / "plan")
+    assert isinstance(info.value, TorchRecFileError) and isinstance(info.value, InputError)
+    message = str(info.value)
+    assert "no such file" in message and "torchrec.json" in message and "\n" not in message
+    (tmp_path / "torchrec.json").write_text(json.dumps(export))
+    for kernels, why in [
+        (["fused_uvm_cache"], "'fused_uvm_cache' is not one of TorchRec's kernels"),
+        ("fused", "give a non-empty list"),
+        ([], "give a non-empty list"),
+    ]:
+        with pytest.raises(ValueError) as info:
+            parameter_constraints(tmp_path, compute_kernels=kernels)
+        assert isinstance(info.value, TorchRecArgumentError), kernels
+        assert why in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(TorchRecArgumentError, match="algorithm 'fifo'"):
+        parameter_constraints(tmp_path, algorithm="fifo")
+    with pytest.raises(TorchRecArgumentError, match=r"load_factors\['odd'\] = 1.5"):
+        parameter_constraints(tmp_path, load_factors={"odd": 1.5})
+
+
+def test_without_torchrec_parameter_constraints_says_how_to_get_it(
+    export: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch is installed here: its absence is simulated (an import of it raises)."""
+    path = tmp_path / "torchrec.json"
+    path.write_text(json.dumps(export))
+    for name in [m for m in sys.modules if m.split(".")[0] in ("torch", "torchrec")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(ConfigError) as info:
+        parameter_constraints(path)
+    message = str(info.value)
+    assert "pip install --no-deps torchrec==1.8.0" in message and "\n" not in message
+
+
+def test_parameter_constraints_are_torchrecs_own_objects(
+    export: dict[str, Any], tmp_path: Path
+) -> None:
+    import replay
+
+    doc = json.loads(json.dumps(export))
+    doc["tables"]["small"]["load_factor"] = 1.0  # fits whole
+    doc["tables"]["big"]["load_factor"] = 0.0  # no cache rows
+    (tmp_path / "torchrec.json").write_text(json.dumps(doc))
+    got = replay.parameter_constraints(
+        tmp_path, algorithm="lfu", load_factors={"odd": 0.5}, sharding_types=["table_wise"]
+    )
+    assert list(got) == [t.name for t in SPEC.tables]
+    assert all(type(c) is ParameterConstraints for c in got.values())
+    assert got["small"].compute_kernels == ["fused"] and got["small"].cache_params is None
+    assert got["big"].compute_kernels == ["fused_uvm"] and got["big"].cache_params is None
+    for name in ("even", "odd"):
+        table, c = doc["tables"][name], got[name]
+        assert c.compute_kernels == ["fused_uvm_caching"] and c.sharding_types == ["table_wise"]
+        assert c.pooling_factors == [table["pooling_factor"]]
+        cache = c.cache_params
+        assert type(cache) is CacheParams and cache.algorithm is CacheAlgorithm.LFU
+        assert cache.load_factor == {"even": 0.25, "odd": 0.5}[name]
+        stats = cache.stats
+        assert type(stats) is EmbeddingOffloadStats
+        assert stats.height == table["height"] and stats.cacheability == table["cacheability"]
+        assert stats.expected_lookups == table["expected_lookups"]
+        assert stats.hist.dtype == torch.float64
+        assert stats.hist.tolist() == table["mrc_hist_counts"]
+    quant = replay.parameter_constraints(tmp_path, compute_kernels=["quant_uvm_caching"])
+    assert quant["small"].compute_kernels == ["quant"] and quant["big"].compute_kernels == [
+        "quant_uvm"
+    ]
+    assert quant["odd"].compute_kernels == ["quant_uvm_caching"]
 
 
 def _distinct_per_batch(source: Any) -> np.ndarray:
@@ -194,179 +368,56 @@ def _distinct_per_batch(source: Any) -> np.ndarray:
     return per_table
 
 
-def test_expected_lookups_are_the_distinct_rows_per_batch(export: dict[str, Any]) -> None:
-    per_table = _distinct_per_batch(GeneratedTrace(SPEC)) / SPEC.batches
-    for t, spec in enumerate(SPEC.tables):
-        got = export["tables"][spec.name]["expected_lookups"]
-        assert got == pytest.approx(per_table[t], rel=1e-12), spec.name
+class _NoSpec:
+    """A sampled source without its workload spec (the SHARDS path)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.table_rows = inner.table_rows
+        self.table_names = inner.table_names
+        self.num_batches = inner.num_batches
+        self.sample_rate = inner.sample_rate
+
+    def generated_ranges(self, *args: Any, **kwargs: Any) -> Any:
+        return self._inner.generated_ranges(*args, **kwargs)
 
 
-def test_the_document_names_its_format_and_method(export: dict[str, Any]) -> None:
-    assert export["format"] == "replay-torchrec-cache-stats" and export["version"] == 1
-    assert export["batches"] == SPEC.batches and export["sample_rate"] == 1.0
-    assert export["method"] == "exact stack distances"
-    assert list(export["tables"]) == [t.name for t in SPEC.tables]
-    for spec in SPEC.tables:
-        table = export["tables"][spec.name]
-        assert table["height"] == spec.rows and len(table["mrc_hist_counts"]) == table["bins"]
-        assert table["load_factor"] == (0.25 if spec.name == "even" else None)
-
-
-def test_the_file_round_trips_and_bad_files_are_refused(
-    export: dict[str, Any], tmp_path: Path
-) -> None:
-    path = tmp_path / "torchrec.json"
-    path.write_text(json.dumps(export, indent=2) + "\n")
-    assert read_torchrec_stats(path) == export
-    assert read_torchrec_stats(tmp_path) == export  # a plan folder
-    assert json.loads(json.dumps(export)) == export  # plain JSON types only
-    bad = json.loads(json.dumps(export))
-    bad["tables"]["odd"]["mrc_hist_counts"].pop()
-    path.write_text(json.dumps(bad))
-    with pytest.raises(InputError, match="mrc_hist_counts must hold"):
-        read_torchrec_stats(path)
-    path.write_text(json.dumps({**export, "version": 2}))
-    with pytest.raises(InputError, match="version 2"):
-        read_torchrec_stats(path)
-    path.write_text(json.dumps({"format": "something else"}))
-    with pytest.raises(InputError, match="not a replay-torchrec-cache-stats"):
-        read_torchrec_stats(path)
-    with pytest.raises(InputError, match="no such file"):
-        read_torchrec_stats(tmp_path / "missing.json")
-    with pytest.raises(ConfigError, match="bins"):
-        torchrec_stats(GeneratedTrace(SPEC), bins=0)
-
-
-def test_without_torchrec_parameter_constraints_says_how_to_get_it(
-    export: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "torchrec.json"
-    path.write_text(json.dumps(export))
-    for name in ("torch", "torchrec"):
-        monkeypatch.setitem(sys.modules, name, None)  # `import torchrec` raises ImportError
-    with pytest.raises(ConfigError) as info:
-        parameter_constraints(path)
-    message = str(info.value)
-    assert "pip install torchrec" in message and "\n" not in message
-
-
-def _fake_torchrec(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
-    """Stand-ins for the four names parameter_constraints imports, recording their
-    arguments (TorchRec's own classes are checked in the session, not here)."""
-
-    class CacheAlgorithm(enum.Enum):
-        LRU = 0
-        LFU = 1
-
-    class Record:
-        def __init__(self, **kwargs: Any) -> None:
-            self.__dict__.update(kwargs)
-
-    torch = types.ModuleType("torch")
-    torch.float64 = np.float64  # type: ignore[attr-defined]
-    torch.tensor = lambda data, dtype=None: np.asarray(data, dtype=dtype)  # type: ignore[attr-defined]
-    modules = {
-        "torch": torch,
-        "torchrec": types.ModuleType("torchrec"),
-        "torchrec.distributed": types.ModuleType("torchrec.distributed"),
-        "torchrec.distributed.planner": types.ModuleType("torchrec.distributed.planner"),
-        "torchrec.distributed.planner.shard_estimators": types.ModuleType("se"),
-        "torchrec.distributed.planner.types": types.ModuleType("pt"),
-        "torchrec.distributed.types": types.ModuleType("dt"),
-    }
-    modules["torchrec.distributed.planner.shard_estimators"].EmbeddingOffloadStats = type(  # type: ignore[attr-defined]
-        "EmbeddingOffloadStats", (Record,), {}
-    )
-    modules["torchrec.distributed.planner.types"].ParameterConstraints = type(  # type: ignore[attr-defined]
-        "ParameterConstraints", (Record,), {}
-    )
-    modules["torchrec.distributed.types"].CacheParams = type("CacheParams", (Record,), {})  # type: ignore[attr-defined]
-    modules["torchrec.distributed.types"].CacheAlgorithm = CacheAlgorithm  # type: ignore[attr-defined]
-    for name, module in modules.items():
-        monkeypatch.setitem(sys.modules, name, module)
-    return types.SimpleNamespace(CacheAlgorithm=CacheAlgorithm)
-
-
-def test_parameter_constraints_hand_torchrec_the_file(
-    export: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import replay
-
-    fake = _fake_torchrec(monkeypatch)
-    (tmp_path / "torchrec.json").write_text(json.dumps(export))
-    got = replay.parameter_constraints(
-        tmp_path, algorithm="lfu", load_factors={"odd": 0.5}, compute_kernels=["x"]
-    )
-    assert list(got) == [t.name for t in SPEC.tables]
-    for name, constraint in got.items():
-        table = export["tables"][name]
-        cache = constraint.cache_params
-        assert constraint.compute_kernels == ["x"]
-        assert cache.algorithm is fake.CacheAlgorithm.LFU
-        assert cache.load_factor == {"even": 0.25, "odd": 0.5}.get(name)
-        stats = cache.stats
-        assert stats.height == table["height"] and stats.cacheability == table["cacheability"]
-        assert stats.expected_lookups == table["expected_lookups"]
-        assert stats.mrc_hist_counts.dtype == np.float64
-        assert stats.mrc_hist_counts.tolist() == table["mrc_hist_counts"]
-    with pytest.raises(ConfigError, match="algorithm 'fifo'"):
-        parameter_constraints(tmp_path, algorithm="fifo")
-
-
-def test_a_sampled_horizon_gives_shards_scaled_counts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """At R < 1 the counts are the SHARDS-scaled curve at the edge sizes and the distinct
-    rows per batch come from full batches; where the full stream's head is not usable, the
-    sizes below the sample's resolution are read linearly (and the table says so)."""
-    import replay.analysis.horizon as horizon
+def test_a_sampled_workload_reads_che_above_the_exact_head() -> None:
+    """At R < 1 (a sampled workload: independent references) the curve is the full
+    stream's exact head below its capacity and Che's approximation at batch granularity
+    above it; TorchRec reads the exact LRU's fetches within 3% at each load factor; the
+    unique ids per batch come from the full stream's first SPAN_BATCHES batches."""
     from replay.workload.sampled import open_sampled_workload
 
     spec = SPEC.with_overrides(batches=400, reuse=0.0, drift=0.0)  # neither can be sampled
-    rate = 0.5
-    doc = torchrec_stats(open_sampled_workload(spec, rate), bins=50)
-    assert doc["sample_rate"] == rate and doc["method"].startswith("SHARDS at R = 0.5")
-    # every table has its rows in the sample or its whole curve from the exact head
+    factors = {"small": 0.5, "even": 0.4, "odd": 0.8, "big": 0.9}
+    doc = torchrec_stats(open_sampled_workload(spec, 0.25), bins=50, load_factors=factors)
+    assert doc["sample_rate"] == 0.25 and "Che's approximation" in doc["method"]
     assert doc["few_sampled_rows"] == []
-    assert doc["tables"]["small"]["exact_below_rows"] == 37
-    curves = per_table_mrc(
-        open_sampled_workload(spec, rate), [edge_sizes(t.rows, 50)[1:] for t in spec.tables]
-    )
-    exact = torchrec_stats(GeneratedTrace(spec), bins=50)
-    # expected lookups from the full stream's first SPAN_BATCHES batches (i.i.d. batches)
-    span = spec.with_overrides(batches=SPAN_BATCHES)
-    first = _distinct_per_batch(GeneratedTrace(span)) / SPAN_BATCHES
-    for i, (t, curve) in enumerate(zip(spec.tables, curves, strict=True)):
+    first = _distinct_per_batch(GeneratedTrace(spec.with_overrides(batches=SPAN_BATCHES)))
+    batches = per_table_batches(spec)
+    for i, t in enumerate(spec.tables):
         table = doc["tables"][t.name]
-        assert "interpolated_below_rows" not in table  # the exact head covers small sizes
-        counts = np.asarray(table["mrc_hist_counts"])
-        assert np.all(counts >= 0) and table["lookups"] == curve.lookups
-        ours = np.minimum.accumulate(np.clip(curve.miss_ratios, 0, 1))
-        sizes = edge_sizes(t.rows, 50)[1:]
-        ours = ours[np.searchsorted(curve.sizes, sizes)]  # the curve holds each size once
-        got = _reproduced(table, sizes / t.rows)
-        np.testing.assert_allclose(got, ours, rtol=0, atol=1e-9, err_msg=t.name)
-        # near the whole run's (the batches are independent and identically distributed)
-        full = exact["tables"][t.name]["expected_lookups"]
-        assert table["expected_lookups"] == pytest.approx(first[i], rel=1e-12)
-        assert table["expected_lookups"] == pytest.approx(full, rel=0.03), t.name
-        assert 0 < table["sampled_rows"] <= t.rows
+        assert table["expected_lookups"] == pytest.approx(first[i] / SPAN_BATCHES, rel=1e-12)
+        assert "sampled_rows" not in table and table["exact_below_rows"] > 0
+        rows = math.floor(factors[t.name] * t.rows + 1e-9)
+        want = reference_unique_lru_misses(batches[t.name], rows) / spec.batches
+        stats = stats_of(table)
+        got = stats.expected_miss_rate(table["load_factor"]) * stats.expected_lookups
+        assert got == pytest.approx(want, rel=0.03), t.name
 
-    monkeypatch.setattr(horizon, "_full_stream_heads", lambda src, resolution: None)
-    doc = torchrec_stats(open_sampled_workload(spec, rate), bins=50)
-    floor = doc["tables"]["small"]["interpolated_below_rows"]
-    assert doc["few_sampled_rows"] == ["small"]  # 37 rows at R = 1/2, without a head
-    assert floor == 16  # resolution_rows at R = 1/2: 16 (1 - R) / R
+
+def test_a_sampled_source_without_a_spec_reads_shards() -> None:
+    from replay.workload.sampled import open_sampled_workload
+
+    spec = SPEC.with_overrides(batches=200, reuse=0.0, drift=0.0)
+    doc = torchrec_stats(_NoSpec(open_sampled_workload(spec, 0.5)), bins=50)
+    assert doc["method"].startswith("SHARDS at R = 0.5") and doc["batch_size"] is None
     for t in spec.tables:
         table = doc["tables"][t.name]
-        counts = np.asarray(table["mrc_hist_counts"])
-        assert np.all(counts >= 0)
-        edges = edge_sizes(t.rows, 50)
-        if edges[1] < floor:
-            assert table["interpolated_below_rows"] == floor
-            # hits(k) = hits(floor) k / floor at the edge sizes k <= floor
-            hits = np.concatenate([[0.0], np.cumsum(counts)])
-            at = (edges > 0) & (edges <= floor)
-            slope = hits[at] / edges[at]
-            np.testing.assert_allclose(slope, slope[-1], rtol=1e-9, err_msg=t.name)
+        assert 0 < table["sampled_rows"] <= t.rows
+        assert table["interpolated_below_rows"] == 16  # 16 (1 - R) / R
+        assert sum(table["mrc_hist_counts"]) == round(table["expected_lookups"] * 200)
 
 
 def test_cli_plan_writes_torchrec_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -383,7 +434,10 @@ def test_cli_plan_writes_torchrec_json(tmp_path: Path, capsys: pytest.CaptureFix
     plan = json.loads((out / "plan.json").read_text())
     assert "torchrec" not in plan  # its own file
     assert doc["batches"] == 60 and doc["sample_rate"] == 1.0
+    assert doc["row_bytes"] == plan["row_bytes"]
+    assert doc["cache_budget_bytes"] == plan["cache"]["budget_bytes"]
     split = {t["table"]: t["load_factor"] for t in plan["cache"]["per_table"]}
     assert {n: t["load_factor"] for n, t in doc["tables"].items()} == split
-    assert all(t["bins"] == 20 for t in doc["tables"].values())
+    for t in doc["tables"].values():
+        assert t["bins"] == choose_bins(t["height"], t["load_factor"] * t["height"], 20)
     assert "`torchrec.json`" in (out / "plan.md").read_text()

@@ -1,20 +1,20 @@
 """torchrec.json per shard of a cluster plan (`replay.plan.torchrec_shards`).
 
 On a 2 x 2 cluster of the `tiny` workload at R = 1, every sharding type: each shard's
-histogram read at its edge sizes equals a slow OrderedDict LRU over that shard's own
-keys, routed lookup by lookup (row blocks by `owner_ranks_reference`, every column block,
-data-parallel by the same (batch, position) hash as `rank_curves`); heights are the
-shards' rows; lookups and distinct rows per batch add up to the table's (row blocks),
-equal it (column blocks, table-wise), or split it 1 / W (data-parallel replicas); the
-per-GPU split stays within the GPU's budget; two runs agree. Through `replay plan`: a
-cluster plan's torchrec.json holds the shards and its tables are the one-GPU plan's; a
-one-GPU plan's torchrec.json is its `torchrec` part unchanged."""
+histogram read at its edge sizes equals a slow OrderedDict LRU fed each batch's unique
+ids of that shard's own keys, routed lookup by lookup (row blocks by
+`owner_ranks_reference`, every column block, data-parallel by the same (batch, position)
+hash as `rank_curves`), with the cold misses in the last bin; heights are the shards'
+rows; lookups and unique ids per batch add up to the table's (row blocks), equal it
+(column blocks, table-wise), or split it (data-parallel replicas); the per-GPU split stays
+within the GPU's budget, and each shard's bins put an edge on its cache; two runs agree.
+Through `replay plan`: a cluster plan's torchrec.json holds the shards and its tables are
+the one-GPU plan's; a one-GPU plan's torchrec.json is its `torchrec` part with the setup
+fields beside it. TorchRec's planner on these files: tests/test_torchrec_planner.py."""
 
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
-from collections.abc import Hashable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +22,9 @@ import pytest
 
 from replay.plan.plan import PlanRequest, make_plan
 from replay.plan.rank_curves import DP_SALT
-from replay.plan.torchrec import edge_sizes, torchrec_stats
+from replay.plan.torchrec import choose_bins, edge_sizes, torchrec_stats
 from replay.plan.torchrec_shards import SHARDS_KEY, shard_stats, torchrec_document
+from replay.plan.torchrec_unique import reference_unique_lru_misses
 from replay.plan.write import plan_json, write_plan
 from replay.system.sharding import (
     COLUMN_WISE,
@@ -42,7 +43,6 @@ from replay.workload.presets import get_preset
 
 M64 = (1 << 64) - 1
 BUDGET_ROWS = 3000.0
-PICK_BINS = (1, 5, 20, 50, 99, 100)  # edge sizes k_b checked against the reference
 
 
 def _mix64(z: int) -> int:
@@ -56,22 +56,6 @@ def _dp_rank(batch: int, pos: int, world: int) -> int:
     return ((h >> 32) * world) >> 32
 
 
-def _lru_misses(keys: Sequence[Hashable], capacity: int) -> int:
-    cache: OrderedDict[Hashable, None] = OrderedDict()
-    misses = 0
-    for key in keys:
-        if key in cache:
-            cache.move_to_end(key)
-            continue
-        misses += 1
-        if capacity < 1:
-            continue
-        cache[key] = None
-        if len(cache) > capacity:
-            cache.popitem(last=False)
-    return misses
-
-
 def _tiny(batches: int = 40) -> GeneratedTrace:
     return GeneratedTrace(resolve_workload("tiny").with_overrides(batches=batches))
 
@@ -83,8 +67,9 @@ def _placement(src, kind: str, nodes: int = 2, gpn: int = 2):
 
 
 def _reference(src, placement) -> tuple[dict, dict]:
-    """Per (table, rank, first row, first column): the shard's keys in trace order and
-    the sum over batches of its distinct keys per batch, routed lookup by lookup."""
+    """Per (table, rank, first row, first column): the shard's keys batch by batch in
+    trace order, and the sum over batches of its distinct keys per batch, routed lookup
+    by lookup."""
     offsets = table_offsets(np.asarray(src.table_rows, dtype=np.int64)).tolist()
     world = placement.world
     by_table: dict[int, list] = {}
@@ -121,7 +106,10 @@ def _reference(src, placement) -> tuple[dict, dict]:
                     )  # fmt: skip
                     dest = [(s, row - s.row_start)]
                 for s, local in dest:
-                    keys_of.setdefault(ident(s), []).append(local)
+                    mine = keys_of.setdefault(ident(s), [])
+                    if len(mine) < r.batch_start + b + 1:
+                        mine.extend([] for _ in range(r.batch_start + b + 1 - len(mine)))
+                    mine[r.batch_start + b].append(local)
                     seen.setdefault(ident(s), set()).add(local)
             for k, v in seen.items():
                 distinct[k] = distinct.get(k, 0) + len(v)
@@ -138,7 +126,7 @@ def tiny_tables() -> dict:
 
 
 @pytest.mark.parametrize("kind", SHARDING_TYPES)
-def test_each_shard_equals_an_lru_over_its_own_keys(kind: str, tiny_tables: dict) -> None:
+def test_each_shard_equals_an_lru_over_its_own_unique_ids(kind: str) -> None:
     src = _tiny()
     placement = _placement(src, kind)
     got = shard_stats(src, placement, rate=1.0, spec=None, budget_rows=BUDGET_ROWS)
@@ -149,18 +137,24 @@ def test_each_shard_equals_an_lru_over_its_own_keys(kind: str, tiny_tables: dict
     assert got["world"] == 4
     batches = int(src.num_batches)
     for e in shards:
-        keys = keys_of[_ident(e, names)]
+        per_batch = keys_of[_ident(e, names)]
+        per_batch += [[] for _ in range(batches - len(per_batch))]
+        unique = sum(len(set(b)) for b in per_batch)
         assert e["type"] == kind
         assert e["height"] == e["rows"][1] - e["rows"][0]
-        assert e["lookups"] == len(keys)
+        assert e["lookups"] == sum(len(b) for b in per_batch)
         assert e["expected_lookups"] == pytest.approx(distinct[_ident(e, names)] / batches)
+        assert e["expected_lookups"] == pytest.approx(unique / batches)
         hist = np.asarray(e["mrc_hist_counts"], dtype=np.int64)
-        assert len(hist) == e["bins"] == 100 and (hist >= 0).all()
-        edges = edge_sizes(e["height"], e["bins"])
-        for b in PICK_BINS:
-            want = _lru_misses(keys, int(edges[b]))
-            assert len(keys) - int(hist[:b].sum()) == want, (e["table"], e["rank"], b)
-        assert e["cold_miss_ratio"] == pytest.approx(len(set(keys)) / len(keys), abs=1e-12)
+        n = e["bins"]
+        assert len(hist) == n and (hist >= 0).all() and hist.sum() == unique
+        assert n == choose_bins(e["height"], e["cache_rows"] or None, 100)
+        edges = edge_sizes(e["height"], n)
+        for b in sorted({1, n // 4, n // 2, n - 1} - {0}):
+            want = reference_unique_lru_misses(per_batch, int(edges[b]))
+            assert unique - int(hist[:b].sum()) == want, (e["table"], e["rank"], b)
+        distinct_rows = len({k for batch in per_batch for k in batch})
+        assert e["cold_miss_ratio"] == pytest.approx(distinct_rows / unique, abs=1e-12)
 
 
 @pytest.mark.parametrize("kind", SHARDING_TYPES)
@@ -172,16 +166,18 @@ def test_shards_add_up_to_their_tables(kind: str, tiny_tables: dict) -> None:
     for name, table in tiny_tables.items():
         mine = [e for e in got["shards"] if e["table"] == name]
         assert mine
+        unique = sum(table["mrc_hist_counts"])
         if kind in (COLUMN_WISE, "table-wise"):  # every block sees the table's stream
             assert len(mine) == (world if kind == COLUMN_WISE else 1)
             for e in mine:
                 assert e["height"] == table["height"]
-                assert e["mrc_hist_counts"] == table["mrc_hist_counts"]
+                assert sum(e["mrc_hist_counts"]) == unique
                 assert e["lookups"] == table["lookups"]
                 assert e["expected_lookups"] == pytest.approx(table["expected_lookups"])
                 assert e["cold_miss_ratio"] == pytest.approx(table["cold_miss_ratio"])
-                assert e["cacheability"] == pytest.approx(table["cacheability"])
-        elif kind == DATA_PARALLEL:  # each replica 1 / W of the lookups, all the rows
+                if e["bins"] == table["bins"]:
+                    assert e["mrc_hist_counts"] == table["mrc_hist_counts"]
+        elif kind == DATA_PARALLEL:  # each replica a share of the lookups, all the rows
             assert len(mine) == world
             n = table["lookups"]
             assert sum(e["lookups"] for e in mine) == n
@@ -190,14 +186,17 @@ def test_shards_add_up_to_their_tables(kind: str, tiny_tables: dict) -> None:
                 assert e["height"] == table["height"]
                 assert abs(e["lookups"] - n / world) <= 4 * sd
                 assert e["expected_lookups"] <= table["expected_lookups"]
-        else:  # row blocks: a partition of the table's rows and of its lookups
+            # a row in several replicas' samples is a unique id of each
+            assert sum(e["expected_lookups"] for e in mine) >= table["expected_lookups"]
+        else:  # row blocks: a partition of the table's rows, lookups and unique ids
             assert sum(e["height"] for e in mine) == table["height"]
             assert sum(e["lookups"] for e in mine) == table["lookups"]
+            assert sum(sum(e["mrc_hist_counts"]) for e in mine) == unique
             assert sum(e["expected_lookups"] for e in mine) == pytest.approx(
                 table["expected_lookups"], rel=1e-12
             )
-            cold = sum(e["cold_miss_ratio"] * e["lookups"] for e in mine)
-            assert cold == pytest.approx(table["cold_miss_ratio"] * table["lookups"])
+            cold = sum(e["cold_miss_ratio"] * sum(e["mrc_hist_counts"]) for e in mine)
+            assert cold == pytest.approx(table["cold_miss_ratio"] * unique)
 
 
 @pytest.mark.parametrize("kind", SHARDING_TYPES)
@@ -212,7 +211,7 @@ def test_the_gpu_budget_is_split_among_its_shards(kind: str) -> None:
         for e in mine:
             assert 0.0 <= e["load_factor"] <= 1.0
             assert e["cache_rows"] <= e["height"]
-            assert e["cache_rows"] == pytest.approx(e["load_factor"] * e["height"], abs=1.0)
+            assert e["load_factor"] == e["cache_rows"] / e["height"]
     again = shard_stats(src, placement, rate=1.0, spec=None, budget_rows=BUDGET_ROWS)
     assert json.dumps(again) == json.dumps(got)
 
@@ -227,10 +226,14 @@ def _request(sets: tuple[str, ...]) -> PlanRequest:
 
 def test_plan_torchrec_json_per_shard_and_one_gpu_unchanged(tmp_path: Path) -> None:
     one, curves_one = make_plan(_request(()))
-    assert torchrec_document(one) is one["torchrec"]
+    trec_one = torchrec_document(one)
+    assert trec_one is not None
+    assert {k: v for k, v in trec_one.items() if k in one["torchrec"]} == one["torchrec"]
+    assert trec_one["row_bytes"] == one["row_bytes"]
+    assert trec_one["cache_budget_bytes"] == one["cache"]["budget_bytes"]
     write_plan(one, tmp_path / "one", force=False, curves=curves_one)
     text = (tmp_path / "one" / "torchrec.json").read_text()
-    assert text == json.dumps(one["torchrec"], indent=2) + "\n"
+    assert json.loads(text) == trec_one
     assert "cluster" not in json.loads(text)
 
     sets = ("cluster.nodes=2", "cluster.gpus_per_node=2", "cluster.sharding=row-wise")

@@ -303,15 +303,13 @@ def make_plan(
 
     say("per-table curves and the budget's split")
     from replay.plan.table_curves import table_curves
-    from replay.plan.torchrec import torchrec_sizes, torchrec_stats
+    from replay.plan.torchrec import torchrec_stats
 
     uniform_f = uniform_load_factor(budget_rows, table_rows)
     per_table = table_curves(
         horizon, spec, rate, smallest, table_rows,
         extra_sizes=[np.array([math.floor(uniform_f * r * (1 + 1e-12))]) for r in table_rows],
-        torchrec_sizes=torchrec_sizes(horizon, request.torchrec_bins),
     )  # fmt: skip
-    tables = per_table.results
     curves = per_table.curves
     split = split_budget(names, table_rows, per_table.lookups, curves, budget_rows)
     say("TorchRec's cache statistics per table (torchrec.json)")
@@ -319,7 +317,6 @@ def make_plan(
         horizon,
         bins=request.torchrec_bins,
         load_factors={s.table: s.load_factor for s in split.tables},
-        curves=tables,
     )
 
     from replay.plan.cluster import routed_steady

@@ -43,7 +43,7 @@ from replay.workload.spec import WorkloadSpec
 @dataclass(frozen=True)
 class TableCurves:
     """Per table: (sizes in rows, hit ratios) from one row up, the `per_table_mrc`
-    results (at `per_table_sizes`, for torchrec.json), and how each was computed."""
+    results, and how each was computed."""
 
     curves: list[tuple[np.ndarray, np.ndarray]]
     results: list[Any]
@@ -78,10 +78,9 @@ def table_curves(
     table_rows: Sequence[int],
     *,
     extra_sizes: Sequence[np.ndarray],
-    torchrec_sizes: Sequence[np.ndarray],
 ) -> TableCurves:
     """Every table's curve on `curve_sizes(rows, 1)` plus `extra_sizes[t]` (module
-    docstring); one pass over the source, which also reads `torchrec_sizes`."""
+    docstring); one pass over the source."""
     from replay.analysis.horizon import per_table_mrc
 
     firsts = per_table_sizes(source, spec, rate, resolution, table_rows)
@@ -89,11 +88,15 @@ def table_curves(
         np.union1d(curve_sizes(r, 1), np.asarray(x, dtype=np.int64)[np.asarray(x) >= 1])
         for r, x in zip(table_rows, extra_sizes, strict=True)
     ]
-    read = [
-        np.union1d(w[w >= first], tr)
-        for w, first, tr in zip(wanted, firsts, torchrec_sizes, strict=True)
-    ]
-    results = per_table_mrc(source, read)
+    # at least one size a table's sample reads (a table smaller than the resolution has
+    # every size below it: its curve is all Che's; the sample gives its lookups)
+    results = per_table_mrc(
+        source,
+        [
+            w[w >= first] if (w >= first).any() else np.array([first], dtype=np.int64)
+            for w, first in zip(wanted, firsts, strict=True)
+        ],
+    )
     curves, lookups, methods = [], [], []
     exact = rate >= 1.0
     for t, (w, first, res) in enumerate(zip(wanted, firsts, results, strict=True)):

@@ -4,25 +4,29 @@ Placement. Called by `replay.plan.cluster.plan_cluster` with the placement the p
 recommends (`replay.engine.placement`) and the horizon the plan reads; its result goes
 into plan.json's `cluster` under `SHARDS_KEY` only while the plan is built:
 `replay.plan.write` moves it into `torchrec.json` (`torchrec_document`) and leaves it out
-of plan.json. A one-GPU plan has no `cluster`, and its `torchrec.json` is unchanged.
+of plan.json. A one-GPU plan has no `cluster`.
 
-Why per shard. TorchRec builds one cache per shard (each rank's TBE over its local
-shards, `CacheParams.load_factor` x the shard's rows), so a table's statistics are not
-what a shard's cache sees:
+Why per shard. FBGEMM builds a cache per rank's TBE over its local shards
+(`CacheParams.load_factor` x the shard's rows), so a table's statistics are not what a
+shard's cache sees:
 
 - a row-wise (or table-row-wise) shard of rows [a, b) is a table of height b - a whose
   stream is the table's lookups that fall in [a, b) (row - a);
 - a table-wise shard is the table; a column-wise shard is the table's rows at fewer
   columns, and every column block sees every lookup of its table;
-- a data-parallel replica sees 1 / W of the table's lookups (the lookups of the samples
-  its rank owns), over all the table's rows.
+- a data-parallel replica sees the lookups of the samples its rank owns (about 1 / W),
+  over all the table's rows.
 
-Each shard's entry has TorchRec's fields, read exactly as the one-GPU file's tables
-(`replay.plan.torchrec`'s docstring: `mrc_hist_counts` over `bins` bins of the shard's
-height, `cacheability`, `cold_miss_ratio`, `expected_lookups` = mean distinct rows of the
-shard per global batch) plus where it sits: `table`, `rank`, `node`, `type`, `rows`
-[a, b), `columns` [c0, c1), `height` = b - a, `lookups` (over the run, full stream),
-`lookups_per_batch`, `load_factor` and `cache_rows` (its share of its GPU's budget).
+Each shard's entry has TorchRec's fields, read as the one-GPU file's tables
+(`replay.plan.torchrec`'s docstring: `mrc_hist_counts` of the shard's stream of each
+batch's unique ids over `bins` bins of the shard's height, the cold misses in the last
+bin, `bins` from `choose_bins` at the shard's cache, `cacheability`, `cold_miss_ratio`,
+`expected_lookups` = mean unique ids of the shard per global batch) plus where it sits:
+`table`, `rank`, `node`, `type`, `rows` [a, b), `columns` [c0, c1), `height` = b - a,
+`lookups` (over the run, full stream), `lookups_per_batch`, `load_factor` and
+`cache_rows` (its share of its GPU's budget; load_factor = cache_rows / height exactly).
+TorchRec takes one constraint per table: `replay.plan.torchrec.combine_shards` says how
+a table's shards become it.
 
 One pass. The horizon's batch ranges are routed once by one numba kernel
 (`_route_streams`) that takes its blocks and data-parallel hash from
@@ -30,47 +34,46 @@ One pass. The horizon's batch ranges are routed once by one numba kernel
 curves and the cluster replay) and gives each lookup one *stream*: the block of a
 row-split table, the table itself for a table-wise, single-block or column-wise table
 (all of a column-wise table's blocks see the same stream: one state, not one per
-block), a data-parallel replica at R = 1. Each stream has its own LRU state
-(`replay.analysis.stack.StackDistances`, exact, Mattson et al. 1970); never one pass
-per shard. At R = 1 the distinct rows per (batch, stream) are counted in the same pass.
+block), each data-parallel replica its own. Each (stream, row)'s first occurrence in its
+batch is kept (`replay.plan.torchrec_unique.FirstInBatch` on the streams' rows end to
+end: a row in two replicas' samples is a unique id of each), and each stream's kept rows
+feed its own LRU state (`replay.analysis.stack.StackDistances`, exact, Mattson et al.
+1970); never one pass per shard. At R = 1 the unique ids per (batch, stream) are counted
+in the same pass.
 
 Sampled horizons (R < 1, `replay.workload.sampled`). SHARDS (Waldspurger et al., FAST
-2015) keeps a row by the hash of its global key, and routing keeps every lookup of a row
-in one stream, so a stream's sampled lookups are the SHARDS sample of its full stream:
-its curve is SHARDS_adj at R (miss(C) = (cold_s + #{d_s >= ceil(C R)}) / (N R)), N the
-stream's full lookups (a table's: batches x batch size x pooling; a row block's: the
-table's x the block's probability under the generator's pmf,
-`replay.workload.row_mass.block_shares`; without a workload spec, sampled / R). Sizes
-below the sample's resolution (16 (1 - R) / R rows) are read linearly between 0 and it
-(`interpolated_below_rows`, as the one-GPU file), and `sampled_rows` says how many rows
-the sample holds: a shard with few sampled rows (`few_sampled_rows`) has a curve of
-little worth. A shard whose stream is its table's (table-wise, column-wise, a single row
-block) takes, at R < 1, its table's one-GPU entry (`table_stats`: the plan's per-table
-curve, with the full stream's exact head where the plan reads one), and so does a
-data-parallel replica, with counts / W (ASSUMPTION, exact in distribution for a sampled
-workload, which has neither reuse nor drift: an independent 1 / W thinning of an
-independent-reference stream has the same LRU miss ratio at every size; its cold misses
-are then the table's share, an undercount of up to W x over a run where the replica
-touches every row the table does); `curve` says which. `expected_lookups` at R < 1 is
-counted over the first `torchrec.span_batches` batches of the full stream (generated,
-routed by the same kernel, data-parallel replicas apart), as the one-GPU file counts it;
-a sampled source without a workload spec: the sample's distinct / R.
+2015) keeps a row by the hash of its global key, and routing and keeping first
+occurrences keep every use of a row in one stream, so a stream's sampled unique ids are
+the SHARDS sample of its full stream of unique ids: its curve is SHARDS_adj at R (miss(C)
+= (cold_s + #{d_s >= ceil(C R)}) / (U R)), U the stream's unique ids over the run (its
+mean per batch, counted over the first `torchrec.span_batches` batches of the full
+stream, generated and routed by the same kernel, or in closed form at production scale;
+without a workload spec, the sample's count / R, x batches). Sizes below the sample's
+resolution (16 (1 - R) / R rows) are read linearly between 0 and it
+(`interpolated_below_rows`), and `sampled_rows` says how many rows the sample holds: a
+shard with few sampled rows (`few_sampled_rows`) has a curve of little worth; a few
+hundred sampled rows do not resolve a cache of most of a shard's rows (the one-GPU file
+measured SHARDS 42-96% low there). A shard whose stream is its table's (table-wise,
+column-wise, a single row block) takes, at R < 1, its table's one-GPU entry instead
+(`table_stats`: Che's approximation above the full stream's exact head,
+`replay.plan.torchrec_unique`), read between its edges linearly (`hits_at`); `curve`
+says which.
 
 The split of a GPU's budget among its shards: the plan's per-table rule
-(`replay.plan.cache.split_budget`, greedy on each curve's upper concave hull, the hits
-the GPU's caches get over the run maximised) applied per GPU, over that GPU's shards'
-curves (sizes k_b, hits from the histogram and cold-miss ratio), lookups over the run and
-the per-GPU budget in rows; `load_factor` = cache rows / height. ASSUMPTION: one cache
-per shard as the brief says (FBGEMM groups a rank's same-config tables in one TBE whose
-cache the shards then share; the plan's per-GPU answers in plan.json model that shared
-LRU). Shards with no rows (TorchRec's trailing empty row-wise blocks) have no cache and
-no entry. The file's `tables` stay the one-GPU reference (a GPU holding every table
-with the whole budget), as plan.json's one-GPU sections.
+(`replay.plan.cache.split_budget`, greedy on each curve's upper concave hull) applied
+per GPU, over that GPU's shards' curves of unique ids (read on `curve_sizes` and 100
+equal bins), each weighed by its unique ids, so the GPU's cache fetches over the run are
+minimised; `cache_rows` = the rows it gets, floored. ASSUMPTION: one cache per shard
+(FBGEMM groups a rank's same-config tables in one TBE whose cache the shards then share;
+the plan's per-GPU answers in plan.json model that shared LRU). Shards with no rows
+(TorchRec's trailing empty row-wise blocks) have no cache and no entry. The file's
+`tables` stay the one-GPU reference (a GPU holding every table with the whole budget),
+as plan.json's one-GPU sections.
 
 Memory: one state per stream (exact: 4 B a row directly indexed up to
 `rank_curves.DIRECT_MAX_ROWS` rows in all, else a hash map over the rows seen; sampled:
 the sampled rows), per range the routed streams and rows and their grouping (24 B a
-lookup), and a set of twice a batch's lookups (8 B a slot) for the distinct rows.
+lookup), and a set of twice a batch's lookups (8 B a slot) for the first occurrences.
 """
 
 from __future__ import annotations
@@ -84,8 +87,9 @@ import numpy as np
 
 from replay._intrinsics import ix
 from replay._jit import kernel
+from replay.analysis.shards import SHARDS_MODULUS
 from replay.analysis.stack import StackDistances
-from replay.plan.cache import split_budget
+from replay.plan.cache import curve_sizes, split_budget
 from replay.plan.rank_curves import (
     _DP,
     _ROWS,
@@ -99,10 +103,14 @@ from replay.plan.rank_curves import (
 from replay.plan.torchrec import (
     DEFAULT_BINS,
     FEW_SAMPLED_ROWS,
+    choose_bins,
     edge_sizes,
+    histogram,
+    hits_at,
     span_batches,
     torchrec_cacheability,
 )
+from replay.plan.torchrec_unique import FirstInBatch
 from replay.system.sharding import DATA_PARALLEL, Placement
 from replay.trace.keys import table_of, table_offsets
 from replay.trace.stream import iter_batch_ranges
@@ -112,8 +120,8 @@ SHARDS_KEY = "torchrec_shards"  # plan.json's cluster part moved into torchrec.j
 SPLIT_RULE = (
     "each GPU's budget (--cache-budget, per GPU) split among its shards by the plan's "
     "per-table rule (replay.plan.cache.split_budget: greedy on the upper concave hull of "
-    "each shard's own curve, the GPU's hits over the run maximised); load_factor = cache "
-    "rows / height"
+    "each shard's own curve of its unique ids per batch, the GPU's cache fetches over the "
+    "run minimised); load_factor = cache rows / height"
 )
 
 
@@ -223,43 +231,10 @@ def _group_rows(stream: np.ndarray, row: np.ndarray, cuts: np.ndarray, out: np.n
         cursor[ix(s)] = c + 1
 
 
-@kernel
-def _count_distinct(
-    stream: np.ndarray, row: np.ndarray, bounds: np.ndarray, flat: np.ndarray,
-    slots: np.ndarray, used: np.ndarray, out: np.ndarray,
-) -> None:  # fmt: skip
-    """out[s] += the distinct rows of stream s in each batch of `bounds`: an open-
-    addressing set of (stream, row) per batch (`slots`, a power of two at least twice a
-    batch's lookups, all 0 on entry and on return; `used`: the slots a batch filled)."""
-    bits = np.uint64(0)
-    while (np.uint64(1) << bits) < np.uint64(len(slots)):
-        bits += np.uint64(1)
-    shift = np.uint64(64) - bits
-    mask = np.int64(len(slots) - 1)
-    for b in range(len(bounds) - 1):
-        n_used = 0
-        for i in range(bounds[b], bounds[b + 1]):
-            s = stream[ix(i)]
-            key = flat[ix(s)] + row[ix(i)] + 1  # 0: an empty slot
-            h = np.int64((np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> shift)
-            while True:
-                k = slots[ix(h)]
-                if k == key:
-                    break
-                if k == 0:
-                    slots[ix(h)] = key
-                    used[ix(n_used)] = h
-                    n_used += 1
-                    out[ix(s)] += 1
-                    break
-                h = (h + 1) & mask
-        for j in range(n_used):
-            slots[ix(used[ix(j)])] = 0
-
-
 class _Pass:
-    """Routes batch ranges to streams, feeds each stream's state (`states`: None counts
-    only) and counts distinct rows per (batch, stream) when `distinct` is set."""
+    """Routes batch ranges to streams, keeps each (stream, row)'s first occurrence in its
+    batch (the stream of each batch's unique ids), feeds each stream's state (`states`:
+    None counts only) and counts the unique ids per stream when `distinct` is set."""
 
     def __init__(
         self, placement: Placement, streams: _Streams, table_rows: np.ndarray, *,
@@ -273,8 +248,7 @@ class _Pass:
         self.distinct = np.zeros(len(streams.table), dtype=np.int64) if distinct else None
         self.routed = np.zeros(len(streams.table), dtype=np.int64)
         self.flat = table_offsets(streams.height)  # streams' rows end to end
-        self.slots = np.zeros(0, dtype=np.int64)
-        self.used = np.zeros(0, dtype=np.int64)
+        self.first = FirstInBatch()
         self.batches = 0
 
     def feed(self, keys: np.ndarray, bounds: np.ndarray, batch_start: int) -> None:
@@ -291,22 +265,61 @@ class _Pass:
             keys, bounds, int(batch_start), self.offsets, x.kind, x.even, x.base, x.count,
             x.start, self.s.stream_of, self.world, np.uint64(DP_SALT), stream, row,
         )  # fmt: skip
+        self.routed += np.bincount(stream, minlength=len(self.routed))
+        keep = self.first.mask(self.flat[stream] + row, bounds)
+        stream, row = stream[keep], row[keep]
         per_stream = np.bincount(stream, minlength=len(self.routed))
-        self.routed += per_stream
         if self.distinct is not None:
-            widest = int(np.diff(bounds).max(initial=0))
-            need = 1 << max(int(2 * widest - 1).bit_length(), 4)
-            if len(self.slots) < need:
-                self.slots = np.zeros(need, dtype=np.int64)
-                self.used = np.empty(need, dtype=np.int64)
-            _count_distinct(stream, row, bounds, self.flat, self.slots, self.used, self.distinct)
-        if self.states is not None:
+            self.distinct += per_stream
+        if self.states is not None and len(stream):
             cuts = np.zeros(len(per_stream) + 1, dtype=np.int64)
             np.cumsum(per_stream, out=cuts[1:])
-            rows = np.empty(n, dtype=np.int64)
+            rows = np.empty(len(row), dtype=np.int64)
             _group_rows(stream, row, cuts, rows)
             for s in np.flatnonzero(per_stream).tolist():
                 self.states[s].feed(rows[int(cuts[s]) : int(cuts[s + 1])])
+
+
+@dataclass(frozen=True, eq=False)
+class _Curve:
+    """One stream's LRU over its unique ids per batch: U (full stream) and how to read
+    hits at any size (module docstring)."""
+
+    height: int
+    unique: float
+    cold: float
+    state: StackDistances | None = None  # exact, or the SHARDS sample's stack
+    threshold: int = 0  # SHARDS's T (0: exact)
+    table: dict[str, Any] | None = None  # the one-GPU entry the stream takes (R < 1)
+
+    def hits(self, sizes: np.ndarray) -> np.ndarray:
+        from replay.analysis.shards import SHARDS_MODULUS, resolution_rows
+
+        sizes = np.asarray(sizes, dtype=np.int64)
+        n = float(self.unique)
+        if self.table is not None:
+            t = self.table
+            whole = float(sum(t["mrc_hist_counts"]))
+            got = hits_at(t["mrc_hist_counts"], t["height"], sizes.astype(np.float64))
+            out = got * (n / whole) if whole > 0 else np.zeros(len(sizes))
+        elif self.threshold == 0:
+            assert self.state is not None
+            out = np.where(sizes > 0, float(self.state.requests), 0.0)
+            out -= np.where(sizes > 0, self.state.misses_at(np.maximum(sizes, 0)), 0)
+        else:
+            assert self.state is not None
+            expected = n * self.threshold / SHARDS_MODULUS
+            below = resolution_rows(self.threshold)
+            at = np.maximum(sizes, below)
+            cuts = -(-at * self.threshold // SHARDS_MODULUS)
+            ratio = self.state.misses_at(cuts) / expected if expected > 0 else np.ones(len(at))
+            out = n * (1.0 - np.clip(ratio, 0.0, 1.0))
+            low = sizes < below
+            out[low] *= sizes[low] / below  # linear below the resolution
+        out = np.clip(np.where(sizes > 0, out, 0.0), 0.0, n)
+        rank = np.argsort(sizes, kind="stable")
+        out[rank] = np.maximum.accumulate(out[rank])
+        return out
 
 
 def shard_stats(
@@ -321,72 +334,53 @@ def shard_stats(
 ) -> dict[str, Any]:
     """The per-shard part of a cluster plan's `torchrec.json` (module docstring), from one
     pass over `horizon` (sampled at `rate`; `spec` the workload, if any). `table_stats`:
-    the one-GPU file's tables (`torchrec_stats`, the same `bins`): at R < 1 a shard whose
-    stream is its table's (table-wise, column-wise, one row block, a data-parallel
-    replica's 1 / W) takes its table's curve from there."""
+    the one-GPU file's tables (`torchrec_stats`): at R < 1 a shard whose stream is its
+    table's (table-wise, column-wise, one row block) takes its table's curve from there."""
     tables = dict(table_stats or {})
-    from replay.analysis.shards import SHARDS_MODULUS, resolution_rows, shards_threshold
+    from replay.analysis.shards import resolution_rows, shards_threshold
 
     table_rows = np.asarray(horizon.table_rows, dtype=np.int64)
     exact = rate >= 1.0
-    counted = _streams(placement, replicas_apart=True)
-    curved = counted if exact else _streams(placement, replicas_apart=False)
-    direct = exact and int(curved.height.sum()) <= DIRECT_MAX_ROWS
-    states = [StackDistances(int(h), direct=direct) for h in curved.height]
-    main = _Pass(placement, curved, table_rows, states=states, distinct=exact)
+    streams = _streams(placement, replicas_apart=True)
+    direct = exact and int(streams.height.sum()) <= DIRECT_MAX_ROWS
+    states = [StackDistances(int(h), direct=direct) for h in streams.height]
+    main = _Pass(placement, streams, table_rows, states=states, distinct=exact)
     for r in iter_batch_ranges(horizon, with_updates=False):
         main.feed(r.keys, r.bounds, r.batch_start)
     batches = max(int(horizon.num_batches), 1)
-    # full-stream lookups of each curve stream
     if exact:
         full = main.routed.astype(np.float64)
         distinct = main.distinct.astype(np.float64) / batches  # type: ignore[union-attr]
         lookups_from = "the horizon"
     else:
-        full = _stream_full(horizon, spec, placement, curved, main.routed, rate)
-        distinct, lookups_from = _span_distinct(horizon, spec, placement, counted, rate)
+        full = _stream_full(horizon, spec, placement, streams, main.routed, rate)
+        distinct, lookups_from = _span_distinct(horizon, spec, placement, streams, rate)
     threshold = 0 if exact else shards_threshold(rate)
     below = 0 if exact else resolution_rows(threshold)
-    world = placement.world
     entries: list[dict[str, Any]] = []
-    curves: list[tuple[np.ndarray, np.ndarray]] = []
+    curves: list[_Curve] = []
     for i, shard in enumerate(placement.shards):
-        blk = counted.shard_block[i]
+        blk = streams.shard_block[i]
         if blk < 0:
             continue
         t = shard.table
         ttype = placement.entry(t).type
-        cs = int(curved.stream_of[blk])
-        height = int(curved.height[cs]) if ttype != DATA_PARALLEL else int(table_rows[t])
-        share = 1.0 / world if (ttype == DATA_PARALLEL and not exact) else 1.0
-        n = float(full[cs]) * share
+        cs = int(streams.stream_of[blk])
+        height = int(streams.height[cs])
         st = states[cs]
-        edges = edge_sizes(height, bins)
+        unique = float(st.requests) if exact else float(distinct[cs]) * batches
         whole = tables.get(placement.tables[t].name) if not exact else None
-        if whole is not None and int(curved.height[cs]) == int(table_rows[t]):
-            # the table's own stream (or a 1 / W thinning of it): its one-GPU entry, whose
-            # curve has the full stream's exact head where the plan could read one
-            n = float(whole["lookups"]) * share
-            hist_t = np.asarray(whole["mrc_hist_counts"], dtype=np.float64) * share
-            hits = np.concatenate([[0.0], np.cumsum(hist_t)])
-        elif exact:
-            miss = st.misses_at(np.maximum(edges, 0)).astype(np.float64)
-            hits = np.where(edges > 0, float(st.requests) - miss, 0.0)
+        own = whole is not None and height == int(table_rows[t]) and ttype != DATA_PARALLEL
+        if exact:
+            curve = _Curve(height, unique, float(st.cold), state=st)
+        elif own:
+            assert whole is not None
+            cold = float(whole["cold_miss_ratio"]) * unique
+            curve = _Curve(height, unique, cold, table=whole)
         else:
-            expected = n * threshold / SHARDS_MODULUS / share
-            cuts = -(-edges * threshold // SHARDS_MODULUS)
-            ratio = st.misses_at(cuts) / expected if expected > 0 else np.ones(len(edges))
-            hits = n * (1.0 - np.clip(ratio, 0.0, 1.0))
-            low = (edges > 0) & (edges < below)
-            if low.any():
-                at = -(-below * threshold // SHARDS_MODULUS)
-                r_at = st.misses_at(np.array([at]))[0] / expected if expected > 0 else 1.0
-                hits[low] = n * (1.0 - min(max(float(r_at), 0.0), 1.0)) * edges[low] / below
-            hits[edges == 0] = 0.0
-            hits = np.maximum.accumulate(hits)
-        hist = np.diff(hits)
-        cold = 1.0 - float(hits[-1]) / n if n > 0 else 0.0
-        cs_count = int(counted.stream_of[blk])
+            cold = min(float(st.cold) * SHARDS_MODULUS / threshold, unique)
+            curve = _Curve(height, unique, cold, state=st, threshold=threshold)
+        n = float(full[cs])
         entry: dict[str, Any] = {
             "table": placement.tables[t].name,
             "rank": int(shard.rank),
@@ -395,41 +389,50 @@ def shard_stats(
             "rows": [int(shard.row_start), int(shard.row_stop)],
             "columns": [int(shard.col_start), int(shard.col_stop)],
             "height": height,
-            "bins": int(bins),
-            "mrc_hist_counts": [round(c) for c in hist] if exact else hist.tolist(),
-            "expected_lookups": float(distinct[cs_count]),
-            "cacheability": torchrec_cacheability(hist, height),
-            "cold_miss_ratio": max(cold, 0.0),
+            "bins": None,
+            "mrc_hist_counts": None,
+            "expected_lookups": unique / batches,
+            "cacheability": None,
+            "cold_miss_ratio": min(curve.cold / unique, 1.0) if unique > 0 else 0.0,
             "load_factor": None,
             "cache_rows": None,
             "lookups": round(n) if exact else float(n),
             "lookups_per_batch": n / batches,
         }
-        if whole is not None and int(curved.height[cs]) == int(table_rows[t]):
-            for key in ("sampled_rows", "exact_below_rows", "interpolated_below_rows"):
+        if own:
+            assert whole is not None
+            for key in ("exact_below_rows", "sampled_rows", "interpolated_below_rows"):
                 if key in whole:
                     entry[key] = whole[key]
-            entry["curve"] = "its table's (tables)" + (", lookups / W" if share < 1.0 else "")
+            entry["curve"] = "its table's (tables)"
         elif not exact:
             entry["sampled_rows"] = int(st.distinct)
-            entry["curve"] = "its table's, lookups / W" if share < 1.0 else "its own"
+            entry["curve"] = "its own (SHARDS)"
             if below > 1:
                 entry["interpolated_below_rows"] = int(below)
         entries.append(entry)
-        sizes = edges[1:].astype(np.float64)
-        curves.append((sizes, hits[1:] / n if n > 0 else np.zeros(len(sizes))))
-    _split(entries, curves, world, budget_rows)
+        curves.append(curve)
+    _split(entries, curves, placement.world, budget_rows)
+    for entry, curve in zip(entries, curves, strict=True):
+        h = entry["height"]
+        nb = choose_bins(h, entry["cache_rows"] if entry["cache_rows"] else None, bins)
+        hist = histogram(curve.hits(edge_sizes(h, nb)[:-1]), curve.unique)
+        entry["bins"] = nb
+        entry["mrc_hist_counts"] = hist
+        entry["cacheability"] = torchrec_cacheability(hist, h)
     return {
-        "world": world,
+        "world": placement.world,
         "nodes": int(placement.nodes),
         "gpus_per_node": int(placement.gpus_per_node),
         "budget_rows_per_gpu": float(budget_rows),
         "split": SPLIT_RULE,
-        "expected_lookups": f"mean distinct rows of the shard per batch, over {lookups_from}",
-        "method": ("exact stack distances per shard" if exact else
-                   f"SHARDS at R = {rate:g} per shard (stack distances / R; counts are "
-                   "expected counts of the full stream; sizes below the resolution read "
-                   "linearly)") + ", one pass over the horizon (replay.plan.torchrec_shards)",
+        "expected_lookups": f"mean unique ids of the shard per global batch, over {lookups_from}",
+        "method": ("exact stack distances of each batch's unique ids per shard" if exact else
+                   f"SHARDS at R = {rate:g} per shard over each batch's unique ids (stack "
+                   "distances / R; counts are expected counts of the full stream, rounded; "
+                   "sizes below the resolution read linearly), a shard on its table's "
+                   "stream its table's curve") + ", one pass over the horizon "
+                   "(replay.plan.torchrec_shards)",
         "few_sampled_rows": [] if exact else sorted({
             f"{e['table']}@{e['rank']}" for e in entries
             if e.get("sampled_rows", FEW_SAMPLED_ROWS) < FEW_SAMPLED_ROWS
@@ -440,44 +443,57 @@ def shard_stats(
 
 
 def _split(
-    entries: list[dict[str, Any]], curves: list[tuple[np.ndarray, np.ndarray]], world: int,
-    budget_rows: float,
-) -> None:  # fmt: skip
-    """Each GPU's budget split among its shards (`SPLIT_RULE`), into the entries."""
+    entries: list[dict[str, Any]], curves: list[_Curve], world: int, budget_rows: float
+) -> None:
+    """Each GPU's budget split among its shards (`SPLIT_RULE`), into the entries: the
+    shards' curves read on the plan's grid of sizes (`replay.plan.cache.curve_sizes`) and
+    at `DEFAULT_BINS` equal bins."""
     for rank in range(world):
         idx = [i for i, e in enumerate(entries) if e["rank"] == rank]
         if not idx:
             continue
+        shaped = []
+        for i in idx:
+            h = int(entries[i]["height"])
+            sizes = np.union1d(curve_sizes(h, 1), edge_sizes(h, DEFAULT_BINS)[1:])
+            u = curves[i].unique
+            shaped.append((sizes.astype(np.float64), curves[i].hits(sizes) / u if u > 0 else
+                           np.zeros(len(sizes))))  # fmt: skip
         split = split_budget(
             [f"{entries[i]['table']}:{i}" for i in idx],
             [entries[i]["height"] for i in idx],
-            [float(entries[i]["lookups"]) for i in idx],
-            [curves[i] for i in idx],
+            [curves[i].unique for i in idx],
+            shaped,
             float(budget_rows),
         )
         for i, share in zip(idx, split.tables, strict=True):
-            entries[i]["load_factor"] = float(min(max(share.load_factor, 0.0), 1.0))
-            entries[i]["cache_rows"] = math.floor(share.rows * (1 + 1e-12))
+            rows = min(math.floor(share.rows * (1 + 1e-12)), int(entries[i]["height"]))
+            entries[i]["cache_rows"] = rows
+            entries[i]["load_factor"] = rows / entries[i]["height"]
 
 
 def _stream_full(
     horizon: Any, spec: Any, placement: Placement, streams: _Streams, sampled: np.ndarray,
     rate: float,
 ) -> np.ndarray:  # fmt: skip
-    """Each curve stream's lookups in the full stream at R < 1 (module docstring)."""
+    """Each stream's lookups in the full stream at R < 1 (module docstring): a row block
+    its share of the table's (the generator's pmf, else the sample's); a data-parallel
+    replica its share of the sample's (1 / W each when the sample has none)."""
     nt = len(placement.tables)
     per_table = np.bincount(streams.table, weights=sampled, minlength=nt).astype(np.int64)
     full = _table_full_lookups(horizon, spec, per_table, rate).astype(np.float64)
     out = np.zeros(len(streams.table))
     for t in range(nt):
         mine = np.flatnonzero(streams.table == t)
+        got = sampled[mine].astype(np.float64)
         if len(mine) == 1:
             out[mine] = full[t]
+        elif placement.entry(t).type == DATA_PARALLEL:
+            out[mine] = full[t] * (got / got.sum() if got.sum() > 0 else 1.0 / len(mine))
         elif len(mine) > 1:
             if spec is not None:
                 shares = block_shares(spec, t, streams.first_row[mine])
             else:
-                got = sampled[mine].astype(np.float64)
                 shares = (got if got.sum() > 0 else streams.height[mine]) / max(
                     float(got.sum()) if got.sum() > 0 else float(streams.height[mine].sum()), 1.0
                 )
@@ -548,13 +564,28 @@ def _span_distinct(
 
 
 def torchrec_document(document: dict[str, Any]) -> dict[str, Any] | None:
-    """What `torchrec.json` holds for a plan document: its `torchrec` part, with the
-    per-shard part (`cluster`) of a cluster plan; a one-GPU plan's part unchanged."""
+    """What `torchrec.json` holds for a plan document: its `torchrec` part with what a
+    TorchRec setup reads beside it (`row_bytes`, the per-GPU `cache_budget_bytes` the
+    load factors split, a cluster's `gpu_memory_bytes`), and a cluster plan's per-shard
+    part (`cluster`)."""
     doc = document.get("torchrec")
-    cluster = document.get("cluster")
-    if doc is None or not cluster or SHARDS_KEY not in cluster:
-        return doc
-    return {**doc, "cluster": cluster[SHARDS_KEY]}
+    if doc is None:
+        return None
+    cluster = document.get("cluster") or {}
+    extra = {
+        "row_bytes": document.get("row_bytes"),
+        "cache_budget_bytes": (document.get("cache") or {}).get("budget_bytes"),
+    }
+    if cluster:
+        extra["gpu_memory_bytes"] = cluster.get("gpu_memory_bytes")
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        out[key] = value
+        if key == "batch_size":
+            out.update(extra)
+    if SHARDS_KEY in cluster:
+        out["cluster"] = cluster[SHARDS_KEY]
+    return out
 
 
 def without_shards(cluster: dict[str, Any]) -> dict[str, Any]:

@@ -246,14 +246,16 @@ def plan_markdown(document: dict[str, Any]) -> str:
         )
     trec = document.get(TORCHREC_KEY)
     if trec:
-        bins = next(iter(trec["tables"].values()))["bins"] if trec["tables"] else 0
+        bins = [t["bins"] for t in trec["tables"].values()]
+        shown = f"{min(bins):,}" if min(bins) == max(bins) else f"{min(bins):,}-{max(bins):,}"
         out += [
             "",
-            "`torchrec.json`: for TorchRec's planner, each table's load factor above with its "
-            f"LRU stack-distance histogram ({bins} bins over the table's rows), distinct rows "
-            "per batch and cold-miss ratio (`EmbeddingOffloadStats`; "
-            "`replay.parameter_constraints` reads it). TorchRec's curve leaves out the "
-            "first lookups of rows: ours is cold + (1 - cold) x TorchRec's.",
+            "`torchrec.json`: for TorchRec's planner, each table's load factor above with the "
+            "LRU stack-distance histogram of each batch's unique ids, cold misses in its last "
+            f"bin ({shown} bins over a table's rows, a bin at most 1% of its cache), and the "
+            "unique ids per batch (`EmbeddingOffloadStats`; `replay.parameter_constraints` "
+            "reads it): TorchRec's `expected_miss_rate(load factor) x expected_lookups` is the "
+            "cache fetches per batch.",
         ]
         if trec.get("few_sampled_rows"):
             out[-1] += (
