@@ -492,7 +492,81 @@ def plan_cluster(
         # torchrec.json's per-shard part (`replay.plan.write` moves it there)
         SHARDS_KEY: per_shard,
     }
+    from replay.plan.torchrec_planner import torchrec_side
+
+    # TorchRec's own plan from the same tables, topology, budget and statistics, measured
+    # by `measure_placement` as this plan's sharding is (replay.plan.torchrec_planner)
+    doc["torchrec"] = torchrec_side(
+        base=base, horizon=horizon, budget_bytes=budget_bytes, tables=torchrec_tables,
+        shards=per_shard, say=say,
+        replay=lambda other: measure_placement(
+            other, base=base, system_name=system_name, sets=sets, horizon=horizon,
+            steady_source=steady_source, rate=rate, spec=spec, budget_rows=budget_rows,
+            routed=routed,
+        ),
+    )  # fmt: skip
     return doc
+
+
+def measure_placement(
+    placement: Any, *, base: Any, system_name: str, sets: Sequence[str], horizon: Any,
+    steady_source: Any, rate: float, spec: Any, budget_rows: int, routed: bool,
+) -> dict[str, Any]:  # fmt: skip
+    """Another placement of the same tables measured as `plan_cluster` measures its own:
+    each GPU's lookups and LRU hit at the budget over the run (one curve pass), and the
+    steady state (the same span replayed, or routed at production scale, `routed`):
+    imbalance, all-to-all, all-reduce and step time, means over its second half."""
+    from replay.engine.cluster import replay_cluster
+    from replay.engine.collectives import PHASES
+    from replay.plan.rank_curves import rank_curves
+
+    rank_rows = _rank_rows(placement)
+    curves = rank_curves(horizon, placement, np.array([max(budget_rows, 1)]), rate=rate, spec=spec)
+    hits, _ = _per_gpu(curves, (), budget_rows, rank_rows)
+    lookups = np.asarray(curves.lookups, dtype=np.float64)
+    if routed:
+        from replay.engine.cluster_routed import route_clusters
+        from replay.workload.onthefly import GeneratedTrace
+
+        at_budget = np.array([0.0 if h is None else float(h) for h in hits])
+        span = GeneratedTrace(spec.with_overrides(batches=ROUTED_BATCHES))
+        system = _cluster_system(system_name, sets, budget_rows)
+        columns = route_clusters(span, [(system, placement, at_budget)])[0]
+    else:
+        capacity = span_capacity(steady_source, placement, budget_rows, base.policy.name)
+        system = _cluster_system(system_name, sets, capacity)
+        columns = replay_cluster(steady_source, system, placement).columns
+    means = _span_means(columns)
+    steady = np.asarray(columns["rank_lookups"]).sum(axis=0)
+    valid = [h for h in hits if h is not None]
+    mean = float(lookups.mean()) if len(lookups) else 0.0
+    return {
+        "per_gpu": [
+            {
+                "rank": r,
+                "node": placement.node_of(r),
+                "lookups": float(lookups[r]),
+                "rows": int(rank_rows[r]),
+                "hit_at_budget": hits[r],
+                "steady_lookups": int(steady[r]),
+            }
+            for r in range(placement.world)
+        ],
+        "hit_at_budget": {
+            "worst": None if not valid else float(min(valid)),
+            "mean": None if not valid else float(np.mean(valid)),
+            "worst_gpu": None if not valid else int(hits.index(min(valid))),
+        },
+        "imbalance": means["imbalance"],
+        "imbalance_run": float(lookups.max() / mean) if mean > 0 else 1.0,
+        "all_to_all_bytes_per_batch": means["all_to_all_bytes"],
+        "all_to_all_bytes_per_batch_by_phase": {
+            phase: means[f"all_to_all_{phase}_bytes"] for phase in PHASES
+        },
+        "all_to_all_s_per_batch": means["all_to_all_s"],
+        "allreduce_s_per_batch": means["allreduce_s"],
+        "step_time_s": means["step_time_s"],
+    }
 
 
 def _ranks_text(ranks: Sequence[int], most: int = 8) -> str:

@@ -144,7 +144,121 @@ def cluster_markdown(document: dict[str, Any]) -> list[str]:
             f"{format_duration(p['step_time_s'])} | {times_text(p['imbalance'])} |"
         )
     out.append("")
+    if "torchrec" in c:  # plans written before TorchRec's planner ran beside ours have none
+        out += torchrec_markdown(c)
     return out
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else format_duration(value / 1e3)
+
+
+def torchrec_markdown(c: dict[str, Any]) -> list[str]:
+    """plan.md's "TorchRec's plan beside ours": TorchRec's planner's plan on the same
+    tables, topology, budget and statistics, replayed on the same trace as ours, with
+    TorchRec's own per-rank estimates (`replay.plan.torchrec_planner`)."""
+    t = c["torchrec"]
+    out = ["### TorchRec's plan beside ours", ""]
+    if "skipped" in t:
+        return [*out, f"TorchRec's planner was not run: {t['skipped']}.", ""]
+    who = (
+        "TorchRec's EmbeddingOffloadScaleupProposer"
+        if t["proposer"] == "scaleup"
+        else "TorchRec's planner (its default proposers)"
+    )
+    topo = t["topology"]
+    out.append(
+        f"{who} on the same tables, the same {topo['world_size']} GPUs "
+        f"({topo['local_world_size']} per node, {format_bytes(topo['hbm_cap'])} of HBM each: "
+        "the budget per GPU), a batch of "
+        f"{t['batch_size_per_rank']:,} samples per GPU and this plan's statistics as its "
+        f"constraints (`replay.parameter_constraints` of `torchrec.json`; {t['torchrec_tested']})"
+        + (
+            f": {t['error']}."
+            if "error" in t and "sharding" not in t
+            else (
+                f", chose {_counts_text(t['sharding_types'])} "
+                f"({_counts_text(t['kernels'])} kernels)."
+            )
+        )
+    )
+    out.append("")
+    if "sharding" not in t:
+        return out
+    ours_gpus = {g["rank"]: g for g in c["per_gpu"]}
+    theirs = t["per_gpu"]
+    rows = [
+        ("imbalance (max / mean lookups per GPU, steady state)",
+         times_text(c["imbalance"]), times_text(t["imbalance"])),
+        ("imbalance over the run", times_text(c["imbalance_run"]),
+         times_text(t["imbalance_run"])),
+        ("hit at the budget, worst GPU", pct_text(c["hit_at_budget"]["worst"]),
+         pct_text(t["hit_at_budget"]["worst"])),
+        ("hit at the budget, mean over GPUs", pct_text(c["hit_at_budget"]["mean"]),
+         pct_text(t["hit_at_budget"]["mean"])),
+        ("all-to-all per step", f"{format_bytes(c['all_to_all_bytes_per_batch'])}, "
+         f"{format_duration(c['all_to_all_s_per_batch'])}",
+         f"{format_bytes(t['all_to_all_bytes_per_batch'])}, "
+         f"{format_duration(t['all_to_all_s_per_batch'])}"),
+        ("step time (replayed)", format_duration(c["step_time_s"]),
+         format_duration(t["step_time_s"])),
+        ("TorchRec's estimate, its largest rank", "", _ms(t["estimate_max_ms"])),
+    ]  # fmt: skip
+    out += [
+        f"Both replayed on the same trace ({c['methods']['steady']}; hits from each GPU's "
+        "curve over the run):",
+        "",
+        f"| | ours ({c['sharding']}) | TorchRec's ({t['proposer']}) |",
+        "|---|---|---|",
+        *[f"| {a} | {b} | {x} |" for a, b, x in rows],
+        "",
+    ]
+    shown = theirs
+    if len(theirs) > TABLE_GPUS:
+        busiest = sorted(theirs, key=lambda g: -g["lookups"])[:TABLE_GPUS]
+        shown = sorted(busiest, key=lambda g: g["rank"])
+    out += [
+        "Each GPU:"
+        if shown is theirs
+        else f"The {TABLE_GPUS} GPUs TorchRec's plan loads most "
+        "(every GPU in plan.json, cluster.torchrec.per_gpu):",
+        "",
+        "| GPU | lookups (ours) | lookups (TorchRec's) | hit (ours) | hit (TorchRec's) | "
+        "TorchRec's estimate | its HBM | its DDR |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for g in shown:
+        o = ours_gpus.get(g["rank"], {})
+        out.append(
+            f"| {g['rank']} | {o.get('lookups', 0):,.0f} | {g['lookups']:,.0f} | "
+            f"{pct_text(o.get('hit_at_budget'))} | {pct_text(g['hit_at_budget'])} | "
+            f"{_ms(g.get('estimate_ms'))} | {format_bytes(g.get('hbm_bytes', 0))} | "
+            f"{format_bytes(g.get('ddr_bytes', 0))} |"
+        )
+    out += ["", _sees_text(t), ""]
+    return out
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in counts.items())
+
+
+def _sees_text(t: dict[str, Any]) -> str:
+    """Where TorchRec's estimates and the trace put the most work, and why they differ."""
+    gpus = t["per_gpu"]
+    sees = t["methods"]["what_the_trace_sees"]
+    est = np.array([g.get("estimate_ms", 0.0) for g in gpus], dtype=np.float64)
+    seen = np.array([g["lookups"] for g in gpus], dtype=np.float64)
+    if not len(gpus) or est.mean() <= 0 or seen.mean() <= 0:
+        return "What the trace sees that TorchRec's formulas miss: " + sees + "."
+    e, s = int(est.argmax()), int(seen.argmax())
+    return (
+        f"TorchRec's estimates put the most work on GPU {gpus[e]['rank']} "
+        f"({_ms(float(est[e]))}, {est[e] / est.mean():.3g}x the mean rank's); the trace puts the "
+        f"most lookups on GPU {gpus[s]['rank']} ({seen[s]:,.0f} over the run, "
+        f"{seen[s] / seen.mean():.3g}x the mean, from {seen.min():,.0f} to {seen.max():,.0f} per "
+        f"GPU). What the trace sees that TorchRec's formulas miss: {sees}."
+    )
 
 
 def write_cluster(document: dict[str, Any], folder: Path) -> None:
@@ -206,4 +320,4 @@ def _scaling_figure(c: dict[str, Any], path: Path) -> None:
     save(fig, path)
 
 
-__all__ = ["FIGURES", "SHARDING_FILE", "cluster_markdown", "write_cluster"]
+__all__ = ["FIGURES", "SHARDING_FILE", "cluster_markdown", "torchrec_markdown", "write_cluster"]

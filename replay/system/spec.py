@@ -79,6 +79,9 @@ SHARDINGS = (
 )  # fmt: skip
 # a cluster's all-to-all model (replay/engine/collectives.py)
 ALL_TO_ALL_MODELS = ("torchrec", "lower-bound")
+# the proposers of TorchRec's planner a cluster plan runs beside its own sharding
+# (replay/plan/torchrec_planner.py); "none": not run
+TORCHREC_PROPOSERS = ("default", "scaleup", "none")
 MAX_GPUS_PER_NODE = 1024
 # ASSUMPTION: no DLRM job we know of is larger (Meta's ZionEX reports 128-2048 GPUs);
 # bounds the per-GPU state a cluster replay keeps
@@ -373,6 +376,8 @@ class ClusterSpec:
     all_to_all_model: str = field(default="torchrec", metadata={"choices": ALL_TO_ALL_MODELS})
     index_bytes: int = field(default=8, metadata={"choices_int": (4, 8)})
     length_bytes: int = field(default=4, metadata={"choices_int": (4, 8)})
+    # `replay plan`: TorchRec's planner beside ours, with these proposers (when installed)
+    torchrec_proposer: str = field(default="default", metadata={"choices": TORCHREC_PROPOSERS})
     preset: str = ""  # the clusters.toml entry its defaults came from ("": these)
     source: str = ""
 
