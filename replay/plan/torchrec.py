@@ -43,16 +43,23 @@ rows (stack distance d <= k - 1), k_b = ceil(b H / n):
   TorchRec reads miss(f) = (U - hits(k_j)) / U for 1 <= j <= n - 1: our miss ratio, cold
   misses included, at ceil(e_j), the first edge above f H - 1. The edges: at f <= 1 / H
   TorchRec reads 1 (an empty cache misses everything, right); cold misses are counted at
-  every f with f H - 1 < e_(n-1), i.e. f < 1 - 1 / n + 1 / H (every f < 1 once n >= H);
-  above that TorchRec reads 0 (its sentinel), and a cache of the whole table (f = 1) is
-  a plain-HBM table (`fused`), which has no misses at all.
+  every f with f H - 1 < e_(n-1), i.e. f < 1 - 1 / n + 1 / H (every f < 1 once n >= H,
+  and f = 1 too once n > H); above that TorchRec reads 0 (its sentinel). A cache of the
+  whole table is a plain-HBM table (`fused`), whose statistics TorchRec does not read.
 - `bins` n per table (`choose_bins`): at least `--torchrec-bins`, and enough that a bin is
-  at most `BIN_SHARE` (1%) of the plan's cache rows k = load factor x H; where float32
-  allows (k up to about 2^20 rows), the smallest such n with an edge in (k - 1, k], so
-  that TorchRec reads hits(k) exactly at the plan's own load factor. Elsewhere TorchRec
-  reads the curve at the first edge above f H - 1: within one bin, 1% of k, above the
-  cache it is asked about (`EmbeddingOffloadScaleupProposer` only grows caches from the
-  constraint's load factor, so every size it reads is >= k and resolved to 1%).
+  at most `BIN_SHARE` (5%) of the plan's cache rows k = load factor x H; of those the
+  smallest n with an edge in (k - 1, k] that float32 cannot move, so that TorchRec reads
+  hits(k) exactly at the plan's own load factor (its fetches per batch there are the
+  exact LRU's, up to our curve's own error). One exists for every table of up to
+  `MAX_BINS` rows with a cache of up to about 2^20 rows (n = H puts an edge on every row);
+  for a larger table it may not within `MAX_BINS` bins (k / H within 1 / H of a fraction
+  of small denominator, or a cache past 2^20 rows, where float32's rounding is a good
+  part of a row), and TorchRec then reads the first edge above, within one bin. Elsewhere
+  TorchRec reads the curve at the first edge above f H - 1: within one bin, 5% of k, above
+  the cache it is asked about (`EmbeddingOffloadScaleupProposer` only grows caches from
+  the constraint's load factor, so every size it reads is >= k, resolved to 5% of its
+  size; the misses change less than the size there). Finer bins cost file size: a table of
+  40 M rows with a cache of 8,000 rows takes 100,000 bins (about 300 kB).
 - `expected_lookups` = U / batches: the mean unique ids of the table per global batch (a
   trace batch is a global batch of `batch_size` samples; `pooling_factor` = the table's
   lookups per sample), counted exactly at R = 1.
@@ -114,7 +121,7 @@ VERSION = 2
 FILE_NAME = "torchrec.json"
 DEFAULT_BINS = 100
 MAX_BINS = 1_000_000
-BIN_SHARE = 0.01  # a bin at most this share of the plan's cache rows (`choose_bins`)
+BIN_SHARE = 0.05  # a bin at most this share of the plan's cache rows (`choose_bins`)
 MAX_HEIGHT = 2**63 - 1  # a table's rows: an int64 (the trace format's limit)
 ALGORITHMS = ("lru", "lfu")  # FBGEMM's CacheAlgorithm members TorchRec takes
 SPAN_BATCHES = 200  # full batches behind expected_lookups at R < 1 (the plan's steady span)
@@ -149,7 +156,9 @@ def _edge_at(height: int, rows: float, bins: np.ndarray) -> np.ndarray:
     j = np.floor(x * n / h) + 1.0  # the first edge strictly above x, in exact arithmetic
     below = (j - 1.0) * h / n
     at = j * h / n
-    return (below <= x - m) & (at > x + m) & (at <= math.floor(rows) - m) & (j <= n - 1)
+    # e_0 = 0 is exact in float32 (and x >= 0): only the edges after it move
+    settled = (j == 1.0) | (below <= x - m)
+    return settled & (at > x + m) & (at <= math.floor(rows) - m) & (j <= n - 1)
 
 
 def choose_bins(height: int, rows: float | None, at_least: int = DEFAULT_BINS) -> int:
@@ -162,7 +171,9 @@ def choose_bins(height: int, rows: float | None, at_least: int = DEFAULT_BINS) -
     if rows is None or not 1.0 <= rows < height:
         return min(n0, MAX_BINS)
     fine = math.ceil(height / (BIN_SHARE * rows))
-    top = int(height // max(height - rows + 1.0, 1.0)) + 1
+    # e_(n-1) = H - H / n above f H - 1 = rows - 1 even where float32 rounds them
+    gap = height - rows + 1.0 - (_F32_MARGIN * height + 1e-6)
+    top = int(height // gap) + 1 if gap > 0 else MAX_BINS
     n0 = max(n0, fine, top)
     if n0 >= MAX_BINS:
         return MAX_BINS

@@ -63,7 +63,10 @@ The split of a GPU's budget among its shards: the plan's per-table rule
 (`replay.plan.cache.split_budget`, greedy on each curve's upper concave hull) applied
 per GPU, over that GPU's shards' curves of unique ids (read on `curve_sizes` and 100
 equal bins), each weighed by its unique ids, so the GPU's cache fetches over the run are
-minimised; `cache_rows` = the rows it gets, floored. ASSUMPTION: one cache per shard
+minimised; `cache_rows` = the rows it gets, floored; rows the greedy leaves (no shard's
+curve gains from more: a run's curve is flat past the rows it touched) go to the busiest
+shards, each up to whole, so a GPU's caches hold its whole budget unless all its shards
+fit. ASSUMPTION: one cache per shard
 (FBGEMM groups a rank's same-config tables in one TBE whose cache the shards then share;
 the plan's per-GPU answers in plan.json model that shared LRU). Shards with no rows
 (TorchRec's trailing empty row-wise blocks) have no cache and no entry. The file's
@@ -78,7 +81,9 @@ lookup), and a set of twice a batch's lookups (8 B a slot) for the first occurre
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -466,10 +471,23 @@ def _split(
             shaped,
             float(budget_rows),
         )
-        for i, share in zip(idx, split.tables, strict=True):
-            rows = min(math.floor(share.rows * (1 + 1e-12)), int(entries[i]["height"]))
-            entries[i]["cache_rows"] = rows
-            entries[i]["load_factor"] = rows / entries[i]["height"]
+        rows = [
+            min(math.floor(share.rows * (1 + 1e-12)), int(entries[i]["height"]))
+            for i, share in zip(idx, split.tables, strict=True)
+        ]
+        # what the greedy leaves (no shard's curve gains from more: a run's curve is flat
+        # past the rows it touched) goes to the busiest shards, each up to whole, so the
+        # GPU's caches hold its budget unless all its shards fit
+        left = math.floor(float(budget_rows) * (1 + 1e-12)) - sum(rows)
+        for j in sorted(range(len(idx)), key=lambda j: (-curves[idx[j]].unique, j)):
+            if left <= 0:
+                break
+            more = min(left, int(entries[idx[j]]["height"]) - rows[j])
+            rows[j] += more
+            left -= more
+        for i, r in zip(idx, rows, strict=True):
+            entries[i]["cache_rows"] = r
+            entries[i]["load_factor"] = r / entries[i]["height"]
 
 
 def _stream_full(
@@ -588,6 +606,32 @@ def torchrec_document(document: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
+def torchrec_text(document: dict[str, Any]) -> str:
+    """`torchrec.json`'s text: indented JSON, each histogram on one line (a count a line
+    made a 100,000-bin table 1.3 MB). `json.loads` gives `document` back."""
+    hists: list[list[Any]] = []
+
+    def marked(entry: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(entry.get("mrc_hist_counts"), list):
+            return entry
+        hists.append(entry["mrc_hist_counts"])
+        return {**entry, "mrc_hist_counts": f"\x00{len(hists) - 1}\x00"}
+
+    doc = {**document, "tables": {n: marked(t) for n, t in document["tables"].items()}}
+    if "cluster" in document:
+        doc["cluster"] = {**document["cluster"],
+                          "shards": [marked(e) for e in document["cluster"]["shards"]]}  # fmt: skip
+    text = json.dumps(doc, indent=2)
+    return (
+        re.sub(
+            r'"\\u0000(\d+)\\u0000"',
+            lambda m: json.dumps(hists[int(m[1])], separators=(", ", ": ")),
+            text,
+        )
+        + "\n"
+    )
+
+
 def without_shards(cluster: dict[str, Any]) -> dict[str, Any]:
     """plan.json's `cluster` without the per-shard part torchrec.json holds."""
     return {k: v for k, v in cluster.items() if k != SHARDS_KEY}
@@ -598,5 +642,6 @@ __all__ = [
     "SPLIT_RULE",
     "shard_stats",
     "torchrec_document",
+    "torchrec_text",
     "without_shards",
 ]

@@ -21,7 +21,7 @@ import numpy as np
 from replay._output import Owned, atomic_folder
 from replay._units import format_bytes, format_duration, format_percent
 from replay.plan.torchrec import FEW_SAMPLED_ROWS
-from replay.plan.torchrec_shards import torchrec_document, without_shards
+from replay.plan.torchrec_shards import torchrec_document, torchrec_text, without_shards
 from replay.plan.write_checkpoints_cluster import cluster_checkpoint_markdown
 from replay.plan.write_cluster import (
     FIGURES as CLUSTER_FIGURES,
@@ -72,7 +72,7 @@ def write_plan(document: dict[str, Any], out: Path, *, force: bool, curves: dict
         (tmp / "plan.json").write_text(json.dumps(plan_json(document), indent=2) + "\n")
         trec = torchrec_document(document)
         if trec is not None:
-            (tmp / "torchrec.json").write_text(json.dumps(trec, indent=2) + "\n")
+            (tmp / "torchrec.json").write_text(torchrec_text(trec))
         (tmp / "figures").mkdir()
         _mrc_figure(document, tmp / "figures" / "mrc.png")
         _goodput_figure(document, curves, tmp / "figures" / "goodput.png")
@@ -252,7 +252,7 @@ def plan_markdown(document: dict[str, Any]) -> str:
             "",
             "`torchrec.json`: for TorchRec's planner, each table's load factor above with the "
             "LRU stack-distance histogram of each batch's unique ids, cold misses in its last "
-            f"bin ({shown} bins over a table's rows, a bin at most 1% of its cache), and the "
+            f"bin ({shown} bins over a table's rows, a bin at most 5% of its cache), and the "
             "unique ids per batch (`EmbeddingOffloadStats`; `replay.parameter_constraints` "
             "reads it): TorchRec's `expected_miss_rate(load factor) x expected_lookups` is the "
             "cache fetches per batch.",
