@@ -25,7 +25,10 @@ PER_GPU = ("rank", "lookups", "hit_at_budget", "estimate_ms")
 SPEC = get_preset("tiny")
 
 
-def _plan(*sets: str, budget: int = 1 << 20, spec: Any = SPEC, curves: bool = False) -> Any:
+BUDGET = 64 << 10  # per GPU: tiny's two large tables get caches, the two small fit whole
+
+
+def _plan(*sets: str, budget: int = BUDGET, spec: Any = SPEC, curves: bool = False) -> Any:
     request = PlanRequest(
         source=spec, systems=("hbm-lru",), cache_budget_bytes=budget, hit_targets=(0.9,),
         mtbf_s=6 * 3600, sample_rate=1.0, draws=20, sets=(*CLUSTER, *sets),
@@ -48,10 +51,12 @@ def test_cluster_torchrec_has_the_interface_and_torchrecs_plan_replays(planned: 
     for key in INTERFACE:
         assert key in t, key
     assert t["proposer"] == "default" and "error" not in t
+    # TorchRec places the plan's caches in a GPU's memory (the dgx-h100 defaults)
     assert t["topology"] == {
-        "world_size": 4, "local_world_size": 2, "compute_device": "cuda", "hbm_cap": 1 << 20,
+        "world_size": 4, "local_world_size": 2, "compute_device": "cuda", "hbm_cap": 80e9,
         "intra_host_bw": 450e9 / 1e3, "inter_host_bw": 8 * 50e9 / 2 / 1e3,
     }  # fmt: skip
+    assert t["kernels"] == {"fused": 2, "fused_uvm_caching": 2}
     assert t["batch_size_per_rank"] == SPEC.batch_size // 4
     assert [g["rank"] for g in t["per_gpu"]] == [0, 1, 2, 3]
     for g in t["per_gpu"]:
@@ -136,9 +141,10 @@ def test_without_torchrec_the_plan_says_why_and_is_otherwise_unchanged(
 
 
 def test_a_planner_that_finds_no_plan_is_one_line_and_the_plan_goes_on() -> None:
-    """16 KiB of HBM per GPU: our caches fit, TorchRec's estimate (4 B per row of every
-    cached table for FBGEMM's cache index, its I/O buffers) does not."""
-    c = plan_json(_plan(budget=16 << 10))["cluster"]
+    """The scale-up proposer with 16 KiB of HBM per GPU: our caches fit the budget,
+    TorchRec's own estimate (4 B per row of every cached table for FBGEMM's cache state,
+    the shards' I/O buffers) does not."""
+    c = plan_json(_plan("cluster.torchrec_proposer=scaleup", budget=16 << 10))["cluster"]
     t = c["torchrec"]
     assert t["error"].startswith(
         "TorchRec's planner: PlannerError: Unable to find a plan for this model because of "
@@ -148,12 +154,20 @@ def test_a_planner_that_finds_no_plan_is_one_line_and_the_plan_goes_on() -> None
     assert c["per_gpu"] and c["step_time_s"] > 0  # ours is answered all the same
 
 
-def test_the_scaleup_proposer_grows_caches_within_the_budget() -> None:
-    t = plan_json(_plan("cluster.torchrec_proposer=scaleup"))["cluster"]["torchrec"]
+def test_the_scaleup_proposer_splits_the_budget_itself() -> None:
+    from replay.plan.torchrec_planner import SCALEUP_START
+
+    document = _plan("cluster.torchrec_proposer=scaleup")
+    t = plan_json(document)["cluster"]["torchrec"]
     assert t["proposer"] == "scaleup" and "error" not in t
     assert "EmbeddingOffloadScaleupProposer" in t["methods"]["planner"]
+    assert t["topology"]["hbm_cap"] == BUDGET
     assert sum(g["lookups"] for g in t["per_gpu"]) == SPEC.batches * SPEC.lookups_per_batch
-    assert all(g["hbm_bytes"] <= 1 << 20 for g in t["per_gpu"])  # TorchRec's own estimate
+    assert all(g["hbm_bytes"] <= BUDGET for g in t["per_gpu"])  # TorchRec's own estimate
+    # it grew the caches it was given from SCALEUP_START of the plan's load factors
+    ours = {s["table"]: s["load_factor"] for s in document["cluster"]["torchrec_shards"]["shards"]}
+    cached = [e for e in t["tables"] if e["kernel"] == "fused_uvm_caching"]
+    assert cached and all(e["load_factor"] > SCALEUP_START * ours[e["table"]] for e in cached)
 
 
 # -- criteo-terabyte on 8 GPUs (bench) ----------------------------------------------------

@@ -19,13 +19,12 @@ What TorchRec is given (torchrec 1.8.0, read in its source):
   reads: sgd 0, row-wise Adagrad 1 / dim, Adagrad 1, Adam 2 times the table's bytes).
 - **Topology** (`planner/types.py` `Topology`): `world_size` and `local_world_size` the
   cluster's GPUs and GPUs per node, `compute_device="cuda"` (the planner only estimates:
-  no GPU is needed), `hbm_cap` = the plan's budget per GPU (`--cache-budget`: the HBM a
-  GPU gives the embeddings) with no storage reservation
-  (`FixedPercentageStorageReservation(0)`: the budget is already what is left for
-  them), `intra_host_bw` = the cluster's per-GPU fabric bandwidth, `inter_host_bw` = a
-  GPU's share of its node's NICs (both in TorchRec's bytes per ms). TorchRec's own
-  constants stay for what the cluster does not describe: its HBM, DDR and HBM-to-DDR
-  bandwidths (897, 51, 32 GB/s; `planner/constants.py`) and 128 GB of DDR per rank.
+  no GPU is needed), `intra_host_bw` = the cluster's per-GPU fabric bandwidth,
+  `inter_host_bw` = a GPU's share of its node's NICs (both in TorchRec's bytes per ms),
+  no storage reservation (`FixedPercentageStorageReservation(0)`), and `hbm_cap` as the
+  proposer asks (below). TorchRec's own constants stay for what the cluster does not
+  describe: its HBM, DDR and HBM-to-DDR bandwidths (897, 51, 32 GB/s;
+  `planner/constants.py`) and 128 GB of DDR per rank.
 - **Batch**: `batch_size` = the trace's batch (a global batch) / GPUs, TorchRec's
   per-rank batch.
 - **Constraints**: `replay.parameter_constraints` of the plan's own statistics (the
@@ -34,12 +33,22 @@ What TorchRec is given (torchrec 1.8.0, read in its source):
   `fused_uvm_caching` with the plan's load factor (its shards' split of the per-GPU
   budgets, combined) and `EmbeddingOffloadStats` over its unique ids per batch; a table
   that fits whole `fused`.
-- **Proposers** (`cluster.torchrec_proposer`): `default`, TorchRec's defaults
-  (`GridSearchProposer`, `GreedyProposer` with and without depth, `UniformProposer`:
-  `planners.py`), which keep the constraints' load factors and choose sharding types and
-  ranks; `scaleup`, `EmbeddingOffloadScaleupProposer` (`planner/proposers.py`), which
-  starts from them and grows the caches within the HBM left, in proportion to
-  cacheability x expected lookups; `none`: not run.
+- **Proposers** (`cluster.torchrec_proposer`):
+  `default`, TorchRec's defaults (`GridSearchProposer`, `GreedyProposer` with and without
+  depth, `UniformProposer`: `planners.py`): *TorchRec places the plan's caches*. They
+  keep the constraints' load factors (the caches are the plan's split of the budget) and
+  choose sharding types and ranks, in a GPU's memory (`hbm_cap` =
+  `cluster.gpu_memory_bytes`): the caches add up to the budget on every GPU of our
+  placement, and TorchRec's storage estimate adds HBM of its own to them (4 B per row of
+  every cached table and 16 B per cache slot for FBGEMM's cache state,
+  `_calculate_cache_aux_state_sizes`; the shards' input and output buffers,
+  `calculate_pipeline_io_cost`), so with the budget as its HBM it never finds a plan.
+  `scaleup`, `EmbeddingOffloadScaleupProposer` (`planner/proposers.py`): *TorchRec splits
+  the budget*. `hbm_cap` = the budget per GPU; it grows the caches of the cached tables,
+  in proportion to cacheability x expected lookups (our statistics), from
+  `SCALEUP_START` of the plan's load factors (it scales only tables with a load factor
+  above 0, and its first proposal must fit), until its own estimate fills the HBM.
+  `none`: not run.
 
 What comes back: TorchRec's `ShardingPlan`, imported by
 `replay.system.torchrec_plan.sharding_from_torchrec` (every sharding type it emits), and
@@ -88,6 +97,8 @@ from replay.system.torchrec_plan import (
 )
 
 PROPOSERS = ("default", "scaleup")
+# the scale-up proposer's first load factors: this share of the plan's (it grows them)
+SCALEUP_START = 1e-3
 PERF_FIELDS = (
     "fwd_compute", "fwd_comms", "bwd_compute", "bwd_comms", "prefetch_compute",
     "input_dist_comms",
@@ -156,14 +167,20 @@ def _optimizer_class(optimizer: str) -> Any:
     }.get(optimizer)
 
 
-def topology_settings(cluster: Any, budget_bytes: int) -> dict[str, Any]:
-    """The `Topology` arguments of a cluster and a budget per GPU (module docstring);
-    bandwidths in TorchRec's bytes per ms."""
+def hbm_bytes(cluster: Any, budget_bytes: int, proposer: str) -> int:
+    """TorchRec's HBM per GPU (`hbm_cap`): the GPU's memory where TorchRec places the
+    plan's caches (`default`), the budget where it splits it (`scaleup`)."""
+    return int(budget_bytes) if proposer == "scaleup" else int(cluster.gpu_memory_bytes)
+
+
+def topology_settings(cluster: Any, hbm: int) -> dict[str, Any]:
+    """The `Topology` arguments of a cluster with `hbm` bytes of HBM per GPU (module
+    docstring); bandwidths in TorchRec's bytes per ms."""
     out: dict[str, Any] = {
         "world_size": int(cluster.world_size),
         "local_world_size": int(cluster.gpus_per_node),
         "compute_device": "cuda",
-        "hbm_cap": int(budget_bytes),
+        "hbm_cap": int(hbm),
         "intra_host_bw": float(cluster.intra_node_bw_bytes_per_s) / 1e3,
     }
     share = float(cluster.nics_per_node) * float(cluster.nic_bw_bytes_per_s)
@@ -172,7 +189,22 @@ def topology_settings(cluster: Any, budget_bytes: int) -> dict[str, Any]:
     return out
 
 
-def _constraints(stats: dict[str, Any]) -> dict[str, Any]:
+def start_load_factors(stats: dict[str, Any], proposer: str) -> dict[str, float] | None:
+    """The load factors the constraints start from: the plan's (None: as the statistics
+    say), or for `scaleup` `SCALEUP_START` of each cached table's (0 < f < 1)."""
+    from replay.plan.torchrec import combine_shards
+
+    if proposer != "scaleup":
+        return None
+    tables = combine_shards(stats) if "cluster" in stats else stats["tables"]
+    return {
+        name: float(t["load_factor"]) * SCALEUP_START
+        for name, t in tables.items()
+        if t["load_factor"] is not None and 0.0 < float(t["load_factor"]) < 1.0
+    }
+
+
+def _constraints(stats: dict[str, Any], load_factors: dict[str, float] | None) -> dict[str, Any]:
     """`replay.parameter_constraints` of the statistics document (what the plan writes as
     torchrec.json), read from a temporary copy."""
     from replay.plan.torchrec import parameter_constraints
@@ -180,7 +212,7 @@ def _constraints(stats: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="replay-torchrec-") as tmp:
         path = Path(tmp) / "torchrec.json"
         path.write_text(json.dumps(stats))
-        return parameter_constraints(path)
+        return parameter_constraints(path, load_factors=load_factors)
 
 
 def run_planner(
@@ -229,9 +261,11 @@ def run_planner(
             weight._optimizer_classes = [optimizer_class]  # type: ignore[attr-defined]
     chosen = _Chosen()
     with _quiet():
-        constraints = _constraints(stats)
+        constraints = _constraints(stats, start_load_factors(stats, proposer))
         planner = EmbeddingShardingPlanner(
-            topology=Topology(**topology_settings(cluster, budget_bytes)),
+            topology=Topology(
+                **topology_settings(cluster, hbm_bytes(cluster, budget_bytes, proposer))
+            ),
             batch_size=max(1, -(-int(batch_size) // world)),
             constraints=constraints,
             storage_reservation=FixedPercentageStorageReservation(0.0),
@@ -314,19 +348,23 @@ def torchrec_beside(
     out: dict[str, Any] = {
         "proposer": proposer,
         "torchrec_tested": TESTED,
-        "topology": topology_settings(cluster, budget_bytes),
+        "topology": topology_settings(cluster, hbm_bytes(cluster, budget_bytes, proposer)),
         "batch_size_per_rank": local,
         "methods": {
-            "planner": "TorchRec's EmbeddingShardingPlanner"
-            + (
-                " with EmbeddingOffloadScaleupProposer"
+            "planner": (
+                "TorchRec's EmbeddingShardingPlanner with EmbeddingOffloadScaleupProposer: "
+                "TorchRec splits the budget (its HBM per GPU) among the cached tables by "
+                "cacheability x expected lookups, from "
+                f"{SCALEUP_START:g} of the plan's load factors"
                 if proposer == "scaleup"
-                else " with its default proposers"
+                else "TorchRec's EmbeddingShardingPlanner with its default proposers: "
+                "TorchRec places the plan's caches (the plan's load factors) in the GPUs' "
+                "memory (cluster.gpu_memory_bytes), choosing sharding types and ranks"
             )
-            + ", the workload's tables, the cluster's topology with the budget per GPU as "
-            "its HBM (no storage reservation), and replay.parameter_constraints of the "
-            "plan's statistics (torchrec.json: load factors, EmbeddingOffloadStats, "
-            "pooling factors); TorchRec's own HBM, DDR and HBM-to-DDR bandwidths",
+            + "; the workload's tables, the cluster's GPUs and links, and "
+            "replay.parameter_constraints of the plan's statistics (torchrec.json: "
+            "EmbeddingOffloadStats, pooling factors); no storage reservation; TorchRec's "
+            "own HBM, DDR and HBM-to-DDR bandwidths",
             "estimate": "TorchRec's estimate per rank: the sum of its shards' Shard.perf "
             "(forward and backward compute and comms, prefetch), in ms, and of their "
             "Shard.storage; TorchRec rates a plan by its largest rank",
@@ -413,9 +451,12 @@ def _counts(items: Any) -> dict[str, int]:
 
 __all__ = [
     "PROPOSERS",
+    "SCALEUP_START",
     "WHAT_TRACE_SEES",
+    "hbm_bytes",
     "placement_of_plan",
     "run_planner",
+    "start_load_factors",
     "topology_settings",
     "torchrec_beside",
     "torchrec_missing",

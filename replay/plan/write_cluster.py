@@ -170,7 +170,12 @@ def torchrec_markdown(c: dict[str, Any]) -> list[str]:
     out.append(
         f"{who} on the same tables, the same {topo['world_size']} GPUs "
         f"({topo['local_world_size']} per node, {format_bytes(topo['hbm_cap'])} of HBM each: "
-        "the budget per GPU), a batch of "
+        + (
+            "the budget per GPU, which it splits among the caches"
+            if t["proposer"] == "scaleup"
+            else "a GPU's memory, where it places this plan's caches"
+        )
+        + "), a batch of "
         f"{t['batch_size_per_rank']:,} samples per GPU and this plan's statistics as its "
         f"constraints (`replay.parameter_constraints` of `torchrec.json`; {t['torchrec_tested']})"
         + (
