@@ -59,6 +59,7 @@ WRITES = {
     "docs/scale.md": ["runs/day/summary.json"],
     "docs/systems.md": ["runs/lru/summary.json", "runs/mine/summary.json"],
     "docs/ssd_tbe_plan.md": ["plans/ssd/plan.json"],
+    "docs/torchrec.md": ["plans/tb/torchrec.json"],
     "docs/trace_format.md": ["traces/k/manifest.json"],
     "docs/tutorial.md": [
         "runs/my-model/compare.json",

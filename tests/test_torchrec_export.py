@@ -453,3 +453,29 @@ def test_cli_plan_writes_torchrec_json(tmp_path: Path, capsys: pytest.CaptureFix
     for t in doc["tables"].values():
         assert t["bins"] == choose_bins(t["height"], t["load_factor"] * t["height"], 20)
     assert "`torchrec.json`" in (out / "plan.md").read_text()
+
+
+def test_replay_imports_no_torch_at_module_level() -> None:
+    """torch is an extra: no module of replay imports torch, torchrec or fbgemm_gpu at
+    module level (TYPE_CHECKING blocks aside); those that use them import them inside
+    functions."""
+    import ast
+
+    heavy = {"torch", "torchrec", "fbgemm_gpu"}
+    root = Path(__file__).resolve().parent.parent / "replay"
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                    break
+                names = []
+                if isinstance(sub, ast.Import):
+                    names = [a.name for a in sub.names]
+                elif isinstance(sub, ast.ImportFrom) and sub.module and not sub.level:
+                    names = [sub.module]
+                bad += [f"{path.relative_to(root)}: {n}" for n in names if n.split(".")[0] in heavy]
+    assert not bad, bad
