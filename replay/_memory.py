@@ -166,6 +166,9 @@ INSPECT_GROUP_ROWS = 1 << 30
 # the table-major pass's per-batch sums: the statistics' (lookups, distinct, reused) and
 # the reuse histograms' (2 x 16 bins, lookups, distinct), int64 each
 INSPECT_BATCH_SUMS_BYTES = 8 * (3 + 2 * 16 + 2)
+# each batch's distinct rows, counted where an on-the-fly workload steps every batch
+# (`replay.analysis.stats.inspect_trace`: int64 a batch)
+INSPECT_BYTES_PER_BATCH = 8
 
 
 def inspect_groups(
@@ -209,7 +212,8 @@ def inspect_estimate(
     reuse within a batch's keys of one (batch, table) run and their sorted copy
     (`run_lookups`: the largest run's lookups, 16 B each). Table-major (a row space
     above `INSPECT_TABLE_MAJOR_ROWS`): the state and lists of the largest group of
-    tables (`inspect_groups` of the batch's `pieces`) and the per-batch sums instead."""
+    tables (`inspect_groups` of the batch's `pieces`) and the per-batch sums instead.
+    `batches`: each batch's distinct rows (8 B a batch)."""
     total = row_space(table_rows)
     detail = _rows_detail(table_rows, INSPECT_BYTES_PER_ROW)
     state = total
@@ -230,6 +234,14 @@ def inspect_estimate(
     ]
     if grouped:
         parts.append(("per-batch sums", INSPECT_BATCH_SUMS_BYTES * max(int(batches), 0)))
+    if batches > 0:
+        per_batch = INSPECT_BYTES_PER_BATCH * int(batches)
+        parts.append(("per-batch distinct rows", per_batch))
+        if per_batch > state * INSPECT_BYTES_PER_ROW:
+            detail = (
+                f"{format_count(int(batches))} batches x {INSPECT_BYTES_PER_BATCH} B of "
+                f"per-batch counts; and {detail}"
+            )
     if in_flight > 0:
         parts.append(("batches in flight", in_flight))
     if run_lookups > 0:

@@ -191,6 +191,24 @@ def test_a_cluster_too_large_for_memory_is_refused_in_one_line(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("run", "--system", "dram", "--out", "out"), "batches x 4 KiB of per-batch columns"),
+        (("inspect",), "batches x 8 B of per-batch counts"),
+    ],
+)
+def test_per_batch_columns_are_in_the_estimate(
+    tmp_path: Path, args: tuple[str, ...], said: str, pace: float
+) -> None:
+    """2^32 - 1 batches of tiny: `inspect` allocated 32 GiB of per-batch counts (an
+    ArrayMemoryError); both commands refuse with the figure before allocating."""
+    proc, seconds = _replay(
+        tmp_path, args[0], "--workload", "tiny", "--batches", "4294967295", *args[1:]
+    )
+    _refused(proc, seconds, pace, "4,294,967,295 " + said, "RLIMIT_AS")
+
+
 # -- the pieces -------------------------------------------------------------------------
 
 
