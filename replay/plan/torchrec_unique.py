@@ -40,15 +40,20 @@ and a run of B batches from an empty cache misses
 or k at least the rows, M is the run's distinct rows, its cold misses), of U = B sum_i
 q_i unique ids: `che_unique_misses`, the popularity summed in buckets as
 `replay.analysis.che.table_popularity` (solved with its `che_hit_ratios` on the rates
--log(1 - q_i)). Within a batch the order of first occurrences is not modelled, so below a
-few batches' unique ids the curve is the full stream's exact head (`replay.analysis.head`,
-its blocks generated in full from the spec and deduplicated batch by batch) where that
-head is usable. Measured against an exact LRU of each batch's unique ids on
-`criteo-terabyte` (1,000 batches at 256 MiB, 20,000 at 1 GiB: every table with a cache,
-caches from 0.1% to 95% of the rows): within 1.2% (SHARDS on the deduplicated sample was
-within 1% on the large tables but read 42-96% too few fetches for caches of 80-95% of a
-small table, whose last rows a sample of a few hundred holds too few of). At production
-scale (a batch read in pieces, `replay.analysis.head_pieces`) there is no head.
+-log(1 - q_i)). Within a batch the order of first occurrences is not modelled, so for
+caches of a few batches' unique ids (T of a few batches) Che reads too few hits (10% too
+many fetches on Criteo Terabyte's C8: 1,334 of its 1,543 rows, 2.5 batches), and there
+the curve is the full stream's exact head (`_unique_heads`, after
+`replay.analysis.head`: its blocks generated in full from the spec, sized by the full
+stream's lookups as the plan's own heads, and deduplicated batch by batch), where that
+head is usable: a block counts only once its stack is full, so a table's capacity in
+blocks is at most `HEAD_FILL` (95%) of the rows Che expects a block's batches to touch.
+Measured against an exact LRU of each batch's unique ids on `criteo-terabyte` (1,000
+batches at 256 MiB, 20,000 at 1 GiB: every table with a cache, caches from 0.1% to 95%
+of the rows): within 1.3% (SHARDS on the deduplicated sample was within 1% on the large
+tables but read 42-96% too few fetches for caches of 80-95% of a small table, whose last
+rows a sample of a few hundred holds too few of). At production scale (a batch read in
+pieces, `replay.analysis.head_pieces`) there is no head.
 
 A sampled source without a workload spec: one `ShardsSampler` per table (SHARDS_adj,
 Waldspurger et al., FAST 2015) fed the sample's batches deduplicated (keeping first
@@ -60,6 +65,7 @@ read linearly between (0, 0) and it (`interpolated_below_rows`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -68,7 +74,7 @@ import numpy as np
 
 from replay._intrinsics import ix
 from replay._jit import kernel
-from replay.analysis.head import HeadCurve, _split_by_table, head_curves
+from replay.analysis.head import HeadCurve, _split_by_table
 from replay.analysis.shards import ShardsSampler
 from replay.analysis.stack import StackDistances
 from replay.trace.keys import table_offsets
@@ -290,18 +296,32 @@ class UniqueCurve:
         return int(self.floor) if self.sampler is not None and self.floor > 1 else 0
 
 
-def _unique_heads(src: Any, spec: WorkloadSpec, resolution: int) -> list[
-    HeadCurve
-] | None:  # fmt: skip
+HEAD_FILL = 0.95  # a block's head holds at most this share of the rows it expects to touch
+
+
+def _unique_heads(src: Any, spec: WorkloadSpec, resolution: int) -> list[HeadCurve] | None:
     """Per table, the exact head of the full stream's unique ids per batch (module
-    docstring); None at production scale."""
+    docstring); None at production scale. As `replay.analysis.head.head_curves`'s
+    per-table heads (blocks sized by the full stream's lookups: the plan's own heads'
+    generation cost), except that in blocks a table's capacity is at most `HEAD_FILL` of
+    the rows a block is expected to touch (Che's occupancy over its batches): a block
+    counts only once its stack is full, and a small table's rarest rows may never come
+    within one block (Criteo Terabyte's C8, 1,543 rows, in 39 batches)."""
+    from replay.analysis.head import (
+        ExactHead,
+        head_blocks,
+        head_capacity,
+        shared_capacities,
+    )
     from replay.analysis.head_pieces import one_batch_heads_wanted
     from replay.workload.generator import CompiledWorkload
 
     compiled = CompiledWorkload.from_spec(spec)
-    if one_batch_heads_wanted(int(src.num_batches), int(spec.lookups_per_batch), compiled.pieces):
+    batches = int(src.num_batches)
+    if one_batch_heads_wanted(batches, int(spec.lookups_per_batch), compiled.pieces):
         return None
-    offsets = table_offsets(np.array([t.rows for t in spec.tables], dtype=np.int64))
+    rows = np.array([t.rows for t in spec.tables], dtype=np.int64)
+    offsets = table_offsets(rows)
     step = max(1, HEAD_CHUNK_LOOKUPS // max(int(spec.lookups_per_batch), 1))
     first = FirstInBatch()
 
@@ -313,12 +333,37 @@ def _unique_heads(src: Any, spec: WorkloadSpec, resolution: int) -> list[
             bounds = np.searchsorted(batch, np.arange(g0, g1 + 1, dtype=np.int64))
             yield first.unique(keys, bounds)[0]
 
-    # blocks sized by the full stream's lookups, as the plan's own heads: the same
-    # generation cost (about `HEAD_LOOKUPS` lookups), fewer unique ids counted
-    return head_curves(
-        keys_of, int(src.num_batches), int(spec.lookups), offsets, resolution,
-        total=False, per_table=True,
-    )  # fmt: skip
+    one = np.unique(np.concatenate([*keys_of(0, min(1, batches)), np.zeros(0, np.int64)]))
+    distinct = np.diff(np.searchsorted(one, offsets))
+    wanted = [
+        head_capacity(int(d), resolution, int(r)) for r, d in zip(rows, distinct, strict=True)
+    ]
+    caps = shared_capacities(wanted)
+    blocks = head_blocks(batches, int(spec.lookups), max(caps))
+    exact = blocks == [(0, batches)]
+    if not exact:
+        length = blocks[0][1] - blocks[0][0]
+        for t, table in enumerate(spec.tables):
+            m, rate = _che_rates(table, int(spec.batch_size))
+            touched = float(np.sum(m * -np.expm1(-rate * length)))
+            caps[t] = max(1, min(caps[t], math.floor(HEAD_FILL * touched)))
+    heads = [ExactHead(int(r), c) for r, c in zip(rows, caps, strict=True)]
+    tid = np.empty(0, dtype=np.int32)
+    local = np.empty(0, dtype=np.int64)
+    cuts = np.zeros(len(heads) + 1, dtype=np.int64)
+    no_group = np.empty(0, dtype=np.uint8)
+    for a, b in blocks:
+        for h in heads:
+            h.start_block(warm=not exact)
+        for keys in keys_of(a, b):
+            if len(tid) < len(keys):
+                tid = np.empty(len(keys), dtype=np.int32)
+                local = np.empty(len(keys), dtype=np.int64)
+            _split_by_table(keys, no_group, offsets, tid, cuts, local, no_group)
+            for t, h in enumerate(heads):
+                if cuts[t + 1] > cuts[t]:
+                    h.feed(local[cuts[t] : cuts[t + 1]])
+    return [HeadCurve(h.capacity, h.block_counts(), exact) for h in heads]
 
 
 def unique_curves(
