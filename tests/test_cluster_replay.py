@@ -23,6 +23,7 @@ from replay.policies.tbe import reference_tbe, tbe_sets
 from replay.system.sharding import (
     COLUMN_WISE,
     DATA_PARALLEL,
+    GRID,
     ROW_WISE,
     TABLE_ROW_WISE,
     TABLE_WISE,
@@ -97,6 +98,10 @@ def reference_route(
                 elif kind == COLUMN_WISE:
                     for s in shards:
                         per_rank[s.rank].append((t, s.col_start, row))
+                elif kind == GRID:  # the row's block in every column block
+                    for s in shards:
+                        if s.row_start <= row < s.row_stop:
+                            per_rank[s.rank].append((t, s.col_start * 1_000_000 + s.row_start, row))
                 else:
                     r = int(owners[i])
                     s = next(s for s in shards if s.rank == r)
@@ -248,6 +253,48 @@ def test_explicit_blocks_and_replicas_route_as_the_reference(
             row = updates[br.batch_start + b]
             np.add.at(row, owners[owners >= 0], 1)
             row += int((owners < 0).sum())
+    assert result.rank_updates.tolist() == updates.tolist()
+
+
+def test_grid_routes_as_the_reference(small: GeneratedTrace) -> None:
+    """Grid beside row-wise and data-parallel tables: column blocks over whole nodes in
+    another node order, two column blocks on one node (a rank holds two shards of the
+    table), and uneven column blocks over part of a node (explicit shards): per-rank LRU
+    hits and misses equal the per-key reference's (a lookup to its row's block in every
+    column block), and so do the update rows (a distinct row to each of those blocks)."""
+    tables = table_shapes(small.table_names, small.table_rows, 16)
+    nodes, gpn = 2, 4
+    entries = []
+    for t, shape in enumerate(tables):
+        if shape.rows < 30:
+            entries.append(TableSharding(shape.name, DATA_PARALLEL, tuple(range(nodes * gpn))))
+        elif t % 3 == 0:
+            entries.append(TableSharding(shape.name, GRID, (4, 5, 6, 7, 0, 1, 2, 3)))
+        elif t % 3 == 1:
+            entries.append(TableSharding(shape.name, GRID, (1, 0, 3, 2, 0, 1, 2, 3)))
+        else:
+            shards = ((0, 4), (0, 4), (0, 4), (4, 16), (4, 16))
+            entries.append(TableSharding(shape.name, GRID, (6, 5, 4, 0, 3), shards))
+    placement = resolve_plan(ShardingPlan(tuple(entries)), tables, nodes=nodes, gpus_per_node=gpn)
+    system = _system("cluster.nodes=2", "cluster.gpus_per_node=4", "policy.capacity_rows=2000")
+    result = replay_cluster(small, system, placement)
+    routed = reference_route(small, placement, 128)
+    for r in range(nodes * gpn):
+        hits, misses = reference_lru(routed[r], 2000)
+        assert result.columns["rank_hits"][:, r].tolist() == hits
+        assert result.columns["rank_misses"][:, r].tolist() == misses
+    from replay.trace.stream import iter_batch_ranges
+
+    offsets = table_offsets(np.asarray(small.table_rows, dtype=np.int64))
+    updates = np.zeros_like(result.rank_updates)
+    for br in iter_batch_ranges(small, with_updates=True):
+        for b in range(br.batches):
+            row = updates[br.batch_start + b]
+            for key in np.unique(br.keys[br.bounds[b] : br.bounds[b + 1]]).tolist():
+                t = int(np.searchsorted(offsets, key, side="right")) - 1
+                for s in placement.shards:
+                    if s.table == t and s.row_start <= key - offsets[t] < s.row_stop:
+                        row[s.rank] += 1
     assert result.rank_updates.tolist() == updates.tolist()
 
 

@@ -44,7 +44,8 @@ def _batches(draw: st.DrawFn, placement: Placement, batch: int, n: int) -> list[
 
 def _reference_ids(placement: Placement, batch: int, groups: list[np.ndarray]) -> np.ndarray:
     """(groups, world, 4) ids each rank sends and receives in one batch, lookup by lookup:
-    from the sample's rank to each rank serving the row (every column block's)."""
+    from the sample's rank to each rank serving the row (every column block's; grid's
+    row block in every column block)."""
     names = sharding_groups(placement)
     world, gpn = placement.world, placement.gpus_per_node
     out = np.zeros((max(len(names), 1), world, 4), dtype=np.int64)
@@ -58,6 +59,12 @@ def _reference_ids(placement: Placement, batch: int, groups: list[np.ndarray]) -
             owner = (p * batch // n) * world // batch
             if e.type in COLUMN_SPLIT:
                 dests = [s.rank for s in placement.shards if s.table == t]
+            elif e.type == GRID:  # the row's block in each column block
+                dests = [
+                    s.rank
+                    for s in placement.shards
+                    if s.table == t and s.row_start <= row < s.row_start + s.rows
+                ]
             else:
                 dests = [placement.owner_of(t, row)]
             for d in dests:
@@ -93,7 +100,7 @@ def test_every_call_conserves_its_bytes(placement: Placement, batch: int) -> Non
 
 @st.composite
 def routed(draw: st.DrawFn) -> tuple:
-    placement = draw(placements().filter(lambda p: all(e.type != GRID for e in p.plan.tables)))
+    placement = draw(placements())
     batch = draw(st.integers(1, 12))
     return placement, batch, _batches(draw, placement, batch, draw(st.integers(1, 3)))
 

@@ -11,9 +11,8 @@
 
 One plan holds every sharding type TorchRec executes (row-wise with an empty block and a
 two-hot bag, table-wise, column-wise in uneven blocks and twice on one rank,
-data-parallel, table-row-wise, table-column-wise, and grid: the cluster replay does not
-route grid yet, so its table is added to the exported plan and checked against our
-format's blocks alone). The bench matrix runs each type alone on both worlds.
+data-parallel, table-row-wise, table-column-wise, and grid: two column blocks, on two
+nodes or both on one node's GPUs). The bench matrix runs each type alone on both worlds.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ from replay.system.sharding import (
     resolve_plan,
     table_shapes,
 )
-from replay.system.torchrec_plan import placement_of, torchrec_plan_document
+from replay.system.torchrec_plan import placement_of
 from replay.trace.keys import table_offsets
 from replay.trace.stream import iter_batch_ranges
 from replay.workload.onthefly import open_workload
@@ -58,8 +57,8 @@ TABLES = [
     ("dp", 7, 1),
     ("twrw", 11, 1),
     ("twcw", 13, 1),
+    ("grid", 14, 1),  # two column blocks of 8: a node each, or both on the one node
 ]
-GRID_TABLE = ("grid", 14)  # DMP only: the cluster replay does not route grid
 
 
 def spec_toml(tables: list[tuple[str, int, int]], batches: int = 3) -> str:
@@ -89,17 +88,9 @@ def our_entries(world: int, names: list[str] | None = None) -> list[TableShardin
         "dp": TableSharding("dp", DATA_PARALLEL, every),
         "twrw": TableSharding("twrw", "table-row-wise", last_node),
         "twcw": TableSharding("twcw", "table-column-wise", last_node),
+        "grid": TableSharding("grid", GRID, every if world > GPN else (0, 1, 0, 1)),
     }
     return [entries[n] for n in (names or [t[0] for t in TABLES])]
-
-
-def grid_placement(world: int) -> Placement:
-    """The grid table alone: two column blocks, each over a node's GPUs (on one node
-    both blocks on the same two GPUs)."""
-    ranks = tuple(range(world)) if world > GPN else (0, 1, 0, 1)
-    plan = ShardingPlan((TableSharding(GRID_TABLE[0], GRID, ranks),))
-    shapes = table_shapes([GRID_TABLE[0]], [GRID_TABLE[1]], DIM)
-    return resolve_plan(plan, shapes, nodes=world // GPN, gpus_per_node=GPN)
 
 
 def trace_batches(spec_path: Path, names: list[str]) -> list[dict[str, np.ndarray]]:
@@ -169,7 +160,7 @@ def received_rows(
     return got
 
 
-def check_plan_in_dmp(tmp: Path, world: int, names: list[str], with_grid: bool) -> float:
+def check_plan_in_dmp(tmp: Path, world: int, names: list[str]) -> float:
     """The module docstring's checks for one world and a plan of `names`; the DMP's
     seconds."""
     tables = [t for t in TABLES if t[0] in names]
@@ -198,15 +189,6 @@ def check_plan_in_dmp(tmp: Path, world: int, names: list[str], with_grid: bool) 
     per_batch = trace_batches(spec, [n for n, _, _ in tables])
     dmp_tables = [(n, r, DIM) for n, r, _ in tables]
     data = [[bags(b[n]) for n, _, _ in tables] for b in per_batch]
-    grid = None
-    if with_grid:
-        grid = grid_placement(world)
-        form["plan"][""].update(torchrec_plan_document(grid, compute_device="cpu")["plan"][""])
-        dmp_tables.append((GRID_TABLE[0], GRID_TABLE[1], DIM))
-        rng = np.random.default_rng(7)
-        for b, batch in enumerate(per_batch):
-            batch[GRID_TABLE[0]] = rng.integers(0, GRID_TABLE[1], BATCH)
-            data[b].append(bags(batch[GRID_TABLE[0]]))
     result = run_plan_dmp(form, dmp_tables, data, folder=tmp / "dmp")
     ranks = pq.read_table(run / "ranks.parquet").to_pydict()
     lookups = {
@@ -214,40 +196,26 @@ def check_plan_in_dmp(tmp: Path, world: int, names: list[str], with_grid: bool) 
     }
     for b, batch in enumerate(per_batch):
         want = expected_rows(placement, batch, world)
-        grid_want = expected_rows(grid, batch, world) if grid is not None else None
         for r in range(world):
             np.testing.assert_allclose(
                 result.pooled[r][b], result.reference[r][b], rtol=1e-6, atol=1e-6
             )
-            got = received_rows(
-                result, placement if grid is None else _joined(placement, grid), r, b
-            )
-            mine = Counter({k: v for k, v in got.items() if k[0] != GRID_TABLE[0]})
-            assert mine == want[r], (b, r)
-            assert sum(mine.values()) == lookups[(b, r)], (b, r)
-            if grid_want is not None:
-                assert got - mine == grid_want[r], (b, r)
+            got = received_rows(result, placement, r, b)
+            assert got == want[r], (b, r)
+            assert sum(got.values()) == lookups[(b, r)], (b, r)
     return result.seconds
-
-
-def _joined(a: Placement, b: Placement) -> Placement:
-    """Two placements of the same cluster as one (their tables end to end)."""
-    plan = ShardingPlan(a.plan.tables + b.plan.tables)
-    return resolve_plan(plan, a.tables + b.tables, nodes=a.nodes, gpus_per_node=a.gpus_per_node)
 
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_every_sharding_type_in_one_dmp(tmp_path: Path, world: int) -> None:
-    check_plan_in_dmp(tmp_path, world, [t[0] for t in TABLES], with_grid=True)
+    check_plan_in_dmp(tmp_path, world, [t[0] for t in TABLES])
 
 
 @pytest.mark.bench
 @pytest.mark.parametrize("world", [2, 4])
-@pytest.mark.parametrize("name", [t[0] for t in TABLES] + ["grid"])
+@pytest.mark.parametrize("name", [t[0] for t in TABLES])
 def test_each_sharding_type_alone_in_dmp(tmp_path: Path, world: int, name: str) -> None:
-    # the grid needs a workload table beside it (the replay routes no grid): rw10's
-    names = ["rw10"] if name == "grid" else [name]
-    check_plan_in_dmp(tmp_path, world, names, with_grid=name == "grid")
+    check_plan_in_dmp(tmp_path, world, [name])
 
 
 def test_a_replay_only_plan_is_refused_by_the_export(

@@ -43,6 +43,7 @@ from replay.engine.collectives import sharding_groups, table_groups
 from replay.system.sharding import (
     COLUMN_SPLIT,
     DATA_PARALLEL,
+    GRID,
     TABLE_ROW_WISE,
     TABLE_WISE,
     Placement,
@@ -52,14 +53,14 @@ from replay.trace.keys import table_of
 from replay.trace.stream import BatchRange
 
 # table kinds in the routing kernel
-ROWS, CW, DP, TWRW = 0, 1, 2, 3
+ROWS, CW, DP, TWRW, GRIDS = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True, eq=False)
 class Layout:
     """The routing kernel's arrays (see `layout`)."""
 
-    kind: np.ndarray  # int64 per table: ROWS, CW, DP, TWRW
+    kind: np.ndarray  # int64 per table: ROWS, CW, DP, TWRW, GRIDS
     even: np.ndarray  # int64 per table: even block size (row-split), 0 for explicit blocks
     base: np.ndarray  # int64 per table: its first block
     count: np.ndarray  # int64 per table: its blocks
@@ -68,6 +69,7 @@ class Layout:
     local: np.ndarray  # int64 per block: the local key of its first row on its rank
     pooled: np.ndarray  # int64 per block: bytes of its pooled embedding (cols x 4)
     full: np.ndarray  # int64 per table: dim x 4
+    geven: np.ndarray  # int64 per block: a grid block's column block's row block size, else 0
     rank_rows: list[list[int]]  # per rank: rows of each of its shards, in local order
     max_blocks: int
 
@@ -75,8 +77,10 @@ class Layout:
 def layout(placement: Placement) -> Layout:
     """Blocks per table: row-split tables their non-empty row blocks sorted by first row
     (even rule: in rank order, so block = row // size), table-wise one, column-wise one per
-    column block (shard order), data-parallel one per rank (rank order). Local keys: each
-    rank's shards in `placement.shards` order, end to end."""
+    column block (shard order), data-parallel one per rank (rank order), grid its column
+    blocks in shard order, each its non-empty row blocks in row order (the even rule over
+    the column block's ranks: a row's block in column block c is c's first block + row //
+    geven). Local keys: each rank's shards in `placement.shards` order, end to end."""
     world = placement.world
     rank_rows: list[list[int]] = [[] for _ in range(world)]
     local_of: dict[int, int] = {}  # shard index -> local key of its first row
@@ -95,6 +99,7 @@ def layout(placement: Placement) -> Layout:
     rank: list[int] = []
     local: list[int] = []
     pooled: list[int] = []
+    geven: list[int] = []
     by_table: dict[int, list[int]] = {}
     for i, s in enumerate(placement.shards):
         by_table.setdefault(s.table, []).append(i)
@@ -107,6 +112,16 @@ def layout(placement: Placement) -> Layout:
         elif e.type == DATA_PARALLEL:
             kind[t] = DP
             idx = sorted(idx, key=lambda i: placement.shards[i].rank)
+        elif e.type == GRID:
+            kind[t] = GRIDS
+            # shards come column block by column block, each's row blocks in order
+            # (`replay.system.sharding._entry_shards`); a column block's size from its ranks
+            per_col: dict[int, int] = {}
+            for i in idx:
+                c0 = placement.shards[i].col_start
+                per_col[c0] = per_col.get(c0, 0) + 1
+            idx = [i for i in idx if placement.shards[i].rows > 0]
+            idx.sort(key=lambda i: (placement.shards[i].col_start, placement.shards[i].row_start))
         else:
             kind[t] = TWRW if e.type == TABLE_ROW_WISE else ROWS
             idx = [i for i in idx if placement.shards[i].rows > 0]
@@ -123,11 +138,12 @@ def layout(placement: Placement) -> Layout:
             rank.append(s.rank)
             local.append(local_of[i])
             pooled.append(BYTES_PER_VALUE * s.cols)
+            geven.append(max(-(-shape.rows // per_col[s.col_start]), 1) if e.type == GRID else 0)
         count[t] = len(start) - base[t]
     arr = lambda v: np.array(v, dtype=np.int64)  # noqa: E731
     return Layout(
         kind, even, base, count, arr(start), arr(rank), arr(local), arr(pooled), full,
-        rank_rows, int(count.max()) if nt else 1,
+        arr(geven), rank_rows, int(count.max()) if nt else 1,
     )  # fmt: skip
 
 
@@ -162,7 +178,7 @@ def buckets(lay: Layout, rows: np.ndarray) -> tuple[np.ndarray, ...]:
     at = 0
     for t in range(nt):
         lo, c = int(lay.base[t]), int(lay.count[t])
-        if lay.kind[t] in (CW, DP) or c == 0:
+        if lay.kind[t] in (CW, DP, GRIDS) or c == 0:
             continue
         n = int(rows[t])
         bend[lo : lo + c] = np.append(lay.start[lo + 1 : lo + c], n)
@@ -240,6 +256,30 @@ def _flush(held: np.ndarray, nheld: int, owner: int, k_t: int, brank: np.ndarray
             _send(brank[ix(held[h])], owner, pooled[ix(held[h])], gpn, scratch)
 
 
+@kernel(inline="always")
+def _flush_grid(held: np.ndarray, nheld: int, owner: int, brank: np.ndarray,
+                pooled: np.ndarray, geven: np.ndarray, rows: int, tb: int, gpn: int,
+                scratch: np.ndarray) -> None:  # fmt: skip
+    """A grid bag's forward bytes: table-row-wise per column block, each holding block's
+    pooled columns to the owner's local index on the block's node, then, once per column
+    block held, those columns on to the owner."""
+    for h in range(nheld):
+        blk = held[h]
+        agg = (brank[ix(blk)] // gpn) * gpn + owner % gpn
+        _send(brank[ix(blk)], agg, pooled[ix(blk)], gpn, scratch)
+        # the column block's first block: this block's and every earlier held one's
+        c0 = tb
+        while c0 + (rows + geven[ix(c0)] - 1) // geven[ix(c0)] <= blk:
+            c0 += (rows + geven[ix(c0)] - 1) // geven[ix(c0)]
+        first = True
+        for k in range(h):
+            if c0 <= held[k] < c0 + (rows + geven[ix(c0)] - 1) // geven[ix(c0)]:
+                first = False
+                break
+        if first:
+            _send(agg, owner, pooled[ix(blk)], gpn, scratch)
+
+
 @kernel
 def route_lookups(
     keys: np.ndarray,
@@ -260,6 +300,7 @@ def route_lookups(
     brank: np.ndarray,
     local: np.ndarray,
     shift: np.ndarray,
+    geven: np.ndarray,
     pooled: np.ndarray,
     full: np.ndarray,
     group: np.ndarray,
@@ -275,20 +316,20 @@ def route_lookups(
     ids: np.ndarray,
     goes_on: bool = False,
 ) -> None:
-    """Route the lookups of a range's batches: counts[b, r] = lookups of batch b routed to
-    rank r; krank[i], klocal[i] = lookup i's rank and local key (-1 - t and the row for a
-    column-wise lookup of table t, which goes to every block); lower[b] (world x 4) =
-    the lower bound's forward bytes per rank (sent intra-node, sent inter-node, received
-    intra-node, received inter-node: `replay.engine.collectives`); ids[b] (groups x
+    """Route the lookups of a range's batches: counts[b, r] = lookups of batch b routed to rank r;
+    krank[i], klocal[i] = lookup i's rank and local key (-1 - t and the row for a
+    column-wise or grid lookup of table t, which goes to every block, or to its row's block
+    in every column block: `geven[blk]`, a grid block's row block size); lower[b] (world x
+    4) = the lower bound's forward bytes per rank (sent intra-node, sent inter-node,
+    received intra-node, received inter-node: `replay.engine.collectives`); ids[b] (groups x
     world x 4) = the ids each rank sends to and receives from other ranks in TorchRec's
     input all-to-all of each sharding group (`group[t]`: table t's, -1 data-parallel, which
     sends none), counted as the bytes are. `own[s]`: sample s's rank; `shift[blk]` =
-    local[blk] - start[blk].
-    `stamp` (per block) and `held` mark a bag's blocks; `scratch` (world x 4) and
-    `iscratch` (groups x world x 4) hold the current batch's. `goes_on`: the range is a
-    later piece of the batch the last call routed (`BatchRange.tables`): the scratches
-    keep that batch's counts, so lower[0] and ids[0] are the whole batch's so far (tables
-    never share a bag)."""
+    local[blk] - start[blk]. `stamp` (per block) and `held` mark a bag's blocks; `scratch`
+    (world x 4) and `iscratch` (groups x world x 4) hold the current batch's. `goes_on`: the
+    range is a later piece of the batch the last call routed (`BatchRange.tables`): the
+    scratches keep that batch's counts, so lower[0] and ids[0] are the whole batch's so far
+    (tables never share a bag)."""
     bag = 0
     stamp[:] = -1  # bag ids restart with every call
     for b in range(len(bounds) - 1):
@@ -431,7 +472,10 @@ def route_lookups(
                 j = i + p
                 row = np.int64(keys[ix(j)]) - toff
                 if p >= nxt:  # a new bag
-                    if nheld > 0:
+                    if nheld > 0 and k_t == GRIDS:
+                        _flush_grid(held, nheld, owner, brank, pooled, geven, tend - toff, tb,
+                                    gpn, scratch)  # fmt: skip
+                    elif nheld > 0:
                         _flush(held, nheld, owner, k_t, brank, pooled, full_t, gpn, scratch)
                     nheld = 0
                     bag += 1
@@ -460,6 +504,21 @@ def route_lookups(
                             stamp[ix(blk)] = bag
                             held[nheld] = blk
                             nheld += 1
+                elif k_t == GRIDS:
+                    krank[ix(j)] = -1 - t
+                    klocal[ix(j)] = row
+                    c0 = tb
+                    while c0 < tb + nblk:  # each column block, its row's block there
+                        size = geven[ix(c0)]
+                        blk = c0 + row // size
+                        r = brank[ix(blk)]
+                        counts[b, r] += 1
+                        _send_id(owner, r, g, gpn, iscratch)
+                        if stamp[ix(blk)] != bag:
+                            stamp[ix(blk)] = bag
+                            held[nheld] = blk
+                            nheld += 1
+                        c0 += (tend - toff + size - 1) // size
                 else:
                     blk = _block_of(t, row, mul, mshift, even, base, bshift, bbase, bfirst, bend)
                     r = brank[ix(blk)]
@@ -471,7 +530,10 @@ def route_lookups(
                         stamp[ix(blk)] = bag
                         held[nheld] = blk
                         nheld += 1
-            if nheld > 0:
+            if nheld > 0 and k_t == GRIDS:
+                _flush_grid(held, nheld, owner, brank, pooled, geven, tend - toff, tb, gpn,
+                            scratch)  # fmt: skip
+            elif nheld > 0:
                 _flush(held, nheld, owner, k_t, brank, pooled, full_t, gpn, scratch)
             i += n
         lower[b] = scratch
@@ -496,6 +558,7 @@ def route_updates(
     brank: np.ndarray,
     local: np.ndarray,
     shift: np.ndarray,
+    geven: np.ndarray,
     counts: np.ndarray,
     tcount: np.ndarray,
     record: bool,
@@ -503,12 +566,12 @@ def route_updates(
     klocal: np.ndarray,
 ) -> None:
     """Update rows to their ranks: the owner of the row's block; every column block; every
-    data-parallel replica (both recorded as -1 - t, as `route_lookups` records a
-    column-wise lookup). Counts, and records (`record`) as `route_lookups`. A row's
-    table is searched only where the row leaves the previous row's table (a batch's
-    update rows come table by table: `replay.trace.updates`); a replicated table's rows
-    are counted per batch (`tcount`, per table, zero between calls) and added to its
-    blocks' ranks once a batch."""
+    data-parallel replica; the row's block in every grid column block (all three recorded as
+    -1 - t, as `route_lookups` records a column-wise lookup). Counts, and records (`record`)
+    as `route_lookups`. A row's table is searched only where the row leaves the previous
+    row's table (a batch's update rows come table by table: `replay.trace.updates`); a
+    replicated table's rows are counted per batch (`tcount`, per table, zero between calls)
+    and added to its blocks' ranks once a batch."""
     nt = len(kind)
     for b in range(len(bounds) - 1):
         t = 0
@@ -530,6 +593,15 @@ def route_updates(
                     klocal[ix(i)] = row
                 tcount[ix(t)] += 1
                 many = True
+            elif k_t == GRIDS:
+                if record:
+                    krank[ix(i)] = -1 - t
+                    klocal[ix(i)] = row
+                c0 = base[ix(t)]
+                while c0 < base[ix(t)] + count[ix(t)]:
+                    size = geven[ix(c0)]
+                    counts[b, brank[ix(c0 + row // size)]] += 1
+                    c0 += (tend - toff + size - 1) // size
             else:
                 blk = _block_of(t, row, mul, mshift, even, base, bshift, bbase, bfirst, bend)
                 r = brank[ix(blk)]
@@ -555,6 +627,9 @@ def scatter(
     count: np.ndarray,
     brank: np.ndarray,
     local: np.ndarray,
+    offsets: np.ndarray,
+    geven: np.ndarray,
+    shift: np.ndarray,
     cursor: np.ndarray,
     out: np.ndarray,
     starts: np.ndarray,
@@ -563,7 +638,8 @@ def scatter(
     """The recorded keys to their ranks (counts: batches x world, from the record pass):
     rank r's keys, in trace order, at out[starts[r]:starts[r + 1]], its batch bounds (from
     0) at bounds[r] (world x (batches + 1)); a record -1 - t (a column-wise or
-    data-parallel row of table t) to every block of t. `cursor`: world scratch."""
+    data-parallel row of table t) to every block of t, a grid row to its block in each
+    column block (`geven`). `cursor`: world scratch."""
     n, world = counts.shape
     at = 0
     for r in range(world):
@@ -582,6 +658,17 @@ def scatter(
         else:
             t = -1 - r
             row = klocal[ix(i)]
+            if geven[ix(base[ix(t)])] > 0:  # grid
+                rows = offsets[ix(t + 1)] - offsets[ix(t)]
+                c0 = base[ix(t)]
+                while c0 < base[ix(t)] + count[ix(t)]:
+                    size = geven[ix(c0)]
+                    blk = c0 + row // size
+                    rr = brank[ix(blk)]
+                    out[ix(cursor[ix(rr)])] = shift[ix(blk)] + row
+                    cursor[ix(rr)] += 1
+                    c0 += (rows + size - 1) // size
+                continue
             for c in range(count[ix(t)]):
                 blk = base[ix(t)] + c
                 rr = brank[ix(blk)]
@@ -608,12 +695,14 @@ class Router:
         self.batch_size = batch_size
         self.offsets = offsets
         self.group = table_groups(placement)
+        self.geven = lay.geven if len(lay.geven) else np.zeros(1, dtype=np.int64)
         groups = max(len(sharding_groups(placement)), 1)
         shift = lay.local - lay.start
         mul, mshift = magic(np.diff(offsets), lay.even)
         index = buckets(lay, np.diff(offsets))
         self.tables = (offsets, lay.kind, mul, mshift, lay.even, lay.base, lay.count, *index)
-        self.blocks = (lay.rank, lay.local, shift)
+        self.shift = shift
+        self.blocks = (lay.rank, lay.local, shift, lay.geven)
         self.own = (np.arange(batch_size, dtype=np.int64) * world) // batch_size
         self.stamp = np.full(max(len(lay.start), 1), -1, dtype=np.int64)
         self.held = np.zeros(max(lay.max_blocks, 1), dtype=np.int64)
@@ -639,7 +728,8 @@ class Router:
         out = self._take(f"{tag}out{self.turn}", int(counts.sum()), np.int64)
         scatter(
             counts, self._buf[tag + "rank"][:nk], self._buf[tag + "local"][:nk], lay.base,
-            lay.count, lay.rank, lay.local, self.cursor, out, starts, bounds,
+            lay.count, lay.rank, lay.local, self.offsets, self.geven, self.shift, self.cursor,
+            out, starts, bounds,
         )  # fmt: skip
         return out, starts, bounds
 

@@ -68,7 +68,6 @@ from replay.engine.sharder import CostModel, TableLoad, auto_shard, rank_costs
 from replay.errors import ConfigError
 from replay.system.sharding import (
     DATA_PARALLEL,
-    GRID,
     Placement,
     ShardingPlan,
     resolve_plan,
@@ -344,12 +343,6 @@ def resolve_placement(
         basis["loads"] = (
             f"lookups per batch and table; their mass over the rows for {massed} of "
             f"{len(loads)} tables (the rest uniform)"
-        )
-    grid = [e.table for e in placement.plan.tables if e.type == GRID]
-    if grid:
-        raise ConfigError(
-            f"table {grid[0]!r} is grid-sharded: the cluster replay does not route grid "
-            "sharding (a lookup to one row block in each column block) yet"
         )
     basis["torchrec_executable"] = placement.plan.torchrec_executable
     if not placement.plan.torchrec_executable:

@@ -94,7 +94,7 @@ from replay.analysis.shards import ShardsSampler
 from replay.analysis.stack import StackDistances
 from replay.errors import ConfigError
 from replay.plan import cache
-from replay.system.sharding import COLUMN_SPLIT, DATA_PARALLEL, TABLE_WISE, Placement
+from replay.system.sharding import COLUMN_SPLIT, DATA_PARALLEL, GRID, TABLE_WISE, Placement
 from replay.trace.keys import last_at_most, table_of, table_offsets
 from replay.trace.stream import iter_batch_ranges
 from replay.workload.row_mass import RowMass
@@ -106,7 +106,7 @@ MIN_WINDOW = 1 << 12  # a stack state's smallest position window (64 states and 
 DP_SALT = 0x3C6EF372FE94F82B  # the data-parallel rank hash's salt (fixed: deterministic)
 
 # table kinds in the routing kernel
-_ROWS, _CW, _DP = 0, 1, 2
+_ROWS, _CW, _DP, _GRID = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -163,16 +163,21 @@ class RankCurves:
 class _Layout:
     """The routing kernel's arrays. Blocks per table: row-split and table-wise tables
     their non-empty row blocks by first row; column-wise one per column block (shard
-    order); data-parallel one per rank (rank order)."""
+    order); data-parallel one per rank (rank order); grid its column blocks by first
+    column, each its non-empty row blocks by first row (a row's block in column block c:
+    c's first block + row // geven)."""
 
     kind: np.ndarray  # int64 per table
-    even: np.ndarray  # int64 per table: even block size (0: explicit blocks)
+    even: np.ndarray  # int64 per table: even block size (0: explicit blocks; grid: its
+    # first column block's)
     base: np.ndarray  # int64 per table: its first block
     count: np.ndarray  # int64 per table: its blocks
     start: np.ndarray  # int64 per block: its first row
     rank: np.ndarray  # int64 per block
     local: np.ndarray  # int64 per block: the local key of its first row on its rank
     rank_rows: np.ndarray  # int64 per rank: local keys (rows of its shards, end to end)
+    geven: np.ndarray  # int64 per block: a grid block's column block's row block size, else 0
+    columns: np.ndarray  # int64 per table: the blocks a lookup reaches (1; column-split: all)
 
 
 def _layout(placement: Placement) -> _Layout:
@@ -190,11 +195,27 @@ def _layout(placement: Placement) -> _Layout:
     start: list[int] = []
     rank: list[int] = []
     local: list[int] = []
+    geven: list[int] = []
+    columns = np.ones(nt, np.int64)
     for t, shape in enumerate(placement.tables):
         e = placement.entry(t)
         idx = by_table.get(t, [])
+        size: dict[int, int] = {}  # grid: per column block (its first column) its row blocks
         if e.type in COLUMN_SPLIT:  # column-wise, table-column-wise
             kind[t] = _CW
+            columns[t] = len(idx)
+        elif e.type == GRID:
+            kind[t] = _GRID
+            for i in idx:
+                c0 = placement.shards[i].col_start
+                size[c0] = size.get(c0, 0) + 1
+            columns[t] = len(size)
+            size = {c0: max(-(-shape.rows // n), 1) for c0, n in size.items()}
+            even[t] = size[min(size)] if size else 0  # the first column block's
+            idx = sorted(
+                (i for i in idx if placement.shards[i].rows > 0),
+                key=lambda i: (placement.shards[i].col_start, placement.shards[i].row_start),
+            )
         elif e.type == DATA_PARALLEL:
             kind[t] = _DP
             idx = sorted(idx, key=lambda i: placement.shards[i].rank)
@@ -214,9 +235,13 @@ def _layout(placement: Placement) -> _Layout:
             start.append(s.row_start)
             rank.append(s.rank)
             local.append(local_of[i])
+            geven.append(size.get(s.col_start, 0))
         count[t] = len(start) - base[t]
     arr = lambda v: np.array(v, dtype=np.int64)  # noqa: E731
-    return _Layout(kind, even, base, count, arr(start), arr(rank), arr(local), arr(next_local))
+    return _Layout(
+        kind, even, base, count, arr(start), arr(rank), arr(local), arr(next_local),
+        arr(geven), columns,
+    )  # fmt: skip
 
 
 @kernel(inline="always")
@@ -250,6 +275,7 @@ def _route(
     start: np.ndarray,
     brank: np.ndarray,
     local: np.ndarray,
+    geven: np.ndarray,
     world: int,
     salt: np.uint64,
     emit: bool,
@@ -278,6 +304,23 @@ def _route(
             elif k_t == _DP:
                 first = tb + _dp_rank(batch_start + b, i - lo, world, salt)
                 last = first + 1
+            elif k_t == _GRID:  # the row's block in each column block
+                rows = offsets[ix(t + 1)] - offsets[ix(t)]
+                c0 = tb
+                while c0 < tb + count[ix(t)]:
+                    size = geven[ix(c0)]
+                    blk = c0 + row // size
+                    r = brank[ix(blk)]
+                    if emit:
+                        c = cursor[ix(r)]
+                        out[ix(c)] = local[ix(blk)] + row - start[ix(blk)]
+                        if grouped:
+                            out_group[ix(c)] = group[ix(i)]
+                        cursor[ix(r)] = c + 1
+                    else:
+                        counts[t, r] += 1
+                    c0 += (rows + size - 1) // size
+                continue
             else:
                 first = tb
                 last = tb + count[ix(t)]
@@ -313,7 +356,7 @@ class _Router:
         range_counts = np.zeros_like(self.counts)
         cursor = np.zeros(self.world, dtype=np.int64)
         args = (keys, group, bounds, batch_start, self.offsets, x.kind, x.even, x.base,
-                x.count, x.start, x.rank, x.local, self.world, self.salt)  # fmt: skip
+                x.count, x.start, x.rank, x.local, x.geven, self.world, self.salt)  # fmt: skip
         _route(*args, False, range_counts, cursor, self.out, self.out_group)
         per_rank = range_counts.sum(axis=0)
         cuts = np.zeros(self.world + 1, dtype=np.int64)
@@ -463,7 +506,7 @@ def row_split_starts(placement: Placement) -> dict[int, np.ndarray]:
     return {
         t: x.start[int(x.base[t]) : int(x.base[t] + x.count[t])]
         for t in range(len(placement.tables))
-        if x.kind[t] not in (_DP, _CW) and int(x.count[t]) > 1
+        if x.kind[t] not in (_DP, _CW, _GRID) and int(x.count[t]) > 1
     }
 
 
@@ -504,7 +547,7 @@ def _rank_lookups(
     spec, split by rows."""
     x = router.layout
     counts = router.counts.astype(np.float64)
-    multiplicity = np.where(x.kind == _CW, x.count, 1)
+    multiplicity = x.columns
     per_table = counts.sum(axis=1)
     seen = (router.counts.sum(axis=1) // np.maximum(multiplicity, 1)).astype(np.int64)
     full = _table_full_lookups(horizon, spec, seen, rate).astype(np.float64)
@@ -518,6 +561,12 @@ def _rank_lookups(
             out += full[t] / router.world
         elif x.kind[t] == _CW:
             np.add.at(out, ranks, full[t])
+        elif x.kind[t] == _GRID:  # each column block: its sampled share, else its rows
+            if per_table[t] > 0:
+                out += full[t] * x.columns[t] * counts[t] / per_table[t]
+            else:
+                stops = x.start[lo:hi] + np.minimum(x.geven[lo:hi], shape.rows - x.start[lo:hi])
+                np.add.at(out, ranks, full[t] * (stops - x.start[lo:hi]) / max(shape.rows, 1))
         elif hi - lo == 1:
             out[ranks[0]] += full[t]
         elif spec is not None:

@@ -94,9 +94,11 @@ from replay._intrinsics import ix
 from replay._jit import kernel
 from replay.analysis.shards import SHARDS_MODULUS
 from replay.analysis.stack import StackDistances
+from replay.errors import ConfigError
 from replay.plan.cache import curve_sizes, split_budget
 from replay.plan.rank_curves import (
     _DP,
+    _GRID,
     _ROWS,
     DIRECT_MAX_ROWS,
     DP_SALT,
@@ -165,6 +167,24 @@ def _streams(placement: Placement, *, replicas_apart: bool) -> _Streams:
     first: list[int] = []
     for t, shape in enumerate(placement.tables):
         lo, hi = int(x.base[t]), int(x.base[t] + x.count[t])
+        if x.kind[t] == _GRID and hi > lo:  # a stream per row block, every column block's
+            ranges: dict[tuple[int, int], int] = {}
+            for blk in range(lo, hi):
+                a = int(x.start[blk])
+                key = (a, min(a + int(x.geven[blk]), int(shape.rows)))
+                if key not in ranges:
+                    if blk >= lo + -(-int(shape.rows) // int(x.even[t])):
+                        raise ConfigError(
+                            f"table {shape.name!r}: its grid column blocks split the rows "
+                            "differently; TorchRec's statistics per shard take one row split "
+                            "(each column block over a whole node)"
+                        )
+                    ranges[key] = len(table)
+                    table.append(t)
+                    height.append(key[1] - key[0])
+                    first.append(a)
+                stream_of[blk] = ranges[key]
+            continue
         own = (x.kind[t] == _ROWS and hi - lo > 1) or (x.kind[t] == _DP and replicas_apart)
         if own:
             stops = np.append(x.start[lo + 1 : hi], shape.rows) if x.kind[t] == _ROWS else None
@@ -215,13 +235,13 @@ def _route_streams(
             tb = base[ix(t)]
             k_t = kind[ix(t)]
             blk = tb
-            if k_t == _ROWS:
+            if k_t == _ROWS or k_t == _GRID:  # noqa: SIM109 - numba; grid: 1st column block's
                 blk = row_block(row, tb, even[ix(t)], count[ix(t)], start)
             elif k_t == _DP:
                 blk = tb + _dp_rank(batch_start + b, i - lo, world, salt)
             s = stream_of[ix(blk)]
             out_stream[ix(i)] = s
-            out_row[ix(i)] = row - start[ix(blk)] if k_t == _ROWS else row
+            out_row[ix(i)] = row - start[ix(blk)] if k_t == _ROWS or k_t == _GRID else row  # noqa: SIM109
 
 
 @kernel
