@@ -65,6 +65,7 @@ read linearly between (0, 0) and it (`interpolated_below_rows`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -172,9 +173,11 @@ def reference_unique_lru_misses(batches: list[list[int]], capacity: int) -> int:
 CHE_GRID = 1024  # characteristic times T the curve is evaluated at (log-spaced)
 
 
+@functools.lru_cache(maxsize=256)
 def _che_rates(table: Any, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
     """(rows per bucket m_j, per-batch rates -log(1 - q_j)) of a table's popularity
-    (`replay.analysis.che.table_popularity`, its hot values and rank offset)."""
+    (`replay.analysis.che.table_popularity`, its hot values and rank offset); kept per
+    (table spec, batch size): the heads, the cold misses and the curve all read it."""
     from replay.analysis.che import table_popularity
 
     pop = table_popularity(
