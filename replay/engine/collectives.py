@@ -42,8 +42,8 @@ and each group has its own input distribution and output distribution:
 - **Table-column-wise** (`twcw_sharding.py` `TwCwPooledEmbeddingSharding`, a
   `CwPooledEmbeddingSharding`) is sent as column-wise, in a group of its own; **grid**
   (`grid_sharding.py`: `TwRwSparseFeaturesDist` in, `GridPooledEmbeddingDist` out) as
-  table-row-wise with each column block a table on its node (its ids are counted only
-  once the cluster replay routes grid).
+  table-row-wise with each column block a table on its node (an id to its row's rank in
+  every column block).
 - **Backward gradients**: the same collectives reversed (`comm_ops.py`
   `All2All_Pooled_Wait.backward`: the all-to-all with the splits swapped;
   `ReduceScatterBase_Wait.backward`: `dist.all_gather_into_tensor`).
@@ -64,10 +64,9 @@ or all-gather is NCCL's ring over the group in rank order (NCCL runs both as rin
 each rank sends all chunks but one to its successor and receives all but one from its
 predecessor, ``(n - 1) / n`` of the tensor for even chunks, intra-node or inter-node as
 the successor's (predecessor's) node is. Held against a CPU `DistributedModelParallel`
-over gloo with 2 and 4 processes (`tests/test_collectives_dmp.py`: every type the
-cluster replay routes at once; grid, not routed yet, in every call but its ids): every
-call's bytes per rank equal, framing included (the splits all-to-all is modelled;
-nothing else is sent).
+over gloo with 2 and 4 processes (`tests/test_collectives_dmp.py`: every type at once,
+grid included): every call's bytes per rank equal, framing included (the splits
+all-to-all is modelled; nothing else is sent).
 
 Time, per call: an all-to-all takes its slowest rank's intra-node ``max(sent, received)
 / intra_node_bw + latency`` plus inter-node ``max(sent, received) / (nics_per_node x

@@ -70,8 +70,7 @@ the budget; TorchRec's per-table load factors are its own storage estimate, repo
 not replayed); TorchRec's plan's shards are not held to `cluster.gpu_memory_bytes`
 (TorchRec placed them within its own HBM and DDR estimates, which are reported). If
 TorchRec's planner raises (no plan fits its storage estimate, or any other failure),
-its one-line reason is recorded and the rest of the plan goes on; so is a plan the
-cluster replay cannot route (grid sharding).
+its one-line reason is recorded and the rest of the plan goes on.
 """
 
 from __future__ import annotations
@@ -87,7 +86,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.errors import ConfigError, ReplayError
-from replay.system.sharding import GRID, Placement, TableShape, resolve_plan
+from replay.system.sharding import Placement, TableShape, resolve_plan
 from replay.system.torchrec_plan import (
     INSTALL,
     OUR_TYPES,
@@ -308,19 +307,13 @@ def run_planner(
 def placement_of_plan(
     torchrec_plan: dict[str, Any], shapes: Sequence[TableShape], cluster: Any
 ) -> Placement:
-    """Our placement of TorchRec's plan (the JSON form), as the cluster replay routes it;
-    ConfigError for what it cannot route (grid)."""
+    """Our placement of TorchRec's plan (the JSON form), as the cluster replay routes it
+    (every type TorchRec emits, grid included)."""
     ours = plan_from_torchrec_json(torchrec_plan, "TorchRec's plan")
     placement = resolve_plan(
         ours, shapes, nodes=int(cluster.nodes), gpus_per_node=int(cluster.gpus_per_node),
         where="TorchRec's plan",
     )  # fmt: skip
-    grid = [e.table for e in placement.plan.tables if e.type == GRID]
-    if grid:
-        raise ConfigError(
-            f"TorchRec's plan grid-shards table {grid[0]!r}: the cluster replay does not "
-            "route grid sharding yet"
-        )
     return placement
 
 
