@@ -173,8 +173,8 @@ def plan_command(
             min=1,
             max=1_000_000,
             metavar="N",
-            help="Bins of each table's stack-distance histogram in torchrec.json (TorchRec's "
-            "planner reads a table's curve to rows / N).",
+            help="Fewest bins of each table's stack-distance histogram in torchrec.json "
+            "(more where a table's cache needs them: a bin at most 5% of it, an edge on it).",
         ),
     ] = 100,
     force: Annotated[
