@@ -170,6 +170,23 @@ def test_the_scaleup_proposer_splits_the_budget_itself() -> None:
     assert cached and all(e["load_factor"] > SCALEUP_START * ours[e["table"]] for e in cached)
 
 
+def test_at_production_scale_torchrecs_plan_is_routed_as_ours(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the plan routes its steady batch in pieces (production scale), TorchRec's
+    plan is routed the same way: one batch, every lookup on one GPU."""
+    import replay.plan.cluster as pc
+
+    monkeypatch.setattr(pc, "ROUTED_MIN_LOOKUPS", 10)
+    c = plan_json(_plan())["cluster"]
+    assert "production scale" in c["methods"]["steady"]
+    t = c["torchrec"]
+    assert "error" not in t
+    assert sum(g["steady_lookups"] for g in t["per_gpu"]) == SPEC.lookups_per_batch
+    assert sum(g["steady_lookups"] for g in c["per_gpu"]) == SPEC.lookups_per_batch
+    assert t["step_time_s"] > 0 and t["imbalance"] >= 1.0
+
+
 # -- criteo-terabyte on 8 GPUs (bench) ----------------------------------------------------
 
 
