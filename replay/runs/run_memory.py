@@ -144,7 +144,10 @@ def cache_bytes(system: SystemSpec, gpu_rows: Sequence[int], row_state: int) -> 
     if cls.name in ("tbe", "ssd-tbe"):
         # whole sets, as the capacity gives them on each GPU (a set is a hash modulo them)
         per_way = _TBE_WAY_BYTES.get(p.cache_algorithm, 16)
-        ways = sum(cls.capacity(system, unit_rows, row_state, max(int(r), 1)) for r in gpu_rows)
+        if p.cache_load_factor > 0:  # each GPU's sets from its own rows
+            ways = sum(cls.capacity(system, unit_rows, row_state, max(int(r), 1)) for r in gpu_rows)
+        else:  # the same sets on every GPU
+            ways = gpus * cls.capacity(system, unit_rows, row_state, max(total, 1))
         size, how = ways * per_way, f"{format_count(ways)} cache ways x {per_way} B"
         if cls.name == "ssd-tbe":
             l2 = int(p.l2_capacity_bytes // row_state)
@@ -176,8 +179,9 @@ def run_state(
     allocates per key, per cache slot, per lookup and per batch, from the classes that
     allocate it (`replay._memory`'s input). `threads`: the generating threads of an
     on-the-fly workload (a distinct-row bitmap each). `gpu_rows`: a cluster's rows on
-    each GPU, once placed (else R in all, `world` GPUs). ConfigError where the system
-    does not fit the source (as a run would say)."""
+    each GPU, once placed (else a bound for any placement without replicas: R + W rows
+    split evenly). ConfigError where the system does not fit the source (as a run would
+    say)."""
     from replay.checkpoint import STRATEGIES
     from replay.workload.onthefly import GeneratedTrace
 
