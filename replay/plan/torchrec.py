@@ -107,6 +107,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from replay._files import TORCHREC_STATS, read_bytes
 from replay._json import parse_json
 from replay.errors import ConfigError, InputError
 from replay.workload.spec import WorkloadSpec
@@ -440,12 +441,10 @@ def read_torchrec_stats(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if p.is_dir():
         p = p / FILE_NAME
-    try:
-        text = p.read_bytes()
-    except FileNotFoundError:
-        raise _bad(p, "no such file") from None
-    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
-        raise _bad(p, f"unreadable ({' '.join(str(exc).split())})") from None
+    try:  # regular files only, at most TORCHREC_STATS.limit_bytes read (replay._files)
+        text = read_bytes(p, TORCHREC_STATS, TorchRecFileError)
+    except TorchRecFileError as exc:
+        raise _bad(p, str(exc).removeprefix(f"{p}: ")) from None
     document = parse_json(text, p, TorchRecFileError)
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise _bad(p, f"not a {FORMAT} document")
