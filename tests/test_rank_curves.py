@@ -26,6 +26,7 @@ from replay.plan.rank_curves import DP_SALT, RankCurves, rank_curves
 from replay.system.sharding import (
     COLUMN_WISE,
     DATA_PARALLEL,
+    GRID,
     SHARDING_TYPES,
     ShardingPlan,
     TableSharding,
@@ -103,6 +104,11 @@ def _reference_streams(src, placement) -> list[list[tuple]]:
                         streams[rank].append((i, key))
                 elif kind == DATA_PARALLEL:
                     streams[_dp_rank(r.batch_start + b, pos, world)].append(("dp", key))
+                elif kind == GRID:  # the row's block in every column block
+                    row = key - offsets[t]
+                    for i, rank in blocks[t]:
+                        if placement.shards[i].row_start <= row < placement.shards[i].row_stop:
+                            streams[rank].append((i, key))
                 else:
                     streams[int(owners[lo + pos])].append(("row", key))
     return streams
@@ -122,7 +128,7 @@ def _check_exact(src, placement, sizes: np.ndarray = SIZES) -> RankCurves:
     return got
 
 
-@pytest.mark.parametrize("kind", SHARDING_TYPES)
+@pytest.mark.parametrize("kind", [*SHARDING_TYPES, GRID])
 @pytest.mark.parametrize(("nodes", "gpn"), [(2, 2), (2, 4)])
 def test_exact_equals_per_gpu_lru_reference(kind: str, nodes: int, gpn: int) -> None:
     src = _tiny()
@@ -148,6 +154,24 @@ def test_explicit_blocks_and_two_column_blocks_on_one_rank() -> None:
     got = _check_exact(src, placement)
     lookups_1 = 64 * 3 * 40  # tiny's table 1: pooling 3, 64 samples a batch
     assert got.lookups[2] >= 2 * lookups_1
+
+
+def test_grid_column_blocks_on_one_node_and_uneven() -> None:
+    """Grid with both column blocks on one node's GPUs (a rank holds two shards of the
+    table, each looked up) and column blocks over different numbers of GPUs (explicit
+    shards: rows split in 3 and in 1)."""
+    src = _tiny(30)
+    names = list(src.table_names)
+    shapes = table_shapes(names, [int(r) for r in src.table_rows], 8)
+    plan = ShardingPlan(
+        (
+            TableSharding(names[0], GRID, (2, 3, 2, 3)),
+            TableSharding(names[1], GRID, (1, 0, 3, 2), ((0, 4), (0, 4), (4, 8), (4, 8))),
+            TableSharding(names[2], GRID, (2, 3, 0), ((0, 4), (0, 4), (4, 8))),
+            TableSharding(names[3], "row-wise", (0, 1, 2, 3)),
+        )
+    )  # fmt: skip
+    _check_exact(src, resolve_plan(plan, shapes, nodes=2, gpus_per_node=2))
 
 
 def test_data_parallel_split_within_binomial_tolerance() -> None:

@@ -29,6 +29,7 @@ from replay.plan.write import plan_json, write_plan
 from replay.system.sharding import (
     COLUMN_WISE,
     DATA_PARALLEL,
+    GRID,
     SHARDING_TYPES,
     owner_ranks_reference,
     resolve_plan,
@@ -95,6 +96,12 @@ def _reference(src, placement) -> tuple[dict, dict]:
                 kind = placement.entry(t).type
                 if kind == COLUMN_WISE:
                     dest = [(s, row) for s in by_table[t]]
+                elif kind == GRID:  # the row's block in every column block
+                    dest = [
+                        (s, row - s.row_start)
+                        for s in by_table[t]
+                        if s.row_start <= row < s.row_stop
+                    ]
                 elif kind == DATA_PARALLEL:
                     rank = _dp_rank(r.batch_start + b, pos, world)
                     dest = [(next(s for s in by_table[t] if s.rank == rank), row)]
@@ -125,7 +132,7 @@ def tiny_tables() -> dict:
     return torchrec_stats(_tiny())["tables"]
 
 
-@pytest.mark.parametrize("kind", SHARDING_TYPES)
+@pytest.mark.parametrize("kind", [*SHARDING_TYPES, GRID])
 def test_each_shard_equals_an_lru_over_its_own_unique_ids(kind: str) -> None:
     src = _tiny()
     placement = _placement(src, kind)
