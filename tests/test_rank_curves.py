@@ -253,7 +253,7 @@ def test_bad_input() -> None:
 SAMPLED_RATE = 2.0**-4  # resolution 240 rows
 
 
-@pytest.mark.parametrize("kind", ["row-wise", "table-wise", "column-wise"])
+@pytest.mark.parametrize("kind", ["row-wise", "table-wise", "column-wise", "grid"])
 def test_sampled_within_the_stated_bound(kind: str) -> None:
     """criteo-kaggle, 1,500 batches of 128 (5 M lookups), 8 GPUs: each GPU's SHARDS curve
     at R = 2^-4 against its exact curve from the full stream, at the resolved sizes,

@@ -501,13 +501,17 @@ def rank_curves(
 
 
 def row_split_starts(placement: Placement) -> dict[int, np.ndarray]:
-    """Each row-split table's blocks' first rows (tables cut into row blocks)."""
+    """Each row-split table's blocks' first rows (tables cut into row blocks; grid: its
+    first column block's)."""
     x = _layout(placement)
-    return {
-        t: x.start[int(x.base[t]) : int(x.base[t] + x.count[t])]
-        for t in range(len(placement.tables))
-        if x.kind[t] not in (_DP, _CW, _GRID) and int(x.count[t]) > 1
-    }
+    out = {}
+    for t, shape in enumerate(placement.tables):
+        lo, n = int(x.base[t]), int(x.count[t])
+        if x.kind[t] == _GRID and n > 0:
+            n = -(-shape.rows // int(x.even[t]))
+        if x.kind[t] not in (_DP, _CW) and n > 1:
+            out[t] = x.start[lo : lo + n]
+    return out
 
 
 def spec_block_shares(
@@ -544,7 +548,9 @@ def _rank_lookups(
     row-split table of a workload spec, split by its rows' probabilities (`block_shares`:
     a small table may have no sampled row at all, and a hot row sampled or not moves a
     block's sampled share by points), and a row-split table with no sampled lookup and no
-    spec, split by rows."""
+    spec, split by rows. A grid table's every column block takes its full lookups, split
+    as a row-split table's (the spec's shares where the column block splits its rows as
+    the first one does; its rows' otherwise)."""
     x = router.layout
     counts = router.counts.astype(np.float64)
     multiplicity = x.columns
@@ -561,12 +567,24 @@ def _rank_lookups(
             out += full[t] / router.world
         elif x.kind[t] == _CW:
             np.add.at(out, ranks, full[t])
-        elif x.kind[t] == _GRID:  # each column block: its sampled share, else its rows
-            if per_table[t] > 0:
-                out += full[t] * x.columns[t] * counts[t] / per_table[t]
-            else:
-                stops = x.start[lo:hi] + np.minimum(x.geven[lo:hi], shape.rows - x.start[lo:hi])
-                np.add.at(out, ranks, full[t] * (stops - x.start[lo:hi]) / max(shape.rows, 1))
+        elif x.kind[t] == _GRID and spec is None and per_table[t] > 0:
+            out += full[t] * x.columns[t] * counts[t] / per_table[t]  # the sample's shares
+        elif x.kind[t] == _GRID:  # each column block as a row-split table of its own
+            starts = x.start[lo:hi]
+            stops = starts + np.minimum(x.geven[lo:hi], shape.rows - starts)
+            first = shares.get(t)  # the spec's, over the first column block's row blocks
+            c0 = lo
+            while c0 < hi:
+                c1 = c0 + -(-shape.rows // int(x.geven[c0]))
+                mine = x.start[c0:c1]
+                if c1 - c0 == 1:
+                    share = np.ones(1)
+                elif first is not None and np.array_equal(mine, x.start[lo : lo + len(first)]):
+                    share = first
+                else:  # its rows' share (a column block split unlike the first)
+                    share = (stops[c0 - lo : c1 - lo] - mine) / max(shape.rows, 1)
+                np.add.at(out, x.rank[c0:c1], full[t] * share)
+                c0 = c1
         elif hi - lo == 1:
             out[ranks[0]] += full[t]
         elif spec is not None:
