@@ -221,3 +221,13 @@ def test_criteo_terabyte_on_8_gpus_torchrecs_plans_import_and_replay(
     start = next(s for s, m in said if "TorchRec's planner" in m)
     end = next(s for s, m in said if "TorchRec's plan on the trace" in m)
     assert end - start < 60
+
+
+def test_above_the_table_gpu_limit_torchrecs_planner_is_skipped_and_says_why() -> None:
+    """tiny's 4 tables on 2 x 2 GPUs are 16 table-GPU pairs: over a limit of 15, TorchRec's
+    planner is not run (its partitioner's time grows with them) and the plan says so."""
+    c = _plan("cluster.torchrec_max_table_gpus=15")["cluster"]
+    reason = c["torchrec"]["skipped"]
+    assert reason.startswith("TorchRec's planner not run: 4 tables x 4 GPUs = 16 is over")
+    assert "cluster.torchrec_max_table_gpus (15)" in reason
+    assert "sharding" in _plan("cluster.torchrec_max_table_gpus=16")["cluster"]["torchrec"]

@@ -422,6 +422,16 @@ def torchrec_side(
 
     if base.cluster.torchrec_proposer not in PROPOSERS:
         return {"skipped": "cluster.torchrec_proposer = none: TorchRec's planner not run"}
+    pairs = len(horizon.table_names) * int(base.cluster.world_size)
+    if pairs > int(base.cluster.torchrec_max_table_gpus):
+        return {
+            "skipped": (
+                f"TorchRec's planner not run: {len(horizon.table_names):,} tables x "
+                f"{int(base.cluster.world_size):,} GPUs = {pairs:,} is over "
+                f"cluster.torchrec_max_table_gpus ({int(base.cluster.torchrec_max_table_gpus):,}),"
+                " where its greedy partitioner takes tens of minutes; raise it to run it"
+            )
+        }
     batch = batch_size_of(horizon)
     if not tables or batch is None:
         return {"skipped": "the plan has no batch size or no statistics for TorchRec's planner"}

@@ -378,6 +378,10 @@ class ClusterSpec:
     length_bytes: int = field(default=4, metadata={"choices_int": (4, 8)})
     # `replay plan`: TorchRec's planner beside ours, with these proposers (when installed)
     torchrec_proposer: str = field(default="default", metadata={"choices": TORCHREC_PROPOSERS})
+    # ... run only where tables x GPUs is at most this: TorchRec's greedy partitioner
+    # deep-copies its options per table and GPU, so 856 tables on 128 GPUs (meta-2021)
+    # ran over 14 min in its planner without finishing (2-core VM), where the plan takes 2
+    torchrec_max_table_gpus: int = field(default=8192, metadata=_range(1, 1 << 40))
     preset: str = ""  # the clusters.toml entry its defaults came from ("": these)
     source: str = ""
 
