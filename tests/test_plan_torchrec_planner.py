@@ -170,16 +170,6 @@ def test_the_scaleup_proposer_splits_the_budget_itself() -> None:
     assert cached and all(e["load_factor"] > SCALEUP_START * ours[e["table"]] for e in cached)
 
 
-def test_a_search_too_large_for_seconds_is_not_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    import replay.plan.torchrec_planner as tp
-
-    monkeypatch.setattr(tp, "MAX_SEARCH_UNITS", 10)
-    t = plan_json(_plan())["cluster"]["torchrec"]
-    assert list(t) == ["skipped"]
-    assert t["skipped"].startswith("TorchRec's planner is not asked for 4 tables on 4 GPUs")
-    assert "(here 32)" in t["skipped"]
-
-
 def test_at_production_scale_torchrecs_plan_is_routed_as_ours(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

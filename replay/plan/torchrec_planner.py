@@ -65,9 +65,11 @@ lookups: uniform ids) and a cached lookup from the load factor, not the hit rati
 so a skewed table's hot rows load one rank (on criteo-terabyte four tables send 37% of
 their lookups to one row each).
 
-Cost. TorchRec's search grows as the tables squared (`MAX_SEARCH_UNITS`): it is asked
-only where it takes seconds (criteo-terabyte's 26 tables up to about 1,300 GPUs), and a
-larger problem (meta-2021's 856 tables) records why it was not asked.
+Cost. TorchRec's search grows with the tables and GPUs (its partitioner copies its
+options per table and GPU; measured on the 2-core VM, profiled: 26 tables on 128 GPUs
+7.8 s, 100 tables on 8, 16, 128 GPUs 16, 29, 63 s, roughly as tables^2 x sqrt(GPUs)):
+`torchrec_side` asks it only up to `cluster.torchrec_max_table_gpus` tables x GPUs,
+and says why not beyond.
 
 ASSUMPTIONS: the same cache model judges both plans (each GPU's LRU over its shards at
 the budget; TorchRec's per-table load factors are its own storage estimate, reported,
@@ -82,7 +84,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import re
 import tempfile
 import warnings
@@ -103,12 +104,6 @@ from replay.system.torchrec_plan import (
 PROPOSERS = ("default", "scaleup")
 # the scale-up proposer's first load factors: this share of the plan's (it grows them)
 SCALEUP_START = 1e-3
-# TorchRec's search grows as the tables squared and slowly with the GPUs: measured on the
-# 2-core VM (profiled), 26 tables on 128 GPUs 7.8 s, 100 tables on 8, 16, 128 GPUs 16,
-# 29, 63 s, about 1 ms per unit of tables^2 x sqrt(GPUs); it is asked up to this many
-# units (criteo-terabyte's 26 tables up to about 1,300 GPUs; meta-2021's 856 tables on
-# 128 GPUs would be 8.3 M units: hours)
-MAX_SEARCH_UNITS = 30_000
 PERF_FIELDS = (
     "fwd_compute", "fwd_comms", "bwd_compute", "bwd_comms", "prefetch_compute",
     "input_dist_comms",
@@ -345,14 +340,6 @@ def torchrec_beside(
     `imbalance`, `all_to_all_bytes_per_batch`, `step_time_s`, ...)."""
     proposer = str(cluster.torchrec_proposer)
     world = int(cluster.world_size)
-    units = len(shapes) ** 2 * math.sqrt(world)
-    if units > MAX_SEARCH_UNITS:
-        return {
-            "skipped": f"TorchRec's planner is not asked for {len(shapes):,} tables on "
-            f"{world:,} GPUs: its search grows as the tables squared (100 tables on 128 "
-            "GPUs took 63 s, 26 tables 7.8 s, on a 2-core machine), and replay asks it up "
-            f"to {MAX_SEARCH_UNITS:,} units of tables^2 x sqrt(GPUs) (here {units:,.0f})"
-        }
     missing = torchrec_missing()
     if missing is not None:
         return {"skipped": missing}
@@ -472,7 +459,6 @@ def _counts(items: Any) -> dict[str, int]:
 
 
 __all__ = [
-    "MAX_SEARCH_UNITS",
     "PROPOSERS",
     "SCALEUP_START",
     "WHAT_TRACE_SEES",
