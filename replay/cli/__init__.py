@@ -67,6 +67,7 @@ def load_commands(argv: list[str] | None = None) -> None:
         _register(command)
     # `--help` lists them as registered: in COMMANDS' order, whatever imported them first
     app.registered_commands.sort(key=lambda c: COMMANDS.index(c.name or ""))
+    app.registered_groups.sort(key=lambda g: COMMANDS.index(str(g.name or "")))
 
 
 def _register(command: str | None) -> None:
