@@ -121,22 +121,38 @@ def run_dmp(
     store = folder / "store"
     if store.exists():
         store.unlink()
+    codes, seconds, texts = launch_ranks(Path(__file__), folder, world, gpus_per_node, timeout_s)
+    if any(codes):
+        tail = "\n".join(f"-- rank {r} (exit {c}) --\n{t[-3000:]}" for r, (c, t) in
+                         enumerate(zip(codes, texts, strict=True)))  # fmt: skip
+        raise RuntimeError(f"DMP run failed:\n{tail}")
+    records, received, pooled = [], [], []
+    for r in range(world):
+        out = json.loads((folder / f"rank{r}.json").read_text())
+        records.append(out["records"])
+        received.append(out["received_ids"])
+        npz = np.load(folder / f"rank{r}.npz")
+        pooled.append([npz[f"b{b}"] for b in range(len(batches))])
+    return DmpResult(world, records, received, pooled, seconds, texts)
+
+
+def launch_ranks(
+    script: Path, folder: Path, world: int, local: int, timeout_s: float
+) -> tuple[list[int], float, list[str]]:
+    """Run `python SCRIPT FOLDER RANK` for every rank, with the environment
+    `torch.distributed` reads (`LOCAL_WORLD_SIZE` = `local`, the GPUs of a node), each
+    logging to `FOLDER/rank{r}.log`; killed at `timeout_s`. (exit codes, seconds, logs)."""
     started = time.perf_counter()
-    procs = []
-    logs = []
+    procs, logs = [], []
     for r in range(world):
         env = dict(os.environ)
         env.update(
-            RANK=str(r),
-            WORLD_SIZE=str(world),
-            LOCAL_RANK=str(r % gpus_per_node),
-            LOCAL_WORLD_SIZE=str(gpus_per_node),
-            OMP_NUM_THREADS="1",
-            CUDA_VISIBLE_DEVICES="",
-        )
+            RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r % local),
+            LOCAL_WORLD_SIZE=str(local), OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="",
+        )  # fmt: skip
         log = open(folder / f"rank{r}.log", "w")  # noqa: SIM115 - closed below
         logs.append(log)
-        command = [sys.executable, __file__, str(folder), str(r)]
+        command = [sys.executable, str(script), str(folder), str(r)]
         procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
     deadline = time.monotonic() + timeout_s
     codes = []
@@ -151,19 +167,7 @@ def run_dmp(
         for log in logs:
             log.close()
     seconds = time.perf_counter() - started
-    texts = [(folder / f"rank{r}.log").read_text() for r in range(world)]
-    if any(codes):
-        tail = "\n".join(f"-- rank {r} (exit {c}) --\n{t[-3000:]}" for r, (c, t) in
-                         enumerate(zip(codes, texts, strict=True)))  # fmt: skip
-        raise RuntimeError(f"DMP run failed:\n{tail}")
-    records, received, pooled = [], [], []
-    for r in range(world):
-        out = json.loads((folder / f"rank{r}.json").read_text())
-        records.append(out["records"])
-        received.append(out["received_ids"])
-        npz = np.load(folder / f"rank{r}.npz")
-        pooled.append([npz[f"b{b}"] for b in range(len(batches))])
-    return DmpResult(world, records, received, pooled, seconds, texts)
+    return codes, seconds, [(folder / f"rank{r}.log").read_text() for r in range(world)]
 
 
 # -- the worker's side (torch and torchrec imported here only) ---------------------------

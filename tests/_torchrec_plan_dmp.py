@@ -22,15 +22,13 @@ embeddings).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _dmp_harness import launch_ranks
 
 
 @dataclass(frozen=True)
@@ -73,31 +71,7 @@ def run_plan_dmp(
             arrays[f"l{b}_{t}"] = np.asarray(lengths, dtype=np.int64)
             arrays[f"v{b}_{t}"] = np.asarray(ids, dtype=np.int64)
     np.savez(folder / "batches.npz", **arrays)
-    started = time.perf_counter()
-    procs, logs = [], []
-    for r in range(world):
-        env = dict(os.environ)
-        env.update(
-            RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r % local),
-            LOCAL_WORLD_SIZE=str(local), OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="",
-        )  # fmt: skip
-        log = open(folder / f"rank{r}.log", "w")  # noqa: SIM115 - closed below
-        logs.append(log)
-        command = [sys.executable, __file__, str(folder), str(r)]
-        procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
-    deadline = time.monotonic() + timeout_s
-    codes = []
-    try:
-        for p in procs:
-            codes.append(p.wait(timeout=max(deadline - time.monotonic(), 1.0)))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for log in logs:
-            log.close()
-    seconds = time.perf_counter() - started
+    codes, seconds, _ = launch_ranks(Path(__file__), folder, world, local, timeout_s)
     if any(codes):
         tails = [(folder / f"rank{r}.log").read_text()[-3000:] for r in range(world)]
         lines = [f"-- rank {r} (exit {codes[r]}) --\n{t}" for r, t in enumerate(tails)]

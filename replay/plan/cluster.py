@@ -204,6 +204,22 @@ STEP_BASIS = (
 )
 
 
+def _step_figures(means: dict[str, Any]) -> dict[str, Any]:
+    """The steady state's all-to-all, all-reduce and step per batch, in plan.json's names,
+    from `_span_means`: for our placement and TorchRec's alike."""
+    from replay.engine.collectives import PHASES
+
+    return {
+        "all_to_all_bytes_per_batch": means["all_to_all_bytes"],
+        "all_to_all_bytes_per_batch_by_phase": {
+            phase: means[f"all_to_all_{phase}_bytes"] for phase in PHASES
+        },
+        "all_to_all_s_per_batch": means["all_to_all_s"],
+        "allreduce_s_per_batch": means["allreduce_s"],
+        "step_time_s": means["step_time_s"],
+    }
+
+
 def _placement(base: Any, source: Any, loads: Any, **kw: Any) -> Any:
     from replay.engine.placement import resolve_placement
 
@@ -233,7 +249,7 @@ def plan_cluster(
     at R < 1); `torchrec_bins`, `torchrec_tables`: torchrec.json's bins and one-GPU
     tables (`replay.plan.torchrec_shards.shard_stats`)."""
     from replay.engine.cluster import replay_cluster
-    from replay.engine.collectives import DESCRIPTIONS, PHASES
+    from replay.engine.collectives import DESCRIPTIONS
     from replay.engine.placement import spec_loads
     from replay.plan.cache import curve_sizes
     from replay.plan.cluster_checkpoint import checkpoint_bytes
@@ -421,13 +437,7 @@ def plan_cluster(
         "imbalance_modeled": chosen.basis.get("modeled_imbalance"),
         "imbalance_run": float(lookups.max() / run_mean) if run_mean > 0 else 1.0,
         "all_to_all_model": cluster.all_to_all_model,
-        "all_to_all_bytes_per_batch": means["all_to_all_bytes"],
-        "all_to_all_bytes_per_batch_by_phase": {
-            phase: means[f"all_to_all_{phase}_bytes"] for phase in PHASES
-        },
-        "all_to_all_s_per_batch": means["all_to_all_s"],
-        "allreduce_s_per_batch": means["allreduce_s"],
-        "step_time_s": means["step_time_s"],
+        **_step_figures(means),
         "hit_at_budget": {
             "worst": None if not valid else float(min(valid)),
             "mean": None if not valid else float(np.mean(valid)),
@@ -517,7 +527,6 @@ def measure_placement(
     steady state (the same span replayed, or routed at production scale, `routed`):
     imbalance, all-to-all, all-reduce and step time, means over its second half."""
     from replay.engine.cluster import replay_cluster
-    from replay.engine.collectives import PHASES
     from replay.plan.rank_curves import rank_curves
 
     rank_rows = _rank_rows(placement)
@@ -559,13 +568,7 @@ def measure_placement(
         },
         "imbalance": means["imbalance"],
         "imbalance_run": float(lookups.max() / mean) if mean > 0 else 1.0,
-        "all_to_all_bytes_per_batch": means["all_to_all_bytes"],
-        "all_to_all_bytes_per_batch_by_phase": {
-            phase: means[f"all_to_all_{phase}_bytes"] for phase in PHASES
-        },
-        "all_to_all_s_per_batch": means["all_to_all_s"],
-        "allreduce_s_per_batch": means["allreduce_s"],
-        "step_time_s": means["step_time_s"],
+        **_step_figures(means),
     }
 
 
