@@ -383,6 +383,9 @@ def torchrec_stats(
             "pooling_factor": (
                 float(lookups[t]) / (batches * batch_size) if batch_size and batches else None
             ),
+            # the global batch expected_lookups counts (also the file's): an entry alone
+            # says what it assumes
+            "batch_size": batch_size,
         }
         if not exact:
             if curve.sampled_rows is not None:  # SHARDS: the curve rests on these rows

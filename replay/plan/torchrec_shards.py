@@ -622,7 +622,9 @@ def torchrec_document(document: dict[str, Any]) -> dict[str, Any] | None:
         if key == "batch_size":
             out.update(extra)
     if SHARDS_KEY in cluster:
-        out["cluster"] = cluster[SHARDS_KEY]
+        # each shard says the global batch its expected_lookups and lookups_per_batch count
+        shards = [{**e, "batch_size": out.get("batch_size")} for e in cluster[SHARDS_KEY]["shards"]]
+        out["cluster"] = {**cluster[SHARDS_KEY], "shards": shards}
     return out
 
 
