@@ -253,6 +253,10 @@ def test_plan_torchrec_json_per_shard_and_one_gpu_unchanged(tmp_path: Path) -> N
     assert trec["tables"] == json.loads(text)["tables"]
     c = trec["cluster"]
     assert (c["world"], c["nodes"], c["gpus_per_node"]) == (4, 2, 2)
+    # every entry says the global batch its expected lookups count
+    assert trec["batch_size"] == 256
+    for entry in [*trec["tables"].values(), *c["shards"]]:
+        assert entry["batch_size"] == 256
     assert c["budget_rows_per_gpu"] == plan["cluster"]["budget_rows_per_gpu"]
     for name, table in trec["tables"].items():
         mine = [e for e in c["shards"] if e["table"] == name]
