@@ -262,9 +262,18 @@ def start(args: list[str]) -> subprocess.Popen[str]:
     )
 
 
+def _claimed(out: Path) -> bool:
+    """The lock file is there and holds its writer's pid: stopping the writer between
+    its lock and its pid (a busy CI machine did) would leave the pid out of the message."""
+    try:
+        return lock_path(out).read_text().strip().isdigit()
+    except OSError:
+        return False
+
+
 def wait_for_claim(out: Path, proc: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 120
-    while not lock_path(out).exists():
+    while not _claimed(out):
         if proc.poll() is not None:
             raise AssertionError(f"ended before claiming {out}: {proc.communicate()}")
         if time.monotonic() > deadline:
