@@ -32,8 +32,10 @@ that does not set the key itself)::
     name = "C1"
     rows = 1460
     frozen = false             # a frozen table is looked up but never updated
+    features = ["C1"]          # optional: the model's features that look this table up
+    feature_pooling = [1]      # optional: each feature's lookups per sample (sum = pooling)
 
-The hot values (`hot_shares` = [s_1, ..., s_j], j <= `MAX_HOT_VALUES` and below rows,
+The hot values (`hot_shares` = [s_1, ..., s_j], j <= `MAX_HOT_SHARES` and below rows,
 each in [0, 1), their sum below 1): real categorical features put a fixed share of their
 lookups on a few values (the empty value, a default id, a dominant campaign) on top of a
 long tail, so rank i <= j takes exactly s_i of the table's lookups and the other ranks
@@ -50,7 +52,17 @@ shares are dropped, so [] (or [0.0]) is the plain power law, and a spec without 
 values is the spec it was before the knob existed: `to_dict` (manifests, digests, TOML)
 leaves the key out, and the generator draws the same lookups bit for bit. (The first
 version of the knob, `hot_share` = h, put h on rank 1 on top of its power-law share; it
-is refused with a pointer here.)
+is refused with a pointer here.) A spec holds up to `MAX_HOT_SHARES` (20) hot values,
+the heavy hitters FBGEMM's TBE reporter writes (`kHeavyHitterMaxEntries`,
+`replay.workload.tbe_config`); `replay fit` tests at most `MAX_HOT_VALUES` (3) ranks of a
+trace.
+
+Features sharing a table (TorchRec's `feature_names`, FBGEMM's `feature_table_map`): a
+table's lookups are what all its features look up, so `pooling` is their total per
+sample and the access model is the table's. `features` names them (each name once in a
+spec) and `feature_pooling` splits `pooling` among them (whole lookups, each at least 1,
+summing to `pooling`); both are optional and change no lookup: the trace keeps tables,
+not features. A spec without them has the manifest, digest and TOML it had before.
 """
 
 from __future__ import annotations
@@ -80,9 +92,12 @@ MAX_POOLING = 1 << 20
 # q of p(k) ~ (k + q)^-alpha: a head of up to about q equally likely ranks; beyond 2^40 the
 # law is uniform over any table the generator can hold in a batch
 MAX_RANK_OFFSET = float(2**40)
-# hot values per table: real tables show one to three (issue 28; `replay fit` tests them
-# rank by rank), and every hot rank must be a head rank of each generator
+# hot values that `replay fit` tests per table: real tables show one to three (issue 28)
 MAX_HOT_VALUES = 3
+# hot values a spec may hold per table: FBGEMM's TBE reporter writes up to 20 heavy hitters
+# (indices_estimator.h, kHeavyHitterMaxEntries_); every hot rank must be a head rank of each
+# generator (the alias head holds 4,096 ranks, `sampler.HEAD_RANKS`)
+MAX_HOT_SHARES = 20
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,10 @@ class TableSpec:
     pooling: int = 1
     mapping: str = "permuted"
     frozen: bool = False
+    # the model's features that look this table up (names only: lookups are per table)
+    features: tuple[str, ...] = ()
+    # each feature's lookups per sample, summing to pooling; () when not said
+    feature_pooling: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -185,6 +204,11 @@ def _table_dict(table: TableSpec) -> dict[str, Any]:
         del data["hot_shares"]
     if data["rank_offset"] == 0.0:
         del data["rank_offset"]
+    for key in ("features", "feature_pooling"):
+        if data[key]:
+            data[key] = list(data[key])
+        else:
+            del data[key]
     return data
 
 
@@ -260,8 +284,8 @@ def _hot_shares(merged: dict[str, Any], where: str) -> tuple[float, ...]:
     ]
     while shares and shares[-1] == 0.0:
         shares.pop()
-    if len(shares) > MAX_HOT_VALUES:
-        raise ConfigError(f"{where}.hot_shares: at most {MAX_HOT_VALUES} hot values")
+    if len(shares) > MAX_HOT_SHARES:
+        raise ConfigError(f"{where}.hot_shares: at most {MAX_HOT_SHARES} hot values")
     rows = merged.get("rows")
     if shares and isinstance(rows, int) and len(shares) >= rows:
         raise ConfigError(
@@ -283,7 +307,7 @@ def _str(value: Any, where: str, choices: tuple[str, ...] | None = None) -> str:
 
 
 _TABLE_KEYS = {f.name for f in fields(TableSpec)}
-_DEFAULT_KEYS = _TABLE_KEYS - {"name", "rows", "frozen"}
+_DEFAULT_KEYS = _TABLE_KEYS - {"name", "rows", "frozen", "features", "feature_pooling"}
 _UPDATE_KEYS = {f.name for f in fields(UpdateRule)}
 _SPEC_KEYS = {f.name for f in fields(WorkloadSpec)} | {"defaults"}
 
@@ -299,6 +323,8 @@ def _table(data: Any, defaults: dict[str, Any], where: str) -> TableSpec:
     frozen = merged.get("frozen", False)
     if not isinstance(frozen, bool):
         raise ConfigError(f"{where}.frozen: expected true or false, got {frozen!r}")
+    pooling = _int(merged.get("pooling", 1), f"{where}.pooling", 1, MAX_POOLING)
+    features, feature_pooling = _features(merged, pooling, where)
     return TableSpec(
         name=_str(merged["name"], f"{where}.name"),
         rows=_rows(merged["rows"], f"{where}.rows"),
@@ -315,10 +341,42 @@ def _table(data: Any, defaults: dict[str, Any], where: str) -> TableSpec:
         reuse_window_batches=_int(
             merged.get("reuse_window_batches", 1), f"{where}.reuse_window_batches", 1, 1 << 20
         ),
-        pooling=_int(merged.get("pooling", 1), f"{where}.pooling", 1, MAX_POOLING),
+        pooling=pooling,
         mapping=_str(merged.get("mapping", "permuted"), f"{where}.mapping", MAPPINGS),
         frozen=frozen,
+        features=features,
+        feature_pooling=feature_pooling,
     )
+
+
+def _features(
+    merged: dict[str, Any], pooling: int, where: str
+) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The table's features and their lookups per sample (module docstring)."""
+    names = merged.get("features", [])
+    split = merged.get("feature_pooling", [])
+    if not isinstance(names, list | tuple):
+        raise ConfigError(f"{where}.features: expected a list of names, got {names!r}")
+    if not isinstance(split, list | tuple):
+        raise ConfigError(f"{where}.feature_pooling: expected a list of integers, got {split!r}")
+    features = tuple(_str(n, f"{where}.features[{i}]") for i, n in enumerate(names))
+    if any(not n for n in features):
+        raise ConfigError(f"{where}.features: a feature name is empty")
+    if len(set(features)) != len(features):
+        dup = next(n for n in features if features.count(n) > 1)
+        raise ConfigError(f"{where}.features: feature {dup!r} appears twice")
+    parts = tuple(
+        _int(p, f"{where}.feature_pooling[{i}]", 1, MAX_POOLING) for i, p in enumerate(split)
+    )
+    if parts and len(parts) != len(features):
+        raise ConfigError(
+            f"{where}.feature_pooling: {len(parts)} values for {len(features)} features"
+        )
+    if parts and sum(parts) != pooling:
+        raise ConfigError(
+            f"{where}.feature_pooling: sums to {sum(parts)}, not the table's pooling {pooling}"
+        )
+    return features, parts
 
 
 def spec_from_dict(data: Any, where: str = "spec") -> WorkloadSpec:
@@ -346,6 +404,15 @@ def spec_from_dict(data: Any, where: str = "spec") -> WorkloadSpec:
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise ConfigError(f"{where}: table name {dup!r} appears twice")
+    owner: dict[str, str] = {}
+    for t in tables:
+        for feature in t.features:
+            if feature in owner:
+                raise ConfigError(
+                    f"{where}: feature {feature!r} looks up two tables, {owner[feature]!r} "
+                    f"and {t.name!r}"
+                )
+            owner[feature] = t.name
     update_data = data.get("update", {})
     if isinstance(update_data, UpdateRule):
         update_data = asdict(update_data)
@@ -421,6 +488,7 @@ def spec_to_toml(spec: WorkloadSpec) -> str:
 
 
 __all__ = [
+    "MAX_HOT_SHARES",
     "MAX_HOT_VALUES",
     "TableSpec",
     "UpdateRule",
