@@ -88,6 +88,10 @@ def _load(name: str):
         from replay.system import torchrec_plan
 
         return getattr(torchrec_plan, name)
+    if name == "record":
+        from replay.trace.record import record
+
+        return record
     if name == "parameter_constraints":
         from replay.plan.torchrec import parameter_constraints
 
@@ -107,6 +111,7 @@ __all__ = [
     "open_trace",
     "open_workload",
     "parameter_constraints",
+    "record",
     "replay_trace",
     "resolve_system",
     "sharding_from_torchrec",

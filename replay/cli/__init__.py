@@ -52,6 +52,7 @@ COMMANDS = (
     "quickstart",
     "bench",
     "export",  # a group, as bench: `--help` lists the groups after the commands
+    "record",
 )
 
 
@@ -93,6 +94,8 @@ def _register(command: str | None) -> None:
         from replay.cli import plan  # noqa: F401
     elif command == "presets":
         from replay.cli import presets  # noqa: F401
+    elif command == "record":
+        from replay.cli import record  # noqa: F401
     elif command == "quickstart":
         from replay.cli import quickstart  # noqa: F401
     elif command == "report":
