@@ -55,11 +55,12 @@ from replay._files import SPEC, read_text
 from replay._toml import has_too_long_int, parse_toml
 from replay._units import parse_bytes, parse_duration
 from replay.errors import ConfigError, opt
+from replay.system.gpu_memory import COMPUTE_DEFAULTS, PIPELINES
+from replay.system.optimizer import OPTIMIZERS, optimizer_bytes_per_row
 
 LOCATIONS = ("gpu", "host", "near-memory")
 INCREMENTS = ("one-shot", "consecutive", "intermittent")
 QUANTIZE_BITS = (0, 2, 3, 4, 8)  # 0: no quantization (Check-N-Run's b in 2, 3, 4, 8)
-OPTIMIZERS = ("sgd", "rowwise-adagrad", "adagrad", "adam")
 CHUNK_EVICTIONS = ("furthest", "lru")
 TBE_ALGORITHMS = ("lru", "lfu")  # fbgemm_gpu CacheAlgorithm
 SSD_TBE_KNOBS = ("l2_capacity_bytes", "store_tier", "ssd_write_amplification")
@@ -196,6 +197,10 @@ class ComputeSpec:
     # (what an overlapped checkpoint write can hide behind)
     optimizer_fraction: float = field(default=0.0, metadata=_range(0, 1))
     source: str = ""
+    # per GPU (replay/system/gpu_memory.py): TorchRec's train pipeline, and the dense
+    # model's activations at their peak, given; at their defaults left out of `to_dict`
+    pipeline: str = field(default="sparse-dist", metadata={"choices": PIPELINES})
+    activations_bytes: float = field(default=0.0, metadata=_range(0, MAX_BYTES))
 
 
 @dataclass(frozen=True)
@@ -430,6 +435,9 @@ class SystemSpec:
         }
         if data["cluster"] is None:  # one GPU: the dict (and every result) as before
             del data["cluster"]
+        for key, default in COMPUTE_DEFAULTS.items():  # results as before the knobs
+            if data["compute"][key] == default:
+                del data["compute"][key]
         ck = data["checkpoint"]
         if ck["store"] is None:  # not given: the dict as before [checkpoint.store] existed
             del ck["store"]
@@ -443,12 +451,6 @@ class SystemSpec:
             for key in SSD_TBE_KNOBS:
                 del data["policy"][key]
         return data
-
-
-def optimizer_bytes_per_row(optimizer: str, dim: int) -> int:
-    """Optimizer state per row (DESIGN section 6): SGD none, row-wise Adagrad one fp32,
-    Adagrad one fp32 per value, Adam two."""
-    return {"sgd": 0, "rowwise-adagrad": 4, "adagrad": 4 * dim, "adam": 8 * dim}[optimizer]
 
 
 # -- validation -----------------------------------------------------------------------
