@@ -1,0 +1,328 @@
+"""TorchRec's EMO benchmark as step-model inputs, and the model's runtimes beside the
+measured ones.
+
+Placement. Engine arithmetic beside `replay.engine.step_model`, pure: the benchmark's
+setup as data (each number with the file it comes from), its per-GPU loads in closed form
+(its ids are uniform, so no trace is needed for the expected counts), the four measured
+runtimes, and `predictions()`. `docs/step_time.md` prints its table; the tests hold it to
+the acceptance (order, ratios to the all-HBM run within 10%).
+
+The benchmark (TorchRec PR #4099, meta-pytorch/torchrec 6a2d4be3,
+`torchrec/distributed/benchmark/yaml/prefetch_emo.yml` and
+`benchmark_train_pipeline.py`): 2 ranks (`world_size: 2`); local batch 32,768
+(`RunOptions.batch_size`, "batch_size=32768" in the PR); `TestSparseNN` with 100 float
+features, dense arch [128, 128, 128] -> 128, over arch `TestOverArchLarge`: a linear
+layer from 128 + the tables' dims to 1,024 and 5 more of 1,024 x 1,024
+(`test_utils/test_model.py`, `TestOverArchLarge.__init__`); 30 unweighted and 40
+weighted tables of 100 K x 256 fp32 table-wise, `FP16_table` 100 K x 512 fp16
+table-wise, `large_table` 10 M x 512 fp32 row-wise (5 M rows a rank); every feature's
+lengths `max(N(30, 3), 1)` cast to int64 (mean 29.5: the cast truncates), ids uniform
+(`torch.randint`, `test_utils/model_input.py` `_generate_features`), int64 ids and
+lengths, fp32 weights on weighted features; the default fused optimizer; 10 batches
+per measured run (`num_batches: 10`, `sync_batch: True`: every batch ends in a device
+synchronize). Runs: `sdd_fused` (all in HBM, `TrainPipelineSparseDist`),
+`sdd_fused_uvm` (large_table `fused_uvm`, same pipeline), `prefetch_emo_0.4` and
+`_0.2` (large_table `fused_uvm_caching` at load factor 0.4 / 0.2, `prefetch_pipeline`,
+`PrefetchTrainPipelineSparseDist`). Measured GPU runtime P90 of the 10 batches in ms.
+
+Constants, each cited or marked:
+
+- HBM bandwidth of a TBE lookup 2 TB/s: PR #4099 section 3.2 ("on-HBM embedding lookup
+  ... ~2 TB/s (HBM)").
+- PCIe 50 GB/s each way: PR #4099 sections 1 and 3.2 ("~50-60 GB/s", "~50 GB/s
+  (PCIe)"), the low end.
+- NVLink 450 GB/s each way per GPU, 2 us a call: the `dgx-h100` cluster preset
+  (`replay/system/clusters.toml`). ASSUMPTION: the PR does not name its GPU; it names
+  H100 as the target device class, and its 50-60 GB/s is PCIe 5.
+- Dense FLOPs at the H100 SXM's FP32 peak, 67 TFLOP/s (NVIDIA H100 datasheet; PyTorch
+  runs fp32 matmuls without TF32 by default): a lower bound on the dense time, and so on
+  the window a prefetch hides in.
+- Table placement: 36 table-wise tables on rank 0 (15 unweighted, 20 weighted, the FP16
+  table), 35 on rank 1. ASSUMPTION: TorchRec's planner balances the 71 equal-cost tables.
+- FITTED: `other_s`, everything a step spends that no part above counts (the over
+  arch's layer norms and activations, the KJT permutes and bucketization, launches
+  under `sync_batch`), set so the all-HBM run's predicted step equals its measured
+  2,855.41 ms / 10. The other three runs' ratios are predictions from the constants
+  above and this one fitted number; `predictions()` also returns the step without it.
+- The cache (FBGEMM `fused_uvm_caching`, `prefetch_pipeline`): load factor x 5 M rows
+  per rank, 32-way sets. Uniform ids: a row of the next batch is cached with
+  probability cache rows / 5 M. FBGEMM locks the current batch's cached rows while the
+  next batch is prefetched (`lxu_cache_locking_counter`, FBGEMM PR #1883): the prefetch
+  inserts at most cache rows - locked rows; the rows it cannot insert are read from host
+  memory in the forward and updated there in the backward (`uvm_forward_s`,
+  `uvm_backward_s`). The steady state alternates between two batches; `cache_loads`
+  averages them. ASSUMPTION: sets fill evenly (the per-set spread is not modelled); every
+  cached row is dirty when evicted (the backward updated it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from replay.engine.step_model import GpuLoad, KernelLoad, StepConstants, overlap, step
+
+WORLD = 2
+LOCAL_BATCH = 32_768
+POOLING = 29.5  # int64(max(N(30, 3), 1)): the cast truncates
+UNWEIGHTED = 30
+WEIGHTED = 40
+SMALL_ROWS = 100_000
+SMALL_DIM = 256
+FP16_DIM = 512
+LARGE_ROWS = 10_000_000
+LARGE_DIM = 512
+FLOAT_FEATURES = 100
+DENSE_ARCH = (128, 128, 128, 128)  # hidden [128, 128, 128], out 128
+OVER_ARCH_OUT = 1024
+OVER_ARCH_HIDDEN = 5
+BATCHES = 10  # the measured runtime covers num_batches: 10
+INDEX_BYTES = 8
+LENGTH_BYTES = 8
+WEIGHT_BYTES = 4
+ASSOC = 32
+
+HBM_BW = 2e12  # PR #4099 section 3.2
+PCIE_BW = 50e9  # PR #4099 sections 1 and 3.2
+NVLINK_BW = 450e9  # clusters.toml dgx-h100 (ASSUMPTION: H100 SXM)
+NVLINK_LATENCY_S = 2e-6
+DENSE_FLOPS = 67e12  # H100 SXM FP32 peak (datasheet)
+
+MEASURED_MS = {
+    "sdd_fused": 2855.41,
+    "prefetch_emo_0.4": 3122.24,
+    "sdd_fused_uvm": 3743.76,
+    "prefetch_emo_0.2": 4673.33,
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    kernel: str  # large_table's
+    load_factor: float
+    pipeline: str
+    description: str
+
+
+RUNS = (
+    Run("sdd_fused", "hbm", 0.0, "sparse-dist", "all in HBM (fused)"),
+    Run("prefetch_emo_0.4", "uvm-caching", 0.4, "prefetch-sparse-dist", "cache, load factor 0.4"),
+    Run("sdd_fused_uvm", "uvm", 0.0, "sparse-dist", "host memory, no cache (fused_uvm)"),
+    Run("prefetch_emo_0.2", "uvm-caching", 0.2, "prefetch-sparse-dist", "cache, load factor 0.2"),
+)
+
+CONSTANTS = StepConstants(
+    hbm_bw_bytes_per_s=HBM_BW,
+    h2d_bw_bytes_per_s=PCIE_BW,
+    d2h_bw_bytes_per_s=PCIE_BW,
+    index_bytes=INDEX_BYTES,
+)
+
+
+def large_lookups() -> float:
+    """large_table's lookups on one rank per batch: every rank's samples' ids, half of
+    them to each rank's 5 M rows."""
+    return WORLD * LOCAL_BATCH * POOLING / WORLD
+
+
+def unique_rows(lookups: float, rows: float) -> float:
+    """Expected distinct rows of `lookups` uniform draws over `rows`."""
+    return rows * -math.expm1(-lookups / rows)
+
+
+def cache_loads(load_factor: float, locked: bool) -> dict[str, float]:
+    """A cached large_table's rows per rank per batch in the steady state (module
+    docstring): `fetched` inserted, `evicted` written back, `host_rows` and
+    `host_lookups` left in host memory."""
+    rows = LARGE_ROWS / WORLD
+    lookups = large_lookups()
+    uniq = unique_rows(lookups, rows)
+    slots = math.ceil(load_factor * rows / ASSOC) * ASSOC
+    hits = uniq * min(slots / rows, 1.0)
+    misses = uniq - hits
+    if not locked:
+        inserted = [misses, misses]
+    else:
+        held = uniq  # cached rows of the current batch, locked while the next prefetches
+        seen = []
+        for _ in range(64):  # converges to a fixed point or a 2-cycle
+            got = min(misses, max(slots - held, 0.0))
+            seen.append(got)
+            held = hits + got
+        inserted = seen[-2:]
+    fetched = sum(inserted) / 2
+    left = misses - fetched
+    return {
+        "unique": uniq,
+        "hits": hits,
+        "fetched": fetched,
+        "evicted": fetched,
+        "host_rows": left,
+        "host_lookups": left * lookups / uniq,
+    }
+
+
+def dense_flops_per_sample() -> float:
+    """Forward FLOPs of TestSparseNN's dense and over arches per sample (2 per weight)."""
+    dims = (FLOAT_FEATURES, *DENSE_ARCH)
+    dense = sum(a * b for a, b in itertools.pairwise(dims))
+    over_in = DENSE_ARCH[-1] + (UNWEIGHTED + WEIGHTED) * SMALL_DIM + FP16_DIM + LARGE_DIM
+    over = over_in * OVER_ARCH_OUT + OVER_ARCH_HIDDEN * OVER_ARCH_OUT * OVER_ARCH_OUT
+    return 2.0 * (dense + over)
+
+
+def dense_params() -> float:
+    dims = (FLOAT_FEATURES, *DENSE_ARCH)
+    dense = sum(a * b + b for a, b in itertools.pairwise(dims))
+    over_in = DENSE_ARCH[-1] + (UNWEIGHTED + WEIGHTED) * SMALL_DIM + FP16_DIM + LARGE_DIM
+    over = (over_in + 1) * OVER_ARCH_OUT + OVER_ARCH_HIDDEN * (OVER_ARCH_OUT + 1) * OVER_ARCH_OUT
+    norms = 2 * OVER_ARCH_OUT * (1 + OVER_ARCH_HIDDEN)  # SwishLayerNorm's weight and bias
+    return float(dense + over + norms)
+
+
+def _tables(rank: int) -> tuple[int, int, int]:
+    """(unweighted, weighted, fp16) table-wise tables on `rank` (module docstring)."""
+    return (UNWEIGHTED // WORLD, WEIGHTED // WORLD, 1 if rank == 0 else 0)
+
+
+def _a2a(sent: float, received: float) -> float:
+    return max(sent, received) / NVLINK_BW + NVLINK_LATENCY_S
+
+
+def _large_kernel(run: Run) -> KernelLoad:
+    lookups = large_lookups()
+    base = {
+        "lookups": lookups,
+        "bags": WORLD * LOCAL_BATCH,  # row-wise: partial sums of every sample
+        "dim": LARGE_DIM,
+        "row_bytes": LARGE_DIM * 4,
+    }
+    if run.kernel == "hbm":
+        return KernelLoad("hbm", **base)
+    if run.kernel == "uvm":
+        uniq = unique_rows(lookups, LARGE_ROWS / WORLD)
+        return KernelLoad("uvm", host_lookups=lookups, host_rows=uniq, **base)
+    c = cache_loads(run.load_factor, locked=run.pipeline == "prefetch-sparse-dist")
+    return KernelLoad(
+        "uvm-caching", host_lookups=c["host_lookups"], host_rows=c["host_rows"],
+        fetched_rows=c["fetched"], evicted_rows=c["evicted"], **base,
+    )  # fmt: skip
+
+
+def gpu_load(run: Run, rank: int, other_s: float = 0.0) -> GpuLoad:
+    """Rank `rank`'s loads and stage seconds in `run` (module docstring)."""
+    unw, wtd, fp16 = _tables(rank)
+    peer = 1 - rank
+    p_unw, p_wtd, p_fp16 = _tables(peer)
+    global_batch = WORLD * LOCAL_BATCH
+    per_table = global_batch * POOLING
+    kernels = [
+        KernelLoad("hbm", unw * per_table, unw * global_batch, SMALL_DIM, SMALL_DIM * 4),
+        KernelLoad(
+            "hbm", wtd * per_table, wtd * global_batch, SMALL_DIM, SMALL_DIM * 4, weighted=True
+        ),
+        _large_kernel(run),
+    ]
+    if fp16:
+        kernels.append(KernelLoad("hbm", per_table, global_batch, FP16_DIM, FP16_DIM * 2))
+    features = UNWEIGHTED + WEIGHTED + 2
+    ids = LOCAL_BATCH * POOLING
+    copy = (
+        features * ids * INDEX_BYTES
+        + features * LOCAL_BATCH * LENGTH_BYTES
+        + WEIGHTED * ids * WEIGHT_BYTES
+        + FLOAT_FEATURES * LOCAL_BATCH * 4
+    )
+
+    def sent_ids(u: int, w: int, f: int) -> float:  # this rank's ids for a peer's tables
+        tables = u + w + f
+        return tables * (ids * INDEX_BYTES + LOCAL_BATCH * LENGTH_BYTES) + w * ids * WEIGHT_BYTES
+
+    large_half = ids / 2 * INDEX_BYTES + LOCAL_BATCH * LENGTH_BYTES
+    input_dist = _a2a(sent_ids(p_unw, p_wtd, p_fp16) + large_half,
+                      sent_ids(unw, wtd, fp16) + large_half)  # fmt: skip
+    tw_out = LOCAL_BATCH * 4 * ((unw + wtd) * SMALL_DIM + fp16 * FP16_DIM)
+    tw_in = LOCAL_BATCH * 4 * ((p_unw + p_wtd) * SMALL_DIM + p_fp16 * FP16_DIM)
+    reduce_scatter = global_batch * LARGE_DIM * 4 * (WORLD - 1) / WORLD
+    output = _a2a(tw_out, tw_in) + reduce_scatter / NVLINK_BW + NVLINK_LATENCY_S
+    fwd_flops = dense_flops_per_sample() * LOCAL_BATCH
+    grad = 4 * dense_params()
+    allreduce = 2 * (WORLD - 1) / WORLD * grad / NVLINK_BW + 2 * (WORLD - 1) * NVLINK_LATENCY_S
+    return GpuLoad(
+        kernels=tuple(kernels),
+        input_copy_bytes=copy,
+        input_dist_s=input_dist,
+        output_dist_forward_s=output,
+        output_dist_backward_s=output,
+        dense_forward_s=fwd_flops / DENSE_FLOPS,
+        dense_backward_s=2 * fwd_flops / DENSE_FLOPS,
+        allreduce_s=allreduce,
+        other_s=other_s,
+    )
+
+
+def predict(run: Run, other_s: float = 0.0) -> dict[str, Any]:
+    """`run`'s step on every rank (`replay.engine.step_model.step`)."""
+    loads = [gpu_load(run, r, other_s) for r in range(WORLD)]
+    return step(loads, CONSTANTS, run.pipeline)
+
+
+def fitted_other_s() -> float:
+    """FITTED (module docstring): the seconds per step no part counts, from the
+    all-HBM run."""
+    base = predict(RUNS[0])
+    worst = base["per_gpu"][base["worst_rank"]]
+    return MEASURED_MS["sdd_fused"] / 1e3 / BATCHES - worst["step_time_s"]
+
+
+def predictions() -> list[dict[str, Any]]:
+    """Per run: measured and predicted ms per 10 batches (with the fitted `other_s`, and
+    from the cited constants alone), their ratios to the all-HBM run, the ratio's error,
+    and the worst rank's parts and overlap."""
+    other = fitted_other_s()
+    rows = []
+    for run in RUNS:
+        fitted = predict(run, other)
+        alone = predict(run)
+        w = fitted["per_gpu"][fitted["worst_rank"]]
+        rows.append(
+            {
+                "run": run.name,
+                "description": run.description,
+                "pipeline": run.pipeline,
+                "kernel": run.kernel,
+                "measured_ms": MEASURED_MS[run.name],
+                "predicted_ms": w["step_time_s"] * 1e3 * BATCHES,
+                "unfitted_ms": alone["per_gpu"][alone["worst_rank"]]["step_time_s"] * 1e3 * BATCHES,
+                "parts_s": w["parts_s"],
+                "hidden_s": w["hidden_s"],
+                "exposed_s": w["exposed_s"],
+            }
+        )
+    hbm = rows[0]
+    for row in rows:
+        row["measured_ratio"] = row["measured_ms"] / hbm["measured_ms"]
+        row["predicted_ratio"] = row["predicted_ms"] / hbm["predicted_ms"]
+        row["unfitted_ratio"] = row["unfitted_ms"] / hbm["unfitted_ms"]
+        row["ratio_error"] = row["predicted_ratio"] / row["measured_ratio"] - 1.0
+        row["unfitted_ratio_error"] = row["unfitted_ratio"] / row["measured_ratio"] - 1.0
+    return rows
+
+
+__all__ = [
+    "CONSTANTS",
+    "MEASURED_MS",
+    "RUNS",
+    "Run",
+    "cache_loads",
+    "dense_flops_per_sample",
+    "fitted_other_s",
+    "gpu_load",
+    "overlap",
+    "predict",
+    "predictions",
+    "unique_rows",
+]
