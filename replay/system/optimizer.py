@@ -32,14 +32,12 @@ import dataclasses
 from typing import Any, TypeVar
 
 from replay.errors import ConfigError
+from replay.workload.spec import UPDATE_RULES
 
 # a SystemSpec (not imported: replay.system.spec imports this module)
 S = TypeVar("S")
 
 OPTIMIZERS = ("sgd", "rowwise-adagrad", "adagrad", "adam")
-# a workload's `[update] rule` (replay/workload/spec.py): TorchRec's EmbOptimType names
-# EXACT_SGD, EXACT_ROWWISE_ADAGRAD and ADAM
-UPDATE_RULES = ("sgd", "rowwise-adagrad", "adam")
 BYTES_PER_STATE = 4  # fp32: FBGEMM's momentum dtype unless optimizer_state_dtypes says
 
 

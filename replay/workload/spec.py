@@ -25,7 +25,8 @@ that does not set the key itself)::
     mapping = "permuted"       # rank -> row: "permuted" (hashed ids) or "contiguous"
 
     [update]
-    rule = "sgd"               # every optimizer step writes the rows its batches looked up
+    rule = "sgd"               # the embedding optimizer: sgd | rowwise-adagrad | adam; every
+                               # step writes the rows its batches looked up (and their state)
     accumulate_batches = 1     # gradient accumulation: a step every k batches
 
     [[tables]]
@@ -80,7 +81,10 @@ from replay._toml import parse_toml
 from replay.errors import ConfigError
 
 MAPPINGS = ("permuted", "contiguous")
-UPDATE_RULES = ("sgd",)
+# the embedding optimizer (FBGEMM's EXACT_SGD, EXACT_ROWWISE_ADAGRAD, ADAM): which rows a
+# step writes is the same for all three; the state each keeps (replay/system/optimizer.py)
+# counts in memory, checkpoints and what a row weighs; a system's `model.optimizer` combines
+UPDATE_RULES = ("sgd", "rowwise-adagrad", "adam")
 # Rows of one table: the generator draws a popularity rank as a float64 (inversion of the
 # power law, `unit(key) * rows` for the uniform law), which holds every integer only up
 # to 2^53; above it some rows could never be drawn. (Traces keep 2^63 - 1: uint64 row ids
