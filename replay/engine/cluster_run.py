@@ -59,6 +59,7 @@ from replay.engine.replay import (
 )
 from replay.engine.systems import refuse_cluster_checkpoint
 from replay.policies import POLICIES
+from replay.system.optimizer import with_workload_rule
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec
 from replay.workload.source import Source
 
@@ -88,6 +89,7 @@ def replay_system(
 ) -> RunResult:
     """A run of `system` on `source`: one GPU's (`replay_trace`) or a cluster's
     (`placed`: its placement, if resolved already)."""
+    system = with_workload_rule(system, source.workload)  # replay.system.optimizer
     if system.cluster is None:
         return replay_trace(source, system, inspect=inspect, on_progress=on_progress)
     if system.policy.name == PATRICKSTAR_POLICY:  # data-parallel chunks, not sharded tables

@@ -29,6 +29,7 @@ from replay.engine.raw import RawState, count_raw
 from replay.errors import ConfigError, TraceError
 from replay.policies import POLICIES
 from replay.policies.base import NUM_COUNTERS, Policy, PolicyContext
+from replay.system.optimizer import with_workload_rule
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
 from replay.trace.keys import key_dtype, table_offsets
 from replay.trace.reader import Trace
@@ -150,6 +151,8 @@ def replay_trace(
 
     # one GPU: a cluster is `replay.engine.cluster.replay_cluster`'s
     refuse_cluster(system, "system", "the one-GPU replay (replay_trace)")
+    # the workload's [update] rule names the optimizer when the system leaves it at sgd
+    system = with_workload_rule(system, trace.workload)
     started = time.perf_counter()
     shape = workload_shape(trace, system)
     policy = make_policy(system, trace, shape)
