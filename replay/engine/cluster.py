@@ -30,6 +30,19 @@ rank's local shards (`cache_hash_size_cumsum` over their local rows), so the TBE
 hash of a local index is the hash a real rank computes. With one GPU (one table-wise
 rank) the local keys are the global keys and the replay equals `replay_trace`.
 
+Kernels (`replay.engine.kernels`). Where every table is `hbm` (the default whenever the
+tables fit the GPUs' HBM), each rank's policy serves all its rows, as above. Where a
+table left HBM, each rank's policy serves only its cached shards (`uvm-caching`, or
+`ssd` under ssd-tbe: their keys renumbered end to end, a cache of sum ceil(clf x rows)
+rows, TorchRec's one cache a TBE group with the rows' weighted load factor), and the
+other shards' lookups are counted per batch, vectorized (`RankSplit.split`): an `hbm`
+shard's as hits of the fast tier and its update rows updated there, a `uvm` shard's as
+misses served from the backing tier over the lookup link without a fill (`BYPASS`) and
+its update rows written there. ssd-tbe's L2 and store rows (`Policy.store_rows`) go to
+each rank's account, so its drives' reads and writes are priced per GPU. Per GPU the
+HBM, PCIe and drive bytes (`replay.engine.cluster_time.rank_traffic`) are columns
+(`rank_hbm_bytes`, ...) and totals of each rank.
+
 Policies that need a pass over the future (`prepare`: belady, hot without warm-up,
 chunk's furthest-next-use) are refused for now (they would need the per-rank future).
 `policy.capacity_rows` / `capacity_bytes` are per GPU; a row's state bytes are the full
@@ -128,6 +141,7 @@ columns at once. `replay.runs.run_memory` estimates it all before a run starts.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -140,11 +154,21 @@ import numpy as np
 from replay.engine.cluster_route import DP, Router
 from replay.engine.cluster_time import RankAccount, local_batch
 from replay.engine.collectives import CollectiveModel
+from replay.engine.kernels import rank_splits
 from replay.engine.placement import row_state_bytes
 from replay.engine.replay import workload_shape
 from replay.errors import ConfigError
 from replay.policies import POLICIES
-from replay.policies.base import HITS, MISSES, NUM_COUNTERS, Policy, PolicyContext
+from replay.policies.base import (
+    BYPASS,
+    HITS,
+    MISSES,
+    NUM_COUNTERS,
+    UPDATES_BACKING,
+    UPDATES_FAST,
+    Policy,
+    PolicyContext,
+)
 from replay.system.sharding import (
     DATA_PARALLEL,
     Placement,
@@ -208,10 +232,22 @@ class _Distinct:
 
 
 def make_rank_policy(
-    system: SystemSpec, shard_rows: list[int], num_batches: int, embedding_dim: int
+    system: SystemSpec,
+    shard_rows: list[int],
+    num_batches: int,
+    embedding_dim: int,
+    cache_rows: int | None = None,
 ) -> Policy:
     """Rank r's policy over its own rows: its shards (`shard_rows`, local order) are its
-    tables, `policy.capacity_*` its own capacity (per GPU)."""
+    tables, `policy.capacity_*` its own capacity (per GPU); `cache_rows`: a cache of
+    that many rows instead (a mixed placement's cached shards, `replay.engine.kernels`)."""
+    if cache_rows is not None:
+        policy_spec = dataclasses.replace(
+            system.policy, capacity_rows=max(int(cache_rows), 1), capacity_bytes=0.0,
+            cache_load_factor=0.0,
+        )  # fmt: skip
+        system = dataclasses.replace(system, policy=policy_spec)
+        shard_rows = shard_rows or [1]  # no cached shard: an idle one-row table
     cls = POLICIES[system.policy.name]
     state = row_state_bytes(system, embedding_dim)
     unit_rows = cls.unit_rows(system.policy)
@@ -344,9 +380,16 @@ def replay_cluster(
     lay = router.lay
     collectives = collective_model(cluster, placement, batch, link)
     nb = source.num_batches
+    splits = rank_splits(placement)  # None: every table in HBM (the policy over every row)
     policies = [
-        make_rank_policy(system, lay.rank_rows[r], nb, shape.embedding_dim) for r in range(world)
+        make_rank_policy(system, lay.rank_rows[r], nb, shape.embedding_dim)
+        if splits is None
+        else make_rank_policy(
+            system, splits[r].cached_rows, nb, shape.embedding_dim, splits[r].cache_rows
+        )
+        for r in range(world)
     ]
+    has_store = policies[0].store_rows() is not None if policies else False
     rank_lookups = np.zeros((nb, world), dtype=np.int64)
     rank_hits = np.zeros((nb, world), dtype=np.int64)
     rank_misses = np.zeros((nb, world), dtype=np.int64)
@@ -369,6 +412,7 @@ def replay_cluster(
         and bool(getattr(source, "updates_are_lookups", False))
         and getattr(source, "generated_ranges", None) is not None
         and not bool((lay.kind == DP).any())
+        and splits is None
     )
     replay_start = time.perf_counter()
     ranges = split_ranges(
@@ -407,20 +451,29 @@ def replay_cluster(
         rank_updates[window] = ucounts
         out = np.zeros((world, n, NUM_COUNTERS), dtype=np.int64)
         for r, policy in enumerate(policies):
+            k, kb = keys[kstarts[r] : kstarts[r + 1]], kbounds[r]
+            uk, ub = ukeys[ustarts[r] : ustarts[r + 1]], ubounds[r]
+            if splits is not None:  # `hbm` and `uvm` shards' lookups counted, not cached
+                k, kb, hbm_n, uvm_n = splits[r].split(k, kb)
+                uk, ub, hbm_u, uvm_u = splits[r].split(uk, ub)
             rb = BatchRange(
-                br.batch_start,
-                br.batch_stop,
-                keys[kstarts[r] : kstarts[r + 1]],
-                kbounds[r],
-                ukeys[ustarts[r] : ustarts[r + 1]],
-                ubounds[r],
-                updates_are_lookups=derived,
+                br.batch_start, br.batch_stop, k, kb, uk, ub, updates_are_lookups=derived
             )
             policy.process(rb, out[r])
+            if splits is not None:
+                o = out[r]
+                o[:, HITS] += hbm_n  # whole in HBM: every lookup a hit, updated there
+                o[:, UPDATES_FAST] += hbm_u
+                o[:, MISSES] += uvm_n  # host memory without a cache: read over PCIe
+                o[:, BYPASS] += uvm_n
+                o[:, UPDATES_BACKING] += uvm_u
         t2 = time.perf_counter()
         rank_hits[window] = out[:, :, HITS].T
         rank_misses[window] = out[:, :, MISSES].T
-        acc.add(window, out, counts.T, ucounts.T, distinct(br))
+        store = (
+            np.stack([np.asarray(p.store_rows())[window] for p in policies]) if has_store else None
+        )
+        acc.add(window, out, counts.T, ucounts.T, distinct(br), store)
         t_wait = time.perf_counter()
         policy_s += t2 - t1
         account_s += t_wait - t2
@@ -448,6 +501,8 @@ def replay_cluster(
     }
     batch_columns = acc.finish(columns["all_to_all_s"], columns["allreduce_s"])
     columns["rank_time_s"] = acc.rank_time_s
+    for name, values in acc.rank_traffic.items():
+        columns[f"rank_{name}"] = values
     columns["step_time_s"] = batch_columns["time_s"]
     ranks = []
     for r, policy in enumerate(policies):
@@ -458,7 +513,7 @@ def replay_cluster(
                 "lookups": int(rank_lookups[:, r].sum()),
                 "hits": int(rank_hits[:, r].sum()),
                 "misses": int(rank_misses[:, r].sum()),
-                "rows": int(policy.ctx.total_keys),
+                "rows": int(sum(lay.rank_rows[r])),
                 "shards": len(lay.rank_rows[r]),
                 "capacity_units": int(policy.ctx.capacity_units),
                 "state_bytes": int(type(policy).state_bytes_per_key * policy.ctx.total_keys),
@@ -468,6 +523,8 @@ def replay_cluster(
                 "all_to_all_received_bytes": float(
                     net["rank_all_to_all_received_bytes"][:, r].sum()
                 ),
+                # what its kernels moved (replay.engine.cluster_time.rank_traffic)
+                **{name: float(v[:, r].sum()) for name, v in acc.rank_traffic.items()},
             }
         )
     totals = {

@@ -36,6 +36,12 @@ for fast and scalable training of deep learning recommendation models", ISCA 202
 overlaps the all-reduce with the backward pass; a pipelined job hides part of what this
 step time adds, so read it as an upper bound.
 
+Traffic per GPU (`rank_traffic`, each rank's row of account's columns): its HBM bytes
+read and written (the fast tier), its PCIe bytes both ways (the lookup link: misses,
+write-backs, a `uvm` table's every lookup), its drives' bytes read and written (ssd-tbe's
+store tier) -- one table's kernel decides which of these its lookups cost
+(`replay.engine.kernels`; `replay.engine.cluster` feeds them).
+
 Cluster columns (one per batch, the names a one-GPU run's `batches.parquet` has, so
 reports read them): counts and bytes summed over the GPUs (cluster traffic); tier, link
 and embedding times the slowest GPU's (max over ranks); compute and other as one GPU's;
@@ -66,6 +72,33 @@ def _slowest(name: str) -> bool:
     )
 
 
+RANK_TRAFFIC = ("hbm_bytes", "pcie_bytes", "drive_read_bytes", "drive_write_bytes")
+
+
+def rank_traffic(system: SystemSpec, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per row of `account`'s columns the bytes of each kind of traffic: the fast tier's
+    (HBM) reads and writes, the lookup link's (PCIe) both ways, the store tier's (the
+    drives: ssd-tbe) reads and writes (zeros where the system has no such tier)."""
+    p = system.policy
+    zero = np.zeros(len(cols["lookups"]), dtype=np.float64)
+
+    def tier(name: str, key: str) -> np.ndarray:
+        return cols[f"{name}_{key}"].astype(np.float64) if name else zero
+
+    fast = p.tier if p.name == "static" else p.fast_tier
+    link = system.lookup.link
+    pcie = (
+        cols[f"{link}_h2d_bytes"].astype(np.float64) + cols[f"{link}_d2h_bytes"] if link else zero
+    )
+    store = p.store_tier if p.name == "ssd-tbe" else ""
+    return {
+        "hbm_bytes": tier(fast, "read_bytes") + tier(fast, "write_bytes"),
+        "pcie_bytes": pcie,
+        "drive_read_bytes": tier(store, "read_bytes"),
+        "drive_write_bytes": tier(store, "write_bytes"),
+    }
+
+
 def local_batch(batch_size: int, world: int) -> int:
     """The largest local batch of a rank: ceil(B / W) samples."""
     return -(-batch_size // world)
@@ -87,6 +120,12 @@ class RankAccount:
         self.columns: dict[str, np.ndarray] = {}
         self.rank_time_s = np.zeros((num_batches, world), dtype=np.float64)
         self.rank_exposed_s = np.zeros((num_batches, world), dtype=np.float64)
+        # per GPU the bytes each kernel moves (module docstring): HBM read + written, PCIe
+        # both ways, the drives read and written
+        self.rank_traffic = {
+            name: np.zeros((num_batches, world), dtype=np.float64) for name in RANK_TRAFFIC
+        }
+        self.store_width = 0  # ssd-tbe's store columns per batch (0: none)
 
     def add(
         self,
@@ -95,11 +134,17 @@ class RankAccount:
         lookups: np.ndarray,
         updates: np.ndarray,
         distinct: np.ndarray,
+        store: np.ndarray | None = None,
     ) -> None:
         """One range: `counters` (world, n, counters), `lookups` and `updates` (world, n)
-        per rank, `distinct` (n) the source's distinct rows per batch. One `account` call
-        for all ranks (its arithmetic is per row, so the ranks' rows are stacked)."""
+        per rank, `distinct` (n) the source's distinct rows per batch, `store` (world, n,
+        columns) ssd-tbe's L2 and store rows per rank. One `account` call for all ranks
+        (its arithmetic is per row, so the ranks' rows are stacked)."""
         world, n = lookups.shape
+        if store is not None:
+            self.store_width = store.shape[2]
+        elif self.store_width:  # a range with no batch: the columns still exist
+            store = np.zeros((world, n, self.store_width), dtype=np.int64)
         cols = account(
             self.system,
             self.rank_shape,
@@ -108,9 +153,12 @@ class RankAccount:
             np.zeros(world * n, dtype=np.int64),
             updates.reshape(-1),
             self.unit_rows,
+            store=None if store is None else store.reshape(world * n, -1),
         )
         self.rank_time_s[window] = cols["time_embedding_s"].reshape(world, n).T
         self.rank_exposed_s[window] = cols["time_embedding_exposed_s"].reshape(world, n).T
+        for name, values in rank_traffic(self.system, cols).items():
+            self.rank_traffic[name][window] = values.reshape(world, n).T
         for name, values in cols.items():
             if name in _REBUILT:
                 continue
@@ -170,4 +218,4 @@ class RankAccount:
         return out
 
 
-__all__ = ["RankAccount", "local_batch"]
+__all__ = ["RANK_TRAFFIC", "RankAccount", "local_batch", "rank_traffic"]

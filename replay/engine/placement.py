@@ -51,19 +51,32 @@ lookup mass on any GPUs, better balanced, which only `replay` can replay: its
 
 Memory of the counting: the first batches' keys, 8 B a lookup (twice while sorting).
 
-Memory: a shard's bytes are its rows x (values + optimizer state) (`row_state_bytes`),
-checked against `cluster.gpu_memory_bytes` (ASSUMPTION: the shards live in their GPU's
-memory, as TorchRec's planner places them in HBM; a cached system's cache then is part
-of that memory, its backing rows too -- conservative for UVM-backed tables).
+Memory: a shard's bytes are its rows x (values + optimizer state) (`row_state_bytes`).
+Each table's kernel (`replay.engine.kernels`): where the tables fit the GPUs' HBM and
+`cluster.kernel` is `auto`, every table is `hbm` and each shard is checked whole against
+`cluster.gpu_memory_bytes`, as before kernels existed (a cached system's cache then
+replays in front of rows that live in HBM). Otherwise `choose_kernels` (or the sharding
+file's own kernels) decides which tables leave HBM; the sharder then fits and balances
+each table's HBM bytes (its cache's, none for `uvm`) and its expected misses, and
+`check_budgets` checks each GPU's HBM and each node's host memory and drives (one-line
+errors). The placement's `row_bytes` stay the whole rows' (checkpoints read them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from replay.engine.kernels import (
+    KernelChoice,
+    check_budgets,
+    check_plan_kernels,
+    choose_kernels,
+    with_kernels,
+)
 from replay.engine.sharder import CostModel, TableLoad, auto_shard, rank_costs
 from replay.errors import ConfigError
 from replay.system.sharding import (
@@ -91,6 +104,9 @@ class PlacementResult:
     placement: Placement
     loads: tuple[TableLoad, ...]
     basis: dict[str, Any]
+    # each table's kernel and why (`replay.engine.kernels`; None: a sharding file's own)
+    kernels: KernelChoice | None = None
+    budgets: dict[str, Any] | None = None  # HBM, host and drive bytes per GPU and node
 
     @property
     def plan(self) -> ShardingPlan:
@@ -296,25 +312,52 @@ def resolve_placement(
     state = row_state_bytes(system, dim)
     shapes = table_shapes(names, rows, dim)
     kind = cluster.sharding if sharding is None else sharding
-    if loads is None and kind in AUTO and not (cluster.sharding_file and sharding is None):
+    from_file = bool(cluster.sharding_file and sharding is None)
+    # the tables take more than the GPUs' HBM, or a kernel is asked for: each table's
+    # kernel from its loads (replay.engine.kernels); else every table whole in HBM
+    offload = cluster.kernel != "auto" or sum(rows) * state > nodes * gpn * memory
+    if loads is None and not from_file and (kind in AUTO or offload):
         loads = table_loads(source, system)  # the sharder's input (a uniform type needs none)
+    choice = None
+    if not from_file:
+        assert loads is not None or not offload
+        choice = choose_kernels(system, loads or (), nodes=nodes, gpus_per_node=gpn)
+        if not loads:  # every table in HBM, decided on bytes alone
+            choice = None
+    mixed = choice is not None and not choice.all_hbm
     basis: dict[str, Any] = {"nodes": nodes, "gpus_per_node": gpn, "world": nodes * gpn}
-    if cluster.sharding_file and sharding is None:
+    if from_file:
         plan = read_sharding_file(cluster.sharding_file)
+        said = any(e.kernel not in (None, "hbm") for e in plan.tables)
         placement = resolve_plan(
-            plan, shapes, nodes=nodes, gpus_per_node=gpn, gpu_memory_bytes=memory,
-            row_bytes=state, where=cluster.sharding_file,
+            plan, shapes, nodes=nodes, gpus_per_node=gpn,
+            gpu_memory_bytes=None if said else memory, row_bytes=state,
+            where=cluster.sharding_file,
         )  # fmt: skip
+        mixed = said
         basis["sharding"] = "file"
         basis["sharding_file"] = cluster.sharding_file
     elif kind in AUTO:
         assert loads is not None
         model, prices = system_cost_model(system, nodes, gpn, dim, loads)
+        shard_loads = loads
+        if mixed:  # the sharder fits each table's HBM bytes and balances its misses too
+            assert choice is not None
+            per_row = choice.hbm_row_bytes(state)
+            shard_loads = tuple(
+                dataclasses.replace(ld, row_bytes=b, misses=ld.lookups * (1.0 - k.hit))
+                for ld, b, k in zip(loads, per_row, choice.tables, strict=True)
+            )
         result = auto_shard(
-            loads, nodes=nodes, gpus_per_node=gpn, gpu_memory_bytes=memory, model=model,
+            shard_loads, nodes=nodes, gpus_per_node=gpn, gpu_memory_bytes=memory, model=model,
             torchrec_executable=kind == "auto",
         )  # fmt: skip
         placement = result.placement
+        if mixed:  # the placement's bytes are the whole rows' (checkpoints read them)
+            placement = resolve_plan(
+                placement.plan, shapes, nodes=nodes, gpus_per_node=gpn,
+                gpu_memory_bytes=None, row_bytes=state, where="auto sharding",
+            )  # fmt: skip
         basis["sharding"] = kind
         basis["cost_model"] = (
             "a lookup (a cache hit on the system's GPU) is the unit; a replica costs every "
@@ -331,10 +374,19 @@ def resolve_placement(
     else:
         plan = uniform_plan(kind, shapes, nodes=nodes, gpus_per_node=gpn)
         placement = resolve_plan(
-            plan, shapes, nodes=nodes, gpus_per_node=gpn, gpu_memory_bytes=memory,
-            row_bytes=state, where=f"cluster.sharding={kind}",
+            plan, shapes, nodes=nodes, gpus_per_node=gpn,
+            gpu_memory_bytes=None if mixed else memory, row_bytes=state,
+            where=f"cluster.sharding={kind}",
         )  # fmt: skip
         basis["sharding"] = kind
+    placement = with_kernels(placement, choice)
+    budgets = None
+    if mixed:  # each GPU's HBM, each node's host memory and drives under the kernels
+        where = cluster.sharding_file if from_file else "cluster"
+        check_plan_kernels(placement, system, where)
+        budgets = check_budgets(placement, system, where)
+        if choice is not None:
+            basis["kernels"] = choice.line
     if loads is not None:
         costs = rank_costs(placement, loads, CostModel())
         mean = float(costs.mean()) if len(costs) else 0.0
@@ -347,7 +399,7 @@ def resolve_placement(
     basis["torchrec_executable"] = placement.plan.torchrec_executable
     if not placement.plan.torchrec_executable:
         basis["torchrec_executable_reason"] = placement.plan.torchrec_executable_reason
-    return PlacementResult(placement, tuple(loads or ()), basis)
+    return PlacementResult(placement, tuple(loads or ()), basis, choice, budgets)
 
 
 __all__ = [

@@ -391,11 +391,6 @@ class SSDTBEPolicy(L1Recorder):
     def check_spec(cls, system: SystemSpec, tier_names: set[str], where: str) -> None:
         super().check_spec(system, tier_names, where)
         p = system.policy
-        if system.cluster is not None:
-            raise ConfigError(
-                f"{where}.name: ssd-tbe runs on one GPU (the cluster replay does not "
-                "account L2 and the store yet)"
-            )
         if p.cache_algorithm != "lru":
             raise ConfigError(f"{where}.cache_algorithm: ssd-tbe's L1 is LRU (FBGEMM's SSD TBE)")
         if p.store_tier not in tier_names:

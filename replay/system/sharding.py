@@ -40,6 +40,11 @@ and `column_wise(size_per_rank=...)` do: ``"shards": [[start, stop], ...]``, one
 half-open row (or column; grid: column) range per rank of ``ranks``; those are checked
 for overlaps and gaps.
 
+An entry may say where its rows live, ``"kernel"`` (`hbm`, `uvm-caching`, `uvm`, `ssd`:
+TorchRec's `fused`, `fused_uvm_caching`, `fused_uvm`, `key_value`; chosen and priced by
+`replay/engine/kernels.py`), and a cached kernel its ``"cache_load_factor"`` (0 < clf <
+1, TorchRec's `CacheParams.load_factor`); an unknown kernel is a one-line error.
+
 The JSON document (read by `plan_from_json` / `read_plan`, written by `to_json`):
 
     {"tables": [{"table": "C1", "type": "row-wise", "ranks": [0, 1, 2, 3]},
@@ -116,6 +121,7 @@ from replay.system.sharding_rules import (
     one_node,
     row_blocks,
 )
+from replay.system.spec import KERNELS
 from replay.trace.keys import last_at_most, table_offsets
 
 MANY_OWNERS = -1  # owner_ranks of a key of a column-wise or data-parallel table
@@ -153,6 +159,10 @@ class TableSharding:
     shards: tuple[tuple[int, int], ...] | None = None
     rows: int | None = None  # the table's shape (a resolved plan says it; None: unsaid)
     dim: int | None = None
+    # where its rows live (`KERNELS`, replay/engine/kernels.py; None: unsaid) and a cached
+    # kernel's load factor (cache rows / rows; None: not cached or unsaid)
+    kernel: str | None = None
+    cache_load_factor: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"table": self.table, "type": self.type, "ranks": list(self.ranks)}
@@ -162,6 +172,10 @@ class TableSharding:
             out["rows"] = self.rows
         if self.dim is not None:
             out["dim"] = self.dim
+        if self.kernel is not None:
+            out["kernel"] = self.kernel
+        if self.cache_load_factor is not None:
+            out["cache_load_factor"] = self.cache_load_factor
         return out
 
 
@@ -218,7 +232,8 @@ class Shard:
 
 # -- JSON -------------------------------------------------------------------------------
 
-_ENTRY_KEYS = ("table", "type", "ranks", "shards", "rows", "dim")
+_ENTRY_KEYS = ("table", "type", "ranks", "shards", "rows", "dim", "kernel", "cache_load_factor")
+CACHED_KERNELS = ("uvm-caching", "ssd")  # kernels with a cache in HBM (a load factor)
 _PLAN_KEYS = (
     "tables", "source", "world_size", "gpus_per_node", "torchrec_executable",
     "torchrec_executable_reason",
@@ -260,7 +275,22 @@ def _entry_from_json(item: Any, where: str) -> TableSharding:
             (_int(a, where, "a shard bound"), _int(b, where, "a shard bound")) for a, b in raw
         )
     shape = [_int(item[k], where, k) if k in item else None for k in ("rows", "dim")]
-    return TableSharding(name, kind, ranks_t, shards, *shape)
+    kernel, clf = item.get("kernel"), item.get("cache_load_factor")
+    if kernel is not None and kernel not in KERNELS:
+        raise ConfigError(f"{where}: unknown kernel {kernel!r} (kernels: {', '.join(KERNELS)})")
+    if clf is not None:
+        if kernel not in CACHED_KERNELS:
+            raise ConfigError(
+                f"{where}: 'cache_load_factor' applies to a cached kernel "
+                f"({', '.join(CACHED_KERNELS)}), not {kernel!r}"
+            )
+        if isinstance(clf, bool) or not isinstance(clf, int | float) or not 0 < clf < 1:
+            raise ConfigError(
+                f"{where}: 'cache_load_factor' must be a number in (0, 1) (TorchRec's "
+                f"CacheParams.load_factor), got {clf!r}"
+            )
+        clf = float(clf)
+    return TableSharding(name, kind, ranks_t, shards, *shape, kernel, clf)
 
 
 def plan_from_json(data: Any, where: str | Path = "sharding plan") -> ShardingPlan:
@@ -749,6 +779,7 @@ def uniform_plan(
 
 
 __all__ = [
+    "CACHED_KERNELS",
     "COLUMN_SPLIT",
     "COLUMN_WISE",
     "DATA_PARALLEL",

@@ -78,6 +78,11 @@ SHARDINGS = (
     "auto", "auto-uneven", "table-wise", "row-wise", "column-wise", "table-row-wise",
     "data-parallel", "table-column-wise",
 )  # fmt: skip
+# where a table's rows live (replay/engine/kernels.py; TorchRec's compute kernels
+# `fused`, `fused_uvm_caching`, `fused_uvm` and `key_value`): whole in HBM, cached in HBM
+# over host memory, in host memory read over PCIe, FBGEMM's SSD TBE; `auto` chooses per table
+KERNELS = ("hbm", "uvm-caching", "uvm", "ssd")
+CLUSTER_KERNELS = ("auto", *KERNELS)
 # a cluster's all-to-all model (replay/engine/collectives.py)
 ALL_TO_ALL_MODELS = ("torchrec", "lower-bound")
 # the proposers of TorchRec's planner a cluster plan runs beside its own sharding
@@ -375,6 +380,11 @@ class ClusterSpec:
     drive_write_bw_bytes_per_s: float = field(default=4.0e9, metadata=_range(0, MAX_RATE))
     sharding: str = field(default="auto", metadata={"choices": SHARDINGS})
     sharding_file: str = ""  # a sharding plan (JSON); "": from `sharding`
+    # each table's kernel (replay/engine/kernels.py): `auto` chooses per table, or one
+    # kernel for every table; a cached kernel's load factor (cache rows / rows, TorchRec's
+    # CacheParams.load_factor, 0 < clf < 1), 0: chosen from the trace's curves
+    kernel: str = field(default="auto", metadata={"choices": CLUSTER_KERNELS})
+    cache_load_factor: float = field(default=0.0, metadata=_range(0, 1))
     # the all-to-all: TorchRec's collectives per sharding type, or the sparse lower bound
     # (replay/engine/collectives.py); the byte widths of the ids and lengths TorchRec's
     # input all-to-all sends (int64 ids, int32 lengths: TorchRec's RandomRecDataset)
@@ -394,6 +404,9 @@ class ClusterSpec:
     def world_size(self) -> int:
         """GPUs in all: nodes x GPUs per node (ranks 0 .. world_size - 1, node-major)."""
         return self.nodes * self.gpus_per_node
+
+
+CLUSTER_KERNEL_DEFAULTS = {"kernel": "auto", "cache_load_factor": 0.0}
 
 
 @dataclass(frozen=True)
@@ -435,6 +448,10 @@ class SystemSpec:
         }
         if data["cluster"] is None:  # one GPU: the dict (and every result) as before
             del data["cluster"]
+        else:  # the kernel knobs at their defaults: a cluster's results as before them
+            for key, default in CLUSTER_KERNEL_DEFAULTS.items():
+                if data["cluster"][key] == default:
+                    del data["cluster"][key]
         for key, default in COMPUTE_DEFAULTS.items():  # results as before the knobs
             if data["compute"][key] == default:
                 del data["compute"][key]
@@ -696,6 +713,12 @@ def build_cluster(data: Any, where: str = "cluster") -> ClusterSpec:
     for key in ("drive_read_bw_bytes_per_s", "drive_write_bw_bytes_per_s"):
         if c.drives_per_node > 0 and getattr(c, key) <= 0:
             raise ConfigError(f"{where}.{key}: must be > 0 with drives_per_node > 0")
+    if c.cache_load_factor >= 1:
+        raise ConfigError(
+            f"{where}.cache_load_factor: {c.cache_load_factor:g} caches the whole table; "
+            "TorchRec's fused_uvm_caching takes 0 < clf < 1 (use cluster.kernel=hbm), "
+            "0 chooses it from the trace's curves"
+        )
     if c.sharding_file and c.sharding != "auto":
         raise ConfigError(
             f"{where}: give sharding = {c.sharding!r} or sharding_file, not both "
@@ -832,6 +855,8 @@ def load_system_data(name_or_file: str | Path) -> tuple[dict[str, Any], str]:
 
 __all__ = [
     "BYTES_PER_VALUE",
+    "CLUSTER_KERNELS",
+    "KERNELS",
     "STORE_KINDS",
     "CheckpointSpec",
     "CheckpointStoreSpec",

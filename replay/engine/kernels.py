@@ -1,0 +1,609 @@
+"""Which tier each table lives in: the per-table kernel of a cluster, as TorchRec places it.
+
+Placement. Beside the placement (`replay/engine/placement.py`, which calls
+`choose_kernels` before sharding and `with_kernels` after) and the cluster replay
+(`replay/engine/cluster.py`, which reads each shard's kernel from the plan). Pure: nothing
+written. The vocabulary is data (`replay.system.spec.KERNELS`, so `system/` can validate
+`cluster.kernel` and the kernels of a sharding file); re-exported here.
+
+The four kernels (TorchRec's `EmbeddingComputeKernel`, `torchrec/distributed/
+embedding_types.py`, and what FBGEMM builds for each):
+
+- `hbm` (TorchRec `fused`): the shard's rows and optimizer state whole in the GPU's HBM.
+- `uvm-caching` (`fused_uvm_caching`): the rows in host memory (UVM), a cache of
+  ``load_factor x rows`` slots in HBM (FBGEMM's `lxu_cache_weights`, one row's values a
+  slot, with `lxu_cache_state` and `lxu_state`, int64 each a slot:
+  `split_table_batched_embeddings_ops_training.py`, the buffers' comments); TorchRec
+  requires 0 < clf < 1 and CacheParams with it. A miss copies the row over PCIe.
+- `uvm` (`fused_uvm`): the rows in host memory, no cache: every lookup reads host memory
+  over PCIe.
+- `ssd` (`key_value`, FBGEMM's SSD TBE, `fbgemm_gpu/tbe/ssd/`): L1 of
+  ``load_factor x rows`` slots in HBM (a slot holds the row with its optimizer state),
+  L2 (`policy.l2_capacity_bytes` per GPU) in host DRAM, the rows on the node's drives.
+
+HBM bytes of a shard: `hbm` its rows x (values + optimizer state); a cached kernel
+ceil(clf x rows) slots x (a slot's bytes + 16 B of cache state); `uvm` none. Host bytes:
+`uvm-caching` and `uvm` the rows x state; `ssd` the GPU's L2. Drive bytes: `ssd` the rows
+x state. Budgets: a GPU's HBM (`cluster.gpu_memory_bytes`), a node's host memory (the
+system's backing tier, `policy.backing_tier`'s capacity, taken as the node's DRAM --
+ASSUMPTION: the tier's capacity describes the host, shared by the node's GPUs), a node's
+drives (`cluster.drives_per_node x drive_capacity_bytes`).
+
+The choice (`cluster.kernel = auto`):
+
+1. every table fits whole in the GPUs' HBM (the tables' bytes at most world x
+   `gpu_memory_bytes`): every table `hbm`, "fits in HBM, no cache needed" -- the
+   placement and the replay exactly as before kernels existed (a cache policy then
+   replays its cache over rows that live in HBM, `policy.capacity_*` per GPU);
+2. else tables under `TINY_ROWS` rows stay whole in HBM, every other table starts at the
+   smallest load factor of `CLF_STEPS` under the system's offload kernel (`ssd` for the
+   `ssd-tbe` policy, else `uvm-caching`), and a greedy spends the HBM left
+   (`HBM_FILL` x world x `gpu_memory_bytes`, less the tiny tables and the smallest caches)
+   on the step of largest hits gained per byte: a table's next load factor, or the whole
+   table in HBM (hit 1). Hits at a load factor come from the table's measured lookup mass
+   over its rows (`TableLoad.mass`: counted from the trace's first batches, or the
+   generator's pmf; uniform without one) through Che's approximation of an LRU cache
+   (Che, Tung and Wang, IEEE JSAC 2002; Fricker, Robert and Roberts 2012): t_C solves
+   sum_i (1 - exp(-p_i t_C)) = C and hit(C) = sum_i p_i (1 - exp(-p_i t_C)), with the
+   rows of one bin of the mass taken as equally popular. Greedy by hits per byte on
+   concave curves is the classic fractional knapsack (ASSUMPTION: the curves are concave
+   enough between steps);
+3. `cluster.cache_load_factor` > 0 fixes every cached table's load factor (the greedy
+   then only chooses which tables stay whole in HBM).
+
+`cluster.kernel` = one of the kernels: every table that kernel (a cached one at
+`cluster.cache_load_factor`, or from the curves as above). The placement then checks each
+GPU's HBM, each node's host memory and drives (`check_budgets`: one-line errors naming
+the tier, its bytes and its capacity). What leaving HBM costs is stated per table: the
+expected misses per batch x the row's bytes over the GPU's PCIe link
+(`lookup.link`; the misses of a `uvm` table are all its lookups).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from replay._units import format_bytes
+from replay.engine.sharder import TableLoad
+from replay.errors import ConfigError
+from replay.system.sharding import CACHED_KERNELS, Placement, TableSharding
+from replay.system.spec import BYTES_PER_VALUE, KERNELS, SystemSpec
+
+TORCHREC_KERNELS = {
+    "hbm": "fused",
+    "uvm-caching": "fused_uvm_caching",
+    "uvm": "fused_uvm",
+    "ssd": "key_value",
+}
+OUR_KERNELS = {v: k for k, v in TORCHREC_KERNELS.items()}
+TINY_ROWS = 1000  # tables under this many rows stay whole in HBM (and are never split)
+# ASSUMPTION: the share of a GPU's HBM the tables and their caches may fill when some
+# must leave it: the rest for the sharder's spread, the dense model, activations, input
+# and all-to-all buffers and the allocator's slack (docs/memory.md sizes those)
+HBM_FILL = 0.8
+CLF_STEPS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+CACHE_STATE_BYTES = 16  # lxu_cache_state + lxu_state, int64 each, per cache slot
+FITS_LINE = "fits in HBM, no cache needed"
+
+
+@dataclass(frozen=True)
+class TableKernel:
+    """One table's kernel, its bytes in each tier and what its lookups cost per batch."""
+
+    table: str
+    kernel: str
+    cache_load_factor: float | None
+    bytes: int  # rows x (values + optimizer state)
+    hbm_bytes: int
+    host_bytes: int
+    drive_bytes: int
+    lookups: float  # per batch
+    hit: float  # expected share of its lookups served from HBM
+    pcie_bytes: float  # per batch: misses x the row's bytes copied to HBM
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """Every table's kernel, in table order, and how they were chosen."""
+
+    tables: tuple[TableKernel, ...]
+    setting: str
+    line: str
+    basis: dict[str, Any]
+
+    @property
+    def all_hbm(self) -> bool:
+        return all(t.kernel == "hbm" for t in self.tables)
+
+    def hbm_row_bytes(self, state_bytes: int) -> list[int]:
+        """Each table's HBM bytes per row (what the sharder balances and fits)."""
+        return [
+            math.ceil(t.hbm_bytes / max(t.bytes // max(state_bytes, 1), 1)) for t in self.tables
+        ]
+
+    def left_hbm(self) -> list[TableKernel]:
+        return [t for t in self.tables if t.kernel != "hbm"]
+
+    def to_json(self) -> dict[str, Any]:
+        left = self.left_hbm()
+        return {
+            "setting": self.setting,
+            "line": self.line,
+            "counts": {k: sum(t.kernel == k for t in self.tables) for k in KERNELS},
+            "hbm_bytes": sum(t.hbm_bytes for t in self.tables),
+            "host_bytes": sum(t.host_bytes for t in self.tables),
+            "drive_bytes": sum(t.drive_bytes for t in self.tables),
+            "left_hbm": [t.to_json() for t in left],
+            "pcie_bytes_per_batch": float(sum(t.pcie_bytes for t in left)),
+            "basis": self.basis,
+        }
+
+
+def offload_kernel(system: SystemSpec) -> str | None:
+    """The kernel a table that leaves HBM takes on `system`: `ssd` under the `ssd-tbe`
+    policy, `uvm-caching` under any other cache (a fast and a backing tier), None under
+    `static` (every table in one tier: nothing to choose)."""
+    if system.policy.name == "ssd-tbe":
+        return "ssd"
+    if system.policy.name == "static" or not system.policy.backing_tier:
+        return None
+    return "uvm-caching"
+
+
+def che_hit(load: TableLoad, cache_rows: float) -> float:
+    """An LRU cache of `cache_rows` rows' hit ratio on `load`'s lookups (Che's
+    approximation over its row mass; module docstring)."""
+    rows = load.rows
+    if cache_rows >= rows:
+        return 1.0
+    if cache_rows <= 0 or rows <= 0:
+        return 0.0
+    mass = load.mass
+    if mass is None or mass.total <= 0:
+        return cache_rows / rows  # uniform: Che gives C / rows exactly
+    x = mass._index
+    free = np.asarray(x["free"], dtype=np.float64)
+    p_bin = np.divide(mass.bin_mass, free, out=np.zeros(len(free)), where=free > 0)
+    p = np.concatenate([np.asarray(mass.top_mass, dtype=np.float64), p_bin]) / mass.total
+    n = np.concatenate([np.ones(len(mass.top_mass)), free])
+    keep = (p > 0) & (n > 0)
+    p, n = p[keep], n[keep]
+    if n.sum() <= cache_rows:
+        return 1.0
+
+    def filled(t: float) -> float:
+        return float((n * -np.expm1(-p * t)).sum())
+
+    lo, hi = 0.0, 1.0
+    while filled(hi) < cache_rows:
+        hi *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if filled(mid) < cache_rows:
+            lo = mid
+        else:
+            hi = mid
+    return float(min(1.0, (n * p * -np.expm1(-p * hi)).sum()))
+
+
+def _slot_bytes(kernel: str, state_bytes: int, dim: int) -> int:
+    """A cache slot's HBM bytes: FBGEMM's UVM cache holds a row's values; the SSD TBE's
+    L1 the row with its optimizer state; plus the slot's cache state."""
+    values = BYTES_PER_VALUE * dim if kernel == "uvm-caching" else state_bytes
+    return values + CACHE_STATE_BYTES
+
+
+def table_kernel(
+    load: TableLoad, kernel: str, clf: float | None, system: SystemSpec, world: int
+) -> TableKernel:
+    """`load`'s bytes per tier and its PCIe bytes per batch under `kernel` (module
+    docstring). The SSD TBE's L2 is per GPU (`host_bytes` 0 here; `check_budgets`)."""
+    state = load.bytes_per_row
+    total = load.rows * state
+    hbm = host = drive = 0
+    if kernel == "hbm":
+        hbm, hit = total, 1.0
+    elif kernel == "uvm":
+        host, hit = total, 0.0
+    else:
+        assert clf is not None
+        slots = math.ceil(clf * load.rows)
+        hbm = slots * _slot_bytes(kernel, state, load.dim)
+        hit = che_hit(load, slots)
+        if kernel == "uvm-caching":
+            host = total
+        else:
+            drive = total
+    misses = load.lookups * (1.0 - hit)
+    return TableKernel(
+        load.name, kernel, clf if kernel in CACHED_KERNELS else None, total, hbm, host, drive,
+        float(load.lookups), float(hit), float(misses * state),
+    )  # fmt: skip
+
+
+def choose_kernels(
+    system: SystemSpec, loads: Sequence[TableLoad], *, nodes: int, gpus_per_node: int
+) -> KernelChoice:
+    """Every table's kernel on `system`'s cluster of `nodes` x `gpus_per_node` GPUs
+    (module docstring)."""
+    cluster = system.cluster
+    assert cluster is not None
+    world = nodes * gpus_per_node
+    memory = float(cluster.gpu_memory_bytes)
+    setting = cluster.kernel
+    fixed = float(cluster.cache_load_factor) or None
+    total = sum(ld.bytes for ld in loads)
+    hbm_all = world * memory
+    basis: dict[str, Any] = {
+        "hbm_bytes_per_gpu": memory,
+        "world": world,
+        "tables_bytes": total,
+        "hits": "Che's approximation of an LRU cache over each table's row mass "
+        "(replay.engine.kernels)",
+    }
+    off = offload_kernel(system)
+    if setting != "auto":
+        _check_kernel(system, setting, "cluster.kernel")
+        steps = (fixed,) if fixed else CLF_STEPS
+        tables = [
+            _best_single(ld, setting, steps, system, world) if setting in CACHED_KERNELS
+            else table_kernel(ld, setting, None, system, world)
+            for ld in loads
+        ]  # fmt: skip
+        return KernelChoice(
+            tuple(tables), setting, f"every table {setting} (cluster.kernel={setting})", basis
+        )
+    if total <= hbm_all or off is None:
+        tables = tuple(table_kernel(ld, "hbm", None, system, world) for ld in loads)
+        share = total / hbm_all if hbm_all else 0.0
+        line = (
+            f"{FITS_LINE}: the tables take {format_bytes(total)}, {share:.0%} of "
+            f"{world} GPUs x {format_bytes(memory)}"
+        )
+        if off is None and total > hbm_all:
+            line = f"policy {system.policy.name!r} keeps every table in its tier"
+        return KernelChoice(tables, setting, line, basis)
+    budget = HBM_FILL * hbm_all
+    basis["hbm_fill"] = HBM_FILL
+    basis["hbm_budget_bytes"] = budget
+    steps = (fixed,) if fixed else CLF_STEPS
+    return _greedy(system, loads, off, steps, budget, world, basis)
+
+
+def _best_single(
+    load: TableLoad, kernel: str, steps: Sequence[float], system: SystemSpec, world: int
+) -> TableKernel:
+    """A table under a cached kernel for every table: `cluster.cache_load_factor` if
+    given, else the smallest step at which its curve's hits stop gaining 1% a step."""
+    best = table_kernel(load, kernel, steps[0], system, world)
+    for clf in steps[1:]:
+        nxt = table_kernel(load, kernel, clf, system, world)
+        if nxt.hit - best.hit < 0.01:
+            break
+        best = nxt
+    return best
+
+
+def _greedy(
+    system: SystemSpec,
+    loads: Sequence[TableLoad],
+    off: str,
+    steps: Sequence[float],
+    budget: float,
+    world: int,
+    basis: dict[str, Any],
+) -> KernelChoice:
+    """Item 2 of the module docstring: tiny tables whole, the rest from the smallest cache
+    up by hits gained per byte."""
+    n = len(loads)
+    level = [0] * n  # index into steps; len(steps): whole in HBM
+    cur: list[TableKernel] = []
+    for ld in loads:
+        if ld.rows < TINY_ROWS:
+            cur.append(table_kernel(ld, "hbm", None, system, world))
+        else:
+            cur.append(table_kernel(ld, off, steps[0], system, world))
+    used = float(sum(t.hbm_bytes for t in cur))
+    if used > budget:
+        raise ConfigError(
+            f"cluster: even the smallest caches ({steps[0]:g} of each table's rows) and the "
+            f"tables under {TINY_ROWS:,} rows take {format_bytes(used)} of HBM, more than "
+            f"{HBM_FILL:.0%} of {world} GPUs' {format_bytes(budget / HBM_FILL)}: more GPUs "
+            "(cluster.nodes) or a smaller cluster.cache_load_factor"
+        )
+
+    def option(t: int) -> tuple[float, TableKernel] | None:
+        ld = loads[t]
+        if cur[t].kernel == "hbm":
+            return None
+        nxt_level = level[t] + 1
+        nxt = (
+            table_kernel(ld, off, steps[nxt_level], system, world)
+            if nxt_level < len(steps)
+            else table_kernel(ld, "hbm", None, system, world)
+        )
+        extra = nxt.hbm_bytes - cur[t].hbm_bytes
+        gain = ld.lookups * (nxt.hit - cur[t].hit)
+        if gain <= 0:  # the cache holds what the table's lookups touch: nothing to buy
+            return None
+        return (gain / extra if extra > 0 else math.inf), nxt
+
+    heap: list[tuple[float, int]] = []
+    pending: dict[int, TableKernel] = {}
+    for t in range(n):
+        opt = option(t)
+        if opt is not None:
+            pending[t] = opt[1]
+            heapq.heappush(heap, (-opt[0], t))
+    while heap:
+        _, t = heapq.heappop(heap)
+        nxt = pending.pop(t)
+        extra = nxt.hbm_bytes - cur[t].hbm_bytes
+        if used + extra > budget:
+            continue  # this step does not fit; smaller steps of other tables may
+        used += extra
+        cur[t] = nxt
+        level[t] += 1
+        opt = option(t)
+        if opt is not None:
+            pending[t] = opt[1]
+            heapq.heappush(heap, (-opt[0], t))
+    left = [t for t in cur if t.kernel != "hbm"]
+    pcie = sum(t.pcie_bytes for t in left)
+    line = (
+        f"{len(left)} of {n} tables leave HBM ({off}, {format_bytes(sum(t.bytes for t in left))}"
+        f" of {format_bytes(sum(t.bytes for t in cur))}): the tables take more than "
+        f"{world} GPUs' HBM; their misses move {format_bytes(pcie)} a batch over PCIe"
+    )
+    basis["hbm_used_bytes"] = used
+    return KernelChoice(tuple(cur), "auto", line, basis)
+
+
+def _check_kernel(system: SystemSpec, kernel: str, where: str) -> None:
+    """ConfigError for a kernel `system`'s replay cannot serve: a cached kernel needs
+    the system's policy (`ssd` the `ssd-tbe` policy, `uvm-caching` another cache), any
+    kernel a policy with a backing tier."""
+    if kernel not in KERNELS:
+        raise ConfigError(f"{where}: unknown kernel {kernel!r} (kernels: {', '.join(KERNELS)})")
+    name = system.policy.name
+    if name == "static" or not system.policy.backing_tier:
+        raise ConfigError(
+            f"{where}: kernel {kernel!r} needs a policy with a fast and a backing tier "
+            f"(policy {name!r} keeps every table in one tier)"
+        )
+    if kernel == "ssd" and name != "ssd-tbe":
+        raise ConfigError(f"{where}: kernel 'ssd' is FBGEMM's SSD TBE: use --system ssd-tbe")
+    if kernel == "uvm-caching" and name == "ssd-tbe":
+        raise ConfigError(
+            f"{where}: kernel 'uvm-caching' needs a UVM cache policy (e.g. hbm-lru), "
+            "not ssd-tbe (its kernel is 'ssd')"
+        )
+
+
+def entry_kernel(entry: TableSharding) -> str:
+    """A plan entry's kernel (`hbm` when it says none)."""
+    return entry.kernel or "hbm"
+
+
+def with_kernels(placement: Placement, choice: KernelChoice | None) -> Placement:
+    """`placement` whose plan says every table's kernel (`choice`'s, or each entry's own
+    from a sharding file, `hbm` where it says none)."""
+    entries = []
+    for t, e in enumerate(placement.plan.tables):
+        if choice is not None:
+            k = choice.tables[t]
+            e = dataclasses.replace(e, kernel=k.kernel, cache_load_factor=k.cache_load_factor)
+        elif e.kernel is None:
+            e = dataclasses.replace(e, kernel="hbm")
+        entries.append(e)
+    plan = dataclasses.replace(placement.plan, tables=tuple(entries))
+    return dataclasses.replace(placement, plan=plan)
+
+
+def rank_tier_bytes(placement: Placement, system: SystemSpec) -> dict[str, np.ndarray]:
+    """Per GPU the bytes its shards put in HBM, host memory and the drives (module
+    docstring), from each plan entry's kernel; `placement.row_bytes` the full rows'."""
+    world = placement.world
+    out = {k: np.zeros(world, dtype=np.int64) for k in ("hbm", "host", "drive")}
+    ssd_ranks = np.zeros(world, dtype=bool)
+    for s in placement.shards:
+        e = placement.entry(s.table)
+        kernel = entry_kernel(e)
+        full = placement.shard_bytes(s)
+        if kernel == "hbm":
+            out["hbm"][s.rank] += full
+        elif kernel == "uvm":
+            out["host"][s.rank] += full
+        else:
+            dim = placement.tables[s.table].dim
+            state = placement.row_bytes[s.table]
+            clf = e.cache_load_factor or 0.0
+            slots = math.ceil(clf * s.rows)
+            cols = s.cols / dim if dim else 1.0
+            out["hbm"][s.rank] += math.ceil(slots * _slot_bytes(kernel, state, dim) * cols)
+            if kernel == "uvm-caching":
+                out["host"][s.rank] += full
+            else:
+                out["drive"][s.rank] += full
+                ssd_ranks[s.rank] = True
+    out["host"] += np.where(ssd_ranks, int(system.policy.l2_capacity_bytes), 0)
+    return out
+
+
+def host_capacity_bytes(system: SystemSpec) -> float:
+    """A node's host memory: the backing tier's capacity (module docstring), 0 without."""
+    p = system.policy
+    if not p.backing_tier:
+        return 0.0
+    return float(system.tier(p.backing_tier).capacity_bytes)
+
+
+def check_budgets(placement: Placement, system: SystemSpec, where: str = "cluster") -> dict:
+    """Each GPU's HBM, each node's host memory and drives against their capacity, from
+    the plan's kernels; a one-line ConfigError for the first tier over its capacity.
+    Returns the bytes per GPU and per node."""
+    cluster = system.cluster
+    assert cluster is not None
+    per = rank_tier_bytes(placement, system)
+    nodes, gpn = placement.nodes, placement.gpus_per_node
+    node_host = per["host"].reshape(nodes, gpn).sum(axis=1)
+    node_drive = per["drive"].reshape(nodes, gpn).sum(axis=1)
+    memory = float(cluster.gpu_memory_bytes)
+    worst = int(np.argmax(per["hbm"])) if len(per["hbm"]) else 0
+    if len(per["hbm"]) and per["hbm"][worst] > memory:
+        raise ConfigError(
+            f"{where}: GPU {worst} would hold {format_bytes(int(per['hbm'][worst]))} in HBM "
+            f"(its shards under their kernels), more than its {format_bytes(memory)}"
+        )
+    host = host_capacity_bytes(system)
+    n = int(np.argmax(node_host)) if len(node_host) else 0
+    if len(node_host) and node_host[n] > host:
+        raise ConfigError(
+            f"{where}: node {n} would hold {format_bytes(int(node_host[n]))} in host memory "
+            f"(tier {system.policy.backing_tier!r}), more than its {format_bytes(host)}"
+            + ("; --system ssd-tbe puts tables on the drives" if node_drive[n] == 0 else "")
+        )
+    drives = float(cluster.drives_per_node * cluster.drive_capacity_bytes)
+    n = int(np.argmax(node_drive)) if len(node_drive) else 0
+    if len(node_drive) and node_drive[n] > drives:
+        raise ConfigError(
+            f"{where}: node {n} would hold {format_bytes(int(node_drive[n]))} on its drives, "
+            f"more than its {cluster.drives_per_node} x "
+            f"{format_bytes(cluster.drive_capacity_bytes)}"
+        )
+    return {
+        "per_gpu": [
+            {"rank": r, "hbm_bytes": int(per["hbm"][r]), "host_bytes": int(per["host"][r]),
+             "drive_bytes": int(per["drive"][r])}
+            for r in range(placement.world)
+        ],
+        "per_node": [
+            {"node": i, "host_bytes": int(node_host[i]), "drive_bytes": int(node_drive[i]),
+             "host_capacity_bytes": host, "drive_capacity_bytes": drives}
+            for i in range(nodes)
+        ],
+        "hbm_capacity_bytes": memory,
+    }  # fmt: skip
+
+
+def check_plan_kernels(placement: Placement, system: SystemSpec, where: str) -> None:
+    """ConfigError for a kernel in the plan `system`'s replay cannot serve
+    (`_check_kernel`), or a plan that mixes `uvm-caching` and `ssd` (one cache policy a
+    GPU: the system's)."""
+    kinds = {entry_kernel(e) for e in placement.plan.tables}
+    if kinds == {"hbm"}:
+        return
+    for k in sorted(kinds - {"hbm"}):
+        _check_kernel(system, k, where)
+    if {"uvm-caching", "ssd"} <= kinds:
+        raise ConfigError(f"{where}: a plan mixes 'uvm-caching' and 'ssd' tables; the replay "
+                          "runs one cache policy a GPU (the system's)")  # fmt: skip
+
+
+HBM, UVM, CACHED = 0, 1, 2  # a local shard's code in `RankSplit`
+
+
+@dataclass(frozen=True, eq=False)
+class RankSplit:
+    """One GPU's local keys by kernel (`replay.engine.cluster`'s mixed placements): its
+    shards' first local keys (`starts`, ascending, as the cluster's layout lays them end to
+    end), each shard's code (HBM, UVM or CACHED) and, for a cached shard, its first key
+    among the cached shards alone (`cached_start`: the rank's policy sees only them)."""
+
+    starts: np.ndarray
+    code: np.ndarray
+    cached_start: np.ndarray
+    cached_rows: list[int]  # the cached shards' rows (the policy's tables)
+    cache_rows: int  # sum of ceil(clf x rows) over the cached shards (one cache a GPU)
+
+    def split(
+        self, keys: np.ndarray, bounds: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(the cached shards' keys renumbered, their bounds per batch, per batch the
+        lookups of `hbm` shards, per batch those of `uvm` shards); vectorized."""
+        if len(keys) == 0:
+            zeros = np.zeros(len(bounds) - 1, dtype=np.int64)
+            return keys, np.zeros_like(bounds), zeros, zeros.copy()
+        shard = np.searchsorted(self.starts, keys, side="right") - 1
+        code = self.code[shard]
+        per = []
+        for c in (HBM, UVM, CACHED):
+            cum = np.concatenate([[0], np.cumsum(code == c, dtype=np.int64)])
+            per.append(cum)
+        cached = code == CACHED
+        sel = shard[cached]
+        renumbered = keys[cached] - self.starts[sel] + self.cached_start[sel]
+        counts = [np.diff(cum[bounds]) for cum in per[:2]]
+        return renumbered, per[2][bounds] - per[2][bounds[0]], counts[0], counts[1]
+
+
+def rank_splits(placement: Placement) -> list[RankSplit] | None:
+    """Each GPU's `RankSplit`, or None where every table is `hbm` (the replay then runs
+    the system's policy over every row, as before kernels existed)."""
+    if all(entry_kernel(e) == "hbm" for e in placement.plan.tables):
+        return None
+    world = placement.world
+    starts: list[list[int]] = [[] for _ in range(world)]
+    codes: list[list[int]] = [[] for _ in range(world)]
+    cstart: list[list[int]] = [[] for _ in range(world)]
+    crows: list[list[int]] = [[] for _ in range(world)]
+    cache = [0] * world
+    nxt, cnxt = [0] * world, [0] * world
+    for s in placement.shards:
+        e = placement.entry(s.table)
+        kernel = entry_kernel(e)
+        r = s.rank
+        starts[r].append(nxt[r])
+        cstart[r].append(cnxt[r])
+        nxt[r] += s.rows
+        if kernel in CACHED_KERNELS:
+            codes[r].append(CACHED)
+            crows[r].append(s.rows)
+            cnxt[r] += s.rows
+            cache[r] += math.ceil((e.cache_load_factor or 0.0) * s.rows)
+        else:
+            codes[r].append(HBM if kernel == "hbm" else UVM)
+    i64 = np.int64
+    return [
+        RankSplit(
+            np.array(starts[r], dtype=i64), np.array(codes[r], dtype=np.int8),
+            np.array(cstart[r], dtype=i64), crows[r], cache[r],
+        )
+        for r in range(world)
+    ]  # fmt: skip
+
+
+__all__ = [
+    "CACHED_KERNELS",
+    "CLF_STEPS",
+    "FITS_LINE",
+    "HBM_FILL",
+    "KERNELS",
+    "OUR_KERNELS",
+    "TINY_ROWS",
+    "TORCHREC_KERNELS",
+    "KernelChoice",
+    "RankSplit",
+    "TableKernel",
+    "che_hit",
+    "check_budgets",
+    "check_plan_kernels",
+    "choose_kernels",
+    "entry_kernel",
+    "host_capacity_bytes",
+    "offload_kernel",
+    "rank_splits",
+    "rank_tier_bytes",
+    "table_kernel",
+    "with_kernels",
+]
