@@ -137,7 +137,10 @@ def discover(model: Any) -> tuple[list[RecordedTable], list[tuple[Any, Any]]]:
 
 def _frozen(module: Any, table: str) -> bool:
     """A TorchRec table whose weight does not require gradients (unsharded collections;
-    a sharded one's tables count as trained)."""
+    a sharded one's tables count as trained: TorchRec's fused optimizers update weights
+    that autograd does not track)."""
+    if type(module).__name__ not in ("EmbeddingBagCollection", "EmbeddingCollection"):
+        return False
     for attr in ("embedding_bags", "embeddings"):
         held = getattr(module, attr, None)
         try:
@@ -238,12 +241,17 @@ class Recorder:
         model = self.model
         forward = model.__dict__.get("forward")
         inner = model.forward
+        # the model itself a collection or a table: its lookups are read inside the
+        # batch its call opens (its pre-hooks run before its forward opens it)
+        own: Callable[..., None] | None = None
 
         def recorded_forward(*args: Any, **kwargs: Any) -> Any:
             if self._parts is not None or not torch.is_grad_enabled():
                 return inner(*args, **kwargs)  # a nested call, or evaluation
             self._parts, self._samples = [], 0
             try:
+                if own is not None:
+                    own(model, args, kwargs)
                 result = inner(*args, **kwargs)
             except BaseException:
                 self._parts = None
@@ -263,6 +271,9 @@ class Recorder:
             hook = self._collection_hook(what) if isinstance(what, _Collection) else None
             if hook is None:
                 hook = self._plain_hook(int(what))
+            if module is model:
+                own = hook
+                continue
             self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
         if self.optimizer is not None:
             self._hook_optimizer(self.optimizer)

@@ -143,9 +143,10 @@ class RecordWriter:
         self.row_dtype = row_dtype_for(int(self.rows.max()))
         self.created_by = created_by
         self.source = source
-        self.batches = 0  # queued so far
+        self.batches = 0  # queued so far (the training's side)
+        self.written = 0  # taken by the writer thread: the manifest's count
         self.batch_size = 0
-        self.steps: list[int] = []
+        self.steps: list[int] = []  # the batches steps landed on (the writer's side)
         self._open_window = False  # a batch queued since the last step
         self.error: BaseException | None = None
         plan = {"created_by": created_by, "tables": [t.to_dict() for t in tables]}
@@ -172,8 +173,7 @@ class RecordWriter:
     def step(self) -> None:
         """An optimizer step after the batches queued so far."""
         self._check()
-        if self._open_window:
-            self.steps.append(self.batches - 1)
+        if self._open_window:  # else nothing to update (the writer would skip it too)
             self._open_window = False
             self._put(_STEP)
 
@@ -187,7 +187,7 @@ class RecordWriter:
             self._thread.join()
             if self.error is not None:
                 raise self.error
-            if self.batches == 0:
+            if self.written == 0:
                 raise InputError(
                     f"{self.out}: no batch was recorded (the model's forward never ran with "
                     "gradients enabled inside the recording), so no trace was written"
@@ -271,7 +271,9 @@ class RecordWriter:
             if item is _END:
                 break
             if item is _STEP:
-                updates.append(window.step(batch - 1))
+                if not window.empty:
+                    self.steps.append(batch - 1)
+                    updates.append(window.step(batch - 1))
                 continue
             tables, rows = self._batch(item, batch)
             if per_group == 0:
@@ -286,6 +288,7 @@ class RecordWriter:
             window.add(tables, rows)
             self._lookups += len(rows)
             batch += 1
+            self.written = batch
         if group:
             yield self._group(start, batch, group, updates, look_schema, upd_schema)
 
@@ -365,13 +368,13 @@ class RecordWriter:
         # tables' total bytes (each table's own dimension is in `tables`)
         dim = int(np.ceil(np.dot(dims, self.rows) / self.rows.sum()))
         update: dict[str, Any] = {"rule": "recorded"}
-        every = _regular_steps(self.steps, self.batches)
+        every = _regular_steps(self.steps, self.written)
         if every is not None:
             update = {"rule": "sgd", "accumulate_batches": every}
         workload = {
             "name": workload_name,
             "batch_size": batch_size,
-            "batches": self.batches,
+            "batches": self.written,
             "embedding_dim": dim,
             "update": update,
             "tables": [t.to_dict() for t in self.tables],
@@ -380,7 +383,7 @@ class RecordWriter:
             created_by=self.created_by,
             workload=workload,
             tables=[t.to_dict() for t in self.tables],
-            batches=self.batches,
+            batches=self.written,
             batch_size=batch_size,
             row_dtype=self.row_dtype,
             layout=layout,
