@@ -251,6 +251,7 @@ def plan_cluster(
     from replay.engine.cluster import replay_cluster
     from replay.engine.collectives import DESCRIPTIONS
     from replay.engine.placement import spec_loads
+    from replay.engine.step_cluster import cluster_step, source_batch_size
     from replay.plan.cache import curve_sizes
     from replay.plan.cluster_checkpoint import checkpoint_bytes
     from replay.plan.rank_curves import rank_curves
@@ -459,6 +460,8 @@ def plan_cluster(
         "sharding_plan": placement.plan.to_json(),
         # what a checkpoint writes per rank (issue 42: replay.plan.cluster_checkpoint)
         "checkpoint_bytes": checkpoint_bytes(placement),
+        # each GPU's step by parts and compute.pipeline's overlap (replay.engine.step_cluster)
+        "step": cluster_step(columns, system, placement, source_batch_size(steady_source)),
         "methods": {
             "budget": "--cache-budget is per GPU: each GPU caches the rows of its own shards",
             "curves": f"{method_curves}, over the whole run ({int(horizon.num_batches):,} "

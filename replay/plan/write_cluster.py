@@ -143,6 +143,10 @@ def cluster_markdown(document: dict[str, Any]) -> list[str]:
             f"{format_duration(p['allreduce_s_per_batch'])} | "
             f"{format_duration(p['step_time_s'])} | {times_text(p['imbalance'])} |"
         )
+    if "step" in c:  # plans written before the step model have none
+        from replay.plan.write_step import step_markdown
+
+        out += step_markdown(c["step"])
     out.append("")
     if "torchrec" in c:  # plans written before TorchRec's planner ran beside ours have none
         out += torchrec_markdown(c)
