@@ -75,14 +75,8 @@ from replay.engine.sharder import TableLoad
 from replay.errors import ConfigError
 from replay.system.sharding import CACHED_KERNELS, Placement, TableSharding
 from replay.system.spec import BYTES_PER_VALUE, KERNELS, SystemSpec
+from replay.system.torchrec_plan import OUR_KERNELS, TORCHREC_KERNELS
 
-TORCHREC_KERNELS = {
-    "hbm": "fused",
-    "uvm-caching": "fused_uvm_caching",
-    "uvm": "fused_uvm",
-    "ssd": "key_value",
-}
-OUR_KERNELS = {v: k for k, v in TORCHREC_KERNELS.items()}
 TINY_ROWS = 1000  # tables under this many rows stay whole in HBM (and are never split)
 # ASSUMPTION: the share of a GPU's HBM the tables and their caches may fill when some
 # must leave it: the rest for the sharder's spread, the dense model, activations, input

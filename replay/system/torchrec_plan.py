@@ -28,6 +28,12 @@ TorchRec's `data_parallel()` gives it. A `ParameterSharding`'s other fields
 `output_dtype`) are kept when they are plain values; the reader ignores keys it does not
 know, at every level, since TorchRec adds fields between versions.
 
+Kernels (our `kernel` <-> TorchRec's `EmbeddingComputeKernel`, `replay.engine.kernels`):
+`hbm` `fused`, `uvm-caching` `fused_uvm_caching` (with `cache_params.load_factor`, which
+TorchRec requires of it), `uvm` `fused_uvm`, `ssd` `key_value`; data-parallel `dense`. A
+plan without kernels exports `compute_kernel` (`fused`) for every sharded table; another
+TorchRec kernel read back (quant, virtual tables) is a one-line error.
+
 Mapping (our type <-> TorchRec's `ShardingType`): table-wise `table_wise`, row-wise
 `row_wise`, column-wise `column_wise`, table-row-wise `table_row_wise`, data-parallel
 `data_parallel`, table-column-wise `table_column_wise`, grid `grid_shard`. Our ranks are
@@ -73,6 +79,15 @@ TORCHREC_TYPES = {
 }
 OUR_TYPES = {v: k for k, v in TORCHREC_TYPES.items()}
 DEFAULT_KERNEL = "fused"  # TorchRec's `EmbeddingComputeKernel.FUSED`: the table in HBM
+# our kernels (replay.system.spec.KERNELS) <-> TorchRec's `EmbeddingComputeKernel` values
+TORCHREC_KERNELS = {
+    "hbm": "fused",
+    "uvm-caching": "fused_uvm_caching",
+    "uvm": "fused_uvm",
+    "ssd": "key_value",
+}
+OUR_KERNELS = {v: k for k, v in TORCHREC_KERNELS.items()}
+CACHED_TORCHREC = ("fused_uvm_caching", "key_value")  # kernels with a load factor
 DENSE_KERNEL = "dense"  # data-parallel's (`sharding_plan._get_compute_kernel`)
 TESTED = "torchrec 1.8.0 (fbgemm-gpu-cpu 1.8.0, torch 2.13.0)"
 INSTALL = (
@@ -116,12 +131,18 @@ def torchrec_plan_document(
     for t, shape in enumerate(placement.tables):
         entry = placement.entry(t)
         shards = [s for s in placement.shards if s.table == t]
+        kernel = compute_kernel
+        if entry.kernel is not None and compute_kernel == DEFAULT_KERNEL:
+            kernel = TORCHREC_KERNELS[entry.kernel]  # the plan's own (replay.engine.kernels)
         item: dict[str, Any] = {
             "sharding_type": TORCHREC_TYPES[entry.type],
-            "compute_kernel": DENSE_KERNEL if entry.type == DATA_PARALLEL else compute_kernel,
+            "compute_kernel": DENSE_KERNEL if entry.type == DATA_PARALLEL else kernel,
             "ranks": [s.rank for s in shards],
             "sharding_spec": None,
         }
+        if entry.cache_load_factor is not None and kernel in CACHED_TORCHREC:
+            # TorchRec's fused_uvm_caching asserts without CacheParams (its load factor)
+            item["cache_params"] = {"load_factor": entry.cache_load_factor}
         if entry.type != DATA_PARALLEL:
             item["sharding_spec"] = [
                 {
@@ -187,6 +208,7 @@ def _entry(name: str, item: Any, world: int, local: int, where: str) -> TableSha
     spec = item.get("sharding_spec")
     if kind == DATA_PARALLEL:
         return TableSharding(name, kind, tuple(range(world)))
+    kernel, clf = _kernel_of(item, where)
     if not isinstance(spec, list) or not spec:
         raise ConfigError(f"{where}: {item['sharding_type']} needs a non-empty sharding_spec")
     ranks: list[int] = []
@@ -221,7 +243,28 @@ def _entry(name: str, item: Any, world: int, local: int, where: str) -> TableSha
         if even and list(col_ranges) != [c for c in column_blocks(dim, n) for _ in range(local)]:
             even = False
         shards = None if even else col_ranges
-    return TableSharding(name, kind, tuple(ranks), shards, rows, dim)
+    return TableSharding(name, kind, tuple(ranks), shards, rows, dim, kernel, clf)
+
+
+def _kernel_of(item: dict[str, Any], where: str) -> tuple[str | None, float | None]:
+    """Our kernel and load factor of a `ParameterSharding`'s compute kernel and
+    CacheParams (none said: None, the table in HBM); a kernel we do not model (quant,
+    customized, virtual tables) is a one-line error, not a table read as in HBM."""
+    ck = item.get("compute_kernel")
+    if ck is None or ck == DENSE_KERNEL:  # dense: a plain EmbeddingBag on the device
+        return None, None
+    if ck not in OUR_KERNELS:
+        raise ConfigError(
+            f"{where}: compute_kernel {ck!r} is not modelled (kernels: "
+            f"{', '.join(OUR_KERNELS)}; data-parallel: {DENSE_KERNEL})"
+        )
+    cache = item.get("cache_params")
+    clf = cache.get("load_factor") if isinstance(cache, dict) else None
+    if ck not in CACHED_TORCHREC or clf is None:
+        return OUR_KERNELS[ck], None
+    if isinstance(clf, bool) or not isinstance(clf, int | float) or not 0 < clf < 1:
+        raise ConfigError(f"{where}: cache_params.load_factor must be in (0, 1), got {clf!r}")
+    return OUR_KERNELS[ck], float(clf)
 
 
 def plan_from_torchrec_json(document: Any, where: str | Path = "TorchRec plan") -> ShardingPlan:
@@ -546,7 +589,9 @@ def torchrec_sharding_plan(
 
 __all__ = [
     "FORMAT",
+    "OUR_KERNELS",
     "OUR_TYPES",
+    "TORCHREC_KERNELS",
     "TORCHREC_TYPES",
     "is_torchrec_form",
     "placement_of",
