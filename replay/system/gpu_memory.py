@@ -38,12 +38,21 @@ Parts of one GPU (HBM), each following the source named:
 - **all-to-all** (`all_to_all_bytes`): the pooled embeddings' all-to-all of the output dist
   (`torchrec/distributed/dist_data.py` `PooledEmbeddingsAllToAll`,
   `PooledEmbeddingsReduceScatter`): the send buffer (this GPU's TBE output: the batch each
-  shard serves x its columns, fp32) and the receive buffer (the local batch x every
-  table's dim, fp32, what the dense arch reads); the backward's gradients reuse their sizes.
+  shard serves x its columns, fp32) or the receive buffer (the local batch x every
+  table's dim, fp32, what the dense arch reads), the larger: the send buffer is freed once
+  the all-to-all has delivered it, before the dense arch runs (ASSUMPTION: the two are
+  not live at once at the peak); the backward's gradients have the same two sizes.
 - **dense** (`dense_bytes`): `model.dense_params` fp32 parameters, their gradients and
   the dense optimizer's state (the rule's per-parameter count: 0 SGD, 1 Adagrad, 2 Adam);
   on a cluster plus DistributedDataParallel's gradient buckets (`torch/nn/parallel/
   distributed.py`, `gradient_as_bucket_view=False` by default: one more copy of the grads).
+- **TBE backward workspace** (`tbe_workspace_bytes`): FBGEMM's backward sorts the batch's
+  ids (`fbgemm_gpu/src/split_embeddings_utils/transpose_embedding_input.cu`,
+  `transpose_embedding_input`): `infos` and `infos_sorted` (int32), `linear_indices`,
+  `linear_indices_sorted` and `sorted_linear_indices_run` (int64),
+  `sorted_linear_indices_run_lengths` and their cumulative sum (int32): 40 bytes per id
+  of the batch in backward (the ids its shards receive). CUB's radix-sort scratch is not
+  counted.
 - **activations** (`activations_bytes`): `compute.activations_bytes`, given (the dense
   arch's tensors saved for backward and their gradients at the peak).
 - **allocator slack** (`allocator_slack_bytes`): reserved minus allocated of PyTorch's
@@ -51,9 +60,9 @@ Parts of one GPU (HBM), each following the source named:
   reused only by that stream's later allocations, and the pipelines allocate on four (the
   default, memcpy, data_dist and prefetch streams), so the tensors made and freed every
   step leave their blocks cached. ASSUMPTION (fitted): slack = `SLACK_SHARE` x the bytes
-  made and freed every step (inputs, all-to-all, activations), plus one 20 MiB large
-  segment per stream; `SLACK_SHARE` was fitted to TorchRec's EMO benchmark (docs/memory.md),
-  where reserved minus allocated stays near 9 GB across four placements.
+  made and freed every step (inputs, all-to-all, TBE workspace, activations);
+  `SLACK_SHARE` was fitted to TorchRec's EMO benchmark (docs/memory.md), where reserved
+  minus allocated stays near 9.4 GB across four placements.
 
 Peak allocated = the sum of the parts but the slack; peak reserved = that plus the slack.
 A GPU fits when its peak reserved is at most its capacity.
@@ -77,16 +86,18 @@ KERNELS = ("hbm", "uvm-caching", "uvm", "ssd")
 CACHED_KERNELS = ("uvm-caching", "ssd")
 # per pipeline: (raw batches on the GPU, batches whose distributed ids are on the GPU)
 PIPELINE_BATCHES = {"base": (2, 1), "sparse-dist": (3, 2), "prefetch-sparse-dist": (3, 2)}
-STREAMS = {"base": 2, "sparse-dist": 3, "prefetch-sparse-dist": 4}
 ASSOC = 32  # fbgemm DEFAULT_ASSOC on CUDA (64 on ROCm)
 SSD_DEFAULT_LOAD_FACTOR = 0.2  # TorchRec's KeyValueParams / the SSD TBE's default
 PART_NAMES = (
     "weights_bytes", "optimizer_bytes", "cache_bytes", "inputs_bytes", "all_to_all_bytes",
-    "dense_bytes", "activations_bytes", "allocator_slack_bytes",
+    "tbe_workspace_bytes", "dense_bytes", "activations_bytes", "allocator_slack_bytes",
 )  # fmt: skip
+TRANSIENT_PARTS = ("inputs_bytes", "all_to_all_bytes", "tbe_workspace_bytes", "activations_bytes")
+# transpose_embedding_input: infos, infos_sorted (int32), linear_indices, linear_indices_sorted,
+# sorted_linear_indices_run (int64), run lengths and their cumulative sum (int32)
+TBE_WORKSPACE_BYTES_PER_ID = 4 + 4 + 8 + 8 + 8 + 4 + 4
 # ASSUMPTION, fitted (module docstring): the cached share of the per-step tensors' bytes
-SLACK_SHARE = 0.65
-LARGE_SEGMENT_BYTES = 20 * 2**20  # kLargeBuffer: the allocator's 1-10 MiB segment size
+SLACK_SHARE = 0.71
 DENSE_STATE_PER_PARAM = {"sgd": 0, "rowwise-adagrad": 1, "adagrad": 1, "adam": 2}
 
 
@@ -214,9 +225,9 @@ def dense_bytes(settings: MemorySettings) -> int:
     return copies * BYTES_PER_STATE * settings.dense_params
 
 
-def allocator_slack(transient_bytes: int, pipeline: str) -> int:
+def allocator_slack(transient_bytes: int) -> int:
     """Reserved minus allocated (module docstring; ASSUMPTION, fitted)."""
-    return int(SLACK_SHARE * transient_bytes) + STREAMS[pipeline] * LARGE_SEGMENT_BYTES
+    return int(SLACK_SHARE * transient_bytes)
 
 
 def gpu_memory(
@@ -241,11 +252,15 @@ def gpu_memory(
     in_flight = 2 if prefetch else 1
     parts["cache_bytes"] += 4 * batch.cached_ids * in_flight  # lxu_cache_locations
     parts["inputs_bytes"] = inputs_bytes(batch, settings)
-    parts["all_to_all_bytes"] = 4 * (batch.pooled_sent_values + batch.pooled_received_values)
+    # one direction's buffer at the peak: the forward's send buffer is freed once its
+    # all-to-all completes, the backward's gradients reuse the sizes (module docstring)
+    parts["all_to_all_bytes"] = 4 * max(batch.pooled_sent_values, batch.pooled_received_values)
+    # the ids in backward: those its shards receive (one GPU: its own batch's)
+    parts["tbe_workspace_bytes"] = TBE_WORKSPACE_BYTES_PER_ID * (batch.dist_ids or batch.raw_ids)
     parts["dense_bytes"] = dense_bytes(settings)
     parts["activations_bytes"] = int(settings.activations_bytes)
-    transient = parts["inputs_bytes"] + parts["all_to_all_bytes"] + parts["activations_bytes"]
-    parts["allocator_slack_bytes"] = allocator_slack(transient, settings.pipeline)
+    transient = sum(parts[k] for k in TRANSIENT_PARTS)
+    parts["allocator_slack_bytes"] = allocator_slack(transient)
     allocated = sum(v for k, v in parts.items() if k != "allocator_slack_bytes")
     return GpuMemory(
         rank=rank,

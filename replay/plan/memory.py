@@ -1,0 +1,245 @@
+"""plan.json's `memory`: what each GPU holds, part by part, its peaks allocated and
+reserved against its capacity, and each node's host and drive bytes
+(`replay.system.gpu_memory`, where every part's source is cited); and the workload's
+`[update] rule` carried into the plan's systems (`replay.system.optimizer`).
+
+A cluster's GPUs hold their shards as the placement gives them, each with its table's
+kernel (sharding.json's `kernel` and `cache_load_factor`; `cluster.kernel` when the file
+says none; `hbm` otherwise). The batch each GPU sees per step:
+
+- raw: its local batch (ceil(B / W) samples) of every feature: ids = local batch x the
+  table's pooling, one length per sample and feature;
+- distributed: what the input all-to-all delivers to its shards. A table-wise or
+  column-wise shard gets the table's ids of the global batch (TorchRec sends a column
+  shard every id of its table); a row-wise or table-row-wise shard its rows' share of
+  them (ids spread over rows in proportion: the even blocks of hashed ids); lengths, one
+  per sample of the global batch and shard (row-wise bucketizes the lengths of every
+  sample); a data-parallel table its local batch's;
+- pooled: the TBE output it sends (the batch each shard serves x its columns: the global
+  batch for model-parallel shards, the partial sums of row-wise ones) and the local batch
+  x every table's dim it receives.
+
+One GPU holds every table whole. Its kernel follows the system: FBGEMM's TBE cache
+(policy `tbe` with a load factor) is `uvm-caching`, `ssd-tbe` is `ssd`, anything else
+`hbm` (replay's own cache policies describe a cache, not how FBGEMM places the table).
+It has no input or output all-to-all: the pooled output is one of the dense model's
+activations (given).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from replay.system.gpu_memory import (
+    BatchShape,
+    GpuMemory,
+    MemorySettings,
+    ShardMemory,
+    gpu_memory,
+    node_totals,
+)
+from replay.system.optimizer import combine, workload_rule
+
+ONE_GPU_INDEX_BYTES = 8  # int64 ids (ClusterSpec.index_bytes' default)
+ONE_GPU_LENGTH_BYTES = 4  # int32 lengths (ClusterSpec.length_bytes' default)
+UVM_CACHING_DEFAULT_LOAD_FACTOR = 0.2  # fbgemm's cache_load_factor default
+ROW_SPLIT = ("row-wise", "table-row-wise")
+
+
+def rule_sets(workload: dict[str, Any] | None, systems: Sequence[Any]) -> tuple[str, ...]:
+    """The `--set` that carries a stateful `[update] rule` into every system the plan
+    resolves (none for `sgd`: the plan as before); a system naming another stateful
+    optimizer is refused (`replay.system.optimizer.combine`)."""
+    rule = workload_rule(workload)
+    if rule == "sgd":
+        return ()
+    for system in systems:
+        combine(system.model.optimizer, rule, f"{system.name}: model.optimizer")
+    return (f"model.optimizer={rule}",)
+
+
+def _pooling(workload: dict[str, Any] | None, tables: int) -> list[int]:
+    """Lookups per sample of each table (the spec's pooling; 1 where unsaid)."""
+    entries = list((workload or {}).get("tables") or [])
+    out = []
+    for t in range(tables):
+        entry = entries[t] if t < len(entries) and isinstance(entries[t], dict) else {}
+        out.append(max(1, int(entry.get("pooling", 1) or 1)))
+    return out
+
+
+def _settings(system: Any, capacity: float, data_parallel: bool) -> MemorySettings:
+    cluster = system.cluster
+    return MemorySettings(
+        optimizer=system.model.optimizer,
+        pipeline=system.compute.pipeline,
+        activations_bytes=int(system.compute.activations_bytes),
+        dense_params=int(system.model.dense_params),
+        data_parallel=data_parallel,
+        index_bytes=cluster.index_bytes if cluster is not None else ONE_GPU_INDEX_BYTES,
+        length_bytes=cluster.length_bytes if cluster is not None else ONE_GPU_LENGTH_BYTES,
+        capacity_bytes=int(capacity),
+        cache_algorithm=system.policy.cache_algorithm,
+    )
+
+
+def one_gpu_kernel(system: Any) -> tuple[str, float, int]:
+    """(kernel, load factor, L2 bytes) of every table on one GPU (module docstring)."""
+    policy = system.policy
+    if policy.name == "ssd-tbe":
+        return "ssd", policy.cache_load_factor, int(policy.l2_capacity_bytes)
+    if policy.name == "tbe" and 0 < policy.cache_load_factor < 1:
+        return "uvm-caching", policy.cache_load_factor, 0
+    return "hbm", 0.0, 0
+
+
+def one_gpu_capacity(system: Any) -> float:
+    """One GPU's memory: its `hbm` tier, else its first tier."""
+    for tier in system.tiers:
+        if tier.name == "hbm":
+            return float(tier.capacity_bytes)
+    return float(system.tiers[0].capacity_bytes)
+
+
+def one_gpu_memory(
+    system: Any, workload: dict[str, Any] | None, rows: Sequence[int], dim: int, batch: int
+) -> GpuMemory:
+    """One GPU holding every table whole (module docstring)."""
+    kernel, clf, l2 = one_gpu_kernel(system)
+    names = [str(t.get("name", i)) for i, t in enumerate((workload or {}).get("tables") or [])]
+    shards = [
+        ShardMemory(
+            table=names[t] if t < len(names) else str(t),
+            rows=int(r), dim=dim, kernel=kernel, cache_load_factor=clf, l2_bytes=l2,
+        )
+        for t, r in enumerate(rows)
+    ]  # fmt: skip
+    pooling = _pooling(workload, len(rows))
+    ids = batch * sum(pooling)
+    cached = ids if kernel in ("uvm-caching", "ssd") else 0
+    shape = BatchShape(
+        raw_ids=ids, raw_lengths=batch * len(rows), dist_ids=0, dist_lengths=0,
+        pooled_sent_values=0, pooled_received_values=0, cached_ids=cached,
+    )  # fmt: skip
+    return gpu_memory(0, shards, shape, _settings(system, one_gpu_capacity(system), False))
+
+
+def _table_kernel(entry: Any, cluster: Any) -> tuple[str, float]:
+    kernel = getattr(entry, "kernel", None)
+    clf = getattr(entry, "cache_load_factor", None)
+    if kernel is None:
+        chosen = getattr(cluster, "kernel", "auto")
+        kernel = chosen if chosen != "auto" else "hbm"
+    if clf is None or clf <= 0:
+        clf = getattr(cluster, "cache_load_factor", 0.0) or 0.0
+    if kernel == "uvm-caching" and clf <= 0:
+        clf = UVM_CACHING_DEFAULT_LOAD_FACTOR
+    return str(kernel), float(clf)
+
+
+def cluster_memory(
+    system: Any, workload: dict[str, Any] | None, placement: Any, batch: int
+) -> list[GpuMemory]:
+    """Every GPU of a placed cluster (module docstring)."""
+    cluster = system.cluster
+    world = placement.world
+    local = -(-batch // world)
+    tables = placement.tables
+    pooling = _pooling(workload, len(tables))
+    dims = [int(t.dim) for t in tables]
+    per_rank: list[list[Any]] = [[] for _ in range(world)]
+    for shard in placement.shards:
+        per_rank[shard.rank].append(shard)
+    settings = _settings(system, cluster.gpu_memory_bytes, data_parallel=True)
+    out = []
+    for rank in range(world):
+        shards, ids, lengths, sent, cached = [], 0.0, 0, 0, 0.0
+        for s in per_rank[rank]:
+            entry = placement.entry(s.table)
+            kernel, clf = _table_kernel(entry, cluster)
+            table = tables[s.table]
+            shards.append(
+                ShardMemory(
+                    table=table.name, rows=s.rows, dim=s.cols, kernel=kernel,
+                    cache_load_factor=clf,
+                )
+            )  # fmt: skip
+            served = local if entry.type == "data-parallel" else batch
+            share = s.rows / table.rows if entry.type in ROW_SPLIT and table.rows else 1.0
+            shard_ids = served * pooling[s.table] * share
+            ids += shard_ids
+            lengths += served
+            sent += served * s.cols
+            if kernel in ("uvm-caching", "ssd"):
+                cached += shard_ids
+        raw_ids = local * sum(pooling)
+        shape = BatchShape(
+            raw_ids=raw_ids, raw_lengths=local * len(tables), dist_ids=round(ids),
+            dist_lengths=lengths,
+            # the pooled values of one direction: the larger buffer (module gpu_memory)
+            pooled_sent_values=sent, pooled_received_values=local * sum(dims),
+            cached_ids=round(cached),
+        )  # fmt: skip
+        out.append(gpu_memory(rank, shards, shape, settings))
+    return out
+
+
+def memory_block(gpus: Sequence[GpuMemory], gpus_per_node: int, basis: str) -> dict[str, Any]:
+    """plan.json's `memory` from every GPU's memory."""
+    per_gpu = []
+    for g in gpus:
+        entry: dict[str, Any] = {
+            "rank": g.rank,
+            "allocated_peak_bytes": int(g.allocated_peak_bytes),
+            "reserved_peak_bytes": int(g.reserved_peak_bytes),
+            "capacity_bytes": int(g.capacity_bytes),
+            "fits": bool(g.fits),
+            "over_bytes": int(g.over_bytes),
+            "parts": {k: int(v) for k, v in g.parts.items()},
+            "kernels": dict(sorted(g.kernels.items())),
+        }
+        if not g.fits:
+            entry["cut"] = g.largest_part()
+        per_gpu.append(entry)
+    worst = max(gpus, key=lambda g: (g.reserved_peak_bytes - g.capacity_bytes, -g.rank))
+    return {
+        "per_gpu": per_gpu,
+        "per_node": node_totals(gpus, gpus_per_node),
+        "worst_rank": int(worst.rank),
+        "fits": all(g.fits for g in gpus),
+        "basis": basis,
+    }
+
+
+def basis_text(system: Any, gpus: Sequence[GpuMemory]) -> str:
+    """How the figures were made, in words."""
+    parts = [
+        "per GPU as FBGEMM and TorchRec allocate it (replay.system.gpu_memory): "
+        f"optimizer {system.model.optimizer}, pipeline {system.compute.pipeline}",
+        "reserved = allocated + the caching allocator's slack (ASSUMPTION, fitted to "
+        "TorchRec's EMO benchmark: docs/memory.md)",
+    ]
+    if system.compute.activations_bytes <= 0:
+        parts.append("activations not given (compute.activations_bytes): the peaks are low")
+    if system.model.dense_params <= 0:
+        parts.append("no dense model given (model.dense_params)")
+    return "; ".join(parts)
+
+
+def with_sets(request: Any, extra: tuple[str, ...]) -> Any:
+    """`request` with `extra` --sets appended (the same object when there are none)."""
+    if not extra:
+        return request
+    return dataclasses.replace(request, sets=(*request.sets, *extra))
+
+
+__all__ = [
+    "basis_text",
+    "cluster_memory",
+    "memory_block",
+    "one_gpu_memory",
+    "rule_sets",
+    "with_sets",
+]
