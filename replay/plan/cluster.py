@@ -254,6 +254,7 @@ def plan_cluster(
     from replay.engine.step_cluster import cluster_step, source_batch_size
     from replay.plan.cache import curve_sizes
     from replay.plan.cluster_checkpoint import checkpoint_bytes
+    from replay.plan.memory import cluster_block
     from replay.plan.rank_curves import rank_curves
 
     cluster = base.cluster
@@ -462,6 +463,10 @@ def plan_cluster(
         "checkpoint_bytes": checkpoint_bytes(placement),
         # each GPU's step by parts and compute.pipeline's overlap (replay.engine.step_cluster)
         "step": cluster_step(columns, system, placement, source_batch_size(steady_source)),
+        # what each GPU holds (replay.plan.memory): make_plan moves it to plan.json's memory
+        "memory": cluster_block(
+            base, horizon.workload, placement, source_batch_size(steady_source)
+        ),
         "methods": {
             "budget": "--cache-budget is per GPU: each GPU caches the rows of its own shards",
             "curves": f"{method_curves}, over the whole run ({int(horizon.num_batches):,} "

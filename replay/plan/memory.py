@@ -235,11 +235,44 @@ def with_sets(request: Any, extra: tuple[str, ...]) -> Any:
     return dataclasses.replace(request, sets=(*request.sets, *extra))
 
 
+def cluster_block(system: Any, workload: dict[str, Any] | None, placement: Any, batch: int) -> dict:
+    """plan.json's `memory` for a placed cluster."""
+    gpus = cluster_memory(system, workload, placement, batch)
+    return memory_block(gpus, placement.gpus_per_node, basis_text(system, gpus))
+
+
+def one_gpu_block(system: Any, workload: dict[str, Any] | None, rows: Sequence[int]) -> dict:
+    """plan.json's `memory` for one GPU holding every table."""
+    workload = dict(workload or {})
+    dim = int(system.model.embedding_dim or workload.get("embedding_dim") or 0)
+    batch = int(workload.get("batch_size") or 0)
+    gpu = one_gpu_memory(system, workload, rows, dim, batch)
+    kernel = one_gpu_kernel(system)[0]
+    basis = f"one GPU holding every table whole ({kernel}); " + basis_text(system, [gpu])
+    return memory_block([gpu], 1, basis)
+
+
+def rule_request(request: Any, workload: dict[str, Any] | None, base: Any) -> tuple[Any, Any]:
+    """(request, base) with a stateful `[update] rule` carried into every system the plan
+    resolves (`rule_sets`); the same objects for `sgd`."""
+    from replay.engine.systems import resolve_system
+
+    systems = [resolve_system(name, list(request.sets)) for name in request.systems]
+    extra = rule_sets(workload, systems)
+    if not extra:
+        return request, base
+    request = with_sets(request, extra)
+    return request, resolve_system(request.systems[0], list(request.sets))
+
+
 __all__ = [
     "basis_text",
+    "cluster_block",
     "cluster_memory",
     "memory_block",
+    "one_gpu_block",
     "one_gpu_memory",
+    "rule_request",
     "rule_sets",
     "with_sets",
 ]

@@ -209,6 +209,11 @@ def make_plan(
         local_sets = one_gpu_sets(request.sets)
         check_one_gpu(request.systems, request.sets)
     horizon, rate, spec = _open_horizon(request)
+    from replay.plan.memory import rule_request
+
+    # a stateful [update] rule names every system's optimizer (replay.plan.memory)
+    request, base = rule_request(request, horizon.workload, base)
+    local_sets = one_gpu_sets(request.sets) if base.cluster is not None else request.sets
     batches = int(horizon.num_batches)
     names = list(horizon.table_names)
     table_rows = [int(r) for r in horizon.table_rows]
@@ -533,6 +538,14 @@ def make_plan(
     }
     if cluster is not None:  # only then: a one-GPU plan.json is unchanged
         document["cluster"] = cluster
+    from replay.plan.memory import one_gpu_block
+
+    # what each GPU holds, part by part (replay.plan.memory, replay.system.gpu_memory)
+    document["memory"] = (
+        cluster.pop("memory")
+        if cluster is not None
+        else one_gpu_block(base, horizon.workload, table_rows)
+    )
     if checkpoints_cluster is not None:  # the store, and the published claims computed
         document["checkpoint"]["store"] = checkpoints_cluster.store
         document["claims"] = checkpoints_cluster.claims
