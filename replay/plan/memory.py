@@ -213,10 +213,10 @@ def memory_block(gpus: Sequence[GpuMemory], gpus_per_node: int, basis: str) -> d
     }
 
 
-def basis_text(system: Any, gpus: Sequence[GpuMemory]) -> str:
+def basis_text(system: Any, gpus: Sequence[GpuMemory], lead: str = "Per GPU") -> str:
     """How the figures were made, in words."""
     parts = [
-        "per GPU as FBGEMM and TorchRec allocate it (replay.system.gpu_memory): "
+        f"{lead} as FBGEMM and TorchRec allocate it (replay.system.gpu_memory): "
         f"optimizer {system.model.optimizer}, pipeline {system.compute.pipeline}",
         "reserved = allocated + the caching allocator's slack (ASSUMPTION, fitted to "
         "TorchRec's EMO benchmark: docs/memory.md)",
@@ -248,7 +248,7 @@ def one_gpu_block(system: Any, workload: dict[str, Any] | None, rows: Sequence[i
     batch = int(workload.get("batch_size") or 0)
     gpu = one_gpu_memory(system, workload, rows, dim, batch)
     kernel = one_gpu_kernel(system)[0]
-    basis = f"one GPU holding every table whole ({kernel}); " + basis_text(system, [gpu])
+    basis = basis_text(system, [gpu], f"One GPU holding every table whole ({kernel}),")
     return memory_block([gpu], 1, basis)
 
 

@@ -31,6 +31,7 @@ from replay.plan.write_cluster import (
     cluster_markdown,
     write_cluster,
 )
+from replay.plan.write_memory import memory_answer_lines, memory_markdown
 from replay.plan.write_ssd_tbe import ssd_tbe_answer_lines, ssd_tbe_markdown
 from replay.report.plan_section import (
     cluster_lines,
@@ -131,6 +132,7 @@ def answers(document: dict[str, Any]) -> list[str]:
         )
     lines.append(split_line(cache))
     lines += ssd_tbe_answer_lines(document)
+    lines += memory_answer_lines(document)
     ck = document["checkpoint"]
     if ck["strategies"] and ck["strategies"][0]["name"] == "none":
         s = ck["strategies"][0]
@@ -265,6 +267,7 @@ def plan_markdown(document: dict[str, Any]) -> str:
             )
     out += _tbe_section(document)
     out += ssd_tbe_markdown(document)
+    out += memory_markdown(document)
     ck = document["checkpoint"]
     out += [
         "",
