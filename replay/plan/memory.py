@@ -32,11 +32,15 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from replay._units import format_bytes
+from replay.errors import ConfigError
 from replay.system.gpu_memory import (
     BatchShape,
     GpuMemory,
     MemorySettings,
     ShardMemory,
+    dense_bytes,
+    dense_fits,
     gpu_memory,
     node_totals,
 )
@@ -252,21 +256,40 @@ def one_gpu_block(system: Any, workload: dict[str, Any] | None, rows: Sequence[i
     return memory_block([gpu], 1, basis)
 
 
+def check_dense(system: Any) -> None:
+    """ConfigError when the dense model alone (parameters, gradients, optimizer state)
+    is larger than one GPU's memory: no placement of the tables can fit it."""
+    capacity = (
+        system.cluster.gpu_memory_bytes if system.cluster is not None else one_gpu_capacity(system)
+    )
+    settings = _settings(system, capacity, data_parallel=system.cluster is not None)
+    if not dense_fits(settings):
+        raise ConfigError(
+            f"{system.name}: model.dense_params = {system.model.dense_params:,} takes "
+            f"{format_bytes(dense_bytes(settings))} with its gradients and "
+            f"{system.model.optimizer} state, more than one GPU's "
+            f"{format_bytes(capacity)}; no placement of the tables fits it"
+        )
+
+
 def rule_request(request: Any, workload: dict[str, Any] | None, base: Any) -> tuple[Any, Any]:
     """(request, base) with a stateful `[update] rule` carried into every system the plan
-    resolves (`rule_sets`); the same objects for `sgd`."""
+    resolves (`rule_sets`; the same objects for `sgd`); a dense model larger than a GPU
+    refused before any work (`check_dense`)."""
     from replay.engine.systems import resolve_system
 
     systems = [resolve_system(name, list(request.sets)) for name in request.systems]
     extra = rule_sets(workload, systems)
-    if not extra:
-        return request, base
-    request = with_sets(request, extra)
-    return request, resolve_system(request.systems[0], list(request.sets))
+    if extra:
+        request = with_sets(request, extra)
+        base = resolve_system(request.systems[0], list(request.sets))
+    check_dense(base)
+    return request, base
 
 
 __all__ = [
     "basis_text",
+    "check_dense",
     "cluster_block",
     "cluster_memory",
     "memory_block",
