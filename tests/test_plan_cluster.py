@@ -102,6 +102,25 @@ def test_cluster_keys_present_and_consistent(planned: dict) -> None:
     assert text.index("- Cluster:") < text.index("- Cache:")
 
 
+def test_cluster_step_by_parts(planned: dict) -> None:
+    """plan.json's cluster.step (replay.engine.step_model): every GPU's parts, the
+    pipeline's overlap, the slowest GPU's step; plan.md's section."""
+    from replay.engine.step_model import PARTS
+
+    s = plan_json(planned["document"])["cluster"]["step"]
+    assert set(s) >= {"parts_s", "overlap", "step_time_s", "basis", "worst_rank", "per_gpu"}
+    assert list(s["parts_s"]) == list(PARTS)
+    assert s["overlap"]["pipeline"] == "sparse-dist"  # compute.pipeline's default
+    steps = [g["step_time_s"] for g in s["per_gpu"]]
+    assert len(steps) == 4 and s["step_time_s"] == max(steps) > 0
+    assert s["worst_rank"] == steps.index(max(steps))
+    assert s["parts_s"] == s["per_gpu"][s["worst_rank"]]["parts_s"]
+    # each GPU's kernel: the one most of its rows have (the plan's per-table kernels)
+    for g in s["per_gpu"]:
+        assert g["kernel"] == max(g["kernel_rows"], key=g["kernel_rows"].get)
+    assert "### Step time by parts" in (planned["out"] / "plan.md").read_text()
+
+
 def test_plan_folder_holds_sharding_json_and_figures(planned: dict) -> None:
     out = planned["out"]
     assert (

@@ -16,9 +16,12 @@ Per GPU, from the replay's columns (`rank_lookups`, `rank_hits`, `rank_misses`,
 - `uvm-caching` and `ssd`: the misses are the rows fetched into the cache, and as many
   dirty rows are evicted (ASSUMPTION: a full cache whose every row was updated); the
   replay's caches insert every miss (FBGEMM's locked-row shortfall under the prefetch
-  pipeline is modelled in `replay.engine.step_emo`, not here). `ssd`: every miss read from
-  the drives and every eviction written there (an upper bound: SSD TBE's L2 in host DRAM
-  serves some).
+  pipeline is modelled in `replay.engine.step_emo`, not here). A mixed GPU's `uvm` shards
+  count as misses in the replay (served from host memory without a fill) and its `hbm`
+  shards as hits, so their rows cross PCIe once as a fill would. `ssd`: the replay's
+  drive bytes per GPU (`rank_drive_read_bytes`, `rank_drive_write_bytes`) where it
+  counts them, else every miss read from the drives and every eviction written there
+  (an upper bound: SSD TBE's L2 in host DRAM serves some).
 - `uvm`: every lookup read over PCIe, the rows the batch updates (its update rows, or its
   lookups where the replay did not count them) read and written back.
 - pooled outputs: per shard the batch's samples x the shard's columns (a data-parallel
@@ -70,12 +73,13 @@ def system_kernel(system: Any) -> str:
     return "uvm-caching"
 
 
-def _gpu_kernel(placement: Any, rank: int, default: str) -> str:
+def _gpu_kernels(placement: Any, rank: int, default: str) -> dict[str, int]:
+    """The rows of each kernel on `rank` (its shards' tables' kernels)."""
     rows: dict[str, int] = {}
     for shard in placement.rank_shards(rank):
         kernel = getattr(placement.entry(shard.table), "kernel", None) or default
         rows[kernel] = rows.get(kernel, 0) + shard.rows
-    return max(sorted(rows), key=lambda k: rows[k]) if rows else default
+    return dict(sorted(rows.items()))
 
 
 def _second_half(values: Any) -> np.ndarray:
@@ -123,6 +127,8 @@ def gpu_loads(
     misses = _rank_means(columns, "rank_misses", world)
     misses = np.maximum(lookups - hits, 0.0) if misses is None else misses
     updates = _rank_means(columns, "rank_updates", world)
+    drive_read = _rank_means(columns, "rank_drive_read_bytes", world)
+    drive_write = _rank_means(columns, "rank_drive_write_bytes", world)
     a2a = _mean(columns, "all_to_all_s")
     phase = {p: _mean(columns, f"all_to_all_{p}_bytes") for p in ("input", "forward", "backward")}
     total = sum(phase.values())
@@ -153,7 +159,8 @@ def gpu_loads(
             rows += s.rows
             row_bytes += s.rows * placement.row_bytes[s.table]
         mean_row = row_bytes / rows if rows else 0.0
-        kernel = _gpu_kernel(placement, r, default)
+        kinds = _gpu_kernels(placement, r, default)
+        kernel = max(kinds, key=lambda k: kinds[k]) if kinds else default
         n = float(lookups[r])
         miss = float(misses[r])
         kw: dict[str, float] = {}
@@ -163,6 +170,10 @@ def gpu_loads(
             kw = {"fetched_rows": miss, "evicted_rows": miss}
             if kernel == "ssd":
                 kw |= {"drive_read_rows": miss, "drive_write_rows": miss}
+                if drive_read is not None and drive_write is not None and mean_row > 0:
+                    # the replay's own drive bytes (ssd-tbe's L2 and store), where counted
+                    kw |= {"drive_read_rows": float(drive_read[r]) / mean_row,
+                           "drive_write_rows": float(drive_write[r]) / mean_row}  # fmt: skip
         load = KernelLoad(kernel, n, bags, values / bags if bags else 0.0, mean_row, **kw)
         out.append(
             GpuLoad(
@@ -175,7 +186,7 @@ def gpu_loads(
                 dense_backward_s=bwd,
                 allreduce_s=allreduce,
                 other_s=other,
-                extra={"kernel": kernel, "node": placement.node_of(r)},
+                extra={"kernel": kernel, "kernel_rows": kinds, "node": placement.node_of(r)},
             )
         )
     return out
