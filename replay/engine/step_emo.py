@@ -47,8 +47,11 @@ Constants, each cited or marked:
 - The cache (FBGEMM `fused_uvm_caching`, `prefetch_pipeline`): load factor x 5 M rows
   per rank, 32-way sets. Uniform ids: a row of the next batch is cached with
   probability cache rows / 5 M. FBGEMM locks the current batch's cached rows while the
-  next batch is prefetched (`lxu_cache_locking_counter`, FBGEMM PR #1883): the prefetch
-  inserts at most cache rows - locked rows; the rows it cannot insert are read from host
+  next batch is prefetched, and the next batch's hits as it finds them
+  (`lxu_cache_locking_counter`, FBGEMM PR #1883; `lru_cache_insert_kernel` in
+  `src/split_embeddings_cache/lru_cache_populate.cu` skips a locked slot and stops at one
+  of this timestep): the prefetch inserts at most the slots neither holds; the rows it
+  cannot insert are read from host
   memory in the forward and updated there in the backward (`uvm_forward_s`,
   `uvm_backward_s`). The steady state alternates between two batches; `cache_loads`
   averages them. ASSUMPTION: sets fill evenly (the per-set spread is not modelled); every
@@ -149,7 +152,10 @@ def cache_loads(load_factor: float, locked: bool) -> dict[str, float]:
         held = uniq  # cached rows of the current batch, locked while the next prefetches
         seen = []
         for _ in range(64):  # converges to a fixed point or a 2-cycle
-            got = min(misses, max(slots - held, 0.0))
+            # the next batch's hits are locked too (lru_cache_find_uncached); those not
+            # among the current batch's rows take slots of their own
+            free = slots - held - hits * (1.0 - held / slots)
+            got = min(misses, max(free, 0.0))
             seen.append(got)
             held = hits + got
         inserted = seen[-2:]
