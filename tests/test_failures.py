@@ -493,3 +493,52 @@ def test_bad_recovery_points(
 ) -> None:
     with pytest.raises(ConfigError, match=match):
         _points(durable, resume, cost)
+
+
+# -- rare failures: the chance of one and the runs that see one -------------------------------
+
+
+@settings(FAST, max_examples=60)
+@given(timelines(), st.sampled_from([0.5, 9.0, 400.0]), st.integers(0, 2**64 - 1))
+def test_kernel_equals_reference_given_a_failure(
+    tl: dict[str, object], mtbf: float, seed: int
+) -> None:
+    kw = dict(tl, mtbf_s=mtbf, draws=4, seed=seed, given_failure=True)
+    got = _draws(**kw)
+    _same(got, reference_evaluate_failures(**kw))  # type: ignore[arg-type]
+    assert all(d.failures >= 1 for d in got)  # every conditioned draw sees one
+
+
+def test_p_any_failure_is_the_share_of_runs_with_one_and_the_mean_splits_on_it() -> None:
+    from replay.checkpoint.failures import goodput_given_failure, p_any_failure
+
+    # a run of 100 s failure-free at an MTBF of 14,286 s: 0.007 expected failures
+    horizon, mtbf, n = 2 * P, 2 * P / 0.007, 200_000
+    kw = dict(scratch_restore_s=9.0, horizon_s=horizon, mtbf_s=mtbf, draws=n, seed=11)
+    free = simulate_draws(P, 90.0, TWO, **kw)  # type: ignore[arg-type]
+    p = p_any_failure(horizon, mtbf)
+    assert p == pytest.approx(-math.expm1(-0.007), rel=1e-12)
+    share = float(np.mean(free.failures >= 1))
+    noise = math.sqrt(p * (1 - p) / n)
+    assert abs(share - p) < 4 * noise, (share, p, noise)
+    # ... and 1 - exp(-the simulated failures per run), within the same noise
+    assert abs(-math.expm1(-float(free.failures.mean())) - p) < 4 * noise
+    # the conditioned draws are the runs that see one: E = (1 - p) g0 + p E[. | failure]
+    given = simulate_draws(P, 90.0, TWO, given_failure=True, **kw)  # type: ignore[arg-type]
+    assert int(given.failures.min()) >= 1
+    g0 = 0.9
+    with_one = free.goodput[free.failures >= 1]
+    spread = float(np.std(with_one)) / math.sqrt(len(with_one))
+    assert abs(float(given.goodput.mean()) - float(with_one.mean())) < 4 * spread + 1e-12
+    split = (1 - p) * g0 + p * float(given.goodput.mean())
+    assert split == pytest.approx(float(free.goodput.mean()), abs=4 * p * spread + 1e-9)
+    # the helper: conditioned draws when failures are rare, the algebra when they are not
+    calls: list[int] = []
+    out = goodput_given_failure(0.8, g0, p, lambda: calls.append(1) or 0.7)
+    assert out == 0.7 and calls == [1]
+    assert goodput_given_failure(0.8, g0, 0.75, lambda: 1 / 0) == pytest.approx(
+        (0.8 - 0.25 * g0) / 0.75
+    )
+    assert goodput_given_failure(0.9, g0, 0.0, None) is None
+    with pytest.raises(ConfigError, match="explicit times"):
+        simulate_draws(P, 90.0, TWO, scratch_restore_s=1.0, times_s=[5.0], given_failure=True)

@@ -169,7 +169,7 @@ def test_terabyte_sampled_like_the_quickstart_against_exact_replays() -> None:
 
 
 def test_the_checkpoint_line_names_the_mode_and_warns_of_few_failures_and_lossy_rows() -> None:
-    from replay.report.plan_section import checkpoint_line, few_failures, lossy
+    from replay.report.plan_section import checkpoint_line, goodput_spread, lossy
 
     eight = {"papers_method": True, "mode": {"quantize_bits": 8}, "interval_s": 90.0,
              "goodput": 0.9964}  # fmt: skip
@@ -182,10 +182,16 @@ def test_the_checkpoint_line_names_the_mode_and_warns_of_few_failures_and_lossy_
     doc = {"checkpoint": {"cluster_mtbf_s": 45 * 3600.0, "strategies": [best]}}
     line = checkpoint_line(doc)
     assert line.startswith("Checkpoint: check-n-run (intermittent, 2-bit) every 0.6 min")
-    assert "the run expects 0.69 failures, so about 50% of runs see none" in line
+    # rare failures: the chance of one and the goodput of a run that sees one, no percentile
+    assert "the run expects 0.69 failures: 49.84% of runs see one; the mean is" in line
+    assert "percentile" not in line
+    given = {**best, "p_any_failure": 0.007, "goodput_given_failure": 0.992}
+    assert "0.70% of runs see one, and such a run's goodput is 99.2%" in checkpoint_line(
+        {**doc, "checkpoint": {**doc["checkpoint"], "strategies": [given]}}
+    )
     assert "each of the run's 0.69 expected restores" in line
     assert "at 8 bits, the paper's fallback, every 1.5 min for 99.640% against 99.930%" in line
-    assert few_failures({**best, "failures_per_run": 1.0}) == ""
+    assert goodput_spread({**best, "failures_per_run": 1.0}) == "5th percentile 99.8%"
     assert lossy({**best, "caveat": None}) == "" and lossy({**best, "mode": None}) == ""
     plain = {**best, "label": None, "name": "checkfreq", "caveat": None, "modes": []}
     assert "Checkpoint: checkfreq every" in checkpoint_line({**doc, "checkpoint": {

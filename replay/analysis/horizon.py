@@ -71,6 +71,7 @@ from replay.workload.onthefly import GeneratedTrace
 from replay.workload.spec import WorkloadSpec
 
 HEAD_CHUNK_LOOKUPS = 1 << 20  # lookups generated at a time for the exact head
+MODEL_BLEND = 1.0  # the corrected sample above the exact head: blended as the plain one
 DENSE_MAX_ROWS = 1 << 27  # per-key state in an array up to 512 MB (int32), else a map
 KINDS = ("updates", "lookups")
 
@@ -581,6 +582,16 @@ def horizon_mrc(
     requests = int(full_lookups(src, np.array([sampled]), rate).sum())
     sampler.feed_sampled(requests, np.empty(0, np.int64), np.empty(0, np.uint8))
     heads = _full_stream_heads(src, sampler.resolution)
+    from replay.analysis import shards_model
+
+    if shards_model.applicable(src):  # Che's curve as a control variate (its docstring)
+
+        def model(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return shards_model.che_correction(
+                src, sizes, sampler.rate, float(requests), int(sampler.salt), sampler.threshold
+            )
+
+        sampler.model, sampler.model_blend = model, MODEL_BLEND
     return _sampled_result(sampler, chosen, heads[0] if heads else None)
 
 

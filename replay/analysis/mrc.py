@@ -267,6 +267,10 @@ def _sampled_result(
     sizes = default_sizes(estimated, smallest=floor) if sizes is None else sizes
     ratios, errors, bound = sampler.estimate(sizes, head if with_head else None)
     extra: dict[str, Any] = {"subsamples": len(sampler.groups)}
+    if sampler.model is not None:
+        from replay.analysis.shards_model import METHOD
+
+        extra["model"] = METHOD
     if with_head:
         assert head is not None
         extra["exact_below_rows"] = head.capacity

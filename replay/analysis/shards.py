@@ -71,6 +71,7 @@ on its own, for work spread over threads or workers.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -186,6 +187,10 @@ class ShardsSampler:
         groups = subsamples if self.threshold < SHARDS_MODULUS else 0
         self.groups = [StackDistances(self.total_keys, direct=False) for _ in range(groups)]
         self.requests = 0
+        # a control variate: sizes -> (correction of the curve, of each group's [K, sizes])
+        # added to the sample's own miss ratios (`replay.analysis.shards_model`)
+        self.model: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+        self.model_blend = 1.0  # 0: the corrected sample above the head, unanchored
         self._buf_keys = np.empty(0, dtype=np.int64)
         self._buf_group = np.empty(0, dtype=np.uint8)
 
@@ -279,11 +284,24 @@ class ShardsSampler:
         sizes). With a usable `head`, sizes up to its capacity C_x come from it and larger
         ones are its miss ratio at C_x times the sample's share of the misses at C_x that
         still miss at C (module docstring)."""
+        curve, groups, base = self.group_curves(sizes, head)
+        return _errors(curve, groups, base, sizes, head)
+
+    def group_curves(
+        self, sizes: np.ndarray, head: HeadCurve | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(curve, the K groups' curves [K, sizes], the head's error carried to each size):
+        what `estimate` and the ranges of answers read off the curve
+        (`replay.analysis.ranges`) are computed from. The groups equal the curve at sizes
+        the head covers; with no groups (R = 1, or the head covers every size) the matrix
+        has no rows."""
         sizes = np.asarray(sizes, dtype=np.int64)
         k = len(self.groups)
         if head is None or not head.usable:
-            curve = self._curve(self.full, sizes)
-            per = [self._curve(g, sizes, k) for g in self.groups]
+            whole, parts = self._corrections(sizes)
+            curve = np.clip(self._curve(self.full, sizes) + whole, 0.0, 1.0)
+            per = [np.clip(self._curve(g, sizes, k) + parts[i], 0.0, 1.0)
+                   for i, g in enumerate(self.groups)]  # fmt: skip
             base = np.zeros(len(sizes))
         else:
             cx = head.capacity
@@ -291,7 +309,7 @@ class ShardsSampler:
             at_cx, cx_err = head.miss_ratios(np.array([cx]))
             up = sizes > cx
             if cx >= self.total_keys or not up.any():
-                return low, low_err, float(low_err.max(initial=0.0))
+                return low, np.empty((0, len(sizes))), low_err  # the head's alone
 
             # the sample's miss count at C_x (the anchor's denominator) carries the blur's
             # bias when C_x is within a few resolutions, so the anchored estimate gives way
@@ -300,40 +318,66 @@ class ShardsSampler:
             top = max(BLEND_RESOLUTIONS * self.resolution, 4 * cx)
             weight = np.clip(np.log(top / np.maximum(sizes, 1)) / math.log(top / cx), 0.0, 1.0)
 
-            def joined(state: StackDistances, groups: int) -> np.ndarray:
-                tail = self._curve(state, sizes, groups)
-                pivot = self._curve(state, np.array([cx]), groups)[0]
+            whole, parts = self._corrections(np.append(sizes, cx))
+            if self.model is not None and self.model_blend == 0.0:
+                weight = np.zeros(len(sizes))  # the corrected sample needs no anchor
+
+            def joined(state: StackDistances, groups: int, corr: np.ndarray) -> np.ndarray:
+                tail = np.clip(self._curve(state, sizes, groups) + corr[:-1], 0.0, 1.0)
+                pivot = self._curve(state, np.array([cx]), groups)[0] + corr[-1]
                 share = tail / pivot if pivot > 0 else np.zeros(len(sizes))
                 anchored = at_cx[0] * np.minimum(share, 1.0)
                 mixed = weight * anchored + (1.0 - weight) * np.minimum(tail, at_cx[0])
                 return np.where(up, mixed, low)
 
-            curve = joined(self.full, 1)
-            per = [joined(g, k) for g in self.groups]
+            curve = joined(self.full, 1, whole)
+            per = [joined(g, k, parts[i]) for i, g in enumerate(self.groups)]
             # the head's own error at C_x carries into every larger size
             base = np.where(up, curve / max(at_cx[0], 1e-300) * cx_err[0], low_err)
-        if k < 2:
-            return curve, base, float(base.max(initial=0.0))
         groups = np.array(per, dtype=np.float64).reshape(k, len(sizes))
-        stderr = groups.std(axis=0, ddof=1) / math.sqrt(k)  # random-group standard error
-        # smoothing bias grows as the rate falls: at rate R / K it is about sqrt(K) times
-        # that at R near a cliff of the curve (less elsewhere), so this over-covers
-        bias = (groups.mean(axis=0) - curve) / (math.sqrt(k) - 1.0)
-        point = np.abs(bias) + ERROR_T_QUANTILE * stderr + base
-        if head is not None and head.usable:
-            # sizes the head covers: the groups agree there (to rounding), its error holds
-            point = np.where(sizes > head.capacity, point, base)
-            bias = np.where(sizes > head.capacity, bias, 0.0)
-        # the largest error over the sizes: the random-group method on the sup norm (each
-        # group's largest deviation from the groups' mean), not the largest pointwise bound
-        dev = np.abs(groups - groups.mean(axis=0)).max(axis=1)
-        sup = ERROR_T_QUANTILE * math.sqrt(float((dev**2).sum()) / (k - 1)) / math.sqrt(k)
-        sup += float(np.abs(bias).max(initial=0.0)) + float(base.max(initial=0.0))
-        return curve, point, max(float(point.max(initial=0.0)), sup)
+        return curve, groups, base
+
+    def _corrections(self, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The control variate's correction at `sizes` for the whole sample and each group
+        (`model`, `replay.analysis.shards_model`); zeros without one."""
+        if self.model is None:
+            return np.zeros(len(sizes)), np.zeros((len(self.groups), len(sizes)))
+        whole, parts = self.model(np.asarray(sizes, dtype=np.int64))
+        return np.asarray(whole, dtype=np.float64), np.asarray(parts, dtype=np.float64)
 
     @property
     def estimated_distinct(self) -> int:
         return round(self.full.distinct / self.rate)
+
+
+def _errors(
+    curve: np.ndarray,
+    groups: np.ndarray,
+    base: np.ndarray,
+    sizes: np.ndarray,
+    head: HeadCurve | None,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(curve, ~95% error at each size, ~95% bound on the largest error): the random-group
+    method over `groups` (module docstring)."""
+    k = len(groups)
+    if k < 2:
+        return curve, base, float(base.max(initial=0.0))
+    stderr = groups.std(axis=0, ddof=1) / math.sqrt(k)  # random-group standard error
+    # smoothing bias grows as the rate falls: at rate R / K it is about sqrt(K) times
+    # that at R near a cliff of the curve (less elsewhere), so this over-covers
+    bias = (groups.mean(axis=0) - curve) / (math.sqrt(k) - 1.0)
+    point = np.abs(bias) + ERROR_T_QUANTILE * stderr + base
+    if head is not None and head.usable:
+        # sizes the head covers: the groups agree there (to rounding), its error holds
+        covered = np.asarray(sizes) <= head.capacity
+        point = np.where(covered, base, point)
+        bias = np.where(covered, 0.0, bias)
+    # the largest error over the sizes: the random-group method on the sup norm (each
+    # group's largest deviation from the groups' mean), not the largest pointwise bound
+    dev = np.abs(groups - groups.mean(axis=0)).max(axis=1)
+    sup = ERROR_T_QUANTILE * math.sqrt(float((dev**2).sum()) / (k - 1)) / math.sqrt(k)
+    sup += float(np.abs(bias).max(initial=0.0)) + float(base.max(initial=0.0))
+    return curve, point, max(float(point.max(initial=0.0)), sup)
 
 
 def shards_sample_columns(

@@ -53,6 +53,16 @@ Model and assumptions:
   apart (`failures_during_restore`, and per draw). Restore time is per failure of either
   kind (each one starts a restore attempt).
 
+Runs that see a failure (`given_failure`): when failures are rare (an expected 0.007 a
+run), a few draws in a thousand see one, too few to say what one costs, and the 5th
+percentile is a run without any. So the draws can be conditioned on the first failure
+striking before the failure-free run ends (at H, wall time): its gap is drawn from the
+exponential truncated to [0, H), -M ln(e^(-H/M) - u expm1(-H/M)) for the same u (the
+inverse CDF; -M ln(u) as H grows), the later gaps as usual, so every draw sees at least
+one failure and their mean is E[goodput | a failure]. A run sees a failure with
+probability 1 - exp(-H / M) exactly (`p_any_failure`): it sees none when its first gap
+outlasts it.
+
 Randomness is counter-based: the k-th gap (k = 0, 1, ...) of draw d is
 -mtbf_s ln(u), u = (top 52 bits of mix64(key_d + (k + 1) GAMMA) + 1/2) / 2^52, in (0, 1),
 key_d = mix64(mix64(seed xor SALT) + (d + 1) GAMMA), with SplitMix64's mixer and
@@ -275,14 +285,20 @@ def _gap_uniform(key: np.uint64, k: np.int64) -> float:
 
 @kernel(inline="always")
 def _next_failure(
-    t_prev: float, key: np.uint64, k: np.int64, mtbf: float, times: np.ndarray
+    t_prev: float, key: np.uint64, k: np.int64, mtbf: float, times: np.ndarray, before: float
 ) -> float:
-    """The k-th failure time (k = 0, 1, ...), t_prev being the (k - 1)-th (0.0 for k = 0)."""
+    """The k-th failure time (k = 0, 1, ...), t_prev being the (k - 1)-th (0.0 for k = 0).
+    `before` > 0: the first one conditioned on coming before it (module docstring)."""
     if len(times) > 0:
         if k < len(times):
             return times[k]
         return np.inf
-    return t_prev + mtbf * -math.log(_gap_uniform(key, k))
+    u = _gap_uniform(key, k)
+    if k == 0 and before > 0.0:
+        # inverse CDF of the exponential truncated to [0, before): -M ln(e^(-b/M) + u p)
+        # with p = 1 - e^(-b/M), which is -M ln(u) as b grows
+        return -mtbf * math.log(math.exp(-before / mtbf) - u * math.expm1(-before / mtbf))
+    return t_prev + mtbf * -math.log(u)
 
 
 @kernel
@@ -340,6 +356,7 @@ def _draws_kernel(
     first_draw: np.int64,
     times: np.ndarray,
     cap: float,
+    before: float,
     wall_out: np.ndarray,
     failures_out: np.ndarray,
     restore_failures_out: np.ndarray,
@@ -351,7 +368,7 @@ def _draws_kernel(
     for dd in range(len(wall_out)):
         key = _draw_key(seed, first_draw + dd)
         k = np.int64(0)
-        t = _next_failure(0.0, key, k, mtbf, times)
+        t = _next_failure(0.0, key, k, mtbf, times, before)
         k += 1
         w = 0.0
         x = 0.0
@@ -394,7 +411,7 @@ def _draws_kernel(
             x = r
             # the restore occupies [t, t + c); a failure inside restarts it
             while True:
-                t_next = _next_failure(t, key, k, mtbf, times)
+                t_next = _next_failure(t, key, k, mtbf, times, before)
                 k += 1
                 if t_next >= t + c:
                     break
@@ -435,8 +452,11 @@ def simulate_draws(
     times_s: Sequence[float] = (),
     max_wall_factor: float = 1000.0,
     first_draw: int = 0,
+    given_failure: bool = False,
 ) -> FailureDraws:
-    """Per-draw outcomes of draws first_draw .. first_draw + draws - 1 (one with times_s)."""
+    """Per-draw outcomes of draws first_draw .. first_draw + draws - 1 (one with times_s).
+    `given_failure`: each draw's first failure conditioned to strike before the run ends
+    (the outcomes of the runs that see at least one; module docstring)."""
     horizon, times = _check_args(
         period_s,
         useful_s,
@@ -472,6 +492,7 @@ def simulate_draws(
         np.int64(first),
         times,
         float(max_wall_factor) * horizon,
+        _conditioned(given_failure, horizon, times),
         wall,
         failures,
         restore_failures,
@@ -531,8 +552,10 @@ def evaluate_failures(
     seed: int = 0,
     times_s: Sequence[float] = (),
     max_wall_factor: float = 1000.0,
+    given_failure: bool = False,
 ) -> FailureStats:
-    """Goodput statistics of `draws` failure draws (one with explicit `times_s`)."""
+    """Goodput statistics of `draws` failure draws (one with explicit `times_s`);
+    `given_failure`: of runs that see at least one failure (`simulate_draws`)."""
     return summarize_draws(
         simulate_draws(
             period_s,
@@ -545,8 +568,45 @@ def evaluate_failures(
             seed=seed,
             times_s=times_s,
             max_wall_factor=max_wall_factor,
+            given_failure=given_failure,
         )
     )
+
+
+def _conditioned(given_failure: bool, horizon: float, times: np.ndarray) -> float:
+    """The kernels' `before`: the failure-free wall time the first failure is conditioned
+    to come before, 0.0 for unconditioned draws."""
+    if not given_failure:
+        return 0.0
+    if len(times):
+        raise ConfigError("failures: given_failure conditions drawn failures, not explicit times")
+    return float(horizon)
+
+
+def p_any_failure(horizon_s: float, mtbf_s: float) -> float:
+    """The chance that a run of `horizon_s` failure-free wall time sees a failure:
+    1 - exp(-horizon_s / mtbf_s), exactly (a run sees none when its first exponential
+    gap outlasts it); equal to 1 - exp(-expected failures) to first order when they
+    are rare."""
+    return -math.expm1(-horizon_s / mtbf_s) if mtbf_s > 0 else 0.0
+
+
+RARE_FAILURES_P = 0.5  # below this chance of a failure, its cost is simulated apart
+
+
+def goodput_given_failure(
+    goodput_mean: float, failure_free_goodput: float, p_any: float, conditioned: Any
+) -> float | None:
+    """E[goodput | at least one failure]. From the unconditioned mean when most runs see
+    a failure (E = (1 - p) g0 + p E[. | failure], its noise amplified at most 1 / p < 2x);
+    else `conditioned()`, the mean of draws whose first failure is forced into the run
+    (`given_failure`), since the few draws with a failure out of all would leave it to
+    a handful. None when a failure cannot happen (p = 0)."""
+    if p_any <= 0.0:
+        return None
+    if p_any >= RARE_FAILURES_P:
+        return (goodput_mean - (1.0 - p_any) * failure_free_goodput) / p_any
+    return float(conditioned())
 
 
 # -- reference -------------------------------------------------------------------------------
@@ -606,6 +666,7 @@ def reference_evaluate_failures(
     times_s: Sequence[float] = (),
     max_wall_factor: float = 1000.0,
     first_draw: int = 0,
+    given_failure: bool = False,
 ) -> list[DrawResult]:
     """Slow, obviously correct per-draw outcomes (linear scans over every point of every copy)."""
     horizon, times_arr = _check_args(
@@ -622,6 +683,7 @@ def reference_evaluate_failures(
         first_draw,
     )
     times = [float(t) for t in times_arr]
+    before = _conditioned(given_failure, horizon, times_arr)
     period = float(period_s)
     cap = float(max_wall_factor) * horizon
     durable = [float(v) for v in points.durable_s]
@@ -634,7 +696,14 @@ def reference_evaluate_failures(
         def failure_time(k: int, t_prev: float, d: int = d) -> float:
             if times:
                 return times[k] if k < len(times) else math.inf
-            return t_prev + mtbf_s * -math.log(_ref_gap_uniform(seed, d, k))
+            u = _ref_gap_uniform(seed, d, k)
+            if k == 0 and before > 0:
+                # the exponential truncated to [0, before), by its inverse CDF
+                # 1 - (1 - u)(1 - e^(-b/M)), written as the kernel rounds it
+                return -mtbf_s * math.log(
+                    math.exp(-before / mtbf_s) - u * math.expm1(-before / mtbf_s)
+                )
+            return t_prev + mtbf_s * -math.log(u)
 
         k = 0
         t = failure_time(k, 0.0)

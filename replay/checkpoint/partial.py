@@ -44,6 +44,7 @@ def _partial_kernel(
     seed: np.uint64,
     first: np.int64,
     cap: float,
+    before: float,
     wall: np.ndarray,
     failures: np.ndarray,
     restore_failures: np.ndarray,
@@ -59,7 +60,11 @@ def _partial_kernel(
         nr = 0
         rt = 0.0
         hit_cap = False
-        t_next = mtbf * -math.log(_gap_uniform(key, k))
+        u = _gap_uniform(key, k)
+        if before > 0.0:  # conditioned on a failure (`failures.simulate_draws`)
+            t_next = -mtbf * math.log(math.exp(-before / mtbf) - u * math.expm1(-before / mtbf))
+        else:
+            t_next = mtbf * -math.log(u)
         k += 1
         while True:
             if t_next >= w + (horizon - x):
@@ -108,8 +113,10 @@ def simulate_partial(
     draws: int = 1000,
     seed: int = 0,
     max_wall_factor: float = 1000.0,
+    given_failure: bool = False,
 ) -> FailureDraws:
-    """Per-draw outcomes of partial recovery (module docstring)."""
+    """Per-draw outcomes of partial recovery (module docstring); `given_failure`: of runs
+    that see at least one failure, as `failures.simulate_draws`."""
     for name, v in (("period_s", period_s), ("useful_s", useful_s), ("horizon_s", horizon_s)):
         if not (v > 0 and math.isfinite(v)):
             raise ConfigError(f"partial recovery: {name} must be finite and > 0, got {v}")
@@ -128,7 +135,8 @@ def simulate_partial(
     horizon = float(horizon_s)
     _partial_kernel(
         horizon, float(restore_s), float(mtbf_s), np.uint64(seed), np.int64(0),
-        float(max_wall_factor) * horizon, wall, failures, restore_failures, restore, capped,
+        float(max_wall_factor) * horizon, horizon if given_failure else 0.0, wall, failures,
+        restore_failures, restore, capped,
     )  # fmt: skip
     return FailureDraws(
         mtbf_s=float(mtbf_s),

@@ -57,6 +57,29 @@ def rows_for_hit(sizes_rows: np.ndarray, hits: np.ndarray, target: float) -> flo
     return None if len(reach) == 0 else float(sizes[int(reach[0])])
 
 
+def range_for_hit(
+    sizes_rows: np.ndarray, hits: np.ndarray, errors: np.ndarray | float, target: float
+) -> tuple[float | None, float | None]:
+    """(low, high) rows around `rows_for_hit`'s answer, from the curve's ~95% error at
+    each size (`MrcResult.point_errors`): the true smallest size reaching `target` lies
+    above `low`, the largest measured size whose hit even plus its error falls short (None:
+    the curve's first size might already reach it), and at or below `high`, the first
+    measured size whose hit less its error reaches it (None: not within the curve). The
+    band is inverted size by size, so the range is as wide as the error where the curve
+    crosses the target, not its largest error anywhere."""
+    sizes = np.asarray(sizes_rows, dtype=np.float64)
+    h = np.asarray(hits, dtype=np.float64)
+    e = np.broadcast_to(np.asarray(errors, dtype=np.float64), h.shape)
+    e = np.where(np.isfinite(e), e, 0.0)
+    up = np.nonzero(np.maximum.accumulate(h + e) >= target)[0]
+    down = np.nonzero(np.maximum.accumulate(h - e) >= target)[0]
+    low = None if not len(up) or up[0] == 0 else float(sizes[int(up[0]) - 1])
+    if not len(up):
+        low = float(sizes[-1]) if len(sizes) else None
+    high = None if not len(down) else float(sizes[int(down[0])])
+    return low, high
+
+
 SIZE_RATIO = 1.05  # consecutive curve sizes: a step of 5%, finer than "10% smaller"
 
 
@@ -193,6 +216,7 @@ __all__ = [
     "TableShare",
     "curve_sizes",
     "hit_at",
+    "range_for_hit",
     "rows_for_hit",
     "split_budget",
     "uniform_load_factor",

@@ -73,7 +73,12 @@ import numpy as np
 
 from replay.checkpoint import STRATEGIES
 from replay.checkpoint.base import NS, CheckpointContext, snapshot_tier_name
-from replay.checkpoint.failures import RecoveryPoints, evaluate_failures
+from replay.checkpoint.failures import (
+    RecoveryPoints,
+    evaluate_failures,
+    goodput_given_failure,
+    p_any_failure,
+)
 from replay.checkpoint.trainingcxl import home_tier_name
 from replay.errors import ConfigError, opt
 from replay.plan import check_n_run as cnr
@@ -156,6 +161,11 @@ class StrategyPlan:
     caveat: str | None = None  # the chosen bit width's accuracy caveat (its source)
     quantization_error: float = 0.0  # mean relative L2 error of a restored row
     modes: tuple[dict[str, Any], ...] = ()
+    # the chance the run sees a failure, 1 - exp(-H / M) (H its failure-free wall time),
+    # and the mean goodput of the runs that do (`replay.checkpoint.failures`): what to read
+    # when failures are rare, as the mean and its 5th percentile are then a run without one
+    p_any_failure: float = 0.0
+    goodput_given_failure: float | None = None
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -689,22 +699,25 @@ def _simulate(chosen: _Chosen, *, draws: int, seed: int, max_wall_factor: float)
         lost = mtbf_s - horizon_s / training
         r = inp.restart_s / mtbf_s
         during_restore = training * (math.expm1(r) if r < 709.0 else math.inf)
+        p = p_any_failure(horizon_s, mtbf_s)
         return StrategyPlan(
             name, cost, mtbf_s, horizon_s, goodput_model, goodput_model, goodput_model,
             lost, inp.restart_s, training + during_restore, during_restore, 0.0, 0.0, 0, 0,
-            False,
+            False, p_any_failure=p,
+            goodput_given_failure=goodput_given_failure(goodput_model, 1.0, p, None),
         )  # fmt: skip
-    stats = evaluate_failures(
-        ev.period_s,
-        ev.useful_s,
-        ev.points,
-        scratch_restore_s=inp.restart_s,
-        horizon_s=horizon_s * ev.period_s / ev.useful_s,
-        mtbf_s=mtbf_s,
-        draws=draws,
-        seed=seed,
-        max_wall_factor=max_wall_factor,
-    )
+    kw = dict(
+        scratch_restore_s=inp.restart_s, horizon_s=horizon_s * ev.period_s / ev.useful_s,
+        mtbf_s=mtbf_s, draws=draws, seed=seed, max_wall_factor=max_wall_factor,
+    )  # fmt: skip
+    stats = evaluate_failures(ev.period_s, ev.useful_s, ev.points, **kw)  # type: ignore[arg-type]
+    p = p_any_failure(float(kw["horizon_s"]), mtbf_s)
+    given = goodput_given_failure(
+        stats.goodput_mean, ev.useful_s / ev.period_s, p,
+        lambda: evaluate_failures(
+            ev.period_s, ev.useful_s, ev.points, given_failure=True, **kw  # type: ignore[arg-type]
+        ).goodput_mean,
+    )  # fmt: skip
     checkpoints = name != "none"
     return StrategyPlan(
         strategy=name,
@@ -723,6 +736,8 @@ def _simulate(chosen: _Chosen, *, draws: int, seed: int, max_wall_factor: float)
         draws=stats.draws,
         draws_capped=stats.draws_capped,
         simulated=True,
+        p_any_failure=p,
+        goodput_given_failure=given,
     )
 
 

@@ -54,7 +54,12 @@ from typing import Any
 import numpy as np
 
 from replay.checkpoint.base import READER_POSITION_BYTES, CheckpointContext
-from replay.checkpoint.failures import RecoveryPoints, evaluate_failures
+from replay.checkpoint.failures import (
+    RecoveryPoints,
+    evaluate_failures,
+    goodput_given_failure,
+    p_any_failure,
+)
 from replay.checkpoint.partial import evaluate_partial
 from replay.checkpoint.store import StoreModel, node_bytes, store_of
 from replay.errors import ConfigError
@@ -124,6 +129,10 @@ class ClusterStrategyPlan:
     modes: tuple[dict[str, Any], ...] = ()
     mode: dict[str, Any] | None = None
     caveat: str | None = None
+    # the chance the run sees a failure and the mean goodput of the runs that do
+    # (`replay.plan.checkpoint.StrategyPlan`)
+    p_any_failure: float = 0.0
+    goodput_given_failure: float | None = None
 
     @property
     def name(self) -> str:
@@ -274,11 +283,19 @@ def _whole_job(s: _Setup, name: str, draws: int, seed: int) -> ClusterStrategyPl
     period = tau + p["stall"]
     points = RecoveryPoints(np.array([p["durable"]]), np.array([p["resume"]]),
                             np.array([p["restore"]]))  # fmt: skip
-    stats = evaluate_failures(
-        period, tau, points, scratch_restore_s=s.restart_s,
-        horizon_s=s.horizon_s * period / tau, mtbf_s=s.mtbf_s, draws=draws, seed=seed,
+    kw: dict[str, Any] = dict(
+        scratch_restore_s=s.restart_s, horizon_s=s.horizon_s * period / tau, mtbf_s=s.mtbf_s,
+        draws=draws, seed=seed,
     )  # fmt: skip
-    return _entry(s, name, k, stats, _daly(s, name, tau))
+    stats = evaluate_failures(period, tau, points, **kw)
+    p_any = p_any_failure(kw["horizon_s"], s.mtbf_s)
+    given = goodput_given_failure(
+        stats.goodput_mean, tau / period, p_any,
+        lambda: evaluate_failures(period, tau, points, given_failure=True, **kw).goodput_mean,
+    )  # fmt: skip
+    return _entry(
+        s, name, k, stats, _daly(s, name, tau), p_any_failure=p_any, goodput_given_failure=given
+    )
 
 
 def _none(s: _Setup) -> ClusterStrategyPlan:
@@ -298,6 +315,13 @@ def _none(s: _Setup) -> ClusterStrategyPlan:
         restore_per_failure_s=r, failures_per_run=training + during,
         failures_during_restore_per_run=during, young_daly_interval_s=0.0,
         daly_interval_s=0.0, draws=0, draws_capped=0, simulated=False, recovery="scratch",
+        p_any_failure=p_any_failure(h, m),
+        # Daly's form is the expected wall time H / g; of the runs with a failure it is
+        # (H / g - (1 - p) H) / p, and their goodput H over that
+        goodput_given_failure=(
+            p_any_failure(h, m) / (1.0 / g - (1.0 - p_any_failure(h, m))) if g > 0 and h < 709 * m
+            else None
+        ),
     )  # fmt: skip
 
 
@@ -320,9 +344,15 @@ def _cpr(s: _Setup, draws: int, seed: int, notes: list[str]) -> ClusterStrategyP
     reads = s.model.partial_restore_s(s.b)
     restore = s.restart_s + (reads or 0.0)
     period = tau + p["stall"]
-    stats = evaluate_partial(
-        period, tau, restore_s=restore, horizon_s=s.horizon_s * period / tau, mtbf_s=s.mtbf_s,
-        draws=draws, seed=seed,
+    kw: dict[str, Any] = dict(
+        restore_s=restore, horizon_s=s.horizon_s * period / tau, mtbf_s=s.mtbf_s, draws=draws,
+        seed=seed,
+    )  # fmt: skip
+    stats = evaluate_partial(period, tau, **kw)
+    p_any = p_any_failure(kw["horizon_s"], s.mtbf_s)
+    given = goodput_given_failure(
+        stats.goodput_mean, tau / period, p_any,
+        lambda: evaluate_partial(period, tau, given_failure=True, **kw).goodput_mean,
     )  # fmt: skip
     # a failure at a uniform position of the period rolls the node back x of training
     # (x in [0, τ)) or τ (during the write, not yet durable)
@@ -345,6 +375,7 @@ def _cpr(s: _Setup, draws: int, seed: int, notes: list[str]) -> ClusterStrategyP
         s, "cpr", k, stats, model, recovery="partial",
         lost_updates_rows=None if math.isnan(lost_rows) else lost_rows,
         lost_batches_per_failure=roll / s.tb, lost_updates_fraction=pls,
+        p_any_failure=p_any, goodput_given_failure=given,
     )  # fmt: skip
     return dataclasses.replace(
         entry, restore_s=restore, rollback_lag_s=0.0,

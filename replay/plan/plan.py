@@ -176,6 +176,7 @@ def make_plan(
     from replay.plan.cache import (
         curve_sizes,
         hit_at,
+        range_for_hit,
         rows_for_hit,
         split_budget,
         uniform_load_factor,
@@ -255,9 +256,12 @@ def make_plan(
     che = None
     if spec is not None and not _has_reuse_or_drift(spec):
         from replay.analysis.che import che_miss_ratios
+        from replay.analysis.shards_model import applicable, full_che
 
         che = np.asarray(
-            che_miss_ratios(spec, sizes.astype(np.int64), horizon_lookups=lookups),
+            full_che(horizon, sizes, lookups)  # the control variate solved these already
+            if applicable(horizon)
+            else che_miss_ratios(spec, sizes.astype(np.int64), horizon_lookups=lookups),
             dtype=np.float64,
         )
 
@@ -267,9 +271,16 @@ def make_plan(
             "the run touches: every row fits, so a smaller cache gives the same hit ratio"
         )
     bytes_for_hit: dict[str, float | None] = {}
+    # each answer's ~95% range from the curve's error where it crosses the target
+    range_bytes: dict[str, list[float | None]] = {}
     for target in request.hit_targets:
         rows = rows_for_hit(sizes, hits, target)
         bytes_for_hit[f"{target:g}"] = None if rows is None else rows * row_bytes
+        low, high = range_for_hit(sizes, hits, mrc.point_errors, target)
+        range_bytes[f"{target:g}"] = [
+            None if low is None else low * row_bytes,
+            None if high is None else high * row_bytes,
+        ]
         if rows is None:
             notes.append(
                 f"a hit ratio of {target:g} is out of reach over this run: the curve ends at "
@@ -458,6 +469,9 @@ def make_plan(
             "miss_ratio": [float(m) for m in mrc.miss_ratios],
             "method": "exact" if mrc.exact else f"SHARDS at R = {rate:g}",
             "error_bound": float(mrc.expected_error),
+            # ~95% at each size: what each answer's range_bytes is read from
+            "point_errors": [float(e) for e in mrc.point_errors],
+            **({"error_method": mrc.extra["model"]} if "model" in mrc.extra else {}),
             "analytic_miss_ratio": None if che is None else [float(m) for m in che],
         },
         "touched": {
@@ -473,6 +487,7 @@ def make_plan(
             "budget_bytes": int(request.cache_budget_bytes),
             "hit_at_budget": policy_hits,
             "bytes_for_hit": policy_bytes,
+            "range_bytes": {"lru": range_bytes},
             "methods": methods,
             "per_table": [
                 {

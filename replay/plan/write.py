@@ -35,7 +35,7 @@ from replay.plan.write_memory import memory_answer_lines, memory_markdown
 from replay.plan.write_ssd_tbe import ssd_tbe_answer_lines, ssd_tbe_markdown
 from replay.report.plan_section import (
     cluster_lines,
-    few_failures,
+    goodput_spread,
     lossy,
     split_line,
     strategy_label,
@@ -139,14 +139,14 @@ def answers(document: dict[str, Any]) -> list[str]:
         lines.append(
             f"Checkpoint: at a cluster MTBF of {format_duration(ck['cluster_mtbf_s'])}, no "
             "strategy beats running without checkpoints over this run: goodput "
-            f"{_pct(s['goodput'])} (5th percentile {_pct(s['goodput_p5'])}{few_failures(s)})."
+            f"{_pct(s['goodput'])} ({goodput_spread(s, _pct)})."
         )
     elif ck["strategies"]:
         s = ck["strategies"][0]
         lines.append(
             f"Checkpoint: at a cluster MTBF of {format_duration(ck['cluster_mtbf_s'])}, "
             f"{strategy_label(s)} every {format_duration(s['interval_s'])} gives goodput "
-            f"{_pct(s['goodput'])} (5th percentile {_pct(s['goodput_p5'])}{few_failures(s)}): "
+            f"{_pct(s['goodput'])} ({goodput_spread(s, _pct)}): "
             f"{format_duration(s['cost_s'])} stall and {format_bytes(s['bytes'])} per "
             f"checkpoint, restore {format_duration(s['restore_s'])}"
             + (f"; {lossy(s)}." if lossy(s) else ".")

@@ -115,7 +115,7 @@ def range_text(r: dict[str, Any]) -> str:
         return f"≤ {format_bytes(r['bytes'])} (the curve's first point: a bound, not a size)"
     low = format_bytes(r["low"]) if r["low"] is not None else "?"
     if r["edge"] == "first":
-        low = f"≤ {low}"
+        low = "≤ " + (format_bytes(r["low"]) if r["low"] is not None else "the curve's first size")
     high = (
         format_bytes(r["high"])
         if r["high"] is not None
@@ -130,19 +130,40 @@ def range_text(r: dict[str, Any]) -> str:
     return f"{format_bytes(r['bytes'])} ({low} – {high})"
 
 
+def stated_range(
+    answer: float | None, pair: list[float | None] | None, first_bytes: float | None = None
+) -> dict[str, Any] | None:
+    """`range_text`'s input from a plan.json `range_bytes` pair ([low, high], each None
+    where the curve does not bound it), or None where the plan wrote none."""
+    if pair is None or answer is None:
+        return None
+    low, high = pair
+    return {
+        "bytes": answer, "low": low, "high": high, "edge": "first" if low is None else None,
+        "at_first_point": False, "last_bytes": answer, "first_bytes": first_bytes,
+    }  # fmt: skip
+
+
 def targets_with_range(doc: dict[str, Any]) -> str:
-    """Each hit target's bytes with the range from the curve's error bound."""
+    """Each hit target's bytes with its ~95% range: plan.json's `range_bytes` (from the
+    curve's error at the size where it crosses the target), else, in a plan written
+    before them, from the curve's largest error."""
     lru = doc["cache"]["bytes_for_hit"].get("lru", {})
+    ranges = (doc["cache"].get("range_bytes") or {}).get("lru") or {}
     mrc = doc.get("mrc") or {}
     parts = []
     for t in lru:
-        r = target_range(mrc, float(t))
+        r = stated_range(lru[t], ranges.get(t)) or target_range(mrc, float(t))
         if r["bytes"] is None or lru[t] is None:
             parts.append(f"hit {float(t):g} is out of reach over the run")
         else:
             parts.append(f"hit {float(t):g} needs {range_text(r)}")
     bound = float(mrc.get("error_bound") or 0.0)
-    where = f" (ranges: the curve's ±{bound:.2g} error bound in miss ratio)" if bound else ""
+    if ranges and (mrc.get("method") or "exact") != "exact":
+        how = "; the curve with Che's as a control variate" if mrc.get("error_method") else ""
+        where = f" (~95% ranges from the sampled curve's error where it crosses each target{how})"
+    else:
+        where = f" (ranges: the curve's ±{bound:.2g} error bound in miss ratio)" if bound else ""
     return ", ".join(parts) + where
 
 
@@ -264,8 +285,7 @@ def goodput_line(doc: dict[str, Any]) -> str:
     runs = f" over {draws:,} simulated runs" if draws else ""
     return (
         f"Goodput ({plan_basis(doc)}, at {failure_model(ck)}, with {strategy_label(s)}): "
-        f"{pct_text(s['goodput'])} on average, 5th percentile {pct_text(s['goodput_p5'])}"
-        f"{runs}{few_failures(s)}."
+        f"{pct_text(s['goodput'])} on average{runs} ({goodput_spread(s)})."
     )
 
 
@@ -298,15 +318,15 @@ def checkpoint_line(doc: dict[str, Any]) -> str:
             f"Checkpoint: at a cluster MTBF of {mtbf}, no strategy beats running without "
             f"checkpoints over this run: goodput {pct_text(s['goodput'])}"
             + (
-                f" (5th percentile {pct_text(s['goodput_p5'])}{few_failures(s)})."
-                if few_failures(s)
+                f" ({goodput_spread(s)})."
+                if not goodput_spread(s).startswith("5th percentile")
                 else "."
             )
         )
     return (
         f"Checkpoint: {strategy_label(s)} every {minutes(s['interval_s'])} gives goodput "
-        f"{pct_text(s['goodput'])} at a cluster MTBF of {mtbf} (5th percentile "
-        f"{pct_text(s['goodput_p5'])}{few_failures(s)}), writing {format_bytes(s['bytes'])} per "
+        f"{pct_text(s['goodput'])} at a cluster MTBF of {mtbf} ({goodput_spread(s)}), writing "
+        f"{format_bytes(s['bytes'])} per "
         "checkpoint" + (f"; {lossy(s)}." if lossy(s) else ".")
     )
 
@@ -345,16 +365,28 @@ def strategy_label(strategy: dict[str, Any]) -> str:
     return str(strategy.get("label") or strategy["name"])
 
 
-def few_failures(strategy: dict[str, Any]) -> str:
-    """ "; ..." when the run expects fewer than one failure: its goodput is then bimodal
-    (most runs see no failure, a few lose an interval and a restore), so the mean says
-    little and the 5th percentile tells what a failure costs. Empty otherwise."""
+RARE_FAILURES_P = 0.5  # below this chance of any failure, a percentile shows no failure
+
+
+def goodput_spread(strategy: dict[str, Any], pct: Any = None) -> str:
+    """What to read beside the mean goodput: its 5th percentile when most runs see a
+    failure; when failures are rare, the chance of one and the goodput of a run that
+    sees one (`p_any_failure`, `goodput_given_failure`), since the percentiles are then
+    runs without any (plans written before these keys: the chance from the expected
+    failures, 1 - exp(-n))."""
+    pct = pct or pct_text
     n = float(strategy.get("failures_per_run") or 0.0)
-    if n >= 1.0:
-        return ""
+    p = strategy.get("p_any_failure")
+    p = -math.expm1(-n) if p is None else float(p)
+    if p >= RARE_FAILURES_P:
+        return f"5th percentile {pct(strategy['goodput_p5'])}"
+    given = strategy.get("goodput_given_failure")
+    if p <= 0.0:
+        return "no failure is expected over the run"
+    then = "" if given is None else f", and such a run's goodput is {pct(given)}"
     return (
-        f"; the run expects {n:.2g} failures, so about {math.exp(-n):.0%} of runs see none "
-        "and the mean hides what one costs: read the 5th percentile"
+        f"the run expects {n:.2g} failures: {p:.2%} of runs see one{then}; the mean is mostly "
+        "runs without any"
     )
 
 
