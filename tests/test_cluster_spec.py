@@ -43,6 +43,7 @@ def _old_to_dict(spec: SystemSpec) -> dict[str, Any]:
     data = dataclasses.asdict(spec)
     del data["cluster"]
     del data["checkpoint"]["replicas"], data["checkpoint"]["store"]  # later fields (issue 42)
+    del data["compute"]["pipeline"], data["compute"]["activations_bytes"]  # later (issue 53)
     if data["policy"]["name"] != "ssd-tbe":  # later fields, serialised for ssd-tbe only
         for knob in SSD_TBE_KNOBS:
             del data["policy"][knob]

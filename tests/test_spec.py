@@ -82,7 +82,7 @@ def test_bad_table_values_are_rejected(change, message) -> None:
         ({"tables": [{"name": "a", "rows": 1}], "speed": 3}, "unknown key 'speed'"),
         ({"tables": [{"name": "a", "rows": 1}, {"name": "a", "rows": 2}]}, "appears twice"),
         ({"tables": [{"rows": 1}]}, "missing required key 'name'"),
-        ({"tables": [{"name": "a", "rows": 1}], "update": {"rule": "adam"}}, "not one of"),
+        ({"tables": [{"name": "a", "rows": 1}], "update": {"rule": "lamb"}}, "not one of"),
     ],
 )
 def test_bad_specs_are_rejected(data, message) -> None:
