@@ -96,7 +96,7 @@ def _mean(columns: dict[str, Any], name: str, default: float = 0.0) -> float:
 
 
 def _rank_means(columns: dict[str, Any], name: str, world: int) -> np.ndarray | None:
-    if name not in columns:
+    if columns.get(name) is None:
         return None
     half = _second_half(columns[name])
     return half.mean(axis=0) if half.size else np.zeros(world)

@@ -462,7 +462,12 @@ def plan_cluster(
         # what a checkpoint writes per rank (issue 42: replay.plan.cluster_checkpoint)
         "checkpoint_bytes": checkpoint_bytes(placement),
         # each GPU's step by parts and compute.pipeline's overlap (replay.engine.step_cluster)
-        "step": cluster_step(columns, system, placement, source_batch_size(steady_source)),
+        "step": cluster_step(
+            {"rank_updates": getattr(result, "rank_updates", None), **columns},
+            system,
+            placement,
+            source_batch_size(steady_source),
+        ),
         # what each GPU holds (replay.plan.memory): make_plan moves it to plan.json's memory
         "memory": cluster_block(
             base, horizon.workload, placement, source_batch_size(steady_source)
