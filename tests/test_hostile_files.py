@@ -372,6 +372,8 @@ DOC_ROWS = {
     _files.TORCHREC_STATS: "| TorchRec statistics",
     _files.MANIFEST: "| trace manifest",
     _files.RESULT_JSON: "| a result folder's JSON",
+    _files.TBE_CONFIG: "| FBGEMM TBE config",
+    _files.TORCHREC_CONFIGS: "| TorchRec table configs",
 }
 
 
