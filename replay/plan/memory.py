@@ -178,6 +178,7 @@ def cluster_memory(
             sent += served * s.cols
             if kernel in ("uvm-caching", "ssd"):
                 cached += shard_ids
+        shards = _with_l2(shards, system)
         raw_ids = local * sum(pooling)
         shape = BatchShape(
             raw_ids=raw_ids, raw_lengths=local * len(tables), dist_ids=round(ids),
@@ -188,6 +189,19 @@ def cluster_memory(
         )  # fmt: skip
         out.append(gpu_memory(rank, shards, shape, settings))
     return out
+
+
+def _with_l2(shards: list[ShardMemory], system: Any) -> list[ShardMemory]:
+    """The GPU's `ssd` shards with `policy.l2_capacity_bytes` (its SSD TBE's L2 in host
+    DRAM, TorchRec's `l2_cache_size`) shared in proportion to their rows."""
+    ssd_rows = sum(s.rows for s in shards if s.kernel == "ssd")
+    l2 = int(system.policy.l2_capacity_bytes) if system.policy.name == "ssd-tbe" else 0
+    if not ssd_rows or not l2:
+        return shards
+    return [
+        dataclasses.replace(s, l2_bytes=l2 * s.rows // ssd_rows) if s.kernel == "ssd" else s
+        for s in shards
+    ]
 
 
 def memory_block(gpus: Sequence[GpuMemory], gpus_per_node: int, basis: str) -> dict[str, Any]:
@@ -242,7 +256,13 @@ def with_sets(request: Any, extra: tuple[str, ...]) -> Any:
 def cluster_block(system: Any, workload: dict[str, Any] | None, placement: Any, batch: int) -> dict:
     """plan.json's `memory` for a placed cluster."""
     gpus = cluster_memory(system, workload, placement, batch)
-    return memory_block(gpus, placement.gpus_per_node, basis_text(system, gpus))
+    block = memory_block(gpus, placement.gpus_per_node, basis_text(system, gpus))
+    c = system.cluster
+    drives = int(c.drives_per_node * c.drive_capacity_bytes)
+    for node in block["per_node"]:  # the node's drives against what its ssd shards store
+        node["drive_capacity_bytes"] = drives
+        node["drive_fits"] = node["drive_bytes"] <= drives
+    return block
 
 
 def one_gpu_block(system: Any, workload: dict[str, Any] | None, rows: Sequence[int]) -> dict:
