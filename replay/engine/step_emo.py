@@ -65,7 +65,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from replay.engine.step_model import GpuLoad, KernelLoad, StepConstants, overlap, step
+from replay.engine.step_model import (
+    GpuLoad,
+    KernelLoad,
+    StepConstants,
+    overlap,
+    step,
+    with_overlap,
+)
 
 WORLD = 2
 LOCAL_BATCH = 32_768
@@ -270,10 +277,10 @@ def gpu_load(run: Run, rank: int, other_s: float = 0.0) -> GpuLoad:
     )
 
 
-def predict(run: Run, other_s: float = 0.0) -> dict[str, Any]:
+def predict(run: Run, other_s: float = 0.0, prefetch_overlap: float = 1.0) -> dict[str, Any]:
     """`run`'s step on every rank (`replay.engine.step_model.step`)."""
     loads = [gpu_load(run, r, other_s) for r in range(WORLD)]
-    return step(loads, CONSTANTS, run.pipeline)
+    return step(loads, with_overlap(CONSTANTS, prefetch_overlap), run.pipeline)
 
 
 def fitted_other_s() -> float:
@@ -284,15 +291,17 @@ def fitted_other_s() -> float:
     return MEASURED_MS["sdd_fused"] / 1e3 / BATCHES - worst["step_time_s"]
 
 
-def predictions() -> list[dict[str, Any]]:
+def predictions(prefetch_overlap: float = 1.0) -> list[dict[str, Any]]:
     """Per run: measured and predicted ms per 10 batches (with the fitted `other_s`, and
     from the cited constants alone), their ratios to the all-HBM run, the ratio's error,
-    and the worst rank's parts and overlap."""
+    and the worst rank's parts and overlap. `prefetch_overlap`: the share of the dense
+    backward the prefetch hides in (1: as TorchRec and FBGEMM design it; PR #4099's trace
+    shows 0 there, docs/step_time.md)."""
     other = fitted_other_s()
     rows = []
     for run in RUNS:
-        fitted = predict(run, other)
-        alone = predict(run)
+        fitted = predict(run, other, prefetch_overlap)
+        alone = predict(run, 0.0, prefetch_overlap)
         w = fitted["per_gpu"][fitted["worst_rank"]]
         rows.append(
             {
