@@ -77,7 +77,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from replay.system.optimizer import BYTES_PER_STATE, optimizer_bytes_per_row
+from replay.system.optimizer import (
+    BYTES_PER_STATE,
+    optimizer_bytes_per_row,
+    state_in_hbm_beside_uvm,
+)
 
 PIPELINES = ("base", "sparse-dist", "prefetch-sparse-dist")
 # ComputeSpec's knobs left out of `SystemSpec.to_dict` at their defaults
@@ -186,7 +190,7 @@ def shard_hbm(shard: ShardMemory, optimizer: str, prefetch: bool, lfu: bool = Fa
     state = shard.rows * optimizer_bytes_per_row(optimizer, shard.dim)
     weights = values if shard.kernel == "hbm" else 0
     # uvm, uvm-caching: row-wise state in HBM, per-value state in UVM beside the weights
-    in_hbm = shard.kernel in ("hbm", "ssd") or optimizer == "rowwise-adagrad"
+    in_hbm = shard.kernel in ("hbm", "ssd") or state_in_hbm_beside_uvm(optimizer)
     opt = state if in_hbm else 0
     cache = 0
     slots = cache_slots(shard)
@@ -205,7 +209,7 @@ def shard_host(shard: ShardMemory, optimizer: str) -> tuple[int, int]:
     values = shard.rows * shard.dim * shard.bytes_per_value
     state = shard.rows * optimizer_bytes_per_row(optimizer, shard.dim)
     if shard.kernel in ("uvm", "uvm-caching"):
-        return values + (0 if optimizer == "rowwise-adagrad" else state), 0
+        return values + (0 if state_in_hbm_beside_uvm(optimizer) else state), 0
     if shard.kernel == "ssd":
         return shard.l2_bytes, values
     return 0, 0
@@ -303,6 +307,7 @@ __all__ = [
     "MemorySettings",
     "ShardMemory",
     "cache_slots",
+    "dense_bytes",
     "dense_fits",
     "gpu_memory",
     "inputs_bytes",
