@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 
 _LOCALITY = "Locality statistics (instead of TRACE)"
+_STACK = "The training stack's own files (docs/from_training_stack.md)"
 
 
 @app.command("fit", short_help="Fit a workload spec (skew, hot value, reuse, drift) to a trace.")
@@ -152,10 +153,93 @@ def fit_command(
             rich_help_panel=_LOCALITY,
         ),
     ] = 0.0,
+    tbe_config: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--tbe-config",
+            metavar="FILE",
+            help="FBGEMM TBE configs (TBEDataConfig JSON, as FBGEMM_TBE_REPORT_INPUT_PARAMS "
+            "writes them; repeat for several, or a folder of them) instead of a TRACE: a spec "
+            "with their tables, heavy hitters, Zipf fit and pooling.",
+            rich_help_panel=_STACK,
+        ),
+    ] = None,
+    calibrate: Annotated[
+        bool,
+        typer.Option(
+            "--calibrate/--no-calibrate",
+            help="With --tbe-config: fit each table's tail so FBGEMM's estimator reads the "
+            "spec's batches as the stated (q, s) (else FBGEMM's generator's law as stated).",
+            rich_help_panel=_STACK,
+        ),
+    ] = True,
+    torchrec_configs: Annotated[
+        Path | None,
+        typer.Option(
+            "--torchrec-configs",
+            metavar="FILE",
+            help="A JSON list of TorchRec EmbeddingBagConfig-like tables (name, "
+            "num_embeddings, embedding_dim, feature_names): a spec with the model's tables "
+            "and features, the skew from TRACE's fit or from --skew.",
+            rich_help_panel=_STACK,
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="With --torchrec-configs: samples per batch (default: TRACE's).",
+            rich_help_panel=_STACK,
+        ),
+    ] = None,
+    skew: Annotated[
+        str | None,
+        typer.Option(
+            metavar="PRESET|SPEC",
+            help="With --torchrec-configs and no TRACE: the preset or spec file whose tables "
+            "lend their skew, by name, else its typical table's (default: criteo-kaggle).",
+            rich_help_panel=_STACK,
+        ),
+    ] = None,
+    pooling: Annotated[
+        float | None,
+        typer.Option(
+            metavar="L",
+            help="With --torchrec-configs: lookups per sample of every feature (default: "
+            "the file's pooling factors, else the skew's table, else 1).",
+            rich_help_panel=_STACK,
+        ),
+    ] = None,
+    batches: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="With --tbe-config or --torchrec-configs: the spec's batches (default: 100, "
+            "or the skew's).",
+            rich_help_panel=_STACK,
+        ),
+    ] = None,
 ) -> None:
     """Fit per-table hot values, power-law exponents (with confidence intervals), reuse
     and drift to a trace, and write them as a workload spec; or, with --locality-stats,
-    fit table groups to per-batch locality statistics."""
+    fit table groups to per-batch locality statistics; or, with --tbe-config or
+    --torchrec-configs, write a spec from the training stack's own files."""
+    if tbe_config or torchrec_configs is not None:
+        from replay.cli._fit_stack import fit_stack
+
+        fit_stack(
+            trace=trace, tbe_config=tbe_config, torchrec_configs=torchrec_configs,
+            locality_stats=locality_stats, out=out, json_output=json_output, force=force,
+            seed=seed, batch_size=batch_size, skew=skew, pooling=pooling, batches=batches,
+            calibrate=calibrate, verify=verify,
+        )  # fmt: skip
+        return
+    for option, value in (("--batch-size", batch_size), ("--skew", skew), ("--pooling", pooling),
+                          ("--batches", batches)):  # fmt: skip
+        if value is not None:
+            raise ConfigError(f"{option} applies only with --tbe-config or --torchrec-configs")
+    if not calibrate:
+        raise ConfigError("--no-calibrate applies only with --tbe-config")
     if locality_stats is not None:
         if trace is not None:
             raise ConfigError("give a TRACE or --locality-stats, not both")
