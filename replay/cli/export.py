@@ -2,7 +2,10 @@
 TorchRec's `ShardingPlan`, in the JSON form `replay.torchrec_sharding_plan` loads
 (`replay/system/torchrec_plan.py`). A plan TorchRec's training path would not execute as
 planned (`torchrec_executable: false` in its `sharding.json`) is refused in one line.
-The file is written whole or not at all.
+
+`replay export tbe-config --workload W --out FILE.json`: a workload as FBGEMM's
+`TBEDataConfig` (`replay.workload.tbe_config`), which FBGEMM's TBE benchmarks generate
+requests from. Each file is written whole or not at all.
 """
 
 from __future__ import annotations
@@ -94,3 +97,49 @@ def export_torchrec_plan_command(
         f"{placement.gpus_per_node}), module {module or '(the model)'!r}; load it with "
         f"replay.torchrec_sharding_plan({str(out)!r})"
     )
+
+
+@export_app.command("tbe-config")
+def export_tbe_config_command(
+    workload: Annotated[
+        str,
+        typer.Option(
+            "--workload",
+            "-w",
+            metavar="PRESET_OR_SPEC",
+            help="The workload preset or TOML spec to write.",
+        ),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", metavar="FILE", help="The JSON file to write."),
+    ],
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing FILE.")] = False,
+) -> None:
+    """Write a workload as FBGEMM's TBEDataConfig (JSON), for FBGEMM's TBE benchmarks."""
+    from replay.errors import OutputError
+    from replay.workload.generator import resolve_workload
+    from replay.workload.tbe_config import export_notes, tbe_config_from_spec
+
+    if out.is_dir():
+        raise OutputError(f"{out}: is a folder, not a file")
+    if (out.exists() or out.is_symlink()) and not force:
+        raise OutputError(f"{out}: already exists (use --force to replace it)")
+    if out.exists() and not out.is_file():  # a FIFO, a device, a socket: never replaced
+        raise OutputError(f"{out}: is not a regular file; write the output elsewhere")
+    spec = resolve_workload(workload)
+    document = tbe_config_from_spec(spec)
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(document, indent=2) + "\n")
+        tmp.replace(out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"{out}: cannot write ({exc.strerror or exc})") from None
+    typer.echo(
+        f"wrote {shown(out, markup=False)}: FBGEMM's TBEDataConfig of {spec.name!r}, "
+        f"{document['T']} features on {len(spec.tables)} tables, batch {spec.batch_size}; "
+        "load it with fbgemm_gpu.tbe.bench.TBEDataConfig.from_json(open(FILE).read())"
+    )
+    for note in export_notes(spec):
+        typer.echo(f"note: {shown(note, markup=False)}")

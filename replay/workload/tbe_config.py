@@ -114,6 +114,7 @@ class TbeReport:
     generative: bool  # written by `replay export tbe-config`: (q, s) is the law itself
     per_feature: bool  # indices_params_list given (else the global parameters for all)
     notes: tuple[str, ...] = ()
+    table_names: tuple[str, ...] | None = None  # a file of ours names its tables
 
     @property
     def shape(self) -> tuple[Any, ...]:
@@ -272,14 +273,19 @@ def parse_tbe_config(data: Any, where: str) -> TbeReport:
         notes.append(f"{where}: variable batch sizes (sigma_B, VBE) are not modelled: B_f used")
     if pooling.get("sigma_L"):
         notes.append(
-            f"{where}: bag sizes vary (sigma_L {pooling['sigma_L']}); only their mean is "
-            "modelled (a trace keeps no bags)"
+            f"{where}: bag sizes vary (sigma_L {pooling['sigma_L']} over all features' bags); "
+            "each feature's mean is modelled (a trace keeps no bags)"
         )
     mark = data.get(EXPORT_MARK)
     generative = isinstance(mark, dict) and mark.get("indices_params") == "generative"
+    names = mark.get("tables") if generative and isinstance(mark, dict) else None
+    if not (isinstance(names, list) and len(names) == len(tables)
+            and all(isinstance(n, str) and n for n in names)):  # fmt: skip
+        names = None
     return TbeReport(
         path=where, batch_size=b, features=tuple(features), tables=tuple(tables),
         generative=generative, per_feature=bool(params), notes=tuple(notes),
+        table_names=tuple(names) if names else None,
     )  # fmt: skip
 
 
@@ -449,8 +455,10 @@ def spec_from_tbe_configs(
                 notes.append(f"{members[0].path}: table {table} has no feature: left out")
                 continue
             lookups = [feat.batch / batch_size * feat.pooling for _, feat in mine]
+            own = members[0].table_names
             entries.append({
-                "name": f"{prefix}t{table}", "features": [f"{prefix}f{f}" for f, _ in mine],
+                "name": prefix + (own[table] if own else f"t{table}"),
+                "features": [f"{prefix}f{f}" for f, _ in mine],
                 "rows": rows, "dim": dim, "mine": [feat for _, feat in mine],
                 "feature_lookups": lookups, "generative": members[0].generative,
             })  # fmt: skip
@@ -541,7 +549,7 @@ def spec_from_tbe_configs(
         f" and {len(reports) - 4} more" if len(reports) > 4 else ""
     )
     data = {
-        "name": name or f"tbe-{Path(reports[0].path).stem}",
+        "name": name or _spec_name(reports[0].path),
         "source": f"FBGEMM TBE configs {stems} (replay fit --tbe-config)",
         "batch_size": batch_size,
         "batches": batches,
@@ -551,6 +559,11 @@ def spec_from_tbe_configs(
     }
     spec = spec_from_dict(data, where="spec from TBE configs")
     return TbeFit(spec=spec, tables=tuple(fits), notes=tuple(notes))
+
+
+def _spec_name(path: str) -> str:
+    match = REPORT_NAME.match(Path(path).name)
+    return f"tbe-{match.group('op')}" if match else f"tbe-{Path(path).stem}"
 
 
 # -- a report from a spec -------------------------------------------------------------------------
@@ -635,6 +648,7 @@ def tbe_config_from_spec(spec: WorkloadSpec) -> dict[str, Any]:
         EXPORT_MARK: {
             "indices_params": "generative",
             "spec": spec.name,
+            "tables": [t.name for t in spec.tables],
             "note": "written by replay export tbe-config: heavy_hitters, zipf_q and zipf_s are "
             "the law FBGEMM's generator draws, not an estimate of one batch",
         },
