@@ -92,6 +92,14 @@ def _load(name: str):
         from replay.trace.record import record
 
         return record
+    if name == "workload_from_torchrec":
+        from replay.workload.from_torchrec import workload_from_torchrec
+
+        return workload_from_torchrec
+    if name in ("load_spec", "spec_to_toml"):
+        from replay.workload import spec
+
+        return getattr(spec, name)
     if name == "parameter_constraints":
         from replay.plan.torchrec import parameter_constraints
 
@@ -106,6 +114,7 @@ __all__ = [
     "generate",
     "ingest",
     "inspect_trace",
+    "load_spec",
     "mrc_source",
     "mrc_trace",
     "open_trace",
@@ -115,7 +124,9 @@ __all__ = [
     "replay_trace",
     "resolve_system",
     "sharding_from_torchrec",
+    "spec_to_toml",
     "torchrec_sharding_plan",
+    "workload_from_torchrec",
 ]
 
 
