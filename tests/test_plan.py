@@ -168,3 +168,18 @@ def test_other_policies_by_replay_reach_their_targets() -> None:
     assert rows is not None
     assert _hit(source, "hbm-lfu", [], round(rows)) >= 0.6
     assert _hit(source, "hbm-lfu", [], round(rows / 1.05) - 1) < 0.6
+
+
+def test_plan_json_memory_holds_the_tables_and_the_batches_in_flight(plan: dict) -> None:
+    """One GPU, hbm-lru (every table whole in HBM), SGD: the weights are rows x dim x 4,
+    the inputs TrainPipelineSparseDist's 3 batches of int64 ids and int32 lengths
+    (tests/test_gpu_memory.py holds row-wise Adagrad's rows x (dim x 4 + 4))."""
+    spec = _spec()
+    memory = plan["document"]["memory"]
+    parts = memory["per_gpu"][0]["parts"]
+    rows = sum(t.rows for t in spec.tables)
+    assert parts["weights_bytes"] == rows * spec.embedding_dim * 4
+    assert parts["optimizer_bytes"] == 0 and parts["cache_bytes"] == 0
+    ids = spec.batch_size * sum(t.pooling for t in spec.tables)
+    assert parts["inputs_bytes"] == 3 * (ids * 8 + spec.batch_size * len(spec.tables) * 4)
+    assert memory["worst_rank"] == 0 and memory["per_gpu"][0]["fits"]
