@@ -16,7 +16,7 @@ from replay.engine.placement import resolve_placement
 from replay.engine.replay import replay_trace
 from replay.engine.systems import resolve_system
 from replay.errors import ConfigError
-from replay.plan.memory import cluster_memory, one_gpu_block
+from replay.plan.memory import check_dense, cluster_memory, one_gpu_block
 from replay.system.gpu_memory import (
     PART_NAMES,
     PIPELINE_BATCHES,
@@ -247,3 +247,22 @@ def test_plan_json_memory_with_adam(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert m["worst_rank"] == 0 and m["basis"]
     assert doc["state_bytes_per_row"] == 4 * dim + 8 * dim  # the checkpoint's row too
     assert "Memory: the GPU peaks at" in (tmp_path / "plan" / "plan.md").read_text()
+
+
+def test_one_gpu_tables_over_hbm_go_to_host_memory_under_the_budgets_cache() -> None:
+    system = resolve_system("hbm-lru")  # an LRU cache in HBM over host DRAM
+    rows = [100_000_000, 87_767_399]  # 187.8 M rows of 128 fp32: 96 GB, over 80 GB
+    workload = {"batch_size": 2048, "embedding_dim": 128, "tables": [{"name": "a"}, {"name": "b"}]}
+    m = one_gpu_block(system, workload, rows, budget_bytes=8 * 2**30)
+    g = m["per_gpu"][0]
+    assert g["kernels"] == {"uvm-caching": 2} and g["parts"]["weights_bytes"] == 0
+    assert m["per_node"][0]["host_bytes"] == sum(rows) * 128 * 4
+    clf = 8 * 2**30 / (sum(rows) * 128 * 4)
+    assert g["parts"]["cache_bytes"] >= int(sum(rows) * clf) // 32 * 32 * 128 * 4
+    assert "load factor" in m["basis"]
+    # the same tables at dim 16 fit: whole in HBM, no cache
+    small = one_gpu_block(system, {**workload, "embedding_dim": 16}, rows, budget_bytes=8 * 2**30)
+    assert small["per_gpu"][0]["kernels"] == {"hbm": 2} and "no cache needed" in small["basis"]
+    # a dense model over the GPU's memory is refused before any work
+    with pytest.raises(ConfigError, match=r"model\.dense_params"):
+        check_dense(resolve_system("hbm-lru", ["model.dense_params=30000000000"]))

@@ -19,9 +19,12 @@ says none; `hbm` otherwise). The batch each GPU sees per step:
   batch for model-parallel shards, the partial sums of row-wise ones) and the local batch
   x every table's dim it receives.
 
-One GPU holds every table whole. Its kernel follows the system: FBGEMM's TBE cache
-(policy `tbe` with a load factor) is `uvm-caching`, `ssd-tbe` is `ssd`, anything else
-`hbm` (replay's own cache policies describe a cache, not how FBGEMM places the table).
+One GPU holds every table. Its kernel follows the system: FBGEMM's TBE cache (policy `tbe`
+with a load factor) is `uvm-caching`, `ssd-tbe` is `ssd`, `static` is `hbm` in an `hbm`
+tier and `uvm` elsewhere; under another cache policy the tables stay whole in HBM when
+their weights and optimizer state fit the GPU ("no cache needed") and otherwise live in
+host memory under FBGEMM's UVM cache of the plan's budget (load factor = budget / the
+tables' bytes).
 It has no input or output all-to-all: the pooled output is one of the dense model's
 activations (given).
 """
@@ -44,7 +47,7 @@ from replay.system.gpu_memory import (
     gpu_memory,
     node_totals,
 )
-from replay.system.optimizer import combine, workload_rule
+from replay.system.optimizer import combine, optimizer_bytes_per_row, workload_rule
 
 ONE_GPU_INDEX_BYTES = 8  # int64 ids (ClusterSpec.index_bytes' default)
 ONE_GPU_LENGTH_BYTES = 4  # int32 lengths (ClusterSpec.length_bytes' default)
@@ -89,14 +92,22 @@ def _settings(system: Any, capacity: float, data_parallel: bool) -> MemorySettin
     )
 
 
-def one_gpu_kernel(system: Any) -> tuple[str, float, int]:
-    """(kernel, load factor, L2 bytes) of every table on one GPU (module docstring)."""
+def one_gpu_kernel(
+    system: Any, table_bytes: float = 0.0, budget_bytes: float = 0.0
+) -> tuple[str, float, int]:
+    """(kernel, load factor, L2 bytes) of every table on one GPU (module docstring):
+    `table_bytes` the tables' weights and optimizer state, `budget_bytes` the plan's cache."""
     policy = system.policy
     if policy.name == "ssd-tbe":
         return "ssd", policy.cache_load_factor, int(policy.l2_capacity_bytes)
     if policy.name == "tbe" and 0 < policy.cache_load_factor < 1:
         return "uvm-caching", policy.cache_load_factor, 0
-    return "hbm", 0.0, 0
+    if policy.name == "static":
+        return ("hbm" if policy.tier == "hbm" else "uvm"), 0.0, 0
+    if table_bytes > one_gpu_capacity(system) and budget_bytes > 0:
+        # a cache over host memory, of the plan's budget: the tables do not fit in HBM
+        return "uvm-caching", min(budget_bytes / table_bytes, 0.999), 0
+    return "hbm", 0.0, 0  # fits in HBM: no cache needed
 
 
 def one_gpu_capacity(system: Any) -> float:
@@ -108,10 +119,15 @@ def one_gpu_capacity(system: Any) -> float:
 
 
 def one_gpu_memory(
-    system: Any, workload: dict[str, Any] | None, rows: Sequence[int], dim: int, batch: int
+    system: Any,
+    workload: dict[str, Any] | None,
+    rows: Sequence[int],
+    dim: int,
+    batch: int,
+    budget_bytes: float = 0.0,
 ) -> GpuMemory:
-    """One GPU holding every table whole (module docstring)."""
-    kernel, clf, l2 = one_gpu_kernel(system)
+    """One GPU holding every table (module docstring)."""
+    kernel, clf, l2 = one_gpu_kernel(system, _table_bytes(system, rows, dim), budget_bytes)
     names = [str(t.get("name", i)) for i, t in enumerate((workload or {}).get("tables") or [])]
     shards = [
         ShardMemory(
@@ -265,15 +281,29 @@ def cluster_block(system: Any, workload: dict[str, Any] | None, placement: Any, 
     return block
 
 
-def one_gpu_block(system: Any, workload: dict[str, Any] | None, rows: Sequence[int]) -> dict:
-    """plan.json's `memory` for one GPU holding every table."""
+def _table_bytes(system: Any, rows: Sequence[int], dim: int) -> float:
+    per_row = 4 * dim + optimizer_bytes_per_row(system.model.optimizer, dim)
+    return float(sum(int(r) for r in rows)) * per_row
+
+
+def one_gpu_block(
+    system: Any, workload: dict[str, Any] | None, rows: Sequence[int], budget_bytes: float = 0.0
+) -> dict:
+    """plan.json's `memory` for one GPU holding every table (`budget_bytes`: the plan's
+    cache budget, the cache of tables that do not fit in HBM)."""
     workload = dict(workload or {})
     dim = int(system.model.embedding_dim or workload.get("embedding_dim") or 0)
     batch = int(workload.get("batch_size") or 0)
-    gpu = one_gpu_memory(system, workload, rows, dim, batch)
-    kernel = one_gpu_kernel(system)[0]
-    basis = basis_text(system, [gpu], f"One GPU holding every table whole ({kernel}),")
-    return memory_block([gpu], 1, basis)
+    gpu = one_gpu_memory(system, workload, rows, dim, batch, budget_bytes)
+    kernel, clf, _ = one_gpu_kernel(system, _table_bytes(system, rows, dim), budget_bytes)
+    how = {
+        "hbm": "every table whole in HBM (they fit: no cache needed)",
+        "uvm-caching": f"every table in host memory under FBGEMM's UVM cache at load factor "
+        f"{clf:.3g}",
+        "uvm": "every table in host memory without a cache",
+        "ssd": "every table in FBGEMM's SSD TBE",
+    }[kernel]
+    return memory_block([gpu], 1, basis_text(system, [gpu], f"One GPU, {how};"))
 
 
 def check_dense(system: Any) -> None:

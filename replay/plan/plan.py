@@ -559,7 +559,7 @@ def make_plan(
     document["memory"] = (
         cluster.pop("memory")
         if cluster is not None
-        else one_gpu_block(base, horizon.workload, table_rows)
+        else one_gpu_block(base, horizon.workload, table_rows, request.cache_budget_bytes)
     )
     if checkpoints_cluster is not None:  # the store, and the published claims computed
         document["checkpoint"]["store"] = checkpoints_cluster.store
