@@ -303,7 +303,7 @@ def one_gpu_block(
         "uvm": "every table in host memory without a cache",
         "ssd": "every table in FBGEMM's SSD TBE",
     }[kernel]
-    return memory_block([gpu], 1, basis_text(system, [gpu], f"One GPU, {how};"))
+    return memory_block([gpu], 1, basis_text(system, [gpu], f"One GPU, {how}; its memory"))
 
 
 def check_dense(system: Any) -> None:
