@@ -73,13 +73,26 @@ def system_kernel(system: Any) -> str:
     return "uvm-caching"
 
 
-def _gpu_kernels(placement: Any, rank: int, default: str) -> dict[str, int]:
-    """The rows of each kernel on `rank` (its shards' tables' kernels)."""
-    rows: dict[str, int] = {}
-    for shard in placement.rank_shards(rank):
-        kernel = getattr(placement.entry(shard.table), "kernel", None) or default
-        rows[kernel] = rows.get(kernel, 0) + shard.rows
-    return dict(sorted(rows.items()))
+def _per_rank(placement: Any, batch_size: int, b_local: int, default: str) -> list[dict]:
+    """Per GPU in one pass over the shards (`Placement.rank_shards` is a scan a call):
+    its pooled outputs (`bags`, `values`), rows, row bytes and rows of each kernel."""
+    out: list[dict] = [
+        {"bags": 0.0, "values": 0.0, "rows": 0.0, "row_bytes": 0.0, "kernels": {}}
+        for _ in range(placement.world)
+    ]
+    for s in placement.shards:
+        entry = placement.entry(s.table)
+        g = out[s.rank]
+        samples = b_local if entry.type == "data-parallel" else batch_size
+        g["bags"] += samples
+        g["values"] += samples * s.cols
+        g["rows"] += s.rows
+        g["row_bytes"] += s.rows * placement.row_bytes[s.table]
+        kernel = getattr(entry, "kernel", None) or default
+        g["kernels"][kernel] = g["kernels"].get(kernel, 0) + s.rows
+    for g in out:
+        g["kernels"] = dict(sorted(g["kernels"].items()))
+    return out
 
 
 def _second_half(values: Any) -> np.ndarray:
@@ -145,21 +158,10 @@ def gpu_loads(
     copy += tables * b_local * cluster.length_bytes
     default = system_kernel(system)
     out = []
-    for r in range(world):
-        shards = placement.rank_shards(r)
-        bags = 0.0
-        values = 0.0
-        rows = 0.0
-        row_bytes = 0.0
-        for s in shards:
-            entry = placement.entry(s.table)
-            samples = b_local if entry.type == "data-parallel" else batch_size
-            bags += samples
-            values += samples * s.cols
-            rows += s.rows
-            row_bytes += s.rows * placement.row_bytes[s.table]
-        mean_row = row_bytes / rows if rows else 0.0
-        kinds = _gpu_kernels(placement, r, default)
+    for r, g in enumerate(_per_rank(placement, batch_size, b_local, default)):
+        bags, values = g["bags"], g["values"]
+        mean_row = g["row_bytes"] / g["rows"] if g["rows"] else 0.0
+        kinds = g["kernels"]
         kernel = max(kinds, key=lambda k: kinds[k]) if kinds else default
         n = float(lookups[r])
         miss = float(misses[r])
