@@ -28,6 +28,7 @@ from replay.system.gpu_memory import (
     gpu_memory,
     shard_hbm,
     shard_host,
+    table_budget_bytes,
 )
 from replay.system.optimizer import combine, optimizer_bytes_per_row, with_workload_rule
 from replay.workload.onthefly import GeneratedTrace
@@ -266,3 +267,14 @@ def test_one_gpu_tables_over_hbm_go_to_host_memory_under_the_budgets_cache() -> 
     # a dense model over the GPU's memory is refused before any work
     with pytest.raises(ConfigError, match=r"model\.dense_params"):
         check_dense(resolve_system("hbm-lru", ["model.dense_params=30000000000"]))
+
+
+def test_a_sharders_budget_is_the_gpu_less_what_it_holds_besides_tables() -> None:
+    system = resolve_system(str(ROOT / "benchmarks" / "emo" / "sdd_fused.toml"))
+    budget = table_budget_bytes(system, 65536, 72 * 30, 72, 72 * 256)
+    # the placed rank 0 holds 13.28 GB of tables and 21.72 GB besides (docs/memory.md)
+    besides = system.cluster.gpu_memory_bytes - budget
+    assert abs(besides - 21.72 * TORCHREC_GB) < 0.05 * besides
+    one = resolve_system("hbm-lru", ["compute.activations_bytes=1GiB"])
+    hbm = one.tier("hbm").capacity_bytes  # one GPU: its hbm tier
+    assert hbm - 1.8 * 2**30 < table_budget_bytes(one, 256, 26, 26, 26 * 16) < hbm - 2**30

@@ -76,6 +76,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from replay.system.optimizer import (
     BYTES_PER_STATE,
@@ -279,6 +280,46 @@ def gpu_memory(
     )
 
 
+def besides_tables(batch: BatchShape, settings: MemorySettings) -> int:
+    """Peak reserved bytes of all but the tables' weights, optimizer state and caches."""
+    return gpu_memory(0, [], batch, settings).reserved_peak_bytes
+
+
+def table_budget_bytes(
+    system: Any, batch_size: int, lookups_per_sample: int, tables: int, dims_sum: int
+) -> int:
+    """What one GPU of `system`'s cluster has left for its tables' weights, optimizer state
+    and caches: its memory minus `besides_tables` with the ids spread evenly over the
+    GPUs (an estimate before any placement, for a sharder's budget; `plan.json`'s
+    `memory` counts the placed shards)."""
+    cluster = system.cluster
+    world = cluster.world_size if cluster is not None else 1
+    local = -(-batch_size // world)
+    batch = BatchShape(
+        raw_ids=local * lookups_per_sample,
+        raw_lengths=local * tables,
+        dist_ids=-(-batch_size * lookups_per_sample // world) if world > 1 else 0,
+        dist_lengths=-(-batch_size * tables // world) if world > 1 else 0,
+        pooled_sent_values=-(-batch_size * dims_sum // world) if world > 1 else 0,
+        pooled_received_values=local * dims_sum if world > 1 else 0,
+    )
+    settings = MemorySettings(
+        optimizer=system.model.optimizer,
+        pipeline=system.compute.pipeline,
+        activations_bytes=int(system.compute.activations_bytes),
+        dense_params=int(system.model.dense_params),
+        data_parallel=world > 1,
+        index_bytes=cluster.index_bytes if cluster is not None else 8,
+        length_bytes=cluster.length_bytes if cluster is not None else 4,
+    )
+    if cluster is not None:
+        capacity = cluster.gpu_memory_bytes
+    else:  # one GPU: its `hbm` tier, else its first
+        tiers = {t.name: t for t in system.tiers}
+        capacity = tiers.get("hbm", system.tiers[0]).capacity_bytes
+    return int(capacity) - besides_tables(batch, settings)
+
+
 def node_totals(gpus: Iterable[GpuMemory], gpus_per_node: int) -> list[dict[str, int]]:
     """Host and drive bytes per node (ranks node-major)."""
     nodes: dict[int, dict[str, int]] = {}
@@ -306,10 +347,12 @@ __all__ = [
     "GpuMemory",
     "MemorySettings",
     "ShardMemory",
+    "besides_tables",
     "cache_slots",
     "dense_bytes",
     "dense_fits",
     "gpu_memory",
     "inputs_bytes",
     "node_totals",
+    "table_budget_bytes",
 ]
