@@ -27,6 +27,7 @@ from replay.engine.step_model import (
     StepConstants,
     gpu_parts,
     kernel_parts,
+    locked_inserts,
     overlap,
     step_document,
 )
@@ -235,6 +236,31 @@ def test_tiny_cluster_parts_from_the_replay() -> None:
     doc = cluster_step(replay_cluster(Tiny(), cached, placement).columns, cached, placement, 4)
     assert doc["per_gpu"][0]["kernel"] == "uvm-caching"
     assert doc["parts_s"]["prefetch_s"] > 0  # a cold cache of 2 rows misses
+
+
+def test_locked_inserts_by_hand() -> None:
+    # room for everything: every miss inserted; nothing missed: nothing inserted
+    assert locked_inserts(10, 8, 1000) == 8
+    assert locked_inserts(10, 0, 5) == 0
+    # a cache of one batch, no hits: a batch that filled it leaves the next no slot, that
+    # one leaves the next the whole cache: 10 and 0 in turn
+    assert locked_inserts(10, 10, 10) == pytest.approx(5)
+
+
+def test_prefetch_pipeline_leaves_locked_misses_in_host_memory() -> None:
+    tables = (TableShape("A", 4, 8), TableShape("B", 6, 8))
+    placement = resolve_plan(uniform_plan("table-wise", tables, nodes=1, gpus_per_node=2),
+                             tables, nodes=1, gpus_per_node=2)  # fmt: skip
+    out = {}
+    for pipeline in ("sparse-dist", "prefetch-sparse-dist"):
+        system = _system("cluster.nodes=1", "cluster.gpus_per_node=2",
+                         "policy.capacity_rows=2", f"compute.pipeline={pipeline}")  # fmt: skip
+        result = replay_cluster(Tiny(), system, placement)
+        columns = {"rank_updates": result.rank_updates, **result.columns}
+        out[pipeline] = cluster_step(columns, system, placement, 4)
+    plain, locked = (out[p]["per_gpu"][1]["parts_s"] for p in out)
+    assert plain["uvm_forward_s"] == 0.0 and locked["uvm_forward_s"] > 0.0
+    assert locked["prefetch_s"] < plain["prefetch_s"]  # fewer rows inserted
 
 
 # -- TorchRec's EMO benchmark -------------------------------------------------------------

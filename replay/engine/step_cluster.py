@@ -14,9 +14,12 @@ Per GPU, from the replay's columns (`rank_lookups`, `rank_hits`, `rank_misses`,
   kernel most of its rows have (ASSUMPTION: the replay counts a GPU's lookups, not its
   lookups per kernel).
 - `uvm-caching` and `ssd`: the misses are the rows fetched into the cache, and as many
-  dirty rows are evicted (ASSUMPTION: a full cache whose every row was updated); the
-  replay's caches insert every miss (FBGEMM's locked-row shortfall under the prefetch
-  pipeline is modelled in `replay.engine.step_emo`, not here). A mixed GPU's `uvm` shards
+  dirty rows are evicted (ASSUMPTION: a full cache whose every row was updated). Under
+  `prefetch-sparse-dist` a `uvm-caching` GPU's prefetch cannot insert into locked slots
+  (`replay.engine.step_model.locked_inserts`, with the batch's update rows as its unique
+  rows and the GPU's cache slots: the plan's ceil(clf x rows) per cached shard, else
+  `policy.capacity_rows`): the misses it leaves are read from host memory in the forward
+  and updated there in the backward. A mixed GPU's `uvm` shards
   count as misses in the replay (served from host memory without a fill) and its `hbm`
   shards as hits, so their rows cross PCIe once as a fill would. `ssd`: the replay's
   drive bytes per GPU (`rank_drive_read_bytes`, `rank_drive_write_bytes`) where it
@@ -39,6 +42,7 @@ Per GPU, from the replay's columns (`rank_lookups`, `rank_hits`, `rank_misses`,
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -49,6 +53,7 @@ from replay.engine.step_model import (
     GpuLoad,
     KernelLoad,
     constants_from_system,
+    locked_inserts,
     step_document,
 )
 
@@ -77,7 +82,7 @@ def _per_rank(placement: Any, batch_size: int, b_local: int, default: str) -> li
     """Per GPU in one pass over the shards (`Placement.rank_shards` is a scan a call):
     its pooled outputs (`bags`, `values`), rows, row bytes and rows of each kernel."""
     out: list[dict] = [
-        {"bags": 0.0, "values": 0.0, "rows": 0.0, "row_bytes": 0.0, "kernels": {}}
+        {"bags": 0.0, "values": 0.0, "rows": 0.0, "row_bytes": 0.0, "kernels": {}, "slots": 0.0}
         for _ in range(placement.world)
     ]
     for s in placement.shards:
@@ -90,6 +95,9 @@ def _per_rank(placement: Any, batch_size: int, b_local: int, default: str) -> li
         g["row_bytes"] += s.rows * placement.row_bytes[s.table]
         kernel = getattr(entry, "kernel", None) or default
         g["kernels"][kernel] = g["kernels"].get(kernel, 0) + s.rows
+        clf = getattr(entry, "cache_load_factor", None)
+        if kernel == "uvm-caching" and clf:
+            g["slots"] += math.ceil(clf * s.rows)  # FBGEMM's cache: ceil(clf x rows)
     for g in out:
         g["kernels"] = dict(sorted(g["kernels"].items()))
     return out
@@ -157,6 +165,7 @@ def gpu_loads(
     copy = trace_lookups / max(world, 1) * cluster.index_bytes
     copy += tables * b_local * cluster.length_bytes
     default = system_kernel(system)
+    locked = str(getattr(system.compute, "pipeline", "sparse-dist")) == "prefetch-sparse-dist"
     out = []
     for r, g in enumerate(_per_rank(placement, batch_size, b_local, default)):
         bags, values = g["bags"], g["values"]
@@ -170,6 +179,14 @@ def gpu_loads(
             kw = {"host_lookups": n, "host_rows": float(updates[r]) if updates is not None else n}
         elif kernel in ("uvm-caching", "ssd"):
             kw = {"fetched_rows": miss, "evicted_rows": miss}
+            slots = g["slots"] or float(system.policy.capacity_rows)
+            if kernel == "uvm-caching" and locked and updates is not None and slots > 0:
+                # the prefetch pipeline's locked rows leave some misses in host memory
+                uniq = max(float(updates[r]), miss)
+                got = locked_inserts(uniq, miss, slots)
+                left = miss - got
+                kw = {"fetched_rows": got, "evicted_rows": got, "host_rows": left,
+                      "host_lookups": left * n / uniq if uniq > 0 else 0.0}  # fmt: skip
             if kernel == "ssd":
                 kw |= {"drive_read_rows": miss, "drive_write_rows": miss}
                 if drive_read is not None and drive_write is not None and mean_row > 0:

@@ -69,6 +69,7 @@ from replay.engine.step_model import (
     GpuLoad,
     KernelLoad,
     StepConstants,
+    locked_inserts,
     overlap,
     step,
     with_overlap,
@@ -153,20 +154,7 @@ def cache_loads(load_factor: float, locked: bool) -> dict[str, float]:
     slots = math.ceil(load_factor * rows / ASSOC) * ASSOC
     hits = uniq * min(slots / rows, 1.0)
     misses = uniq - hits
-    if not locked:
-        inserted = [misses, misses]
-    else:
-        held = uniq  # cached rows of the current batch, locked while the next prefetches
-        seen = []
-        for _ in range(64):  # converges to a fixed point or a 2-cycle
-            # the next batch's hits are locked too (lru_cache_find_uncached); those not
-            # among the current batch's rows take slots of their own
-            free = slots - held - hits * (1.0 - held / slots)
-            got = min(misses, max(free, 0.0))
-            seen.append(got)
-            held = hits + got
-        inserted = seen[-2:]
-    fetched = sum(inserted) / 2
+    fetched = locked_inserts(uniq, misses, slots) if locked else misses
     left = misses - fetched
     return {
         "unique": uniq,

@@ -151,6 +151,28 @@ class GpuLoad:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def locked_inserts(unique: float, misses: float, slots: float) -> float:
+    """Rows a batch's prefetch inserts, on average, under FBGEMM's prefetch pipeline: the
+    current batch's cached rows and the next batch's hits are locked while it prefetches
+    (`lxu_cache_locking_counter`, FBGEMM PR #1883; `lru_cache_insert_kernel` in
+    `src/split_embeddings_cache/lru_cache_populate.cu` skips a locked slot), so it inserts
+    at most the slots neither holds; `unique` rows a batch, `misses` of them not cached,
+    `slots` the cache's. The steady state is a fixed point or a cycle of two batches (a
+    full insert leaves little room for the next): the mean of the last two. ASSUMPTION:
+    sets fill evenly (the per-set spread is not modelled)."""
+    if slots <= 0 or misses <= 0:
+        return 0.0
+    hits = max(unique - misses, 0.0)
+    held = unique
+    seen = []
+    for _ in range(64):
+        free = slots - held - hits * (1.0 - min(held / slots, 1.0))
+        got = min(misses, max(free, 0.0))
+        seen.append(got)
+        held = hits + got
+    return (seen[-1] + seen[-2]) / 2
+
+
 def check_pipeline(pipeline: str) -> str:
     if pipeline not in PIPELINES:
         raise ConfigError(f"compute.pipeline: {pipeline!r} is not one of {', '.join(PIPELINES)}")
@@ -381,6 +403,7 @@ __all__ = [
     "constants_from_system",
     "gpu_parts",
     "kernel_parts",
+    "locked_inserts",
     "overlap",
     "step",
     "step_document",
