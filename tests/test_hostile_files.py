@@ -114,6 +114,8 @@ CASES: dict[tuple[str, str], str] = {
     ("fit", "out"): "fit {trace} --out {bad}",
     ("fit", "figure"): "fit {trace} --check --out {out} --figure {bad}",
     ("fit", "locality_stats"): "fit --locality-stats {bad} --out {out}",
+    ("fit", "tbe_config"): "fit --tbe-config {bad} --out {out}",
+    ("fit", "torchrec_configs"): "fit --torchrec-configs {bad} --batch-size 8 --out {out}",
     ("quickstart", "out"): "quickstart --batches 101 --workers 1 --out {bad}",
     ("quickstart", "trace"): "quickstart --batches 101 --workers 1 --trace {bad} --out {out}",
     ("bench replay", "trace"): "bench replay --trace {bad} --batches 2 --repeats 1",
@@ -121,6 +123,8 @@ CASES: dict[tuple[str, str], str] = {
     ("bench libcachesim", "lcs_python"): "bench libcachesim --lcs-python {bad} --batches 2",
     ("export torchrec-plan", "plan_dir"): "export torchrec-plan {bad} --out {out}",
     ("export torchrec-plan", "out"): "export torchrec-plan {run} --out {bad}",
+    ("export tbe-config", "workload"): "export tbe-config --workload {bad} --out {out}",
+    ("export tbe-config", "out"): "export tbe-config --workload tiny --out {bad}",
 }
 # options the walk finds that name no file, and why
 NOT_FILES: dict[tuple[str, str], str] = {
