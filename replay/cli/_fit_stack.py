@@ -1,11 +1,13 @@
 """`replay fit --tbe-config FILE` and `replay fit --torchrec-configs FILE`: a workload spec
 from what the training stack already writes (`replay.workload.tbe_config`,
 `replay.workload.from_torchrec`). Options and messages only; the spec is written whole or
-not at all (`replay.cli.fit._write_all`)."""
+not at all (by `replay fit`'s own writer, which `fit_stack` is handed: this module imports
+nothing of `replay.cli.fit`, which imports it)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,8 @@ import typer
 
 from replay.cli.app import shown
 from replay.errors import ConfigError
+
+Writer = Callable[[list[tuple[Path, Callable[[Path], None]]]], None]
 
 
 def _tbe_files(paths: list[Path]) -> list[Path]:
@@ -49,10 +53,10 @@ def fit_stack(
     batches: int | None,
     calibrate: bool,
     verify: bool,
+    check_target: Callable[[Path, bool], None],
+    write_all: Writer,
 ) -> None:
     """Dispatch and check the options of the two routes, then run one."""
-    from replay.cli.fit import _check_target
-
     if tbe_config and torchrec_configs is not None:
         raise ConfigError("give --tbe-config or --torchrec-configs, not both")
     if locality_stats is not None:
@@ -64,7 +68,7 @@ def fit_stack(
     if batches is not None and not 1 <= batches < 2**32:
         raise ConfigError(f"--batches: {batches} is out of range [1, 2^32)")
     if out is not None:
-        _check_target(out, force)
+        check_target(out, force)
     if tbe_config:
         if trace is not None:
             raise ConfigError("--tbe-config reads FBGEMM's reports, not a TRACE: give one")
@@ -72,28 +76,27 @@ def fit_stack(
                               ("--pooling", pooling)):  # fmt: skip
             if value is not None:
                 raise ConfigError(f"{option} applies only with --torchrec-configs")
-        _fit_tbe(_tbe_files(tbe_config), out, json_output, seed, batches, calibrate)
+        _fit_tbe(_tbe_files(tbe_config), out, json_output, seed, batches, calibrate, write_all)
         return
     if not calibrate:
         raise ConfigError("--no-calibrate applies only with --tbe-config")
     assert torchrec_configs is not None
     _fit_torchrec(torchrec_configs, trace, out, json_output, seed, batch_size, skew, pooling,
-                  batches, verify)  # fmt: skip
+                  batches, verify, write_all)  # fmt: skip
 
 
-def _write(out: Path | None, header: list[str], spec: Any) -> None:
-    from replay.cli.fit import _write_all
+def _write(out: Path | None, header: list[str], spec: Any, write_all: Writer) -> None:
     from replay.workload.spec import spec_to_toml
 
     if out is None:
         return
     text = "".join(f"# {line}\n" for line in header) + spec_to_toml(spec)
-    _write_all([(out, lambda p: p.write_text(text))])
+    write_all([(out, lambda p: p.write_text(text))])
 
 
 def _fit_tbe(
     files: list[Path], out: Path | None, json_output: bool, seed: int, batches: int | None,
-    calibrate: bool,
+    calibrate: bool, write_all: Writer,
 ) -> None:  # fmt: skip
     from replay.cli._progress import display
     from replay.workload.tbe_config import read_tbe_config, spec_from_tbe_configs
@@ -105,7 +108,7 @@ def _fit_tbe(
             progress=progress.stage,
         )  # fmt: skip
     lines = _tbe_lines(fit)
-    _write(out, lines, fit.spec)
+    _write(out, lines, fit.spec, write_all)
     if json_output:
         document = fit.to_dict()
         document["spec"] = str(out) if out is not None else None
@@ -143,7 +146,7 @@ def _tbe_lines(fit: Any) -> list[str]:
 def _fit_torchrec(
     path: Path, trace: Path | None, out: Path | None, json_output: bool, seed: int,
     batch_size: int | None, skew: str | None, pooling: float | None, batches: int | None,
-    verify: bool,
+    verify: bool, write_all: Writer,
 ) -> None:  # fmt: skip
     from replay.workload.from_torchrec import read_torchrec_configs, spec_from_torchrec
 
@@ -180,7 +183,7 @@ def _fit_torchrec(
         f"{sum(t.pooling for t in spec.tables)} lookups per sample",
         *(f"note: {n}" for n in notes),
     ]
-    _write(out, lines, spec)
+    _write(out, lines, spec, write_all)
     if json_output:
         document = {"spec": str(out) if out is not None else None, "notes": notes,
                     "workload": spec.to_dict()}  # fmt: skip

@@ -231,7 +231,7 @@ def fit_command(
             trace=trace, tbe_config=tbe_config, torchrec_configs=torchrec_configs,
             locality_stats=locality_stats, out=out, json_output=json_output, force=force,
             seed=seed, batch_size=batch_size, skew=skew, pooling=pooling, batches=batches,
-            calibrate=calibrate, verify=verify,
+            calibrate=calibrate, verify=verify, check_target=_check_target, write_all=_write_all,
         )  # fmt: skip
         return
     for option, value in (("--batch-size", batch_size), ("--skew", skew), ("--pooling", pooling),
