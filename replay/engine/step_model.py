@@ -51,7 +51,9 @@ Overlap (which stage runs beside which), read in torchrec 1.8.0's
   (`split_table_batched_embeddings_ops_training.py` `_update_cache_counter_and_locations`,
   FBGEMM PR #1893: "the backward of the rest of the module can still overlap with
   prefetch"), so it hides behind the dense backward and the output all-to-all's backward.
-  `prefetch_overlap` (default 1) is the share of that window it may use.
+  `prefetch_overlap` (default 1, the design) is the share of that window it may use;
+  TorchRec PR #4099's trace of its EMO benchmark shows the TBE backward waiting the whole
+  prefetch there (0 in that run: `replay.engine.step_emo`, docs/step_time.md).
 
 In every class DDP's all-reduce runs beside the dense backward (gradient buckets reduced
 as they are ready: Li et al., "PyTorch Distributed", VLDB 2020): exposed beyond it only.
