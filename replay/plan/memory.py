@@ -301,7 +301,7 @@ def one_gpu_block(
         "uvm-caching": f"every table in host memory under FBGEMM's UVM cache at load factor "
         f"{clf:.3g}",
         "uvm": "every table in host memory without a cache",
-        "ssd": "every table in FBGEMM's SSD TBE",
+        "ssd": "every table on the drives under an L1 cache in HBM (kernel ssd)",
     }[kernel]
     return memory_block([gpu], 1, basis_text(system, [gpu], f"One GPU, {how}; its memory"))
 
