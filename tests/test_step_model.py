@@ -343,7 +343,7 @@ def test_emo_setup_is_the_repositorys_emo_specs(run: step_emo.Run) -> None:
 
 
 def test_calibration_script_imports_without_a_gpu() -> None:
-    path = ROOT / "scripts" / "calibrate_step.py"
+    path = ROOT / "benchmarks" / "calibrate_step.py"
     spec = importlib.util.spec_from_file_location("calibrate_step", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

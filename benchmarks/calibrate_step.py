@@ -6,7 +6,7 @@ model predicts for the same shapes.
 Nothing in replay depends on this script; the tests only import it. It needs a CUDA GPU
 with torch, fbgemm_gpu and torchrec installed (CUDA builds):
 
-    python scripts/calibrate_step.py --out calibration.json [--rows 2000000 --dim 256 \\
+    python benchmarks/calibrate_step.py --out calibration.json [--rows 2000000 --dim 256 \\
         --batch 16384 --pooling 30 --iters 20]
 
 Without a GPU it says so in one line and exits 2. What it writes (JSON): the GPU's name;
