@@ -142,7 +142,7 @@ def test_the_skew_from_a_recorded_trace(tmp_path: Path) -> None:
     from replay.trace.reader import open_trace
     from replay.workload.fit import fit_trace
 
-    fitted = fit_trace(open_trace(trace), max_lookups=20_000)
+    fitted = fit_trace(open_trace(trace))
     configs = [
         {
             "name": t.name,
@@ -155,8 +155,14 @@ def test_the_skew_from_a_recorded_trace(tmp_path: Path) -> None:
     spec = replay.workload_from_torchrec(configs, batch_size=32, skew=fitted)
     for table, fit in zip(spec.tables, fitted.spec.tables, strict=True):
         assert (table.alpha, table.reuse, table.pooling) == (fit.alpha, fit.reuse, fit.pooling)
+    # the command line's route: TRACE and --torchrec-configs (the trace's batch size)
+    listed = tmp_path / "model.json"
+    listed.write_text(json.dumps(configs))
     path = tmp_path / "model.toml"
-    path.write_text(replay.spec_to_toml(spec))
+    assert main(["fit", str(trace), "--torchrec-configs", str(listed), "--out", str(path)]) == 0
+    from_cli = load_spec(path)
+    assert [t.alpha for t in from_cli.tables] == [t.alpha for t in spec.tables]
+    assert from_cli.batch_size == 32 and from_cli.tables[0].features == ("user_id",)
     out = tmp_path / "plan"
     assert main(["plan", "--workload", str(path), "--batches", "4", "--system", "hbm-lru",
                  "--cache-budget", "64KiB", "--cluster-mtbf", "6h", "--time-per-batch", "1s",
