@@ -53,6 +53,12 @@ WRITES = {
     "docs/checkpoints.md": ["runs/cnr/summary.json"],
     "docs/cluster.md": ["plans/cluster/sharding.json"],
     "docs/criteo.md": ["traces/day0-x100/manifest.json", "traces/day0-fit.toml"],
+    "docs/from_training_stack.md": [
+        "plans/my-model/plan.json",
+        "specs/my-model-cli.toml",
+        "specs/from-tbe.toml",
+        "criteo-kaggle.tbe.json",
+    ],
     "docs/plan.md": ["plans/tb/plan.json", "plans/tb/torchrec.json"],
     "docs/python.md": ["traces/api/manifest.json"],
     "docs/reports.md": ["reports/example/report.md"],
