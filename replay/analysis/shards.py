@@ -285,7 +285,7 @@ class ShardsSampler:
         ones are its miss ratio at C_x times the sample's share of the misses at C_x that
         still miss at C (module docstring)."""
         curve, groups, base = self.group_curves(sizes, head)
-        return _errors(curve, groups, base, sizes, head)
+        return _errors(curve, groups, base, sizes, head, biased=self.model is None)
 
     def group_curves(
         self, sizes: np.ndarray, head: HeadCurve | None = None
@@ -356,16 +356,22 @@ def _errors(
     base: np.ndarray,
     sizes: np.ndarray,
     head: HeadCurve | None,
+    *,
+    biased: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """(curve, ~95% error at each size, ~95% bound on the largest error): the random-group
-    method over `groups` (module docstring)."""
+    method over `groups` (module docstring). `biased` False: no smoothing-bias term, for
+    a curve whose control variate corrects the sample's blur with its luck
+    (`replay.analysis.shards_model`: the difference estimator is unbiased to first order,
+    and its groups, at R / K, carry a larger model error near the head that the term
+    would count as bias)."""
     k = len(groups)
     if k < 2:
         return curve, base, float(base.max(initial=0.0))
     stderr = groups.std(axis=0, ddof=1) / math.sqrt(k)  # random-group standard error
     # smoothing bias grows as the rate falls: at rate R / K it is about sqrt(K) times
     # that at R near a cliff of the curve (less elsewhere), so this over-covers
-    bias = (groups.mean(axis=0) - curve) / (math.sqrt(k) - 1.0)
+    bias = (groups.mean(axis=0) - curve) / (math.sqrt(k) - 1.0) if biased else 0.0 * curve
     point = np.abs(bias) + ERROR_T_QUANTILE * stderr + base
     if head is not None and head.usable:
         # sizes the head covers: the groups agree there (to rounding), its error holds

@@ -101,6 +101,16 @@ def plan_command(
             "lookups, then the power of two that keeps about that many).",
         ),
     ] = None,
+    tolerance: Annotated[
+        str,
+        typer.Option(
+            "--tolerance",
+            metavar="PCT",
+            help="Widest ~95% range a sampled plan's headline byte answers may have about "
+            "their answer, e.g. 10%: the sample rate is raised until they fit, or the plan "
+            "says what rate and time they would need.",
+        ),
+    ] = "25%",
     time_per_batch: Annotated[
         str | None,
         typer.Option(
@@ -243,6 +253,9 @@ def plan_command(
         )
     if sample_rate is not None and not 0 < sample_rate <= 1:
         raise ConfigError(f"--sample-rate: {sample_rate:g} must be in (0, 1]")
+    from replay.plan.tolerance import parse_tolerance, plan_within
+
+    within = parse_tolerance(tolerance)
     batches, given = _training_length(
         trace, workload, batches=batches, duration=duration, samples=samples, epochs=epochs,
         dataset_samples=dataset_samples, step_s=step_s, batch_size=batch_size,
@@ -286,7 +299,18 @@ def plan_command(
     with display("plan") as progress:
         progress.stage("planning")
         try:
-            document, curves = make_plan(request, progress=progress.stage)
+            source = source_for_estimate(request.source)
+
+            def fits(again: PlanRequest) -> bool:
+                try:
+                    check_fits(plan_estimate(again, source, resolved))
+                except ConfigError:
+                    return False
+                return True
+
+            document, curves = plan_within(
+                request, within, lambda r: make_plan(r, progress=progress.stage), fits
+            )
         except MtbfTooShort as exc:  # said with the options given, not "--cluster-mtbf, ..."
             raise ConfigError(_mtbf_too_short(exc, cluster_mtbf, nodes, node_mtbf)) from None
         progress.stage(f"writing {shown(out, markup=False)}")

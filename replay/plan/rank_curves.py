@@ -129,6 +129,8 @@ class RankCurves:
     sample_rate: float = 1.0
     resolution_rows: int = 1
     sampled_lookups: np.ndarray | None = None  # int64 [world]
+    # ~95% error of each rank's curve at each size (NaN unresolved; None: exact)
+    point_errors: np.ndarray | None = None  # float64 [world, n]
 
     @property
     def world(self) -> int:
@@ -154,6 +156,51 @@ class RankCurves:
         keep = self._resolved()
         sizes = self.sizes[keep]
         return [cache.rows_for_hit(sizes, 1.0 - m[keep], target) for m in self.miss_ratio]
+
+    def range_for_hit(self, target: float) -> list[tuple[float | None, float | None]]:
+        """Each rank's ~95% (low, high) rows around `rows_for_hit`
+        (`replay.plan.cache.range_for_hit`, from its curve's error at each size)."""
+        keep = self._resolved()
+        sizes = self.sizes[keep]
+        errors = np.zeros_like(self.miss_ratio) if self.point_errors is None else self.point_errors
+        return [
+            cache.range_for_hit(sizes, 1.0 - m[keep], e[keep], target)
+            for m, e in zip(self.miss_ratio, errors, strict=True)
+        ]
+
+
+def cluster_ranges(
+    curves: RankCurves, targets: Sequence[float], busy: Sequence[int], row_bytes: float
+) -> tuple[list[dict[str, list[float | None]]], dict[str, dict[str, list[float | None]]]]:
+    """(per rank {target: [low, high] bytes}, {"worst_gpu", "mean": {target: [low,
+    high]}}): the worst GPU's need lies in [max low, max high] when each rank's does in
+    its own (an open low end counts as 0, an open high end leaves the high open), the
+    mean's in [mean low, mean high], over the ranks with lookups (`busy`)."""
+
+    def scaled(v: float | None) -> float | None:
+        return None if v is None else float(v) * row_bytes
+
+    per: list[dict[str, list[float | None]]] = [{} for _ in range(curves.world)]
+    worst: dict[str, list[float | None]] = {}
+    mean: dict[str, list[float | None]] = {}
+    for t in targets:
+        key = f"{t:g}"
+        pairs = curves.range_for_hit(t)
+        for r, (lo, hi) in enumerate(pairs):
+            per[r][key] = [scaled(lo), scaled(hi)]
+        mine = [pairs[r] for r in busy]
+        lows = [0.0 if lo is None else lo for lo, _ in mine]
+        highs = [hi for _, hi in mine]
+        open_high = not mine or any(h is None for h in highs)
+        worst[key] = [
+            scaled(max(lows)) if mine else None,
+            None if open_high else scaled(max(h for h in highs if h is not None)),
+        ]
+        mean[key] = [
+            scaled(float(np.mean(lows))) if mine else None,
+            None if open_high else scaled(float(np.mean([h for h in highs if h is not None]))),
+        ]
+    return per, {"worst_gpu": worst, "mean": mean}
 
 
 # -- layout and routing -------------------------------------------------------------------
@@ -463,6 +510,7 @@ def rank_curves(
         else _rank_lookups(horizon, spec, placement, router, src_rate, shares)
     )
     miss = np.full((world, len(sizes)), np.nan)
+    errors = None if exact else np.full((world, len(sizes)), np.nan)
     bound = np.zeros(world)
     distinct = np.zeros(world, dtype=np.int64)
     resolution = 1
@@ -479,8 +527,10 @@ def rank_curves(
             st.feed_sampled(int(lookups[rank]), np.empty(0, np.int64), no_group)
             distinct[rank] = st.estimated_distinct
             if ok.any():
-                curve, _, sup = st.estimate(sizes[ok])
+                curve, point, sup = st.estimate(sizes[ok])
                 miss[rank, ok] = curve
+                assert errors is not None
+                errors[rank, ok] = point
                 bound[rank] = sup
         method = (
             f"SHARDS at R = {src_rate:g} per GPU ({world} GPUs, one pass; sizes below "
@@ -497,6 +547,7 @@ def rank_curves(
         sample_rate=src_rate,
         resolution_rows=resolution,
         sampled_lookups=routed.astype(np.int64),
+        point_errors=errors,
     )
 
 
@@ -612,6 +663,7 @@ __all__ = [
     "DIRECT_MAX_ROWS",
     "DP_SALT",
     "RankCurves",
+    "cluster_ranges",
     "rank_curves",
     "row_split_starts",
     "spec_block_shares",

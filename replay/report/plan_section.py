@@ -473,9 +473,13 @@ def cluster_lines(c: dict[str, Any]) -> list[str]:
             parts.append(f"hit {t} on every GPU is out of reach over this run (Read this first)")
             continue
         where = "within" if c["fits_gpu_memory"].get(t) else "MORE than"
+        spans = c.get("bytes_for_hit_range") or {}
+        r = stated_range(b, (spans.get("worst_gpu") or {}).get(t))
+        m = stated_range(mean[t], (spans.get("mean") or {}).get(t))
         parts.append(
-            f"hit {t} on every GPU needs {format_bytes(b)} of cache per GPU (the worst GPU; "
-            f"mean {size_text(mean[t])}), {where} a GPU's {format_bytes(c['gpu_memory_bytes'])}"
+            f"hit {t} on every GPU needs {range_text(r) if r else format_bytes(b)} of cache per "
+            f"GPU (the worst GPU; mean {range_text(m) if m else size_text(mean[t])}), {where} a "
+            f"GPU's {format_bytes(c['gpu_memory_bytes'])}"
         )
     h = c["hit_at_budget"]
     lines = [
