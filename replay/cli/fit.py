@@ -160,7 +160,7 @@ def fit_command(
             metavar="FILE",
             help="FBGEMM TBE configs (TBEDataConfig JSON, as FBGEMM_TBE_REPORT_INPUT_PARAMS "
             "writes them; repeat for several, or a folder of them) instead of a TRACE: a spec "
-            "with their tables, heavy hitters, Zipf fit and pooling.",
+            "with their tables, heavy hitters, Zipf fit and pooling (default: none).",
             rich_help_panel=_STACK,
         ),
     ] = None,
@@ -180,7 +180,7 @@ def fit_command(
             metavar="FILE",
             help="A JSON list of TorchRec EmbeddingBagConfig-like tables (name, "
             "num_embeddings, embedding_dim, feature_names): a spec with the model's tables "
-            "and features, the skew from TRACE's fit or from --skew.",
+            "and features, the skew from TRACE's fit or from --skew (default: none).",
             rich_help_panel=_STACK,
         ),
     ] = None,
@@ -195,7 +195,7 @@ def fit_command(
     skew: Annotated[
         str | None,
         typer.Option(
-            metavar="PRESET|SPEC",
+            metavar="PRESET_OR_SPEC",
             help="With --torchrec-configs and no TRACE: the preset or spec file whose tables "
             "lend their skew, by name, else its typical table's (default: criteo-kaggle).",
             rich_help_panel=_STACK,
