@@ -43,7 +43,8 @@ Parts of one GPU (HBM), each following the source named:
   the all-to-all has delivered it, before the dense arch runs (ASSUMPTION: the two are
   not live at once at the peak); the backward's gradients have the same two sizes.
 - **dense** (`dense_bytes`): `model.dense_params` fp32 parameters, their gradients and
-  the dense optimizer's state (the rule's per-parameter count: 0 SGD, 1 Adagrad, 2 Adam);
+  the dense optimizer's state (ASSUMPTION: the embedding optimizer's kind, per parameter:
+  0 SGD, 1 Adagrad for either Adagrad, 2 Adam);
   on a cluster plus DistributedDataParallel's gradient buckets (`torch/nn/parallel/
   distributed.py`, `gradient_as_bucket_view=False` by default: one more copy of the grads).
 - **TBE backward workspace** (`tbe_workspace_bytes`): FBGEMM's backward sorts the batch's
@@ -54,15 +55,16 @@ Parts of one GPU (HBM), each following the source named:
   of the batch in backward (the ids its shards receive). CUB's radix-sort scratch is not
   counted.
 - **activations** (`activations_bytes`): `compute.activations_bytes`, given (the dense
-  arch's tensors saved for backward and their gradients at the peak).
+  arch's tensors at the peak; for TorchRec's EMO model, the tensors autograd saves for
+  backward, counted by `benchmarks/emo/activations.py`).
 - **allocator slack** (`allocator_slack_bytes`): reserved minus allocated of PyTorch's
   caching allocator (`c10/cuda/CUDACachingAllocator.cpp`). Blocks freed on one stream are
-  reused only by that stream's later allocations, and the pipelines allocate on four (the
-  default, memcpy, data_dist and prefetch streams), so the tensors made and freed every
+  reused only by that stream's later allocations, and the pipelines allocate on up to four
+  (the default, memcpy, data_dist and prefetch streams), so the tensors made and freed every
   step leave their blocks cached. ASSUMPTION (fitted): slack = `SLACK_SHARE` x the bytes
   made and freed every step (inputs, all-to-all, TBE workspace, activations);
   `SLACK_SHARE` was fitted to TorchRec's EMO benchmark (docs/memory.md), where reserved
-  minus allocated stays near 9.4 GB across four placements.
+  minus allocated stays between 9.07e9 and 9.65e9 bytes across four placements.
 
 Peak allocated = the sum of the parts but the slack; peak reserved = that plus the slack.
 A GPU fits when its peak reserved is at most its capacity.
