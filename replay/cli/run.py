@@ -106,6 +106,10 @@ def run_command(
             trace, workload, batches=batches, batch_size=batch_size, seed=seed,
             alpha=alpha, drift=drift, reuse=reuse, verify=verify, check=fits,
         )  # fmt: skip
+        from replay.system.optimizer import with_workload_rule
+
+        # the workload's [update] rule names the optimizer (a contradiction: one line)
+        spec = with_workload_rule(spec, opened.workload)
         placed = None
         if spec.cluster is not None:  # a bad sharding is refused before anything is written
             from replay.engine.placement import resolve_placement

@@ -46,6 +46,7 @@ from replay.errors import ConfigError
 from replay.policies import POLICIES
 from replay.policies.base import capacity_units
 from replay.runs.run_memory import _cores, check_run_memory, in_flight_bytes, run_state
+from replay.system.optimizer import with_workload_rule
 from replay.system.spec import (
     BYTES_PER_VALUE,
     SystemSpec,
@@ -321,7 +322,7 @@ def preflight(
     `placements` gets each job's placement (None for one GPU), for the memory estimate."""
     opened = open_source(ref)
     for job in jobs:
-        spec = job.system
+        spec = with_workload_rule(job.system, opened.workload)  # the run's optimizer
         dim = workload_shape(opened, spec).embedding_dim
         cls = POLICIES[spec.policy.name]
         if cls.cached:

@@ -58,6 +58,7 @@ from replay._memory import (
 from replay.engine.replay import counts_read_after_write, streams_pieces, workload_shape
 from replay.policies import POLICIES
 from replay.policies.base import usable_units
+from replay.system.optimizer import with_workload_rule
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
 from replay.workload.source import Source
 
@@ -89,7 +90,8 @@ def _cores() -> int:
 
 def _row_state(system: SystemSpec, source: Source) -> int:
     dim = workload_shape(source, system).embedding_dim
-    return BYTES_PER_VALUE * dim + optimizer_bytes_per_row(system.model.optimizer, dim)
+    optimizer = with_workload_rule(system, source.workload).model.optimizer  # as the run
+    return BYTES_PER_VALUE * dim + optimizer_bytes_per_row(optimizer, dim)
 
 
 def _even(total: int, gpus: int) -> list[int]:
