@@ -207,9 +207,11 @@ def test_hot_shares_are_validated() -> None:
     from replay.errors import ConfigError
     from replay.workload.spec import spec_from_dict
 
-    for bad in ([1.0], [-0.1], [1.5], ["0.3"], [True], 0.3, [0.6, 0.4], [0.1] * 4):
+    for bad in ([1.0], [-0.1], [1.5], ["0.3"], [True], 0.3, [0.6, 0.4], [0.01] * 21):
         with pytest.raises(ConfigError, match="hot_shares"):
             spec_from_dict({"tables": [{"name": "t", "rows": 10, "hot_shares": bad}]})
+    # up to 20 (FBGEMM's heavy hitters)
+    spec_from_dict({"tables": [{"name": "t", "rows": 100, "hot_shares": [0.01] * 20}]})
     with pytest.raises(ConfigError, match="no rank to the power law"):
         spec_from_dict({"tables": [{"name": "t", "rows": 2, "hot_shares": [0.5, 0.3]}]})
     # the first version's key, whose share was on top of the power law: refused, pointed
