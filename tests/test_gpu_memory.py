@@ -278,3 +278,22 @@ def test_a_sharders_budget_is_the_gpu_less_what_it_holds_besides_tables() -> Non
     one = resolve_system("hbm-lru", ["compute.activations_bytes=1GiB"])
     hbm = one.tier("hbm").capacity_bytes  # one GPU: its hbm tier
     assert hbm - 1.8 * 2**30 < table_budget_bytes(one, 256, 26, 26, 26 * 16) < hbm - 2**30
+
+
+def test_a_run_refuses_a_rule_the_system_contradicts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = get_preset("tiny").to_dict()
+    data["update"]["rule"] = "adam"
+    data["batches"] = 4
+    workload = tmp_path / "adam.toml"
+    workload.write_text(spec_to_toml(spec_from_dict(data)))
+    out = tmp_path / "run"
+    argv = ["run", "--workload", str(workload), "--system", "hbm-lru", "--out", str(out)]
+    code = main([*argv, "--set", "model.optimizer=rowwise-adagrad"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "[update] rule says 'adam'" in lines[0], lines
+    assert not out.exists()
+    assert main(argv) == 0  # the system's sgd yields: the run is Adam's
+    config = json.loads((out / "config.json").read_text())
+    assert config["system"]["model"]["optimizer"] == "adam"
