@@ -8,9 +8,14 @@ probability `reuse` a lookup repeats a lookup of the batch before (reuse window 
 period 1: the fit does not estimate those two, and says so in the spec). Per table it
 estimates:
 
-- **rows**: the table's declared rows (`--rows declared`, the default: the manifest's
-  cardinality, e.g. the hash cap of `replay ingest --max-ind-range`), the rows the trace
-  touched (`observed`), or a stated extrapolation (`extrapolate`): fitted with alpha,
+- **rows**: by default (`--rows auto`) the declared rows where the table's fit at them
+  converges, else the fitted rows of `extrapolate` where those converge or lower the
+  misfit by more than FLAT_MARGIN (`_auto_rows`: a dictionary's declared rows are only
+  what the sample saw, and a hash cap's may be far above the table's values; the
+  second fit runs only where a table missed). Or the table's declared rows (`--rows
+  declared`: the manifest's cardinality, e.g. the hash cap of `replay ingest
+  --max-ind-range`), the rows the trace touched (`observed`), or a stated extrapolation
+  (`extrapolate`): fitted with alpha,
   reuse and drift (below) in log rows, from Chao's bias-corrected species estimator
   (`chao1`, Chao 1984: a lower bound of the richness, never below the rows touched) up
   to the declared rows where they are above it (a hash cap, `--max-ind-range`), else
@@ -96,7 +101,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -117,7 +122,7 @@ from replay.workload.fit_stats import (
 from replay.workload.generator import CompiledWorkload
 from replay.workload.spec import MAX_ROWS, TableSpec, UpdateRule, WorkloadSpec, spec_from_dict
 
-ROWS_MODES = ("declared", "observed", "extrapolate")
+ROWS_MODES = ("auto", "declared", "observed", "extrapolate")
 DEFAULT_MAX_LOOKUPS = 1 << 24
 LM_STEPS = 15
 _LM_TRIES = 4  # damped retries within a step before the Jacobian is taken again
@@ -175,7 +180,7 @@ class TableFit:
 
     name: str
     rows: int
-    rows_source: str  # declared | observed | extrapolated (chao1) | extrapolated (fitted, ...)
+    rows_source: str  # [auto: ]declared | observed | extrapolated (chao1 | fitted, ...)
     declared_rows: int
     lookups: int
     distinct_rows: int
@@ -367,7 +372,7 @@ class _Simulator:
 def fit_trace(
     trace: Trace,
     *,
-    rows_mode: str = "declared",
+    rows_mode: str = "auto",
     max_lookups: int = DEFAULT_MAX_LOOKUPS,
     seed: int = 0,
     batch_range: tuple[int, int] | None = None,
@@ -376,11 +381,56 @@ def fit_trace(
     """Fit every table of `trace` (see the module docstring); pure: no output written.
 
     `batch_range` = (first, stop) fits those batches only (e.g. one half, to check the
-    fit on the other)."""
+    fit on the other). `rows_mode` "auto" picks the rows per table (`_auto_rows`)."""
     if rows_mode not in ROWS_MODES:
         raise ConfigError(f"--rows: {rows_mode!r} is not one of {', '.join(ROWS_MODES)}")
     if max_lookups < 1:
         raise ConfigError(f"--max-lookups: {max_lookups} must be at least 1")
+    if rows_mode != "auto":
+        return _fit_trace(trace, rows_mode, max_lookups, seed, batch_range, progress)
+    declared = _fit_trace(trace, "declared", max_lookups, seed, batch_range, progress)
+    if all(t.misfit <= MAX_MISFIT for t in declared.tables):
+        return declared
+    say = progress or (lambda _: None)
+    say("the declared rows miss: the rows fitted too (--rows extrapolate)")
+    fitted = _fit_trace(trace, "extrapolate", max_lookups, seed, batch_range, progress)
+    return _auto_rows(declared, fitted)
+
+
+def _auto_rows(declared: FitResult, fitted: FitResult) -> FitResult:
+    """Per table, the declared rows where their fit converges, else the fitted rows
+    (`--rows extrapolate`) where those converge or lower the misfit by more than
+    FLAT_MARGIN (a chi-square(1) 99% point: one parameter more); `rows_source` says
+    which and why. Tables are fitted independently (own streams, own solver state), so
+    each table's pick is its own."""
+    tables, specs = [], []
+    for d, f, ds, fs in zip(
+        declared.tables, fitted.tables, declared.spec.tables, fitted.spec.tables, strict=True
+    ):
+        if d.misfit > MAX_MISFIT and (f.misfit <= MAX_MISFIT or f.misfit + FLAT_MARGIN < d.misfit):
+            why = f"the declared {d.declared_rows:,} rows missed by {d.misfit:.0f} noise units"
+            tables.append(replace(f, rows_source=f"auto: {f.rows_source}; {why}"))
+            specs.append(fs)
+        else:
+            tables.append(replace(d, rows_source="auto: declared"))
+            specs.append(ds)
+    return replace(
+        declared,
+        spec=replace(declared.spec, tables=tuple(specs)),
+        tables=tuple(tables),
+        steps=declared.steps + fitted.steps,
+        simulations=declared.simulations + fitted.simulations,
+    )
+
+
+def _fit_trace(
+    trace: Trace,
+    rows_mode: str,
+    max_lookups: int,
+    seed: int,
+    batch_range: tuple[int, int] | None,
+    progress: Callable[[str], None] | None,
+) -> FitResult:
     say = progress or (lambda _: None)
     sample = read_sample(trace, max_lookups, batch_range)
     num_tables = len(sample.names)
