@@ -77,12 +77,13 @@ def fit_command(
         str,
         typer.Option(
             "--rows",
-            metavar="declared|observed|extrapolate",
-            help="Table rows: declared (the trace's), observed (rows touched) or "
+            metavar="auto|declared|observed|extrapolate",
+            help="Table rows: declared (the trace's), observed (rows touched), "
             "extrapolate (fitted with the others by the rows touched, at least the Chao1 "
-            "estimate of the distinct values).",
+            "estimate of the distinct values) or auto: per table the declared rows where "
+            "they converge, else the fitted ones (the spec says which).",
         ),
-    ] = "declared",
+    ] = "auto",
     max_lookups: Annotated[
         int,
         typer.Option(
