@@ -503,6 +503,8 @@ def spec_from_tbe_configs(
             alpha, offset = cal.alpha, cal.rank_offset
             refit_q, refit_s = cal.q, cal.s
             how = "converged" if cal.converged else "closest found (not within the tolerance)"
+            if not cal.ordered:
+                how += "; a tail rank stays likelier than the least heavy hitter at any offset"
         feature_pooling = whole_pooling(entry["feature_lookups"])
         split = feature_pooling if sum(feature_pooling) == pooling else []
         fits.append(
