@@ -8,6 +8,7 @@ work, never with a `KeyboardInterrupt` traceback.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -16,6 +17,8 @@ from replay import _signals
 
 def main() -> None:
     _signals.install()
+    if sys.argv[1:] == ["--version"]:
+        _print_version()
     # OpenBLAS starts a thread per core when numpy loads, and they spin for a while
     # waiting for work: ~0.1 s of the second core in a `replay run` (2.6% of its samples),
     # which uses no multi-threaded BLAS. A user's own setting is kept.
@@ -38,6 +41,18 @@ def main() -> None:
         if _signals.received() is None:
             raise
         _interrupted()
+
+
+def _print_version() -> None:
+    # answered before typer loads and builds every command's options (0.3 s on the 2-core
+    # VM, against 0.03 s of Python for this); the option stays on the app, for `--help`
+    # and for `--version` given with other arguments, and prints the same line
+    from replay._version import __version__
+
+    with contextlib.suppress(OSError):  # a closed pipe (`replay --version | head -c 1`)
+        sys.stdout.write(f"replay {__version__}\n")
+        sys.stdout.flush()
+    os._exit(0)
 
 
 def _interrupted() -> None:

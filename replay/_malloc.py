@@ -17,8 +17,10 @@ import ctypes.util
 import functools
 import mmap
 import sys
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy loads with the arrays' first use: `replay --help` needs none
+    import numpy as np
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -126,6 +128,8 @@ def state_array(
 ) -> np.ndarray:
     """A 1-D array of `length` items set to `fill`, in huge pages when it is large and
     `huge` (see the note above `populate` for when 4 KiB pages are the better choice)."""
+    import numpy as np
+
     dt = np.dtype(dtype)  # type: ignore[call-overload]
     nbytes = int(length) * dt.itemsize
     if nbytes < _HUGE_MIN_BYTES or not sys.platform.startswith("linux"):

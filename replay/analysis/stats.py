@@ -95,21 +95,13 @@ from replay.analysis.stats_kernels import (
 )
 from replay.analysis.table_major import inspect_table_major as by_tables
 from replay.errors import TraceError
-from replay.trace.keys import (
-    DEFAULT_CURVE_POINTS,
-    batch_bounds,
-    curve_batches,
-    table_runs,
-)
+from replay.trace.curve_points import DEFAULT_CURVE_POINTS
+from replay.trace.keys import batch_bounds, curve_batches, table_runs
 from replay.trace.reader import Trace, open_trace
 
 if TYPE_CHECKING:
     from replay.workload.onthefly import GeneratedTrace
 
-# `replay inspect --curve-points` at most: the curve is printed as JSON and drawn, where
-# 100,000 points are already more than any plot resolves (8 B each in 3 arrays here; a
-# billion took 18 s and 7.7 GB before it failed)
-MAX_CURVE_POINTS = 100_000
 DEFAULT_MIN_LOOKUPS = 1 << 20
 
 _MAX_BATCHES = 2**32  # batch ids are uint32

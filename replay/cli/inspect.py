@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from replay.analysis.stats import DEFAULT_CURVE_POINTS, MAX_CURVE_POINTS
 from replay.cli._progress import display
 from replay.cli.app import app, shown
 from replay.cli.source import (
@@ -23,6 +20,10 @@ from replay.cli.source import (
     VerifyOption,
     WorkloadOption,
 )
+from replay.trace.curve_points import DEFAULT_CURVE_POINTS, MAX_CURVE_POINTS
+
+if TYPE_CHECKING:  # rich loads with the tables it prints: `--help` draws none
+    from rich.console import Console
 
 # touched-curve points shown in the human-readable output
 _SHOWN_CURVE_POINTS = 6
@@ -111,6 +112,9 @@ def _pct(value: float) -> str:
 
 def print_report(result: dict[str, Any], console: Console | None = None) -> None:
     """The human-readable form: one table (per table and overall) and a few lines."""
+    from rich.console import Console
+    from rich.table import Table
+
     # a terminal's own width; 120 columns in pipes and files, where rich would take 80
     console = console or Console(width=None if sys.stdout.isatty() else 120)
     table = Table(title=f"trace {shown(result.get('trace', ''))}", title_justify="left")
@@ -165,6 +169,8 @@ def print_report(result: dict[str, Any], console: Console | None = None) -> None
 def print_batch_reuse(reuse: dict[str, Any], console: Console) -> None:
     """The reuse within a batch as Meta's locality statistics print it, both histograms
     side by side (means over batches)."""
+    from rich.table import Table
+
     console.print(
         f"within a batch (mean over batches): lookups {reuse['lookups_per_batch']:,.0f}, "
         f"distinct rows {reuse['distinct_per_batch']:,.0f}",

@@ -31,8 +31,6 @@ from replay.cli.source import (
     resolve_source,
 )
 from replay.errors import ConfigError
-from replay.runs.mrc_files import OUTPUT_FILES, write_outputs
-from replay.runs.results import check_output_folder
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -158,6 +156,8 @@ def mrc_command(
         document["checksums_verified"] = checksums_verified(ref, verify)
         if out is not None:
             progress.stage(f"writing {shown(out, markup=False)}")
+            from replay.runs.mrc_files import write_outputs
+
             write_outputs(result, document, out, force)
     if json_output:
         typer.echo(json.dumps(document, indent=2))
@@ -215,6 +215,9 @@ def source_row_bytes(ref: Any) -> int | None:
 
 def check_target(out: Path, force: bool) -> None:
     """OutputError unless `out` can become the output folder (checked before the work)."""
+    from replay.runs.mrc_files import OUTPUT_FILES
+    from replay.runs.results import check_output_folder
+
     check_output_folder(out, force=force, owned=OUTPUT_FILES, what="`replay mrc` output")
 
 
@@ -289,6 +292,8 @@ def print_report(
             "their miss ratio is the cold misses (a bigger cache buys nothing)"
         )
     if out is not None:
+        from replay.runs.mrc_files import OUTPUT_FILES
+
         lines.append(f"wrote {out}/: {', '.join(sorted(OUTPUT_FILES))}")
     for line in lines:
         console.print(line, highlight=False, markup=False)

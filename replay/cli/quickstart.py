@@ -17,7 +17,7 @@ import typer
 
 from replay.cli.app import app, default_workers, show_progress
 from replay.errors import ConfigError
-from replay.runs.quickstart import (
+from replay.runs.quickstart_shape import (
     CHECKPOINT_INTERVAL_BATCHES,
     DEFAULT_BATCH_SIZE,
     DEFAULT_BATCHES,

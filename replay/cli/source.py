@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from replay.errors import ConfigError
-from replay.workload.source import Source, SourceRef
+
+if TYPE_CHECKING:  # loaded by the command that opens one: `--help` reads no trace
+    from replay.workload.source import Source, SourceRef
 
 _PANEL = "On-the-fly workload (instead of TRACE)"
 

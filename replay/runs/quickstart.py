@@ -58,6 +58,13 @@ from replay.runs.compare import (
     sweep_rows,
     to_columns,
 )
+from replay.runs.quickstart_shape import (
+    CHECKPOINT_INTERVAL_BATCHES,
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_BATCHES,
+    DEFAULT_WORKLOAD,
+    MIN_BATCHES,
+)
 from replay.runs.results import (
     RUN_FOLDER_FILES,
     atomic_folder,
@@ -66,18 +73,11 @@ from replay.runs.results import (
     write_run,
 )
 
-# the workload the plan covers: the replayed studies read its first batches
-DEFAULT_WORKLOAD = "criteo-terabyte"
-DEFAULT_BATCHES = 200
-DEFAULT_BATCH_SIZE = 2048
-DEFAULT_SEED = 0
 LADDER_SYSTEMS = ("ssd", "pmem-host", "pcie-ndp", "cxl-d", "cxl-b", "cxl")
 FASTPERSIST_SYSTEMS = ("torch-save", "fastpersist-1", "fastpersist", "fastpersist-8")
 # ASSUMPTION: one FastPersist writer (pinned double buffer, direct I/O) sustains about
 # 2 GB/s, more than a Gen4 drive's 1.25 GB/s share, so drives bound small writer counts.
 WRITER_BW_BYTES_PER_S = 2e9
-CHECKPOINT_INTERVAL_BATCHES = 20
-MIN_BATCHES = 100  # 5 checkpoints at that interval; a steady-state half of 50 batches
 # The replayed caches hold about an eighth of the rows the trace touches (100,000 of the
 # default trace's 838,060), so placement matters: the presets' 256 MiB budget holds them
 # all, and a cache that never evicts is no study (every policy ties, and its run carries

@@ -15,6 +15,7 @@ import numpy as np
 from replay._intrinsics import ix
 from replay._jit import kernel
 from replay.errors import TraceError
+from replay.trace.curve_points import DEFAULT_CURVE_POINTS
 
 
 def table_offsets(table_rows: np.ndarray) -> np.ndarray:
@@ -187,10 +188,6 @@ def _fill_runs(table: np.ndarray, bounds: np.ndarray, first_batch: int, runs: np
                 runs[n, RUN_BATCH] = first_batch + b
                 n += 1
     runs[n, RUN_START] = bounds[-1]
-
-
-# the rows-touched curve (`replay inspect`, `replay fit --check`): its batch counts
-DEFAULT_CURVE_POINTS = 64
 
 
 def curve_batches(num_batches: int, points: int = DEFAULT_CURVE_POINTS) -> np.ndarray:

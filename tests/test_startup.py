@@ -1,0 +1,71 @@
+"""The fixed cost of a command: `replay --version`, `replay --help` and `replay COMMAND
+--help` import none of the heavy libraries (numpy, numba, pyarrow, polars, matplotlib);
+those load with the command that uses them (docs/performance.md, "Fixed cost")."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HEAVY = ("numpy", "numba", "llvmlite", "pyarrow", "polars", "matplotlib", "scipy", "rich")
+
+# the console script's own entry (signal handlers, the `--version` answer, then the CLI);
+# it ends the process with os._exit, which lists the heavy modules loaded by then
+_CONSOLE = (
+    "import os, sys; _exit = os._exit; "
+    "os._exit = lambda code: (print(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy}),"
+    " file=sys.stderr), _exit(code)); "
+    "sys.argv = ['replay', *sys.argv[1:]]; "
+    "from replay._console import main; main()"
+)
+
+
+def _console(*args: str) -> tuple[subprocess.CompletedProcess[str], str]:
+    code = _CONSOLE.format(heavy=set(HEAVY))
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120
+    )
+    return done, done.stderr.strip().splitlines()[-1]
+
+
+def test_version_imports_nothing_heavy_and_prints_what_the_option_prints() -> None:
+    done, heavy = _console("--version")
+    assert done.returncode == 0
+    from replay import __version__
+
+    assert done.stdout == f"replay {__version__}\n"
+    assert heavy == "[]"
+    # the option on the app prints the same (`--version` with another argument)
+    typer_path = subprocess.run(
+        [sys.executable, "-m", "replay", "--version", "presets"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert typer_path.returncode == 0 and typer_path.stdout == done.stdout
+
+
+def test_every_help_imports_nothing_heavy() -> None:
+    """Registering every sub-command (what `replay --help` does) and building each one's
+    options imports none of them: a command's own modules load when it runs."""
+    code = "\n".join(
+        [
+            "import contextlib, io, sys",
+            "from replay.cli import COMMANDS, main",
+            "out = io.StringIO()",
+            "with contextlib.redirect_stdout(out):",
+            "    codes = [main([name, '--help']) for name in COMMANDS]",
+            "assert codes == [0] * len(COMMANDS), codes",
+            "assert all(f'replay {name}' in out.getvalue() for name in COMMANDS)",
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)}))",
+        ]
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_help_of_a_command_through_the_console_imports_nothing_heavy() -> None:
+    done, heavy = _console("run", "--help")
+    assert done.returncode == 0 and "--system" in done.stdout
+    assert heavy == "[]"
