@@ -442,39 +442,17 @@ def host_capacity_bytes(system: SystemSpec) -> float:
     return float(system.tier(p.backing_tier).capacity_bytes)
 
 
-def check_budgets(placement: Placement, system: SystemSpec, where: str = "cluster") -> dict:
-    """Each GPU's HBM, each node's host memory and drives against their capacity, from
-    the plan's kernels; a one-line ConfigError for the first tier over its capacity.
-    Returns the bytes per GPU and per node."""
+def tier_bytes(placement: Placement, system: SystemSpec) -> dict[str, Any]:
+    """Each GPU's HBM, host and drive bytes and each node's host and drive bytes beside
+    their capacities, from the plan's kernels (`rank_tier_bytes`)."""
     cluster = system.cluster
     assert cluster is not None
     per = rank_tier_bytes(placement, system)
     nodes, gpn = placement.nodes, placement.gpus_per_node
     node_host = per["host"].reshape(nodes, gpn).sum(axis=1)
     node_drive = per["drive"].reshape(nodes, gpn).sum(axis=1)
-    memory = float(cluster.gpu_memory_bytes)
-    worst = int(np.argmax(per["hbm"])) if len(per["hbm"]) else 0
-    if len(per["hbm"]) and per["hbm"][worst] > memory:
-        raise ConfigError(
-            f"{where}: GPU {worst} would hold {format_bytes(int(per['hbm'][worst]))} in HBM "
-            f"(its shards under their kernels), more than its {format_bytes(memory)}"
-        )
     host = host_capacity_bytes(system)
-    n = int(np.argmax(node_host)) if len(node_host) else 0
-    if len(node_host) and node_host[n] > host:
-        raise ConfigError(
-            f"{where}: node {n} would hold {format_bytes(int(node_host[n]))} in host memory "
-            f"(tier {system.policy.backing_tier!r}), more than its {format_bytes(host)}"
-            + ("; --system ssd-tbe puts tables on the drives" if node_drive[n] == 0 else "")
-        )
     drives = float(cluster.drives_per_node * cluster.drive_capacity_bytes)
-    n = int(np.argmax(node_drive)) if len(node_drive) else 0
-    if len(node_drive) and node_drive[n] > drives:
-        raise ConfigError(
-            f"{where}: node {n} would hold {format_bytes(int(node_drive[n]))} on its drives, "
-            f"more than its {cluster.drives_per_node} x "
-            f"{format_bytes(cluster.drive_capacity_bytes)}"
-        )
     return {
         "per_gpu": [
             {"rank": r, "hbm_bytes": int(per["hbm"][r]), "host_bytes": int(per["host"][r]),
@@ -482,12 +460,46 @@ def check_budgets(placement: Placement, system: SystemSpec, where: str = "cluste
             for r in range(placement.world)
         ],
         "per_node": [
-            {"node": i, "host_bytes": int(node_host[i]), "drive_bytes": int(node_drive[i]),
-             "host_capacity_bytes": host, "drive_capacity_bytes": drives}
+            {"node": i, "host_bytes": int(node_host[i]), "drive_bytes": int(node_drive[i])}
             for i in range(nodes)
         ],
-        "hbm_capacity_bytes": memory,
+        "hbm_capacity_bytes": float(cluster.gpu_memory_bytes),
+        "host_capacity_bytes_per_node": host,
+        "host_tier": system.policy.backing_tier,
+        "drive_capacity_bytes_per_node": drives,
     }  # fmt: skip
+
+
+def check_budgets(placement: Placement, system: SystemSpec, where: str = "cluster") -> dict:
+    """`tier_bytes`, after checking each GPU's HBM and each node's host memory and drives
+    against their capacity: a one-line ConfigError for the first tier over it."""
+    cluster = system.cluster
+    assert cluster is not None
+    doc = tier_bytes(placement, system)
+    hbm = [g["hbm_bytes"] for g in doc["per_gpu"]]
+    memory = doc["hbm_capacity_bytes"]
+    worst = int(np.argmax(hbm)) if hbm else 0
+    if hbm and hbm[worst] > memory:
+        raise ConfigError(
+            f"{where}: GPU {worst} would hold {format_bytes(hbm[worst])} in HBM "
+            f"(its shards under their kernels), more than its {format_bytes(memory)}"
+        )
+    host, drives = doc["host_capacity_bytes_per_node"], doc["drive_capacity_bytes_per_node"]
+    for n in doc["per_node"]:
+        if n["host_bytes"] > host:
+            raise ConfigError(
+                f"{where}: node {n['node']} would hold {format_bytes(n['host_bytes'])} in host "
+                f"memory (tier {system.policy.backing_tier!r}), more than its "
+                f"{format_bytes(host)}"
+                + ("; --system ssd-tbe puts tables on the drives" if not n["drive_bytes"] else "")
+            )
+        if n["drive_bytes"] > drives:
+            raise ConfigError(
+                f"{where}: node {n['node']} would hold {format_bytes(n['drive_bytes'])} on its "
+                f"drives, more than its {cluster.drives_per_node} x "
+                f"{format_bytes(cluster.drive_capacity_bytes)}"
+            )
+    return doc
 
 
 def check_plan_kernels(placement: Placement, system: SystemSpec, where: str) -> None:
@@ -502,6 +514,64 @@ def check_plan_kernels(placement: Placement, system: SystemSpec, where: str) -> 
     if {"uvm-caching", "ssd"} <= kinds:
         raise ConfigError(f"{where}: a plan mixes 'uvm-caching' and 'ssd' tables; the replay "
                           "runs one cache policy a GPU (the system's)")  # fmt: skip
+
+
+def kernels_document(placed: Any, system: SystemSpec) -> dict[str, Any]:
+    """plan.json's `cluster.kernels`: how each table's kernel was chosen (the line, "fits
+    in HBM, no cache needed" when that is the answer), the tables that left HBM with
+    their load factors, bytes and PCIe bytes per batch, and every GPU's HBM, host and
+    drive bytes and every node's against their capacities. `placed`: a
+    `replay.engine.placement.PlacementResult`."""
+    placement = placed.placement
+    choice: KernelChoice | None = placed.kernels
+    doc: dict[str, Any] = (
+        choice.to_json()
+        if choice is not None
+        else {"setting": system.cluster.kernel if system.cluster else "auto"}
+    )
+    if choice is None:
+        counts = {k: 0 for k in KERNELS}
+        for e in placement.plan.tables:
+            counts[entry_kernel(e)] += 1
+        doc["counts"] = counts
+        doc["line"] = (
+            f"{FITS_LINE}: every table whole in HBM"
+            if counts["hbm"] == len(placement.plan.tables)
+            else "each table's kernel from the sharding file"
+        )
+    budgets = placed.budgets or tier_bytes(placement, system)
+    doc["tiers"] = budgets
+    doc["tables"] = [
+        {"table": e.table, "kernel": entry_kernel(e), "cache_load_factor": e.cache_load_factor}
+        for e in placement.plan.tables
+    ]
+    return doc
+
+
+def home_tier_note(system: SystemSpec, table_bytes: float, *, cluster: bool) -> str | None:
+    """A word where one GPU of `system` would hold `table_bytes` of tables in a tier over
+    its capacity (the tier every row lives in: `static`'s tier, a cache's backing tier,
+    ssd-tbe's store tier); None where they fit. A one-GPU plan replays them there anyway:
+    its answers then describe a GPU that cannot exist, and the plan says so."""
+    p = system.policy
+    homes = {"static": p.tier, "ssd-tbe": p.store_tier}
+    name = homes.get(p.name, p.backing_tier)
+    if not name:
+        return None
+    cap = float(system.tier(name).capacity_bytes)
+    if table_bytes <= cap:
+        return None
+    where = (
+        "the cluster's answers place each table within its GPUs' HBM and its nodes' host "
+        "memory and drives (their kernels)"
+        if cluster
+        else "no one GPU of this system holds them (plan a cluster: --set cluster.nodes=N)"
+    )
+    return (
+        f"{system.name}: the one-GPU answers put the tables' {format_bytes(table_bytes)} in "
+        f"tier {name!r} of {format_bytes(cap)}, over its capacity: read them as a reference "
+        f"only; {where}"
+    )
 
 
 HBM, UVM, CACHED = 0, 1, 2  # a local shard's code in `RankSplit`
@@ -594,10 +664,13 @@ __all__ = [
     "check_plan_kernels",
     "choose_kernels",
     "entry_kernel",
+    "home_tier_note",
     "host_capacity_bytes",
+    "kernels_document",
     "offload_kernel",
     "rank_splits",
     "rank_tier_bytes",
     "table_kernel",
+    "tier_bytes",
     "with_kernels",
 ]

@@ -219,6 +219,16 @@ def make_plan(
     names = list(horizon.table_names)
     table_rows = [int(r) for r in horizon.table_rows]
     row_bytes, state_bytes = _row_sizes(dict(horizon.workload or {}), base)
+    from replay.engine.kernels import home_tier_note
+
+    for name in request.systems:  # a tier over its capacity is said, never silent
+        over = home_tier_note(
+            resolve_system(name, list(local_sets)),
+            float(sum(table_rows)) * state_bytes,
+            cluster=base.cluster is not None,
+        )
+        if over is not None:
+            notes.append(over)
 
     say(f"curves over {batches:,} batches at sample rate {rate:g}")
     smallest = 1
