@@ -390,8 +390,13 @@ def plan_cluster(
         for r in range(world)
     ]
     bounds = np.asarray(curves.error_bound, dtype=np.float64).reshape(-1)
+    from replay.plan.rank_curves import cluster_ranges
+
+    # each GPU's ~95% range per target from its curve's error where it crosses the target
+    per_range, ranges = cluster_ranges(curves, targets, busy, row_bytes)
     for r, entry in enumerate(per_gpu):
         entry["error_bound"] = float(bounds[r]) if r < len(bounds) else 0.0
+        entry["bytes_for_hit_range"] = per_range[r]
     # at R < 1 sizes below the sample's resolution are not measured: a target reached at
     # the first resolved size may need less (an upper bound, said as such)
     floor_rows = int(getattr(curves, "resolution_rows", 1))
@@ -447,6 +452,7 @@ def plan_cluster(
             "worst_gpu": None if not valid else int(hits.index(min(valid))),
         },
         "bytes_for_hit": {"worst_gpu": worst, "mean": mean},
+        "bytes_for_hit_range": ranges,
         "fits_gpu_memory": fits,
         "resolution_bytes": None if exact else float(floor_rows * row_bytes),
         "per_gpu": per_gpu,
