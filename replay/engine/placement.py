@@ -192,19 +192,24 @@ def spec_loads(spec: Any, system: SystemSpec) -> tuple[TableLoad, ...]:
     )
 
 
-def seconds_per_lookup(system: SystemSpec, dim: int) -> float:
+def seconds_per_lookup(system: SystemSpec, dim: int, *, miss: bool = False) -> float:
     """One lookup's embedding time on `system`'s GPU, as the one-GPU account prices a
     hit: `account.account` over 2^20 lookups that all hit (the fast tier's row read --
     ceil(4 x dim / access_bytes) access bytes over its read bandwidth plus its latency
     over its parallelism -- for a cache; the home tier's, and its link's, for `static`),
     per lookup. ASSUMPTION: every lookup hits, no update counted: the cheapest lookup,
-    so the case where replicating a hot table removes the least time."""
+    so the case where replicating a hot table removes the least time. With `miss`, a
+    lookup that misses and fills its row (the backing tier's read over the link), the
+    price of a cached table's misses."""
     from replay.engine.account import Shape, account
-    from replay.policies.base import HITS, NUM_COUNTERS
+    from replay.policies.base import FILLS, HITS, MISSES, NUM_COUNTERS
 
     n = 1 << 20
     counters = np.zeros((1, NUM_COUNTERS), dtype=np.int64)
-    counters[0, HITS] = n
+    if miss:
+        counters[0, MISSES] = counters[0, FILLS] = n
+    else:
+        counters[0, HITS] = n
     one = np.array([n], dtype=np.int64)
     zero = np.zeros(1, dtype=np.int64)
     cols = account(system, Shape(n, 1, dim), counters, one, zero, zero, 1)
@@ -266,9 +271,11 @@ def system_cost_model(
     *,
     all_to_all: bool = ALL_TO_ALL_IN_LOOKUP,
 ) -> tuple[CostModel, dict[str, float]]:
-    """The sharder's cost model for `system` (module docstring): one unit per lookup and
+    """The sharder's cost model for `system` (module docstring): one unit per lookup,
     ``replica_byte = allreduce_byte_seconds / seconds_per_lookup`` lookups per byte a
-    rank sends in the all-reduce of the replicas' gradients; and those numbers."""
+    rank sends in the all-reduce of the replicas' gradients, a miss's extra time over a
+    hit (`seconds_per_miss`) and what a split's collectives cost each GPU holding a
+    block (`split_byte_seconds`), all in lookups; and those numbers."""
     hit_s = seconds_per_lookup(system, dim)
     lookups = sum(ld.lookups for ld in loads)
     bags = sum(ld.lookups if ld.bags is None else ld.bags for ld in loads)
@@ -279,13 +286,46 @@ def system_cost_model(
     lookup_s = hit_s + a2a_s
     byte_s = allreduce_byte_seconds(system, nodes, gpus_per_node)
     weight = byte_s / lookup_s if lookup_s > 0 else 0.0
-    return CostModel(replica_byte=weight), {
+    miss_s = max(seconds_per_lookup(system, dim, miss=True) - hit_s, 0.0)
+    rw_s, twrw_s = split_byte_seconds(system, nodes, gpus_per_node)
+    unit = 1.0 / lookup_s if lookup_s > 0 else 0.0
+    model = CostModel(
+        miss=miss_s * unit,
+        replica_byte=weight,
+        row_wise_byte=rw_s * unit,
+        table_row_wise_byte=twrw_s * unit,
+    )
+    return model, {
         "seconds_per_hit": hit_s,
         "seconds_per_lookup_all_to_all": a2a_s,
         "seconds_per_lookup": lookup_s,
         "seconds_per_allreduce_byte": byte_s,
         "replica_byte": weight,
+        "seconds_per_miss": miss_s,
+        "seconds_per_row_wise_byte": rw_s,
+        "seconds_per_table_row_wise_byte": twrw_s,
     }
+
+
+def split_byte_seconds(system: SystemSpec, nodes: int, gpus_per_node: int) -> tuple[float, float]:
+    """Seconds each GPU holding a block of a split table spends per byte of its [batch,
+    dim] outputs, forward and backward (`replay.engine.shard_cost`; TorchRec's
+    collectives as `replay.engine.collectives` times them, latencies left out):
+    row-wise, the ring's reduce-scatter and all-gather, 2 (W - 1) / W over the slowest
+    link the ring crosses; table-row-wise, the reduce-scatter in the node, 2 (G - 1) / G
+    over NVLink, plus the all-to-all across nodes, 2 (N - 1) / W over the GPU's share of
+    its node's NICs."""
+    cluster = system.cluster
+    assert cluster is not None
+    world = nodes * gpus_per_node
+    if world <= 1:
+        return 0.0, 0.0
+    rw = 2.0 * (world - 1) / world * allreduce_byte_seconds(system, nodes, gpus_per_node)
+    g = gpus_per_node
+    twrw = 2.0 * (g - 1) / g / cluster.intra_node_bw_bytes_per_s
+    if nodes > 1:
+        twrw += 2.0 * (nodes - 1) / world * allreduce_byte_seconds(system, nodes, g)
+    return rw, twrw
 
 
 def resolve_placement(

@@ -169,15 +169,23 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from replay._units import format_bytes
+from replay.engine.shard_cost import (
+    TINY_ROWS,
+    CostModel,
+    TableLoad,
+    even_shares,
+    hot_costs,
+    time_floor,
+)
+from replay.engine.sharder_even import Best, bytes_floor, search_executable
 from replay.errors import ConfigError
 from replay.system.sharding import (
-    BYTES_PER_VALUE,
     DATA_PARALLEL,
     ROW_WISE,
     TABLE_ROW_WISE,
@@ -190,74 +198,6 @@ from replay.system.sharding import (
     resolve_plan,
     row_blocks,
 )
-from replay.workload.row_mass import RowMass
-
-
-@dataclass(frozen=True)
-class TableLoad:
-    """What one table costs per batch, as measured from the workload."""
-
-    name: str
-    rows: int
-    dim: int
-    lookups: float  # row lookups per batch
-    misses: float = 0.0  # cache misses per batch
-    bags: float | None = None  # pooled embeddings (samples) per batch; None: lookups
-    row_bytes: int | None = None  # one full row's values + optimizer state; None: 4 x dim
-    # how the lookups fall on the rows (None: uniformly); not part of equality
-    mass: RowMass | None = field(default=None, compare=False, repr=False)
-
-    def share(self, start: int, stop: int) -> float:
-        """The share of the table's lookups on rows [start, stop)."""
-        if self.mass is None or self.mass.total <= 0:
-            return (stop - start) / self.rows if self.rows else 1.0
-        return float(self.mass.mass(start, stop)[0]) / self.mass.total
-
-    def hottest_share(self) -> float:
-        """The share of the table's lookups on its most looked-up row."""
-        if self.mass is None or self.mass.total <= 0:
-            return 1.0 / self.rows if self.rows else 0.0
-        return self.mass.max_row_mass() / self.mass.total
-
-    @property
-    def bytes_per_row(self) -> int:
-        return BYTES_PER_VALUE * self.dim if self.row_bytes is None else int(self.row_bytes)
-
-    @property
-    def bytes(self) -> int:
-        return self.rows * self.bytes_per_row
-
-
-@dataclass(frozen=True)
-class CostModel:
-    """Weights of a table's cost: per lookup, per miss, per byte the GPU holds, and per
-    byte each GPU sends in the ring all-reduce of a replica's gradient (`replica_byte`;
-    0: replication's network cost not priced, the lookups-only model)."""
-
-    lookup: float = 1.0
-    miss: float = 0.0
-    byte: float = 0.0
-    replica_byte: float = 0.0
-
-    def access(self, load: TableLoad) -> float:
-        return self.lookup * load.lookups + self.miss * load.misses
-
-    def memory(self, load: TableLoad) -> float:
-        return self.byte * load.bytes
-
-    def allreduce(self, load: TableLoad, world: int) -> float:
-        """What replicating `load` costs every GPU on the network: ``replica_byte x
-        2 (W - 1) / W x 4 x dim x rows`` (a ring all-reduce of its fp32 gradient; 0 on
-        one GPU)."""
-        if world <= 1 or self.replica_byte == 0:
-            return 0.0
-        grad = BYTES_PER_VALUE * load.dim * load.rows
-        return self.replica_byte * 2.0 * (world - 1) / world * grad
-
-    def replica(self, load: TableLoad, world: int) -> float:
-        """What a data-parallel copy costs each of the `world` GPUs: 1 / world of the
-        access, the memory of the whole table, the all-reduce."""
-        return self.access(load) / world + self.memory(load) + self.allreduce(load, world)
 
 
 @dataclass(frozen=True, eq=False)
@@ -272,6 +212,14 @@ class ShardingResult:
     granularity: int  # j of the winning target s = R / j
     floor: float = 0.0  # the lowest max a plan of the sharder's types can have (docstring)
     allreduce: float = 0.0  # what the replicas' all-reduce costs every GPU (in rank_cost)
+    # HBM bytes per rank, and their bounds: every assignment of the chosen shards holds
+    # at least `bytes_bound` on its fullest GPU, every plan at least `bytes_floor`
+    rank_hbm: np.ndarray | None = None
+    bytes_bound: float = 0.0
+    bytes_floor: float = 0.0
+    # (max cost, max HBM bytes, tables split) of the executable fills no other beats in
+    # both: what balancing bytes costs in time, and the reverse
+    front: tuple[tuple[float, int, int], ...] = ()
 
     @property
     def max_over_mean(self) -> float:
@@ -285,11 +233,15 @@ class ShardingResult:
     def max_over_floor(self) -> float:
         return float(self.rank_cost.max() / self.floor) if self.floor > 0 else 1.0
 
+    @property
+    def bytes_over_bound(self) -> float:
+        top = float(self.rank_hbm.max()) if self.rank_hbm is not None else 0.0
+        return top / self.bytes_bound if self.bytes_bound > 0 else 1.0
 
-def hot_costs(loads: Sequence[TableLoad], model: CostModel | None = None) -> list[float]:
-    """Each table's hottest row's access cost (a row is never split)."""
-    model = model or CostModel()
-    return [model.access(ld) * ld.hottest_share() for ld in loads]
+    @property
+    def bytes_over_floor(self) -> float:
+        top = float(self.rank_hbm.max()) if self.rank_hbm is not None else 0.0
+        return top / self.bytes_floor if self.bytes_floor > 0 else 1.0
 
 
 def _floor_of(
@@ -324,12 +276,15 @@ def _replicas(
     max(mean, D + H) + AR (`rep` holds each replica's all-reduce; ties: the fewest
     replicas); then, when the network is not priced (`price_network` False), each tiny
     table, in table order, while the floor stays and the replicas fit."""
-    need = sum(ld.bytes for ld in loads)
+    need = sum(ld.hbm for ld in loads)
     if hot is None:
-        hot = [access[t] * loads[t].hottest_share() for t in range(len(loads))]
+        hot = [
+            a * (1.0 if ld.tiny else ld.hottest_share())
+            for a, ld in zip(access, loads, strict=True)
+        ]
 
     def fits(dp: set[int]) -> bool:
-        held = sum(loads[t].bytes for t in dp)
+        held = sum(loads[t].hbm for t in dp)
         return held + (need - held) / world <= gpu_memory_bytes
 
     def floor_of(dp: set[int]) -> float:
@@ -365,17 +320,34 @@ def rank_costs(
     shard costs its rows' share of the table's lookups (`TableLoad.share`: their mass, or
     their share of the rows without one) x its share of the columns of the table's access
     cost (a data-parallel copy 1 / world of it) plus the memory term of the bytes it
-    holds."""
+    holds; a row-wise or table-row-wise shard adds its split's collective
+    (`CostModel.row_wise`, `table_row_wise`), empty blocks included (they take part)."""
     model = model or CostModel()
     out = np.zeros(placement.world, dtype=np.float64)
     for s in placement.shards:
         load = loads[s.table]
         access = model.access(load)
-        if placement.entry(s.table).type == DATA_PARALLEL:
+        kind = placement.entry(s.table).type
+        if kind == DATA_PARALLEL:
             out[s.rank] += access / placement.world + model.allreduce(load, placement.world)
         elif load.rows and load.dim and s.rows:
             out[s.rank] += access * load.share(s.row_start, s.row_stop) * (s.cols / load.dim)
+        if kind == ROW_WISE:
+            out[s.rank] += model.row_wise(load)
+        elif kind == TABLE_ROW_WISE:
+            out[s.rank] += model.table_row_wise(load)
         out[s.rank] += model.byte * placement.shard_bytes(s)
+    return out
+
+
+def rank_hbm(placement: Placement, loads: Sequence[TableLoad]) -> np.ndarray:
+    """int64 HBM bytes each rank holds under its tables' kernels (`TableLoad.hbm_of`;
+    every row of its shards by default), columns prorated as `Placement.shard_bytes`."""
+    out = np.zeros(placement.world, dtype=np.int64)
+    for s in placement.shards:
+        load = loads[s.table]
+        part = load.hbm_of(s.row_start, s.row_stop)
+        out[s.rank] += -(-part * s.cols // load.dim) if load.dim else 0
     return out
 
 
@@ -467,9 +439,6 @@ def _pick(
     return taken
 
 
-_Best = tuple[float, int, dict[int, tuple[str, list[int], list[tuple[int, int]]]], float]
-
-
 def _blocks(
     t: int,
     load: TableLoad,
@@ -509,7 +478,8 @@ def _search(
     tolerance: float,
     max_granularity: int,
     floor: float,
-) -> _Best | None:
+    model: CostModel,
+) -> Best | None:
     """Steps 2-4 of the rule for the tables not in `dp`: (max cost, j, table -> (type,
     ranks), largest shard cost) of the winning granularity, or None when no granularity
     fits memory. A granularity whose blocks find no room doubles the split that memory
@@ -517,14 +487,14 @@ def _search(
     rest = [t for t in range(len(loads)) if t not in dp]
     cost = {t: cost_of[t] for t in rest}
     mean_rest = sum(cost.values()) / world
-    caps = {t: max(1, min(loads[t].rows, world)) for t in rest}
-    best: _Best | None = None
+    caps = {t: 1 if loads[t].tiny else max(1, min(loads[t].rows, world)) for t in rest}
+    best: Best | None = None
     squeeze = 1
     cache: dict[tuple[int, int, int], tuple[list[tuple[int, int]], list[float]]] = {}
     for j in range(1, max_granularity + 1):
         s = mean_rest / j if mean_rest > 0 else math.inf
         mem_k = {
-            t: min(caps[t], -(-loads[t].bytes * squeeze // room) if room > 0 else caps[t])
+            t: min(caps[t], -(-loads[t].hbm * squeeze // room) if room > 0 else caps[t])
             for t in rest
         }
         big = [t for t in rest if cost[t] > s or mem_k[t] > 1]
@@ -541,13 +511,20 @@ def _search(
             kind = (
                 TABLE_WISE if n == 1 else TABLE_ROW_WISE if n <= gpus_per_node < world else ROW_WISE
             )
+            fixed = (
+                model.row_wise(loads[t])
+                if kind == ROW_WISE
+                else model.table_row_wise(loads[t])
+                if kind == TABLE_ROW_WISE
+                else 0.0
+            )
             tables.append(
                 _Table(
                     t,
                     kind,
                     blocks,
-                    [cost[t] * f for f in shares],
-                    [(b - a) * loads[t].bytes_per_row for a, b in blocks],
+                    [cost[t] * f + fixed for f in shares],
+                    [loads[t].hbm_of(a, b) for a, b in blocks],
                 )
             )
         load = np.full(world, dp_cost, dtype=np.float64)
@@ -565,148 +542,6 @@ def _search(
             break
         if len(big) == len(rest) and all(k[t] >= caps[t] for t in big):
             break  # nothing left to split
-    return best
-
-
-def even_shares(load: TableLoad, k: int) -> list[float]:
-    """The share of a table's lookups on each of TorchRec's k even row blocks
-    (ceil(rows / k) rows each, in order; trailing blocks may be empty)."""
-    blocks = row_blocks(load.rows, k)
-    if load.mass is None or load.mass.total <= 0 or load.rows == 0:
-        return [(b - a) / load.rows if load.rows else 1.0 / k for a, b in blocks]
-    full = [i for i, (a, b) in enumerate(blocks) if b > a]
-    got = load.mass.block_shares(np.array([blocks[i][0] for i in full], dtype=np.int64))
-    shares = [0.0] * k
-    for i, g in zip(full, got.tolist(), strict=True):
-        shares[i] = float(g)
-    return shares
-
-
-class _Fill:
-    """One granularity's assignment of the TorchRec-executable mode: each GPU's load and
-    free memory, and the tables placed (type, ranks, row blocks)."""
-
-    def __init__(self, loads: Sequence[TableLoad], cost_of: list[float], rest: list[int],
-                 world: int, gpus_per_node: int, dp_cost: float, room: int) -> None:  # fmt: skip
-        self.loads, self.cost_of = loads, cost_of
-        self.world, self.gpn = world, gpus_per_node
-        self.rw = {t: [cost_of[t] * f for f in even_shares(loads[t], world)] for t in rest}
-        self.rw_rows = {t: row_blocks(loads[t].rows, world) for t in rest}
-        g = gpus_per_node
-        self.local = {t: [cost_of[t] * f for f in even_shares(loads[t], g)] for t in rest}
-        self.local_rows = {t: row_blocks(loads[t].rows, g) for t in rest}
-        self.dp_cost, self.room = dp_cost, room
-        self.reset()
-
-    def reset(self) -> None:
-        self.load = np.full(self.world, self.dp_cost, dtype=np.float64)
-        self.free = np.full(self.world, self.room, dtype=np.int64)
-        self.chosen: dict[int, tuple[str, list[int], list[tuple[int, int]]]] = {}
-        self.units: dict[int, list[float]] = {}
-
-    def _need(self, t: int, blocks: list[tuple[int, int]]) -> np.ndarray:
-        return np.array([(b - a) * self.loads[t].bytes_per_row for a, b in blocks])
-
-    def row_wise(self, t: int) -> bool:
-        need = self._need(t, self.rw_rows[t])
-        if np.any(self.free < need):
-            return False
-        self.free -= need
-        self.load += self.rw[t]
-        self.chosen[t] = (ROW_WISE, list(range(self.world)), self.rw_rows[t])
-        self.units[t] = self.rw[t]
-        return True
-
-    def table_row_wise(self, t: int) -> bool:
-        """On the node where the table's blocks leave the lowest maximum, with room."""
-        g = self.gpn
-        need = self._need(t, self.local_rows[t])
-        pick: tuple[float, int] | None = None
-        for node in range(self.world // g):
-            gpus = slice(node * g, (node + 1) * g)
-            if np.all(self.free[gpus] >= need):
-                top = float((self.load[gpus] + self.local[t]).max())
-                if pick is None or top < pick[0]:
-                    pick = (top, node)
-        if pick is None or self.world // g < 2:
-            return False
-        gpus = slice(pick[1] * g, (pick[1] + 1) * g)
-        self.free[gpus] -= need
-        self.load[gpus] += self.local[t]
-        ranks = list(range(pick[1] * g, (pick[1] + 1) * g))
-        self.chosen[t] = (TABLE_ROW_WISE, ranks, self.local_rows[t])
-        self.units[t] = self.local[t]
-        return True
-
-    def table_wise(self, t: int) -> bool:
-        """On the least-loaded GPU with room (ties: the lower rank)."""
-        fits = np.flatnonzero(self.free >= self.loads[t].bytes)
-        if len(fits) == 0:
-            return False
-        r = int(fits[np.argmin(self.load[fits])])
-        self.free[r] -= self.loads[t].bytes
-        self.load[r] += self.cost_of[t]
-        self.chosen[t] = (TABLE_WISE, [r], [(0, self.loads[t].rows)])
-        self.units[t] = [self.cost_of[t]]
-        return True
-
-
-def _splits(n: int) -> list[int]:
-    """How many tables to split, tried in turn: 0-4, then steps of about a third, n."""
-    out, k = [], 0
-    while k < n:
-        out.append(k)
-        k = k + 1 if k < 4 else k + max(1, k // 3)
-    return [*out, n]
-
-
-def _search_executable(
-    loads: Sequence[TableLoad],
-    dp: list[int],
-    cost_of: list[float],
-    dp_cost: float,
-    room: int,
-    world: int,
-    gpus_per_node: int,
-    tolerance: float,
-    floor: float,
-) -> _Best | None:
-    """Steps 2-4 for the TorchRec-executable mode (module docstring). The tables in order
-    of cost (ties: the flatter even split first), the first k split and the rest whole,
-    for k = 0, 1, 2, ... (`_splits`): a split table is table-row-wise over all GPUs of
-    one node when there is more than one node and its largest even block is at most the
-    per-GPU mean, else row-wise over every rank (and, as a second try of each k, every
-    split table row-wise). Row-wise blocks sit on their fixed ranks, then table-row-wise
-    tables go (largest block first) to the node of the lowest maximum with room, then
-    whole tables (costliest first) to the least-loaded GPU with room; a table that finds
-    no room is split instead. The k of the lowest maximum wins (ties: the fewer splits);
-    the search stops at the first within `tolerance` of max(mean, floor)."""
-    rest = [t for t in range(len(loads)) if t not in dp]
-    multi = world // gpus_per_node > 1
-    mean = dp_cost + sum(cost_of[t] for t in rest) / world
-    fill = _Fill(loads, cost_of, rest, world, gpus_per_node, dp_cost, room)
-    order = sorted(rest, key=lambda t: (-cost_of[t], max(fill.rw[t]), t))
-    must = {t for t in rest if loads[t].bytes > room}  # split whatever the k
-    best: _Best | None = None
-    for k in _splits(len(order)):
-        split = set(order[:k]) | must
-        for local_ok in (True, False) if multi else (False,):
-            fill.reset()
-            twrw = [t for t in rest if t in split and local_ok and max(fill.local[t]) <= mean]
-            placed = all(fill.row_wise(t) for t in rest if t in split and t not in twrw)
-            for t in sorted(twrw, key=lambda t: (-max(fill.local[t]), t)):
-                placed = placed and (fill.table_row_wise(t) or fill.row_wise(t))
-            for t in sorted(rest, key=lambda t: (-cost_of[t], t)):
-                if placed and t not in split:
-                    placed = fill.table_wise(t) or fill.table_row_wise(t) or fill.row_wise(t)
-            if not placed:
-                continue
-            top = float(fill.load.max())
-            if best is None or top < best[0] * (1 - 1e-12):
-                largest = max((max(u) for u in fill.units.values()), default=0.0)
-                best = (top, len(split), dict(fill.chosen), largest)
-        if best is not None and (mean <= 0 or best[0] <= (1 + tolerance) * max(mean, floor)):
-            break
     return best
 
 
@@ -733,44 +568,56 @@ def auto_shard(
         raise ConfigError("auto sharding: two tables share a name")
     access = [model.access(ld) for ld in loads]
     memory = [model.memory(ld) for ld in loads]
-    need = sum(ld.bytes for ld in loads)
+    need = sum(ld.hbm for ld in loads)
     if need > world * gpu_memory_bytes:
         raise ConfigError(
-            f"auto sharding: the tables take {format_bytes(need)}, more than the cluster's "
-            f"{world} GPUs x {format_bytes(gpu_memory_bytes)}"
+            f"auto sharding: the tables take {format_bytes(need)} of HBM, more than the "
+            f"cluster's {world} GPUs x {format_bytes(gpu_memory_bytes)}"
         )
 
     rep = [model.replica(ld, world) for ld in loads]
-    hot = hot_costs(loads, model)
-    if torchrec_executable:  # the finest split is every rank's even block
-        hot = [a * max(even_shares(ld, world)) for a, ld in zip(access, loads, strict=True)]
+    # each table's unsplittable unit (with `torchrec_executable` its finest split is an
+    # even block over every rank or a node's GPUs)
+    hot = hot_costs(
+        loads, model, world=world, gpus_per_node=gpus_per_node, even=torchrec_executable
+    )
 
     # 1. data-parallel: the replicas of the lowest floor (then, with the network unpriced,
     # the tiny tables that leave it)
     dp, floor = _replicas(
         loads, access, memory, rep, world, gpu_memory_bytes, model.replica_byte > 0, hot
     )
-    while True:
+    cost_of = [access[t] + memory[t] for t in range(len(loads))]
+
+    fronts: dict[tuple[int, ...], list[tuple[float, int, int]]] = {}
+
+    def search(dp: list[int]) -> Best | None:
         args = (
             loads,
             dp,
-            [access[t] + memory[t] for t in range(len(loads))],
+            cost_of,
             sum(rep[t] for t in dp),
-            gpu_memory_bytes - sum(loads[t].bytes for t in dp),
+            gpu_memory_bytes - sum(loads[t].hbm for t in dp),
             world,
             gpus_per_node,
             tolerance,
         )
         floor_dp = _floor_of(set(dp), access, memory, rep, hot, world)
-        best = (
-            _search_executable(*args, floor_dp)
+        front = fronts.setdefault(tuple(dp), [])
+        return (
+            search_executable(*args, floor_dp, model, front)
             if torchrec_executable
-            else _search(*args, max_granularity, floor_dp)
+            else _search(*args, max_granularity, floor_dp, model)
         )
+
+    while True:
+        best = search(dp)
         if best is not None or not dp:
             break
         # the replicas leave too little room: shard the largest one instead
-        dp.remove(max(reversed(dp), key=lambda t: loads[t].bytes))
+        dp.remove(max(reversed(dp), key=lambda t: loads[t].hbm))
+    if best is not None and world > 1:
+        dp, best = _more_replicas(loads, dp, best, rep, cost_of, search, world)
     if best is None:
         raise ConfigError(
             f"auto sharding: no placement fits {world} GPUs of {format_bytes(gpu_memory_bytes)} "
@@ -794,20 +641,95 @@ def auto_shard(
     )
     plan = ShardingPlan(tuple(entries), f"replay auto sharder ({mode})")
     shapes = [TableShape(ld.name, ld.rows, ld.dim) for ld in loads]
+    check = None if any(ld.hbm_bytes is not None for ld in loads) else gpu_memory_bytes
     placement = resolve_plan(
         plan,
         shapes,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
-        gpu_memory_bytes=gpu_memory_bytes,
+        # the search kept each GPU's HBM within its memory; a kernel's footprint is not
+        # the shards' bytes, which resolve_plan would check
+        gpu_memory_bytes=check,
         row_bytes=[ld.bytes_per_row for ld in loads],
         where="auto sharding",
     )
     costs = rank_costs(placement, loads, model)
     mean = float(costs.sum() / world)
     bound = max(mean, dp_cost + largest)
+    floor = max(floor, time_floor(loads, model, world, gpus_per_node, even=torchrec_executable))
     allreduce = sum(model.allreduce(loads[t], world) for t in dp)
-    return ShardingResult(plan, placement, costs, mean, bound, j, min(floor, bound), allreduce)
+    hbm = rank_hbm(placement, loads)
+    dp_hbm = sum(loads[t].hbm for t in dp)
+    # the fills of the chosen replicas no other beats in both cost and bytes
+    front = [(top, held + dp_hbm, k) for top, held, k in fronts.get(tuple(dp), [])]
+    return ShardingResult(
+        plan, placement, costs, mean, bound, j, min(floor, bound), allreduce,
+        rank_hbm=hbm,
+        bytes_bound=max(float(hbm.sum()) / world, dp_hbm + _largest_piece(placement, loads, dp)),
+        bytes_floor=bytes_floor(loads, range(len(loads)), world),
+        front=tuple(front),
+    )  # fmt: skip
 
 
-__all__ = ["CostModel", "ShardingResult", "TableLoad", "auto_shard", "even_shares", "rank_costs"]
+MORE_REPLICAS = (1, 2, 3, 4, 6, 8, 12, 16)  # extra replicas tried (step 5)
+
+
+def _more_replicas(
+    loads: Sequence[TableLoad],
+    dp: list[int],
+    best: Best,
+    rep: list[float],
+    cost_of: list[float],
+    search: Callable[[list[int]], Best | None],
+    world: int,
+) -> tuple[list[int], Best]:
+    """Step 5: whole tables are indivisible, so 26 tables on 8 GPUs leave some GPU 4 of
+    them; replicating the m tables that cost each GPU least as replicas (those whose
+    all-reduce costs every GPU less than 1 / 8 of the table's cost, m in
+    `MORE_REPLICAS`) can fill that gap. The plan of the lowest maximum wins (ties: the
+    fewer replicas)."""
+    extra = [rep[t] - cost_of[t] / world for t in range(len(loads))]  # the all-reduce
+    priced = any(e > 0 for e in extra)
+
+    def cheap(t: int) -> bool:
+        if not priced:  # the network unpriced: step 1's tiny tables only
+            return loads[t].rows * world <= loads[t].batch
+        return extra[t] < cost_of[t] / 8
+
+    cands = sorted(
+        (t for t in range(len(loads)) if t not in dp and cheap(t)), key=lambda t: (extra[t], t)
+    )
+    chosen = (dp, best)
+    for m in MORE_REPLICAS:
+        if m > len(cands):
+            break
+        more = sorted([*dp, *cands[:m]])
+        got = search(more)
+        if got is not None and got[0] < chosen[1][0] * (1 - 1e-9):
+            chosen = (more, got)
+    return chosen
+
+
+def _largest_piece(placement: Placement, loads: Sequence[TableLoad], dp: list[int]) -> int:
+    """The HBM bytes of the largest shard that is not a replica."""
+    out = 0
+    for s in placement.shards:
+        if s.table in dp:
+            continue
+        ld = loads[s.table]
+        part = ld.hbm_of(s.row_start, s.row_stop)
+        out = max(out, -(-part * s.cols // ld.dim) if ld.dim else 0)
+    return out
+
+
+__all__ = [
+    "TINY_ROWS",
+    "CostModel",
+    "ShardingResult",
+    "TableLoad",
+    "auto_shard",
+    "even_shares",
+    "hot_costs",
+    "rank_costs",
+    "rank_hbm",
+]

@@ -149,8 +149,11 @@ class RowMass:
         cap_rows = rows if max_rows is None else max(1, min(int(max_rows), rows))
         if -(-rows // cap_rows) > k:
             raise ValueError(f"RowMass.split: {k} blocks of at most {cap_rows} rows miss rows")
-        cuts = np.zeros(k + 1, dtype=np.int64)
+        # room for every block a greedy cut can make (mass-bound and row-bound ones)
+        cuts = np.zeros(k + -(-rows // cap_rows) + 2, dtype=np.int64)
         n = _split(rows, k, cap_rows, self.total, self.max_row_mass(), *self._args(), cuts)
+        if n > k:  # the row cap binds before the mass does: blocks of the cap
+            return [(a, min(a + cap_rows, rows)) for a in range(0, rows, cap_rows)]
         return [(int(cuts[i]), int(cuts[i + 1])) for i in range(n)]
 
     @classmethod
