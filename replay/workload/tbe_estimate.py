@@ -132,12 +132,24 @@ def estimate_from_counts(counts: np.ndarray) -> tuple[tuple[float, ...], float, 
     if n == 0:
         return tuple(hitters), DEFAULT_Q, DEFAULT_S
     mass = float(rest.sum())
-    ranks = np.arange(j, j + n, dtype=np.float64)
+    # F(q) = -sum_i f_i log(i + q + 7/8) by runs of equal frequencies (most of a large
+    # batch's indices are seen once or twice): a run over ranks [a, b) adds f (lgamma(b +
+    # c) - lgamma(a + c)), c = q + 7/8, so each q costs the runs, not the ranks
+    edges = np.flatnonzero(np.diff(rest)) + 1
+    starts = np.concatenate(([0], edges)) + j
+    stops = np.concatenate((edges, [n])) + j
+    values = rest[starts - j]
+    single = stops - starts == 1
+    log_gamma = np.vectorize(math.lgamma, otypes=[np.float64])
     smallest = hitters[-1]
     best = (-math.inf, DEFAULT_Q, DEFAULT_S)
     for q in Q_GRID.tolist():
-        # a plain sum, not `@`: BLAS's threads cost more than the product on a busy machine
-        freq_term = -float((rest * np.log(ranks + q + LOG_SHIFT)).sum())
+        c = q + LOG_SHIFT
+        runs = log_gamma(stops[~single] + c) - log_gamma(starts[~single] + c)
+        freq_term = -(
+            math.fsum((values[~single] * runs).tolist())
+            + math.fsum((values[single] * np.log(starts[single] + c)).tolist())
+        )
         const = zipf_constants(S_GRID, q + j, n)
         zipf_max = mass / const * (q + j) ** -S_GRID
         ratio = smallest / zipf_max
