@@ -186,7 +186,7 @@ def test_the_checkpoint_line_names_the_mode_and_warns_of_few_failures_and_lossy_
     assert "the run expects 0.69 failures: 49.84% of runs see one; the mean is" in line
     assert "percentile" not in line
     given = {**best, "p_any_failure": 0.007, "goodput_given_failure": 0.992}
-    assert "0.70% of runs see one, and such a run's goodput is 99.2%" in checkpoint_line(
+    assert "0.70% of runs see one, and such a run's goodput is 99.200%" in checkpoint_line(
         {**doc, "checkpoint": {**doc["checkpoint"], "strategies": [given]}}
     )
     assert "each of the run's 0.69 expected restores" in line

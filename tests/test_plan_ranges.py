@@ -136,6 +136,10 @@ def test_the_tolerance_raises_the_rate_or_says_what_it_needs(monkeypatch) -> Non
     assert made == [2**-12] and not doc["tolerance"]["met"]
     assert "R = 0.00390625 would resolve it" in doc["notes"][-1]
     assert "--sample-rate was given" in doc["notes"][-1]
+    # the default tolerance (no --tolerance) is checked and said, the rate left alone
+    made.clear()
+    doc, _ = plan_within(_Request(None), 0.1, make, lambda r: True, may_raise=False)
+    assert made == [None] and "--tolerance was not given" in doc["notes"][-1]
     # ... and so is a plan that would not fit
     doc, _ = plan_within(_Request(None), 0.1, make, lambda r: False)
     assert "does not fit this machine's memory" in doc["notes"][-1]

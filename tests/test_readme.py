@@ -57,7 +57,7 @@ WRITES = {
         "plans/my-model/plan.json",
         "specs/my-model-cli.toml",
         "specs/from-tbe.toml",
-        "criteo-kaggle.tbe.json",
+        "exports/criteo-kaggle.tbe.json",
     ],
     "docs/plan.md": ["plans/tb/plan.json", "plans/tb/torchrec.json"],
     "docs/python.md": ["traces/api/manifest.json"],

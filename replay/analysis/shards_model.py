@@ -144,4 +144,71 @@ def che_correction(
     return whole, groups
 
 
-__all__ = ["METHOD", "applicable", "che_correction", "full_che", "sampled_population"]
+def rank_correction(
+    source: Any,
+    shards: list[tuple[int, float]],
+    sizes: np.ndarray,
+    rate: float,
+    salt: int,
+    threshold: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`che_correction` for one GPU's cache (`replay.plan.rank_curves`) whose shards are
+    whole tables: `shards` = (table index, the share of the table's lookups that reach the
+    GPU: 1 for a table-wise table or a column block, 1 / W for a data-parallel one). Its
+    full population is those tables' rows, each table weighted by the lookups it brings;
+    its sample, their sampled rows (a column block of a table the GPU holds twice counts
+    twice, as the GPU looks it up in two caches' worth of keys)."""
+    from replay.analysis.che import table_popularity
+
+    spec: WorkloadSpec = source.spec
+    sizes = np.asarray(sizes, dtype=np.int64)
+    per_table = np.array([spec.batch_size * t.pooling for t in spec.tables], dtype=np.float64)
+    brought = np.array([per_table[t] * f for t, f in shards]) * float(spec.batches)
+    lookups = float(brought.sum())
+    if lookups <= 0.0 or not shards:
+        return np.zeros(len(sizes)), np.zeros((SUBSAMPLES, len(sizes)))
+    counts, probs = [], []
+    for (t, _), n in zip(shards, brought, strict=True):
+        table = spec.tables[t]
+        part = table_popularity(
+            table.rows, float(table.alpha), n / lookups, hot_shares=table.hot_shares,
+            rank_offset=float(table.rank_offset),
+        )  # fmt: skip
+        counts.append(part.counts)
+        probs.append(part.probabilities)
+    m, q = np.concatenate(counts), np.concatenate(probs)
+    _, times = che_hit_ratios(m, q, sizes.astype(np.float64))
+    full = 1.0 - finite_horizon_hits(m, q, times, lookups)
+    keys, pi = sampled_population(source)
+    rows = np.array([t.rows for t in spec.tables], dtype=np.int64)
+    table_of = np.searchsorted(table_offsets(rows), keys, side="right") - 1
+    share = per_table / per_table.sum()
+    parts_k, parts_p = [], []
+    for (t, _), n in zip(shards, brought, strict=True):
+        mine = table_of == t
+        # pi is the row's probability in a lookup of the whole stream: within the table
+        # pi / share_t, then the table's weight on this GPU
+        parts_k.append(keys[mine])
+        parts_p.append(pi[mine] / share[t] * (n / lookups))
+    keys, pi = np.concatenate(parts_k), np.concatenate(parts_p)
+    out_keys = np.empty(len(keys), dtype=np.int64)
+    group = np.empty(len(keys), dtype=np.uint8)
+    _shards_filter(keys, threshold, np.uint64(salt), int(rows.sum()), out_keys, group)
+    whole = full - _sample_curve(pi, sizes, rate, lookups)
+    groups = np.array(
+        [
+            full - _sample_curve(pi[group == g], sizes, rate / SUBSAMPLES, lookups)
+            for g in range(SUBSAMPLES)
+        ]
+    ).reshape(SUBSAMPLES, len(sizes))
+    return whole, groups
+
+
+__all__ = [
+    "METHOD",
+    "applicable",
+    "che_correction",
+    "full_che",
+    "rank_correction",
+    "sampled_population",
+]

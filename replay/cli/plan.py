@@ -102,15 +102,16 @@ def plan_command(
         ),
     ] = None,
     tolerance: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--tolerance",
             metavar="PCT",
             help="Widest ~95% range a sampled plan's headline byte answers may have about "
             "their answer, e.g. 10%: the sample rate is raised until they fit, or the plan "
-            "says what rate and time they would need.",
+            "says what rate and time they would need (default: 25%, checked and said in a "
+            "note, the rate left as chosen).",
         ),
-    ] = "25%",
+    ] = None,
     time_per_batch: Annotated[
         str | None,
         typer.Option(
@@ -253,9 +254,9 @@ def plan_command(
         )
     if sample_rate is not None and not 0 < sample_rate <= 1:
         raise ConfigError(f"--sample-rate: {sample_rate:g} must be in (0, 1]")
-    from replay.plan.tolerance import parse_tolerance, plan_within
+    from replay.plan.tolerance import DEFAULT_TOLERANCE, parse_tolerance, plan_within
 
-    within = parse_tolerance(tolerance)
+    within = DEFAULT_TOLERANCE if tolerance is None else parse_tolerance(tolerance)
     batches, given = _training_length(
         trace, workload, batches=batches, duration=duration, samples=samples, epochs=epochs,
         dataset_samples=dataset_samples, step_s=step_s, batch_size=batch_size,
@@ -309,8 +310,9 @@ def plan_command(
                 return True
 
             document, curves = plan_within(
-                request, within, lambda r: make_plan(r, progress=progress.stage), fits
-            )
+                request, within, lambda r: make_plan(r, progress=progress.stage), fits,
+                may_raise=tolerance is not None,
+            )  # fmt: skip
         except MtbfTooShort as exc:  # said with the options given, not "--cluster-mtbf, ..."
             raise ConfigError(_mtbf_too_short(exc, cluster_mtbf, nodes, node_mtbf)) from None
         progress.stage(f"writing {shown(out, markup=False)}")

@@ -523,9 +523,12 @@ def rank_curves(
     else:
         resolution = int(states[0].resolution) if states else 1
         ok = sizes >= resolution
+        models = _rank_models(horizon, placement, router.layout, world)
         for rank, st in enumerate(states):
             st.feed_sampled(int(lookups[rank]), np.empty(0, np.int64), no_group)
             distinct[rank] = st.estimated_distinct
+            if models[rank] is not None:  # Che's curve as a control variate
+                st.model = _model_of(horizon, models[rank], st)
             if ok.any():
                 curve, point, sup = st.estimate(sizes[ok])
                 miss[rank, ok] = curve
@@ -549,6 +552,40 @@ def rank_curves(
         sampled_lookups=routed.astype(np.int64),
         point_errors=errors,
     )
+
+
+def _rank_models(
+    horizon: Any, placement: Placement, x: _Layout, world: int
+) -> list[list[tuple[int, float]] | None]:
+    """Per rank, its shards as (table, share of the table's lookups) where every one is a
+    whole table (table-wise, a column block, a data-parallel replica) and the horizon a
+    sampled workload Che applies to (`replay.analysis.shards_model`); else None: a row
+    block's rows are a permuted slice of the table's law, which the model does not sum."""
+    from replay.analysis import shards_model
+
+    if not shards_model.applicable(horizon):
+        return [None] * world
+    out: list[list[tuple[int, float]] | None] = []
+    for rank in range(world):
+        shards: list[tuple[int, float]] | None = []
+        for sh in placement.rank_shards(rank):
+            rows = placement.tables[sh.table].rows
+            if sh.row_start != 0 or sh.row_stop != rows or x.kind[sh.table] == _GRID:
+                shards = None
+                break
+            assert shards is not None
+            shards.append((sh.table, 1.0 / world if x.kind[sh.table] == _DP else 1.0))
+        out.append(shards or None)
+    return out
+
+
+def _model_of(horizon: Any, shards: list[tuple[int, float]], st: ShardsSampler) -> Any:
+    from replay.analysis.shards_model import rank_correction
+
+    def model(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return rank_correction(horizon, shards, sizes, st.rate, int(st.salt), st.threshold)
+
+    return model
 
 
 def row_split_starts(placement: Placement) -> dict[int, np.ndarray]:

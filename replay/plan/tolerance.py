@@ -12,9 +12,10 @@ in SHARDS's 2^24 thresholds). An answer that is only a bound (the target reached
 curve's first size: the sample's resolution, 16 (1 - R) / R rows, or the exact head's
 end) needs a rate whose resolution lies below it: R' >= 32 / its rows.
 
-The plan is then made again at R', when the rate was chosen by the plan (not given with
-`--sample-rate`), the sample stays within `MAX_SAMPLED_LOOKUPS` and the machine's memory
-holds it (`replay.runs.plan_memory` checks before each run); at most `MAX_RERUNS` times.
+With `--tolerance` given (the default, 25%, is only checked and said), the plan is then
+made again at R', when the rate was chosen by the plan (not given with `--sample-rate`),
+the sample stays within `MAX_SAMPLED_LOOKUPS` and the machine's memory holds it
+(`replay.runs.plan_memory` checks before each run); at most `MAX_RERUNS` times.
 Otherwise the plan says, in a note, which answer is wider than the tolerance, the rate
 that would resolve it and about how long the curves would take (the time of this plan's
 curves, which grow with R, times R' / R: an upper bound, as the exact head's part does
@@ -95,10 +96,13 @@ def plan_within(
     tolerance: float,
     make: Callable[[Any], tuple[dict[str, Any], dict[str, Any]]],
     fits: Callable[[Any], bool],
+    *,
+    may_raise: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """`make(request)`, made again at a higher rate while a headline range is wider than
-    `tolerance` and the rate may rise (module docstring); the document records what was
-    asked and met (`tolerance`) and notes what was not."""
+    `tolerance` and the rate may rise (module docstring; `may_raise` False: never, the
+    default tolerance only checked); the document records what was asked and met
+    (`tolerance`) and notes what was not."""
     tried = []
     document, curves = {}, {}
     current = request
@@ -119,14 +123,22 @@ def plan_within(
         sampled = lookups * want
         again = replace(current, sample_rate=want)
         chosen = request.sample_rate is None
-        if chosen and attempt < MAX_RERUNS and sampled <= MAX_SAMPLED_LOOKUPS and fits(again):
+        if (
+            may_raise
+            and chosen
+            and attempt < MAX_RERUNS
+            and sampled <= MAX_SAMPLED_LOOKUPS
+            and fits(again)
+        ):
             current = again
             continue
         what = ", ".join(
             f"{name} ({'a bound' if math.isinf(w) else f'±{w:.0%}'})" for name, _, w in wide
         )
         why = (
-            "--sample-rate was given"
+            "--tolerance was not given (the default is checked, the rate left as chosen)"
+            if not may_raise
+            else "--sample-rate was given"
             if not chosen
             else f"that samples {sampled:.3g} lookups, more than this plan makes on its own "
             f"({MAX_SAMPLED_LOOKUPS:.3g})"

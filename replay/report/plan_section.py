@@ -383,7 +383,8 @@ def goodput_spread(strategy: dict[str, Any], pct: Any = None) -> str:
     given = strategy.get("goodput_given_failure")
     if p <= 0.0:
         return "no failure is expected over the run"
-    then = "" if given is None else f", and such a run's goodput is {pct(given)}"
+    # three decimals: a failure's cost is often a fraction of a point
+    then = "" if given is None else f", and such a run's goodput is {given:.3%}"
     return (
         f"the run expects {n:.2g} failures: {p:.2%} of runs see one{then}; the mean is mostly "
         "runs without any"
