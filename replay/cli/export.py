@@ -129,12 +129,22 @@ def export_tbe_config_command(
         raise OutputError(f"{out}: is not a regular file; write the output elsewhere")
     spec = resolve_workload(workload)
     document = tbe_config_from_spec(spec)
+    made = []  # the folders this command creates, innermost first: removed if it fails
+    folder = out.parent
+    while not (folder.exists() or folder.is_symlink()):
+        made.append(folder)
+        folder = folder.parent
     tmp = out.with_name(f".{out.name}.tmp")
     try:
+        for each in reversed(made):
+            each.mkdir()
         tmp.write_text(json.dumps(document, indent=2) + "\n")
         tmp.replace(out)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
+        for each in made:
+            if each.exists():
+                each.rmdir()
         raise OutputError(f"{out}: cannot write ({exc.strerror or exc})") from None
     typer.echo(
         f"wrote {shown(out, markup=False)}: FBGEMM's TBEDataConfig of {spec.name!r}, "
