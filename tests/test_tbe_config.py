@@ -284,3 +284,27 @@ def test_a_lying_config_is_one_line(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("replay: error: ") and message in err
     assert not out.exists() and list(tmp_path.iterdir()) == [bad]
+
+
+def test_several_reports(reported: tuple, tmp_path: Path) -> None:
+    """Reports of one op at two iterations are averaged; two ops are two table groups."""
+    document = reported[1]
+    later = json.loads(json.dumps(document))
+    for params in later["indices_params_list"]:
+        params["heavy_hitters"] = [h * 0.5 for h in params["heavy_hitters"]]
+        params["zipf_s"] = params["zipf_s"] + 0.2
+    paths = []
+    for name, doc in (("tbe-a-config-estimation-0.json", document),
+                      ("tbe-a-config-estimation-1.json", later),
+                      ("tbe-b-config-estimation-0.json", document)):  # fmt: skip
+        (tmp_path / name).write_text(json.dumps(doc))
+        paths.append(tmp_path / name)
+    reports = [parse_tbe_config(json.loads(p.read_text()), str(p)) for p in paths]
+    fit = spec_from_tbe_configs(reports, calibrate=False)
+    assert [t.name for t in fit.spec.tables] == ["a.t0", "a.t1", "a.t2", "b.t0", "b.t1", "b.t2"]
+    first = document["indices_params_list"][0]
+    a0, b0 = fit.spec.tables[0], fit.spec.tables[3]
+    assert a0.hot_shares[0] == pytest.approx(0.75 * first["heavy_hitters"][0], rel=1e-8)
+    assert b0.hot_shares[0] == pytest.approx(first["heavy_hitters"][0], rel=1e-8)
+    assert a0.alpha == pytest.approx(first["zipf_s"] + 0.1, abs=1e-6)
+    assert fit.spec.name == "tbe-a"
