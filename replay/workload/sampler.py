@@ -21,7 +21,7 @@ Assumptions and sources of each model:
   number, so every lookup, is what it was before the knob.
 - Hot values (`hot_shares` s_1..s_j, `replay.workload.spec`): rank i <= j takes s_i of
   the lookups and ranks above j the power law's k^-alpha scaled to 1 - sum s. The hot
-  ranks (j <= 3) are always in the alias head (below), so they cost nothing at draw
+  ranks (j <= 20) are always in the alias head (below), so they cost nothing at draw
   time: rank i's alias weight is replaced by s_i / (1 - sum s) x R, R the power law's
   sum over the ranks above j (`hot_weights`), and the head's probability becomes
   S'_K / (S'_K + S_tail) with S'_K the head's new sum; the tail, conditioned on being
