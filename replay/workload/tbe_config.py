@@ -21,9 +21,11 @@ table's input; `feature_table_map[f]` names the physical table when features sha
 
 - **heavy hitters exactly**: ranks 1..j take the stated shares (`hot_shares`; FBGEMM's own
   generator puts them on indices 0..j-1, ours on j rows scattered by the rank permutation:
-  the same statistics by rank). Shares summing to 1 or more (every index a heavy hitter)
-  are scaled to 1 - 1e-6 (a spec's tail must keep some mass); on a table of rows <= j the
-  last rank keeps the rest.
+  the same statistics by rank). The calibrated tail (below) keeps every rank above j no
+  likelier than the least heavy hitter (FBGEMM's estimator's own consistency condition),
+  so the heavy hitters stay the most frequent rows. Shares summing to 1 or more (every
+  index a heavy hitter) are scaled to 1 - 1e-6 (a spec's tail must keep some mass); on a
+  table of rows <= j the last rank keeps the rest.
 - **the Zipf fit**: our law over ranks k > j is (k + rank_offset)^-alpha, so FBGEMM's
   generator's law is alpha = s, rank_offset = q - 1 (1-based k = i + 1). Since the
   estimator fits the ranks a batch saw and the generator draws over the whole table, a
