@@ -73,7 +73,7 @@ import numpy as np
 from replay._units import format_bytes
 from replay.engine.sharder import TableLoad
 from replay.errors import ConfigError
-from replay.system.sharding import CACHED_KERNELS, Placement, TableSharding
+from replay.system.sharding import CACHED_KERNELS, DATA_PARALLEL, Placement, TableSharding
 from replay.system.spec import BYTES_PER_VALUE, KERNELS, SystemSpec
 from replay.system.torchrec_plan import OUR_KERNELS, TORCHREC_KERNELS
 
@@ -354,13 +354,29 @@ def _greedy(
             heapq.heappush(heap, (-opt[0], t))
     left = [t for t in cur if t.kernel != "hbm"]
     pcie = sum(t.pcie_bytes for t in left)
+    seconds = pcie_seconds(system, pcie / world)
     line = (
         f"{len(left)} of {n} tables leave HBM ({off}, {format_bytes(sum(t.bytes for t in left))}"
         f" of {format_bytes(sum(t.bytes for t in cur))}): the tables take more than "
-        f"{world} GPUs' HBM; their misses move {format_bytes(pcie)} a batch over PCIe"
+        f"{world} GPUs' HBM; their misses move {format_bytes(pcie)} a batch over PCIe, "
+        f"{seconds * 1e3:.3g} ms a step on each GPU's link if spread evenly"
     )
     basis["hbm_used_bytes"] = used
+    basis["pcie_s_per_batch_per_gpu"] = seconds
+    basis["cost"] = (
+        "expected misses per batch (lookups x (1 - Che's hit at the load factor), the steady "
+        "state: first touches not counted) x the row's bytes, over the lookup link's "
+        "host-to-device bandwidth; an ssd table's misses also read L2 or the drives"
+    )
     return KernelChoice(tuple(cur), "auto", line, basis)
+
+
+def pcie_seconds(system: SystemSpec, nbytes: float) -> float:
+    """`nbytes` over the lookup link's host-to-device bandwidth (0 without a link)."""
+    name = system.lookup.link
+    if not name:
+        return 0.0
+    return float(nbytes) / system.link(name).h2d_bw_bytes_per_s
 
 
 def _check_kernel(system: SystemSpec, kernel: str, where: str) -> None:
@@ -394,7 +410,10 @@ def with_kernels(placement: Placement, choice: KernelChoice | None) -> Placement
     from a sharding file, `hbm` where it says none)."""
     entries = []
     for t, e in enumerate(placement.plan.tables):
-        if choice is not None:
+        if choice is not None and e.type == DATA_PARALLEL:
+            # a replica is TorchRec's dense kernel, whole on every GPU (its bytes checked)
+            e = dataclasses.replace(e, kernel="hbm", cache_load_factor=None)
+        elif choice is not None:
             k = choice.tables[t]
             e = dataclasses.replace(e, kernel=k.kernel, cache_load_factor=k.cache_load_factor)
         elif e.kernel is None:
@@ -668,6 +687,7 @@ __all__ = [
     "host_capacity_bytes",
     "kernels_document",
     "offload_kernel",
+    "pcie_seconds",
     "rank_splits",
     "rank_tier_bytes",
     "table_kernel",
