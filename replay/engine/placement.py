@@ -411,6 +411,20 @@ def resolve_placement(
         basis["modeled_max_over_floor"] = result.max_over_floor
         basis["modeled_floor_over_mean"] = result.floor / result.mean if result.mean else 1.0
         basis["granularity"] = result.granularity
+        # bytes beside the time: each GPU's HBM bytes against the bounds, and the fills
+        # that trade one for the other (`ShardingResult.front`)
+        basis["modeled_hbm_bytes_max"] = (
+            float(result.rank_hbm.max()) if result.rank_hbm is not None else 0.0
+        )
+        basis["hbm_bytes_bound"] = result.bytes_bound
+        basis["hbm_bytes_floor"] = result.bytes_floor
+        basis["tables_never_split"] = sum(ld.tiny for ld in shard_loads)
+        unit = prices["seconds_per_lookup"]
+        basis["tradeoff"] = [
+            {"step_s": top * unit, "max_over_floor": top / result.floor if result.floor else 1.0,
+             "hbm_bytes_max": float(held), "tables_split": int(k)}
+            for top, held, k in result.front
+        ]  # fmt: skip
     else:
         plan = uniform_plan(kind, shapes, nodes=nodes, gpus_per_node=gpn)
         placement = resolve_plan(
@@ -431,6 +445,14 @@ def resolve_placement(
         costs = rank_costs(placement, loads, CostModel())
         mean = float(costs.mean()) if len(costs) else 0.0
         basis["modeled_imbalance"] = float(costs.max() / mean) if mean > 0 else 1.0
+        # the busiest GPU's lookups and its splits' collectives under the system's
+        # prices, in seconds (the sharder's step-time model), whatever the sharding
+        step_model, step_prices = system_cost_model(system, nodes, gpn, dim, loads)
+        step = rank_costs(placement, loads, step_model) * step_prices["seconds_per_lookup"]
+        basis["modeled_step_s_max"] = float(step.max()) if len(step) else 0.0
+        basis["modeled_step_imbalance"] = (
+            float(step.max() / step.mean()) if step.mean() > 0 else 1.0
+        )
         massed = sum(ld.mass is not None for ld in loads)
         basis["loads"] = (
             f"lookups per batch and table; their mass over the rows for {massed} of "

@@ -524,6 +524,14 @@ def plan_cluster(
         # torchrec.json's per-shard part (`replay.plan.write` moves it there)
         SHARDS_KEY: per_shard,
     }
+    from replay.plan.cluster_spread import spread, tradeoff
+
+    # bytes, cache and checkpoint bytes per GPU and node beside the imbalance, and what
+    # each compared sharding costs (replay.plan.cluster_spread)
+    doc["spread"] = spread(
+        per_gpu, doc["checkpoint_bytes"], chosen.basis, targets, int(cluster.gpus_per_node)
+    )
+    doc["tradeoff"] = tradeoff(comparison)
     from replay.plan.torchrec_planner import torchrec_side
 
     # TorchRec's own plan from the same tables, topology, budget and statistics, measured
@@ -672,6 +680,8 @@ def _compare_shardings(
             lookups=[float(v) for v in lookups],
             imbalance_run=float(lookups.max() / mean) if mean > 0 else 1.0,
             imbalance_modeled=placed.basis.get("modeled_imbalance"),
+            modeled_step_s=placed.basis.get("modeled_step_s_max"),
+            shard_bytes_max=float(placed.placement.rank_bytes().max()),
         )
         out.append(entry)
     return out

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from replay._units import format_bytes, format_duration
+from replay.plan.cluster_spread import spread_markdown
 from replay.report.plan_section import (
     cluster_shape,
     pct_text,
@@ -119,6 +120,7 @@ def cluster_markdown(document: dict[str, Any]) -> list[str]:
             f"{times_text(s['imbalance_run'])} | "
             f"{times_text(s.get('imbalance_modeled'))} |"
         )
+    out += spread_markdown(c)
     out += [
         "",
         "### Network and step time",
