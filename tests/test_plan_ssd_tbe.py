@@ -21,6 +21,7 @@ from replay.plan.ssd_tbe_l2 import DIRECT_MAX_KEYS, L2Curve, reference_l2
 from replay.plan.write import plan_markdown, write_plan
 from replay.policies.ssd_tbe import l1_miss_stream
 from replay.policies.tbe import tbe_sets
+from replay.system import cachelib
 from replay.trace.stream import iter_batch_ranges
 from replay.workload.onthefly import GeneratedTrace
 from replay.workload.presets import get_preset
@@ -197,11 +198,15 @@ def test_the_recommended_l1_and_l2_replayed_reach_the_target_and_smaller_do_not(
     for target in TARGETS:
         a = s["targets"][f"{target:g}"]
         assert a is not None
-        assert a["l1_bytes"] == a["l1_rows"] * row and a["l2_bytes"] == a["l2_rows"] * row
+        # L2's bytes are CacheLib's for its rows (items in chunks of their slab class)
+        assert a["l1_bytes"] == a["l1_rows"] * row
+        assert a["l2_bytes"] == cachelib.bytes_for_rows(a["l2_rows"], row)
+        assert cachelib.capacity_rows(a["l2_bytes"], row) == a["l2_rows"]
         hit = _replayed_hit(trace, a["l1_rows"], a["l2_bytes"])
         assert hit >= target - 0.005
         assert hit == pytest.approx(a["hit"], abs=1e-12)
-        smaller = _replayed_hit(trace, int(a["l1_rows"] * 0.9), int(a["l2_rows"] * 0.9) * row)
+        smaller_l2 = cachelib.bytes_for_rows(int(a["l2_rows"] * 0.9), row)
+        smaller = _replayed_hit(trace, int(a["l1_rows"] * 0.9), smaller_l2)
         assert smaller < target
         l2_sizes.add(a["l2_rows"])
     assert 0 in l2_sizes and len(l2_sizes) == 3  # an L1 alone, and two L2 sizes

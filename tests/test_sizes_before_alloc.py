@@ -22,6 +22,7 @@ import pytest
 
 from replay._memory import address_space_room, available_memory
 from replay.policies.base import PolicyContext, index_dtype, usable_units
+from replay.system import cachelib
 
 LIMIT_BYTES = 3 << 30  # the children's address space
 SECONDS = 5.0  # a refusal within this, from the start of the process, on an idle machine
@@ -111,9 +112,8 @@ def test_an_l2_larger_than_the_rows_is_allocated_to_them(
         k: want["policy"]["l2"][k] for k in counters
     }
     row_state = got["row_state_bytes"]
-    assert got["policy"]["l2"]["capacity_rows"] == int(float(l2.replace("GiB", "")) * (
-        2**30 if l2.endswith("GiB") else 1
-    )) // row_state  # fmt: skip
+    asked = float(l2.replace("GiB", "")) * (2**30 if l2.endswith("GiB") else 1)
+    assert got["policy"]["l2"]["capacity_rows"] == cachelib.capacity_rows(asked, row_state)
     assert got["policy"]["ssd"] == want["policy"]["ssd"]
     meta = json.loads((tmp_path / "big" / "meta.json").read_text())
     assert any("an L2 of" in note and "25,324 slots" in note for note in meta["sizing"])

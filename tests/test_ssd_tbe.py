@@ -25,6 +25,7 @@ from replay.policies.ssd_tbe import (
     reference_l2,
 )
 from replay.policies.tbe import reference_tbe
+from replay.system import cachelib
 from replay.workload.onthefly import GeneratedTrace
 from replay.workload.presets import get_preset
 from replay.workload.spec import spec_from_dict
@@ -98,7 +99,7 @@ def run_ssd_tbe(
         batches,
         sets * assoc,
         associativity=assoc,
-        l2_capacity_bytes=64 * l2_rows,
+        l2_capacity_bytes=cachelib.bytes_for_rows(l2_rows, 64),  # CacheLib's, for l2_rows
         backing_tier="dram",
         store_tier="nvme",
     )
@@ -175,7 +176,7 @@ def test_ssd_bytes_hand_golden() -> None:
         "sets": 4,
         "hit_rate": 1 / 6,
         "capacity_rows": 3,
-        "capacity_bytes": 192.0,
+        "capacity_bytes": 360.0,  # 3 CacheLib items of a 64 B row: 120 B chunks
         "resident_max": 3,
     }
     assert s["ssd"] == {
@@ -314,7 +315,7 @@ def test_terabyte_day_through_ssd_tbe_at_half_the_rate_of_tbe() -> None:
 
 def test_checkpoints_read_the_store_after_flushing_the_caches() -> None:
     """sync-full every 4 of 8 batches: each checkpoint flushes L1's ways and L2's rows into
-    the store ((256 + 512) rows x 32 B x write amplification 4), reads the whole table
+    the store ((256 + 227) rows x 32 B x write amplification 4), reads the whole table
     from it sequentially and writes the state to the target (the same drive here).
     check-n-run: its increments read their rows from the store as point reads, one
     4 KiB block each."""
@@ -327,7 +328,9 @@ def test_checkpoints_read_the_store_after_flushing_the_caches() -> None:
     s = result.summary
     state, rows = s["row_state_bytes"], spec.total_rows
     assert state == 32 and s["policy"]["sets"] * 32 == 256
-    flush = (256 + 16 * 1024 // 32) * state * 4
+    # L2: the 32 B rows CacheLib holds in 16 KiB (72 B items in 72 B chunks: 227)
+    assert cachelib.capacity_rows(16 * 1024, 32) == 16 * 1024 // 72
+    flush = (256 + 16 * 1024 // 72) * state * 4
     ck = result.checkpoints
     assert list(ck["kind"]) == ["full", "full"] and list(ck["batch"]) == [3, 7]
     nvme, ssd = s["tiers"]["nvme"], s["policy"]["ssd"]

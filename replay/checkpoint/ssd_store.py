@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from replay.policies.tbe import TBEPolicy
+from replay.system import cachelib
 
 if TYPE_CHECKING:
     from replay.system.spec import SystemSpec
@@ -60,7 +61,7 @@ def cache_flush(system: SystemSpec, total_rows: int, row_state_bytes: int) -> Fl
         return None
     p = system.policy
     l1 = min(TBEPolicy.capacity(system, 1, row_state_bytes, total_rows), total_rows)
-    l2 = min(int(p.l2_capacity_bytes // row_state_bytes), total_rows)
+    l2 = min(cachelib.capacity_rows(p.l2_capacity_bytes, row_state_bytes), total_rows)
     link_bytes = l1 * row_state_bytes
     store_bytes = round((l1 + l2) * row_state_bytes * p.ssd_write_amplification)
     store = system.tier(p.store_tier)

@@ -61,8 +61,9 @@ TorchRec's `cache_sets = max(int(f x Σ local rows / 32), 1)` is the L1's sets;
 (`int64` GB, CacheLib's `cache_size_gb * 1024^3` bytes), rounded up, and
 `max_l1_cache_size` in whole MiB (`* 1024 * 1024`) rounded up, so TorchRec's cap
 (`max_l1_cache_size` / 32 / element bytes / max dim sets) does not cut the L1 below its
-sets. CacheLib's per-item overhead is not counted in L2 bytes (rows x `max_D` x element
-bytes, FBGEMM's `item_size_bytes`).
+sets. L2 bytes are what CacheLib allocates for the L2's rows (`replay.system.cachelib`:
+an item is a 32 B header, the 8 B key and the row, `max_D` x element bytes, in a chunk of
+its slab class; 4 MiB slabs), so `policy.l2_capacity_bytes` set to them holds those rows.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ from replay.plan.tbe import LOAD_FACTORS
 from replay.policies.base import HITS, NUM_COUNTERS
 from replay.policies.ssd_tbe import l1_recorder
 from replay.policies.tbe import tbe_sets
+from replay.system import cachelib
 from replay.trace.stream import iter_batch_ranges, updates_as_keys
 
 POLICY = "ssd-tbe"
@@ -378,7 +380,7 @@ def plan_ssd_tbe(
                 # what L1 exchanges with L2 per step (over the host link), whatever L2's size
                 "l2_read_bytes_per_step": c.l2_reads * row_bytes / batches,
                 "l2_write_bytes_per_step": c.l2_writes * row_bytes / batches,
-                "l2_bytes": [int(r) * row_bytes for r in c.l2_rows],
+                "l2_bytes": [cachelib.bytes_for_rows(r, row_bytes) for r in c.l2_rows],
                 "hit": [float(h) for h in c.hit],
                 "ssd_read_bytes_per_step": [
                     float(r) * row_bytes / batches for r in c.ssd_read_rows
@@ -432,7 +434,7 @@ def _choose(
     """The rule: the smallest L1 with an L2 within `dram_cap` reaching `target`, and the
     smallest such L2 (its index)."""
     for c in sorted(candidates, key=lambda c: c.ways):
-        fits = c.l2_rows * row_bytes <= dram_cap
+        fits = np.array([cachelib.bytes_for_rows(r, row_bytes) for r in c.l2_rows]) <= dram_cap
         reach = np.nonzero((np.maximum.accumulate(c.hit) >= target) & fits)[0]
         if len(reach):
             return c, int(reach[0])
@@ -475,7 +477,7 @@ def _describe(
             "ssd_utilization": util,
         }
     l1_bytes = c.ways * row_bytes
-    l2_bytes = l2_rows * row_bytes
+    l2_bytes = cachelib.bytes_for_rows(l2_rows, row_bytes)  # CacheLib's items and slabs
     f = paste_load_factor(c.sets, total_rows, assoc)
     l2_gib = math.ceil(l2_bytes / GIB) if l2_bytes > 0 else 0
     l1_mib = math.ceil(l1_bytes / MIB)

@@ -27,8 +27,10 @@ to L2, in this order (`_prefetch`):
 `l1_miss_stream` yields exactly these three streams per batch (what the L2 model below
 consumes, and what `replay plan` sizes L2 with).
 
-**L2** (`EmbeddingKVDB`, `CacheLibCache`) is an LRU of floor(`l2_capacity_bytes` / row
-state bytes) whole rows (CacheLib's items are rows with their optimizer state). Per batch:
+**L2** (`EmbeddingKVDB`, `CacheLibCache`) is an LRU of the rows CacheLib allocates in
+`l2_capacity_bytes` (`replay.system.cachelib`: an item is a 32 B header, the 8 B key and
+the row with its optimizer state, in a chunk of its slab class; a 64 B row takes 120 B).
+Per batch:
 every `get` row is looked up (a hit moves to the front; FBGEMM's L2 lookups and misses),
 then the misses are read from the store and put into L2 clean (`FWD_ROCKSDB_READ`), then
 the `set` rows are put, marked written. A put into a full L2 evicts the least recent row,
@@ -44,7 +46,7 @@ style; about one write at the memtable flush plus one per merge of sorted runs; 
 docs/ssd_tbe.md). The engine prices the bytes (`replay.engine.account`).
 
 Simplifications: one LRU for L2 (CacheLib splits it into equal pools per shard, each an
-LRU, with a header per item); L1 sized as `tbe` sizes it (TorchRec rounds a load factor's
+LRU); L1 sized as `tbe` sizes it (TorchRec rounds a load factor's
 sets down, `tbe` up); prefetch pipelining, cache-line locking, KV-ZCH eviction and the
 RocksDB block cache off.
 
@@ -76,6 +78,7 @@ from replay.policies.base import (
 )
 from replay.policies.lru import _find, _home, _remove, table_shape
 from replay.policies.tbe import TBEPolicy, tbe_sets
+from replay.system import cachelib
 from replay.system.spec import PolicySpec
 from replay.trace.stream import BatchRange, updates_as_keys
 
@@ -408,10 +411,12 @@ class SSDTBEPolicy(L1Recorder):
         super().__init__(spec, ctx)
         if spec.cache_algorithm != "lru":
             raise ConfigError("policy.cache_algorithm: ssd-tbe's L1 is LRU (FBGEMM's SSD TBE)")
-        # CacheLib holds cache_size / item size items, an item being a row with its
-        # optimizer state (kv_db_table_batched_embeddings.cpp: item_size_bytes = max_D x
-        # element size, max_D the cache row's width incl. the state)
-        self.l2 = L2Cache(ctx.total_keys, int(spec.l2_capacity_bytes // ctx.row_state_bytes))
+        # CacheLib's items are a row with its optimizer state (kv_db_table_batched_
+        # embeddings.cpp: max_D x element size, max_D the row's width incl. the state),
+        # a header and the key, in chunks of their slab class (`replay.system.cachelib`)
+        self.l2 = L2Cache(
+            ctx.total_keys, cachelib.capacity_rows(spec.l2_capacity_bytes, ctx.row_state_bytes)
+        )
         self.store = np.zeros((ctx.num_batches, NUM_STORE), dtype=np.int64)
 
     def process(self, batch_range: BatchRange, out: np.ndarray) -> None:

@@ -58,6 +58,7 @@ from replay._memory import (
 from replay.engine.replay import counts_read_after_write, streams_pieces, workload_shape
 from replay.policies import POLICIES
 from replay.policies.base import usable_units
+from replay.system import cachelib
 from replay.system.optimizer import with_workload_rule
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
 from replay.workload.source import Source
@@ -152,7 +153,7 @@ def cache_bytes(system: SystemSpec, gpu_rows: Sequence[int], row_state: int) -> 
             ways = gpus * cls.capacity(system, unit_rows, row_state, max(total, 1))
         size, how = ways * per_way, f"{format_count(ways)} cache ways x {per_way} B"
         if cls.name == "ssd-tbe":
-            l2 = int(p.l2_capacity_bytes // row_state)
+            l2 = cachelib.capacity_rows(p.l2_capacity_bytes, row_state)
             slots = sum(usable_units(l2, int(r)) for r in gpu_rows) if l2 else 0
             size += slots * _SLOT_BYTES["lru"]
             how += f", L2 {format_count(slots)} rows x {_SLOT_BYTES['lru']} B"
