@@ -219,7 +219,11 @@ def test_a_mixed_plan_serves_each_table_from_its_tier(tmp_path: Path) -> None:
 
 
 def test_ssd_tbe_runs_on_a_cluster_and_prices_the_drives(tmp_path: Path) -> None:
-    got = _run(tmp_path, "ssd", "--set", "policy.l2_capacity_bytes=1e5", system="ssd-tbe")
+    l2 = "policy.l2_capacity_bytes=1e5"
+    fits = _run(tmp_path, "fits", "--set", l2, system="ssd-tbe")["summary"]
+    # every table fits HBM: whole there, no lookup reaches L2 or the drives
+    assert fits["policy"]["misses"] == 0 and fits["tiers"]["nvme"]["read_bytes"] == 0
+    got = _run(tmp_path, "ssd", "--set", l2, "--set", "cluster.kernel=ssd", system="ssd-tbe")
     s = got["summary"]
     drives = sum(r["drive_read_bytes"] for r in s["ranks"])
     assert drives == s["tiers"]["nvme"]["read_bytes"] > 0

@@ -31,8 +31,9 @@ hash of a local index is the hash a real rank computes. With one GPU (one table-
 rank) the local keys are the global keys and the replay equals `replay_trace`.
 
 Kernels (`replay.engine.kernels`). Where every table is `hbm` (the default whenever the
-tables fit the GPUs' HBM), each rank's policy serves all its rows, as above. Where a
-table left HBM, each rank's policy serves only its cached shards (`uvm-caching`, or
+tables fit the GPUs' HBM), each rank's policy serves all its rows, as above (but
+`ssd-tbe`'s, which serves only `ssd` tables: a table in HBM never reaches the drives).
+Where a table left HBM, each rank's policy serves only its cached shards (`uvm-caching`, or
 `ssd` under ssd-tbe: their keys renumbered end to end, a cache of sum ceil(clf x rows)
 rows, TorchRec's one cache a TBE group with the rows' weighted load factor), and the
 other shards' lookups are counted per batch, vectorized (`RankSplit.split`): an `hbm`
@@ -380,7 +381,8 @@ def replay_cluster(
     lay = router.lay
     collectives = collective_model(cluster, placement, batch, link)
     nb = source.num_batches
-    splits = rank_splits(placement)  # None: every table in HBM (the policy over every row)
+    # None: every table in HBM, the policy over every row (not ssd-tbe's: kernels.py)
+    splits = rank_splits(placement, always=system.policy.name == "ssd-tbe")
     policies = [
         make_rank_policy(system, lay.rank_rows[r], nb, shape.embedding_dim)
         if splits is None

@@ -630,10 +630,12 @@ class RankSplit:
         return renumbered, per[2][bounds] - per[2][bounds[0]], counts[0], counts[1]
 
 
-def rank_splits(placement: Placement) -> list[RankSplit] | None:
-    """Each GPU's `RankSplit`, or None where every table is `hbm` (the replay then runs
-    the system's policy over every row, as before kernels existed)."""
-    if all(entry_kernel(e) == "hbm" for e in placement.plan.tables):
+def rank_splits(placement: Placement, *, always: bool = False) -> list[RankSplit] | None:
+    """Each GPU's `RankSplit`, or None where every table is `hbm` and not `always` (the
+    replay then runs the system's policy over every row, as before kernels existed;
+    ssd-tbe, which never ran on a cluster before them, always splits: a table in HBM
+    never reaches its drives)."""
+    if not always and all(entry_kernel(e) == "hbm" for e in placement.plan.tables):
         return None
     world = placement.world
     starts: list[list[int]] = [[] for _ in range(world)]
