@@ -96,6 +96,50 @@ def test_sampled_answers_lie_in_their_ranges_and_the_control_variate_helps(
     assert np.mean(corrected) < np.mean(plain), (corrected, plain)
 
 
+def _placement(spec: WorkloadSpec, world: int, sharding: str = "table-wise") -> Any:
+    from replay.engine.placement import resolve_placement
+    from replay.system.spec import apply_overrides, build_system, load_system_data
+
+    sets = ["cluster.nodes=1", f"cluster.gpus_per_node={world}", f"cluster.sharding={sharding}"]
+    system = build_system(apply_overrides(load_system_data("hbm-lru")[0], sets))
+    return resolve_placement(system, GeneratedTrace(spec)).placement
+
+
+def _rank_truths(spec: WorkloadSpec, placement: Any, target: float) -> list[float | None]:
+    from replay.plan.rank_curves import rank_curves
+
+    total = sum(t.rows for t in spec.tables)
+    grid = np.unique(np.rint(np.geomspace(1, total, 2000)).astype(np.int64))
+    exact = rank_curves(GeneratedTrace(spec), placement, grid, rate=1.0, spec=spec)
+    return [
+        _truth(grid, m, target) if (1.0 - m).max() >= target else None for m in exact.miss_ratio
+    ]
+
+
+def test_each_gpus_answer_lies_in_its_range() -> None:
+    from replay.plan.rank_curves import cluster_ranges, rank_curves
+
+    spec = _spec(0)
+    placement = _placement(spec, 3)
+    truths = _rank_truths(spec, placement, 0.5)
+    total = sum(t.rows for t in spec.tables)
+    sizes = curve_sizes(total, 1)
+    inside = judged = 0
+    for seed in range(2):
+        one = _spec(seed)
+        got = rank_curves(open_sampled_workload(one, RATE), placement, sizes, rate=RATE, spec=one)
+        per, spans = cluster_ranges(got, [0.5], list(range(got.world)), 1.0)
+        for r, truth in enumerate(truths):
+            low, high = per[r]["0.5"]
+            if truth is None or high is None:
+                continue
+            judged += 1
+            inside += (low or 0.0) <= truth <= high
+        low, high = spans["worst_gpu"]["0.5"]
+        assert low is not None and high is not None and low <= high
+    assert judged >= 3 and inside >= judged - 1, (inside, judged)
+
+
 def _doc(rate: float, width: float, answer: float = 1e6) -> dict[str, Any]:
     pair = [answer * (1 - width), answer * (1 + width)]
     return {
@@ -192,3 +236,36 @@ def test_criteo_terabyte_twenty_seeds_at_r_2_minus_12() -> None:
     for t in inside:
         assert inside[t] >= 19, (t, inside[t], ratios[t])
         assert float(np.median(ratios[t])) <= 1.5, (t, ratios[t])
+
+
+@pytest.mark.bench
+def test_criteo_terabyte_eight_gpus_twenty_seeds() -> None:
+    """Each GPU's answers of an 8-GPU plan (auto sharding: table-wise and data-parallel,
+    so every GPU has the control variate) over 20 seeds at R = 2^-12 against each GPU's
+    exact LRU: the worst GPU's need lies in its range on >= 19 of 20 seeds. Measured
+    (docs/methods.md): 20 of 20 for 0.9 and 0.95, high / low median 1.41 and 1.67."""
+    from replay.plan.rank_curves import cluster_ranges, rank_curves
+    from replay.workload.presets import get_preset
+
+    base = get_preset("criteo-terabyte").with_overrides(batches=20_000, batch_size=2048)
+    placement = _placement(base, 8, "auto")
+    rate = 2.0**-12
+    sizes = curve_sizes(sum(t.rows for t in base.tables), 1)
+    for target, widest in ((0.9, 1.5), (0.95, 1.8)):
+        truths = _rank_truths(base, placement, target)
+        worst = max(t for t in truths if t is not None)
+        busy = [r for r, t in enumerate(truths) if t is not None]
+        inside, ratios = 0, []
+        for seed in range(20):
+            one = base.with_overrides(seed=seed)
+            got = rank_curves(
+                open_sampled_workload(one, rate), placement, sizes, rate=rate, spec=one
+            )
+            _, spans = cluster_ranges(got, [target], busy, 1.0)
+            low, high = spans["worst_gpu"][f"{target:g}"]
+            assert high is not None
+            inside += (low or 0.0) <= worst <= high
+            ratios.append(high / low if low else math.inf)
+        print(target, inside, float(np.median(ratios)), max(ratios))
+        assert inside >= 19, (target, inside, ratios)
+        assert float(np.median(ratios)) <= widest, (target, ratios)

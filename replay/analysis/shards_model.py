@@ -53,6 +53,8 @@ from replay.trace.keys import table_offsets
 from replay.workload.spec import WorkloadSpec
 
 METHOD = "SHARDS with Che's approximation as a control variate (the difference estimator)"
+RANK_POINTS = 48  # sizes a GPU's correction is solved at (`rank_correction`)
+RANK_TOLERANCE = 1e-2  # its tables' rank buckets (`che.table_popularity`: second-order error)
 
 
 def applicable(source: Any) -> bool:
@@ -158,10 +160,18 @@ def rank_correction(
     full population is those tables' rows, each table weighted by the lookups it brings;
     its sample, their sampled rows (a column block of a table the GPU holds twice counts
     twice, as the GPU looks it up in two caches' worth of keys)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if len(sizes) > RANK_POINTS:
+        # the correction is a difference of two smooth curves: solved at RANK_POINTS sizes
+        # (log-spaced, both ends in) and read in between linearly in log size, so a plan of
+        # 64 GPUs solves 64 x RANK_POINTS sizes, not 64 x its whole grid
+        coarse = np.unique(sizes[np.rint(np.linspace(0, len(sizes) - 1, RANK_POINTS)).astype(int)])
+        whole, groups = rank_correction(source, shards, coarse, rate, salt, threshold)
+        x, at = np.log(coarse.astype(np.float64)), np.log(sizes.astype(np.float64))
+        return np.interp(at, x, whole), np.array([np.interp(at, x, g) for g in groups])
     from replay.analysis.che import table_popularity
 
     spec: WorkloadSpec = source.spec
-    sizes = np.asarray(sizes, dtype=np.int64)
     per_table = np.array([spec.batch_size * t.pooling for t in spec.tables], dtype=np.float64)
     brought = np.array([per_table[t] * f for t, f in shards]) * float(spec.batches)
     lookups = float(brought.sum())
@@ -171,8 +181,8 @@ def rank_correction(
     for (t, _), n in zip(shards, brought, strict=True):
         table = spec.tables[t]
         part = table_popularity(
-            table.rows, float(table.alpha), n / lookups, hot_shares=table.hot_shares,
-            rank_offset=float(table.rank_offset),
+            table.rows, float(table.alpha), n / lookups, RANK_TOLERANCE,
+            hot_shares=table.hot_shares, rank_offset=float(table.rank_offset),
         )  # fmt: skip
         counts.append(part.counts)
         probs.append(part.probabilities)
