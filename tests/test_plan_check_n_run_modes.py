@@ -13,6 +13,7 @@ import pytest
 from replay.checkpoint.base import READER_POSITION_BYTES
 from replay.checkpoint.quantize import quantization_error
 from replay.engine.systems import resolve_system
+from replay.errors import ConfigError
 from replay.plan.check_n_run import best_cycle, modes_for
 from replay.plan.checkpoint import StrategyPlan, plan_strategy, strategy_cost
 from replay.system.spec import INCREMENTS, QUANTIZE_BITS
@@ -55,8 +56,42 @@ def system() -> object:
 def plan(system: object) -> StrategyPlan:
     return plan_strategy(
         system,  # type: ignore[arg-type]
-        strategy="check-n-run", mtbf_s=MTBF, draws=200, seed=1, **KW,  # type: ignore[arg-type]
+        strategy="check-n-run", mtbf_s=MTBF, draws=200, seed=1, mode="best",
+        **KW,  # type: ignore[arg-type]
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("knobs", "label"),
+    [
+        (
+            ["checkpoint.increment=consecutive", "checkpoint.quantize_bits=0"],
+            "check-n-run (consecutive, fp32)",
+        ),
+        (
+            ["checkpoint.increment=one-shot", "checkpoint.quantize_bits=4"],
+            "check-n-run (one-shot, 4-bit)",
+        ),
+    ],
+)
+def test_plan_strategy_answers_the_mode_it_is_given(
+    plan: StrategyPlan, knobs: list[str], label: str
+) -> None:
+    """By default the answer is the system spec's own mode (at its best interval), not the
+    best mode: its row of `modes` (which still ranks every mode, the best first)."""
+    given = plan_strategy(
+        resolve_system("hbm-lru", [*SETS, *knobs]), strategy="check-n-run", mtbf_s=MTBF,
+        draws=200, seed=1, **KW,  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert given.label == label != plan.label
+    row = next(r for r in given.modes if r["spec"])
+    assert row["label"] == label and given.goodput == row["goodput"]
+    assert given.modes[0]["label"] == plan.label  # the best is listed first all the same
+    with pytest.raises(ConfigError):
+        plan_strategy(
+            resolve_system("hbm-lru", SETS), strategy="check-n-run", mtbf_s=MTBF, draws=20,
+            mode="cheapest", **KW,  # type: ignore[arg-type]
+        )  # fmt: skip
 
 
 def hand(system: object, row: dict) -> tuple[float, float]:

@@ -155,7 +155,8 @@ class StrategyPlan:
     draws_capped: int
     simulated: bool  # False: `none` with horizon ≫ MTBF, from Daly's form
     # check-n-run: the chosen mode's knobs (`check_n_run.knobs`), and every mode evaluated
-    # (`modes`, best first: the answer is modes[0]); other strategies: None and ()
+    # (`modes`, best first: the answer is modes[0], or with `plan_strategy`'s default
+    # the mode the system's spec gives); other strategies: None and ()
     mode: dict[str, Any] | None = None
     label: str = ""  # "check-n-run (intermittent, 4-bit)"; other strategies: the name
     caveat: str | None = None  # the chosen bit width's accuracy caveat (its source)
@@ -644,11 +645,14 @@ def plan_strategy(
     embedding_dim: int = 0,
     dense_bytes: int | None = None,
     max_wall_factor: float = MAX_WALL_FACTOR,
+    mode: str = "given",
 ) -> StrategyPlan:
     """The interval that maximises the run's expected goodput (Daly's complete model with
     the strategy's δ(τ), R(τ) + rollback lag, searched by `best_interval` over whole
-    batches), and the failure simulator's goodput there over `horizon_s` (check-n-run: in
-    each of its modes, the best answering). `MtbfTooShort` when the strategy makes no
+    batches), and the failure simulator's goodput there over `horizon_s`. check-n-run:
+    every mode is evaluated (`modes`, best first); `mode="given"` answers the mode the
+    system's `checkpoint.increment` and `checkpoint.quantize_bits` give, `mode="best"`
+    the best (what `replay plan` answers). `MtbfTooShort` when the strategy makes no
     progress at `mtbf_s` (see `plan_checkpoints`)."""
     chosen = _prepare(
         system, strategy or system.checkpoint.strategy, time_per_batch_s=time_per_batch_s,
@@ -656,17 +660,21 @@ def plan_strategy(
         horizon_s=horizon_s, compute_s_per_batch=compute_s_per_batch, batch_size=batch_size,
         embedding_dim=embedding_dim, dense_bytes=dense_bytes,
     )  # fmt: skip
+    if mode not in ("given", "best"):
+        raise ConfigError(f"mode: 'given' or 'best', not {mode!r}")
     if not _progresses([chosen], chosen.mtbf_s, max_wall_factor):
         raise _too_short(system, [chosen], max_wall_factor)  # the simulator would not end
-    return _simulate(chosen, draws=draws, seed=seed, max_wall_factor=max_wall_factor)
+    return _simulate(
+        chosen, draws=draws, seed=seed, max_wall_factor=max_wall_factor, given=mode == "given"
+    )
 
 
 def _simulate_modes(
-    chosen: _Chosen, *, draws: int, seed: int, max_wall_factor: float
+    chosen: _Chosen, *, draws: int, seed: int, max_wall_factor: float, given: bool = False
 ) -> StrategyPlan:
     """check-n-run: every mode simulated at its interval (the same draws: common random
-    numbers), the best by mean goodput (`check_n_run.ranked`) with every mode's numbers
-    in `modes`."""
+    numbers), the best by mean goodput (`check_n_run.ranked`; `given`: the system spec's
+    own mode) with every mode's numbers in `modes`."""
     plans = []
     for c in chosen.modes:
         assert c.mode is not None
@@ -674,14 +682,20 @@ def _simulate_modes(
         described = cnr.describe(c.mode, c.inp, c.k, plan.failures_per_run)
         plans.append(dataclasses.replace(plan, **described))
     best, rows = cnr.ranked(plans, [c.mode for c in chosen.modes if c.mode])
+    if given:
+        best = next(i for i, c in enumerate(chosen.modes) if c.mode is not None and c.mode.spec)
     return dataclasses.replace(plans[best], modes=rows)
 
 
-def _simulate(chosen: _Chosen, *, draws: int, seed: int, max_wall_factor: float) -> StrategyPlan:
+def _simulate(
+    chosen: _Chosen, *, draws: int, seed: int, max_wall_factor: float, given: bool = False
+) -> StrategyPlan:
     """The failure simulator's goodput at the chosen interval (Daly's form for `none`
     over a run much longer than the MTBF); check-n-run: `_simulate_modes`."""
     if chosen.modes:
-        return _simulate_modes(chosen, draws=draws, seed=seed, max_wall_factor=max_wall_factor)
+        return _simulate_modes(
+            chosen, draws=draws, seed=seed, max_wall_factor=max_wall_factor, given=given
+        )
     name, inp, k, mtbf_s = chosen.name, chosen.inp, chosen.k, chosen.mtbf_s
     horizon_s = inp.horizon_s
     goodput_model = chosen.goodput_model
