@@ -36,6 +36,9 @@ SMALLER = {
     "--batches 88978": "--batches 8",
     "--batches 18781": "--batches 8",
     "batches=200": "batches=8",
+    # your own model: the batches it records (fit's cost grows with them) and its run
+    "for _ in range(100):": "for _ in range(20):",
+    "--samples 10000000 --sample-rate 1": "--samples 102400 --sample-rate 1",
     # the tutorial: its model's replays, and its plans' epoch of 976,563 batches
     "batches = 500 ": "batches = 20 ",
     "--epochs 1 ": "--batches 200 ",
@@ -58,6 +61,12 @@ WRITES = {
         "specs/my-model-cli.toml",
         "specs/from-tbe.toml",
         "exports/criteo-kaggle.tbe.json",
+    ],
+    "docs/own_model.md": [
+        "traces/mine/manifest.json",
+        "plans/mine/plan.json",
+        "plans/mine-run/plan.json",
+        "traces/mine-torchrec/manifest.json",
     ],
     "docs/plan.md": ["plans/tb/plan.json", "plans/tb/torchrec.json"],
     "docs/python.md": ["traces/api/manifest.json"],
