@@ -39,16 +39,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from replay.checkpoint import Timing
 from replay.checkpoint.summarize import checkpoint_summary, failures_summary
 from replay.engine.account import study_warnings, summarize
-from replay.engine.cluster import ClusterResult, replay_cluster
-from replay.engine.collectives import DESCRIPTIONS
-from replay.engine.patrickstar_run import PATRICKSTAR_POLICY, replay_patrickstar_run
-from replay.engine.placement import PlacementResult, resolve_placement, row_state_bytes
 from replay.engine.replay import (
     ClusterRunResult,
     RunResult,
@@ -62,6 +59,10 @@ from replay.policies import POLICIES
 from replay.system.optimizer import with_workload_rule
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec
 from replay.workload.source import Source
+
+if TYPE_CHECKING:  # a cluster's modules load with a cluster: one GPU's run imports none
+    from replay.engine.cluster import ClusterResult
+    from replay.engine.placement import PlacementResult
 
 # ClusterResult columns (one per batch) that batches.parquet holds beside the account's
 _NETWORK_COLUMNS = (
@@ -92,6 +93,8 @@ def replay_system(
     system = with_workload_rule(system, source.workload)  # replay.system.optimizer
     if system.cluster is None:
         return replay_trace(source, system, inspect=inspect, on_progress=on_progress)
+    from replay.engine.patrickstar_run import PATRICKSTAR_POLICY, replay_patrickstar_run
+
     if system.policy.name == PATRICKSTAR_POLICY:  # data-parallel chunks, not sharded tables
         return replay_patrickstar_run(source, system, inspect=inspect, on_progress=on_progress)
     return replay_cluster_run(
@@ -122,6 +125,8 @@ def rank_columns(result: ClusterResult) -> dict[str, np.ndarray]:
 def cluster_block(system: SystemSpec, placed: PlacementResult, result: ClusterResult) -> dict:
     """summary.json's `cluster`: the cluster, how it was sharded, and per batch (mean
     over the batches) the network's bytes and times and the step time."""
+    from replay.engine.collectives import DESCRIPTIONS
+
     cluster = system.cluster
     assert cluster is not None
     cols, totals = result.columns, result.totals
@@ -170,6 +175,8 @@ def replay_cluster_run(
     """Place, replay and summarize a cluster system (module docstring). `placed`: a
     placement already resolved (else `resolve_placement`)."""
     from replay.analysis.stats import inspect_trace
+    from replay.engine.cluster import replay_cluster
+    from replay.engine.placement import resolve_placement, row_state_bytes
 
     refuse_cluster_checkpoint(system, "system")
     started = time.perf_counter()
