@@ -32,6 +32,7 @@ import dataclasses
 from typing import Any, TypeVar
 
 from replay.errors import ConfigError
+from replay.system.dense import with_workload_dense
 from replay.workload.spec import UPDATE_RULES
 
 # a SystemSpec (not imported: replay.system.spec imports this module)
@@ -77,8 +78,11 @@ def workload_rule(workload: dict[str, Any] | None) -> str:
 
 
 def with_workload_rule(system: S, workload: dict[str, Any] | None) -> S:
-    """`system` with `model.optimizer` combined with the workload's rule: the same object
-    when nothing changes (every `sgd` workload), so its results stay byte-identical."""
+    """`system` with `model.optimizer` combined with the workload's rule, and the workload's
+    own dense model where the system keeps the presets' (`replay.system.dense`): the same
+    object when nothing changes (every `sgd` workload of the presets' dense model), so its
+    results stay byte-identical."""
+    system = with_workload_dense(system, workload)
     model = system.model  # type: ignore[attr-defined]
     chosen = combine(model.optimizer, workload_rule(workload))
     if chosen == model.optimizer:
