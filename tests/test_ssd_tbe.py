@@ -260,7 +260,6 @@ def test_run_writes_the_levels_to_summary_json(tmp_path: Path) -> None:
         ("policy.store_tier=dram", "store_tier"),
         ("policy.cache_algorithm=lfu", "LRU"),
         ("policy.l2_capacity_bytes=4TiB", "do not fit"),
-        ("cluster.nodes=1", "one GPU"),
     ],
 )
 def test_bad_settings_are_one_line_errors(
