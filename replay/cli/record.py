@@ -12,7 +12,7 @@ import typer
 from replay.cli.app import app, shown
 
 record_app = typer.Typer(
-    help="Traces recorded from a training job (record with the Python API replay.record).",
+    help="Merge the traces a sharded training job recorded.",
     no_args_is_help=True,
 )
 app.add_typer(record_app, name="record")
