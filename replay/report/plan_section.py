@@ -111,6 +111,15 @@ def range_text(r: dict[str, Any]) -> str:
     an open high end is `more than` the curve's last point."""
     if r["bytes"] is None:
         return "out of reach over the run"
+    if r.get("stated"):  # plan.json's range_bytes: an open end is None
+        b, lo, hi = (
+            None if v is None else format_bytes(v) for v in (r["bytes"], r["low"], r["high"])
+        )
+        if lo is None and hi is None:
+            return f"{b} (unresolved: the curve's error spans every size it measured)"
+        if lo is None:
+            return f"{b} (at most {hi}; within its error the curve's first size reaches it)"
+        return f"{b} ({lo} – {'beyond the curve' if hi is None else hi})"
     if r.get("at_first_point"):
         return f"≤ {format_bytes(r['bytes'])} (the curve's first point: a bound, not a size)"
     low = format_bytes(r["low"]) if r["low"] is not None else "?"
@@ -130,18 +139,13 @@ def range_text(r: dict[str, Any]) -> str:
     return f"{format_bytes(r['bytes'])} ({low} – {high})"
 
 
-def stated_range(
-    answer: float | None, pair: list[float | None] | None, first_bytes: float | None = None
-) -> dict[str, Any] | None:
+def stated_range(answer: float | None, pair: list[float | None] | None) -> dict[str, Any] | None:
     """`range_text`'s input from a plan.json `range_bytes` pair ([low, high], each None
     where the curve does not bound it), or None where the plan wrote none."""
     if pair is None or answer is None:
         return None
     low, high = pair
-    return {
-        "bytes": answer, "low": low, "high": high, "edge": "first" if low is None else None,
-        "at_first_point": False, "last_bytes": answer, "first_bytes": first_bytes,
-    }  # fmt: skip
+    return {"bytes": answer, "low": low, "high": high, "stated": True}
 
 
 def targets_with_range(doc: dict[str, Any]) -> str:
