@@ -19,7 +19,9 @@ each resource it crosses (`node_write_s`):
 - `shared-fs`, `object-store`: B_n / min(E, per_client_write, aggregate_write / N) + the
   store's latency: each node its share of the shared cap (all nodes write at once; a cap of
   0 is none). The checkpoint survives any node's failure.
-- a per-writer cap (`checkpoint.writer_bw_bytes_per_s` > 0): at most G x cap per node.
+- a per-writer cap (`checkpoint.writer_bw_bytes_per_s` > 0): each GPU writes its own
+  bytes at most at the cap, so a node takes at least its busiest GPU's bytes / cap (given
+  each rank's bytes; else its bytes / (G x cap), an even split).
 
 The write time is the slowest node's: W = max_n node_write_s[n] (`write_s`). The rank-0
 baseline (`torch.save` from data-parallel rank 0, FastPersist's baseline) gathers every
@@ -130,34 +132,51 @@ class StoreModel:
         """Whether a failed node's checkpoint has a copy (a store, or buddy replicas)."""
         return not self.local or self.replicas > 0
 
-    def store_write_bw(self) -> float:
+    def store_write_bw(self, writers: bool = True) -> float:
         """One node's bandwidth to the store: NICs, per-client cap, its share of the
-        aggregate cap, its writers."""
+        aggregate cap, its writers (`writers`)."""
         s = self.store
         agg = s.aggregate_write_bw_bytes_per_s / self.cluster.nodes
-        return _cap(self.nic_bw, s.per_client_write_bw_bytes_per_s, agg, self.writers_cap)
+        caps = (self.writers_cap,) if writers else ()
+        return _cap(self.nic_bw, s.per_client_write_bw_bytes_per_s, agg, *caps)
+
+    def writers_s(self, b: np.ndarray, ranks: np.ndarray | None = None) -> np.ndarray:
+        """Per node, its writers' time under the per-writer cap: its busiest GPU's bytes /
+        cap given each rank's bytes `ranks`, else its bytes / (G x cap); 0 without a cap."""
+        b = np.asarray(b, dtype=np.float64)
+        w = self.writer_bw_bytes_per_s
+        if w <= 0:
+            return np.zeros_like(b)
+        if ranks is None:
+            return b / self.writers_cap
+        c = self.cluster
+        per = np.asarray(ranks, dtype=np.float64).reshape(c.nodes, c.gpus_per_node)
+        return per.max(axis=1) / w
 
     def store_read_bw(self, readers: int) -> float:
         s = self.store
         agg = s.aggregate_read_bw_bytes_per_s / max(readers, 1)
         return _cap(self.nic_bw, s.per_client_read_bw_bytes_per_s, agg)
 
-    def node_write_s(self, b: np.ndarray) -> np.ndarray:
-        """Seconds each node takes to write its bytes `b` (and its buddy copies)."""
+    def node_write_s(self, b: np.ndarray, ranks: np.ndarray | None = None) -> np.ndarray:
+        """Seconds each node takes to write its bytes `b` (and its buddy copies); `ranks`:
+        each GPU's bytes, for the per-writer cap (`writers_s`)."""
         b = np.asarray(b, dtype=np.float64)
+        writers = self.writers_s(b, ranks)
         if not self.local:
-            return b / self.store_write_bw() + self.store.latency_s
+            t = np.maximum(b / self.store_write_bw(writers=False), writers)
+            return t + self.store.latency_s
         r = self.replicas
         incoming = sum((np.roll(b, j) for j in range(1, r + 1)), np.zeros_like(b))
-        t = np.maximum((b + incoming) / self.drive_write_bw, b / self.writers_cap)
+        t = np.maximum((b + incoming) / self.drive_write_bw, writers)
         if r > 0:
             e = self.nic_bw
             t = np.maximum(t, np.maximum(r * b / e, incoming / e))
         return t + self.store.latency_s
 
-    def write_s(self, b: np.ndarray) -> float:
+    def write_s(self, b: np.ndarray, ranks: np.ndarray | None = None) -> float:
         """W: the slowest node's write."""
-        return float(np.max(self.node_write_s(b), initial=0.0))
+        return float(np.max(self.node_write_s(b, ranks), initial=0.0))
 
     def rank0_write_s(self, b: np.ndarray) -> float:
         """The rank-0 baseline: gather over node 0's NICs, then one writer."""

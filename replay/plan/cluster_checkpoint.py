@@ -173,6 +173,7 @@ class _Setup:
     touched: Callable[[Any], Any]
     ctx: CheckpointContext | None  # for checkfreq's snapshot; None: no snapshot tier
     rank0: StoreModel  # the rank-0 baseline's: one writer at the system's cap or torch-save's
+    ranks: np.ndarray  # bytes per GPU (each writes its own: a per-writer cap's busiest)
 
 
 def _setup(system: SystemSpec, cluster_doc: dict[str, Any], mtbf_s: float, **common: Any) -> _Setup:
@@ -185,6 +186,7 @@ def _setup(system: SystemSpec, cluster_doc: dict[str, Any], mtbf_s: float, **com
     replicated = float(cb["replicated"]) + dense
     sharded = np.asarray(cb["sharded_per_rank"], dtype=np.float64)
     b = node_bytes(sharded, replicated, c)
+    ranks = sharded + replicated / c.world_size  # each GPU writes its own (its writer's cap)
     tb = float(common["time_per_batch_s"])
     compute = common.get("compute_s_per_batch")
     if compute is None:
@@ -197,17 +199,17 @@ def _setup(system: SystemSpec, cluster_doc: dict[str, Any], mtbf_s: float, **com
     if snapshot_tier_name(system):
         ctx = CheckpointContext(system, 0, np.zeros(0, np.int64), 0, 0, 0, 0)
     return _Setup(
-        system, model, b, float(np.max(sharded + replicated / c.world_size, initial=0.0)), tb,
+        system, model, b, float(np.max(ranks, initial=0.0)), tb,
         fb, float(common["horizon_s"]), system.failures.restart_s, float(mtbf_s), c.nodes,
         common["touched_rows"], ctx,
-        dataclasses.replace(model, writer_bw_bytes_per_s=one_writer),
+        dataclasses.replace(model, writer_bw_bytes_per_s=one_writer), ranks,
     )  # fmt: skip
 
 
 def _per_checkpoint(s: _Setup, name: str, tau: float) -> dict[str, float]:
     """stall, resume, durable (positions from the period's start), write and restore."""
     m = s.model
-    w = s.rank0.rank0_write_s(s.b) if name == "torch-save" else m.write_s(s.b)
+    w = s.rank0.rank0_write_s(s.b) if name == "torch-save" else m.write_s(s.b, s.ranks)
     reads = m.restore_node_failure_s(s.b)
     if name == "torch-save" and reads is not None:  # node 0 reads it all and scatters
         total = float(s.b.sum())
@@ -439,7 +441,7 @@ def store_document(s: _Setup) -> dict[str, Any]:
         "node_mtbf_s": s.mtbf_s * s.nodes,
         "bytes_per_node": [float(x) for x in s.b],
         "survives_node_failure": m.survives_node_failure,
-        "write_s": m.write_s(s.b),
+        "write_s": m.write_s(s.b, s.ranks),
         "rank0_write_s": s.rank0.rank0_write_s(s.b),
         "cpr_pls_target": CPR_PLS_TARGET,
     }
