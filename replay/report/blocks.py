@@ -35,6 +35,12 @@ def rate_text(bytes_per_s: float | None) -> str:
     return format_rate(bytes_per_s) if ok else "n/a"  # type: ignore[arg-type]
 
 
+def plural(count: int, noun: str) -> str:
+    """`1 table`, `26 tables`, `1,000 batches`."""
+    es = "es" if noun.endswith(("s", "sh", "ch", "x")) else "s"
+    return f"{count:,} {noun}{es * (count != 1)}"
+
+
 def images(figures: list[FigureOut], section: str) -> list[Block]:
     return [Image(f.name, f.title, f.caption) for f in figures if f.section == section]
 
@@ -58,4 +64,4 @@ def not_shown(items: list[tuple[str, str]]) -> list[Block]:
     ]
 
 
-__all__ = ["bytes_text", "images", "ms", "not_shown", "pct", "rate_text", "x"]
+__all__ = ["bytes_text", "images", "ms", "not_shown", "pct", "plural", "rate_text", "x"]

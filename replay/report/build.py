@@ -42,6 +42,7 @@ from replay.report.blocks import images as _images
 from replay.report.blocks import ms as _ms
 from replay.report.blocks import not_shown as _not_shown
 from replay.report.blocks import pct as _pct
+from replay.report.blocks import plural
 from replay.report.blocks import rate_text as _rate
 from replay.report.blocks import x as _x
 from replay.report.caveats import run_warnings, warning_blocks
@@ -80,7 +81,17 @@ def _workload_blocks(results: Results, figures: list[FigureOut]) -> list[Block]:
     work = results.workload()
     blocks: list[Block] = [Heading("Workload")]
     if work is None:
-        blocks.append(Paragraph("No workload.json in the results (runs made with --no-inspect)."))
+        if not results.all_runs():
+            what = "the plan's section describes its workload" if results.plans else "nothing"
+            blocks.append(Paragraph(f"No replayed runs among the results: {what}."))
+        else:
+            blocks.append(
+                Paragraph(
+                    "No workload.json in the run folders: their runs did not record the "
+                    "trace's statistics (run, compare and sweep write them unless given "
+                    "--no-inspect)."
+                )
+            )
         return blocks
     tables = work.get("tables", [])
     # on a short span of big tables the hottest 1% holds every row touched: no skew figure
@@ -93,8 +104,9 @@ def _workload_blocks(results: Results, figures: list[FigureOut]) -> list[Block]:
     blocks.append(
         Paragraph(
             f"{work['lookups']:,} lookups in {work['batches']:,} batches over "
-            f"{len(tables)} tables ({work['rows']:,} rows, {_pct(work['touched_fraction'])} "
-            f"of them touched). {top}; a batch's distinct rows are "
+            f"{plural(len(tables), 'table')} ({work['rows']:,} rows, "
+            f"{_pct(work['touched_fraction'])} of them touched). {top}; a batch's "
+            f"distinct rows are "
             f"{_pct(work['distinct_per_batch_mean'])} of its lookups; "
             f"{_pct(work['consecutive_reuse_mean'])} of a batch's distinct "
             f"rows were also in the batch before (TrainingCXL cites about "

@@ -137,13 +137,29 @@ def _md_text(text: Text) -> str:
     return "".join(parts)
 
 
+# a code span the report writes (`replay plan`, `--set policy.name=lru`): one line, no
+# backtick inside; HTML shows it as <code>, never as literal backticks
+_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def html_text(text: object) -> str:
+    """Text that HTML shows as written, its `code` spans as <code> elements (their
+    contents escaped too)."""
+    out, at = [], 0
+    raw = str(text)
+    for m in _CODE.finditer(raw):
+        out += [html_escape(raw[at : m.start()]), f"<code>{html_escape(m[1])}</code>"]
+        at = m.end()
+    return "".join([*out, html_escape(raw[at:])])
+
+
 def _html_text(text: Text) -> str:
     if isinstance(text, str):
-        return html_escape(text)
+        return html_text(text)
     return "".join(
-        f'<a href="{html_escape(part.target)}">{html_escape(part.text)}</a>'
+        f'<a href="{html_escape(part.target)}">{html_text(part.text)}</a>'
         if isinstance(part, Link)
-        else html_escape(part)
+        else html_text(part)
         for part in text
     )
 
@@ -254,9 +270,7 @@ def fmt_saving(x: float | None) -> str:
 def _cell(text: str) -> str:
     """A table cell; a number (with its unit) is kept on one line."""
     numeric = _NUMERIC.fullmatch(" ".join(str(text).split())) is not None
-    return (
-        f'<td class="num">{html_escape(text)}</td>' if numeric else f"<td>{html_escape(text)}</td>"
-    )
+    return f'<td class="num">{html_escape(text)}</td>' if numeric else f"<td>{html_text(text)}</td>"
 
 
 def to_html(blocks: list[Block], figures_dir: Path, *, title: str) -> str:
@@ -267,21 +281,21 @@ def to_html(blocks: list[Block], figures_dir: Path, *, title: str) -> str:
         if isinstance(block, Heading):
             level = min(max(block.level, 1), 6)
             anchor = f' id="{esc(block.anchor)}"' if block.anchor else ""
-            body.append(f"<h{level}{anchor}>{esc(block.text)}</h{level}>")
+            body.append(f"<h{level}{anchor}>{html_text(block.text)}</h{level}>")
         elif isinstance(block, Paragraph):
             body.append(f"<p>{_html_text(block.text)}</p>")
         elif isinstance(block, Bullets):
             items = "".join(f"<li>{_html_text(item)}</li>" for item in block.items)
             body.append(f"<ul>{items}</ul>")
         elif isinstance(block, Table):
-            head = "".join(f"<th>{esc(h)}</th>" for h in block.headers)
+            head = "".join(f"<th>{html_text(h)}</th>" for h in block.headers)
             rows = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in block.rows)
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         else:
             data = base64.b64encode((figures_dir / block.name).read_bytes()).decode("ascii")
             body.append(
                 f'<figure><img alt="{esc(block.title)}" src="data:image/png;base64,{data}">'
-                f"<figcaption>{esc(block.caption)}</figcaption></figure>"
+                f"<figcaption>{html_text(block.caption)}</figcaption></figure>"
             )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -305,6 +319,7 @@ __all__ = [
     "fmt_ratio",
     "fmt_saving",
     "html_escape",
+    "html_text",
     "md_escape",
     "plain_text",
     "slug",

@@ -19,6 +19,8 @@ from typing import Any
 
 import polars as pl
 
+from replay._units import format_bytes
+
 # `figures.save` is looked up when a figure is written, as in figures.py itself, so a
 # patched `figures.save` (tests/test_untrusted.py records the texts drawn) sees it too
 from replay.report import figures
@@ -182,19 +184,18 @@ def _checkpoint_bytes(
     if len(chosen) == 1:
         caption = (
             f"{hi_row[3]} writes {_writes(len(hi_row[5]))} during training, "
-            f"{_g(hi_row[1] / scale)} {unit} on average."
+            f"{format_bytes(hi_row[1])} on average."
         )
-    elif _g(lo_row[1] / scale) == _g(hi_row[1] / scale):
+    elif format_bytes(lo_row[1]) == format_bytes(hi_row[1]):
         counts = sorted(len(t[5]) for t in chosen)
         caption = (
-            f"Every run shown writes {_g(hi_row[1] / scale)} {unit} per checkpoint on average; "
+            f"Every run shown writes {format_bytes(hi_row[1])} per checkpoint on average; "
             f"they differ in how often ({_writes(counts[0])} to {_writes(counts[-1])})."
         )
     else:
-        s_lo, u_lo = _bytes_unit(lo_row[1])
         caption = (
-            f"Mean bytes per write during training range from {_g(lo_row[1] / s_lo)} {u_lo} "
-            f"({lo_row[3]}, {_writes(len(lo_row[5]))}) to {_g(hi_row[1] / scale)} {unit} "
+            f"Mean bytes per write during training range from {format_bytes(lo_row[1])} "
+            f"({lo_row[3]}, {_writes(len(lo_row[5]))}) to {format_bytes(hi_row[1])} "
             f"({hi_row[3]}, {_writes(len(hi_row[5]))})."
         )
     if total > len(chosen):

@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from replay._units import format_duration
+
 # `figures.save` is looked up when a figure is written, as in figures.py itself, so a
 # patched `figures.save` (tests/test_untrusted.py records the texts drawn) sees it too
 from replay.report import figures
@@ -137,7 +139,7 @@ def _cluster_figure(run: RunData, name: str, shown: str, out: Path) -> FigureOut
     figures.save(fig, out / name)
 
     means = ", ".join(
-        f"{label} {float(np.mean(v)) * scale:.3g} {unit}" for label, _, v in parts if len(v)
+        f"{label} {format_duration(float(np.mean(v)))}" for label, _, v in parts if len(v)
     )
     caption = (
         f"{shown} on {row['world']} GPUs ({row['nodes']} x {row['gpus_per_node']}), "

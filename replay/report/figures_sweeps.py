@@ -99,7 +99,7 @@ def _fmt_metric(metric: str, value: float) -> str:
         return f"{_g(value)}%"
     if metric in ("goodput", "miss"):
         return _pct(value)
-    return f"{_g(value)} ms"
+    return format_duration(value / 1e3)  # as every duration of the report is written
 
 
 def _young_daly(runs: Sequence[RunData], x_key: str) -> float | None:
@@ -168,8 +168,8 @@ def _sweep_bars(sweep: SweepData, name: str, out: Path) -> FigureOut | None:
     lo = min(range(len(values)), key=lambda i: values[i])
     hi = max(range(len(values)), key=lambda i: values[i])
     caption = (
-        f"Steady-state time per batch ranges from {_g(values[lo])} ms ({labels[lo]}) to "
-        f"{_g(values[hi])} ms ({labels[hi]})."
+        f"Steady-state time per batch ranges from {format_duration(values[lo] / 1e3)} "
+        f"({labels[lo]}) to {format_duration(values[hi] / 1e3)} ({labels[hi]})."
     )
     return FigureOut(name, title, caption, "sweeps")
 

@@ -31,6 +31,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
+from replay._units import format_duration
+
 # `figures.save` is looked up when a figure is written, as in figures.py itself, so a
 # patched `figures.save` (tests/test_untrusted.py records the texts drawn) sees it too
 from replay.report import figures
@@ -253,7 +255,9 @@ def _caption(
     for run, parts, total in list(zip(runs, values, totals, strict=True))[:MAX_CAPTION_SYSTEMS]:
         top = max(parts, key=lambda k: parts[k])
         share = parts[top] / total if total > 0 else 0.0
-        items.append(f"{run.label} {_g(total * scale)} {unit} (largest part: {top}, {_pct(share)})")
+        # a time as every duration of the report is written (the axis keeps one unit)
+        value = format_duration(total) if what == "time" else f"{_g(total * scale)} {unit}"
+        items.append(f"{run.label} {value} (largest part: {top}, {_pct(share)})")
     text = f"Steady state ({steady_span(runs)}), {what} per batch: " + "; ".join(items)
     if len(runs) > MAX_CAPTION_SYSTEMS:
         text += f"; and {len(runs) - MAX_CAPTION_SYSTEMS} more"

@@ -30,6 +30,7 @@ from replay.report.document import (
 )
 from replay.report.figures import FigureOut
 from replay.report.load import PlanData
+from replay.report.plan_ssd import ssd_blocks, ssd_line
 
 SECTION = "plan"
 
@@ -39,8 +40,9 @@ def pct_text(x: float | None) -> str:
 
 
 def minutes(seconds: float) -> str:
-    """An interval in minutes, 3 significant digits (`12.5 min`, `0.115 min`)."""
-    return f"{seconds / 60:.3g} min"
+    """An interval as every duration of the report is written (`format_duration`), so one
+    interval never reads `36.1 s` in one line and `0.601 min` in another."""
+    return format_duration(seconds)
 
 
 def suffix(index: int) -> str:
@@ -390,8 +392,8 @@ def goodput_spread(strategy: dict[str, Any], pct: Any = None) -> str:
     # three decimals: a failure's cost is often a fraction of a point
     then = "" if given is None else f", and such a run's goodput is {given:.3%}"
     return (
-        f"the run expects {n:.2g} failures: {p:.2%} of runs see one{then}; the mean is mostly "
-        "runs without any"
+        f"the run expects {n:.2g} failures: {format_percent(p)} of runs see one{then}; the "
+        "mean is mostly runs without any"
     )
 
 
@@ -492,14 +494,27 @@ def cluster_lines(c: dict[str, Any]) -> list[str]:
         f"the {format_bytes(c['budget_bytes_per_gpu'])} budget per GPU hits "
         f"{pct_text(h['worst'])} on the worst GPU (GPU {h['worst_gpu']}), {pct_text(h['mean'])} on "
         "the mean (each GPU's LRU curve over the run).",
-        f"Cluster network: all-to-all {format_bytes(c['all_to_all_bytes_per_batch'])} and "
-        f"{format_duration(c['all_to_all_s_per_batch'])} per step ({_a2a_basis(c)}), all-reduce "
-        f"{format_duration(c['allreduce_s_per_batch'])}; step time "
-        f"{format_duration(c['step_time_s'])}; imbalance {times_text(c['imbalance'])} "
+        f"Cluster network: all-to-all {format_bytes(c['all_to_all_bytes_per_batch'])} per step "
+        f"in total ({_a2a_scope(c)}; {_a2a_basis(c)}), taking "
+        f"{format_duration(c['all_to_all_s_per_batch'])} per step; all-reduce "
+        f"{format_duration(c['allreduce_s_per_batch'])} per step; step time "
+        f"{format_duration(c['step_time_s'])} (the slowest GPU's); imbalance "
+        f"{times_text(c['imbalance'])} "
         f"(max / mean lookups per GPU, measured; the sharder modeled "
         f"{times_text(c.get('imbalance_modeled'))}) ({_steady_basis(c['steady'])}).",
     ]
     return lines
+
+
+def _a2a_scope(c: dict[str, Any]) -> str:
+    """What the all-to-all's bytes add up: every GPU's sends over both hops (NVLink in a
+    node, the network between nodes) and every phase, and its share per GPU."""
+    world = int(c.get("world") or 1)
+    per_gpu = format_bytes(float(c["all_to_all_bytes_per_batch"]) / world)
+    return (
+        f"the sum of the {world} GPUs' sends, within and between nodes, over every phase; "
+        f"{per_gpu} per GPU on average"
+    )
 
 
 def _a2a_basis(c: dict[str, Any]) -> str:
@@ -529,10 +544,19 @@ def plan_lines(plan: PlanData) -> dict[str, str | None]:
     return {
         **{f"cluster{i}": line for i, line in enumerate(cluster)},
         "cache": cache_line(doc),
+        "ssd": ssd_line(doc, plan_basis(doc)),
         "checkpoint": checkpoint_answer(doc),
         "goodput": goodput_line(doc) or None,
         "systems": systems_line(doc),
     }
+
+
+FIGURES = ("mrc", "goodput", "cluster_gpus", "cluster_scaling")
+
+
+def plan_figure_names(index: int) -> frozenset[str]:
+    """The names under which the report's figures/ holds plan `index`'s figures."""
+    return frozenset(f"plan_{fig}{suffix(index)}.png" for fig in FIGURES)
 
 
 def plan_figures(plan: PlanData, index: int, fig_dir: Path) -> list[FigureOut]:
@@ -580,7 +604,10 @@ def plan_figures(plan: PlanData, index: int, fig_dir: Path) -> list[FigureOut]:
 def plan_blocks(plan: PlanData, index: int, figures: list[FigureOut]) -> list[Block]:
     doc = plan.document
     lines = plan_lines(plan)
-    images = {f.name: Image(f.name, f.title, f.caption) for f in figures}
+    # this plan's figures only (`plan_mrc.png` is the first plan's, `plan_mrc_2.png` the
+    # second's): another plan's cluster figures are not this plan's
+    mine = [f for f in figures if f.name in plan_figure_names(index)]
+    images = {f.name: Image(f.name, f.title, f.caption) for f in mine}
     blocks: list[Block] = [
         Heading(heading(plan, index)),
         Paragraph(
@@ -594,8 +621,9 @@ def plan_blocks(plan: PlanData, index: int, figures: list[FigureOut]) -> list[Bl
     if doc.get("notes"):
         blocks += [Paragraph("Read this first:"), Bullets(tuple(doc["notes"]))]
     # a cluster plan's figures (plan.md's Cluster section has its tables)
-    blocks += [images[f.name] for f in figures if f.name.startswith("plan_cluster_")]
+    blocks += [images[f.name] for f in mine if f.name.startswith("plan_cluster_")]
     blocks += _cache_blocks(plan, index, images)
+    blocks += ssd_blocks(doc, heading(plan, index, "SSD TBE"))
     blocks += _checkpoint_blocks(plan, index, images)
     blocks += _systems_blocks(plan, index)
     return blocks
@@ -684,7 +712,7 @@ def _checkpoint_blocks(plan: PlanData, index: int, images: dict[str, Image]) -> 
                 (
                     s["name"],
                     format_duration(s["interval_s"]),
-                    format_duration(s["young_daly_interval_s"]),
+                    _young_daly(s),
                     format_duration(s["cost_s"]),
                     format_bytes(s["bytes"]),
                     format_bytes(s["storage_bytes"]),
@@ -703,6 +731,13 @@ def _checkpoint_blocks(plan: PlanData, index: int, images: dict[str, Image]) -> 
         blocks.append(Paragraph(f"Figure {name}: goodput against the interval, per strategy."))
         blocks.append(images[name])
     return blocks
+
+
+def _young_daly(s: dict[str, Any]) -> str:
+    """Young/Daly's interval, or a dash where the strategy writes nothing (`none`: the
+    formula's interval of a zero-cost checkpoint is 0, not an answer)."""
+    yd = float(s.get("young_daly_interval_s") or 0.0)
+    return format_duration(yd) if yd > 0 and s["name"] != "none" else "-"
 
 
 def _systems_blocks(plan: PlanData, index: int) -> list[Block]:

@@ -12,16 +12,18 @@ called fastest, and the line that mentions one says it is a bound.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from replay._units import format_duration
 from replay.report.analysis import energy_per_batch, time_terms
 from replay.report.blocks import ms as _ms
 from replay.report.blocks import pct as _pct
+from replay.report.blocks import plural
 from replay.report.caveats import WARNINGS, warning_line
 from replay.report.document import Link, Text
 from replay.report.figures import steady_span
-from replay.report.load import Results, RunData
+from replay.report.load import PlanData, Results, RunData
 from replay.report.plan_section import (
     cluster_shape,
     failure_model,
@@ -88,7 +90,7 @@ def workload_line(results: Results) -> str:
         )
         replayed = (
             f"{int(work['batches']):,} batches, {int(work['lookups']):,} lookups over "
-            f"{len(work.get('tables', []))} tables ({int(work['rows']):,} rows, "
+            f"{plural(len(work.get('tables', [])), 'table')} ({int(work['rows']):,} rows, "
             f"{_pct(work['touched_fraction'])} touched; {top})"
         )
     if not results.plans:
@@ -163,6 +165,93 @@ def _plan_command(results: Results) -> str:
     )
 
 
+LIMIT = 10  # the summary's lines at most
+# a plan's summary lines in the order they are shown, and the order they are kept in when
+# several plans share the summary's lines (each plan keeps at least its first answer)
+PLAN_ORDER = ("cluster0", "cluster1", "cache", "ssd", "checkpoint", "goodput", "systems", "notes")
+PLAN_PRIORITY = ("cluster0", "cache", "ssd", "checkpoint", "goodput", "systems", "cluster1",
+                 "notes")  # fmt: skip
+
+
+def _plan_keys(plan: PlanData) -> list[str]:
+    lines = plan_lines(plan)
+    present = [k for k in PLAN_PRIORITY if lines.get(k)]
+    if plan.document.get("notes"):
+        present.append("notes")
+    return present
+
+
+def _plan_line_budget(results: Results, budget: int) -> list[set[str]]:
+    """Which of each plan's lines the summary keeps: every plan's most important line
+    first, then each plan's next, round-robin, until `budget` lines are taken."""
+    keys = [[k for k in PLAN_PRIORITY if k in _plan_keys(plan)] for plan in results.plans]
+    chosen: list[set[str]] = [set() for _ in keys]
+    rank = 0
+    while budget > 0 and any(rank < len(k) for k in keys):
+        for i, k in enumerate(keys):
+            if rank < len(k) and budget > 0:
+                chosen[i].add(k[rank])
+                budget -= 1
+        rank += 1
+    return chosen
+
+
+def _plan_summary(
+    plan: PlanData,
+    index: int,
+    count: int,
+    keep: set[str],
+    add: Callable[..., None],
+    answers: list[dict[str, Any]],
+) -> None:
+    """One plan's summary lines (those in `keep`), each naming the plan where the report
+    holds several, and the answers they give."""
+    doc = plan.document
+    h = doc["horizon"]
+    name = plan.path.name
+    prefix = f"Plan {index + 1} ({name}): " if count > 1 else ""
+    whose = {"plan": name} if count > 1 else {}
+    if index == 0:  # the workload line (line 0) gives the first plan's step
+        answers.append(
+            {
+                "quantity": "time_per_batch",
+                "value": h["time_per_batch_s"],
+                "text": format_duration(h["time_per_batch_s"]),
+                "basis": step_basis(doc),
+                "line": 0,
+                **whose,
+            }
+        )
+    lines = plan_lines(plan)
+    given: dict[str, list[dict[str, Any]]] = {}
+    hit = doc["cache"]["hit_at_budget"].get("lru")
+    given["cache"] = [
+        {"quantity": "hit_ratio", "value": hit, "text": pct_text(hit), "basis": plan_basis(doc),
+         **whose}
+    ]  # fmt: skip
+    if doc["systems"]:
+        fast = min(doc["systems"], key=lambda s: s["time_per_batch_s"])
+        basis = systems_basis(doc)
+        given["systems"] = [
+            {"quantity": "fastest", "value": fast["name"], "text": fast["name"], "basis": basis,
+             **whose},
+            {"quantity": "time_per_batch", "value": fast["time_per_batch_s"],
+             "text": format_duration(fast["time_per_batch_s"]), "basis": basis, **whose},
+        ]  # fmt: skip
+    part = {"cluster0": "", "cluster1": "", "cache": "cache", "ssd": "SSD TBE",
+            "checkpoint": "checkpoints", "goodput": "checkpoints", "systems": "systems",
+            "notes": ""}  # fmt: skip
+    for key in PLAN_ORDER:
+        if key not in keep:
+            continue
+        if key == "notes":
+            n = len(doc["notes"])
+            line = f"The plan ({plan_basis(doc)}) notes {n} caveat{'s' * (n > 1)} to read first."
+        else:
+            line = str(lines[key])
+        add(prefix + line, plan_heading(plan, index, part[key]), given.get(key))
+
+
 def summary_items(
     results: Results, analysis: dict[str, Any], anchors: dict[str, str]
 ) -> tuple[list[Text], list[dict[str, Any]]]:
@@ -184,51 +273,10 @@ def summary_items(
 
     add(warning_line(results), WARNINGS)  # read first: a degenerate run's numbers
     if results.plans:
-        plan = results.plans[0]
-        doc = plan.document
-        h = doc["horizon"]
-        answers.append(
-            {
-                "quantity": "time_per_batch",
-                "value": h["time_per_batch_s"],
-                "text": format_duration(h["time_per_batch_s"]),
-                "basis": step_basis(doc),
-                "line": 0,
-            }
-        )
-        lines = plan_lines(plan)
-        # a cluster's per-GPU answers first: the cache line below is one GPU holding every
-        # table, the reference beside them
-        add(lines.get("cluster0"), plan_heading(plan, 0))
-        add(lines.get("cluster1"), plan_heading(plan, 0))
-        hit = doc["cache"]["hit_at_budget"].get("lru")
-        budget_basis = plan_basis(doc)  # the hit of the budget, said in the line
-        add(
-            str(lines["cache"]),
-            plan_heading(plan, 0, "cache"),
-            [{"quantity": "hit_ratio", "value": hit, "text": pct_text(hit), "basis": budget_basis}],
-        )
-        add(lines["checkpoint"], plan_heading(plan, 0, "checkpoints"))
-        add(lines["goodput"], plan_heading(plan, 0, "checkpoints"))
-        if lines["systems"] and doc["systems"]:
-            fast = min(doc["systems"], key=lambda s: s["time_per_batch_s"])
-            basis = systems_basis(doc)
-            add(
-                lines["systems"],
-                plan_heading(plan, 0, "systems"),
-                [
-                    {"quantity": "fastest", "value": fast["name"], "text": fast["name"],
-                     "basis": basis},
-                    {"quantity": "time_per_batch", "value": fast["time_per_batch_s"],
-                     "text": format_duration(fast["time_per_batch_s"]), "basis": basis},
-                ],
-            )  # fmt: skip
-        if doc.get("notes"):
-            n = len(doc["notes"])
-            add(
-                f"The plan ({plan_basis(doc)}) notes {n} caveat{'s' * (n > 1)} to read first.",
-                "Plan",
-            )
+        fixed = len(items) + 1 + bool(analysis.get("claims"))  # the runs' and claims' lines
+        chosen = _plan_line_budget(results, max(len(results.plans), LIMIT - fixed))
+        for index, plan in enumerate(results.plans):
+            _plan_summary(plan, index, len(results.plans), chosen[index], add, answers)
     else:
         items.append(
             "Cache: no plan among the results, so no cache size is given; to get one, run "
@@ -250,7 +298,7 @@ def summary_items(
             + ("; the others say what they need." if shown < len(claims) else "."),
             CLAIMS,
         )
-    return items[:10], [a for a in answers if a["line"] < 10]
+    return items[:LIMIT], [a for a in answers if a["line"] < LIMIT]
 
 
 __all__ = [
