@@ -592,6 +592,8 @@ def auto_shard(
     fronts: dict[tuple[int, ...], list[tuple[float, int, int]]] = {}
 
     def search(dp: list[int]) -> Best | None:
+        if sum(loads[t].hbm for t in dp) > gpu_memory_bytes:
+            return None  # the replicas alone fill a GPU
         args = (
             loads,
             dp,
