@@ -23,6 +23,7 @@ from replay.report.analysis import (
     TERMS,
     analyse,
     check_n_run,
+    check_n_run_basis,
     claims,
     fastpersist,
     ladder,
@@ -602,6 +603,16 @@ def test_check_n_run_invariants(loaded: Results) -> None:
     lo, hi = cn["bandwidth_reduction_range"]
     assert lo == min(r["bandwidth_reduction"] for r in cn["runs"])
     assert hi == max(r["bandwidth_reduction"] for r in cn["runs"])
+    # the comparison names the interval and the span it was measured over
+    assert cn["interval_batches"] == sorted({r["interval_batches"] for r in cn["runs"]})
+    assert cn["span_batches"] == sorted({r["batches"] for r in cn["runs"]})
+    basis = check_n_run_basis(cn)
+    assert basis == (
+        f"at an interval of {cn['interval_batches'][0]:,} batches over a "
+        f"{cn['span_batches'][0]:,}-batch trace"
+    )
+    claim = next(r for r in claims(loaded, {"check_n_run": cn}) if r["claim"].startswith("6–17×"))
+    assert claim["model"].endswith(basis)
 
 
 def test_analysis_is_what_summary_json_holds(loaded: Results, summary: dict) -> None:

@@ -453,6 +453,7 @@ def check_n_run(results: Results) -> dict[str, Any] | None:
                     "relative_error_mean"
                 ),
                 "checkpoints": checkpoints_taken(run),
+                "batches": int(run.summary["batches"]),
                 "needs": needs,
             }
         )
@@ -466,7 +467,16 @@ def check_n_run(results: Results) -> dict[str, Any] | None:
         "shown": len(shown),
         "bandwidth_reduction_range": [min(bw), max(bw)] if bw else None,
         "capacity_reduction_range": [min(cap), max(cap)] if cap else None,
+        "interval_batches": sorted({r["interval_batches"] for r in shown}),
+        "span_batches": sorted({r["batches"] for r in shown}),
     }
+
+
+def check_n_run_basis(cnr: dict[str, Any]) -> str:
+    """The interval and span the reductions come from (they grow as the interval shrinks)."""
+    keys = ("interval_batches", "span_batches")
+    spans = [", ".join(f"{v:,}" for v in cnr.get(k) or []) or "its own" for k in keys]
+    return f"at an interval of {spans[0]} batches over a {spans[1]}-batch trace"
 
 
 def checkfreq(results: Results) -> dict[str, Any] | None:
@@ -659,6 +669,20 @@ def _spec_value(runs: Sequence[RunData], system: str, *path: str) -> str:
     return "n/a"
 
 
+def _assumed(runs: Sequence[RunData], systems: tuple[str, ...], text: str) -> str:
+    """A claim's assumptions, read from the specs of the runs of `systems`; where one of
+    them is not among the results its values are unknown, so the row says which runs
+    would give them rather than printing `n/a ns`."""
+    have = {run.system for run in runs}
+    missing = [name for name in systems if name not in have]
+    if not missing:
+        return text
+    return (
+        f"the specs of {' and '.join(systems)} (no run of {' or '.join(missing)} among the "
+        "results, so their values are not shown)"
+    )
+
+
 def claims(results: Results, sections: dict[str, Any]) -> list[dict[str, str]]:
     """One row per published claim: the claim, its source, the model's figure (or why
     there is none) and the assumptions behind the figure."""
@@ -679,13 +703,15 @@ def claims(results: Results, sections: dict[str, Any]) -> list[dict[str, str]]:
             "persistent-memory recommendation system",
             "source": "TrainingCXL abstract",
             "model": model,
-            "assumptions": (
+            "assumptions": _assumed(
+                runs,
+                ("pmem-host", "cxl"),
                 "host copy + synchronization "
                 f"{_spec_value(runs, 'pmem-host', 'links', 'pcie', 'transfer_cost_ns')} ns "
                 "per table and direction; persistent memory latency/bandwidth from the "
                 "paper's DRAM ratios; dense compute at "
                 f"{_spec_value(runs, 'cxl', 'compute', 'flops_per_s')} FLOP/s; "
-                "device power figures are ours (devices.toml)"
+                "device power figures are ours (devices.toml)",
             ),
         }
     )
@@ -701,13 +727,15 @@ def claims(results: Results, sections: dict[str, Any]) -> list[dict[str, str]]:
             "claim": "CXL-D 23% less training time than PCIe; CXL 14% less than CXL-B",
             "source": "TrainingCXL evaluation",
             "model": model,
-            "assumptions": (
+            "assumptions": _assumed(
+                runs,
+                ("cxl-b", "cxl"),
                 "persistent-memory write-to-read turnaround "
                 f"{_spec_value(runs, 'cxl-b', 'tiers', 'pmem', 'write_to_read_ns')} ns "
                 "(ASSUMPTION: the media write latency); CXL hop "
                 f"{_spec_value(runs, 'cxl', 'links', 'cxl', 'latency_ns')} ns; dense "
                 f"logging every {_spec_value(runs, 'cxl', 'checkpoint', 'dense_interval_batches')}"
-                " batches in cxl (ASSUMPTION)"
+                " batches in cxl (ASSUMPTION)",
             ),
         }
     )
@@ -758,7 +786,7 @@ def claims(results: Results, sections: dict[str, Any]) -> list[dict[str, str]]:
         clo, chi = cnr["capacity_reduction_range"]
         model = (
             f"{lo:.3g}–{hi:.3g}× less write bandwidth and {clo:.3g}–{chi:.3g}× less capacity "
-            f"over {cnr['shown']} increment modes and bit widths"
+            f"over {cnr['shown']} increment modes and bit widths, {check_n_run_basis(cnr)}"
         )
         hidden = len(cnr["runs"]) - cnr["shown"]
         if hidden:

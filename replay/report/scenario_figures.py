@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from replay._units import format_rate
-from replay.report.analysis import PAPER, TERMS
+from replay.report.analysis import PAPER, TERMS, check_n_run_basis
 from replay.report.figures import TIME_PARTS, FigureOut, new_figure, save
 
 # the component colours and names of every time figure (TERMS order)
@@ -214,7 +214,8 @@ def _checknrun(cnr: dict[str, Any], out_dir: Path) -> FigureOut:
         "checknrun.png",
         "Check-N-Run: bandwidth and capacity reductions",
         f"{lo:.3g}–{hi:.3g}× less write bandwidth and {clo:.3g}–{chi:.3g}× less capacity "
-        "than full synchronous checkpoints at the same interval (paper: 6–17× and 2.5–8×).",
+        f"than full synchronous checkpoints at the same interval, {check_n_run_basis(cnr)} "
+        "(paper: 6–17× and 2.5–8×).",
         "checkpoints",
     )
 
