@@ -600,7 +600,7 @@ def _time_from(request: PlanRequest, first: str, cluster: dict[str, Any] | None)
 def _outside_papers_method(strategies: list[Any]) -> list[str]:
     """A note for each Check-N-Run mode outside the paper's method that beats the answer
     by goodput: listed in plan.json, not answered (`replay.plan.check_n_run.ranked`)."""
-    from replay._units import format_bytes
+    from replay._units import format_bytes, format_duration
 
     out = []
     for s in strategies:
@@ -615,8 +615,8 @@ def _outside_papers_method(strategies: list[Any]) -> list[str]:
             f"{m['label']} would give {(m['goodput'] - s.goodput) * 100:.2g} points more goodput "
             f"({m['goodput']:.3%} against {s.goodput:.3%}) with "
             f"{format_bytes(m['storage_bytes'])} of storage against "
-            f"{format_bytes(s.storage_bytes)} and a {m['restore_s']:.3g} s restore against "
-            f"{s.restore_s:.3g} s: its chain grows with the run. Every mode's numbers are in "
+            f"{format_bytes(s.storage_bytes)} and a {format_duration(m['restore_s'])} restore "
+            f"against {format_duration(s.restore_s)}: its chain grows with the run. Every mode's numbers are in "
             "plan.json (checkpoint.strategies[].modes)"
         )
     return out
