@@ -616,8 +616,8 @@ def _outside_papers_method(strategies: list[Any]) -> list[str]:
             f"({m['goodput']:.3%} against {s.goodput:.3%}) with "
             f"{format_bytes(m['storage_bytes'])} of storage against "
             f"{format_bytes(s.storage_bytes)} and a {format_duration(m['restore_s'])} restore "
-            f"against {format_duration(s.restore_s)}: its chain grows with the run. Every mode's numbers are in "
-            "plan.json (checkpoint.strategies[].modes)"
+            f"against {format_duration(s.restore_s)}: its chain grows with the run. Every "
+            "mode's numbers are in plan.json (checkpoint.strategies[].modes)"
         )
     return out
 
