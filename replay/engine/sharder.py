@@ -32,7 +32,17 @@ it with `rank_costs`):
   embedding in the all-to-all; that module states the assumptions). Not priced: the
   all-to-all a replica's lookups no longer send (conservative against replication) and
   the ring's latency (paid by the dense gradient anyway).
-- A row is never split: the GPU that holds a row does all its lookups.
+- A row is never split: the GPU that holds a row does all its lookups; a table of fewer
+  than 1,000 rows (`shard_cost.TINY_ROWS`) is never split at all: whole on one GPU or
+  replicated.
+- A split costs every GPU holding a block its collective (`CostModel.row_wise`,
+  `table_row_wise`: TorchRec's reduce-scatter of whole [batch, dim] partial sums, in the
+  node for table-row-wise; `shard_cost` states the prices and assumptions), and a miss
+  costs `miss` over a hit (a cached table's row over the link): with the system's prices
+  (`replay.engine.placement.system_cost_model`) each GPU's cost is its modeled step time
+  (embedding work and collectives) in lookups.
+- Memory is each GPU's HBM: a table's footprint under its kernel (`TableLoad.hbm_bytes`;
+  every row by default) within `gpu_memory_bytes`.
 - Column-wise is never chosen: its blocks balance like row blocks, but each block still
   sees every lookup of its table (its hottest row's too), so it does not shrink the keys
   a GPU's cache sees (it stays available for users' plans).
@@ -85,6 +95,19 @@ The rule, deterministic (ties by table order, then by lower rank):
 4. The first granularity whose max per-GPU cost is within `tolerance` of max(mean, the
    floor F of step 1) wins (the fewest blocks: every extra row block sends another
    partial sum per sample); if none is, the granularity of the lowest maximum.
+5. Whole tables are indivisible (26 tables on 8 GPUs leave one GPU 4): the cheapest
+   replicas (their all-reduce under 1 / 8 of their cost; without the all-reduce priced,
+   step 1's tiny tables) are added 1, 2, 3, 4, 6, 8, 12, 16 at a time and the plan of
+   the lowest maximum wins (`_more_replicas`).
+
+Bytes beside the time: the result reports each GPU's HBM bytes (`rank_hbm`) against
+`bytes_bound` (no assignment of the chosen shards holds fewer on its fullest GPU:
+max(mean, replicas + the largest shard)) and `bytes_floor` (no plan does:
+max(HBM / W, the largest unsplittable piece)); the executable mode balances them within
+2% of the best time and returns its time / bytes front (`sharder_even`). The floor of
+the time is also at least `shard_cost.time_floor` (the least T with W x T covering each
+table's cheapest total among its ways whose piece is at most T), so the module's bounds
+hold with priced splits.
 
 Bounds (returned with the plan). Every GPU's cost (`rank_cost`, `rank_costs`) includes
 the replicas' all-reduce, AR (`ShardingResult.allreduce`), and so do ``mean`` here and
@@ -149,20 +172,23 @@ With `tolerance=0.02` the uniform 64-GPU plan reaches 1.012 (j = 7, 444 blocks i
 192).
 
 The TorchRec-executable mode (`torchrec_executable=True`, `cluster.sharding = "auto"`)
-keeps step 1 with the finest executable split as a table's unsplittable unit (H: its
-costliest even block over all W GPUs, `even_shares`), and replaces steps 2-4
-(`_search_executable`): a table is whole (table-wise, any GPU), table-row-wise over all
-GPUs of one node in order, or row-wise over every rank in order, always in TorchRec's
-even blocks, so only the whole tables and the node of a table-row-wise one are free to
-place; the costliest k tables are split (k = 0, 1, 2, 3, 4, then steps of a third), the
-rest placed largest first on the least-loaded GPU, and the k of the lowest maximum wins.
-criteo-terabyte under the generator's mass and the system's prices (hbm-lru, dgx-h100,
-40 GB a GPU; tests/test_sharder_mass.py's loads): at 8 GPUs 24 tables whole and 2
-row-wise, 1.035 max / mean (uneven blocks: 1.032); at 64 GPUs every table whole,
-2.46 measured and modeled against an executable floor of 2.30 (a 40 M-row table's even
-block holding its hot row), where uneven blocks reach 1.21 and TorchRec's row-wise and
-table-row-wise for every table 3.74 and 3.86: the hot rows Criteo measures cannot be
-balanced in blocks TorchRec executes.
+keeps step 1 with the finest executable split as a table's unsplittable unit (its
+costliest even block over all W GPUs, or over a node's G, plus the split's collective)
+and replaces steps 2-4 by `replay.engine.sharder_even.search_executable`: whole tables,
+table-row-wise over one node's GPUs in order or row-wise over every rank in order,
+always in TorchRec's even blocks.
+
+The numbers above are issue 41's (lookups priced, splits free, every table splittable).
+With issue 53's model (splits and misses priced, tables under 1,000 rows never split;
+hbm-lru on DGX H100 nodes, 40 GB a GPU, the generator's mass; tests/test_sharder_budget.py):
+criteo-terabyte at 8 GPUs, 24 tables whole and the 3- and 4-row C6 and C17 replicated,
+1.000 max / mean, the fullest GPU 19.8 GiB against a bound of 19.1 (C1 whole); at 64
+GPUs the five 25-40 M-row tables table-row-wise in a node and the rest whole, at the
+floor (1.82x the mean: the even block holding a 40 M-row table's hot value), 2.38 GiB
+on the fullest GPU where every table whole held 19.1. A 400-table, 2-billion-row model
+on 64 GPUs: 1.000 max / mean, 42.8 GiB on the fullest GPU (its largest table whole);
+its front trades 5% of the step for 33 GiB and 12% for 26 GiB (floor 14.9 GiB).
+meta-2021 (856 tables) on 128 GPUs: 1.5 s.
 """
 
 from __future__ import annotations
