@@ -29,6 +29,7 @@ from replay.report.document import (
     fmt_ratio,
 )
 from replay.report.figures import FigureOut
+from replay.report.figures_plan import draw_plan_mrc
 from replay.report.load import PlanData
 from replay.report.plan_ssd import ssd_blocks, ssd_line
 
@@ -565,19 +566,22 @@ def plan_figures(plan: PlanData, index: int, fig_dir: Path) -> list[FigureOut]:
     out = []
     where = "" if index == 0 else f" ({plan.path.name})"
     cache = doc["cache"]
-    if "mrc" in plan.figures:
-        name = f"plan_mrc{suffix(index)}.png"
+    name = f"plan_mrc{suffix(index)}.png"
+    title = f"Plan{where}: miss ratio against cache bytes"
+    drawn = draw_plan_mrc(doc, fig_dir / name, title)  # from plan.json: band, fitted axis
+    if not drawn and "mrc" in plan.figures:
         shutil.copyfile(plan.figures["mrc"], fig_dir / name)
+    if drawn or "mrc" in plan.figures:
         lru = cache["bytes_for_hit"].get("lru", {})
+        sampled = float((doc.get("mrc") or {}).get("error_bound") or 0.0) > 0
         caption = (
-            f"The LRU miss ratio over the planned run against cache bytes: the "
-            f"{format_bytes(cache['budget_bytes'])} budget (red line) hits "
+            "The LRU miss ratio over the planned run against cache bytes"
+            + (" with its ~95% error band" if drawn and sampled else "")
+            + f": the {format_bytes(cache['budget_bytes'])} budget (dashed line) hits "
             f"{pct_text(cache['hit_at_budget'].get('lru'))}"
             + (f"; {_targets(lru)} (dots)." if lru else ".")
         )
-        out.append(
-            FigureOut(name, f"Plan{where}: miss ratio against cache bytes", caption, SECTION)
-        )
+        out.append(FigureOut(name, title, caption, SECTION))
     if "goodput" in plan.figures:
         name = f"plan_goodput{suffix(index)}.png"
         shutil.copyfile(plan.figures["goodput"], fig_dir / name)
