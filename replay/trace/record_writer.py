@@ -25,8 +25,8 @@ group planned from the first batch, as the FBGEMM ingester does), closed at a st
 row group holds whole accumulation windows; a window longer than 4 groups is cut anyway
 (its step lands in a later group). Memory: the open group, the current window's lookups
 (held until its step; beyond `COMPACT_LOOKUPS` they are folded into their distinct rows
-with counts, which a table's rows bound) and the queue: at batch 65,536 of Criteo
-Kaggle's 26 tables (1.7 M lookups, 17 MB a batch in the trace's columns) about 10 batches.
+with counts, which a table's rows bound) and the queue (the ids as the model gave them,
+int64: 14 MB a batch of Criteo Kaggle's 26 tables at batch 65,536).
 
 Atomicity (`replay.trace.writer.TraceFolderWriter`): parts go into `.NAME.partial/` under
 temporary names; `close` writes the manifest and renames the folder into place, so a
@@ -66,7 +66,7 @@ from replay.trace.format import (
 from replay.trace.updates import update_sets
 from replay.trace.writer import TraceFolderWriter, write_parts
 
-QUEUE_ITEMS = 8  # batches or steps in flight between the training and the writer thread
+QUEUE_ITEMS = 4  # batches or steps in flight between the training and the writer thread
 COMPACT_LOOKUPS = 1 << 24  # a window's raw lookups beyond this are folded (16 Mi: 160 MB)
 _END = object()
 _STEP = object()
@@ -298,13 +298,17 @@ class RecordWriter:
         per-row state by id)."""
         tables_list, rows_list = [], []
         for t, r in parts:
-            if r.dtype.kind == "i" and len(r) and int(r.min()) < 0:
+            if not len(r):
+                continue
+            if r.dtype.kind == "i" and int(r.min()) < 0:
                 where = np.flatnonzero(r < 0)[0]
                 t_at = int(t[where]) if isinstance(t, np.ndarray) else t
                 raise InputError(
                     f"batch {batch}: table {self.tables[t_at].name!r} looked up row "
                     f"{int(r[where])}, a negative id"
                 )
+            if not isinstance(t, np.ndarray) and int(r.max()) >= self.rows[t]:
+                self._beyond(batch, np.full(len(r), t, dtype=np.uint16), r)
             rows_list.append(r)
             if isinstance(t, np.ndarray):
                 tables_list.append(t.astype(np.uint16, copy=False))
@@ -318,17 +322,20 @@ class RecordWriter:
         if len(tables) > 1 and np.any(tables[1:] < tables[:-1]):
             order = np.argsort(tables, kind="stable")
             tables, rows = tables[order], rows[order]
-        if len(rows):
-            limit = self.rows[tables]
-            bad = np.flatnonzero(rows.astype(np.uint64) >= limit.astype(np.uint64))
-            if len(bad):
-                i = int(bad[0])
-                t = self.tables[int(tables[i])]
-                raise InputError(
-                    f"batch {batch}: table {t.name!r} looked up row {int(rows[i])}, "
-                    f"outside its {t.rows:,} rows"
-                )
+        if any(isinstance(t, np.ndarray) for t, _ in parts):  # tables per lookup (merge)
+            self._beyond(batch, tables, rows)
         return tables, rows
+
+    def _beyond(self, batch: int, tables: np.ndarray, rows: np.ndarray) -> None:
+        """InputError for the first id at or beyond its table's rows, if any."""
+        bad = np.flatnonzero(rows.astype(np.uint64) >= self.rows[tables].astype(np.uint64))
+        if len(bad):
+            i = int(bad[0])
+            t = self.tables[int(tables[i])]
+            raise InputError(
+                f"batch {batch}: table {t.name!r} looked up row {int(rows[i])}, "
+                f"outside its {t.rows:,} rows"
+            )
 
     def _group(
         self,
