@@ -558,7 +558,9 @@ def horizon_mrc(
     R = 1: the exact curve (`mrc_source`/`mrc_trace`, the very same result). A sampled
     stream: SHARDS_adj at its rate (every lookup is a sampled request; distances / R), with
     the random-group `expected_error` of `replay.analysis.shards`; sizes below the rate's
-    `resolution_rows` are a ConfigError, as for `replay mrc --sample-rate`.
+    `resolution_rows` are a ConfigError, as for `replay mrc --sample-rate`. A sampled
+    workload spec's curve is corrected by Che's approximation as a control variate
+    (`replay.analysis.shards_model`; `extra["model"]` says so).
     """
     src = _open(source, threads)
     rate = source_sample_rate(src)

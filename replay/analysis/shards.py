@@ -62,6 +62,14 @@ largest point error in only 93.5%. With the blend: at most 0.0058, covered in 98
 traces at the default salt: largest error 0.0028, covered 20 of 20.
 The groups cost one more kernel pass over the sampled requests (about 2 R of the trace).
 
+Control variate. A caller that knows the sampled population (a sampled workload spec:
+`replay.analysis.shards_model`) sets `model`, which adds to the curve, and to each group's,
+the model's correction at each size (Che's curve of the full stream less Che's curve of
+what this sample reads); the groups then measure what the correction leaves, and the
+blur's bias term is dropped (the difference estimator corrects the blur with the luck).
+`group_curves` gives the curve and the K group curves that the errors, and the ranges of
+the plan's answers (`replay.plan.cache.range_for_hit`, via `point_errors`), come from.
+
 The filter makes, checks and hashes the flat keys straight from a trace's (table, row)
 columns in one fused loop, since reading bounds a sampled curve. `ShardsSampler` is the
 resumable state (the full sample and the K groups); `shards_sample_columns` is the filter
