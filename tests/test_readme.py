@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _report_checks import check_report
+from _tutorial_claims import check_tutorial_claims
 
 from replay.cli import main
 
@@ -162,6 +164,11 @@ def test_the_examples_of_each_page_run_in_order(
     _run_page(page, tmp_path, capsys)
     missing = [path for path in WRITES.get(page, []) if not (tmp_path / path).exists()]
     assert not missing, f"{page}: its examples did not write {missing}"
+    # every report the page writes keeps its plans' answers in one unit per quantity
+    for report in sorted(tmp_path.rglob("report.md")):
+        check_report(report.parent)
+    if page == "docs/tutorial.md":  # what the page says its runs show, they show
+        check_tutorial_claims(tmp_path)
 
 
 def test_the_pages_hold_the_examples_the_test_expects() -> None:

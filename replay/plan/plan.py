@@ -649,7 +649,7 @@ def _curve_basis(methods: list[str], rate: float) -> str:
     if rate >= 1.0:
         return "exact stack distances per table"
     counts = Counter(methods)
-    parts = [f"{n} tables: {m}" for m, n in sorted(counts.items())]
+    parts = [f"{n} table{'s' * (n != 1)}: {m}" for m, n in sorted(counts.items())]
     return f"SHARDS at R = {rate:g} per table, " + "; ".join(parts)
 
 
