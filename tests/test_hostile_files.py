@@ -125,6 +125,8 @@ CASES: dict[tuple[str, str], str] = {
     ("export torchrec-plan", "out"): "export torchrec-plan {run} --out {bad}",
     ("export tbe-config", "workload"): "export tbe-config --workload {bad} --out {out}",
     ("export tbe-config", "out"): "export tbe-config --workload tiny --out {bad}",
+    ("record merge", "rank_dirs"): "record merge {bad} --out {out}",
+    ("record merge", "out"): "record merge {trace} --out {bad}",
 }
 # options the walk finds that name no file, and why
 NOT_FILES: dict[tuple[str, str], str] = {
@@ -141,6 +143,7 @@ FOLDER_KEY_FILES: dict[tuple[str, str], str] = {
     ("fit", "trace"): "manifest.json",
     ("report", "results"): "summary.json",
     ("bench replay", "trace"): "manifest.json",
+    ("record merge", "rank_dirs"): "manifest.json",
 }
 # one case of each way a file is read, for the normal suite: a spec (TOML), a system, a
 # sharding plan (JSON, through --set), a workload, locality statistics, a trace's
