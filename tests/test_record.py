@@ -157,6 +157,53 @@ def test_a_torchrec_collection_with_a_shared_table_records_the_generated_trace(
     assert [t["name"] for t in recorded.manifest["tables"]] == names
 
 
+def test_embeddings_and_an_embedding_collection_and_an_exception_out_of_the_block(
+    tmp_path: Path,
+) -> None:
+    """`nn.Embedding` (2-D input, a module called twice: one table) beside TorchRec's
+    `EmbeddingCollection`; an exception of the training ends the block with the batches
+    completed kept, the batch it interrupted not."""
+    from torchrec import EmbeddingCollection, EmbeddingConfig, KeyedJaggedTensor
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(50, 4)
+            self.ec = EmbeddingCollection(
+                tables=[EmbeddingConfig(name="t", embedding_dim=4, num_embeddings=30,
+                                        feature_names=["f"])]
+            )  # fmt: skip
+
+        def forward(self, a: torch.Tensor, b: torch.Tensor, kjt: Any) -> torch.Tensor:
+            out = self.emb(a).sum() + self.emb(b).sum()
+            return out + self.ec(kjt)["f"].values().sum()
+
+    model = Model()
+    rng = np.random.default_rng(0)
+    fed = []
+    with pytest.raises(ZeroDivisionError), replay.record(model, out=tmp_path / "rec") as rec:
+        for b in range(4):
+            a, bb = rng.integers(0, 50, (3, 2)), rng.integers(0, 50, 5)
+            f = rng.integers(0, 30, 7)
+            kjt = KeyedJaggedTensor.from_lengths_sync(
+                keys=["f"], values=torch.from_numpy(f), lengths=torch.tensor([3, 4])
+            )
+            if b == 3:
+                model.emb.register_forward_hook(lambda *_: 1 / 0)
+            model(torch.from_numpy(a), torch.from_numpy(bb), kjt).backward()
+            rec.step()
+            fed.append((np.concatenate([a.ravel(), bb]), f))
+    recorded = open_trace(tmp_path / "rec")
+    assert [(t["name"], t["rows"]) for t in recorded.manifest["tables"]] == [("emb", 50), ("t", 30)]
+    assert recorded.num_batches == 3 and recorded.manifest["batch_size"] == 5
+    look = recorded.lookups()
+    for b, (emb_ids, ec_ids) in enumerate(fed):
+        at = look.batch == b
+        assert np.array_equal(look.row[at & (look.table == 0)], emb_ids)
+        assert np.array_equal(look.row[at & (look.table == 1)], ec_ids)
+    assert recorded.updates_are_lookups
+
+
 def _rank_trace(out: Path, generated: Trace, rank: int, world: int, steps: set[int]) -> None:
     """What rank `rank` of `world` records when fed its slice of each generated batch
     (per table, the rank-th of `world` consecutive slices), as `replay.record` writes it."""

@@ -41,7 +41,8 @@ What is recorded, and the assumptions:
 
 Interrupts: an exception (Ctrl-C's KeyboardInterrupt included) leaving the block keeps the
 batches completed so far as a valid shorter trace and is raised again; an error of the
-recording itself (a `ReplayError`) removes what was written. torch is imported only
+recording itself (an id outside its table, a KJT feature without a table) removes what
+was written. torch is imported only
 inside the functions here (the rest of replay does not need it).
 """
 
@@ -212,10 +213,10 @@ class Recorder:
         self._uninstall()
         writer = self._writer
         assert writer is not None
-        if self._failure is not None or isinstance(exc, ReplayError):
+        if self._failure is not None or (exc is not None and exc is writer.error):
             writer.abort()  # the recording's own error: nothing half-written
             if exc is None and self._failure is not None:
-                raise self._failure
+                raise self._failure  # caught in the block, but the recording is broken
             return
         if exc is not None and writer.batches == 0:
             writer.abort()
