@@ -97,6 +97,20 @@ def test_answers_agree_between_summary_json_and_markdown(quick: Quick) -> None:
     assert step["value"] == plan["horizon"]["time_per_batch_s"] == 0.05
 
 
+def test_one_time_per_batch_per_system(quick: Quick) -> None:
+    """A system the plan's Systems line times gets no second time in the replayed runs'
+    line: that line names the fastest run and points to the one time given."""
+    summary, _, lines = _load(quick)
+    timed = [a for a in summary["answers"] if a["quantity"] == "time_per_batch"]
+    systems = [a["system"] for a in timed if a.get("system")]
+    assert systems and len(systems) == len(set(systems)), timed
+    runs = next(line for line in lines if line.startswith("Replayed runs"))
+    fastest = next(a for a in summary["answers"] if a["quantity"] == "fastest" and a["line"]
+                   == lines.index(runs))  # fmt: skip
+    if fastest["value"].split(" (")[0] in systems:
+        assert "its time per batch is given once: the Systems line" in runs, runs
+
+
 def test_byte_answers_carry_their_range_and_checkpoint_its_terms(quick: Quick) -> None:
     summary, _, _ = _load(quick)
     cache = next(line for line in summary["summary"] if line.startswith("Cache ("))
