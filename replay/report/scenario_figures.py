@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from replay._units import format_rate
+from replay._units import format_duration, format_rate
 from replay.report.analysis import PAPER, TERMS, check_n_run_basis
 from replay.report.figures import TIME_PARTS, FigureOut, new_figure, save
 
@@ -73,8 +73,8 @@ def _ladder_time(lad: dict[str, Any], out_dir: Path) -> FigureOut:
     return FigureOut(
         "ladder_time.png",
         "TrainingCXL ladder: time per batch by term",
-        f"From {slowest['system']} ({slowest['batch_time_s'] * 1e3:.3g} ms per batch) to "
-        f"{fastest['system']} ({fastest['batch_time_s'] * 1e3:.3g} ms); each step's gain is "
+        f"From {slowest['system']} ({format_duration(slowest['batch_time_s'])} per batch) to "
+        f"{fastest['system']} ({format_duration(fastest['batch_time_s'])}); each step's gain is "
         "the slice that shrinks.",
         "ladder",
     )
@@ -168,8 +168,8 @@ def _fastpersist(fp: dict[str, Any], out_dir: Path) -> FigureOut:
         "fastpersist.png",
         "FastPersist: write speedup and per-batch write time",
         f"Up to {fp['max_speedup']:.3g}× faster writes than torch-save ({fp['best']}); "
-        f"per-batch checkpointing {free}: {fp['per_batch_write_s'] * 1e3:.3g} ms to write "
-        f"against {fp['compute_s'] * 1e3:.3g} ms of forward + backward.",
+        f"per-batch checkpointing {free}: {format_duration(fp['per_batch_write_s'])} to write "
+        f"against {format_duration(fp['compute_s'])} of forward + backward.",
         "checkpoints",
     )
 
