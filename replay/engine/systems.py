@@ -92,11 +92,14 @@ def resolve_system_with_origin(
 ) -> tuple[SystemSpec, str]:
     """The validated spec and where it came from (a preset name or a file path)."""
     data, origin = load_system_data(name_or_file)
-    where = origin
-    if overrides:
-        data = apply_overrides(data, overrides)
-        where = f"{origin} with {opt('--set', 'overrides')}"
-    return system_from_dict(data, where=where), origin
+    if not overrides:
+        return system_from_dict(data, where=origin), origin
+    data = apply_overrides(data, overrides)
+    try:
+        return system_from_dict(data, where=origin), origin
+    except ConfigError as exc:  # the field's path, then the overrides that led to it
+        given = f"with {opt('--set', 'overrides')} {' '.join(overrides)}"
+        raise ConfigError(f"{exc.args[0]} ({given})") from None
 
 
 def resolve_system(name_or_file: str | Path, overrides: list[str] | None = None) -> SystemSpec:

@@ -256,7 +256,7 @@ def resolve_sweep(
     total = grid_size(grid)
     base_error: ConfigError | None = None
     try:
-        system_from_dict(base, where=f"{origin} with --set" if sets else origin)
+        _validated(base, origin, f"with --set {' '.join(sets)}" if sets else "")
     except ConfigError as exc:
         # the grid may supply what --set alone leaves invalid (a strategy's interval):
         # then every point must validate, below; otherwise this is the error to show
@@ -266,15 +266,17 @@ def resolve_sweep(
     # one validation per point, in order (the product is walked, never listed whole)
     for index, combo in enumerate(itertools.product(*(grid[key] for key in keys))):
         point_sets = [f"{key}={text}" for key, (text, _) in zip(keys, combo, strict=True)]
+        given = f"with --grid {' '.join(point_sets)}"
         try:
-            spec = system_from_dict(
-                apply_overrides(base, point_sets), where=f"{origin} with --grid"
-            )
+            spec = _validated(apply_overrides(base, point_sets), origin, given)
         except ConfigError:
             if base_error is not None:
                 raise base_error from None
             raise
-        refuse_cluster(spec, f"{origin} with --grid", "`replay sweep`")
+        try:
+            refuse_cluster(spec, origin, "`replay sweep`")
+        except ConfigError as exc:
+            raise ConfigError(f"{exc.args[0]} ({given})") from None
         labels = {key: value_label(value) for key, (_, value) in zip(keys, combo, strict=True)}
         values = {key: value for key, (_, value) in zip(keys, combo, strict=True)}
         job = RunJob(point_folder(index, width, labels), spec, origin, (*sets, *point_sets))
@@ -282,6 +284,17 @@ def resolve_sweep(
         if on_point is not None:
             on_point(index + 1, total)
     return points
+
+
+def _validated(data: dict[str, Any], origin: str, given: str) -> SystemSpec:
+    """The spec of `data`; a ConfigError names the field's path, then the options that
+    gave it (`given`: "with --grid policy.capacity_rows=0"), not a fused "--grid.policy"."""
+    try:
+        return system_from_dict(data, where=origin)
+    except ConfigError as exc:
+        if not given:
+            raise
+        raise ConfigError(f"{exc.args[0]} ({given})") from None
 
 
 def grid_size(grid: dict[str, list[tuple[str, Any]]] | Sequence[str]) -> int:
