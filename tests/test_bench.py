@@ -109,3 +109,26 @@ def test_terabyte_day_on_the_fly_in_90_s() -> None:
     assert day["lookups"] == TERABYTE_DAY_BATCHES * 2048 * 26
     assert day["wall_s"] <= 90, day
     assert day["peak_rss_bytes"] <= 1.5 * 2**30, day
+
+
+@pytest.mark.bench
+def test_replay_run_is_6x_libcachesim_lru_at_both_key_spaces() -> None:
+    """Issue 57: whole `replay run --system hbm-lru` processes (statistics on) >= 6x
+    libCacheSim's LRU on the same keys, median of 3 pairs, misses identical: Criteo
+    Terabyte 2,000 x 2,048 with 1,000,000 rows of cache, Criteo Kaggle 1,600 x 2,048
+    with 150,000. Without libCacheSim this fails with how to install it (no skip)."""
+    from replay.errors import ConfigError
+    from replay.runs.bench_lcs import bench_vs_libcachesim
+
+    cases = (("criteo-terabyte", 2000, 1_000_000), ("criteo-kaggle", 1600, 150_000))
+    for preset, batches, rows in cases:
+        try:
+            result = bench_vs_libcachesim(
+                key_spaces=(preset,), batches=batches, batch_size=2048, capacity_rows=rows
+            )
+        except ConfigError as exc:
+            pytest.fail(str(exc))
+        (row,) = result["rows"]
+        assert row["lookups"] == batches * 2048 * 26
+        assert row["misses_identical"], row
+        assert row["ratio_median"] >= 6.0, row

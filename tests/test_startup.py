@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 HEAVY = ("numpy", "numba", "llvmlite", "pyarrow", "polars", "matplotlib", "scipy", "rich")
 
@@ -69,3 +72,32 @@ def test_help_of_a_command_through_the_console_imports_nothing_heavy() -> None:
     done, heavy = _console("run", "--help")
     assert done.returncode == 0 and "--system" in done.stdout
     assert heavy == "[]"
+
+
+def _median_wall_s(args: list[str], runs: int = 5) -> float:
+    """Median wall time of `runs` whole `replay` processes after one untimed warm-up."""
+    import statistics
+    import time
+
+    command = [sys.executable, "-m", "replay", *args]
+    subprocess.run(command, capture_output=True, check=True, timeout=120)
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run(command, capture_output=True, check=True, timeout=120)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+@pytest.mark.bench
+def test_version_and_a_two_batch_run_are_quick(tmp_path: Path) -> None:
+    """Issue 57's fixed-cost goals, whole processes, median of 5 after a warm-up:
+    `replay --version` <= 0.15 s and `replay run` of a 2-batch criteo-kaggle trace
+    <= 0.35 s (on an idle machine: the load of other jobs stretches both)."""
+    from replay.workload.generator import generate
+    from replay.workload.presets import get_preset
+
+    assert _median_wall_s(["--version"]) <= 0.15
+    trace = generate(get_preset("criteo-kaggle").with_overrides(batches=2), tmp_path / "t")
+    run = ["run", str(trace), "--system", "hbm-lru", "--set", "policy.capacity_rows=150000"]
+    assert _median_wall_s([*run, "--out", str(tmp_path / "run"), "--force"]) <= 0.35
