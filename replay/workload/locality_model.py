@@ -179,9 +179,11 @@ def poisson_bins(
     return rows, looks, distinct, total
 
 
-def rank_rates(shape: TableShape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def rank_rates(
+    shape: TableShape, bucket_ratio: float = BUCKET_RATIO
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lambda, 1 - p, ranks at it): the table's ranks grouped as the module docstring
-    says."""
+    says (a coarser `bucket_ratio` is a faster, rougher sum: a fit's search)."""
     rows, alpha, hot = int(shape.rows), float(shape.alpha), shape.hot_shares
     q = float(shape.rank_offset)
     head = min(rows, HEAD_RANKS)
@@ -189,8 +191,8 @@ def rank_rates(shape: TableShape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     head_w = k**-alpha
     # the tail's buckets: [lo, hi) of ranks, geometric
     if rows > head:
-        n_b = max(1, math.ceil(math.log(rows / head) / math.log(BUCKET_RATIO)))
-        edges = np.unique(np.round(head * BUCKET_RATIO ** np.arange(n_b + 1)).astype(np.int64))
+        n_b = max(1, math.ceil(math.log(rows / head) / math.log(bucket_ratio)))
+        edges = np.unique(np.round(head * bucket_ratio ** np.arange(n_b + 1)).astype(np.int64))
         edges = edges[edges > head]
         edges = np.concatenate([[head + 1], edges[edges <= rows], [rows + 1]])
         edges = np.unique(edges)
@@ -216,6 +218,14 @@ def rank_rates(shape: TableShape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     weight = np.concatenate([np.ones(head), count])
     not_p = np.concatenate([1.0 - p_head, np.ones(len(count))])
     return lam, not_p, weight
+
+
+def table_counts(
+    shape: TableShape, bucket_ratio: float = BUCKET_RATIO
+) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """(rows per bin, lookups per bin, distinct, lookups) of one table `shape`."""
+    lam, q, weight = rank_rates(shape, bucket_ratio)
+    return poisson_bins(lam, q, weight, np.asarray(BIN_EDGES, dtype=np.int64))
 
 
 def expected_counts(
