@@ -11,9 +11,13 @@ The line is cleared when the display ends, normally or by an error or Ctrl-C
 (`KeyboardInterrupt` unwinds through the `with`), so what stays on the terminal is the
 command's own output.
 
-Where stderr is not a terminal (a pipe, a file, a CI log) `display` yields a display
-whose methods do nothing and nothing at all is written: the output is byte for byte what
-the command prints without a display. Whether stderr is a terminal is
+Where stderr is not a terminal (a pipe, a file, a CI log, `nohup`) nothing is drawn;
+instead a command that runs longer than `LOG_INTERVAL_S` writes a timestamped line to
+stderr every `LOG_INTERVAL_S` (`2026-12-06T11:20:00Z replay plan: STAGE DONE/TOTAL UNIT,
+stage 1m30s, 3m00s in all`), from a daemon thread that reads the stage the callbacks
+last set (so a stage without callbacks is still reported), stopped as the command ends.
+A command shorter than that writes nothing: its output is byte for byte what it prints
+without a display. Whether stderr is a terminal is
 `replay.cli.app.show_progress` (a global of this module, so a test fakes a terminal by
 patching `replay.cli._progress.show_progress`).
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -36,6 +41,8 @@ REFRESH_PER_SECOND = 2
 # a callback's count is drawn at most this often (the last count always): with rich's
 # own, at most 10 redraws a second
 MIN_INTERVAL_S = 0.125
+# where stderr is no terminal: a timestamped line this often (the first after as long)
+LOG_INTERVAL_S = 60.0
 
 
 class Display:
@@ -49,6 +56,8 @@ class Display:
         self._unit = ""
         self._done = 0
         self._pushed_at = 0.0
+        self._stage = ""
+        self._started = self._stage_at = time.monotonic()
 
     @property
     def shown(self) -> bool:
@@ -59,6 +68,7 @@ class Display:
         """Start the next stage: `name` says what the command does now; `total` is the
         amount of work in `unit`s when it is known (then `update`/`advance` count it)."""
         self._total, self._unit, self._done = total, unit, 0
+        self._stage, self._stage_at = name, time.monotonic()
         if self._live is None:
             return
         if self._task is not None:
@@ -71,11 +81,11 @@ class Display:
 
     def update(self, done: int, total: int | None = None) -> None:
         """`done` units of the stage's work are done (of `total`, when it changed)."""
-        if self._live is None or self._task is None:
-            return
         self._done = done
         if total is not None:
             self._total = total
+        if self._live is None or self._task is None:
+            return
         now = time.perf_counter()
         if now - self._pushed_at < MIN_INTERVAL_S and (self._total is None or done < self._total):
             return
@@ -86,8 +96,18 @@ class Display:
 
     def advance(self, n: int = 1) -> None:
         """`n` more units of the stage's work are done."""
-        if self._live is not None:
-            self.update(self._done + n)
+        self.update(self._done + n)
+
+    def log_line(self) -> str:
+        """The timestamped line written where stderr is no terminal."""
+        now = time.monotonic()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        stage = f" {self._stage}" if self._stage else ""
+        count = f" {self._count(self._done)}" if self._total is not None else ""
+        return (
+            f"{stamp} replay {self.command}:{stage}{count}, stage "
+            f"{_elapsed(now - self._stage_at)}, {_elapsed(now - self._started)} in all"
+        )
 
     def around(self, echo: Callable[[str], None]) -> Callable[[str], None]:
         """`echo` (a printer of whole lines, to stdout or stderr) with the display
@@ -120,13 +140,43 @@ class Display:
         return f"{done:,}/{self._total:,}{unit}"
 
 
+def _elapsed(seconds: float) -> str:
+    s = int(seconds)
+    h, m, s = s // 3600, s // 60 % 60, s % 60
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+@contextlib.contextmanager
+def _log_lines(shown: Display) -> Iterator[None]:
+    """A daemon thread writing `shown.log_line()` to stderr every `LOG_INTERVAL_S`."""
+    stop = threading.Event()
+    stream = sys.stderr  # as it is now (a test's capture too)
+    interval = LOG_INTERVAL_S
+
+    def write() -> None:
+        while not stop.wait(interval):
+            with contextlib.suppress(OSError, ValueError):  # a closed or broken stderr
+                stream.write(shown.log_line() + "\n")
+                stream.flush()
+
+    thread = threading.Thread(target=write, name="replay-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 @contextlib.contextmanager
 def display(command: str) -> Iterator[Display]:
     """The progress display of `command` (e.g. "run") for the `with` block: drawn on
     stderr when it is a terminal, cleared as the block ends however it ends; a display
     that draws nothing otherwise."""
     if not show_progress():
-        yield Display(command)
+        shown = Display(command)
+        with _log_lines(shown):
+            yield shown
         return
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -149,4 +199,4 @@ def display(command: str) -> Iterator[Display]:
         yield Display(command, live)
 
 
-__all__ = ["MIN_INTERVAL_S", "REFRESH_PER_SECOND", "Display", "display"]
+__all__ = ["LOG_INTERVAL_S", "MIN_INTERVAL_S", "REFRESH_PER_SECOND", "Display", "display"]
