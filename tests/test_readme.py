@@ -39,7 +39,7 @@ SMALLER = {
     "--batches 18781": "--batches 8",
     "batches=200": "batches=8",
     # your own model: the batches it records (fit's cost grows with them) and its run
-    "for _ in range(100):": "for _ in range(20):",
+    "for _ in range(100):": "for _ in range(10):",
     "--samples 10000000 --sample-rate 1": "--samples 102400 --sample-rate 1",
     # the tutorial: its model's replays, and its plans' epoch of 976,563 batches
     "batches = 500 ": "batches = 20 ",
