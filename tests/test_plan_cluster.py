@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _report_checks import check_report
 
 from replay.plan.plan import PlanRequest, make_plan
 from replay.plan.write import plan_json, write_plan
@@ -156,6 +157,7 @@ def test_the_report_of_a_cluster_plan_shows_its_answers(planned: dict, tmp_path:
     text = (tmp_path / "r" / "report.md").read_text()
     assert "- Cluster: 4 GPUs (2 nodes x 2)" in text
     assert (tmp_path / "r" / "figures" / "plan_cluster_scaling.png").is_file()
+    check_report(tmp_path / "r")  # one unit per quantity, figures once, the plan summarised
 
 
 def test_a_one_gpu_plan_has_no_cluster_key() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from _quickstart_once import Quick, quickstart_once
+from _report_checks import check_report
 
 from replay.report.build import percents_over_100
 from replay.report.load import PlanData
@@ -129,6 +130,10 @@ def test_byte_answers_carry_their_range_and_checkpoint_its_terms(quick: Quick) -
     assert ("5th percentile" in goodput) != ("of runs see one" in goodput), goodput
     plan_md = (quick.out / "results" / "plan" / "plan.md").read_text()
     assert "~95% ranges from the sampled curve's error" in plan_md
+
+
+def test_the_report_keeps_one_unit_per_quantity_and_every_plan(quick: Quick) -> None:
+    check_report(quick.out)
 
 
 def test_every_figure_written_is_shown_and_no_warning_concerns_a_quickstart_run(
