@@ -426,6 +426,19 @@ def physical_memory() -> int | None:
         return None
 
 
+def memory_available_now() -> int | None:
+    """MemAvailable (`/proc/meminfo`): what the kernel could give a new process now without
+    swapping, which other processes and the page cache move; None where unreadable. Said
+    beside an estimate (`replay plan --dry-run`); `check_fits` keeps the steadier figure."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def address_space_room() -> int | None:
     """Bytes this process may still map under its address-space limit (RLIMIT_AS, e.g.
     `ulimit -v`): the limit less what it maps already (`VmSize`); None without a limit.
@@ -503,6 +516,7 @@ __all__ = [
     "format_bytes",
     "format_count",
     "inspect_estimate",
+    "memory_available_now",
     "mrc_estimate",
     "parse_size",
     "physical_memory",

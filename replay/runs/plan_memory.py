@@ -71,8 +71,11 @@ from typing import Any
 
 from replay._memory import (
     IN_FLIGHT_BYTES_PER_LOOKUP,
+    MARGIN_BYTES,
     Estimate,
+    available_memory,
     format_count,
+    memory_available_now,
     mrc_estimate,
     row_space,
 )
@@ -380,7 +383,28 @@ def estimate_lines(estimate: Estimate) -> list[str]:
     lines = [f"memory: about {format_bytes(estimate.total)} at the peak ({estimate.detail})"]
     lines += [f"  {name}: {format_bytes(size)}" for name, size in estimate.parts]
     lines += [f"  ({note})" for note in estimate.notes]
-    return lines
+    return [*lines, available_line(estimate.total)]
+
+
+def available_line(total: float) -> str:
+    """The estimate against what this machine has available now (MemAvailable, at most
+    the figure `check_fits` uses: physical memory, a cgroup's or REPLAY_MEMORY_LIMIT)."""
+    have, source = available_memory()
+    now = memory_available_now()
+    if now is None and have is None:
+        return "this machine's memory could not be read: nothing to compare with"
+    if now is None or (have is not None and have < now):
+        figure, what = have, source
+    else:
+        figure, what = now, "available now: MemAvailable"
+        if have is not None:
+            what += f", of {format_bytes(have)} ({source})"
+    assert figure is not None
+    verdict = "fits in" if total + MARGIN_BYTES <= figure else "is MORE than"
+    return (
+        f"this estimate and a {format_bytes(MARGIN_BYTES)} margin {verdict} the "
+        f"{format_bytes(figure)} this machine has ({what})"
+    )
 
 
 def source_for_estimate(source: Path | WorkloadSpec) -> Any:
