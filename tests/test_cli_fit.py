@@ -77,3 +77,26 @@ def test_fit_prints_tables(trace: Path, tmp_path: Path, capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     assert "plain MLE" in out and "overall" in out and "rows touched" in out
     assert "spec written to" in out and "figure written to" in out
+
+
+CRITEO_ROWS = Path(__file__).resolve().parents[2] / "shared/data/criteo/criteo1tb_head1000.tsv"
+
+
+@pytest.mark.skipif(not CRITEO_ROWS.exists(), reason="the real Criteo rows are not here")
+def test_the_default_rows_are_the_declared_where_they_converge_else_fitted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Real Criteo rows ingested with a dictionary (its declared rows are only the values
+    the sample saw): with no --rows flag the tables whose declared rows miss get fitted
+    rows, the others keep the declared, and the command and the spec say which."""
+    from replay.trace.criteo import ingest
+
+    out = tmp_path / "criteo"
+    ingest(CRITEO_ROWS, out, batch_size=50, dictionary=True)
+    spec_path = tmp_path / "fit.toml"
+    assert main(["fit", str(out), "--out", str(spec_path), "--max-lookups", "13000"]) == 0
+    printed = capsys.readouterr().out
+    assert "rows: fitted (--rows extrapolate; the declared rows missed) for " in printed
+    text = spec_path.read_text()  # each table's diagnostics comment says which rows
+    assert "auto: declared" in text and "auto: extrapolated" in text
+    assert "the declared" in text.split("auto: extrapolated", 1)[1].splitlines()[0]

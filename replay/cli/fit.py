@@ -524,6 +524,12 @@ def print_fit(result: FitResult, console: Console | None = None) -> None:
         )
     console.print(table)
     console.print(f"overall: reuse {result.reuse:.3f}, drift {result.drift:.3g}")
+    fitted = [t.name for t in result.tables if t.rows_source.startswith("auto: extrapolated")]
+    if fitted:  # --rows auto: where the declared rows missed, the fitted ones
+        console.print(
+            f"rows: fitted (--rows extrapolate; the declared rows missed) for "
+            f"{shown(', '.join(fitted))}; declared for the others"
+        )
     for note in result.notes:
         console.print(f"note: {shown(note)}")
 
