@@ -29,10 +29,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fit_locality import record_text
 
-from replay.errors import ConfigError
 from replay.workload.fit_locality import fit_locality, nnls, whole_tables
 from replay.workload.locality_model import BINS, BatchStats
-from replay.workload.locality_stats import parse_locality_stats, read_locality_stats
+from replay.workload.locality_stats import read_locality_stats
 from replay.workload.spec import TableSpec, WorkloadSpec
 
 META_STATS = (
