@@ -18,7 +18,10 @@ Threads: the caller's thread only queues the batches (already copied out of the 
 tensors) and the steps; a writer thread sorts, computes the update sets (the numba kernel
 of `replay.trace.updates`, which releases the GIL), encodes and writes the row groups. The
 queue holds at most `QUEUE_ITEMS` items, so a writer that falls behind slows the training
-down instead of holding an unbounded backlog (bounded memory).
+down instead of holding an unbounded backlog (bounded memory). Measured at batch 65,536 of
+Criteo Kaggle's 26 tables (1.7 M lookups a batch, 2-core VM under load): 12 ms a batch
+on the training's thread (the ids' copies), 120 ms of CPU a batch on the writer thread,
+against a CPU training step of 7.5 to 9 s (`tests/test_record.py`, bench).
 
 Row groups: about `ROW_GROUP_TARGET_LOOKUPS` lookups of whole batches (the batches per
 group planned from the first batch, as the FBGEMM ingester does), closed at a step, so a
