@@ -51,3 +51,26 @@ def test_dry_run_prints_the_comparison(tmp_path: Path, capsys: pytest.CaptureFix
     out = capsys.readouterr().out.splitlines()
     assert any(line.startswith("this estimate and a 512 MiB margin fits in the") for line in out)
     assert not (tmp_path / "p").exists()
+
+
+def test_ssd_tbe_l2_counts_its_table_and_the_slots_a_source_can_fill() -> None:
+    """The L2's key -> slot table is allocated and touched whole (8 B an entry, 4 x its
+    slots rounded up to a power of two); its slots' arrays only as rows fill them, at most
+    one a lookup: a 200-batch span of a 14.3 M-row L2 fills at most its lookups."""
+    from replay.engine.systems import resolve_system
+    from replay.policies.lru import table_shape
+    from replay.policies.tbe import TBEPolicy
+    from replay.runs.run_memory import cache_bytes
+    from replay.system import cachelib
+
+    system = resolve_system("ssd-tbe", [])
+    rows, state = 187_767_399, 512
+    l2 = cachelib.capacity_rows(system.policy.l2_capacity_bytes, state)
+    assert l2 == 14_308_530  # 8 GiB of 600 B chunks
+    ways = TBEPolicy.capacity(system, 1, state, rows) * 16
+    table = 8 * table_shape(rows, l2)[0]
+    assert table == 512 << 20
+    got, how = cache_bytes(system, [rows], state, lookups=1_000_000)
+    assert got == ways + table + 1_000_000 * 17
+    assert "L2 table 512 MiB and 1,000,000 of its 14,308,530 rows filled x 17 B" in how
+    assert cache_bytes(system, [rows], state, lookups=10**9)[0] == ways + table + l2 * 17

@@ -60,6 +60,11 @@ GPUs: batches of 887 M lookups read in pieces, `docs/methods.md` "At production 
 the cluster stage holds the sharder's loads (~1 GiB), a compiled workload (0.3 GiB), the
 pieces in flight and each placement's router, beside the heads: measured 2.99 GiB, the
 estimate 3.6 GiB (high by 20%; the heads' bound is ~0.5 GiB above what they hold).
+Later (issue 54, `/usr/bin/time -v`, loaded 2-core VM): the process alone is 229-245 MiB
+(a tiny plan peaked at 245 MiB, estimate 243); the SSD TBE plan of docs/ssd_tbe_plan.md
+1.55 GiB (estimate 2.02, high by 31%: touched(k)'s map is bounded at 64 B for each of the
+16.8 M lookups of its first batches, most of them repeats; its L2 now counts its table
+and the slots the span can fill, not 81 B for each of its 14.3 M rows).
 """
 
 from __future__ import annotations
@@ -91,7 +96,7 @@ from replay.plan.torchrec import SPAN_MAX_LOOKUPS, span_batches
 from replay.workload.sampled import MAX_GROUP_BATCHES, MAX_GROUP_CELLS, SETUP_CHUNK_ROWS
 from replay.workload.spec import WorkloadSpec
 
-PROCESS_BYTES = 160 << 20  # interpreter, numpy, numba's code, the engine: 0.10-0.13 GiB measured
+PROCESS_BYTES = 240 << 20  # interpreter, numpy, numba's code, the engine: 229-245 MiB measured
 
 # a chunk of the full stream the heads read: its columns, flat keys and their split by
 # table. Measured when the split was an argsort and its gathers (~56 B); the counting sort

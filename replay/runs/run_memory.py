@@ -55,9 +55,11 @@ from replay._memory import (
     row_space,
     run_estimate,
 )
+from replay._units import format_bytes
 from replay.engine.replay import counts_read_after_write, streams_pieces, workload_shape
 from replay.policies import POLICIES
 from replay.policies.base import usable_units
+from replay.policies.lru import table_shape
 from replay.system import cachelib
 from replay.system.optimizer import with_workload_rule
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
@@ -71,6 +73,9 @@ from replay.workload.source import Source
 _SLOT_BYTES = {"lru": 81, "lfu": 33, "belady": 25, "chunk": 16}
 # FBGEMM's TBE (replay.policies.tbe): per way its row (int64) and, for LRU, its time step
 _TBE_WAY_BYTES = {"lru": 16, "lfu": 8}
+# ssd-tbe's L2 (replay.policies.ssd_tbe.L2Cache), per slot: its key (8), its two links (4 +
+# 4 at most) and its dirty flag (1); its table's entries are counted apart (8 B each)
+_L2_SLOT_BYTES = 17
 # hot's selection of the hottest rows: per looked-up row, its flat id (8), its count and
 # the partition's copy (4 + 4), two masks (2) and the selected ids (8), rounded up
 _HOT_SELECT_BYTES = 32
@@ -133,9 +138,12 @@ def sharded(system: SystemSpec) -> bool:
     return system.cluster is not None and system.policy.name != PATRICKSTAR_POLICY
 
 
-def cache_bytes(system: SystemSpec, gpu_rows: Sequence[int], row_state: int) -> tuple[int, str]:
+def cache_bytes(
+    system: SystemSpec, gpu_rows: Sequence[int], row_state: int, lookups: int | None = None
+) -> tuple[int, str]:
     """(bytes, how) of the caches of `system`'s policy, one per entry of `gpu_rows` (the
-    rows each cache sees: [R] for one GPU), as their constructors allocate them."""
+    rows each cache sees: [R] for one GPU), as their constructors allocate them.
+    `lookups`: the source's, which bound the L2 slots ssd-tbe ever fills."""
     cls = POLICIES[system.policy.name]
     p = system.policy
     if not cls.cached:
@@ -155,8 +163,19 @@ def cache_bytes(system: SystemSpec, gpu_rows: Sequence[int], row_state: int) -> 
         if cls.name == "ssd-tbe":
             l2 = cachelib.capacity_rows(p.l2_capacity_bytes, row_state)
             slots = sum(usable_units(l2, int(r)) for r in gpu_rows) if l2 else 0
-            size += slots * _SLOT_BYTES["lru"]
-            how += f", L2 {format_count(slots)} rows x {_SLOT_BYTES['lru']} B"
+            if lookups is None:
+                size += slots * _SLOT_BYTES["lru"]
+                how += f", L2 {format_count(slots)} rows x {_SLOT_BYTES['lru']} B"
+            elif slots:
+                # its key -> slot table (huge pages, touched throughout), and its slots'
+                # arrays, filled in order: at most a slot per lookup is ever touched
+                table = sum(8 * table_shape(int(r), usable_units(l2, int(r)))[0] for r in gpu_rows)
+                filled = min(slots, max(int(lookups), 0))
+                size += table + filled * _L2_SLOT_BYTES
+                how += (
+                    f", L2 table {format_bytes(table)} and {format_count(filled)} of its "
+                    f"{format_count(slots)} rows filled x {_L2_SLOT_BYTES} B"
+                )
         return size, how
     if cls.name == "hot":
         return 0, ""  # its selection is per looked-up row (`run_state`)
@@ -216,7 +235,7 @@ def run_state(
         # GPU's min(capacity, its rows), one at least) are at most those of any placement
         # without replicas, which then have at most R + W
         rows = list(gpu_rows) if gpu_rows is not None else _even(total + gpus, gpus)
-    fixed, how = cache_bytes(system, rows, state)
+    fixed, how = cache_bytes(system, rows, state, lookups)
     per_batch = 0
     notes: list[str] = []
     if cluster:
