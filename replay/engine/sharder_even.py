@@ -15,8 +15,9 @@ then steps of a third), with and without the tables whose HBM bytes alone exceed
 bytes floor (below); the rest are placed largest first, either on the least-loaded GPU
 (longest processing time first) or on the GPU that raises the maximum cost least, then
 the maximum HBM bytes least (ties: the least loaded). Among every fill that places all
-tables, the lowest maximum cost wins; a fill within `BYTES_SLACK` of it with fewer HBM
-bytes on its fullest GPU wins instead (ties: fewer splits, then the order tried): a plan
+tables, the lowest maximum cost wins; a fill within `BYTES_SLACK` of it (or within
+`tolerance` of max(mean, floor), what the search calls good enough) with fewer HBM bytes
+on its fullest GPU wins instead (ties: fewer splits, then the order tried): a plan
 2% slower in a model whose own error is larger is no worse, and its GPUs keep room for
 caches and activations. The search stops at the first k whose best is within
 `tolerance` of max(mean, floor).
@@ -216,7 +217,10 @@ def search_executable(
         return None
     if front is not None:
         front.extend(pareto([(f[0], f[1], f[3][1]) for f in found]))
-    near = [f for f in found if f[0] <= best_top * (1 + BYTES_SLACK)]
+    # as good in time: within BYTES_SLACK of the best, or within the search's own
+    # tolerance of max(mean, floor)
+    good = max(best_top * (1 + BYTES_SLACK), (1 + tolerance) * max(mean, floor))
+    near = [f for f in found if f[0] <= good]
     return min(near, key=lambda f: (f[1], f[3][1], f[2]))[3]
 
 
