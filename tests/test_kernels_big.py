@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -69,35 +70,49 @@ def test_the_400_table_model_at_a_ten_thousandth(tmp_path: Path) -> None:
 
 
 @pytest.mark.bench
-def test_the_400_table_model_on_64_and_8_h100s(tmp_path: Path) -> None:
-    """The full model planned: 64 H100s hold it in HBM (fits, no cache needed) under
-    hbm-lru and ssd-tbe; on 8, ssd-tbe moves tables to the drives and says which and what
-    their misses cost; no tier over its capacity anywhere."""
-    common = [
-        "plan", "--workload", str(BIG), "--batches", "2", "--batch-size", "1024",
-        "--cluster-mtbf", "24h", "--set", "cluster.preset=dgx-h100",
-    ]  # fmt: skip
-    for name, nodes, system, extra in (
-        ("ssd8", 1, "ssd-tbe", ["--set", "policy.l2_capacity_bytes=256MiB"]),
-        ("lru64", 8, "hbm-lru", []),
+def test_the_400_table_model_on_64_and_8_h100s() -> None:
+    """The full model placed on DGX H100 nodes: 64 H100s hold it in HBM (fits, no cache
+    needed) under hbm-lru and ssd-tbe; on 8, ssd-tbe moves tables to the drives and says
+    which and what their misses cost, hbm-lru needs more host memory than the preset's
+    512 GB DRAM tier (one line) and, with a DGX H100's 2 TB, caches them over it; no tier
+    over its capacity anywhere."""
+    from replay.engine.kernels import kernels_document
+    from replay.engine.placement import resolve_placement, spec_loads
+    from replay.engine.systems import resolve_system
+    from replay.errors import ConfigError
+    from replay.workload.spec import load_spec
+
+    spec = load_spec(BIG)
+    dgx = "cluster.preset=dgx-h100"
+    loads = spec_loads(spec, resolve_system("hbm-lru", [dgx]))
+
+    tables = SimpleNamespace(  # what resolve_placement reads of a source
+        table_names=[t.name for t in spec.tables],
+        table_rows=[t.rows for t in spec.tables],
+        workload={"embedding_dim": spec.embedding_dim, "batch_size": spec.batch_size},
+    )
+
+    l2 = "policy.l2_capacity_bytes=256MiB"
+    for system, sets, left in (
+        ("hbm-lru", ["cluster.nodes=8"], None),
+        ("ssd-tbe", ["cluster.nodes=8", l2], None),
+        ("ssd-tbe", ["cluster.nodes=1", l2], "ssd"),
+        ("hbm-lru", ["cluster.nodes=1", "tiers.dram.capacity_bytes=2e12"], "uvm-caching"),
     ):
-        out = tmp_path / name
-        budget = "512MiB" if system == "ssd-tbe" else "8GiB"
-        argv = [*common, "-s", system, "--set", f"cluster.nodes={nodes}", *extra]
-        assert main([*argv, "--cache-budget", budget, "-o", str(out)]) == 0
-        plan = json.loads((out / "plan.json").read_text())
-        kernels = plan["cluster"]["kernels"]
-        tiers = kernels["tiers"]
+        s = resolve_system(system, [dgx, *sets])
+        placed = resolve_placement(s, tables, loads=loads)
+        doc = kernels_document(placed, s)
+        tiers = doc["tiers"]
+        assert len(doc["tables"]) == 400
         assert all(g["hbm_bytes"] <= tiers["hbm_capacity_bytes"] for g in tiers["per_gpu"])
-        assert all(
-            n["host_bytes"] <= tiers["host_capacity_bytes_per_node"] for n in tiers["per_node"]
-        )
-        assert all(
-            n["drive_bytes"] <= tiers["drive_capacity_bytes_per_node"] for n in tiers["per_node"]
-        )
-        sharding = json.loads((out / "sharding.json").read_text())
-        assert len(sharding["tables"]) == 400
-        if nodes == 8:
-            assert kernels["line"].startswith("fits in HBM, no cache needed")
+        for n in tiers["per_node"]:
+            assert n["host_bytes"] <= tiers["host_capacity_bytes_per_node"]
+            assert n["drive_bytes"] <= tiers["drive_capacity_bytes_per_node"]
+        if left is None:
+            assert doc["line"].startswith("fits in HBM, no cache needed")
         else:
-            assert kernels["left_hbm"] and "leave HBM" in kernels["line"]
+            assert "leave HBM" in doc["line"] and doc["left_hbm"]
+            assert {t["kernel"] for t in doc["left_hbm"]} == {left}
+            assert doc["pcie_bytes_per_batch"] > 0
+    with pytest.raises(ConfigError, match="host memory"):
+        resolve_placement(resolve_system("hbm-lru", [dgx, "cluster.nodes=1"]), tables, loads=loads)
