@@ -37,7 +37,7 @@ report says "621,167%".
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
@@ -49,6 +49,11 @@ from replay.report.cluster import cluster_rows
 from replay.report.document import fmt_multiple, fmt_ratio, fmt_saving
 from replay.report.load import Results, RunData, SweepData
 from replay.report.plan_section import planned_checkfreq
+from replay.report.run_terms import col as _col
+from replay.report.run_terms import energy_per_batch, steady_batches, time_terms
+from replay.report.run_terms import fraction as _fraction
+from replay.report.run_terms import ratio as _ratio
+from replay.report.run_terms import unique as _unique
 
 LADDER = ("ssd", "pmem-host", "pcie-ndp", "cxl-d", "cxl-b", "cxl")
 TERMS = ("compute", "memory", "link", "raw_stall", "checkpoint", "other")
@@ -88,78 +93,6 @@ PAPER = {
 MIN_CHECKPOINTS = 3  # a stall share, a bandwidth or a goodput from fewer is no result
 YOUNG_DALY_BAND = (0.25, 4.0)  # a failure study's interval / its Young/Daly interval
 FASTPERSIST_OVERHEAD = 0.01  # the overhead under which checkpointing counts as negligible
-
-
-# -- per run ------------------------------------------------------------------------------
-
-
-def _fraction(value: Any) -> float | None:
-    """A hit ratio as a float; None (a system with no cache has none) stays None."""
-    return None if value is None else float(value)
-
-
-def _link_names(run: RunData) -> list[str]:
-    return [name for name in run.spec.get("links", {}) if f"{name}_time_s" in run.batches.columns]
-
-
-def _col(frame: pl.DataFrame, name: str) -> pl.Series:
-    if name in frame.columns:
-        return frame[name].cast(pl.Float64)
-    return pl.Series(name, [0.0] * frame.height, dtype=pl.Float64)
-
-
-def steady_batches(frame: pl.DataFrame) -> pl.DataFrame:
-    """The steady state of a run's batches: the second half in batch order (all of them
-    for a one-batch run), as `replay.plan.systems` averages."""
-    if frame.height <= 1:
-        return frame
-    if "batch" in frame.columns:
-        frame = frame.sort("batch")
-    return frame.slice(frame.height // 2)
-
-
-def time_terms(run: RunData, *, steady: bool = True) -> dict[str, float]:
-    """Mean seconds per batch of each term (TERMS) and `total`, over all batches or the
-    steady state (the second half of the batches, `steady_batches`)."""
-    frame = steady_batches(run.batches) if steady else run.batches
-    n = max(frame.height, 1)
-    raw = _col(frame, "time_raw_stall_s")
-    exposed = _col(frame, "time_embedding_exposed_s")
-    link_total = sum((_col(frame, f"{name}_time_s") for name in _link_names(run)), start=raw * 0)
-    access = (exposed - raw).clip(lower_bound=0)
-    link = pl.select(pl.min_horizontal(link_total, access)).to_series()
-    terms = {
-        "compute": _col(frame, "time_compute_s").sum() / n,
-        "memory": (access - link).sum() / n,
-        "link": link.sum() / n,
-        "raw_stall": raw.sum() / n,
-        "checkpoint": _col(frame, "time_checkpoint_s").sum() / n,
-        "other": _col(frame, "time_other_s").sum() / n,
-    }
-    terms["total"] = _col(frame, "time_s").sum() / n
-    return {k: float(v) for k, v in terms.items()}
-
-
-def energy_per_batch(run: RunData, *, steady: bool = True) -> float:
-    frame = steady_batches(run.batches) if steady else run.batches
-    return float(_col(frame, "energy_j").sum() / max(frame.height, 1))
-
-
-def _ratio(num: float, den: float) -> float | None:
-    if den <= 0 or not math.isfinite(num) or not math.isfinite(den):
-        return None
-    return num / den
-
-
-def _unique(runs: Iterable[RunData]) -> list[RunData]:
-    seen: set[str] = set()
-    out = []
-    for run in runs:
-        key = str(run.path)
-        if key not in seen:
-            seen.add(key)
-            out.append(run)
-    return out
 
 
 # -- TrainingCXL ----------------------------------------------------------------------------
