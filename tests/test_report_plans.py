@@ -86,3 +86,8 @@ def test_html_shows_code_not_backticks(report: Path, tmp_path: Path) -> None:
 def test_mixed_units_finds_a_quantity_in_another_unit(text: str, bad: list[str]) -> None:
     found = [re.sub(r" \(as written.*", "", b) for b in mixed_units(text)]
     assert found == bad
+
+
+def test_the_committed_example_report_passes_the_checks() -> None:
+    """reports/example (the quickstart's report, committed without its report.html)."""
+    check_report(Path(__file__).resolve().parent.parent / "reports" / "example", html_page=False)
