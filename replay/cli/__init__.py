@@ -47,6 +47,7 @@ COMMANDS = (
     "sweep",
     "plan",
     "report",
+    "diff",
     "fit",
     "presets",
     "quickstart",
@@ -78,6 +79,8 @@ def _register(command: str | None) -> None:
         from replay.cli import bench  # noqa: F401
     elif command == "compare":
         from replay.cli import compare  # noqa: F401
+    elif command == "diff":
+        from replay.cli import diff  # noqa: F401
     elif command == "export":
         from replay.cli import export  # noqa: F401
     elif command == "fit":
