@@ -267,20 +267,20 @@ def test_criteo_terabyte_acceptance(nodes: int, hbm_max_gib: float, front: list)
 
 @pytest.mark.bench
 def test_400_tables_2_billion_rows_on_64_gpus() -> None:
-    """The 400-table model (tests/_big_model.py: 2 to 86 M rows, 954 GiB of fp32,
-    row-wise Adagrad not assumed: 512 B a row) on 64 H100s of 80 GB: the step at its
-    floor (max / mean 1.000), the fullest GPU within 10% of its shards' bound (the
-    largest table whole, 41.1 GiB), none of the 142 tables under 1,000 rows split; the
-    bytes floor (14.9 GiB) costs 5% of the step for 33 GiB and 12% for 26 GiB (the
-    front). Seconds: the spec's pmfs 16 s, the sharder 4 s on the 2-core VM."""
+    """The 400-table model (tests/_big_model.py: 2 to 86 M rows, 954 GiB of fp32 and
+    512 B a row) on 64 H100s of 80 GB: the busiest GPU within 5% of its floor (1.031),
+    the fullest GPU within 10% of its shards' bound (34.7 GiB against 34.5: the four
+    largest tables table-row-wise), none of the 142 tables under 1,000 rows split; the
+    front: the bytes floor (14.9 GiB) is out of reach, 26 GiB costs 11% of the step.
+    Seconds: the spec's pmfs 16-20 s, the sharder 4-7 s on the 2-core VM (loaded)."""
     spec = big_model_spec()
     assert sum(t.rows for t in spec.tables) == 2_000_000_000 and len(spec.tables) == 400
     assert len(tiny_tables(spec)) == 142
     r, _ = _acceptance(spec, 8, 80e9)
-    assert r.max_over_floor <= 1.10 and r.bytes_over_bound <= 1.10
-    assert r.max_over_mean == pytest.approx(1.0, abs=1e-3)
+    assert r.max_over_floor <= 1.05 and r.bytes_over_bound <= 1.10
+    assert r.rank_hbm.max() / GIB == pytest.approx(34.74, abs=0.01)
     steps = [(round(a / r.floor, 2), round(b / GIB)) for a, b, _ in r.front]
-    assert steps == [(1.0, 43), (1.05, 33), (1.12, 26)]
+    assert steps[:4] == [(1.03, 35), (1.05, 34), (1.09, 31), (1.11, 26)]
 
 
 @pytest.mark.bench

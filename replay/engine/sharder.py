@@ -104,7 +104,7 @@ Bytes beside the time: the result reports each GPU's HBM bytes (`rank_hbm`) agai
 `bytes_bound` (no assignment of the chosen shards holds fewer on its fullest GPU:
 max(mean, replicas + the largest shard)) and `bytes_floor` (no plan does:
 max(HBM / W, the largest unsplittable piece)); the executable mode balances them within
-2% of the best time and returns its time / bytes front (`sharder_even`). The floor of
+2% of the best time (or 5% of the floor) and returns its time / bytes front (`sharder_even`). The floor of
 the time is also at least `shard_cost.time_floor` (the least T with W x T covering each
 table's cheapest total among its ways whose piece is at most T), so the module's bounds
 hold with priced splits.
@@ -186,8 +186,9 @@ criteo-terabyte at 8 GPUs, 24 tables whole and the 3- and 4-row C6 and C17 repli
 GPUs the five 25-40 M-row tables table-row-wise in a node and the rest whole, at the
 floor (1.82x the mean: the even block holding a 40 M-row table's hot value), 2.38 GiB
 on the fullest GPU where every table whole held 19.1. A 400-table, 2-billion-row model
-on 64 GPUs: 1.000 max / mean, 42.8 GiB on the fullest GPU (its largest table whole);
-its front trades 5% of the step for 33 GiB and 12% for 26 GiB (floor 14.9 GiB).
+on 64 GPUs: the four largest tables table-row-wise, 1.031 of the floor, 34.7 GiB on the
+fullest GPU (42.8 with every table whole at 1.000); 26 GiB costs 11% of the step (floor
+14.9 GiB).
 meta-2021 (856 tables) on 128 GPUs: 2 s, 1.05x the floor, 3.1 GiB on the fullest GPU
 (bound 2.4).
 """

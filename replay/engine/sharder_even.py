@@ -37,7 +37,6 @@ from replay.engine.shard_cost import CostModel, TableLoad, even_shares
 from replay.system.sharding import ROW_WISE, TABLE_ROW_WISE, TABLE_WISE, row_blocks
 
 BYTES_SLACK = 0.02  # a fill this close to the best maximum cost may win on bytes
-FAT_LEVELS = (8.0, 4.0, 2.0, 1.0)  # split the tables over the bytes floor x these, in turn
 
 # (max cost, tables split, table -> (type, ranks, row blocks), largest shard cost)
 Best = tuple[float, int, dict[int, tuple[str, list[int], list[tuple[int, int]]]], float]
@@ -154,6 +153,15 @@ class _Fill:
         return True
 
 
+def _doublings(n: int) -> list[int]:
+    """1, 2, 4, ... below n, then n (none for n = 0)."""
+    out, k = [], 1
+    while k < n:
+        out.append(k)
+        k *= 2
+    return [*out, n] if n else []
+
+
 def _splits(n: int) -> list[int]:
     """How many tables to split, tried in turn: 0-4, then steps of about a third, n."""
     out, k = [], 0
@@ -190,11 +198,12 @@ def search_executable(
     b_floor = bytes_floor(loads, rest, world)
     fill.time_ref = max(mean, floor, 1e-300)
     fill.bytes_ref = max(b_floor, 1.0)
-    # the tables whose bytes alone exceed the bytes floor x f, for f in FAT_LEVELS
-    fats = {
-        frozenset(t for t in splittable if loads[t].hbm > b_floor * max(f, 1 + tolerance))
-        for f in FAT_LEVELS
-    } - {frozenset()}
+    # the n largest of the tables whose bytes alone exceed the bytes floor, n = 1, 2, 4, ...
+    over = sorted(
+        (t for t in splittable if loads[t].hbm > b_floor * (1 + tolerance)),
+        key=lambda t: (-loads[t].hbm, t),
+    )
+    fats = {frozenset(over[:n]) for n in _doublings(len(over))}
     fat = set().union(*fats) if fats else set()
     found: list[tuple[float, int, int, Best]] = []  # (max cost, max bytes, try, best)
     best_top = np.inf
