@@ -191,3 +191,14 @@ def test_a_relative_threshold_breaks_exactly_when_the_change_passes_it(
     # any growth from 0 is an infinite relative change, none a change of 0
     change = (b - a) / a if a else (float("inf") if b > 0 else 0.0)
     assert (why is not None) == (change > t.value)
+
+
+def test_the_docs_list_every_answer(plans: tuple[Path, Path], runs: tuple[Path, Path]) -> None:
+    """docs/diff.md's tables name every path these folders give (a key in brackets stands
+    for its kind: TARGET, POLICY, RANK; `time.PART` for the run's time by part)."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "diff.md").read_text()
+    rows = diff(*plans).rows + diff(*runs).rows
+    stems = {r.path.split("[")[0] for r in rows}
+    missing = sorted(s for s in stems if f"`{s}" not in text and not s.startswith("time."))
+    assert not missing, missing
+    assert "`time.PART`" in text
