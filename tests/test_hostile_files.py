@@ -127,6 +127,8 @@ CASES: dict[tuple[str, str], str] = {
     ("export tbe-config", "out"): "export tbe-config --workload tiny --out {bad}",
     ("record merge", "rank_dirs"): "record merge {bad} --out {out}",
     ("record merge", "out"): "record merge {trace} --out {bad}",
+    ("diff", "a"): "diff {bad} {run}",
+    ("diff", "b"): "diff {run} {bad}",
 }
 # options the walk finds that name no file, and why
 NOT_FILES: dict[tuple[str, str], str] = {
@@ -144,6 +146,8 @@ FOLDER_KEY_FILES: dict[tuple[str, str], str] = {
     ("report", "results"): "summary.json",
     ("bench replay", "trace"): "manifest.json",
     ("record merge", "rank_dirs"): "manifest.json",
+    ("diff", "a"): "summary.json",
+    ("diff", "b"): "summary.json",
 }
 # one case of each way a file is read, for the normal suite: a spec (TOML), a system, a
 # sharding plan (JSON, through --set), a workload, locality statistics, a trace's
