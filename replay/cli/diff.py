@@ -33,7 +33,7 @@ def diff_command(
             metavar="EXPR",
             help="Exit 1 when this breaks, e.g. 'cache.bytes_for_hit[0.95] > +10%', "
             "'checkpoint.goodput < -0.5pt', 'cluster.imbalance > 1.3' (repeatable; see "
-            "docs/diff.md).",
+            "docs/diff.md; default: none, exit 0).",
         ),
     ] = None,
     all_rows: Annotated[
