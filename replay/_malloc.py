@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # numpy loads with the arrays' first use: `replay --help` nee
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 _KEEP_BYTES = 1 << 30
 _done = False
 
@@ -40,8 +41,22 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
-def retain_freed_memory() -> bool:
-    """Ask glibc to keep freed blocks up to 1 GiB for reuse; no-op elsewhere. Idempotent."""
+def retain_freed_memory(*, one_arena: bool = False) -> bool:
+    """Ask glibc to keep freed blocks up to 1 GiB for reuse (`one_arena`: in one arena
+    for all threads); no-op elsewhere. Idempotent: the first call decides; it must come
+    before the process starts threads for `one_arena` to hold.
+
+    `one_arena` (`replay generate`): a thread's own arena lives in heaps of at most
+    64 MiB, which glibc unmaps as they empty and maps for a block that does not fit,
+    whatever the thresholds say, so the buffers the generator's worker threads allocate
+    per row group were faulted in afresh every time: 3.9 M page faults for meta-2021's
+    887 M-lookup batch, against 0.2 M in one arena (2-core VM; same bytes, peak RSS 1.14
+    -> 1.2 GB; the system time, 3.8-19.8 s, followed the machine's load more than the
+    faults: docs/performance.md). Those threads allocate a few large
+    arrays per row group, so they hardly contend for the arena's lock. Not for `replay
+    run`, whose reader thread allocates pyarrow's many small buffers beside the others:
+    with one arena it measured slower (3 pairs against the code before, CPU 3.69 -> 4.04 s
+    on a 106 M-lookup trace, loaded machine; 3.7 -> 3.3 s without it)."""
     global _done
     if _done or not sys.platform.startswith("linux"):
         return _done
@@ -51,6 +66,8 @@ def retain_freed_memory() -> bool:
     try:
         ok = libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_BYTES) == 1
         ok = libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES) == 1 and ok
+        if one_arena:
+            ok = libc.mallopt(_M_ARENA_MAX, 1) == 1 and ok
     except AttributeError:  # not glibc (e.g. musl has no mallopt)
         return False
     _done = ok

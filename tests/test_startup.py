@@ -4,6 +4,7 @@ those load with the command that uses them (docs/performance.md, "Fixed cost")."
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,20 @@ def test_version_and_a_two_batch_run_are_quick(tmp_path: Path) -> None:
     trace = generate(get_preset("criteo-kaggle").with_overrides(batches=2), tmp_path / "t")
     run = ["run", str(trace), "--system", "hbm-lru", "--set", "policy.capacity_rows=150000"]
     assert _median_wall_s([*run, "--out", str(tmp_path / "run"), "--force"]) <= 0.35
+
+
+def test_the_console_gives_pyarrow_the_system_allocator() -> None:
+    """pyarrow's buffers come from the system allocator, which keeps freed row groups
+    for reuse (`replay._console`)."""
+    code = (
+        "import os, sys; _exit = os._exit; "
+        "os._exit = lambda code: (print(__import__('pyarrow').default_memory_pool()"
+        ".backend_name, file=sys.stderr), _exit(code)); "
+        "sys.argv = ['replay', 'presets']; from replay._console import main; main()"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "system"
