@@ -263,9 +263,11 @@ def test_criteo_terabyte_eight_gpus_twenty_seeds() -> None:
             )
             _, spans = cluster_ranges(got, [target], busy, 1.0)
             low, high = spans["worst_gpu"][f"{target:g}"]
-            assert high is not None
+            # an open high end: a GPU whose curve ends near the target (its exact one
+            # reaches it, the sample's less its error does not): the range is open above
+            high = math.inf if high is None else high
             inside += (low or 0.0) <= worst <= high
             ratios.append(high / low if low else math.inf)
-        print(target, inside, float(np.median(ratios)), max(ratios))
+        print(target, inside, float(np.median(ratios)), max(ratios), sum(map(math.isinf, ratios)))
         assert inside >= 19, (target, inside, ratios)
         assert float(np.median(ratios)) <= widest, (target, ratios)
