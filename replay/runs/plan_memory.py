@@ -86,7 +86,7 @@ from replay._memory import (
 )
 from replay._units import format_bytes
 from replay.analysis.head_pieces import one_batch_heads_wanted
-from replay.analysis.touched_model import closed_form_wanted
+from replay.analysis.touched_model import closed_form_wanted, expected_touched
 from replay.analysis.touched_plan import PREFIX_MAX_LOOKUPS, iid_batches, prefix_batches
 from replay.plan.cluster import routed_steady
 from replay.plan.plan import PlanRequest, request_sample_rate, steady_batches
@@ -124,6 +124,10 @@ ROUTER_BYTES_PER_LOOKUP = 12  # a router's buffers: int32 rank and int64 local k
 # (meta-2021: 11.2 M head ranks, +0.30 GiB measured)
 COMPILED_BYTES_PER_HEAD_RANK = 29
 ROW_MASS_BYTES_PER_RANK = 24  # top row (int64), its mass and cumulative mass (float64)
+# the expected distinct rows (`expected_distinct`) rounded up: a run's count spreads about
+# its expectation by far less than this (`replay.analysis.touched_plan`'s bound)
+DISTINCT_SPARE = 1.02
+DISTINCT_SPARE_ROWS = 4096
 
 
 def _shape(source: Any) -> tuple[list[int], int, int]:
@@ -147,6 +151,20 @@ def _in_flight(spec: WorkloadSpec, batches: int, ahead: int) -> int:
     per_group = int(plan_layout(per_batch, spec.update.accumulate_batches)["batches_per_row_group"])
     groups = -(-batches // per_group)
     return min(ahead, groups) * min(per_group, batches) * per_batch * IN_FLIGHT_BYTES_PER_LOOKUP
+
+
+def expected_distinct(source: Any, batches: int) -> int:
+    """Distinct rows the first `batches` batches of `source` look up, at most: for a spec
+    with i.i.d. batches the generator's expectation from its pmf
+    (`replay.analysis.touched_model.expected_touched`, every table counted), rounded up
+    with 2% and 4,096 rows to spare; else (reuse, drift, a trace folder) every lookup a
+    new row, min(rows, lookups)."""
+    rows, per_batch, _ = _shape(source)
+    bound = min(row_space(rows), max(int(batches), 0) * per_batch)
+    if not isinstance(source, WorkloadSpec) or not iid_batches(source) or batches < 1:
+        return bound
+    expected = float(expected_touched(source, [int(batches)], kind="lookups").sum())
+    return min(bound, math.ceil(expected * DISTINCT_SPARE) + DISTINCT_SPARE_ROWS)
 
 
 def _heads(rows: list[int], per_batch: int, batches: int, rate: float) -> tuple[int, str]:
@@ -203,7 +221,8 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
             # production scale: the heads read one batch piece by piece (`head_pieces`)
             chunk = piece + compiled_bytes(source) // HEAD_CHUNK_BYTES_PER_LOOKUP
             notes.append("production scale: the heads read one batch in pieces of tables")
-        sampled = mrc_estimate(rows, lookups, rate).total
+        distinct = expected_distinct(source, batches)
+        sampled = mrc_estimate(rows, distinct, rate).total
         # the sampled rows' ids, weights and alias tables (`replay.workload.sampled`),
         # built by set-up tasks that each test `SETUP_CHUNK_ROWS` rows, and kept
         setup = math.ceil(total * rate) * SAMPLED_ROW_BYTES
@@ -216,13 +235,13 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
             f"full-stream chunks of {format_count(chunk)} lookups x {HEAD_CHUNK_BYTES_PER_LOOKUP} B"
         )
     else:
-        distinct = min(total, lookups)
+        distinct = expected_distinct(source, batches)
         touched = (
             total * TOUCHED_DENSE_BYTES_PER_ROW
             if total <= DENSE_MAX_ROWS
             else distinct * TOUCHED_MAP_BYTES_PER_KEY
         )
-        curves = max(mrc_estimate(rows, lookups, None).total, touched)
+        curves = max(mrc_estimate(rows, distinct, None).total, touched)
         notes.append(f"exact curves over {format_count(total)} rows")
     steady = 0
     modelled = isinstance(source, WorkloadSpec) and modelled_wanted(source)
@@ -282,7 +301,7 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         counted = (
             total * TOUCHED_DENSE_BYTES_PER_ROW
             if total <= DENSE_MAX_ROWS
-            else min(total, prefix * per_batch) * TOUCHED_MAP_BYTES_PER_KEY
+            else expected_distinct(source, prefix) * TOUCHED_MAP_BYTES_PER_KEY
         )
         stages["rows touched in the first full batches"] = counted + _in_flight(
             source, prefix, threads + AHEAD + 1
@@ -294,6 +313,8 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         world = systems[0].cluster.world_size
         stages["cluster: per-GPU curves and replay"] = _cluster_stage(
             systems[0], rows, per_batch, batches, rate, steady_lookups, in_flight,
+            expected_distinct(source, batches),
+            expected_distinct(source, int(steady_source.num_batches)),
             _piece_lookups(source) if routed else 0, cluster_gpu_bytes(steady_source, world),
         ) + (compiled_bytes(source) + loads_bytes(source) if routed else 0)  # fmt: skip
         notes.append(
@@ -349,7 +370,8 @@ def _piece_lookups(source: Any) -> int:
 
 def _cluster_stage(
     system: Any, rows: list[int], per_batch: int, batches: int, rate: float,
-    steady_lookups: int, in_flight: int, piece: int = 0, gpu_bytes: int = 0,
+    steady_lookups: int, in_flight: int, distinct: int, steady_distinct: int, piece: int = 0,
+    gpu_bytes: int = 0,
 ) -> int:  # fmt: skip
     """Bytes of the cluster's largest part (module docstring): the per-GPU curves or the
     steady cluster replay (`piece` > 0: routed in pieces of that many lookups without
@@ -358,9 +380,8 @@ def _cluster_stage(
     from replay.policies import POLICIES
 
     total = row_space(rows)
-    lookups = per_batch * batches
     chunk = max(1, (1 << 20) // max(per_batch, 1)) * per_batch
-    curves = mrc_estimate(rows, lookups, rate if rate < 1.0 else None).total
+    curves = mrc_estimate(rows, distinct, rate if rate < 1.0 else None).total
     curves += math.ceil(chunk * rate) * CLUSTER_ROUTED_BYTES_PER_LOOKUP
     if piece:
         # a piece in flight per reader thread and the routed one: its columns, flat keys,
@@ -376,7 +397,8 @@ def _cluster_stage(
     cls = POLICIES[system.policy.name]
     replay = (
         math.ceil(total * cls.state_bytes_per_key)
-        + steady_lookups * (CLUSTER_SLOT_BYTES + CLUSTER_ROUTED_BYTES_PER_LOOKUP)
+        + steady_distinct * CLUSTER_SLOT_BYTES
+        + steady_lookups * CLUSTER_ROUTED_BYTES_PER_LOOKUP
         + in_flight
         + gpu_bytes
     )
