@@ -88,7 +88,7 @@ N_STARTS = 4
 IRLS_POWER = 8.0
 IRLS_ROUNDS = 4
 LM_ITERATIONS = 40
-SELECT_SHARE = 0.007  # model error left for the sampling noise of one generated batch
+SELECT_SHARE = 0.005  # model error: the rest of 0.01 is left for two batches' sampling noise
 SELECT_DISTINCT = 0.01
 MAX_ALPHA = 4.0
 MAX_LOG_OFFSET = 12.0  # q up to e ^ 12 = 1.6e5 ranks
