@@ -492,7 +492,7 @@ def test_cost_model_weights_misses_and_memory() -> None:
     loads = [TableLoad("a", 1000, 8, 10.0, misses=5.0), TableLoad("b", 10, 8, 10.0)]
     model = CostModel(lookup=1.0, miss=2.0, byte=0.001)
     result = auto_shard(loads, nodes=1, gpus_per_node=2, gpu_memory_bytes=GIB, model=model)
-    total = (10 + 10 + 32) + (10 + 2 * 0.32)  # b (10 rows) replicated: its bytes twice
+    total = (10 + 10 + 32) + (10 + 0.32)
     assert result.rank_cost.sum() == pytest.approx(total)
 
 

@@ -94,20 +94,23 @@ The rule, deterministic (ties by table order, then by lower rank):
    lowest maximum).
 4. The first granularity whose max per-GPU cost is within `tolerance` of max(mean, the
    floor F of step 1) wins (the fewest blocks: every extra row block sends another
-   partial sum per sample); if none is, the granularity of the lowest maximum.
-5. Whole tables are indivisible (26 tables on 8 GPUs leave one GPU 4): the cheapest
-   replicas (their all-reduce under 1 / 8 of their cost; without the all-reduce priced,
-   step 1's tiny tables) are added 1, 2, 3, 4, 6, 8, 12, 16 at a time and the plan of
-   the lowest maximum wins (`_more_replicas`).
+   partial sum per sample); if none is, the granularity of the lowest maximum (the
+   search stops `PATIENCE` granularities past it: with splits priced, finer blocks only
+   add collectives).
+5. Whole tables are indivisible (26 tables on 8 GPUs leave one GPU 4): where the plan
+   has more whole tables than GPUs, the cheapest replicas (their all-reduce under 1 / 8
+   of their cost; without the all-reduce priced, step 1's tiny tables) are added 1, 2,
+   3, 4, 6, 8, 12, 16 at a time and the plan of the lowest maximum wins
+   (`_more_replicas`).
 
 Bytes beside the time: the result reports each GPU's HBM bytes (`rank_hbm`) against
 `bytes_bound` (no assignment of the chosen shards holds fewer on its fullest GPU:
 max(mean, replicas + the largest shard)) and `bytes_floor` (no plan does:
 max(HBM / W, the largest unsplittable piece)); the executable mode balances them within
-2% of the best time (or 5% of the floor) and returns its time / bytes front (`sharder_even`). The floor of
-the time is also at least `shard_cost.time_floor` (the least T with W x T covering each
-table's cheapest total among its ways whose piece is at most T), so the module's bounds
-hold with priced splits.
+2% of the best time (or 5% of the floor) and returns its time / bytes front
+(`sharder_even`). The floor of the time is also at least `shard_cost.time_floor` (the
+least T with W x T covering each table's cheapest total among its ways whose piece is
+at most T), so the module's bounds hold with priced splits.
 
 Bounds (returned with the plan). Every GPU's cost (`rank_cost`, `rank_costs`) includes
 the replicas' all-reduce, AR (`ShardingResult.allreduce`), and so do ``mean`` here and
@@ -517,6 +520,7 @@ def _search(
     mean_rest = sum(cost.values()) / world
     caps = {t: 1 if loads[t].tiny else max(1, min(loads[t].rows, world)) for t in rest}
     best: Best | None = None
+    stale = 0  # granularities since the best improved
     squeeze = 1
     cache: dict[tuple[int, int, int], tuple[list[tuple[int, int]], list[float]]] = {}
     for j in range(1, max_granularity + 1):
@@ -565,11 +569,16 @@ def _search(
         if best is None or top < best[0]:
             chosen = {tab.index: (tab.type, ranks_of[tab.index], tab.blocks) for tab in tables}
             best = (top, j, chosen, max((max(tab.cost) for tab in tables), default=0.0))
+            stale = 0
+        else:
+            stale += 1
         mean = dp_cost + mean_rest
         if mean <= 0 or top <= (1 + tolerance) * max(mean, floor):
             break
         if len(big) == len(rest) and all(k[t] >= caps[t] for t in big):
             break  # nothing left to split
+        if stale >= PATIENCE:
+            break  # finer splits only add collectives
     return best
 
 
@@ -646,7 +655,8 @@ def auto_shard(
             break
         # the replicas leave too little room: shard the largest one instead
         dp.remove(max(reversed(dp), key=lambda t: loads[t].hbm))
-    if best is not None and world > 1:
+    whole = sum(kind == TABLE_WISE for kind, _, _ in best[2].values()) if best else 0
+    if best is not None and whole > world:  # step 5: more whole tables than GPUs
         dp, best = _more_replicas(loads, dp, best, rep, cost_of, search, world)
     if best is None:
         raise ConfigError(
@@ -702,6 +712,7 @@ def auto_shard(
 
 
 MORE_REPLICAS = (1, 2, 3, 4, 6, 8, 12, 16)  # extra replicas tried (step 5)
+PATIENCE = 4  # granularities tried past the best before the uneven search stops
 
 
 def _more_replicas(
