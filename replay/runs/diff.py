@@ -475,6 +475,10 @@ def format_change(row: Row) -> str:
 
     change = row.change
     if change is None:
+        if row.a is None and row.b is not None:
+            return "only in B"
+        if row.b is None and row.a is not None:
+            return "only in A"
         return "changed" if row.changed else ""
     if change == 0:
         return "0"
