@@ -124,6 +124,12 @@ ROUTER_BYTES_PER_LOOKUP = 12  # a router's buffers: int32 rank and int64 local k
 # (meta-2021: 11.2 M head ranks, +0.30 GiB measured)
 COMPILED_BYTES_PER_HEAD_RANK = 29
 ROW_MASS_BYTES_PER_RANK = 24  # top row (int64), its mass and cumulative mass (float64)
+# a SHARDS pass over a sampled workload's stream (`replay.analysis.horizon.horizon_mrc`)
+# grows by this much per sampled row of the tables beside its per-key state: measured
+# (VmRSS, criteo-kaggle at 2,048 a batch, R = 0.25) +603 MB over 500 batches and +708 MB
+# over 2,000, 8.44 M sampled rows, 0.40 M and 1.03 M expected distinct sampled keys:
+# ~167 B a key (`mrc_estimate`'s 210) and ~64 B a sampled row
+SHARDS_PASS_BYTES_PER_SAMPLED_ROW = 64
 # the expected distinct rows (`expected_distinct`) rounded up: a run's count spreads about
 # its expectation by far less than this (`replay.analysis.touched_plan`'s bound)
 DISTINCT_SPARE = 1.02
@@ -230,7 +236,10 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         parts.append(("the sampled rows' alias tables", setup))
         # the sampled row groups in flight: their (batch, table) counts, 8 B each
         groups = (threads + AHEAD + 1) * min(MAX_GROUP_CELLS, MAX_GROUP_BATCHES * len(rows)) * 8
-        curves = sampled + groups + chunk * HEAD_CHUNK_BYTES_PER_LOOKUP
+        # a SHARDS pass over the sampled stream (the curves, and again for the TBE
+        # comparison's LRU) also grows with the sampled rows of the tables
+        passing = math.ceil(total * rate) * SHARDS_PASS_BYTES_PER_SAMPLED_ROW
+        curves = sampled + passing + groups + chunk * HEAD_CHUNK_BYTES_PER_LOOKUP
         notes.append(
             f"full-stream chunks of {format_count(chunk)} lookups x {HEAD_CHUNK_BYTES_PER_LOOKUP} B"
         )
