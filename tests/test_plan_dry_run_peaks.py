@@ -1,0 +1,110 @@
+"""`replay plan --dry-run` within 25% of the plan's measured peak on the docs' plans: the
+rows a run touches come from the workload's pmf (`expected_distinct`), not one a lookup.
+
+The peaks themselves are a benchmark (`pytest -m bench tests/test_plan_dry_run_peaks.py`):
+each plan takes minutes."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replay.runs.plan_memory import expected_distinct
+from replay.trace.stream import iter_batch_ranges
+from replay.workload.generator import resolve_workload
+from replay.workload.onthefly import GeneratedTrace
+from replay.workload.spec import WorkloadSpec
+
+# docs/plan.md's plan of FBGEMM's TBE cache (criteo-kaggle, 2,000 batches of 2,048)
+KAGGLE = [
+    "plan", "--workload", "criteo-kaggle", "--batches", "2000", "--batch-size", "2048",
+    "--system", "hbm-lru", "--system", "hbm-tbe-lru", "--system", "hbm-tbe-lfu",
+    "--cache-budget", "32MiB", "--hit-target", "0.9", "--cluster-mtbf", "6h",
+    "--time-per-batch", "100ms",
+]  # fmt: skip
+# docs/cluster.md's 64-GPU plan of Criteo Terabyte's epoch
+CLUSTER = [
+    "plan", "--workload", "criteo-terabyte", "--batches", "2135484", "--system", "hbm-lru",
+    "--set", "cluster.preset=dgx-h100", "--set", "cluster.nodes=8",
+    "--set", "cluster.gpu_memory_bytes=40e9", "--set", "checkpoint.replicas=1",
+    "--cache-budget", "8GiB", "--hit-target", "0.9", "--hit-target", "0.95",
+    "--node-mtbf", "30d", "--time-per-batch", "50ms",
+]  # fmt: skip
+
+
+def _gib(text: str) -> float:
+    number, unit = re.search(r"about ([\d.]+) (GiB|MiB)", text).groups()  # type: ignore[union-attr]
+    return float(number) / {"GiB": 1, "MiB": 1024}[unit]
+
+
+def _dry_run(argv: list[str], out: Path) -> float:
+    done = subprocess.run(
+        [sys.executable, "-m", "replay", *argv, "--out", str(out), "--dry-run"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return _gib(done.stdout)
+
+
+def _iid(spec: WorkloadSpec) -> WorkloadSpec:
+    """`spec` with its batches i.i.d.: no reuse of earlier rows, no drift."""
+    tables = tuple(dataclasses.replace(t, reuse=0.0, drift=0.0) for t in spec.tables)
+    return dataclasses.replace(spec, tables=tables)
+
+
+def _distinct_generated(spec: WorkloadSpec) -> int:
+    keys = [np.unique(r.keys) for r in iter_batch_ranges(GeneratedTrace(spec), with_updates=False)]
+    return len(np.unique(np.concatenate(keys)))
+
+
+def test_expected_distinct_bounds_the_generated_count() -> None:
+    """The expectation (with its spare) is at least what the generator draws and far
+    below one row a lookup, and it never passes the rows or the lookups."""
+    spec = _iid(resolve_workload("tiny").with_overrides(batches=300))
+    counted = _distinct_generated(spec)
+    bound = expected_distinct(spec, 300)
+    assert counted <= bound <= counted * 1.05 + 4096
+    rows = sum(int(t.rows) for t in spec.tables)
+    assert bound <= min(rows, 300 * spec.lookups_per_batch)
+    assert expected_distinct(spec, 1) <= expected_distinct(spec, 10) <= bound
+    big = resolve_workload("criteo-kaggle").with_overrides(batches=2000, batch_size=2048)
+    # 106 M lookups over 33.8 M rows: about 4.1 M of them distinct
+    assert 3.5e6 < expected_distinct(big, 2000) < 5e6
+
+
+def test_reuse_or_drift_takes_one_row_a_lookup() -> None:
+    spec = resolve_workload("tiny").with_overrides(batches=50)
+    tables = tuple(dataclasses.replace(t, drift=0.1) for t in spec.tables)
+    drifted = dataclasses.replace(spec, tables=tables)
+    rows = sum(int(t.rows) for t in spec.tables)
+    assert expected_distinct(drifted, 50) == min(rows, 50 * spec.lookups_per_batch)
+
+
+def test_kaggle_tbe_plan_estimate_is_near_its_measured_peak(tmp_path: Path) -> None:
+    """docs/plan.md's TBE plan peaked at 1.64 GiB (`/usr/bin/time`); the estimate was 2.53
+    GiB while every lookup counted as a new row."""
+    estimate = _dry_run(KAGGLE, tmp_path / "p")
+    assert abs(estimate - 1.64) <= 0.25 * 1.64, estimate
+
+
+def _peak(argv: list[str], out: Path) -> float:
+    done = subprocess.run(
+        ["/usr/bin/time", "-f", "peak %M KB", sys.executable, "-m", "replay", *argv,
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return int(re.search(r"peak (\d+) KB", done.stderr).group(1)) / 2**20  # type: ignore[union-attr]
+
+
+@pytest.mark.bench
+@pytest.mark.parametrize("argv", [KAGGLE, CLUSTER], ids=["kaggle-tbe", "cluster-64"])
+def test_docs_plan_estimate_within_25_percent_of_its_peak(argv: list[str], tmp_path: Path) -> None:
+    estimate = _dry_run(argv, tmp_path / "dry")
+    peak = _peak(argv, tmp_path / "p")
+    assert abs(estimate - peak) <= 0.25 * peak, (estimate, peak)
