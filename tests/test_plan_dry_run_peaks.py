@@ -111,3 +111,25 @@ def test_docs_plan_estimate_within_25_percent_of_its_peak(argv: list[str], tmp_p
     estimate = _dry_run(argv, tmp_path / "dry")
     peak = _peak(argv, tmp_path / "p")
     assert abs(estimate - peak) <= 0.25 * peak, (estimate, peak)
+
+
+def test_dry_run_does_not_say_it_fits_what_is_not_available_now(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The physical memory holds the plan but MemAvailable does not: the last line says
+    both, not a bare "fits" under a line that says MORE."""
+    from replay.cli import main
+    from replay.runs import plan_memory
+
+    monkeypatch.delenv("REPLAY_MEMORY_LIMIT", raising=False)
+    monkeypatch.setattr(plan_memory, "available_memory", lambda: (64 << 30, "physical memory"))
+    monkeypatch.setattr(plan_memory, "memory_available_now", lambda: 1 << 20)
+    argv = ["plan", "--workload", "tiny", "--system", "hbm-lru", "--cache-budget", "1MiB",
+            "--cluster-mtbf", "6h", "--out", str(tmp_path / "p"), "--dry-run"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "is MORE than the 1 MiB" in out[-2]
+    assert out[-1] == (
+        "fits this machine's memory, though not in what it has available now; nothing "
+        "written (--dry-run)"
+    )

@@ -291,10 +291,13 @@ def plan_command(
     )
     estimate = plan_estimate(request, source_for_estimate(request.source), resolved)
     if dry_run:
-        for line in estimate_lines(estimate):
+        lines = estimate_lines(estimate)
+        for line in lines:
             typer.echo(line)
         check_fits(estimate)
-        typer.echo("fits this machine's memory; nothing written (--dry-run)")
+        # the last line compares with what is available now, which may be less
+        now = "" if " fits in " in lines[-1] else ", though not in what it has available now"
+        typer.echo(f"fits this machine's memory{now}; nothing written (--dry-run)")
         return
     check_fits(estimate)
     with display("plan") as progress:
