@@ -44,27 +44,35 @@ what stays for the whole plan plus the largest stage:
 
 The per-lookup figures were measured (peak RSS, `/proc/self/status`, 2-core VM) on a
 400-table workload of 2 G rows and batches of 65,536 (26.2 M lookups a batch): the
-steady stage alone peaked at 2.37 GiB, the curves stage at 2.72 GiB; both are made of
-a few whole batches, so the figures are per lookup; the sampled rows' tables at 54 B a
-row kept, 63 B at the set-up's peak (12 tables of 4 G rows at R = 2^-12). Terms that
-depend on the rows a run touches take every row it could touch, min(rows, lookups), as
-`replay._memory` does, so the estimate leans high. Measured against it (`/usr/bin/time`'s
-maximum RSS): that 400-table plan over 7.2 M batches 2.67 GiB (estimate 3.05; 3.34 GiB
-after issue 40, the estimate 9% low: touched(k)'s first batch of 26 M lookups counted
-exactly, its keys in the counter's map while the heads are held, is now the largest
-stage, above the estimate's 64 B a key), the
-README's Criteo Terabyte epoch with hbm-lru 0.53 GiB (0.59) and with hbm-lru, hbm-lfu,
-hbm-tbe-lru and dram 2.83 GiB (2.76: low by 2%), 12 tables of 4 G rows 0.82 GiB (1.14: high by 39%,
-the heads' and the sampled curves' bounds). At production scale (meta-2021, a day on 128
-GPUs: batches of 887 M lookups read in pieces, `docs/methods.md` "At production scale")
-the cluster stage holds the sharder's loads (~1 GiB), a compiled workload (0.3 GiB), the
-pieces in flight and each placement's router, beside the heads: measured 2.99 GiB, the
-estimate 3.6 GiB (high by 20%; the heads' bound is ~0.5 GiB above what they hold).
-Later (issue 54, `/usr/bin/time -v`, loaded 2-core VM): the process alone is 229-245 MiB
-(a tiny plan peaked at 245 MiB, estimate 243); the SSD TBE plan of docs/ssd_tbe_plan.md
-1.55 GiB (estimate 2.02, high by 31%: touched(k)'s map is bounded at 64 B for each of the
-16.8 M lookups of its first batches, most of them repeats; its L2 now counts its table
-and the slots the span can fill, not 81 B for each of its 14.3 M rows).
+steady stage alone peaked at 2.37 GiB, the curves stage at 2.72 GiB; both are made of a
+few whole batches, so the figures are per lookup; the sampled rows' tables at 54 B a row
+kept, 63 B at the set-up's peak (12 tables of 4 G rows at R = 2^-12). Terms that depend
+on the rows a run touches (the curves' per-key state, touched(k)'s map, the cluster's
+caches) take the rows its batches are expected to touch (`expected_distinct`: the
+generator's pmf, `replay.analysis.touched_model`, for i.i.d. batches), else every row it
+could touch, min(rows, lookups), as `replay._memory` does. Measured against it
+(`/usr/bin/time`'s maximum RSS): that 400-table plan over 7.2 M batches 2.67 GiB
+(estimate 3.05; 3.34 GiB after issue 40, the estimate 9% low: touched(k)'s first batch
+of 26 M lookups counted exactly, its keys in the counter's map while the heads are held,
+is now the largest stage, above the estimate's 64 B a key), the README's Criteo Terabyte
+epoch with hbm-lru 0.53 GiB (0.59) and with hbm-lru, hbm-lfu, hbm-tbe-lru and dram 2.83
+GiB (2.76: low by 2%), 12 tables of 4 G rows 0.82 GiB (1.14: high by 39%, the heads' and
+the sampled curves' bounds). At production scale (meta-2021, a day on 128 GPUs: batches
+of 887 M lookups read in pieces, `docs/methods.md` "At production scale") the cluster
+stage holds the sharder's loads (~1 GiB), a compiled workload (0.3 GiB), the pieces in
+flight and each placement's router, beside the heads: measured 2.99 GiB, the estimate
+3.6 GiB (high by 20%; the heads' bound is ~0.5 GiB above what they hold). Later (issue
+54, `/usr/bin/time -v`, loaded 2-core VM): the process alone is 229-245 MiB (a tiny plan
+peaked at 245 MiB, estimate 243); the SSD TBE plan of docs/ssd_tbe_plan.md 1.55 GiB
+(estimate 2.02, high by 31%: touched(k)'s map is bounded at 64 B for each of the 16.8 M
+lookups of its first batches, most of them repeats; its L2 now counts its table and the
+slots the span can fill, not 81 B for each of its 14.3 M rows). With the expected
+distinct rows (`/usr/bin/time -v`, load average 12-18): docs/plan.md's TBE plan
+(criteo-kaggle, 2,000 batches, R = 0.25) 1.64 GiB (estimate 1.59, was 2.53: 4.1 M
+distinct rows of 106 M lookups), docs/cluster.md's 64 GPUs 0.88 GiB (0.83, was 2.51: the
+cluster replay's slots are the span's 0.86 M distinct rows, not its 10.6 M lookups),
+Criteo Terabyte's epoch with hbm-lru and dram 586 MiB (684), the SSD TBE plan 1.49 GiB
+(1.79), docs/torchrec.md's 1.01 GiB (966 MiB).
 """
 
 from __future__ import annotations
