@@ -99,7 +99,9 @@ def test_cluster_keys_present_and_consistent(planned: dict) -> None:
     assert "per GPU" in c["methods"]["budget"]
     text = (planned["out"] / "plan.md").read_text()
     assert "## Cluster" in text and "**per GPU**" in text
-    assert "per step (TorchRec's collectives per sharding type, ids and lengths included)" in text
+    # the all-to-all's scope (the sum over every GPU, both hops, every phase) and its basis
+    assert "per step in total (the sum of the " in text
+    assert "TorchRec's collectives per sharding type, ids and lengths included)" in text
     assert text.index("- Cluster:") < text.index("- Cache:")
 
 
