@@ -254,6 +254,7 @@ def choose_kernels(
             else table_kernel(ld, setting, None, system, world)
             for ld in loads
         ]  # fmt: skip
+        _check_totals(system, tables, world, nodes)
         return KernelChoice(
             tuple(tables), setting, f"every table {setting} (cluster.kernel={setting})", basis
         )
@@ -271,7 +272,9 @@ def choose_kernels(
     basis["hbm_fill"] = HBM_FILL
     basis["hbm_budget_bytes"] = budget
     steps = (fixed,) if fixed else CLF_STEPS
-    return _greedy(system, loads, off, steps, budget, world, basis)
+    choice = _greedy(system, loads, off, steps, budget, world, basis)
+    _check_totals(system, choice.tables, world, nodes)
+    return choice
 
 
 def _best_single(
@@ -369,6 +372,38 @@ def _greedy(
         "host-to-device bandwidth; an ssd table's misses also read L2 or the drives"
     )
     return KernelChoice(tuple(cur), "auto", line, basis)
+
+
+def _nodes(n: int) -> str:
+    return "the node's" if n == 1 else f"{n} nodes'"
+
+
+def _check_totals(
+    system: SystemSpec, tables: Sequence[TableKernel], world: int, nodes: int
+) -> None:
+    """A one-line ConfigError, before any sharding, where the tables that left HBM take
+    more host memory or drive bytes than all the nodes have (`check_budgets` checks each
+    node after the placement)."""
+    cluster = system.cluster
+    assert cluster is not None
+    ssd = any(t.kernel == "ssd" for t in tables)
+    host = sum(t.host_bytes for t in tables) + (
+        world * float(system.policy.l2_capacity_bytes) if ssd else 0.0
+    )
+    cap = nodes * host_capacity_bytes(system)
+    if host > cap:
+        raise ConfigError(
+            f"cluster: the tables that leave HBM take {format_bytes(host)} of host memory "
+            f"(tier {system.policy.backing_tier!r}), more than {_nodes(nodes)} "
+            f"{format_bytes(cap)}" + ("" if ssd else "; --system ssd-tbe puts tables on the drives")
+        )
+    drive = sum(t.drive_bytes for t in tables)
+    dcap = nodes * float(cluster.drives_per_node * cluster.drive_capacity_bytes)
+    if drive > dcap:
+        raise ConfigError(
+            f"cluster: the tables on the drives take {format_bytes(drive)}, more than "
+            f"{_nodes(nodes)} {format_bytes(dcap)} of drives"
+        )
 
 
 def pcie_seconds(system: SystemSpec, nbytes: float) -> float:
