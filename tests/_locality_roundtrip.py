@@ -21,8 +21,8 @@ from replay.workload.spec import TableSpec, WorkloadSpec
 SHARE_BOUND = 0.01  # every bin of both histograms
 DISTINCT_BOUND = 0.03  # distinct rows per batch, relative
 LOOKUPS_BOUND = 0.01  # lookups per batch, relative
-MIN_LOOKUPS = 1_000_000  # lookups per generated batch (sampling noise, memory and time)
-MAX_LOOKUPS = 4_000_000
+MIN_LOOKUPS = 8_000_000  # lookups per generated batch (sampling noise, memory and time)
+MAX_LOOKUPS = 16_000_000
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,10 @@ def random_spec(
         alpha = round(float(rng.uniform(0.0, 1.6)), 3)
         offset = 0.0 if rng.random() < 0.4 else math.exp(rng.uniform(0.0, math.log(3000.0)))
         tables += [(rows, alpha, round(offset, 2), pooling)] * count
-    # 1 M to 4 M lookups per batch: below, one batch's own sampling noise is near the
-    # bounds (a bin's share of a batch of 25 k lookups moves by 0.01 from seed to seed)
+    # 8 M to 16 M lookups per batch: a row whose count is near a bin edge lands on
+    # either side from batch to batch, moving a lookups share by its own share; below
+    # 3.3 M lookups a row of 32,768 or fewer lookups may hold over 1% of them (measured:
+    # one table of 1.8 M lookups, whose truth itself misses its own batch by 0.018)
     lookups = math.exp(rng.uniform(math.log(MIN_LOOKUPS), math.log(MAX_LOOKUPS)))
     scale = lookups / (batch * sum(t[3] for t in tables))
     return WorkloadSpec(

@@ -144,7 +144,7 @@ def _assert_within(trip_summary: str, rows: float, looks: float, d: float, lk: f
 @given(st.integers(0, 10**6))
 def test_round_trip_over_random_specs(seed: int) -> None:
     """50 random specs (`random_spec`: 1-3 groups of alike tables, 1-60 tables, batch
-    256-8,192, 1 M to 4 M lookups), each within the bounds and 4 GiB (no shrinking: a
+    256-8,192, 8 M to 16 M lookups), each within the bounds and 4 GiB (no shrinking: a
     failing seed is printed, and each example is a fit of seconds to minutes)."""
     trip = round_trip(random_spec(seed))
     print(trip.summary())
