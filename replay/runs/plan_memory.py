@@ -72,7 +72,10 @@ distinct rows (`/usr/bin/time -v`, load average 12-18): docs/plan.md's TBE plan
 distinct rows of 106 M lookups), docs/cluster.md's 64 GPUs 0.88 GiB (0.83, was 2.51: the
 cluster replay's slots are the span's 0.86 M distinct rows, not its 10.6 M lookups),
 Criteo Terabyte's epoch with hbm-lru and dram 586 MiB (684), the SSD TBE plan 1.49 GiB
-(1.79), docs/torchrec.md's 1.01 GiB (966 MiB).
+(1.79), docs/torchrec.md's 1.01 GiB (966 MiB). Not yet within 25%: docs/cluster.md's 8
+GPUs of 80 GiB with TorchRec's default proposer at a 1.5 GiB budget, 1.54 GiB (0.82, was
+2.51): its peak is TorchRec's placement (25 tables column-wise, 8 cached) measured beside
+the plan's own, with torch imported, which the estimate cannot see before the planner.
 """
 
 from __future__ import annotations
