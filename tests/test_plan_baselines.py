@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pytest
 
+from replay._units import format_percent
 from replay.analysis.stack import reference_lru_misses
 from replay.plan.plan import PlanRequest, make_plan
 from replay.report.plan_section import cache_line, split_verdict
@@ -181,13 +182,14 @@ def test_the_checkpoint_line_names_the_mode_and_warns_of_few_failures_and_lossy_
     }  # fmt: skip
     doc = {"checkpoint": {"cluster_mtbf_s": 45 * 3600.0, "strategies": [best]}}
     line = checkpoint_line(doc)
-    assert line.startswith("Checkpoint: check-n-run (intermittent, 2-bit) every 0.6 min")
+    assert line.startswith("Checkpoint: check-n-run (intermittent, 2-bit) every 36 s")
     # rare failures: the chance of one and the goodput of a run that sees one, no percentile
-    assert "the run expects 0.69 failures: 49.84% of runs see one; the mean is" in line
+    p = format_percent(-math.expm1(-0.69))
+    assert f"the run expects 0.69 failures: {p} of runs see one; the mean is" in line
     assert "percentile" not in line
     given = {**best, "p_any_failure": 0.007, "goodput_given_failure": 0.992}
-    assert "0.70% of runs see one, and such a run's goodput is 99.200%" in checkpoint_line(
-        {**doc, "checkpoint": {**doc["checkpoint"], "strategies": [given]}}
+    assert f"{format_percent(0.007)} of runs see one, and such a run's goodput is 99.200%" in (
+        checkpoint_line({**doc, "checkpoint": {**doc["checkpoint"], "strategies": [given]}})
     )
     assert "each of the run's 0.69 expected restores" in line
     assert "at 8 bits, the paper's fallback, every 1.5 min for 99.640% against 99.930%" in line

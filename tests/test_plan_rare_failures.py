@@ -7,7 +7,7 @@ import math
 
 from replay.plan.plan import PlanRequest, make_plan
 from replay.plan.write import answers
-from replay.report.plan_section import checkpoint_line, goodput_line
+from replay.report.plan_section import checkpoint_line, format_percent, goodput_line
 from replay.workload.presets import get_preset
 
 
@@ -37,4 +37,4 @@ def test_a_run_of_rare_failures_advises_no_percentile() -> None:
     lines = [*answers(doc), checkpoint_line(doc), goodput_line(doc)]
     assert not [line for line in lines if "percentile" in line], lines
     best = doc["checkpoint"]["strategies"][0]
-    assert f"{best['p_any_failure']:.2%} of runs see one" in goodput_line(doc)
+    assert f"{format_percent(best['p_any_failure'])} of runs see one" in goodput_line(doc)
