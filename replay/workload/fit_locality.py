@@ -187,6 +187,7 @@ class _Problem:
 
     def shapes(self, x: np.ndarray) -> tuple[list[TableShape], np.ndarray]:
         w, p, alpha, log_rows, offset = self.unpack(x)
+        w = np.maximum(w, 1e-12)  # a share the softmax underflowed (penalised, not NaN)
         extra = self.pooling - self.tables  # lookups per sample beyond one per table
         shapes = [
             TableShape(self.batch_size * (1.0 + extra * p[i] / (w[i] * self.tables)),
