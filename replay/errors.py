@@ -33,6 +33,13 @@ def render(text: str) -> str:
     return _OPTION.sub(lambda m: m[1] if _cli_names else m[2], text)
 
 
+def shown(text: str) -> str:
+    """User text as a message quotes it: as given where every character prints, else its
+    Python repr (a newline, an escape sequence or a bidi override cannot break the one
+    line or restyle the terminal)."""
+    return text if text.isprintable() else repr(text)
+
+
 @contextlib.contextmanager
 def cli_names() -> Iterator[None]:
     """Error messages name command-line flags (`--force`) for the duration."""

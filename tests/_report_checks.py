@@ -1,13 +1,12 @@
 """What every report must hold, whatever it reports (issue 54): one unit per quantity
 (each duration and size written as `replay._units` writes it, so one value never reads
 `36.1 s` here and `0.601 min` there), every figure written shown once, every plan in the
-summary, no literal backticks in the HTML, and none of the phrases that said nothing
+summary, and none of the phrases that said nothing
 (`n/a ns`, `1 tables`). The docs' examples (tests/test_readme.py) and the report tests call
 `check_report` on each report they write."""
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from pathlib import Path
@@ -74,8 +73,7 @@ def check_report(out: Path, *, html_page: bool = True) -> None:
     if not html_page:
         return
     page = (out / "report.html").read_text()
-    text = html.unescape(re.sub(r"<code>.*?</code>|<[^>]+>", "", page))
-    assert "`" not in text, f"{out}: literal backticks in report.html"
+    assert "<code>" not in page, f"{out}: a <code> span in report.html (names hold backticks)"
 
 
 __all__ = ["check_report", "mixed_units"]

@@ -172,10 +172,19 @@ def test_the_constraints_cache_bytes_add_up_to_the_budget(
     assert total == pytest.approx(sum(per_gpu.values()), rel=1e-9)
 
 
-def test_a_tables_shards_combine_into_one_constraint(plans: dict[str, Path]) -> None:
+def test_a_tables_shards_combine_into_one_constraint(
+    plans: dict[str, Path], tmp_path: Path
+) -> None:
     """Row blocks: load factor = their cache rows over the table's, unique ids per batch
-    summed, the histogram's total the blocks' total; a table on one GPU: its shard."""
-    stats = read_torchrec_stats(plans["8-gpu"])
+    summed, the histogram's total the blocks' total; a table on one GPU: its shard. The
+    sharder keeps this tiny workload's tables whole, so row-wise is asked for too."""
+    row_wise = _plan(tmp_path / "rw", (*EIGHT, "cluster.sharding=row-wise"), 1 << 20)
+    for plan in (plans["8-gpu"], row_wise):
+        _check_combined(read_torchrec_stats(plan))
+    assert any(e["shards"] > 1 for e in combine_shards(read_torchrec_stats(row_wise)).values())
+
+
+def _check_combined(stats: dict[str, Any]) -> None:
     combined = combine_shards(stats)
     for name, entry in combined.items():
         mine = [s for s in stats["cluster"]["shards"] if s["table"] == name]
@@ -195,7 +204,6 @@ def test_a_tables_shards_combine_into_one_constraint(plans: dict[str, Path]) -> 
             assert entry["load_factor"] == s["load_factor"]
             assert entry["expected_lookups"] == s["expected_lookups"]
             assert sum(entry["mrc_hist_counts"]) == sum(s["mrc_hist_counts"])
-    assert any(e["shards"] > 1 for e in combined.values())  # a row-sharded table is checked
 
 
 # -- Criteo Terabyte against an exact LRU (bench) ------------------------------------------

@@ -346,11 +346,7 @@ def _closed_form(
     """touched(k) at every window of the grid from the spec in closed form
     (`replay.analysis.touched_model`), with its basis; nothing is generated or read."""
     run = int(horizon.num_batches)
-    ks = (
-        curve_batches(run)
-        if batches is None
-        else np.unique(np.asarray(batches, dtype=np.int64))
-    )
+    ks = curve_batches(run) if batches is None else np.unique(np.asarray(batches, dtype=np.int64))
     per_table = expected_touched(spec, ks, kind)
     curve = TouchedCurve(
         batches=ks, rows=per_table.sum(axis=0), per_table=per_table, sample_rate=rate,

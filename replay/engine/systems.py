@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.checkpoint import STRATEGIES
-from replay.errors import ConfigError, opt
+from replay.errors import ConfigError, opt, shown
 from replay.policies import POLICIES
 from replay.system.presets import SYSTEM_PRESETS
 from replay.system.spec import SystemSpec, apply_overrides, build_system, load_system_data
@@ -98,7 +98,7 @@ def resolve_system_with_origin(
     try:
         return system_from_dict(data, where=origin), origin
     except ConfigError as exc:  # the field's path, then the overrides that led to it
-        given = f"with {opt('--set', 'overrides')} {' '.join(overrides)}"
+        given = f"with {opt('--set', 'overrides')} {' '.join(shown(o) for o in overrides)}"
         raise ConfigError(f"{exc.args[0]} ({given})") from None
 
 

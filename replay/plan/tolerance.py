@@ -17,15 +17,15 @@ made again at R', when the rate was chosen by the plan (not given with `--sample
 the sample stays within `MAX_SAMPLED_LOOKUPS` and the machine's memory holds it
 (`replay.runs.plan_memory` checks before each run); at most `MAX_RERUNS` times.
 Otherwise the plan says, in a note, which answer is wider than the tolerance, the rate
-that would resolve it and about how long the curves would take (the time of this plan's
-curves, which grow with R, times R' / R: an upper bound, as the exact head's part does
-not grow).
+that would resolve it and how much longer the curves would take (R' / R times this
+plan's sampled lookups, and the curves' time grows in proportion: an upper bound, as the
+exact head's part does not grow). No wall time is written: plan.json stays
+byte-identical for the same inputs.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -107,14 +107,13 @@ def plan_within(
     document, curves = {}, {}
     current = request
     for attempt in range(MAX_RERUNS + 1):
-        started = time.perf_counter()
         document, curves = make(current)
-        seconds = time.perf_counter() - started
         rate = float(document["horizon"]["sample_rate"])
         widths = headline_ranges(document)
         wide = [(what, b, w) for what, b, w in widths if w > tolerance]
-        tried.append({"sample_rate": rate, "seconds": seconds,
-                      "widest": max((w for *_, w in widths), default=0.0)})  # fmt: skip
+        # no wall time here: plan.json is byte-identical for the same inputs (the time a
+        # higher rate takes scales with the lookups it samples, said in the note)
+        tried.append({"sample_rate": rate, "widest": max((w for *_, w in widths), default=0.0)})
         if not wide or rate >= 1.0:
             break
         row_bytes = float(document["row_bytes"]) or 1.0
@@ -149,8 +148,8 @@ def plan_within(
         )
         document["notes"].append(
             f"tolerance ±{tolerance:.0%}: {what} wider at R = {rate:g}; R = {want:g} would "
-            f"resolve it, about {seconds * want / rate:,.0f} s on this machine (this plan "
-            f"took {seconds:,.0f} s at R = {rate:g}); not made because {why}: give "
+            f"resolve it, sampling about {want / rate:,.0f}× the lookups of this plan (its "
+            f"sampled curves' time grows in proportion); not made because {why}: give "
             f"--sample-rate {want:g}"
         )
         break

@@ -137,20 +137,12 @@ def _md_text(text: Text) -> str:
     return "".join(parts)
 
 
-# a code span the report writes (`replay plan`, `--set policy.name=lru`): one line, no
-# backtick inside; HTML shows it as <code>, never as literal backticks
-_CODE = re.compile(r"`([^`\n]+)`")
-
-
 def html_text(text: object) -> str:
-    """Text that HTML shows as written, its `code` spans as <code> elements (their
-    contents escaped too)."""
-    out, at = [], 0
-    raw = str(text)
-    for m in _CODE.finditer(raw):
-        out += [html_escape(raw[at : m.start()]), f"<code>{html_escape(m[1])}</code>"]
-        at = m.end()
-    return "".join([*out, html_escape(raw[at:])])
+    """Text that HTML shows as written. The report's own `code` spans stay backticks, as
+    in report.md: a user's name may hold backticks too, and a name is shown exactly as
+    written, so a span cannot be told from a name here (marking names where they enter
+    the report would let the report's own spans render as <code>)."""
+    return html_escape(text)
 
 
 def _html_text(text: Text) -> str:

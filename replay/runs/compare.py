@@ -42,7 +42,7 @@ from replay.engine.systems import (
     resolve_system_with_origin,
     system_from_dict,
 )
-from replay.errors import ConfigError
+from replay.errors import ConfigError, shown
 from replay.policies import POLICIES
 from replay.policies.base import capacity_units
 from replay.runs.run_memory import _cores, check_run_memory, in_flight_bytes, run_state
@@ -256,7 +256,7 @@ def resolve_sweep(
     total = grid_size(grid)
     base_error: ConfigError | None = None
     try:
-        _validated(base, origin, f"with --set {' '.join(sets)}" if sets else "")
+        _validated(base, origin, f"with --set {' '.join(shown(s) for s in sets)}" if sets else "")
     except ConfigError as exc:
         # the grid may supply what --set alone leaves invalid (a strategy's interval):
         # then every point must validate, below; otherwise this is the error to show
@@ -266,7 +266,7 @@ def resolve_sweep(
     # one validation per point, in order (the product is walked, never listed whole)
     for index, combo in enumerate(itertools.product(*(grid[key] for key in keys))):
         point_sets = [f"{key}={text}" for key, (text, _) in zip(keys, combo, strict=True)]
-        given = f"with --grid {' '.join(point_sets)}"
+        given = f"with --grid {' '.join(shown(s) for s in point_sets)}"
         try:
             spec = _validated(apply_overrides(base, point_sets), origin, given)
         except ConfigError:

@@ -84,7 +84,9 @@ _CHUNK_BYTES = 17
 # a cluster's per-GPU state (module docstring): each GPU's policy and summary entry, and
 # its columns per batch
 CLUSTER_BYTES_PER_GPU = 8192
-CLUSTER_BYTES_PER_GPU_BATCH = 96
+# 96 measured before each GPU's traffic columns (`cluster_time.RANK_TRAFFIC`: HBM, PCIe,
+# drive reads and writes, 8 B each per batch) were kept: 32 more
+CLUSTER_BYTES_PER_GPU_BATCH = 128
 # a (batch, GPU) cell of the range in hand: its counters, routed counts, all-to-all
 # buffers and the accounting's ~50 columns and their temporaries
 CLUSTER_BYTES_PER_RANGE_CELL = 768
