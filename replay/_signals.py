@@ -101,13 +101,19 @@ def _unraisable(hook: Any) -> Callable[[Any], None]:
     signal that landed in a weakref callback (importlib's module locks, during the
     imports), a ctypes callback (llvmlite's object cache, while numba loads) or a
     `__del__`. Nothing is printed; the signal is sent again 10 ms later, when the main
-    thread is past that frame, and raised there."""
+    thread is past that frame, and raised there. Once a signal has arrived, any other
+    error Python would print this way is its aftermath (a finalizer of an object the
+    interrupt left half-built: llvmlite's `ObjectRef.__del__` raised AttributeError
+    when Ctrl-C landed in numba's compilation) and is dropped too: the command ends
+    with its one line and 130/143, never a traceback."""
 
     def handle(unraisable: Any) -> None:
         global _raised
         if _received is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
             _raised = False
             threading.Timer(0.01, os.kill, (os.getpid(), _received)).start()
+            return
+        if _received is not None:
             return
         hook(unraisable)
 
