@@ -70,23 +70,12 @@ def export_torchrec_plan_command(
     source = plan_dir / SHARDING_FILE if plan_dir.is_dir() else plan_dir
     if out.resolve() in (source.resolve(), plan_dir.resolve()):
         raise OutputError(f"{out}: is the input {source}; write the output elsewhere")
-    if out.is_dir():
-        raise OutputError(f"{out}: is a folder, not a file")
-    if (out.exists() or out.is_symlink()) and not force:
-        raise OutputError(f"{out}: already exists (use --force to replace it)")
-    if out.exists() and not out.is_file():  # a FIFO, a device, a socket: never replaced
-        raise OutputError(f"{out}: is not a regular file; write the output elsewhere")
+    _check_out_file(out, force)
     placement = placement_of(plan_dir)
     document = torchrec_plan_document(
         placement, compute_device=device, module_path=module, compute_kernel=kernel
     )
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(document, indent=2) + "\n")
-        tmp.replace(out)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OutputError(f"{out}: cannot write ({exc.strerror or exc})") from None
+    _write_json(out, document, make_folders=False)
     types: dict[str, int] = {}
     for e in placement.plan.tables:
         types[e.type] = types.get(e.type, 0) + 1
@@ -117,9 +106,26 @@ def export_tbe_config_command(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing FILE.")] = False,
 ) -> None:
     """Write a workload as FBGEMM's TBEDataConfig (JSON), for FBGEMM's TBE benchmarks."""
-    from replay.errors import OutputError
     from replay.workload.generator import resolve_workload
     from replay.workload.tbe_config import export_notes, tbe_config_from_spec
+
+    _check_out_file(out, force)
+    spec = resolve_workload(workload)
+    document = tbe_config_from_spec(spec)
+    _write_json(out, document, make_folders=True)
+    typer.echo(
+        f"wrote {shown(out, markup=False)}: FBGEMM's TBEDataConfig of {spec.name!r}, "
+        f"{document['T']} features on {len(spec.tables)} tables, batch {spec.batch_size}; "
+        "load it with fbgemm_gpu.tbe.bench.TBEDataConfig.from_json(open(FILE).read())"
+    )
+    for note in export_notes(spec):
+        typer.echo(f"note: {shown(note, markup=False)}")
+
+
+def _check_out_file(out: Path, force: bool) -> None:
+    """An output FILE that may be written: not a folder, not there unless `force`, and
+    never anything but a regular file replaced (a FIFO, a device, a socket)."""
+    from replay.errors import OutputError
 
     if out.is_dir():
         raise OutputError(f"{out}: is a folder, not a file")
@@ -127,11 +133,16 @@ def export_tbe_config_command(
         raise OutputError(f"{out}: already exists (use --force to replace it)")
     if out.exists() and not out.is_file():  # a FIFO, a device, a socket: never replaced
         raise OutputError(f"{out}: is not a regular file; write the output elsewhere")
-    spec = resolve_workload(workload)
-    document = tbe_config_from_spec(spec)
+
+
+def _write_json(out: Path, document: object, *, make_folders: bool) -> None:
+    """`document` as JSON in `out`, whole or not at all (a temporary name, then renamed);
+    with `make_folders`, the missing folders above it too, removed again if it fails."""
+    from replay.errors import OutputError
+
     made = []  # the folders this command creates, innermost first: removed if it fails
     folder = out.parent
-    while not (folder.exists() or folder.is_symlink()):
+    while make_folders and not (folder.exists() or folder.is_symlink()):
         made.append(folder)
         folder = folder.parent
     tmp = out.with_name(f".{out.name}.tmp")
@@ -146,10 +157,3 @@ def export_tbe_config_command(
             if each.exists():
                 each.rmdir()
         raise OutputError(f"{out}: cannot write ({exc.strerror or exc})") from None
-    typer.echo(
-        f"wrote {shown(out, markup=False)}: FBGEMM's TBEDataConfig of {spec.name!r}, "
-        f"{document['T']} features on {len(spec.tables)} tables, batch {spec.batch_size}; "
-        "load it with fbgemm_gpu.tbe.bench.TBEDataConfig.from_json(open(FILE).read())"
-    )
-    for note in export_notes(spec):
-        typer.echo(f"note: {shown(note, markup=False)}")
