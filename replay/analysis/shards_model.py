@@ -132,18 +132,8 @@ def che_correction(
     sizes = np.asarray(sizes, dtype=np.int64)
     full = full_che(source, sizes, lookups)
     keys, pi = sampled_population(source)
-    out_keys = np.empty(len(keys), dtype=np.int64)
-    group = np.empty(len(keys), dtype=np.uint8)
     total = int(np.asarray(source.table_rows, dtype=np.int64).sum())
-    _shards_filter(keys, threshold, np.uint64(salt), total, out_keys, group)
-    whole = full - _sample_curve(pi, sizes, rate, lookups)
-    groups = np.array(
-        [
-            full - _sample_curve(pi[group == g], sizes, rate / SUBSAMPLES, lookups)
-            for g in range(SUBSAMPLES)
-        ]
-    ).reshape(SUBSAMPLES, len(sizes))
-    return whole, groups
+    return _corrections(keys, pi, full, total, threshold, salt, sizes, rate, lookups)
 
 
 def rank_correction(
@@ -201,9 +191,18 @@ def rank_correction(
         parts_k.append(keys[mine])
         parts_p.append(pi[mine] / share[t] * (n / lookups))
     keys, pi = np.concatenate(parts_k), np.concatenate(parts_p)
+    return _corrections(keys, pi, full, int(rows.sum()), threshold, salt, sizes, rate, lookups)
+
+
+def _corrections(
+    keys: np.ndarray, pi: np.ndarray, full: np.ndarray, total_rows: int, threshold: int,
+    salt: int, sizes: np.ndarray, rate: float, lookups: float,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(full - the sample's curve, the same for each SHARDS group): the sampled keys
+    `keys` of rates `pi` grouped as the sampler groups them (`_shards_filter`)."""
     out_keys = np.empty(len(keys), dtype=np.int64)
     group = np.empty(len(keys), dtype=np.uint8)
-    _shards_filter(keys, threshold, np.uint64(salt), int(rows.sum()), out_keys, group)
+    _shards_filter(keys, threshold, np.uint64(salt), total_rows, out_keys, group)
     whole = full - _sample_curve(pi, sizes, rate, lookups)
     groups = np.array(
         [

@@ -109,15 +109,9 @@ def _fit_tbe(
         )  # fmt: skip
     lines = _tbe_lines(fit)
     _write(out, lines, fit.spec, write_all)
-    if json_output:
-        document = fit.to_dict()
-        document["spec"] = str(out) if out is not None else None
-        typer.echo(json.dumps(document, indent=2))
-        return
-    for line in lines:
-        typer.echo(shown(line, markup=False))
-    if out is not None:
-        typer.echo(f"spec written to {shown(out, markup=False)}")
+    document = fit.to_dict()
+    document["spec"] = str(out) if out is not None else None
+    _say(out, lines, document if json_output else None)
 
 
 def _tbe_lines(fit: Any) -> list[str]:
@@ -184,9 +178,15 @@ def _fit_torchrec(
         *(f"note: {n}" for n in notes),
     ]
     _write(out, lines, spec, write_all)
-    if json_output:
-        document = {"spec": str(out) if out is not None else None, "notes": notes,
-                    "workload": spec.to_dict()}  # fmt: skip
+    document = {"spec": str(out) if out is not None else None, "notes": notes,
+                "workload": spec.to_dict()}  # fmt: skip
+    _say(out, lines, document if json_output else None)
+
+
+def _say(out: Path | None, lines: list[str], document: dict[str, Any] | None) -> None:
+    """What a fit prints: its JSON `document` when asked for, else its lines and where
+    the spec went."""
+    if document is not None:
         typer.echo(json.dumps(document, indent=2))
         return
     for line in lines:
