@@ -48,6 +48,7 @@ COMMANDS = (
     "plan",
     "report",
     "diff",
+    "schema",
     "fit",
     "presets",
     "quickstart",
@@ -105,6 +106,8 @@ def _register(command: str | None) -> None:
         from replay.cli import report  # noqa: F401
     elif command == "run":
         from replay.cli import run  # noqa: F401
+    elif command == "schema":
+        from replay.cli import schema  # noqa: F401
     elif command == "sweep":
         from replay.cli import sweep  # noqa: F401
     else:

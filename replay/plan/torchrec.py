@@ -109,6 +109,7 @@ import numpy as np
 
 from replay._files import TORCHREC_STATS, read_bytes
 from replay._json import parse_json
+from replay._schema import check_version
 from replay.errors import ConfigError, InputError
 from replay.workload.spec import WorkloadSpec
 
@@ -453,6 +454,7 @@ def read_torchrec_stats(path: str | Path) -> dict[str, Any]:
         raise _bad(p, f"not a {FORMAT} document")
     if document.get("version") != VERSION:
         raise _bad(p, f"version {document.get('version')!r}; this replay reads {VERSION}")
+    check_version("torchrec", document, p, TorchRecFileError)
     tables = document.get("tables")
     if not isinstance(tables, dict) or not tables:
         raise _bad(p, "no tables")

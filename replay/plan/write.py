@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from replay._output import Owned, atomic_folder
+from replay._schema import stamp
 from replay._units import format_bytes, format_duration, format_percent
 from replay.plan.torchrec import FEW_SAMPLED_ROWS
 from replay.plan.torchrec_shards import torchrec_document, torchrec_text, without_shards
@@ -64,7 +65,7 @@ def plan_json(document: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in document.items() if k != TORCHREC_KEY}
     if out.get("cluster"):
         out["cluster"] = without_shards(out["cluster"])
-    return out
+    return stamp("plan", out)
 
 
 def write_plan(document: dict[str, Any], out: Path, *, force: bool, curves: dict[str, Any]) -> None:
@@ -73,7 +74,7 @@ def write_plan(document: dict[str, Any], out: Path, *, force: bool, curves: dict
         (tmp / "plan.json").write_text(json.dumps(plan_json(document), indent=2) + "\n")
         trec = torchrec_document(document)
         if trec is not None:
-            (tmp / "torchrec.json").write_text(torchrec_text(trec))
+            (tmp / "torchrec.json").write_text(torchrec_text(stamp("torchrec", trec)))
         (tmp / "figures").mkdir()
         _mrc_figure(document, tmp / "figures" / "mrc.png")
         _goodput_figure(document, curves, tmp / "figures" / "goodput.png")

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from replay._schema import stamp
 from replay._units import format_bytes, format_duration
 from replay.plan.cluster_spread import spread_markdown
 from replay.report.plan_section import (
@@ -275,7 +276,8 @@ def _sees_text(t: dict[str, Any]) -> str:
 def write_cluster(document: dict[str, Any], folder: Path) -> None:
     """sharding.json and the cluster figures into the plan folder being built."""
     c = document["cluster"]
-    (folder / SHARDING_FILE).write_text(json.dumps(c["sharding_plan"], indent=2) + "\n")
+    sharding = stamp("sharding", c["sharding_plan"])
+    (folder / SHARDING_FILE).write_text(json.dumps(sharding, indent=2) + "\n")
     _gpus_figure(c, folder / "figures" / FIGURES[0])
     _scaling_figure(c, folder / "figures" / FIGURES[1])
 

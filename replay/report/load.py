@@ -34,6 +34,7 @@ import numpy as np
 import polars as pl
 
 from replay._files import RESULT_JSON, check_regular, read_json
+from replay._schema import check_version
 from replay.errors import ReplayError
 
 RUN_FILES = ("config.json", "summary.json", "meta.json", "batches.parquet")
@@ -152,13 +153,16 @@ def _say_what_it_is(path: Path) -> None:
         check_regular(path, ReportError)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path, document: str) -> dict[str, Any]:
+    """The JSON object in `path`, a `document` of `replay._schema_docs` of a version
+    this replay reads."""
     if not path.exists() and not path.is_symlink():
         raise ReportError(f"{path}: missing")
     # regular files only, of at most RESULT_JSON's limit: a FIFO or /dev/zero is refused
     value = read_json(path, RESULT_JSON, ReportError, bad="not readable JSON")
     if not isinstance(value, dict):
         raise ReportError(f"{path}: expected a JSON object")
+    check_version(document, value, path, ReportError)
     return value
 
 
@@ -182,14 +186,14 @@ def load_run(path: Path, *, label: str = "", values: dict[str, Any] | None = Non
         if not (path / name).is_file():
             _say_what_it_is(path / name)
             raise ReportError(f"{path}: not a complete run folder ({name} is missing)")
-    config = _read_json(path / "config.json")
-    summary = _read_json(path / "summary.json")
+    config = _read_json(path / "config.json", "run-config")
+    summary = _read_json(path / "summary.json", "run-summary")
     if not isinstance(config.get("system"), dict) or "name" not in config["system"]:
         raise ReportError(f"{path / 'config.json'}: no system spec in it")
     for key in ("lookups", "batches", "time_s", "energy_j", "time", "policy"):
         if key not in summary:
             raise ReportError(f"{path / 'summary.json'}: no {key!r} in it")
-    meta = _read_json(path / "meta.json")
+    meta = _read_json(path / "meta.json", "run-meta")
     _check_digests(path, config, summary, meta)
     batches = _read_parquet(path / "batches.parquet")
     has_checkpoints = (path / "checkpoints.parquet").is_file()
@@ -197,7 +201,8 @@ def load_run(path: Path, *, label: str = "", values: dict[str, Any] | None = Non
     _check_totals(path, summary, batches, checkpoints if has_checkpoints else None)
     _check_summary_digest(path, summary, meta)
     ranks = _check_cluster(path, summary, batches.height)
-    workload = _read_json(path / "workload.json") if (path / "workload.json").is_file() else None
+    has_workload = (path / "workload.json").is_file()
+    workload = _read_json(path / "workload.json", "run-workload") if has_workload else None
     return RunData(
         path=path,
         label=label or str(summary.get("system", config["system"]["name"])),
@@ -498,7 +503,7 @@ class _Totals:
 
 
 def load_compare(path: Path) -> CompareData:
-    document = _read_json(path / "compare.json")
+    document = _read_json(path / "compare.json", "compare")
     table = _read_parquet(path / "comparison.parquet")
     systems = document.get("systems")
     if not isinstance(systems, list) or not systems:
@@ -513,7 +518,7 @@ def load_compare(path: Path) -> CompareData:
 
 
 def load_sweep(path: Path) -> SweepData:
-    document = _read_json(path / "sweep.json")
+    document = _read_json(path / "sweep.json", "sweep")
     table = _read_parquet(path / "sweep.parquet")
     points = document.get("points")
     if not isinstance(points, list) or not points:
@@ -534,7 +539,7 @@ def load_mrc(path: Path) -> MrcData:
     curve = _read_parquet(path / "mrc.parquet")
     if not {"cache_rows", "miss_ratio"} <= set(curve.columns):
         raise ReportError(f"{path / 'mrc.parquet'}: no cache_rows and miss_ratio columns")
-    document = _read_json(path / "mrc.json") if (path / "mrc.json").is_file() else {}
+    document = _read_json(path / "mrc.json", "mrc") if (path / "mrc.json").is_file() else {}
     return MrcData(path, curve, document)
 
 
@@ -649,7 +654,7 @@ def _float(text: Any) -> float | None:
 
 
 def load_plan(path: Path) -> PlanData:
-    document = _read_json(path / "plan.json")
+    document = _read_json(path / "plan.json", "plan")
     check_plan(path / "plan.json", document)
     figures = {
         name: path / "figures" / f"{name}.png"

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from replay._files import RESULT_JSON, check_regular, read_json
+from replay._schema import VERSION_KEY, VERSIONS, check_version
 from replay.errors import InputError
 
 Value = float | str | None
@@ -315,6 +316,7 @@ def answers(path: Path) -> tuple[str, list[Answer]]:
     doc = read_json(where, RESULT_JSON, InputError, bad="not readable JSON")
     if not isinstance(doc, dict):
         raise InputError(f"{where}: expected a JSON object")
+    check_version("run-summary" if kind == "run" else "plan", doc, where, InputError)
     if kind == "run" and "system" not in doc:
         raise InputError(f"{where}: not a run's summary (no 'system' in it)")
     if kind == "plan" and "cache" not in doc:
@@ -498,6 +500,7 @@ def format_change(row: Row) -> str:
 def to_json(result: Diff, thresholds: list[Threshold], messages: list[str]) -> dict[str, Any]:
     """The diff as `--json` prints it."""
     return {
+        VERSION_KEY: VERSIONS["diff"],
         "kind": result.kind,
         "a": str(result.a),
         "b": str(result.b),

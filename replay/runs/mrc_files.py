@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from replay._output import atomic_folder
+from replay._schema import stamp
 
 if TYPE_CHECKING:
     from replay.analysis.mrc import MrcResult
@@ -24,7 +25,7 @@ def write_outputs(result: MrcResult, document: dict[str, Any], out: Path, force:
     # checked again inside: the folder may have changed during the run
     with atomic_folder(out, force=force, owned=OUTPUT_FILES, what="`replay mrc` output") as tmp:
         _write_parquet(result, tmp / "mrc.parquet")
-        (tmp / "mrc.json").write_text(json.dumps(document, indent=2) + "\n")
+        (tmp / "mrc.json").write_text(json.dumps(stamp("mrc", document), indent=2) + "\n")
         _write_png(result, tmp / "mrc.png", document.get("trace", ""))
 
 

@@ -38,6 +38,7 @@ from replay._output import (
     trace_sha256,
     write_json,
 )
+from replay._schema import VERSION_KEY, VERSIONS, stamp
 from replay._version import __version__
 from replay.errors import OutputError, ReplayError
 
@@ -62,9 +63,15 @@ def write_run_files(
     JSON) and to the trace (meta.json's digest): `replay report` refuses a folder whose
     files no longer agree.
     """
-    config = {"system": result.system.to_dict(), "origin": origin, "overrides": list(overrides)}
-    meta = {"tool": "replay", "version": __version__, **result.meta, **(meta_extra or {})}
+    config = stamp(
+        "run-config",
+        {"system": result.system.to_dict(), "origin": origin, "overrides": list(overrides)},
+    )
+    meta = stamp(
+        "run-meta", {"tool": "replay", "version": __version__, **result.meta, **(meta_extra or {})}
+    )
     summary = {
+        VERSION_KEY: VERSIONS["run-summary"],
         "system": result.system.name,
         **result.summary,
         "digests": {
@@ -80,7 +87,7 @@ def write_run_files(
     _whole(folder / "batches.parquet", lambda p: write_columns(p, result.columns))
     rank_columns = getattr(result, "rank_columns", None)
     if rank_columns:  # a cluster (`replay.engine.cluster_run`)
-        sharding = result.sharding
+        sharding = stamp("sharding", result.sharding)
         _whole(folder / "sharding.json", lambda p: write_json(p, sharding))
         _whole(folder / "ranks.parquet", lambda p: write_columns(p, rank_columns))
     kill_point("run:files")
@@ -102,7 +109,7 @@ def write_run(
     with atomic_folder(out, force=force) as tmp:
         write_run_files(tmp, result, overrides=overrides, origin=origin)
         if workload is not None:
-            write_json(tmp / "workload.json", workload)
+            write_json(tmp / "workload.json", stamp("run-workload", workload))
         if extra is not None:
             extra(tmp)
     return out
@@ -149,7 +156,7 @@ class RunStages:
         )
 
     def write_workload(self, stats: dict[str, Any]) -> None:
-        _whole(self.folder / "workload.json", lambda p: write_json(p, stats))
+        _whole(self.folder / "workload.json", lambda p: write_json(p, stamp("run-workload", stats)))
 
     def read(self, name: str) -> dict[str, Any]:
         return json.loads(read_bytes(self.folder / name, RESULT_JSON))

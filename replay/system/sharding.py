@@ -97,6 +97,7 @@ import numpy as np
 from replay._files import SHARDING_PLAN, read_json
 from replay._intrinsics import ix
 from replay._jit import kernel
+from replay._schema import VERSION_KEY, check_version
 from replay._units import format_bytes
 from replay.errors import ConfigError
 from replay.system.sharding_rules import (
@@ -235,7 +236,7 @@ class Shard:
 _ENTRY_KEYS = ("table", "type", "ranks", "shards", "rows", "dim", "kernel", "cache_load_factor")
 CACHED_KERNELS = ("uvm-caching", "ssd")  # kernels with a cache in HBM (a load factor)
 _PLAN_KEYS = (
-    "tables", "source", "world_size", "gpus_per_node", "torchrec_executable",
+    VERSION_KEY, "tables", "source", "world_size", "gpus_per_node", "torchrec_executable",
     "torchrec_executable_reason",
 )  # fmt: skip
 
@@ -304,6 +305,7 @@ def plan_from_json(data: Any, where: str | Path = "sharding plan") -> ShardingPl
     unknown = sorted(set(data) - set(_PLAN_KEYS))
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (keys: {', '.join(_PLAN_KEYS)})")
+    check_version("sharding", data, where, ConfigError)
     tables = data.get("tables")
     if not isinstance(tables, list):
         raise ConfigError(f"{where}: 'tables' must be a list of {{table, type, ranks}} entries")

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from replay._files import MANIFEST, read_json
 from replay._memory import MAX_ROW_SPACE, format_count
+from replay._schema import VERSION_KEY, VERSIONS, check_version
 from replay.errors import TraceError
 
 FORMAT_VERSION = 1
@@ -207,6 +208,7 @@ def load_manifest(root: Path) -> dict[str, Any]:
     manifest = read_json(where, MANIFEST, TraceError)
     if not isinstance(manifest, dict):
         raise TraceError(f"{where}: not a JSON object")
+    check_version("trace-manifest", manifest, where, TraceError)
     version = _require(manifest, "format_version", int, where)
     if version != FORMAT_VERSION:
         raise TraceError(
@@ -302,6 +304,7 @@ def build_manifest(
     from replay._version import __version__
 
     manifest: dict[str, Any] = {
+        VERSION_KEY: VERSIONS["trace-manifest"],
         "format_version": FORMAT_VERSION,
         "tool": {"name": "replay", "version": __version__},
         "created_by": created_by,
