@@ -378,6 +378,8 @@ def plan_cluster(
             "node": placement.node_of(r),
             "lookups": float(lookups[r]),
             "rows": int(rank_rows[r]),
+            # its distinct rows over the run: a node's share of what a failure loses (cpr)
+            "distinct_rows": int(np.asarray(curves.distinct)[r]),
             "shards": len(placement.rank_shards(r)),
             "shard_bytes": int(placement.rank_bytes()[r]),
             "hit_at_budget": hits[r],

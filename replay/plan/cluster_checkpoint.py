@@ -22,16 +22,17 @@ percentile) is the failure simulator's at that interval (`replay.checkpoint.fail
 `cpr` (Maeng et al., MLSys 2021) writes as `sync-full` and recovers partially: a failure
 rolls back only the failed node's shards; the job goes on from where it was after a restart
 and the replacement node's reads (`partial_restore_s`), so failures cost no work but lose
-updates. Its goodput rises with τ, so CPR picks τ by the updates it may lose: the portion of
-lost samples PLS = (expected failures x batches rolled back per failure) / (batches x N)
-= (τ/2 + W) / (M N) (failures ≈ wall / M; a failure at a uniform position of the period
-τ + W rolls the failed node back (τ²/2 + W τ) / (τ + W) of training), so
-τ = 2 (PLS_target M N − W), at least one batch, at most the run, with PLS_target =
-`CPR_PLS_TARGET` (ASSUMPTION: 2%; CPR chooses its interval from such a target). Goodput
-from `replay.checkpoint.partial`; `lost_updates_rows` per failure = (1 / N) x the mean over
-the failure's position of touched(batches rolled back) (the failed node's share of the
-rows, ASSUMPTION: the touched rows spread over nodes as their bytes do, evenly here), and
-`lost_updates_fraction` = the PLS the draws saw.
+updates. Its goodput rises with τ, so CPR picks τ by trading the checkpoint's stall against
+the samples whose updates a failure loses (`replay.checkpoint.cpr`: the objective
+δ / (τ + δ) + c PLS(τ), PLS = (τ/2 + W) / (M N), minimal at τ* = sqrt(2 δ M N / c) − δ, at
+most the `CPR_PLS_TARGET` bound 2 (target M N − W); `interval_basis` names every input and
+which one bound the interval, `interval_capped_at_span` flags an interval that reaches the
+run's end). Goodput from `replay.checkpoint.partial`; `lost_updates_rows` per failure =
+(1 / N) x the mean over the failure's position of touched(batches rolled back) (the mean
+over which node fails, nodes failing alike) and `lost_updates_rows_worst_node` = the
+largest node's share x the same (the share of the GPUs' distinct rows,
+`cluster.per_gpu[].distinct_rows`; absent without them), and `lost_updates_fraction` =
+the PLS the draws saw.
 
 Node-local checkpoints without replicas die with their node: a node failure then restarts
 the job from scratch, so the whole-job strategies are planned as `none` and say so.
@@ -53,7 +54,18 @@ from typing import Any
 
 import numpy as np
 
+from replay._units import format_duration
 from replay.checkpoint.base import READER_POSITION_BYTES, CheckpointContext
+from replay.checkpoint.cpr import (
+    CPR_LOST_SAMPLE_COST,
+    CPR_PLS_TARGET,
+    OBJECTIVE,
+    cpr_optimum_s,
+    cpr_overhead,
+    cpr_pls,
+    cpr_pls_bound_s,
+    node_touched_shares,
+)
 from replay.checkpoint.failures import (
     RecoveryPoints,
     evaluate_failures,
@@ -66,7 +78,7 @@ from replay.errors import ConfigError
 from replay.plan.daly import best_interval, daly_goodput, daly_interval_s, young_interval_s
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec
 
-CPR_PLS_TARGET = 0.02  # ASSUMPTION: the portion of lost samples CPR's interval keeps under
+NODE_SHARE_BASIS = "each node's GPUs' distinct rows over the run (cluster.per_gpu[].distinct_rows)"
 CLUSTER_STRATEGIES = ("sync-full", "fastpersist", "checkfreq", "cpr", "torch-save")
 FASTPERSIST_CLAIM = 116.0  # "up to 116x" (Wang et al., arXiv 2406.13768, abstract)
 FASTPERSIST_NODES = (1, 2, 4, 8)  # DGX-2 nodes: 16 to 128 V100 GPUs, the paper's range
@@ -123,7 +135,15 @@ class ClusterStrategyPlan:
     draws_capped: int
     simulated: bool = True
     recovery: str = "whole job"  # or "partial" (cpr)
-    lost_updates_rows: float | None = None  # cpr: rows rolled back per failure
+    lost_updates_rows: float | None = None  # cpr: rows rolled back per failure (mean)
+    # cpr: one failure of the node holding the largest share of the touched rows
+    lost_updates_rows_worst_node: float | None = None
+    worst_node: int | None = None
+    worst_node_share: float | None = None
+    node_share_basis: str | None = None
+    # cpr: the objective, its inputs and what bound the interval (`replay.checkpoint.cpr`)
+    interval_basis: dict[str, Any] | None = None
+    interval_capped_at_span: bool = False
     lost_batches_per_failure: float | None = None  # cpr: batches of the failed node's updates
     lost_updates_fraction: float | None = None  # cpr: portion of lost samples over the run
     modes: tuple[dict[str, Any], ...] = ()
@@ -174,6 +194,7 @@ class _Setup:
     ctx: CheckpointContext | None  # for checkfreq's snapshot; None: no snapshot tier
     rank0: StoreModel  # the rank-0 baseline's: one writer at the system's cap or torch-save's
     ranks: np.ndarray  # bytes per GPU (each writes its own: a per-writer cap's busiest)
+    node_shares: list[float] | None = None  # each node's share of the touched rows
 
 
 def _setup(system: SystemSpec, cluster_doc: dict[str, Any], mtbf_s: float, **common: Any) -> _Setup:
@@ -203,6 +224,7 @@ def _setup(system: SystemSpec, cluster_doc: dict[str, Any], mtbf_s: float, **com
         fb, float(common["horizon_s"]), system.failures.restart_s, float(mtbf_s), c.nodes,
         common["touched_rows"], ctx,
         dataclasses.replace(model, writer_bw_bytes_per_s=one_writer), ranks,
+        node_touched_shares(cluster_doc.get("per_gpu"), c.nodes),
     )  # fmt: skip
 
 
@@ -327,20 +349,61 @@ def _none(s: _Setup) -> ClusterStrategyPlan:
     )  # fmt: skip
 
 
-def cpr_interval_s(write_s: float, mtbf_s: float, nodes: int, target: float) -> float:
-    """CPR's interval: τ = 2 (target M N − W), the PLS (τ/2 + W) / (M N) at the target."""
-    return 2.0 * (target * mtbf_s * nodes - write_s)
+def _cpr_interval(s: _Setup, notes: list[str]) -> tuple[float, dict[str, Any]]:
+    """CPR's interval in whole batches: the objective's optimum, at most the PLS bound
+    (`replay.checkpoint.cpr`), and the basis plan.json names it by."""
+    p = _per_checkpoint(s, "cpr", s.tb)
+    w, stall = p["write"], p["stall"]
+    best = cpr_optimum_s(stall, s.mtbf_s, s.nodes)
+    bound = cpr_pls_bound_s(w, s.mtbf_s, s.nodes, CPR_PLS_TARGET)
+    tau = min(best, bound)
+    most = max(1, math.floor(s.horizon_s / s.tb))
+    ks = {min(max(1, f(tau / s.tb)), most) for f in (math.floor, math.ceil)}
+    ks = {k for k in ks if k * s.tb <= bound} or {min(ks)}
 
+    def overhead(k: float) -> float:
+        return cpr_overhead(k * s.tb, stall, w, s.mtbf_s, s.nodes)
 
-def _cpr(s: _Setup, draws: int, seed: int, notes: list[str]) -> ClusterStrategyPlan:
-    w = _per_checkpoint(s, "cpr", s.tb)["write"]
-    tau = cpr_interval_s(w, s.mtbf_s, s.nodes, CPR_PLS_TARGET)
-    k = float(min(max(1, math.floor(tau / s.tb)), max(1, math.floor(s.horizon_s / s.tb))))
-    if tau < s.tb:
+    k = float(min(sorted(ks), key=overhead))
+    if bound < s.tb:
+        binding = "one batch"
         notes.append(
             f"cpr: no interval keeps the portion of lost samples under {CPR_PLS_TARGET:.0%} "
             f"(the write alone, {w:.3g} s, exceeds it at this MTBF): planned every batch"
         )
+    elif k >= most:
+        binding = "span"
+    else:
+        binding = "pls_target" if bound < best else "optimum"
+    capped = binding == "span"
+    if capped:
+        notes.append(
+            f"cpr: its interval reaches the run's end (the objective's optimum "
+            f"{best:.3g} s, the {CPR_PLS_TARGET:.0%} lost-samples bound {bound:.3g} s, the run "
+            f"{s.horizon_s:.3g} s): no checkpoint falls inside the run, so its figures are a "
+            "run without checkpoints, not an interval to use"
+        )
+    basis = {
+        "objective": OBJECTIVE,
+        "stall_s": stall,
+        "write_s": w,
+        "cluster_mtbf_s": s.mtbf_s,
+        "nodes": s.nodes,
+        "lost_sample_cost": CPR_LOST_SAMPLE_COST,
+        "pls_target": CPR_PLS_TARGET,
+        "optimum_s": best,
+        "pls_bound_s": bound,
+        "binding": binding,
+        "capped_at_span": capped,
+        "stall_share": stall / (k * s.tb + stall),
+        "pls": cpr_pls(k * s.tb, w, s.mtbf_s, s.nodes),
+        "overhead": overhead(k),
+    }
+    return k, basis
+
+
+def _cpr(s: _Setup, draws: int, seed: int, notes: list[str]) -> ClusterStrategyPlan:
+    k, basis = _cpr_interval(s, notes)
     tau = k * s.tb
     p = _per_checkpoint(s, "cpr", tau)
     reads = s.model.partial_restore_s(s.b)
@@ -361,9 +424,16 @@ def _cpr(s: _Setup, draws: int, seed: int, notes: list[str]) -> ClusterStrategyP
     x = (np.arange(QUADRATURE) + 0.5) / QUADRATURE * tau
     rows = np.asarray(s.touched(np.maximum(x / s.tb, 1e-9)), dtype=np.float64)
     rows_w = float(np.asarray(s.touched(k), dtype=np.float64))
-    lost_rows = (float(rows.mean()) * tau + rows_w * p["stall"]) / period / s.nodes
+    touched = (float(rows.mean()) * tau + rows_w * p["stall"]) / period
+    # nodes fail alike: the mean over the failed node is 1 / N of the touched rows; the
+    # node with the largest share loses that share of them
+    lost_rows = touched / s.nodes
+    shares = s.node_shares
+    worst = None if shares is None else int(np.argmax(shares))
+    lost_worst = None if shares is None else touched * float(np.max(shares))
     if reads is None:
         lost_rows = float("nan")
+        lost_worst = None
         notes.append(
             "cpr: node-local checkpoints without replicas die with their node: a failed node's "
             "shards restart from their initial values (every update lost); set "
@@ -376,8 +446,12 @@ def _cpr(s: _Setup, draws: int, seed: int, notes: list[str]) -> ClusterStrategyP
     entry = _entry(
         s, "cpr", k, stats, model, recovery="partial",
         lost_updates_rows=None if math.isnan(lost_rows) else lost_rows,
+        lost_updates_rows_worst_node=lost_worst, worst_node=worst,
+        worst_node_share=None if shares is None else float(np.max(shares)),
+        node_share_basis=NODE_SHARE_BASIS if shares is not None else None,
         lost_batches_per_failure=roll / s.tb, lost_updates_fraction=pls,
-        p_any_failure=p_any, goodput_given_failure=given,
+        p_any_failure=p_any, goodput_given_failure=given, interval_basis=basis,
+        interval_capped_at_span=bool(basis["capped_at_span"]),
     )  # fmt: skip
     return dataclasses.replace(
         entry, restore_s=restore, rollback_lag_s=0.0,
@@ -444,6 +518,7 @@ def store_document(s: _Setup) -> dict[str, Any]:
         "write_s": m.write_s(s.b, s.ranks),
         "rank0_write_s": s.rank0.rank0_write_s(s.b),
         "cpr_pls_target": CPR_PLS_TARGET,
+        "cpr_lost_sample_cost": CPR_LOST_SAMPLE_COST,
     }
 
 
@@ -530,13 +605,8 @@ def claims(s: _Setup, plans: list[Any]) -> list[dict[str, Any]]:
                 "paper_value": [[0.082, 0.085], [0.0053, 0.0068]],
                 "assumptions": [
                     "overhead = 1 - goodput (stalls, lost work, restarts and restores)",
-                    f"cpr's interval keeps the portion of lost samples at {CPR_PLS_TARGET:.0%} "
-                    "(ASSUMPTION); it loses "
-                    + (
-                        f"{cpr.lost_updates_rows:,.0f} rows' updates per failure"
-                        if cpr.lost_updates_rows is not None
-                        else "every update of the failed node (no copy)"
-                    ),
+                    cpr_interval_text(cpr),
+                    cpr_lost_text(cpr),
                     "CPR's MFU/SSU variants (saving the most used rows more often) are not "
                     "modelled: the plan's cpr is CPR's vanilla partial recovery",
                 ],
@@ -545,14 +615,57 @@ def claims(s: _Setup, plans: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
+BINDING = {
+    "optimum": "the objective's optimum",
+    "pls_target": "the lost-samples bound (below the objective's optimum)",
+    "one batch": "one batch (the lost-samples bound is under one batch)",
+    "span": "the run's end: no checkpoint inside the run",
+}
+
+
+def cpr_interval_text(p: Any) -> str:
+    """How cpr's interval was chosen, for the claim and plan.md (a plan or its dict)."""
+    d = p if isinstance(p, dict) else p.to_dict()
+    b = d.get("interval_basis")
+    if not b:
+        return "cpr's interval: not recorded"
+    return (
+        f"cpr's interval ({format_duration(d['interval_s'])}) minimises the stall share plus "
+        f"the portion of lost samples priced at {b['lost_sample_cost']:g}x their training time "
+        f"(ASSUMPTION), at most the {b['pls_target']:.0%} lost-samples bound (ASSUMPTION): "
+        f"optimum {format_duration(b['optimum_s'])}, bound "
+        f"{format_duration(max(b['pls_bound_s'], 0.0))}, set by {BINDING[b['binding']]}; "
+        f"stall {b['stall_share']:.3%} and lost samples {b['pls']:.3%} of the run"
+    )
+
+
+def cpr_lost_text(p: Any) -> str:
+    """The updates one failure loses: the mean over the failed node and the worst node's."""
+    d = p if isinstance(p, dict) else p.to_dict()
+    mean = d.get("lost_updates_rows")
+    if mean is None:
+        return "a failure loses every update of the failed node (no copy survives it)"
+    text = f"a failure loses {mean:,.0f} rows' updates (the mean over which node fails)"
+    worst = d.get("lost_updates_rows_worst_node")
+    if worst is not None and mean > 0:
+        text += (
+            f"; a failure of node {d['worst_node']}, which holds "
+            f"{d['worst_node_share']:.1%} of the touched rows, loses {worst:,.0f} "
+            f"({worst / mean:.3g}x the mean)"
+        )
+    return text
+
+
 __all__ = [
     "CLUSTER_STRATEGIES",
     "CPR_PLS_TARGET",
+    "NODE_SHARE_BASIS",
     "ClusterCheckpoints",
     "ClusterStrategyPlan",
     "checkpoint_bytes",
     "claims",
-    "cpr_interval_s",
+    "cpr_interval_text",
+    "cpr_lost_text",
     "fastpersist_speedup",
     "plan_cluster_checkpoints",
 ]

@@ -40,6 +40,28 @@ def pct_text(x: float | None) -> str:
     return "n/a" if x is None else format_percent(x)
 
 
+def capped_at_span(s: dict[str, Any]) -> bool:
+    """Whether a strategy's interval reaches the run's end (no checkpoint inside it)."""
+    if s["name"] == "none":
+        return False
+    if s.get("interval_capped_at_span"):
+        return True
+    horizon = s.get("horizon_s")
+    return bool(horizon) and float(s["interval_s"]) >= float(horizon) * (1 - 1e-9)
+
+
+def every(s: dict[str, Any]) -> str:
+    """A strategy's interval in a sentence: "every 20.6 min", or, where the interval reaches
+    the run's end, that no checkpoint falls inside the run (an interval that is not an
+    answer: the figures are a run without checkpoints)."""
+    if capped_at_span(s):
+        return (
+            "with no checkpoint inside the run (its interval reaches the run's end, "
+            f"{format_duration(s['interval_s'])}: not an interval to use)"
+        )
+    return f"every {format_duration(s['interval_s'])}"
+
+
 def minutes(seconds: float) -> str:
     """An interval as every duration of the report is written (`format_duration`), so one
     interval never reads `36.1 s` in one line and `0.601 min` in another."""
@@ -263,7 +285,7 @@ def checkpoint_answer(doc: dict[str, Any]) -> str:
     if s["name"] == "none":
         return f"{basis}: no strategy beats running without checkpoints over this run."
     return (
-        f"{basis}: {strategy_label(s)} every {format_duration(s['interval_s'])} "
+        f"{basis}: {strategy_label(s)} {every(s)} "
         f"({int(s.get('interval_batches') or 0):,} batches): a stall of "
         f"{format_duration(s['cost_s'])} and {format_bytes(s['bytes'])} written per "
         f"checkpoint, {format_bytes(s['storage_bytes'])} of storage ({_scope(doc, s)}), a "
@@ -331,7 +353,7 @@ def checkpoint_line(doc: dict[str, Any]) -> str:
             )
         )
     return (
-        f"Checkpoint: {strategy_label(s)} every {minutes(s['interval_s'])} gives goodput "
+        f"Checkpoint: {strategy_label(s)} {every(s)} gives goodput "
         f"{pct_text(s['goodput'])} at a cluster MTBF of {mtbf} ({goodput_spread(s)}), writing "
         f"{format_bytes(s['bytes'])} per "
         "checkpoint" + (f"; {lossy(s)}." if lossy(s) else ".")
@@ -777,8 +799,10 @@ def _systems_blocks(plan: PlanData, index: int) -> list[Block]:
 
 __all__ = [
     "SECTION",
+    "capped_at_span",
     "cluster_lines",
     "cluster_shape",
+    "every",
     "heading",
     "minutes",
     "pct_text",
