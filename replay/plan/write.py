@@ -36,6 +36,7 @@ from replay.plan.write_memory import memory_answer_lines, memory_markdown
 from replay.plan.write_ssd_tbe import ssd_tbe_answer_lines, ssd_tbe_markdown
 from replay.report.plan_section import (
     cluster_lines,
+    every,
     goodput_spread,
     lossy,
     split_line,
@@ -146,7 +147,7 @@ def answers(document: dict[str, Any]) -> list[str]:
         s = ck["strategies"][0]
         lines.append(
             f"Checkpoint: at a cluster MTBF of {format_duration(ck['cluster_mtbf_s'])}, "
-            f"{strategy_label(s)} every {format_duration(s['interval_s'])} gives goodput "
+            f"{strategy_label(s)} {every(s)} gives goodput "
             f"{_pct(s['goodput'])} ({goodput_spread(s, _pct)}): "
             f"{format_duration(s['cost_s'])} stall and {format_bytes(s['bytes'])} per "
             f"checkpoint, restore {format_duration(s['restore_s'])}"
