@@ -9,6 +9,7 @@ a criteo-kaggle trace).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,8 +32,7 @@ def ix(i: int) -> np.uint64:
     return np.uint64(i)
 
 
-@intrinsic
-def prefetch(typingctx: Any, arr: Any, index: Any) -> Any:
+def _prefetch(typingctx: Any, arr: Any, index: Any) -> Any:
     """Hint the CPU to fetch arr[index] into cache (no fault on a bad address)."""
     if not (isinstance(arr, types.Array) and isinstance(index, types.Integer)):
         return None
@@ -51,3 +51,15 @@ def prefetch(typingctx: Any, arr: Any, index: Any) -> Any:
         return context.get_dummy_value()
 
     return types.void(arr, index), codegen
+
+
+def kernel_call(definition: Callable[..., Any]) -> Any:
+    """An intrinsic as the kernels call it. numba's stubs type an `@intrinsic` as its
+    definition, typing context first, and calling it from Python raises; inside a kernel
+    it is called without the context. This is the type boundary: the intrinsic is `Any`
+    to mypy, and its name is annotated with the call the kernels make."""
+    return intrinsic(definition)
+
+
+# prefetch(arr, i): inside a kernel only
+prefetch: Callable[[np.ndarray, Any], None] = kernel_call(_prefetch)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from numba import njit
 from numba.core.caching import FunctionCache
@@ -46,15 +46,21 @@ LOADS_WITHOUT_REFRESH = all(
 )
 
 
-def kernel(fn: F | None = None, *, inline: str = "never") -> Any:
+def kernel(fn: F | None = None, *, inline: Literal["never", "always"] = "never") -> Any:
     """`@kernel` or `@kernel(inline="always")`: a nopython, GIL-free, disk-cached numba
-    function (see the module docstring for how its cache loads)."""
+    function (see the module docstring for how its cache loads).
+
+    The kernels' type boundary: to mypy a kernel is `Any` where it is called. Its body is
+    checked as Python against its annotations, but inside and between kernels numba
+    passes numpy's scalars and Python's numbers interchangeably (an `int` parameter
+    receives an `np.int64` element of an array), which numpy's stubs keep apart; the
+    kernels' callers convert what leaves them (`int(...)`, `float(...)`)."""
 
     def wrap(function: F) -> F:
-        dispatcher = njit(cache=True, nogil=True, inline=inline)(function)
+        dispatcher: Any = njit(cache=True, nogil=True, inline=inline)(function)
         if LOADS_WITHOUT_REFRESH:
             dispatcher._cache = _LoadWithoutRefresh(dispatcher.py_func)
-        return dispatcher  # type: ignore[no-any-return]
+        return dispatcher
 
     return wrap if fn is None else wrap(fn)
 

@@ -98,7 +98,7 @@ def _map_delete(map_keys: np.ndarray, map_pos: np.ndarray, slot: int, shift: np.
 
 
 @kernel
-def _map_find(map_keys: np.ndarray, key: np.int64, shift: np.uint64) -> int:
+def _map_find(map_keys: np.ndarray, key: np.int64, shift: np.uint64) -> np.int64:
     """Slot of `key`, or of the empty slot where it would go."""
     mask = len(map_keys) - 1
     slot = np.int64((np.uint64(key) * _FIB) >> shift)
@@ -505,7 +505,9 @@ def head_curves(
     offsets = np.asarray(offsets, dtype=np.int64)
     space = int(offsets[-1])
     first = np.unique(
-        np.concatenate([np.asarray(k, dtype=np.int64) for k in keys_of(0, 1)] or [[]])
+        np.concatenate(
+            [np.asarray(k, dtype=np.int64) for k in keys_of(0, 1)] or [np.empty(0, np.int64)]
+        )
     ).astype(np.int64)
     heads: list[ExactHead] = []
     if total:

@@ -137,7 +137,7 @@ def _touched_kernel(
                 break
             slot = key
             if direct:
-                q = np.int64(last[key])
+                q: np.int64 | int = np.int64(last[key])  # or -1 below: numba unifies them
             else:
                 slot = np.int64((np.uint64(key) * _FIB) >> shift)
                 while True:

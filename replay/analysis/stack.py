@@ -46,15 +46,14 @@ distance, grown by doubling). Hash-map mode keeps per-key state for the keys see
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.core.extending import intrinsic
 
-from replay._intrinsics import PREFETCH_AHEAD, prefetch
+from replay._intrinsics import PREFETCH_AHEAD, kernel_call, prefetch
 from replay._jit import kernel
 from replay._malloc import state_array
 from replay.errors import TraceError
@@ -80,8 +79,7 @@ _IDS_FULL = 3
 _BAD_KEY = 4
 
 
-@intrinsic
-def _popcount(typingctx: Any, src: Any) -> Any:
+def _popcount_llvm(typingctx: Any, src: Any) -> Any:
     """Number of set bits of an integer (LLVM's ctpop: one instruction on x86-64)."""
     if not isinstance(src, types.Integer):
         return None
@@ -92,8 +90,7 @@ def _popcount(typingctx: Any, src: Any) -> Any:
     return src(src), codegen
 
 
-@intrinsic
-def _trailing_zeros(typingctx: Any, src: Any) -> Any:
+def _trailing_zeros_llvm(typingctx: Any, src: Any) -> Any:
     if not isinstance(src, types.Integer):
         return None
 
@@ -101,6 +98,11 @@ def _trailing_zeros(typingctx: Any, src: Any) -> Any:
         return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
 
     return src(src), codegen
+
+
+# inside a kernel only: an integer's set bits, its trailing zero bits (of its own type)
+_popcount: Callable[[np.integer[Any]], np.integer[Any]] = kernel_call(_popcount_llvm)
+_trailing_zeros: Callable[[np.integer[Any]], np.integer[Any]] = kernel_call(_trailing_zeros_llvm)
 
 
 _ONE = np.uint64(1)
@@ -111,7 +113,7 @@ _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 @kernel
-def _marks_between(bits: np.ndarray, tree: np.ndarray, q: int, p: int) -> int:
+def _marks_between(bits: np.ndarray, tree: np.ndarray, q: int, p: int) -> np.int64:
     """Set bits at positions strictly between q < p: popcounts inside the two end words,
     the tree's materialized nodes for the words between, walking both prefix paths
     (prefix(wp) - prefix(wq + 1)) only until they meet."""

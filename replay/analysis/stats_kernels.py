@@ -289,7 +289,7 @@ def _inspect_runs(
             f = keys[ix(k)]
             v = np.int64(state[ix(f)])
             s = v >> _TAG_SHIFT
-            c = v & _COUNT_MASK
+            c: np.int64 | int = v & _COUNT_MASK  # 0 below: numba unifies the two
             fresh = s != tag  # first lookup of the row in this batch
             d += fresh
             nw += c == 0

@@ -46,9 +46,9 @@ def _check_sorted(batch: np.ndarray, table: np.ndarray) -> tuple[bool, int]:
     bad = 0
     width = np.int64(table[0]) + 1
     for i in range(n):
-        bad += np.int64(b1[i] < b0[i]) | (np.int64(b1[i] == b0[i]) & np.int64(t1[i] < t0[i]))
+        bad += int(b1[i] < b0[i]) | (int(b1[i] == b0[i]) & int(t1[i] < t0[i]))
         width = max(width, np.int64(t1[i]) + 1)
-    return bad == 0, width
+    return bad == 0, int(width)
 
 
 @kernel(inline="always")

@@ -60,10 +60,10 @@ def _flat_keys_checked(
     bad = 0
     for i in range(len(row)):
         tb = np.int64(table[ix(i)])
-        bad += tb >= tables
-        tb = min(tb, tables - 1)
+        bad += int(tb >= tables)
+        tb = min(tb, np.int64(tables - 1))
         r = np.uint64(row[ix(i)])
-        bad += r >= np.uint64(rows[ix(tb)])
+        bad += int(r >= np.uint64(rows[ix(tb)]))
         out[ix(i)] = offsets[ix(tb)] + np.int64(min(r, np.uint64(rows[ix(tb)] - 1)))
     return bad
 
@@ -162,7 +162,7 @@ def _count_runs(table: np.ndarray, bounds: np.ndarray) -> int:
             before = table[lo : hi - 1]
             changes = 0
             for i in range(len(after)):
-                changes += np.int64(after[i] != before[i])
+                changes += int(after[i] != before[i])
             n += 1 + changes
     return n
 

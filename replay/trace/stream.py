@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -597,7 +597,8 @@ def iter_batch_ranges(
         )
         return
     ranges = _ranges(
-        trace, start, stop, min_lookups, with_updates, with_distinct, with_runs,
+        cast(Trace, trace),  # a source without its own ranges is read as a trace folder
+        start, stop, min_lookups, with_updates, with_distinct, with_runs,
         updates_from_lookups, pieces,
     )  # fmt: skip
     if read_ahead <= 0:

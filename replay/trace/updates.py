@@ -48,8 +48,9 @@ def _update_sets_kernel(
     n = len(row)
     i = 0
     while i < n:
-        b = np.int64(batch[i]) - batch_start
-        t = np.int64(table[i])
+        # b, t: numpy scalars here, Python ints in the loops below (numba unifies them)
+        b: np.int64 | int = np.int64(batch[i]) - batch_start
+        t: np.int64 | int = np.int64(table[i])
         j = i + 1
         while j < n and batch[j] == batch[i] and table[j] == table[i]:
             j += 1
