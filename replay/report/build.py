@@ -33,10 +33,7 @@ from replay.report.analysis import (
     PAPER,
     YOUNG_DALY_BAND,
     analyse,
-    energy_per_batch,
     fastpersist_per_batch,
-    needs_checkpoints,
-    time_terms,
 )
 from replay.report.blocks import bytes_text as _bytes
 from replay.report.blocks import images as _images
@@ -48,6 +45,7 @@ from replay.report.blocks import rate_text as _rate
 from replay.report.blocks import x as _x
 from replay.report.caveats import run_warnings, warning_blocks
 from replay.report.cluster import cluster_blocks
+from replay.report.compare_table import compare_table
 from replay.report.document import (
     Block,
     Bullets,
@@ -118,50 +116,6 @@ def _workload_blocks(results: Results, figures: list[FigureOut]) -> list[Block]:
     return blocks
 
 
-def _compare_table(runs: tuple[RunData, ...]) -> Table:
-    base = time_terms(runs[0])["total"]
-    rows = []
-    for run in runs:
-        terms = time_terms(run)
-        s = run.summary
-        ck = s.get("checkpoint") or {}
-        strategy = str(ck.get("strategy", "none"))
-        if strategy == "none":
-            overhead = "-"
-        else:
-            # steady state, as every column here (the run's own `overhead` is whole-run:
-            # its initial full checkpoint included)
-            training = terms["total"] - terms["checkpoint"]
-            overhead = (
-                f"needs ≥ {MIN_CHECKPOINTS} checkpoints"
-                if needs_checkpoints(run)
-                else _pct(terms["checkpoint"] / training if training > 0 else None)
-            )
-        rows.append(
-            (
-                run.label,
-                _ms(terms["total"]),
-                _x(base / terms["total"] if terms["total"] > 0 else None),
-                f"{energy_per_batch(run):.4g} J",
-                format_hit_ratio(s["policy"]["hit_ratio"]),
-                strategy,
-                overhead,
-            )
-        )
-    return Table(
-        (
-            "system",
-            "time per batch",
-            "speedup",
-            "energy per batch",
-            "hit ratio",
-            "checkpoint",
-            "checkpoint stall / training time (steady state)",
-        ),
-        tuple(rows),
-    )
-
-
 def _hierarchy_blocks(analysis: dict[str, Any], figures: list[FigureOut]) -> list[Block]:
     blocks: list[Block] = [Heading("Memory hierarchy")]
     caches = analysis.get("caches")
@@ -220,10 +174,10 @@ def _time_blocks(results: Results, figures: list[FigureOut]) -> list[Block]:
         blocks.append(Heading(f"Comparison {compare.path.name}", 3))
         if compare.overrides:
             blocks.append(Paragraph("with --set " + " ".join(compare.overrides)))
-        blocks.append(_compare_table(compare.runs))
+        blocks.append(compare_table(compare.runs))
     if results.runs:
         blocks.append(Heading("Runs given alone", 3))
-        blocks.append(_compare_table(tuple(results.runs)))
+        blocks.append(compare_table(tuple(results.runs)))
     blocks += _images(figures, "time")
     return blocks
 
