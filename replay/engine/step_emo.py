@@ -45,31 +45,40 @@ Constants, each cited or marked:
   2,855.41 ms / 10. The other three runs' ratios are predictions from the constants
   above and this one fitted number; `predictions()` also returns the step without it.
 - The cache (FBGEMM `fused_uvm_caching`, `prefetch_pipeline`): load factor x 5 M rows
-  per rank, 32-way sets. Uniform ids: a row of the next batch is cached with
-  probability cache rows / 5 M. FBGEMM locks the current batch's cached rows while the
-  next batch is prefetched, and the next batch's hits as it finds them
-  (`lxu_cache_locking_counter`, FBGEMM PR #1883; `lru_cache_insert_kernel` in
-  `src/split_embeddings_cache/lru_cache_populate.cu` skips a locked slot and stops at one
-  of this timestep): the prefetch inserts at most the slots neither holds; the rows it
-  cannot insert are read from host
-  memory in the forward and updated there in the backward (`uvm_forward_s`,
-  `uvm_backward_s`). The steady state alternates between two batches; `cache_loads`
-  averages them. ASSUMPTION: sets fill evenly (the per-set spread is not modelled); every
-  cached row is dirty when evicted (the backward updated it).
+  per rank, in ceil(x 5 M / 32) sets of 32 ways; a row's set is FBGEMM's `cache_slot`
+  (MurmurHash3's finalizer of its index modulo the sets: `set_sizes` counts the rows of
+  each set exactly). Uniform ids: each row is in a batch with probability
+  p = 1 - exp(-lookups / rows), independently (ASSUMPTION: the Poisson limit of draws
+  with replacement). FBGEMM locks the current batch's cached rows while the next batch
+  is prefetched, and the next batch's hits as it finds them (`lxu_cache_locking_counter`,
+  FBGEMM PR #1883; `lru_cache_insert_kernel` in
+  `src/split_embeddings_cache/lru_cache_populate.cu` skips a locked way and stops at one
+  of this time step), so the prefetch inserts only into ways neither holds; the rows it
+  cannot insert (FBGEMM's conflict misses) are read from host memory in the forward and
+  updated there in the backward (`uvm_forward_s`, `uvm_backward_s`). `locked_set` is
+  that steady state per set, a Markov chain on the ways the previous batch holds;
+  `locked_cache` sums it over the sets. Per rank and batch: 0.879 M unique rows; at 0.2,
+  0.372 M inserted and 0.332 M conflict misses (the sets' spread changes the even-fill
+  figures, 0.372 and 0.331 M, by under 0.3%), at 0.4, 0.514 M and 0.013 M. ASSUMPTIONS:
+  every evicted row is dirty (the backward updated it); a conflict miss that the next
+  batch's prefetch inserts is still counted as updated in host memory (FBGEMM
+  re-looks-up the batch's rows before its backward; about 5% of them at 0.2).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from replay.engine.step_model import (
     GpuLoad,
     KernelLoad,
     StepConstants,
-    locked_inserts,
     overlap,
     step,
     with_overlap,
@@ -144,17 +153,122 @@ def unique_rows(lookups: float, rows: float) -> float:
     return rows * -math.expm1(-lookups / rows)
 
 
+# MurmurHash3's 64-bit finalizer: FBGEMM's `cache_slot` (src/split_embeddings_cache/common.cuh)
+_MIX1 = np.uint64(0xFF51AFD7ED558CCD)
+_MIX2 = np.uint64(0xC4CEB9FE1A85EC53)
+_S33 = np.uint64(33)
+
+
+def set_sizes(rows: int, sets: int) -> np.ndarray:
+    """`out[n]`: how many of the cache's `sets` sets the linear indices 0..rows-1 map `n`
+    rows to (FBGEMM's `cache_slot`: the MurmurHash3 finalizer of the index, modulo the
+    sets). large_table is its TBE's only cached table, so its linear indices are its rows."""
+    h = np.arange(rows, dtype=np.uint64)
+    h ^= h >> _S33
+    h *= _MIX1  # uint64 arrays wrap modulo 2^64, as the CUDA code does
+    h ^= h >> _S33
+    h *= _MIX2
+    h ^= h >> _S33
+    per_set = np.bincount((h % np.uint64(sets)).astype(np.int64), minlength=sets)
+    return np.bincount(per_set)
+
+
+def _binomial(n: int, p: float) -> np.ndarray:
+    k = np.arange(n + 1)
+    log_factorial = np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, n + 1)))))
+    log_choose = log_factorial[n] - log_factorial - log_factorial[::-1]
+    return np.exp(log_choose + k * math.log(p) + (n - k) * math.log1p(-p))
+
+
+@functools.cache
+def _chain_shape(ways: int, p: float) -> tuple[np.ndarray, ...]:
+    """What `locked_set`'s chain shares across set sizes: over (L, H_u, H_u + I) the
+    inserts I, the free ways, the weights Bin(ways - L, p) of H_u and Bin(L, p) of the
+    locked ways' hits."""
+    size = ways + 1
+    locked = np.arange(size)[:, None, None]
+    h_u = np.arange(size)[None, :, None]
+    j = np.arange(size)[None, None, :]
+    k = np.broadcast_to(j - h_u, (size, size, size))
+    free = np.broadcast_to(ways - locked - h_u, (size, size, size))
+    valid = (h_u <= ways - locked) & (k >= 0)
+    below = valid & (k < free)
+    at = valid & (k == free)
+    w_other = np.zeros((size, size))
+    w_locked = np.zeros((size, size))
+    for n in range(size):
+        w_other[n, : ways - n + 1] = _binomial(ways - n, p)
+        w_locked[n, : n + 1] = _binomial(n, p)
+    return k.clip(0, size), free.clip(0, size), below, at, w_other, w_locked
+
+
+def locked_set(rows_in_set: int, p: float, ways: int = ASSOC) -> tuple[float, float]:
+    """One cache set of `ways` ways over `rows_in_set` rows, each row in a batch with
+    probability `p` independently, under FBGEMM's prefetch pipeline in its steady state:
+    the expected rows a batch's prefetch inserts into the set, and its expected misses.
+
+    The state is L, the ways holding the previous batch's cached rows (its hits and
+    inserts, all locked until its backward, which runs after this prefetch). Of the set's
+    other ways, the batch's hits H_u ~ Bin(ways - L, p) take this time step
+    (`lru_cache_find_uncached`); the misses M ~ Bin(rows_in_set - ways, p) go, in LRU
+    order, to the ways neither locked nor used in this step
+    (`lru_cache_insert_kernel`: `continue` on a locked way, `break` on one of this time
+    step): I = min(M, ways - L - H_u); the rest are conflict misses. The next state is the
+    batch's hits, Bin(L, p) + H_u, plus I. The chain's stationary distribution weights
+    E[I | L]."""
+    if rows_in_set <= ways:  # every row fits: nothing misses once the set is warm
+        return 0.0, 0.0
+    size = ways + 1
+    k, free, below, at, w_other, w_locked = _chain_shape(ways, p)
+    m = _binomial(rows_in_set - ways, p)
+    pmf_m = np.zeros(size + 1)
+    tail_m = np.zeros(size + 1)
+    top = min(rows_in_set - ways, size) + 1
+    pmf_m[:top] = m[:top]
+    tail_m[:top] = np.cumsum(m[::-1])[::-1][:top]  # P(M >= k)
+    take = np.where(below, pmf_m[k], 0.0) + np.where(at, tail_m[free], 0.0)
+    after = np.einsum("lh,lhj->lj", w_other, take)
+    inserted = np.einsum("lh,lhj->l", w_other, take * k)
+    moves = np.array([np.convolve(w_locked[n], after[n])[:size] for n in range(size)])
+    system = moves.T - np.eye(size)
+    system[-1] = 1.0
+    rhs = np.zeros(size)
+    rhs[-1] = 1.0
+    stationary = np.linalg.solve(system, rhs)
+    return float(stationary @ inserted), (rows_in_set - ways) * p
+
+
+@functools.cache
+def locked_cache(load_factor: float) -> tuple[float, float, float]:
+    """large_table's cache on one rank under the prefetch pipeline: the expected hits,
+    inserts and misses of a batch, summed over the sets (`locked_set` for each set's
+    rows, `set_sizes` for how many sets hold them)."""
+    rows = LARGE_ROWS // WORLD
+    sets = math.ceil(load_factor * rows / ASSOC)
+    p = -math.expm1(-large_lookups() / rows)
+    hits = inserted = misses = 0.0
+    for n, count in enumerate(set_sizes(rows, sets)):
+        if count:
+            ins, miss = locked_set(n, p)
+            hits += count * min(n, ASSOC) * p
+            inserted += count * ins
+            misses += count * miss
+    return float(hits), float(inserted), float(misses)
+
+
 def cache_loads(load_factor: float, locked: bool) -> dict[str, float]:
     """A cached large_table's rows per rank per batch in the steady state (module
     docstring): `fetched` inserted, `evicted` written back, `host_rows` and
-    `host_lookups` left in host memory."""
+    `host_lookups` left in host memory (FBGEMM's conflict misses)."""
     rows = LARGE_ROWS / WORLD
     lookups = large_lookups()
     uniq = unique_rows(lookups, rows)
-    slots = math.ceil(load_factor * rows / ASSOC) * ASSOC
-    hits = uniq * min(slots / rows, 1.0)
-    misses = uniq - hits
-    fetched = locked_inserts(uniq, misses, slots) if locked else misses
+    if locked:
+        hits, fetched, misses = locked_cache(load_factor)
+    else:
+        slots = math.ceil(load_factor * rows / ASSOC) * ASSOC
+        hits = uniq * min(slots / rows, 1.0)
+        fetched = misses = uniq - hits
     left = misses - fetched
     return {
         "unique": uniq,
@@ -324,8 +438,11 @@ __all__ = [
     "dense_flops_per_sample",
     "fitted_other_s",
     "gpu_load",
+    "locked_cache",
+    "locked_set",
     "overlap",
     "predict",
     "predictions",
+    "set_sizes",
     "unique_rows",
 ]
