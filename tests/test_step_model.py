@@ -310,7 +310,7 @@ def test_emo_order_of_hbm_cache_0_4_and_uvm(emo: dict[str, dict[str, Any]]) -> N
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known miss (docs/step_time.md): the model prices load factor 0.2 at ~1.08x the "
+    reason="known miss (docs/step_time.md): the model prices load factor 0.2 at ~1.10x the "
     "all-HBM step, TorchRec measured 1.64x (and slower than UVM without a cache)",
 )
 def test_emo_cache_of_0_2_ratio_and_order(emo: dict[str, dict[str, Any]]) -> None:
