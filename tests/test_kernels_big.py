@@ -48,15 +48,17 @@ def _run(tmp: Path, name: str, spec: Path, system: str, *sets: str) -> dict[str,
 
 def test_the_400_table_model_at_a_ten_thousandth(tmp_path: Path) -> None:
     spec = _scaled(tmp_path, 10_000)  # 200 K rows, 98 MiB of fp32
-    gpu = "cluster.gpu_memory_bytes=8e6"  # an H100's 80 GB / 10,000
+    # an H100's 80 GB / 10,000, and no dense model (the tables' share of a GPU)
+    gpu = "cluster.gpu_memory_bytes=8e6"
+    sets = (gpu, "model.dense_params=0")
     # 64 GPUs: 64 x 8 MB hold the tables whole
-    wide = _run(tmp_path, "wide", spec, "hbm-lru", "cluster.nodes=8", gpu)
+    wide = _run(tmp_path, "wide", spec, "hbm-lru", "cluster.nodes=8", *sets)
     tables = wide["sharding"]["tables"]
     assert len(tables) == 400 and {t["kernel"] for t in tables} == {"hbm"}
     # 8 GPUs: 64 MB do not; under ssd-tbe tables leave HBM for the drives (hbm-lru's
     # uvm-caching: tests/test_kernels.py)
     for system, offload in (("ssd-tbe", "ssd"),):
-        got = _run(tmp_path, system, spec, system, "cluster.nodes=1", gpu)
+        got = _run(tmp_path, system, spec, system, "cluster.nodes=1", *sets)
         tables = got["sharding"]["tables"]
         rows = {t["table"]: t["rows"] for t in tables}
         left = [t for t in tables if t["kernel"] != "hbm"]

@@ -21,24 +21,30 @@ embedding_types.py`, and what FBGEMM builds for each):
   ``load_factor x rows`` slots in HBM (a slot holds the row with its optimizer state),
   L2 (`policy.l2_capacity_bytes` per GPU) in host DRAM, the rows on the node's drives.
 
-HBM bytes of a shard: `hbm` its rows x (values + optimizer state); a cached kernel
-ceil(clf x rows) slots x (a slot's bytes + 16 B of cache state); `uvm` none. Host bytes:
+HBM bytes of a shard: as `replay.system.gpu_memory.shard_hbm` counts them (`shard_hbm_bytes`,
+so the choice, the sharder and plan.json's `memory` agree): `hbm` its rows x (values +
+optimizer state); a cached kernel FBGEMM's slots (sets of 32) x the row's values, their
+`lxu_cache_state` and `lxu_state`, the index map and the optimizer state it keeps in HBM;
+`uvm` only row-wise optimizer state. Host bytes:
 `uvm-caching` and `uvm` the rows x state; `ssd` the GPU's L2. Drive bytes: `ssd` the rows
-x state. Budgets: a GPU's HBM (`cluster.gpu_memory_bytes`), a node's host memory (the
+x state. Budgets: a GPU's HBM for its tables (its table budget, from the placement:
+`cluster.gpu_memory_bytes` less what the GPU holds besides the tables), a node's host memory (the
 system's backing tier, `policy.backing_tier`'s capacity, taken as the node's DRAM --
 ASSUMPTION: the tier's capacity describes the host, shared by the node's GPUs), a node's
 drives (`cluster.drives_per_node x drive_capacity_bytes`).
 
 The choice (`cluster.kernel = auto`):
 
-1. every table fits whole in the GPUs' HBM (the tables' bytes at most world x
-   `gpu_memory_bytes`): every table `hbm`, "fits in HBM, no cache needed" -- the
+1. every table fits whole in the GPUs' HBM (the tables' bytes at most world x each
+   GPU's table budget): every table `hbm`, "fits in HBM, no cache needed" -- the
    placement and the replay exactly as before kernels existed (a cache policy then
    replays its cache over rows that live in HBM, `policy.capacity_*` per GPU);
 2. else tables under `TINY_ROWS` rows stay whole in HBM, every other table starts at the
    smallest load factor of `CLF_STEPS` under the system's offload kernel (`ssd` for the
    `ssd-tbe` policy, else `uvm-caching`), and a greedy spends the HBM left
-   (`HBM_FILL` x world x `gpu_memory_bytes`, less the tiny tables and the smallest caches)
+   (`HBM_FILL` x world x each GPU's table budget -- its memory less what it holds
+   besides the tables, `replay.system.gpu_memory` -- less the tiny tables and the
+   smallest caches)
    on the step of largest hits gained per byte: a table's next load factor, or the whole
    table in HBM (hit 1). Hits at a load factor come from the table's measured lookup mass
    over its rows (`TableLoad.mass`: counted from the trace's first batches, or the
@@ -73,17 +79,17 @@ import numpy as np
 from replay._units import format_bytes
 from replay.engine.sharder import TableLoad
 from replay.errors import ConfigError
+from replay.system.gpu_memory import ShardMemory, cache_slots, shard_hbm
 from replay.system.sharding import CACHED_KERNELS, DATA_PARALLEL, Placement, TableSharding
-from replay.system.spec import BYTES_PER_VALUE, KERNELS, SystemSpec
+from replay.system.spec import KERNELS, SystemSpec
 from replay.system.torchrec_plan import OUR_KERNELS, TORCHREC_KERNELS
 
 TINY_ROWS = 1000  # tables under this many rows stay whole in HBM (and are never split)
-# ASSUMPTION: the share of a GPU's HBM the tables and their caches may fill when some
-# must leave it: the rest for the sharder's spread, the dense model, activations, input
-# and all-to-all buffers and the allocator's slack (docs/memory.md sizes those)
-HBM_FILL = 0.8
+# ASSUMPTION: the share of a GPU's table budget (its HBM less what it holds besides the
+# tables, `replay.system.gpu_memory.table_budget_bytes`) the tables and their caches may
+# fill when some must leave it: the rest is room for the sharder's spread of bytes
+HBM_FILL = 0.9
 CLF_STEPS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
-CACHE_STATE_BYTES = 16  # lxu_cache_state + lxu_state, int64 each, per cache slot
 FITS_LINE = "fits in HBM, no cache needed"
 
 
@@ -190,11 +196,19 @@ def che_hit(load: TableLoad, cache_rows: float) -> float:
     return float(min(1.0, (n * p * -np.expm1(-p * hi)).sum()))
 
 
-def _slot_bytes(kernel: str, state_bytes: int, dim: int) -> int:
-    """A cache slot's HBM bytes: FBGEMM's UVM cache holds a row's values; the SSD TBE's
-    L1 the row with its optimizer state; plus the slot's cache state."""
-    values = BYTES_PER_VALUE * dim if kernel == "uvm-caching" else state_bytes
-    return values + CACHE_STATE_BYTES
+def shard_hbm_bytes(system: SystemSpec, rows: int, dim: int, kernel: str, clf: float | None) -> int:
+    """HBM of `rows` rows under `kernel`, as `replay.system.gpu_memory` counts a GPU's
+    shard (weights, optimizer state, the cache and its metadata as FBGEMM allocates
+    them), so that the kernels' choice, the sharder and plan.json's `memory` count the
+    same bytes."""
+    shard = ShardMemory("", int(rows), int(dim), kernel, float(clf or 0.0))
+    parts = shard_hbm(
+        shard,
+        system.model.optimizer,
+        prefetch=system.compute.pipeline == "prefetch-sparse-dist",
+        lfu=system.policy.cache_algorithm == "lfu",
+    )
+    return int(sum(parts.values()))
 
 
 def table_kernel(
@@ -209,10 +223,11 @@ def table_kernel(
         hbm, hit = total, 1.0
     elif kernel == "uvm":
         host, hit = total, 0.0
+        hbm = shard_hbm_bytes(system, load.rows, load.dim, kernel, None)  # row-wise state
     else:
         assert clf is not None
-        slots = math.ceil(clf * load.rows)
-        hbm = slots * _slot_bytes(kernel, state, load.dim)
+        slots = cache_slots(ShardMemory(load.name, load.rows, load.dim, kernel, clf))
+        hbm = shard_hbm_bytes(system, load.rows, load.dim, kernel, clf)
         hit = che_hit(load, slots)
         if kernel == "uvm-caching":
             host = total
@@ -226,14 +241,20 @@ def table_kernel(
 
 
 def choose_kernels(
-    system: SystemSpec, loads: Sequence[TableLoad], *, nodes: int, gpus_per_node: int
+    system: SystemSpec,
+    loads: Sequence[TableLoad],
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    hbm_bytes_per_gpu: float | None = None,
 ) -> KernelChoice:
     """Every table's kernel on `system`'s cluster of `nodes` x `gpus_per_node` GPUs
-    (module docstring)."""
+    (module docstring), each GPU giving its tables `hbm_bytes_per_gpu` (the placement's
+    table budget; None: its whole `cluster.gpu_memory_bytes`)."""
     cluster = system.cluster
     assert cluster is not None
     world = nodes * gpus_per_node
-    memory = float(cluster.gpu_memory_bytes)
+    memory = float(cluster.gpu_memory_bytes if hbm_bytes_per_gpu is None else hbm_bytes_per_gpu)
     setting = cluster.kernel
     fixed = float(cluster.cache_load_factor) or None
     total = sum(ld.bytes for ld in loads)
@@ -263,7 +284,7 @@ def choose_kernels(
         share = total / hbm_all if hbm_all else 0.0
         line = (
             f"{FITS_LINE}: the tables take {format_bytes(total)}, {share:.0%} of "
-            f"{world} GPUs x {format_bytes(memory)}"
+            f"{world} GPUs x {format_bytes(memory)} (what each GPU has for its tables)"
         )
         if off is None and total > hbm_all:
             line = f"policy {system.policy.name!r} keeps every table in its tier"
@@ -315,7 +336,8 @@ def _greedy(
         raise ConfigError(
             f"cluster: even the smallest caches ({steps[0]:g} of each table's rows) and the "
             f"tables under {TINY_ROWS:,} rows take {format_bytes(used)} of HBM, more than "
-            f"{HBM_FILL:.0%} of {world} GPUs' {format_bytes(budget / HBM_FILL)}: more GPUs "
+            f"{HBM_FILL:.0%} of {world} GPUs' table budgets ({format_bytes(budget / HBM_FILL)}): "
+            "more GPUs "
             "(cluster.nodes) or a smaller cluster.cache_load_factor"
         )
 
@@ -361,7 +383,7 @@ def _greedy(
     line = (
         f"{len(left)} of {n} tables leave HBM ({off}, {format_bytes(sum(t.bytes for t in left))}"
         f" of {format_bytes(sum(t.bytes for t in cur))}): the tables take more than "
-        f"{world} GPUs' HBM; their misses move {format_bytes(pcie)} a batch over PCIe, "
+        f"{world} GPUs' table budgets; their misses move {format_bytes(pcie)} a batch over PCIe, "
         f"{seconds * 1e3:.3g} ms a step on each GPU's link if spread evenly"
     )
     basis["hbm_used_bytes"] = used
@@ -472,13 +494,10 @@ def rank_tier_bytes(placement: Placement, system: SystemSpec) -> dict[str, np.nd
             out["hbm"][s.rank] += full
         elif kernel == "uvm":
             out["host"][s.rank] += full
+            out["hbm"][s.rank] += shard_hbm_bytes(system, s.rows, s.cols, kernel, None)
         else:
-            dim = placement.tables[s.table].dim
-            state = placement.row_bytes[s.table]
             clf = e.cache_load_factor or 0.0
-            slots = math.ceil(clf * s.rows)
-            cols = s.cols / dim if dim else 1.0
-            out["hbm"][s.rank] += math.ceil(slots * _slot_bytes(kernel, state, dim) * cols)
+            out["hbm"][s.rank] += shard_hbm_bytes(system, s.rows, s.cols, kernel, clf)
             if kernel == "uvm-caching":
                 out["host"][s.rank] += full
             else:
@@ -496,9 +515,12 @@ def host_capacity_bytes(system: SystemSpec) -> float:
     return float(system.tier(p.backing_tier).capacity_bytes)
 
 
-def tier_bytes(placement: Placement, system: SystemSpec) -> dict[str, Any]:
+def tier_bytes(
+    placement: Placement, system: SystemSpec, hbm_bytes_per_gpu: float | None = None
+) -> dict[str, Any]:
     """Each GPU's HBM, host and drive bytes and each node's host and drive bytes beside
-    their capacities, from the plan's kernels (`rank_tier_bytes`)."""
+    their capacities, from the plan's kernels (`rank_tier_bytes`); a GPU's HBM for its
+    tables `hbm_bytes_per_gpu` (None: its whole memory)."""
     cluster = system.cluster
     assert cluster is not None
     per = rank_tier_bytes(placement, system)
@@ -517,19 +539,27 @@ def tier_bytes(placement: Placement, system: SystemSpec) -> dict[str, Any]:
             {"node": i, "host_bytes": int(node_host[i]), "drive_bytes": int(node_drive[i])}
             for i in range(nodes)
         ],
-        "hbm_capacity_bytes": float(cluster.gpu_memory_bytes),
+        "hbm_capacity_bytes": float(
+            cluster.gpu_memory_bytes if hbm_bytes_per_gpu is None else hbm_bytes_per_gpu
+        ),
         "host_capacity_bytes_per_node": host,
         "host_tier": system.policy.backing_tier,
         "drive_capacity_bytes_per_node": drives,
     }  # fmt: skip
 
 
-def check_budgets(placement: Placement, system: SystemSpec, where: str = "cluster") -> dict:
-    """`tier_bytes`, after checking each GPU's HBM and each node's host memory and drives
-    against their capacity: a one-line ConfigError for the first tier over it."""
+def check_budgets(
+    placement: Placement,
+    system: SystemSpec,
+    where: str = "cluster",
+    hbm_bytes_per_gpu: float | None = None,
+) -> dict:
+    """`tier_bytes`, after checking each GPU's HBM for its tables (`hbm_bytes_per_gpu`,
+    None: its whole memory) and each node's host memory and drives against their
+    capacity: a one-line ConfigError for the first tier over it."""
     cluster = system.cluster
     assert cluster is not None
-    doc = tier_bytes(placement, system)
+    doc = tier_bytes(placement, system, hbm_bytes_per_gpu)
     hbm = [g["hbm_bytes"] for g in doc["per_gpu"]]
     memory = doc["hbm_capacity_bytes"]
     worst = int(np.argmax(hbm)) if hbm else 0

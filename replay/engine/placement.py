@@ -60,6 +60,18 @@ file's own kernels) decides which tables leave HBM; the sharder then fits and ba
 each table's HBM bytes (its cache's, none for `uvm`) and its expected misses, and
 `check_budgets` checks each GPU's HBM and each node's host memory and drives (one-line
 errors). The placement's `row_bytes` stay the whole rows' (checkpoints read them).
+
+One budget for the tables: a GPU does not give its tables its whole memory. It also holds
+the batches' ids in flight, the all-to-all buffers, the TBE backward's workspace, the dense
+model with its gradients and optimizer state, the activations and the caching allocator's
+slack (`replay.system.gpu_memory`, each part from FBGEMM's or TorchRec's source). The
+kernels' choice and the sharder both get each GPU's memory less those parts
+(`first_budget`: the batch's ids spread evenly), and every GPU of the placement is then
+counted exactly as plan.json's `memory` counts it (`cluster_memory`); while one is over its
+capacity (its ids or pooled columns above the even share) the budget shrinks by the worst
+excess and the tables are placed again, so no accepted placement has a GPU that
+`memory.per_gpu[].fits` refuses. A given placement (a sharding file, or a type with every
+table in HBM) that does not fit is one line naming the GPU and its largest part.
 """
 
 from __future__ import annotations
@@ -70,6 +82,7 @@ from typing import Any
 
 import numpy as np
 
+from replay._units import format_bytes
 from replay.engine.kernels import (
     KernelChoice,
     check_budgets,
@@ -79,6 +92,12 @@ from replay.engine.kernels import (
 )
 from replay.engine.sharder import CostModel, TableLoad, auto_shard, rank_costs
 from replay.errors import ConfigError
+from replay.system.gpu_memory import (
+    GpuMemory,
+    cluster_memory,
+    table_budget_bytes,
+    table_pooling,
+)
 from replay.system.sharding import (
     DATA_PARALLEL,
     Placement,
@@ -328,6 +347,54 @@ def split_byte_seconds(system: SystemSpec, nodes: int, gpus_per_node: int) -> tu
     return rw, twrw
 
 
+BUDGET_TRIES = 4  # placements tried, each budget less the worst GPU's excess of the last
+BUDGET_MARGIN = 0.005  # and this share of the budget more (a new placement moves the ids)
+NO_ROOM_STEP = 0.1  # the budget's cut when the sharder finds no room for the kernels' pieces
+
+
+class _NoRoom(ConfigError):
+    """The sharder found no GPU with room for a piece of a mixed placement."""
+
+
+def source_batch_size(source: Any) -> int:
+    """A trace's or workload's global batch size (its manifest's, else its workload's)."""
+    manifest = getattr(source, "manifest", {}) or {}
+    workload = getattr(source, "workload", {}) or {}
+    return int(manifest.get("batch_size", workload.get("batch_size", 0)) or 0)
+
+
+def _memory_check(
+    system: SystemSpec, source: Any, placement: Placement
+) -> tuple[list[GpuMemory], int]:
+    """Every GPU's memory as plan.json's `memory` counts it (`cluster_memory`, the
+    source's workload and global batch) and the worst GPU's bytes over its capacity."""
+    gpus = cluster_memory(system, dict(source.workload or {}), placement, source_batch_size(source))
+    return gpus, max((g.over_bytes for g in gpus), default=0)
+
+
+def first_budget(system: SystemSpec, source: Any, world: int) -> int:
+    """The table budget before any placement: a GPU's memory less what it holds besides
+    its tables with the batch's ids spread evenly (`table_budget_bytes`)."""
+    workload = dict(source.workload or {})
+    n = len(source.table_names)
+    pooling = table_pooling(workload, n)
+    dim = embedding_dim(system, workload)
+    return table_budget_bytes(
+        system, source_batch_size(source), sum(pooling), n, n * dim, world=world
+    )
+
+
+def _over_line(gpus: list[GpuMemory], budget: int) -> str:
+    worst = max(gpus, key=lambda g: (g.over_bytes, -g.rank))
+    tables = sum(worst.parts[k] for k in ("weights_bytes", "optimizer_bytes", "cache_bytes"))
+    return (
+        f"GPU {worst.rank} would reserve {format_bytes(worst.reserved_peak_bytes)}, more than "
+        f"its {format_bytes(worst.capacity_bytes)} ({format_bytes(tables)} of tables and "
+        f"caches, {format_bytes(worst.reserved_peak_bytes - tables)} besides them; the "
+        f"largest part: {worst.largest_part()}; table budget {format_bytes(max(budget, 0))})"
+    )
+
+
 def resolve_placement(
     system: SystemSpec,
     source: Any,
@@ -339,13 +406,71 @@ def resolve_placement(
 ) -> PlacementResult:
     """The placement of `source`'s tables on `system`'s cluster (module docstring).
     `sharding`, `nodes`, `gpus_per_node` override the system's (a plan comparing
-    shardings or cluster sizes); `loads` replace the counted ones."""
+    shardings or cluster sizes); `loads` replace the counted ones.
+
+    One table budget per GPU for the kernels and the sharder alike: its memory less what
+    it holds besides the tables (`first_budget`); every GPU of the placement is then
+    counted as plan.json's `memory` counts it (`cluster_memory`), and while one is over
+    its capacity the budget shrinks by the worst excess and the tables are placed again
+    (`BUDGET_TRIES` in all), so an accepted placement fits every GPU; else one line."""
     cluster = system.cluster
     if cluster is None:
         raise ConfigError("cluster: the system has no [cluster] (one GPU: nothing to place)")
     nodes = int(cluster.nodes if nodes is None else nodes)
     gpn = int(cluster.gpus_per_node if gpus_per_node is None else gpus_per_node)
-    memory = int(cluster.gpu_memory_bytes)
+    capacity = int(cluster.gpu_memory_bytes)
+    budget = first_budget(system, source, nodes * gpn)
+    first = budget
+    counted = [loads]
+    from_file = bool(cluster.sharding_file and sharding is None)
+    kind = cluster.sharding if sharding is None else sharding
+    # a smaller budget can change the placement: the sharder's, or the kernels' choice
+    adjustable = not from_file and (kind in AUTO or cluster.kernel == "auto")
+    if first <= 0 and not from_file:  # a file's own shards are checked as they are
+        raise ConfigError(
+            f"cluster: a GPU's {format_bytes(capacity)} leave nothing for the tables: "
+            f"it holds {format_bytes(capacity - first)} besides them (inputs in flight, "
+            "all-to-all buffers, the dense model, activations, the allocator's slack; "
+            "docs/memory.md)"
+        )
+    gpus: list[GpuMemory] = []
+    for attempt in range(BUDGET_TRIES):
+        try:
+            result = _place(system, source, counted, sharding, nodes, gpn, budget)
+        except _NoRoom:
+            if attempt == BUDGET_TRIES - 1:
+                raise
+            # the kernels filled the budgets too full for the sharder's pieces: leave
+            # more of the tables out of HBM
+            budget = int(budget * (1.0 - NO_ROOM_STEP))
+            continue
+        gpus, over = _memory_check(system, source, result.placement)
+        if over <= 0:
+            result.basis["table_budget_bytes"] = budget
+            result.basis["table_budget_first_bytes"] = first
+            result.basis["table_budget_tries"] = attempt + 1
+            return result
+        budget -= over + int(BUDGET_MARGIN * budget) + 1
+        if not adjustable or budget <= 0:
+            break
+    where = cluster.sharding_file if from_file else "cluster"
+    raise ConfigError(f"{where}: {_over_line(gpus, budget)}")
+
+
+def _place(
+    system: SystemSpec,
+    source: Any,
+    counted: list[tuple[TableLoad, ...] | None],
+    sharding: str | None,
+    nodes: int,
+    gpn: int,
+    memory: int,
+) -> PlacementResult:
+    """`resolve_placement` at one table budget (`memory` bytes per GPU); `counted[0]`
+    the loads, counted here once when needed."""
+    cluster = system.cluster
+    assert cluster is not None
+    loads = counted[0]
     names = [str(n) for n in source.table_names]
     rows = [int(r) for r in source.table_rows]
     dim = embedding_dim(system, dict(source.workload or {}))
@@ -353,15 +478,18 @@ def resolve_placement(
     shapes = table_shapes(names, rows, dim)
     kind = cluster.sharding if sharding is None else sharding
     from_file = bool(cluster.sharding_file and sharding is None)
-    # the tables take more than the GPUs' HBM, or a kernel is asked for: each table's
-    # kernel from its loads (replay.engine.kernels); else every table whole in HBM
+    # the tables take more than the GPUs' table budgets, or a kernel is asked for: each
+    # table's kernel from its loads (replay.engine.kernels); else every table whole in HBM
     offload = cluster.kernel != "auto" or sum(rows) * state > nodes * gpn * memory
     if loads is None and not from_file and (kind in AUTO or offload):
         loads = table_loads(source, system)  # the sharder's input (a uniform type needs none)
+        counted[0] = loads
     choice = None
     if not from_file:
         assert loads is not None or not offload
-        choice = choose_kernels(system, loads or (), nodes=nodes, gpus_per_node=gpn)
+        choice = choose_kernels(
+            system, loads or (), nodes=nodes, gpus_per_node=gpn, hbm_bytes_per_gpu=memory
+        )
         if not loads:  # every table in HBM, decided on bytes alone
             choice = None
     mixed = choice is not None and not choice.all_hbm
@@ -371,7 +499,7 @@ def resolve_placement(
         said = any(e.kernel not in (None, "hbm") for e in plan.tables)
         placement = resolve_plan(
             plan, shapes, nodes=nodes, gpus_per_node=gpn,
-            gpu_memory_bytes=None if said else memory, row_bytes=state,
+            gpu_memory_bytes=None if said else int(cluster.gpu_memory_bytes), row_bytes=state,
             where=cluster.sharding_file,
         )  # fmt: skip
         mixed = said
@@ -388,10 +516,15 @@ def resolve_placement(
                 dataclasses.replace(ld, row_bytes=b, misses=ld.lookups * (1.0 - k.hit))
                 for ld, b, k in zip(loads, per_row, choice.tables, strict=True)
             )
-        result = auto_shard(
-            shard_loads, nodes=nodes, gpus_per_node=gpn, gpu_memory_bytes=memory, model=model,
-            torchrec_executable=kind == "auto",
-        )  # fmt: skip
+        try:
+            result = auto_shard(
+                shard_loads, nodes=nodes, gpus_per_node=gpn, gpu_memory_bytes=memory,
+                model=model, torchrec_executable=kind == "auto",
+            )  # fmt: skip
+        except ConfigError as exc:
+            if mixed:
+                raise _NoRoom(str(exc)) from None
+            raise
         placement = result.placement
         if mixed:  # the placement's bytes are the whole rows' (checkpoints read them)
             placement = resolve_plan(
@@ -429,7 +562,7 @@ def resolve_placement(
         plan = uniform_plan(kind, shapes, nodes=nodes, gpus_per_node=gpn)
         placement = resolve_plan(
             plan, shapes, nodes=nodes, gpus_per_node=gpn,
-            gpu_memory_bytes=None if mixed else memory, row_bytes=state,
+            gpu_memory_bytes=None if mixed else int(cluster.gpu_memory_bytes), row_bytes=state,
             where=f"cluster.sharding={kind}",
         )  # fmt: skip
         basis["sharding"] = kind
@@ -470,9 +603,11 @@ __all__ = [
     "PlacementResult",
     "allreduce_byte_seconds",
     "embedding_dim",
+    "first_budget",
     "resolve_placement",
     "row_state_bytes",
     "seconds_per_lookup",
+    "source_batch_size",
     "spec_loads",
     "system_cost_model",
     "table_loads",

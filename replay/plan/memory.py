@@ -40,19 +40,16 @@ from replay.errors import ConfigError
 from replay.system.gpu_memory import (
     BatchShape,
     GpuMemory,
-    MemorySettings,
     ShardMemory,
+    cluster_memory,
     dense_bytes,
     dense_fits,
     gpu_memory,
     node_totals,
 )
+from replay.system.gpu_memory import memory_settings as _settings
+from replay.system.gpu_memory import table_pooling as _pooling
 from replay.system.optimizer import combine, optimizer_bytes_per_row, workload_rule
-
-ONE_GPU_INDEX_BYTES = 8  # int64 ids (ClusterSpec.index_bytes' default)
-ONE_GPU_LENGTH_BYTES = 4  # int32 lengths (ClusterSpec.length_bytes' default)
-UVM_CACHING_DEFAULT_LOAD_FACTOR = 0.2  # fbgemm's cache_load_factor default
-ROW_SPLIT = ("row-wise", "table-row-wise")
 
 
 def rule_sets(workload: dict[str, Any] | None, systems: Sequence[Any]) -> tuple[str, ...]:
@@ -65,31 +62,6 @@ def rule_sets(workload: dict[str, Any] | None, systems: Sequence[Any]) -> tuple[
     for system in systems:
         combine(system.model.optimizer, rule, f"{system.name}: model.optimizer")
     return (f"model.optimizer={rule}",)
-
-
-def _pooling(workload: dict[str, Any] | None, tables: int) -> list[int]:
-    """Lookups per sample of each table (the spec's pooling; 1 where unsaid)."""
-    entries = list((workload or {}).get("tables") or [])
-    out = []
-    for t in range(tables):
-        entry = entries[t] if t < len(entries) and isinstance(entries[t], dict) else {}
-        out.append(max(1, int(entry.get("pooling", 1) or 1)))
-    return out
-
-
-def _settings(system: Any, capacity: float, data_parallel: bool) -> MemorySettings:
-    cluster = system.cluster
-    return MemorySettings(
-        optimizer=system.model.optimizer,
-        pipeline=system.compute.pipeline,
-        activations_bytes=int(system.compute.activations_bytes),
-        dense_params=int(system.model.dense_params),
-        data_parallel=data_parallel,
-        index_bytes=cluster.index_bytes if cluster is not None else ONE_GPU_INDEX_BYTES,
-        length_bytes=cluster.length_bytes if cluster is not None else ONE_GPU_LENGTH_BYTES,
-        capacity_bytes=int(capacity),
-        cache_algorithm=system.policy.cache_algorithm,
-    )
 
 
 def one_gpu_kernel(
@@ -144,80 +116,6 @@ def one_gpu_memory(
         pooled_sent_values=0, pooled_received_values=0, cached_ids=cached,
     )  # fmt: skip
     return gpu_memory(0, shards, shape, _settings(system, one_gpu_capacity(system), False))
-
-
-def _table_kernel(entry: Any, cluster: Any) -> tuple[str, float]:
-    kernel = getattr(entry, "kernel", None)
-    clf = getattr(entry, "cache_load_factor", None)
-    if kernel is None:
-        chosen = getattr(cluster, "kernel", "auto")
-        kernel = chosen if chosen != "auto" else "hbm"
-    if clf is None or clf <= 0:
-        clf = getattr(cluster, "cache_load_factor", 0.0) or 0.0
-    if kernel == "uvm-caching" and clf <= 0:
-        clf = UVM_CACHING_DEFAULT_LOAD_FACTOR
-    return str(kernel), float(clf)
-
-
-def cluster_memory(
-    system: Any, workload: dict[str, Any] | None, placement: Any, batch: int
-) -> list[GpuMemory]:
-    """Every GPU of a placed cluster (module docstring)."""
-    cluster = system.cluster
-    world = placement.world
-    local = -(-batch // world)
-    tables = placement.tables
-    pooling = _pooling(workload, len(tables))
-    dims = [int(t.dim) for t in tables]
-    per_rank: list[list[Any]] = [[] for _ in range(world)]
-    for shard in placement.shards:
-        per_rank[shard.rank].append(shard)
-    settings = _settings(system, cluster.gpu_memory_bytes, data_parallel=True)
-    out = []
-    for rank in range(world):
-        shards, ids, lengths, sent, cached = [], 0.0, 0, 0, 0.0
-        for s in per_rank[rank]:
-            entry = placement.entry(s.table)
-            kernel, clf = _table_kernel(entry, cluster)
-            table = tables[s.table]
-            shards.append(
-                ShardMemory(
-                    table=table.name, rows=s.rows, dim=s.cols, kernel=kernel,
-                    cache_load_factor=clf,
-                )
-            )  # fmt: skip
-            served = local if entry.type == "data-parallel" else batch
-            share = s.rows / table.rows if entry.type in ROW_SPLIT and table.rows else 1.0
-            shard_ids = served * pooling[s.table] * share
-            ids += shard_ids
-            lengths += served
-            sent += served * s.cols
-            if kernel in ("uvm-caching", "ssd"):
-                cached += shard_ids
-        shards = _with_l2(shards, system)
-        raw_ids = local * sum(pooling)
-        shape = BatchShape(
-            raw_ids=raw_ids, raw_lengths=local * len(tables), dist_ids=round(ids),
-            dist_lengths=lengths,
-            # the pooled values of one direction: the larger buffer (module gpu_memory)
-            pooled_sent_values=sent, pooled_received_values=local * sum(dims),
-            cached_ids=round(cached),
-        )  # fmt: skip
-        out.append(gpu_memory(rank, shards, shape, settings))
-    return out
-
-
-def _with_l2(shards: list[ShardMemory], system: Any) -> list[ShardMemory]:
-    """The GPU's `ssd` shards with `policy.l2_capacity_bytes` (its SSD TBE's L2 in host
-    DRAM, TorchRec's `l2_cache_size`) shared in proportion to their rows."""
-    ssd_rows = sum(s.rows for s in shards if s.kernel == "ssd")
-    l2 = int(system.policy.l2_capacity_bytes) if system.policy.name == "ssd-tbe" else 0
-    if not ssd_rows or not l2:
-        return shards
-    return [
-        dataclasses.replace(s, l2_bytes=l2 * s.rows // ssd_rows) if s.kernel == "ssd" else s
-        for s in shards
-    ]
 
 
 def memory_block(gpus: Sequence[GpuMemory], gpus_per_node: int, basis: str) -> dict[str, Any]:

@@ -76,6 +76,7 @@ L2 (TorchRec's `l2_cache_size`, given). Drive bytes of a node: its `ssd` shards'
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,6 +107,10 @@ TBE_WORKSPACE_BYTES_PER_ID = 4 + 4 + 8 + 8 + 8 + 4 + 4
 # ASSUMPTION, fitted (module docstring): the cached share of the per-step tensors' bytes
 SLACK_SHARE = 0.71
 DENSE_STATE_PER_PARAM = {"sgd": 0, "rowwise-adagrad": 1, "adagrad": 1, "adam": 2}
+ONE_GPU_INDEX_BYTES = 8  # int64 ids (ClusterSpec.index_bytes' default)
+ONE_GPU_LENGTH_BYTES = 4  # int32 lengths (ClusterSpec.length_bytes' default)
+UVM_CACHING_DEFAULT_LOAD_FACTOR = 0.2  # fbgemm's cache_load_factor default
+ROW_SPLIT = ("row-wise", "table-row-wise")
 
 
 @dataclass(frozen=True)
@@ -288,14 +293,21 @@ def besides_tables(batch: BatchShape, settings: MemorySettings) -> int:
 
 
 def table_budget_bytes(
-    system: Any, batch_size: int, lookups_per_sample: int, tables: int, dims_sum: int
+    system: Any,
+    batch_size: int,
+    lookups_per_sample: int,
+    tables: int,
+    dims_sum: int,
+    world: int | None = None,
 ) -> int:
-    """What one GPU of `system`'s cluster has left for its tables' weights, optimizer state
-    and caches: its memory minus `besides_tables` with the ids spread evenly over the
-    GPUs (an estimate before any placement, for a sharder's budget; `plan.json`'s
-    `memory` counts the placed shards)."""
+    """What one GPU of `system`'s cluster (of `world` GPUs; None: the cluster's) has left
+    for its tables' weights, optimizer state and caches: its memory minus `besides_tables`
+    with the ids spread evenly over the GPUs (an estimate before any placement, the
+    placement's first budget: `replay.engine.placement` then checks every GPU with
+    `cluster_memory`, as `plan.json`'s `memory` counts the placed shards)."""
     cluster = system.cluster
-    world = cluster.world_size if cluster is not None else 1
+    if world is None:
+        world = cluster.world_size if cluster is not None else 1
     local = -(-batch_size // world)
     batch = BatchShape(
         raw_ids=local * lookups_per_sample,
@@ -320,6 +332,113 @@ def table_budget_bytes(
         tiers = {t.name: t for t in system.tiers}
         capacity = tiers.get("hbm", system.tiers[0]).capacity_bytes
     return int(capacity) - besides_tables(batch, settings)
+
+
+def table_pooling(workload: dict[str, Any] | None, tables: int) -> list[int]:
+    """Lookups per sample of each table (the spec's pooling; 1 where unsaid)."""
+    entries = list((workload or {}).get("tables") or [])
+    out = []
+    for t in range(tables):
+        entry = entries[t] if t < len(entries) and isinstance(entries[t], dict) else {}
+        out.append(max(1, int(entry.get("pooling", 1) or 1)))
+    return out
+
+
+def memory_settings(system: Any, capacity: float, data_parallel: bool) -> MemorySettings:
+    cluster = system.cluster
+    return MemorySettings(
+        optimizer=system.model.optimizer,
+        pipeline=system.compute.pipeline,
+        activations_bytes=int(system.compute.activations_bytes),
+        dense_params=int(system.model.dense_params),
+        data_parallel=data_parallel,
+        index_bytes=cluster.index_bytes if cluster is not None else ONE_GPU_INDEX_BYTES,
+        length_bytes=cluster.length_bytes if cluster is not None else ONE_GPU_LENGTH_BYTES,
+        capacity_bytes=int(capacity),
+        cache_algorithm=system.policy.cache_algorithm,
+    )
+
+
+def shard_kernel(entry: Any, cluster: Any) -> tuple[str, float]:
+    kernel = getattr(entry, "kernel", None)
+    clf = getattr(entry, "cache_load_factor", None)
+    if kernel is None:
+        chosen = getattr(cluster, "kernel", "auto")
+        kernel = chosen if chosen != "auto" else "hbm"
+    if clf is None or clf <= 0:
+        clf = getattr(cluster, "cache_load_factor", 0.0) or 0.0
+    if kernel == "uvm-caching" and clf <= 0:
+        clf = UVM_CACHING_DEFAULT_LOAD_FACTOR
+    return str(kernel), float(clf)
+
+
+def cluster_memory(
+    system: Any, workload: dict[str, Any] | None, placement: Any, batch: int
+) -> list[GpuMemory]:
+    """Every GPU of a placed cluster: each GPU's shards under their tables' kernels
+    (`shard_kernel`) and the batch it sees per step. Raw: its local batch (ceil(B / W)
+    samples) of every feature, ids = local batch x the table's pooling, one length per
+    sample and feature. Distributed: what the input all-to-all delivers to its shards, a
+    table-wise or column-wise shard the table's ids of the global batch, a row-wise or
+    table-row-wise one its rows' share of them (the even blocks of hashed ids), a
+    data-parallel table its local batch's; lengths one per sample served and shard.
+    Pooled: the batch each shard serves x its columns sent, the local batch x every
+    table's dim received."""
+    cluster = system.cluster
+    world = placement.world
+    local = -(-batch // world)
+    tables = placement.tables
+    pooling = table_pooling(workload, len(tables))
+    dims = [int(t.dim) for t in tables]
+    per_rank: list[list[Any]] = [[] for _ in range(world)]
+    for shard in placement.shards:
+        per_rank[shard.rank].append(shard)
+    settings = memory_settings(system, cluster.gpu_memory_bytes, data_parallel=True)
+    out = []
+    for rank in range(world):
+        shards, ids, lengths, sent, cached = [], 0.0, 0, 0, 0.0
+        for s in per_rank[rank]:
+            entry = placement.entry(s.table)
+            kernel, clf = shard_kernel(entry, cluster)
+            table = tables[s.table]
+            shards.append(
+                ShardMemory(
+                    table=table.name, rows=s.rows, dim=s.cols, kernel=kernel,
+                    cache_load_factor=clf,
+                )
+            )  # fmt: skip
+            served = local if entry.type == "data-parallel" else batch
+            share = s.rows / table.rows if entry.type in ROW_SPLIT and table.rows else 1.0
+            shard_ids = served * pooling[s.table] * share
+            ids += shard_ids
+            lengths += served
+            sent += served * s.cols
+            if kernel in ("uvm-caching", "ssd"):
+                cached += shard_ids
+        shards = _with_l2(shards, system)
+        raw_ids = local * sum(pooling)
+        shape = BatchShape(
+            raw_ids=raw_ids, raw_lengths=local * len(tables), dist_ids=round(ids),
+            dist_lengths=lengths,
+            # the pooled values of one direction: the larger buffer (module gpu_memory)
+            pooled_sent_values=sent, pooled_received_values=local * sum(dims),
+            cached_ids=round(cached),
+        )  # fmt: skip
+        out.append(gpu_memory(rank, shards, shape, settings))
+    return out
+
+
+def _with_l2(shards: list[ShardMemory], system: Any) -> list[ShardMemory]:
+    """The GPU's `ssd` shards with `policy.l2_capacity_bytes` (its SSD TBE's L2 in host
+    DRAM, TorchRec's `l2_cache_size`) shared in proportion to their rows."""
+    ssd_rows = sum(s.rows for s in shards if s.kernel == "ssd")
+    l2 = int(system.policy.l2_capacity_bytes) if system.policy.name == "ssd-tbe" else 0
+    if not ssd_rows or not l2:
+        return shards
+    return [
+        dataclasses.replace(s, l2_bytes=l2 * s.rows // ssd_rows) if s.kernel == "ssd" else s
+        for s in shards
+    ]
 
 
 def node_totals(gpus: Iterable[GpuMemory], gpus_per_node: int) -> list[dict[str, int]]:
@@ -351,10 +470,14 @@ __all__ = [
     "ShardMemory",
     "besides_tables",
     "cache_slots",
+    "cluster_memory",
     "dense_bytes",
     "dense_fits",
     "gpu_memory",
     "inputs_bytes",
+    "memory_settings",
     "node_totals",
+    "shard_kernel",
     "table_budget_bytes",
+    "table_pooling",
 ]
