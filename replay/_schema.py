@@ -18,6 +18,7 @@ suffix (`_bytes`, `_s`, `_j`, ...), as everywhere in replay (`unit_of`).
 
 from __future__ import annotations
 
+import os
 import types
 import typing
 from dataclasses import dataclass
@@ -52,10 +53,21 @@ ACCEPTED: dict[str, frozenset[int]] = {name: frozenset({v}) for name, v in VERSI
 UNVERSIONED: dict[str, int] = {"torchrec": 2}
 
 
+# set (to anything but ""): `stamp` validates each document against its published schema
+# as it is written; the test suite sets it, so every document it writes is checked
+CHECK_ENV = "REPLAY_CHECK_SCHEMAS"
+
+
 def stamp(name: str, document: dict[str, Any]) -> dict[str, Any]:
-    """`document` with `schema_version` first (its current version), the rest in order."""
+    """`document` with `schema_version` first (its current version), the rest in order:
+    what a writer writes, as it is written (with `REPLAY_CHECK_SCHEMAS` set, validated)."""
     body = {k: v for k, v in document.items() if k != VERSION_KEY}
-    return {VERSION_KEY: VERSIONS[name], **body}
+    out = {VERSION_KEY: VERSIONS[name], **body}
+    if os.environ.get(CHECK_ENV):
+        from replay._schema_docs import check_written
+
+        check_written(name, out)
+    return out
 
 
 def version_of(name: str, document: Any) -> Any:

@@ -14,6 +14,7 @@ reader warns on any key it does not know) keep those tools' shapes and carry no
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from replay._schema import (
     open_shape,
 )
 from replay._schema_plan import Plan, Sharding, Torchrec
-from replay.errors import ConfigError, InputError
+from replay.errors import ConfigError, InputError, ReplayError
 
 Count = Annotated[int, NONNEGATIVE]
 Size = Annotated[float, NONNEGATIVE]
@@ -198,6 +199,7 @@ class ManifestFile(TypedDict):
 class ManifestTable(TypedDict):
     name: Annotated[str, "the table"]
     rows: Annotated[Count, "its rows"]
+    dim: NotRequired[Annotated[Count, "its embedding dimension (a recorded trace)"]]
 
 
 @open_shape
@@ -224,8 +226,8 @@ class DiffAnswer(TypedDict):
 
     path: Annotated[str, "the answer's path (what --fail-on names)"]
     unit: Annotated[str, "its unit"]
-    a: Annotated[float | None, "its value in A"]
-    b: Annotated[float | None, "its value in B"]
+    a: Annotated[float | str | None, "its value in A (text for a unit of text)"]
+    b: Annotated[float | str | None, "its value in B"]
     change: Annotated[float | None, "b - a"]
     relative_change: Annotated[float | None, "(b - a) / a"]
     changed: Annotated[bool, "a and b differ"]
@@ -310,6 +312,22 @@ def write_published() -> list[Path]:
     return written
 
 
+def shape_of(schema: Any) -> Any:
+    """A schema without its words (titles, descriptions): what a reader depends on."""
+    if isinstance(schema, dict):
+        return {k: shape_of(v) for k, v in schema.items() if k not in ("title", "description")}
+    if isinstance(schema, list):
+        return [shape_of(v) for v in schema]
+    return schema
+
+
+def fingerprint(schema: dict[str, Any]) -> str:
+    """The first 16 hex digits of the SHA-256 of a schema's shape (`shape_of`), as
+    canonical JSON: a change of shape without a version bump changes it."""
+    text = json.dumps(shape_of(schema), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _key_path(parts: Any) -> str:
     out = ""
     for part in parts:
@@ -365,6 +383,30 @@ def validate(name: str, value: Any, where: object) -> None:
     raise InputError(f"{where}: {key} {what} (a {doc.name} document, version {doc.version})")
 
 
+class SchemaViolation(ReplayError):
+    """A document replay is writing that its own published schema refuses: a bug (a
+    writer whose shape changed without its definition and version)."""
+
+
+def check_written(name: str, document: dict[str, Any]) -> None:
+    """`SchemaViolation` where `document`, as its file will hold it (JSON, numpy numbers
+    as numbers), is not a valid `name` document: `REPLAY_CHECK_SCHEMAS`'s check."""
+    import numpy as np
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, np.generic | np.ndarray):
+            return value.tolist()
+        if isinstance(value, Path):
+            return str(value)
+        raise TypeError(f"{type(value).__name__} is not JSON")
+
+    text = json.dumps(document, default=plain)
+    try:
+        validate(name, json.loads(text), f"the {name} document being written")
+    except InputError as exc:
+        raise SchemaViolation(str(exc)) from None
+
+
 def _order(value: Any, path: Any) -> list[int]:
     """A path's position in the document: each key's index among its object's keys."""
     out = []
@@ -377,4 +419,14 @@ def _order(value: Any, path: Any) -> list[int]:
     return out
 
 
-__all__ = ["DOCUMENTS", "SCHEMA_DIR", "Document", "document", "validate", "write_published"]
+__all__ = [
+    "DOCUMENTS",
+    "SCHEMA_DIR",
+    "Document",
+    "SchemaViolation",
+    "check_written",
+    "document",
+    "fingerprint",
+    "validate",
+    "write_published",
+]

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# every JSON document the suite writes is validated against its published schema as it
+# is written (`replay._schema.stamp`), in this process and in the commands it starts
+os.environ["REPLAY_CHECK_SCHEMAS"] = "1"
 
 
 @pytest.fixture(autouse=True)

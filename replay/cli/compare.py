@@ -102,6 +102,7 @@ def compare_command(
 ) -> None:
     """Replay one trace (or on-the-fly workload) on several systems, in parallel: a run
     folder each and a table."""
+    from replay._schema import stamp
     from replay.runs.compare import (
         COMPARE_COLUMNS,
         COMPARE_FILES,
@@ -126,7 +127,7 @@ def compare_command(
     def finish(tmp: Path, metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows = comparison_rows(metrics)
         write_columns(tmp / "comparison.parquet", to_columns(rows, COMPARE_COLUMNS))
-        write_json(tmp / "compare.json", document)
+        write_json(tmp / "compare.json", stamp("compare", document))
         return rows
 
     rows = run_and_write(

@@ -118,6 +118,7 @@ def sweep_command(
 ) -> None:
     """Replay one trace (or on-the-fly workload) on a system over a grid of settings: a
     run folder per point."""
+    from replay._schema import stamp
     from replay.runs.compare import (
         SWEEP_FILES,
         check_grid_size,
@@ -147,7 +148,7 @@ def sweep_command(
     def finish(tmp: Path, metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows = sweep_rows(points, metrics)
         write_columns(tmp / "sweep.parquet", to_columns(rows, sweep_columns(points)))
-        write_json(tmp / "sweep.json", document)
+        write_json(tmp / "sweep.json", stamp("sweep", document))
         return rows
 
     rows = run_and_write(

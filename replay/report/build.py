@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from replay._output import atomic_folder, foreign_entry, listed_names, write_json
-from replay._schema import VERSION_KEY, VERSIONS
+from replay._schema import stamp
 from replay._units import format_hit_ratio
 from replay._version import __version__
 from replay.errors import OutputError
@@ -681,7 +681,6 @@ def build_report(
         (tmp / "report.md").write_text(to_markdown(blocks))
         (tmp / "report.html").write_text(to_html(blocks, fig_dir, title=TITLE))
         summary = {
-            VERSION_KEY: VERSIONS["report-summary"],
             "tool": "replay",
             "version": __version__,
             "sources": shown,
@@ -704,7 +703,7 @@ def build_report(
                 for f in figures
             ],
         }
-        write_json(tmp / "summary.json", summary)
+        write_json(tmp / "summary.json", stamp("report-summary", summary))
     return summary
 
 

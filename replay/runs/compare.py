@@ -29,7 +29,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from replay._schema import VERSION_KEY, VERSIONS
 from replay._signals import deferred, ignore_in_worker
 from replay.engine.cluster_run import replay_system
 from replay.engine.placement import resolve_placement
@@ -355,7 +354,6 @@ def compare_document(
 ) -> dict[str, Any]:
     """compare.json: the source, each system (name, as given, origin) and the --set list."""
     return {
-        VERSION_KEY: VERSIONS["compare"],
         "kind": "compare",
         **source_document(trace),
         "systems": [
@@ -376,7 +374,6 @@ def sweep_document(
     """sweep.json: the source, the system, the --set list, the grid and every point."""
     first = points[0].job
     return {
-        VERSION_KEY: VERSIONS["sweep"],
         "kind": "sweep",
         **source_document(trace),
         "system": {"name": first.system.name, "given": system, "origin": first.origin},

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from replay._files import RESULT_JSON, check_regular, read_json
-from replay._schema import VERSION_KEY, VERSIONS, check_version
+from replay._schema import check_version, stamp
 from replay.errors import InputError
 
 Value = float | str | None
@@ -499,8 +499,7 @@ def format_change(row: Row) -> str:
 
 def to_json(result: Diff, thresholds: list[Threshold], messages: list[str]) -> dict[str, Any]:
     """The diff as `--json` prints it."""
-    return {
-        VERSION_KEY: VERSIONS["diff"],
+    document = {
         "kind": result.kind,
         "a": str(result.a),
         "b": str(result.b),
@@ -519,6 +518,7 @@ def to_json(result: Diff, thresholds: list[Threshold], messages: list[str]) -> d
         "thresholds": [t.text for t in thresholds],
         "broken": messages,
     }
+    return stamp("diff", document)
 
 
 __all__ = [

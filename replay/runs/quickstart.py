@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from replay._schema import stamp
 from replay.runs.compare import (
     COMPARE_COLUMNS,
     COMPARE_FILES,
@@ -279,13 +280,13 @@ def run_quickstart(
             if study.kind == "compare":
                 table = comparison_rows(rows)
                 write_columns(folder / "comparison.parquet", to_columns(table, COMPARE_COLUMNS))
-                write_json(folder / "compare.json", study.document)
+                write_json(folder / "compare.json", stamp("compare", study.document))
             elif study.kind == "sweep":
                 table = sweep_rows(study.points, rows)
                 write_columns(
                     folder / "sweep.parquet", to_columns(table, sweep_columns(study.points))
                 )
-                write_json(folder / "sweep.json", study.document)
+                write_json(folder / "sweep.json", stamp("sweep", study.document))
         step(
             f"planning {PLAN_WORKLOAD}: {PLAN_BATCHES:,} batches of 2,048 (one epoch), "
             f"{PLAN_NODES} nodes"

@@ -38,7 +38,7 @@ from replay._output import (
     trace_sha256,
     write_json,
 )
-from replay._schema import VERSION_KEY, VERSIONS, stamp
+from replay._schema import stamp
 from replay._version import __version__
 from replay.errors import OutputError, ReplayError
 
@@ -67,11 +67,8 @@ def write_run_files(
         "run-config",
         {"system": result.system.to_dict(), "origin": origin, "overrides": list(overrides)},
     )
-    meta = stamp(
-        "run-meta", {"tool": "replay", "version": __version__, **result.meta, **(meta_extra or {})}
-    )
+    meta = {"tool": "replay", "version": __version__, **result.meta, **(meta_extra or {})}
     summary = {
-        VERSION_KEY: VERSIONS["run-summary"],
         "system": result.system.name,
         **result.summary,
         "digests": {
@@ -79,9 +76,10 @@ def write_run_files(
             "trace_sha256": trace_sha256(meta),
         },
     }
+    summary = stamp("run-summary", summary)
     # what report checks the summary's fields it cannot recompute against (goodput,
     # stalls, intervals): summary.json itself stays as it was
-    meta["summary_sha256"] = canonical_sha256(summary)
+    meta = stamp("run-meta", {**meta, "summary_sha256": canonical_sha256(summary)})
     _whole(folder / "config.json", lambda p: write_json(p, config))
     _whole(folder / "meta.json", lambda p: write_json(p, meta))
     _whole(folder / "batches.parquet", lambda p: write_columns(p, result.columns))

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from replay._files import MANIFEST, read_json
 from replay._memory import MAX_ROW_SPACE, format_count
-from replay._schema import VERSION_KEY, VERSIONS, check_version
+from replay._schema import check_version
 from replay.errors import TraceError
 
 FORMAT_VERSION = 1
@@ -304,7 +304,6 @@ def build_manifest(
     from replay._version import __version__
 
     manifest: dict[str, Any] = {
-        VERSION_KEY: VERSIONS["trace-manifest"],
         "format_version": FORMAT_VERSION,
         "tool": {"name": "replay", "version": __version__},
         "created_by": created_by,

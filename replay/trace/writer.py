@@ -32,6 +32,7 @@ from replay import _arrow
 from replay._faults import kill_point
 from replay._files import MANIFEST, STATE_JSON, read_bytes
 from replay._output import claim_output, partial_path, release_output
+from replay._schema import stamp
 from replay.errors import OutputError, ReplayError, opt
 from replay.trace.counts import COUNTS_KEY, encode_counts, group_counts
 from replay.trace.format import (
@@ -274,7 +275,7 @@ class TraceFolderWriter:
 
     def finish(self, manifest: dict[str, Any]) -> Path:
         """Write the manifest and move the finished folder into place."""
-        write_json_atomic(self.partial / MANIFEST_NAME, manifest)
+        write_json_atomic(self.partial / MANIFEST_NAME, stamp("trace-manifest", manifest))
         kill_point("trace:manifest")
         (self.partial / PLAN_NAME).unlink()
         kill_point("trace:before-rename")
