@@ -77,6 +77,7 @@ table in HBM) that does not fit is one line naming the GPU and its largest part.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +91,7 @@ from replay.engine.kernels import (
     choose_kernels,
     with_kernels,
 )
+from replay.engine.shard_cost import STEP_SLACK, bytes_floor_at_step
 from replay.engine.sharder import CostModel, TableLoad, auto_shard, rank_costs
 from replay.errors import ConfigError
 from replay.system.gpu_memory import (
@@ -551,6 +553,14 @@ def _place(
         )
         basis["hbm_bytes_bound"] = result.bytes_bound
         basis["hbm_bytes_floor"] = result.bytes_floor
+        # the floor the step permits: the least fullest GPU of any plan whose busiest GPU
+        # is within STEP_SLACK of the time floor (shard_cost.bytes_floor_at_step)
+        at_step = bytes_floor_at_step(
+            shard_loads, model, nodes * gpn, gpn, (1.0 + STEP_SLACK) * result.floor,
+            even=kind == "auto",
+        )  # fmt: skip
+        basis["hbm_bytes_floor_at_step"] = at_step if math.isfinite(at_step) else None
+        basis["hbm_bytes_floor_step_slack"] = STEP_SLACK
         basis["tables_never_split"] = sum(ld.tiny for ld in shard_loads)
         unit = prices["seconds_per_lookup"]
         basis["tradeoff"] = [

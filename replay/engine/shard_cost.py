@@ -240,4 +240,80 @@ def time_floor(
     return float(lo)
 
 
-__all__ = ["TINY_ROWS", "CostModel", "TableLoad", "even_shares", "hot_costs", "time_floor"]
+STEP_SLACK = 0.1  # the bytes floor at a step: plans whose busiest GPU is within 10% of its floor
+
+
+def _ways(
+    load: TableLoad, model: CostModel, world: int, gpus_per_node: int, *, even: bool
+) -> list[tuple[float, float, float, float]]:
+    """`options` with bytes: (piece cost, total cost, the largest piece's HBM bytes, the
+    HBM bytes over every GPU) of each way: whole, replicated (every GPU a copy), row-wise
+    over the W GPUs and table-row-wise over a node's G (an even block of rows; the
+    costliest block's cost, as `options`)."""
+    costs = options(load, model, world, gpus_per_node, even=even)
+    hbm = float(load.hbm)
+    sizes = [(hbm, hbm), (hbm, hbm * world)]
+    if len(costs) > 2:
+        sizes.append((float(load.hbm_of(0, -(-load.rows // world))), hbm))
+    if len(costs) > 3:
+        sizes.append((float(load.hbm_of(0, -(-load.rows // gpus_per_node))), hbm))
+    return [(c, ct, b, bt) for (c, ct), (b, bt) in zip(costs, sizes, strict=True)]
+
+
+def bytes_floor_at_step(
+    loads: Sequence[TableLoad],
+    model: CostModel,
+    world: int,
+    gpus_per_node: int,
+    step: float,
+    *,
+    even: bool,
+) -> float:
+    """A lower bound on the fullest GPU's HBM bytes of every plan (of the sharder's
+    types) whose busiest GPU costs at most `step`: the least B such that every table has
+    a way whose piece costs at most `step` and holds at most B bytes, the least totals
+    of costs among those ways fit W x `step`, and the least totals of bytes fit W x B
+    (a plan of largest cost `step` and fullest GPU B places each table some such way;
+    its GPUs carry both totals). Each condition is necessary, so the least B meeting
+    both is a bound (bisection: B only adds ways). inf when no B does (`step` under the
+    time floor)."""
+    ways = [_ways(ld, model, world, gpus_per_node, even=even) for ld in loads]
+    ways = [[w for w in o if w[0] <= step] for o in ways]
+    if any(not o for o in ways) or world <= 0:
+        return float("inf")
+
+    def ok(b: float) -> bool:
+        cost = byte = 0.0
+        for o in ways:
+            fit = [w for w in o if w[2] <= b]
+            if not fit:
+                return False
+            cost += min(w[1] for w in fit)
+            byte += min(w[3] for w in fit)
+        return cost <= world * step * (1 + 1e-12) and byte <= world * b
+
+    hi = max(max(w[2] for w in o) for o in ways)
+    hi = max(hi, sum(min(w[3] for w in o) for o in ways) / world)
+    hi = max(hi, sum(max(w[3] for w in o) for o in ways) / world)
+    if not ok(hi):
+        return float("inf")
+    lo = 0.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return float(hi)
+
+
+__all__ = [
+    "STEP_SLACK",
+    "TINY_ROWS",
+    "CostModel",
+    "TableLoad",
+    "bytes_floor_at_step",
+    "even_shares",
+    "hot_costs",
+    "time_floor",
+]
