@@ -303,16 +303,24 @@ def test_400_tables_2_billion_rows_on_64_gpus() -> None:
     512 B a row) on 64 H100s of 80 GB: the busiest GPU within 5% of its floor (1.031),
     the fullest GPU within 10% of its shards' bound (34.7 GiB against 34.5: the four
     largest tables table-row-wise), none of the 142 tables under 1,000 rows split; the
-    front: the bytes floor (14.9 GiB) is out of reach, 26 GiB costs 11% of the step.
+    front: the bytes floor (14.9 GiB) is out of reach, 26 GiB costs 11% of the step; the
+    bytes floor the step permits (15.6 GiB) is not met.
     Seconds: the spec's pmfs 16-20 s, the sharder 4-7 s on the 2-core VM (loaded)."""
     spec = big_model_spec()
     assert sum(t.rows for t in spec.tables) == 2_000_000_000 and len(spec.tables) == 400
     assert len(tiny_tables(spec)) == 142
-    r, _ = _acceptance(spec, 8, 80e9)
+    r, loads = _acceptance(spec, 8, 80e9)
     assert r.max_over_floor <= 1.05 and r.bytes_over_bound <= 1.10
     assert r.rank_hbm.max() / GIB == pytest.approx(34.74, abs=0.01)
     steps = [(round(a / r.floor, 2), round(b / GIB)) for a, b, _ in r.front]
     assert steps[:4] == [(1.03, 35), (1.05, 34), (1.09, 31), (1.11, 26)]
+    # the bytes floor the step permits (plans within 10% of the time floor): 15.6 GiB;
+    # NOT met: the fullest GPU holds 2.23x it, and the front's best plan within 10% of the
+    # time floor (30.6 GiB at 1.095x) 1.96x
+    model, _ = system_cost_model(_system("cluster.nodes=8"), 8, 8, 128, loads)
+    at_step = bytes_floor_at_step(loads, model, 64, 8, 1.1 * r.floor, even=True)
+    assert at_step / GIB == pytest.approx(15.59, abs=0.01)
+    assert r.rank_hbm.max() / at_step == pytest.approx(2.23, abs=0.01)
 
 
 @pytest.mark.bench
