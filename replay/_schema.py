@@ -2,9 +2,9 @@
 shape is one typed definition (`replay._schema_docs`) from which a JSON Schema (draft
 2020-12) is generated and shipped in `replay/schemas/`.
 
-This module is the cheap part every writer and reader imports (typing only): the
+This module is the cheap part every reader imports (typing only): the
 current version of each document (`VERSIONS`), the versions a reader accepts
-(`ACCEPTED`), `stamp` (a document with its version first) and `check_version` (one line
+(`ACCEPTED`), `check_version` (one line
 naming the file where a version is not one this replay reads). A document without
 `schema_version` was written before versions existed; it has the shape of version 1
 less that key, and is read as that version (`UNVERSIONED`).
@@ -18,7 +18,6 @@ suffix (`_bytes`, `_s`, `_j`, ...), as everywhere in replay (`unit_of`).
 
 from __future__ import annotations
 
-import os
 import types
 import typing
 from dataclasses import dataclass
@@ -51,23 +50,6 @@ ACCEPTED: dict[str, frozenset[int]] = {name: frozenset({v}) for name, v in VERSI
 # the version a document without `schema_version` is read as (written before versions:
 # 1, but torchrec.json, whose own `version` was 2 by then)
 UNVERSIONED: dict[str, int] = {"torchrec": 2}
-
-
-# set (to anything but ""): `stamp` validates each document against its published schema
-# as it is written; the test suite sets it, so every document it writes is checked
-CHECK_ENV = "REPLAY_CHECK_SCHEMAS"
-
-
-def stamp(name: str, document: dict[str, Any]) -> dict[str, Any]:
-    """`document` with `schema_version` first (its current version), the rest in order:
-    what a writer writes, as it is written (with `REPLAY_CHECK_SCHEMAS` set, validated)."""
-    body = {k: v for k, v in document.items() if k != VERSION_KEY}
-    out = {VERSION_KEY: VERSIONS[name], **body}
-    if os.environ.get(CHECK_ENV):
-        from replay._schema_docs import check_written
-
-        check_written(name, out)
-    return out
 
 
 def version_of(name: str, document: Any) -> Any:
@@ -118,6 +100,11 @@ NONNEGATIVE = Bounds(0)
 # a key's unit from its name's last part (the conventions of docs/conventions.md)
 UNITS: tuple[tuple[str, str], ...] = (
     ("_bytes_per_s", "bytes per second"),
+    ("_bytes_per_row", "bytes per row"),
+    ("_bytes_per_batch", "bytes per batch"),
+    ("_s_per_batch", "seconds per batch"),
+    ("_per_batch_s", "seconds per batch"),
+    ("_per_batch_j", "joules per batch"),
     ("_per_s", "per second"),
     ("_bytes", "bytes"),
     ("_ns", "nanoseconds"),
@@ -129,6 +116,9 @@ UNITS: tuple[tuple[str, str], ...] = (
     ("_gib", "GiB"),
     ("_gbps", "GB/s"),
     ("_sha256", "SHA-256, hex"),
+    ("_rows", "rows"),
+    ("_batches", "batches"),
+    ("_lookups", "lookups"),
 )
 
 
@@ -137,8 +127,6 @@ def unit_of(key: str) -> str:
     for suffix, unit in UNITS:
         if key.endswith(suffix) or key == suffix[1:]:
             return unit
-    if key in ("bytes", "storage_bytes"):
-        return "bytes"
     return ""
 
 
@@ -260,21 +248,25 @@ def fields(td: Any, prefix: str = "") -> list[tuple[str, str, str, str]]:
         required = _required(td)
         for key, tp in _hints(td).items():
             path = f"{prefix}{key}"
-            meaning, inner = "", tp
+            meaning, inner, unit = "", tp, unit_of(key)
             while True:
                 origin = get_origin(inner)
                 if origin is Annotated:
                     base, *meta = get_args(inner)
                     meaning = meaning or next((m for m in meta if isinstance(m, str)), "")
+                    if any(m == FRACTION for m in meta) and not unit:
+                        unit = "fraction"
                     inner = base
                 elif origin in (Required, NotRequired):
                     inner = get_args(inner)[0]
                 else:
                     break
             kind, nested, suffix = _describe(inner)
+            if not meaning and nested is not None and nested.__doc__:
+                meaning = " ".join(nested.__doc__.split())
             if key not in required:
                 meaning = (meaning + " " if meaning else "") + "(optional)"
-            out.append((path, kind, unit_of(key), meaning))
+            out.append((path, kind, unit, meaning))
             if nested is not None:
                 walk(nested, f"{path}{suffix}.")
         seen.discard(td)
@@ -303,7 +295,7 @@ def _describe(tp: Any) -> tuple[str, Any, str]:
     if origin is Literal:
         return " or ".join(repr(a) for a in get_args(tp)), None, ""
     if _is_typeddict(tp):
-        return "object", tp, ""
+        return ("open object" if tp in OPEN else "object"), tp, ""
     names = {int: "integer", float: "number", str: "string", bool: "boolean", type(None): "null"}
     if tp is None:
         return "null", None, ""
@@ -323,7 +315,6 @@ __all__ = [
     "fields",
     "json_schema",
     "open_shape",
-    "stamp",
     "unit_of",
     "version_of",
 ]

@@ -76,7 +76,7 @@ class Digests(TypedDict):
 
 @open_shape
 class RunSummary(TypedDict):
-    """summary.json of a run folder: the run's totals (docs/run.md)."""
+    """summary.json of a run folder: the run's totals (docs/systems.md)."""
 
     system: Annotated[str, "the system replayed"]
     lookups: Annotated[Count, "lookups replayed"]

@@ -14,7 +14,7 @@ from typing import Annotated, Any, NotRequired, TypedDict
 import jsonschema
 import pytest
 
-from replay._schema import VERSIONS, fields, json_schema, stamp, unit_of
+from replay._schema import VERSIONS, fields, json_schema, unit_of
 from replay._schema_docs import (
     DOCUMENTS,
     SchemaViolation,
@@ -23,6 +23,7 @@ from replay._schema_docs import (
     published_path,
     schema_text,
 )
+from replay._schema_stamp import stamp
 from replay.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,7 +114,7 @@ def test_a_fingerprint_moves_with_the_shape_and_not_with_the_words() -> None:
 
 @pytest.mark.parametrize(
     ("key", "unit"),
-    [("interval_s", "seconds"), ("budget_bytes", "bytes"), ("energy_per_batch_j", "joules"),
+    [("interval_s", "seconds"), ("budget_bytes", "bytes"), ("energy_per_batch_j", "joules per batch"),
      ("aggregate_write_bw_bytes_per_s", "bytes per second"), ("hit_ratio", "")],
 )  # fmt: skip
 def test_units_come_from_the_key_names(key: str, unit: str) -> None:
@@ -224,6 +225,12 @@ def test_a_trace_of_an_unknown_version_is_refused(tmp_path: Path) -> None:
 
 
 # -- what is committed ----------------------------------------------------------------
+
+
+def test_the_docs_page_is_the_generated_one() -> None:
+    from replay._schema_page import PAGE, page
+
+    assert PAGE.read_text() == page(), "write it again: replay._schema_page.write_page()"
 
 
 def test_the_example_reports_summary_validates() -> None:

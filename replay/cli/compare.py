@@ -102,7 +102,7 @@ def compare_command(
 ) -> None:
     """Replay one trace (or on-the-fly workload) on several systems, in parallel: a run
     folder each and a table."""
-    from replay._schema import stamp
+    from replay._schema_stamp import stamp
     from replay.runs.compare import (
         COMPARE_COLUMNS,
         COMPARE_FILES,

@@ -118,7 +118,7 @@ def sweep_command(
 ) -> None:
     """Replay one trace (or on-the-fly workload) on a system over a grid of settings: a
     run folder per point."""
-    from replay._schema import stamp
+    from replay._schema_stamp import stamp
     from replay.runs.compare import (
         SWEEP_FILES,
         check_grid_size,

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from replay._output import Owned, atomic_folder
-from replay._schema import stamp
+from replay._schema_stamp import stamp
 from replay._units import format_bytes, format_duration, format_percent
 from replay.plan.torchrec import FEW_SAMPLED_ROWS
 from replay.plan.torchrec_shards import torchrec_document, torchrec_text, without_shards

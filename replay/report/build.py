@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from replay._output import atomic_folder, foreign_entry, listed_names, write_json
-from replay._schema import stamp
+from replay._schema_stamp import stamp
 from replay._units import format_hit_ratio
 from replay._version import __version__
 from replay.errors import OutputError

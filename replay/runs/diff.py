@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from replay._files import RESULT_JSON, check_regular, read_json
-from replay._schema import check_version, stamp
+from replay._schema import check_version
+from replay._schema_stamp import stamp
 from replay.errors import InputError
 
 Value = float | str | None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from replay._output import atomic_folder
-from replay._schema import stamp
+from replay._schema_stamp import stamp
 
 if TYPE_CHECKING:
     from replay.analysis.mrc import MrcResult

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from replay._schema import stamp
+from replay._schema_stamp import stamp
 from replay.runs.compare import (
     COMPARE_COLUMNS,
     COMPARE_FILES,

@@ -38,7 +38,7 @@ from replay._output import (
     trace_sha256,
     write_json,
 )
-from replay._schema import stamp
+from replay._schema_stamp import stamp
 from replay._version import __version__
 from replay.errors import OutputError, ReplayError
 

@@ -32,7 +32,7 @@ from replay import _arrow
 from replay._faults import kill_point
 from replay._files import MANIFEST, STATE_JSON, read_bytes
 from replay._output import claim_output, partial_path, release_output
-from replay._schema import stamp
+from replay._schema_stamp import stamp
 from replay.errors import OutputError, ReplayError, opt
 from replay.trace.counts import COUNTS_KEY, encode_counts, group_counts
 from replay.trace.format import (
