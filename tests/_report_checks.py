@@ -1,12 +1,14 @@
 """What every report must hold, whatever it reports (issue 54): one unit per quantity
 (each duration and size written as `replay._units` writes it, so one value never reads
 `36.1 s` here and `0.601 min` there), every figure written shown once, every plan in the
-summary, and none of the phrases that said nothing
-(`n/a ns`, `1 tables`). The docs' examples (tests/test_readme.py) and the report tests call
-`check_report` on each report they write."""
+summary, a cluster's column labels saying whose each figure is (`unscoped_labels`), and
+none of the phrases that said nothing (`n/a ns`, `1 tables`). The docs' examples
+(tests/test_readme.py) and the report tests call `check_report` on each report they
+write."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -42,6 +44,44 @@ def mixed_units(text: str) -> list[str]:
     return bad
 
 
+# a column of bytes or time; on a cluster it names whose: one GPU's, a node's, the job's,
+# the total over all GPUs or nodes (a table of one row per GPU or node needs no more)
+QUANTITY = re.compile(
+    r"bytes|written|storage|memory|\bwrite\b|\brestore\b|stall|all-to-all|all-reduce|"
+    r"step time|time per batch|energy per batch|lookups",
+    re.I,
+)
+SCOPE = re.compile(r"GPU|node|total|the job|busiest|slowest|worst|mean", re.I)
+_PER_ROW = re.compile(r"^(GPU|node|rank|part \(GPU \d+\))$", re.I)
+
+
+def _headers(md: str) -> list[list[str]]:
+    lines = md.splitlines()
+    return [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line, below in itertools.pairwise(lines)
+        if line.startswith("| ") and below.startswith("|---")
+    ]
+
+
+def unscoped_labels(md: str) -> list[str]:
+    """The column labels of a cluster's tables that give a byte or time figure without
+    saying whose it is. A plan.md of a cluster (its `Cluster:` answer line) is held to it
+    whole; a report, section by section: a plan's that answers a cluster and the cluster
+    runs' section. One GPU's are not (everything there is that GPU's)."""
+    whole = md.startswith("# Plan") and "\n- Cluster: " in md
+    parts = [md] if whole else re.split(r"\n(?=## )", md)
+    bad = []
+    for part in parts:
+        if not (whole or "\n- Cluster: " in part or part.startswith("## Cluster\n")):
+            continue
+        for header in _headers(part):
+            if _PER_ROW.match(header[0]):
+                continue
+            bad += [c for c in header if QUANTITY.search(c) and not SCOPE.search(c)]
+    return bad
+
+
 def _summary_section(md: str) -> str:
     return md.split("## Summary", 1)[1].split("\n## ", 1)[0]
 
@@ -70,10 +110,13 @@ def check_report(out: Path, *, html_page: bool = True) -> None:
     for phrase in ("n/a ns", " 1 tables", "runs made with --no-inspect"):
         assert phrase not in md, (out, phrase)
     assert not re.search(r"\| none \|[^\n]*\| 0 ms \| 0 ms \|", md), "Young/Daly of none"
+    # a cluster's labels say whose figure each is
+    unscoped = unscoped_labels(md)
+    assert not unscoped, f"{out}: a cluster's labels without their scope: {unscoped[:8]}"
     if not html_page:
         return
     page = (out / "report.html").read_text()
     assert "<code>" not in page, f"{out}: a <code> span in report.html (names hold backticks)"
 
 
-__all__ = ["check_report", "mixed_units"]
+__all__ = ["check_report", "mixed_units", "unscoped_labels"]

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _report_checks import check_report
+from _report_checks import check_report, unscoped_labels
 
 from replay.plan.plan import PlanRequest, make_plan
 from replay.plan.write import plan_json, write_plan
@@ -122,6 +122,13 @@ def test_cluster_step_by_parts(planned: dict) -> None:
     for g in s["per_gpu"]:
         assert g["kernel"] == max(g["kernel_rows"], key=g["kernel_rows"].get)
     assert "### Step time by parts" in (planned["out"] / "plan.md").read_text()
+
+
+def test_plan_md_labels_say_whose_figure_each_is(planned: dict) -> None:
+    text = (planned["out"] / "plan.md").read_text()
+    assert not unscoped_labels(text)
+    assert "all-to-all bytes (total over all GPUs, per step)" in text
+    assert "written (all nodes, per checkpoint)" in text
 
 
 def test_plan_folder_holds_sharding_json_and_figures(planned: dict) -> None:

@@ -369,7 +369,8 @@ def _cpr_interval(s: _Setup, notes: list[str]) -> tuple[float, dict[str, Any]]:
         binding = "one batch"
         notes.append(
             f"cpr: no interval keeps the portion of lost samples under {CPR_PLS_TARGET:.0%} "
-            f"(the write alone, {w:.3g} s, exceeds it at this MTBF): planned every batch"
+            f"(the write alone, {format_duration(w)}, exceeds it at this MTBF): planned every "
+            "batch"
         )
     elif k >= most:
         binding = "span"
@@ -379,9 +380,10 @@ def _cpr_interval(s: _Setup, notes: list[str]) -> tuple[float, dict[str, Any]]:
     if capped:
         notes.append(
             f"cpr: its interval reaches the run's end (the objective's optimum "
-            f"{best:.3g} s, the {CPR_PLS_TARGET:.0%} lost-samples bound {bound:.3g} s, the run "
-            f"{s.horizon_s:.3g} s): no checkpoint falls inside the run, so its figures are a "
-            "run without checkpoints, not an interval to use"
+            f"{format_duration(best)}, the {CPR_PLS_TARGET:.0%} lost-samples bound "
+            f"{format_duration(max(bound, 0.0))}, the run {format_duration(s.horizon_s)}): no "
+            "checkpoint falls inside the run, so its figures are a run without checkpoints, "
+            "not an interval to use"
         )
     basis = {
         "objective": OBJECTIVE,

@@ -34,6 +34,7 @@ from replay.plan.write_cluster import (
 )
 from replay.plan.write_memory import memory_answer_lines, memory_markdown
 from replay.plan.write_ssd_tbe import ssd_tbe_answer_lines, ssd_tbe_markdown
+from replay.report.labels import checkpoint_columns, system_columns
 from replay.report.plan_section import (
     cluster_lines,
     every,
@@ -280,7 +281,7 @@ def plan_markdown(document: dict[str, Any]) -> str:
         "refined numerically); goodput from the failure simulator over the run. Figure "
         "`figures/goodput.png`.",
         "",
-        "| strategy | interval | Young/Daly | stall | written | storage | restore "
+        "| strategy | interval | Young/Daly | " + " | ".join(checkpoint_columns(document)) + " "
         "| lost work per training failure | failures during restores per run | goodput | p5 |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -300,7 +301,7 @@ def plan_markdown(document: dict[str, Any]) -> str:
         "",
         "### Systems",
         "",
-        "| system | time per batch | energy per batch | hit ratio | Pareto |",
+        "| system | " + " | ".join(system_columns(document)) + " | hit ratio | Pareto |",
         "|---|---|---|---|---|",
     ]
     for s in document["systems"]:

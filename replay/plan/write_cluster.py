@@ -21,6 +21,7 @@ import numpy as np
 from replay._schema_stamp import stamp
 from replay._units import format_bytes, format_duration
 from replay.plan.cluster_spread import spread_markdown
+from replay.report.labels import SCALING_COLUMNS
 from replay.report.plan_section import (
     cluster_shape,
     pct_text,
@@ -133,7 +134,7 @@ def cluster_markdown(document: dict[str, Any]) -> list[str]:
         "",
         f"Against the number of GPUs (figure `figures/cluster_scaling.png`; {m['scaling']}):",
         "",
-        "| GPUs | nodes | all-to-all bytes | all-to-all | all-reduce | step time | imbalance |",
+        "| GPUs | nodes | " + " | ".join(SCALING_COLUMNS) + " | imbalance |",
         "|---|---|---|---|---|---|---|",
     ]
     for p in c["scaling"]["points"]:

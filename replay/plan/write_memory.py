@@ -70,7 +70,7 @@ def memory_markdown(document: dict[str, Any]) -> list[str]:
         f"allocated and {format_bytes(worst['reserved_peak_bytes'])} reserved at the peak, "
         f"of {format_bytes(worst['capacity_bytes'])}. {m['basis']}.",
         "",
-        "| part | bytes |",
+        f"| part | bytes (GPU {worst['rank']}) |",
         "|---|---|",
     ]
     out += [

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from replay._units import format_bytes, format_duration, format_percent
+from replay.report.blocks import plural
 from replay.report.document import (
     Block,
     Bullets,
@@ -30,6 +31,7 @@ from replay.report.document import (
 )
 from replay.report.figures import FigureOut
 from replay.report.figures_plan import draw_plan_mrc
+from replay.report.labels import checkpoint_columns, system_columns
 from replay.report.load import PlanData
 from replay.report.plan_ssd import ssd_blocks, ssd_line
 
@@ -286,7 +288,7 @@ def checkpoint_answer(doc: dict[str, Any]) -> str:
         return f"{basis}: no strategy beats running without checkpoints over this run."
     return (
         f"{basis}: {strategy_label(s)} {every(s)} "
-        f"({int(s.get('interval_batches') or 0):,} batches): a stall of "
+        f"({plural(int(s.get('interval_batches') or 0), 'batch')}): a stall of "
         f"{format_duration(s['cost_s'])} and {format_bytes(s['bytes'])} written per "
         f"checkpoint, {format_bytes(s['storage_bytes'])} of storage ({_scope(doc, s)}), a "
         "restore of "
@@ -717,18 +719,16 @@ def _checkpoint_blocks(plan: PlanData, index: int, images: dict[str, Image]) -> 
         Paragraph(
             f"On {ck.get('system', '')}, at a cluster MTBF of "
             f"{format_duration(ck['cluster_mtbf_s'])}: each strategy's interval maximises the "
-            "expected goodput of the whole run (from Young/Daly, refined numerically); "
-            "goodput from the failure simulator over the run; best first."
+            "expected goodput of the whole run (from Young/Daly, refined numerically; cpr's "
+            "trades its stall against the updates a failure loses); goodput from the failure "
+            "simulator over the run; best first."
         ),
         Table(
             (
                 "strategy",
                 "interval",
                 "Young/Daly",
-                "stall",
-                "written",
-                "storage",
-                "restore",
+                *checkpoint_columns(plan.document),
                 "lost work per training failure",
                 "failures during restores per run",
                 "goodput",
@@ -779,7 +779,7 @@ def _systems_blocks(plan: PlanData, index: int) -> list[Block]:
             "both as fast and as frugal."
         ),
         Table(
-            ("system", "cache", "time per batch", "energy per batch", "hit ratio (span)", "Pareto"),
+            ("system", "cache", *system_columns(plan.document), "hit ratio (span)", "Pareto"),
             tuple(
                 (
                     s["name"],
