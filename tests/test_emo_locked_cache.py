@@ -18,14 +18,15 @@ WAYS = 32
 
 
 def _transcribed(
-    sets: int, rows_per_set: int, batches: int, seed: int
+    sets: int, rows_per_set: int, batches: int, seed: int, murmur: bool = False
 ) -> tuple[np.ndarray, float, float]:
     """Per batch: (unique rows, hits, inserts, conflict misses); and the expected inserts
-    and conflict misses from `locked_set` over this cache's own set sizes."""
+    and conflict misses from `locked_set` over this cache's own set sizes. The rows' sets
+    are FBGEMM's `cache_slot` with `murmur`, else drawn at random (a hash's stand-in)."""
     rng = np.random.default_rng(seed)
     rows = sets * rows_per_set
     lookups = round(rows * step_emo.large_lookups() / (step_emo.LARGE_ROWS / step_emo.WORLD))
-    set_of = rng.integers(0, sets, rows)  # a hash of the row, as FBGEMM's cache_slot
+    set_of = step_emo.cache_set_of(rows, sets) if murmur else rng.integers(0, sets, rows)
     holds = np.full((sets, WAYS), -1, np.int64)
     time = np.zeros((sets, WAYS), np.int64)
     lock = np.zeros((sets, WAYS), np.int64)
@@ -93,3 +94,20 @@ def test_set_sizes_is_fbgemms_cache_slot() -> None:
     direct = np.bincount([reference_cache_set(i, 37) for i in range(5_000)], minlength=37)
     assert np.array_equal(sizes, np.bincount(direct))
     assert int(sizes @ np.arange(len(sizes))) == 5_000
+
+
+@pytest.mark.bench
+def test_locked_cache_at_the_benchmarks_scale() -> None:
+    """large_table's 5 M rows a rank in FBGEMM's 31,250 sets at load factor 0.2, 0.97 M
+    lookups a batch, through the transcribed kernels (about three minutes). From an empty
+    cache the inserts swing between batches (0.86, 0.14, 0.56, 0.22 M, ...), a two-batch
+    cycle that damps by about an eighth a batch: the last 8 of 24 batches hold the steady
+    state."""
+    counts, inserts, conflicts = _transcribed(31_250, 160, 24, seed=1, murmur=True)
+    assert counts[1, 2] < 0.2 * counts[0, 2] and counts[2, 2] > 3 * counts[1, 2]
+    steady = counts[16:].mean(axis=0)
+    _, cache_inserts, cache_misses = step_emo.locked_cache(0.2)
+    assert inserts == pytest.approx(cache_inserts, rel=1e-6)
+    assert steady[2] == pytest.approx(inserts, rel=0.01)
+    assert steady[3] == pytest.approx(conflicts, rel=0.01)
+    assert steady[3] == pytest.approx(cache_misses - cache_inserts, rel=0.01)

@@ -159,18 +159,22 @@ _MIX2 = np.uint64(0xC4CEB9FE1A85EC53)
 _S33 = np.uint64(33)
 
 
-def set_sizes(rows: int, sets: int) -> np.ndarray:
-    """`out[n]`: how many of the cache's `sets` sets the linear indices 0..rows-1 map `n`
-    rows to (FBGEMM's `cache_slot`: the MurmurHash3 finalizer of the index, modulo the
-    sets). large_table is its TBE's only cached table, so its linear indices are its rows."""
+def cache_set_of(rows: int, sets: int) -> np.ndarray:
+    """The set of each linear index 0..rows-1: FBGEMM's `cache_slot`, the MurmurHash3
+    finalizer of the index modulo the sets. large_table is its TBE's only cached table,
+    so its linear indices are its rows."""
     h = np.arange(rows, dtype=np.uint64)
     h ^= h >> _S33
     h *= _MIX1  # uint64 arrays wrap modulo 2^64, as the CUDA code does
     h ^= h >> _S33
     h *= _MIX2
     h ^= h >> _S33
-    per_set = np.bincount((h % np.uint64(sets)).astype(np.int64), minlength=sets)
-    return np.bincount(per_set)
+    return (h % np.uint64(sets)).astype(np.int64)
+
+
+def set_sizes(rows: int, sets: int) -> np.ndarray:
+    """`out[n]`: how many of the cache's `sets` sets hold `n` of the rows 0..rows-1."""
+    return np.bincount(np.bincount(cache_set_of(rows, sets), minlength=sets))
 
 
 def _binomial(n: int, p: float) -> np.ndarray:
@@ -435,6 +439,7 @@ __all__ = [
     "RUNS",
     "Run",
     "cache_loads",
+    "cache_set_of",
     "dense_flops_per_sample",
     "fitted_other_s",
     "gpu_load",
