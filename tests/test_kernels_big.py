@@ -118,3 +118,50 @@ def test_the_400_table_model_on_64_and_8_h100s() -> None:
             assert doc["pcie_bytes_per_batch"] > 0
     with pytest.raises(ConfigError, match="host memory"):
         resolve_placement(resolve_system("hbm-lru", [dgx, "cluster.nodes=1"]), tables, loads=loads)
+
+
+def _plan(tmp: Path, name: str, *sets: str, system: str = "ssd-tbe") -> dict[str, Any]:
+    """`replay plan` of the whole model (its curves sampled at the rate the plan picks),
+    plan.json and sharding.json."""
+    out = tmp / name
+    argv = ["plan", "--workload", str(BIG), "--system", system, "--cache-budget", "8GiB",
+            "--cluster-mtbf", "6h", "--set", "cluster.preset=dgx-h100"]  # fmt: skip
+    assert main([*argv, *(x for s in sets for x in ("--set", s)), "-o", str(out)]) == 0
+    return {
+        "plan": json.loads((out / "plan.json").read_text()),
+        "sharding": json.loads((out / "sharding.json").read_text()),
+    }
+
+
+def _every_tier_within(plan: dict[str, Any]) -> None:
+    memory = plan["memory"]
+    assert all(g["fits"] for g in memory["per_gpu"]) and memory["fits"]
+    tiers = plan["cluster"]["kernels"]["tiers"]
+    assert all(g["hbm_bytes"] <= tiers["hbm_capacity_bytes"] for g in tiers["per_gpu"])
+    for n in tiers["per_node"]:
+        assert n["host_bytes"] <= tiers["host_capacity_bytes_per_node"]
+        assert n["drive_bytes"] <= tiers["drive_capacity_bytes_per_node"]
+
+
+@pytest.mark.bench
+def test_the_400_table_model_as_a_whole_plan(tmp_path: Path) -> None:
+    """`replay plan` of the 400-table, 2-billion-row model under ssd-tbe (docs/memory.md
+    gives the command, its time and peak memory): on 64 H100s every table placed whole in
+    HBM, each GPU's memory by parts and fitting; on 8 the tables that leave HBM for the
+    drives and what their misses cost; no tier over its capacity. Minutes."""
+    wide = _plan(tmp_path, "p64", "cluster.nodes=8")
+    plan = wide["plan"]
+    assert len(wide["sharding"]["tables"]) == 400
+    assert {t["kernel"] for t in wide["sharding"]["tables"]} == {"hbm"}
+    assert plan["cluster"]["kernels"]["line"].startswith("fits in HBM, no cache needed")
+    assert len(plan["memory"]["per_gpu"]) == 64
+    _every_tier_within(plan)
+    l2 = "policy.l2_capacity_bytes=256MiB"
+    narrow = _plan(tmp_path, "p8", "cluster.nodes=1", l2)
+    plan = narrow["plan"]
+    kernels = plan["cluster"]["kernels"]
+    assert len(narrow["sharding"]["tables"]) == 400 and len(plan["memory"]["per_gpu"]) == 8
+    assert "leave HBM" in kernels["line"] and kernels["left_hbm"]
+    assert {t["kernel"] for t in kernels["left_hbm"]} == {"ssd"}
+    assert all(t["pcie_bytes"] > 0 for t in kernels["left_hbm"])
+    _every_tier_within(plan)

@@ -623,7 +623,9 @@ def kernels_document(placed: Any, system: SystemSpec) -> dict[str, Any]:
             if counts["hbm"] == len(placement.plan.tables)
             else "each table's kernel from the sharding file"
         )
-    budgets = placed.budgets or tier_bytes(placement, system)
+    budgets = dict(placed.budgets or tier_bytes(placement, system))
+    # what each GPU gives its tables (its memory less the rest: replay.engine.placement)
+    budgets["hbm_table_budget_bytes"] = placed.basis.get("table_budget_bytes")
     doc["tiers"] = budgets
     doc["tables"] = [
         {"table": e.table, "kernel": entry_kernel(e), "cache_load_factor": e.cache_load_factor}
