@@ -275,6 +275,22 @@ def fields(td: Any, prefix: str = "") -> list[tuple[str, str, str, str]]:
     return out
 
 
+def bounded_numbers(td: Any) -> list[tuple[str, bool]]:
+    """(key, whether a fraction) for each required key of `td` that is a number with
+    bounds (`Bounds`: at least 0, or within [0, 1]) and never null: what a reader checks
+    is there, finite and in range before it quotes it."""
+    out = []
+    required = _required(td)
+    for key, tp in _hints(td).items():
+        if key not in required or get_origin(tp) is not Annotated:
+            continue
+        base, *meta = get_args(tp)
+        bounds = [m for m in meta if isinstance(m, Bounds)]
+        if base in (int, float) and bounds:
+            out.append((key, FRACTION in bounds))
+    return out
+
+
 def _describe(tp: Any) -> tuple[str, Any, str]:
     """A type's name in the docs, the TypedDict inside it (if any) and its path suffix."""
     origin = get_origin(tp)

@@ -52,8 +52,8 @@ class PolicyCounters(TypedDict):
     name: Annotated[str, "the policy"]
     hits: Annotated[Count, "lookups the cache held"]
     misses: Annotated[Count, "lookups it did not"]
-    hit_ratio: Annotated[float, "hits / lookups"]
-    miss_ratio: Annotated[float, "misses / lookups"]
+    hit_ratio: Annotated[float | None, "hits / lookups (null: no cache, e.g. static)"]
+    miss_ratio: Annotated[float | None, "misses / lookups (null: no cache)"]
 
 
 @open_shape

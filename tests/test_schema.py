@@ -37,7 +37,7 @@ FINGERPRINTS = {
     ("plan", 1): "5864447874c34fd9",
     ("torchrec", 2): "9dcc209e729d54e0",
     ("sharding", 1): "55f1028d3fa89072",
-    ("run-summary", 1): "8bbac279862b6936",
+    ("run-summary", 1): "a49b8955507ed9e5",
     ("run-config", 1): "37f5ac303d512d47",
     ("run-meta", 1): "a2fd280e3e3bae90",
     ("run-workload", 1): "3af1719c82060402",
@@ -114,7 +114,8 @@ def test_a_fingerprint_moves_with_the_shape_and_not_with_the_words() -> None:
 
 @pytest.mark.parametrize(
     ("key", "unit"),
-    [("interval_s", "seconds"), ("budget_bytes", "bytes"), ("energy_per_batch_j", "joules per batch"),
+    [("interval_s", "seconds"), ("budget_bytes", "bytes"),
+     ("energy_per_batch_j", "joules per batch"),
      ("aggregate_write_bw_bytes_per_s", "bytes per second"), ("hit_ratio", "")],
 )  # fmt: skip
 def test_units_come_from_the_key_names(key: str, unit: str) -> None:

@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from replay import _schema_plan as plan_schema
 from replay._files import RESULT_JSON, check_regular, read_json
-from replay._schema import check_version
+from replay._schema import bounded_numbers, check_version
 from replay.errors import ReplayError
 
 RUN_FILES = ("config.json", "summary.json", "meta.json", "batches.parquet")
@@ -574,17 +575,15 @@ def check_plan(where: Path, doc: dict[str, Any]) -> None:
         if not _number(value) or value < 0 or (fraction and value > 1):
             raise fail(key, "is missing or not a " + ("fraction" if fraction else "number ≥ 0"))
 
+    def nums(node: dict[str, Any], definition: Any) -> None:
+        for key, fraction in bounded_numbers(definition):  # the keys plan.json defines
+            num(node, key, fraction=fraction)
+
     horizon = obj(doc, "horizon")
-    for key in ("batches", "lookups", "training_time_s", "time_per_batch_s"):
-        num(horizon, key)
-    num(horizon, "sample_rate", fraction=True)
-    for key in ("row_bytes", "state_bytes_per_row", "distinct_rows"):
-        num(doc, key)
+    nums(horizon, plan_schema.Horizon)
+    nums(doc, plan_schema.Plan)
     cache = obj(doc, "cache")
-    num(cache, "budget_bytes")
-    for key in ("split_hit", "uniform_hit"):
-        num(cache, key, fraction=True)
-    num(cache, "uniform_load_factor")
+    nums(cache, plan_schema.Cache)
     for policy, hit in obj(cache, "hit_at_budget").items():
         if not _fraction_or_none(hit):
             raise fail(f"cache.hit_at_budget.{policy}", "is not a fraction")
@@ -598,9 +597,7 @@ def check_plan(where: Path, doc: dict[str, Any]) -> None:
     if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
         raise fail("cache.per_table", "is missing or not a list of objects")
     for t in tables:
-        for key in ("rows", "bytes", "load_factor"):
-            num(t, key)
-        num(t, "hit", fraction=True)
+        nums(t, plan_schema.TableSplit)
     mrc = obj(doc, "mrc")
     for key in ("rows", "bytes", "miss_ratio"):
         values = mrc.get(key)
@@ -617,28 +614,21 @@ def check_plan(where: Path, doc: dict[str, Any]) -> None:
     ):
         raise fail("mrc.analytic_miss_ratio", "is not a list of numbers")
     checkpoint = obj(doc, "checkpoint")
-    num(checkpoint, "cluster_mtbf_s")
+    nums(checkpoint, plan_schema.Checkpoint)
     strategies = checkpoint.get("strategies")
     if not isinstance(strategies, list) or not all(isinstance(x, dict) for x in strategies):
         raise fail("checkpoint.strategies", "is missing or not a list of objects")
     for x in strategies:
         if not isinstance(x.get("name"), str):
             raise fail("checkpoint.strategies", "holds a strategy without a name")
-        for key in (
-            "interval_s", "young_daly_interval_s", "cost_s", "bytes", "storage_bytes",
-            "restore_s", "lost_work_per_training_failure_s", "failures_during_restore_per_run",
-        ):  # fmt: skip
-            num(x, key)
-        for key in ("goodput", "goodput_p5"):
-            num(x, key, fraction=True)
+        nums(x, plan_schema.Strategy)
     systems = doc.get("systems")
     if not isinstance(systems, list) or not all(isinstance(x, dict) for x in systems):
         raise fail("systems", "is missing or not a list of objects")
     for x in systems:
         if not isinstance(x.get("name"), str):
             raise fail("systems", "holds a system without a name")
-        num(x, "time_per_batch_s")
-        num(x, "energy_per_batch_j")
+        nums(x, plan_schema.SystemAnswer)
         if not _fraction_or_none(x.get("hit_ratio")):
             raise fail("systems", "holds a hit ratio that is not a fraction")
     notes = doc.get("notes", [])
