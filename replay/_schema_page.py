@@ -46,6 +46,10 @@ pages of each command describe them. A list's items are `key[]`, a map's values 
 replay's exports in other tools' formats keep those tools' shapes and carry no
 `schema_version`: `replay export torchrec-plan` (TorchRec's ShardingPlan) and `replay
 export tbe-config` (FBGEMM's TBEDataConfig, whose reader warns on a key it does not know).
+Of what commands print with `--json`, `replay plan --json` prints plan.json, `replay run
+--json` a run's summary.json and `replay diff --json` the diff document below, each with
+its `schema_version`; what the other commands print with `--json` is described on their
+pages and carries none.
 """
 
 
