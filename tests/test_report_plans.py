@@ -66,8 +66,9 @@ def test_the_ssd_tbe_answer_is_in_the_summary_and_a_section(report: Path) -> Non
 
 
 def test_html_shows_backticks_as_written(report: Path, tmp_path: Path) -> None:
-    """A name may hold backticks of its own, so HTML keeps every backtick as written
-    (the report's own spans included) rather than guess which are code."""
+    """A name may hold backticks of its own, so HTML keeps every backtick of plain text as
+    written rather than guess which are code (the report's own spans are `Code` parts:
+    tests/test_report_code.py)."""
     made = to_html([Paragraph("run `replay a<b` on `name`")], tmp_path, title="t")
     assert "<p>run `replay a&lt;b` on `name`</p>" in made
 

@@ -683,7 +683,7 @@ def claims(results: Results, sections: dict[str, Any]) -> list[dict[str, str]]:
                 if work
                 else "not computed: no workload.json in the results"
             ),
-            "assumptions": "measured on the trace; synthetic traces set it with `reuse`",
+            "assumptions": "measured on the trace; synthetic traces set it with the spec's reuse",
         }
     )
     fp = sections.get("fastpersist")

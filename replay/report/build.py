@@ -49,6 +49,7 @@ from replay.report.compare_table import compare_table
 from replay.report.document import (
     Block,
     Bullets,
+    Code,
     Heading,
     Link,
     Paragraph,
@@ -163,11 +164,15 @@ def _time_blocks(results: Results, figures: list[FigureOut]) -> list[Block]:
     blocks: list[Block] = [
         Heading("Time per batch"),
         Paragraph(
-            "Every time and energy per batch in this report is steady state: the mean over "
-            "the second half of a run's batches, as `replay plan` measures it, after the "
-            "one-time costs of the first (an initial full checkpoint, cold caches) that a run "
-            "of days amortizes. Speedups are against the first system of each comparison; "
-            f"a checkpoint stall share needs ≥ {MIN_CHECKPOINTS} checkpoints in the run."
+            (
+                "Every time and energy per batch in this report is steady state: the mean "
+                "over the second half of a run's batches, as ",
+                Code("replay plan"),
+                " measures it, after the one-time costs of the first (an initial full "
+                "checkpoint, cold caches) that a run of days amortizes. Speedups are against "
+                "the first system of each comparison; a checkpoint stall share needs "
+                f"≥ {MIN_CHECKPOINTS} checkpoints in the run.",
+            )
         ),
     ]
     for compare in results.compares:

@@ -1,8 +1,10 @@
 """A report as a list of blocks, rendered to Markdown and to one self-contained HTML file.
 
-Blocks hold plain text; each renderer escapes it for its format, so a system name, a
-label or a path from a result folder can never inject Markdown or HTML: `md_escape` and
-`html_escape` are the only ways text reaches a page. Both first replace control
+Blocks hold plain text and the report's own code spans (`Code`, a part the report's code
+writes: a command, an option); each renderer escapes the text for its format, so a system
+name, a label or a path from a result folder can never inject Markdown or HTML, nor become
+code: `md_escape` and `html_escape` are the only ways text reaches a page, and only a
+`Code` part is rendered as code (`md_code`, `<code>`). Both first replace control
 characters and bidirectional overrides (which could hide or reorder the text around a
 name) with U+FFFD. The HTML file
 embeds its figures as base64 `data:` URIs and its style inline: it loads nothing, from
@@ -57,8 +59,18 @@ class Link:
             raise ValueError(f"not a report-internal link target: {self.target!r}")
 
 
-# what a paragraph or a bullet holds: text, or text and links
-Text = str | tuple[str | Link, ...]
+@dataclass(frozen=True)
+class Code:
+    """A code span the report's own code writes (a command, an option, a spec key): shown
+    as code (`<code>` in HTML, a backtick span in Markdown). Only a `Code` part is ever
+    code: backticks inside plain text, where a user's name may bring them, stay literal
+    characters, so no name from a result folder can become a code span."""
+
+    text: str
+
+
+# what a paragraph or a bullet holds: text, or text with links and code spans
+Text = str | tuple[str | Link | Code, ...]
 
 
 @dataclass(frozen=True)
@@ -122,12 +134,24 @@ def assign_anchors(blocks: list[Block]) -> list[Block]:
     return out
 
 
+def md_code(text: str) -> str:
+    """A Markdown code span of `text`: fenced by one backtick more than its longest run of
+    them (a span holds no escapes), padded where it starts or ends with one."""
+    text = " ".join(_printable(text).split())
+    runs = [len(r) for r in re.findall(r"`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if text[:1] == "`" or text[-1:] == "`" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def _md_text(text: Text) -> str:
     if isinstance(text, str):
         return md_escape(text)
     parts = []
     for i, part in enumerate(text):
-        if isinstance(part, Link):
+        if isinstance(part, Code):
+            parts.append(md_code(part.text))
+        elif isinstance(part, Link):
             target = quote(part.target, safe="/#")
             parts.append(f"[{md_escape(part.text, line_start=False)}]({target})")
         else:  # the spaces around a piece of text separate it from the links
@@ -138,29 +162,32 @@ def _md_text(text: Text) -> str:
 
 
 def html_text(text: object) -> str:
-    """Text that HTML shows as written. The report's own `code` spans stay backticks, as
-    in report.md: a user's name may hold backticks too, and a name is shown exactly as
-    written, so a span cannot be told from a name here (marking names where they enter
-    the report would let the report's own spans render as <code>)."""
+    """Plain text that HTML shows as written: a backtick in it (a user's name may hold
+    them) stays a backtick; the report's own code spans are `Code` parts."""
     return html_escape(text)
+
+
+def _html_part(part: str | Link | Code) -> str:
+    if isinstance(part, Code):
+        return f"<code>{html_escape(' '.join(part.text.split()))}</code>"
+    if isinstance(part, Link):
+        return f'<a href="{html_escape(part.target)}">{html_text(part.text)}</a>'
+    return html_text(part)
 
 
 def _html_text(text: Text) -> str:
     if isinstance(text, str):
         return html_text(text)
-    return "".join(
-        f'<a href="{html_escape(part.target)}">{html_text(part.text)}</a>'
-        if isinstance(part, Link)
-        else html_text(part)
-        for part in text
-    )
+    return "".join(_html_part(part) for part in text)
 
 
 def plain_text(text: Text) -> str:
-    """The words of a paragraph or bullet, links as their text."""
+    """The words of a paragraph or bullet, links as their text, code spans in backticks."""
     if isinstance(text, str):
         return text
-    return "".join(p.text if isinstance(p, Link) else p for p in text)
+    return "".join(
+        f"`{p.text}`" if isinstance(p, Code) else p.text if isinstance(p, Link) else p for p in text
+    )
 
 
 def _printable(text: object) -> str:
@@ -225,6 +252,8 @@ td.num{white-space:nowrap;text-align:right;font-variant-numeric:tabular-nums}
 figure{margin:1.2em 0}
 figure img{max-width:100%;border:1px solid #eee}
 figcaption{font-size:.9em;color:#444}
+code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.92em;
+background:#f3f4f6;padding:0 .2em;border-radius:3px}
 """
 
 
@@ -300,6 +329,7 @@ def to_html(blocks: list[Block], figures_dir: Path, *, title: str) -> str:
 __all__ = [
     "Block",
     "Bullets",
+    "Code",
     "Heading",
     "Image",
     "Link",
@@ -312,6 +342,7 @@ __all__ = [
     "fmt_saving",
     "html_escape",
     "html_text",
+    "md_code",
     "md_escape",
     "plain_text",
     "slug",

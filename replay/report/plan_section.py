@@ -23,6 +23,7 @@ from replay.report.blocks import plural
 from replay.report.document import (
     Block,
     Bullets,
+    Code,
     Heading,
     Image,
     Paragraph,
@@ -639,10 +640,13 @@ def plan_blocks(plan: PlanData, index: int, figures: list[FigureOut]) -> list[Bl
     blocks: list[Block] = [
         Heading(heading(plan, index)),
         Paragraph(
-            f"From `replay plan` ({plan.path.name}): answers for the whole run, "
-            f"{horizon_text(doc)}. Per-batch costs are steady state; everything that grows "
-            "with time (rows touched, failures) is taken over the whole run, not the "
-            "replayed span."
+            (
+                "From ",
+                Code("replay plan"),
+                f" ({plan.path.name}): answers for the whole run, {horizon_text(doc)}. "
+                "Per-batch costs are steady state; everything that grows with time (rows "
+                "touched, failures) is taken over the whole run, not the replayed span.",
+            )
         ),
         Bullets(tuple(line for line in lines.values() if line)),
     ]

@@ -12,6 +12,7 @@ called fastest, and the line that mentions one says it is a bound.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,7 @@ from replay.report.blocks import ms as _ms
 from replay.report.blocks import pct as _pct
 from replay.report.blocks import plural
 from replay.report.caveats import WARNINGS, warning_line
-from replay.report.document import Link, Text
+from replay.report.document import Code, Link, Text
 from replay.report.figures import steady_span
 from replay.report.load import PlanData, Results, RunData
 from replay.report.plan_section import (
@@ -180,6 +181,7 @@ def _plan_command(results: Results) -> str:
 
 
 LIMIT = 10  # the summary's lines at most
+_COMMAND = re.compile(r"[A-Za-z0-9_./=+ -]+")
 # a plan's summary lines in the order they are shown, and the order they are kept in when
 # several plans share the summary's lines (each plan keeps at least its first answer)
 PLAN_ORDER = ("cluster0", "cluster1", "cache", "ssd", "checkpoint", "goodput", "systems", "notes")
@@ -293,14 +295,23 @@ def summary_items(
         for index, plan in enumerate(results.plans):
             _plan_summary(plan, index, len(results.plans), chosen[index], add, answers)
     else:
+        command = _plan_command(results)
         items.append(
-            "Cache: no plan among the results, so no cache size is given; to get one, run "
-            f"`{_plan_command(results)}` and report its folder with these results."
+            (
+                "Cache: no plan among the results, so no cache size is given; to get one, run ",
+                # a code span only of characters a command is made of: a name that is not
+                # (one with backticks, markup or spaces) stays plain text
+                Code(command) if _COMMAND.fullmatch(command) else command,
+                " and report its folder with these results.",
+            )
         )
         items.append(
-            "Checkpoint: no plan among the results, so no scheme or interval is given (a "
-            "replayed span of seconds cannot measure goodput over days); the same "
-            "`replay plan` answers it."
+            (
+                "Checkpoint: no plan among the results, so no scheme or interval is given (a "
+                "replayed span of seconds cannot measure goodput over days); the same ",
+                Code("replay plan"),
+                " answers it.",
+            )
         )
     # the systems a kept plan line timed: the runs line gives no second time for them
     timed = {
