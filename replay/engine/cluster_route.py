@@ -306,8 +306,7 @@ def route_lookups(
     group: np.ndarray,
     own: np.ndarray,
     counts: np.ndarray,
-    krank: np.ndarray,
-    klocal: np.ndarray,
+    kblk: np.ndarray,
     stamp: np.ndarray,
     held: np.ndarray,
     scratch: np.ndarray,
@@ -317,9 +316,9 @@ def route_lookups(
     goes_on: bool = False,
 ) -> None:
     """Route the lookups of a range's batches: counts[b, r] = lookups of batch b routed to rank r;
-    krank[i], klocal[i] = lookup i's rank and local key (-1 - t and the row for a
-    column-wise or grid lookup of table t, which goes to every block, or to its row's block
-    in every column block: `geven[blk]`, a grid block's row block size); lower[b] (world x
+    kblk[i] = lookup i's block (-1 - t for a column-wise or grid lookup of table t, which
+    goes to every block, or to its row's block in every column block: `geven[blk]`, a grid
+    block's row block size), which `scatter` turns into its rank and local key; lower[b] (world x
     4) = the lower bound's forward bytes per rank (sent intra-node, sent inter-node,
     received intra-node, received inter-node: `replay.engine.collectives`); ids[b] (groups x
     world x 4) = the ids each rank sends to and receives from other ranks in TorchRec's
@@ -403,8 +402,7 @@ def route_lookups(
                     blk = _block_of(t, row, mul, mshift, even, base, bshift, bbase, bfirst, bend)
                     r = brank[ix(blk)]
                     counts[b, r] += 1
-                    krank[ix(j)] = r
-                    klocal[ix(j)] = shift[ix(blk)] + row
+                    kblk[ix(j)] = blk
                     if r != owner:
                         nbytes = pooled[ix(blk)]
                         if first <= r < first + gpn:
@@ -440,8 +438,7 @@ def route_lookups(
                     blk = tb + owner
                     r = brank[ix(blk)]
                     counts[b, r] += 1
-                    krank[ix(j)] = r
-                    klocal[ix(j)] = local[ix(blk)] + np.int64(keys[ix(j)]) - toff
+                    kblk[ix(j)] = blk
                 i += n
                 continue
             if n <= batch_size and k_t == TWRW:  # pooling 1, table-row-wise
@@ -460,8 +457,7 @@ def route_lookups(
                     blk = _block_of(t, row, mul, mshift, even, base, bshift, bbase, bfirst, bend)
                     r = brank[ix(blk)]
                     counts[b, r] += 1
-                    krank[ix(j)] = r
-                    klocal[ix(j)] = shift[ix(blk)] + row
+                    kblk[ix(j)] = blk
                     agg = (r // gpn) * gpn + owner % gpn
                     _send(r, agg, pooled[ix(blk)], gpn, scratch)
                     _send(agg, owner, full_t, gpn, scratch)
@@ -491,11 +487,9 @@ def route_lookups(
                     blk = tb + owner
                     r = brank[ix(blk)]
                     counts[b, r] += 1
-                    krank[ix(j)] = r
-                    klocal[ix(j)] = local[ix(blk)] + row
+                    kblk[ix(j)] = blk
                 elif k_t == CW:
-                    krank[ix(j)] = -1 - t
-                    klocal[ix(j)] = row
+                    kblk[ix(j)] = -1 - t
                     for c in range(nblk):
                         blk = tb + c
                         counts[b, brank[ix(blk)]] += 1
@@ -505,8 +499,7 @@ def route_lookups(
                             held[nheld] = blk
                             nheld += 1
                 elif k_t == GRIDS:
-                    krank[ix(j)] = -1 - t
-                    klocal[ix(j)] = row
+                    kblk[ix(j)] = -1 - t
                     c0 = tb
                     while c0 < tb + nblk:  # each column block, its row's block there
                         size = geven[ix(c0)]
@@ -523,8 +516,7 @@ def route_lookups(
                     blk = _block_of(t, row, mul, mshift, even, base, bshift, bbase, bfirst, bend)
                     r = brank[ix(blk)]
                     counts[b, r] += 1
-                    krank[ix(j)] = r
-                    klocal[ix(j)] = shift[ix(blk)] + row
+                    kblk[ix(j)] = blk
                     _send_id(owner, r, g, gpn, iscratch)
                     if stamp[ix(blk)] != bag:
                         stamp[ix(blk)] = bag
@@ -562,8 +554,7 @@ def route_updates(
     counts: np.ndarray,
     tcount: np.ndarray,
     record: bool,
-    krank: np.ndarray,
-    klocal: np.ndarray,
+    kblk: np.ndarray,
 ) -> None:
     """Update rows to their ranks: the owner of the row's block; every column block; every
     data-parallel replica; the row's block in every grid column block (all three recorded as
@@ -589,14 +580,12 @@ def route_updates(
             row = key - toff
             if k_t == DP or k_t == CW:  # noqa: SIM109 - numba
                 if record:
-                    krank[ix(i)] = -1 - t
-                    klocal[ix(i)] = row
+                    kblk[ix(i)] = -1 - t
                 tcount[ix(t)] += 1
                 many = True
             elif k_t == GRIDS:
                 if record:
-                    krank[ix(i)] = -1 - t
-                    klocal[ix(i)] = row
+                    kblk[ix(i)] = -1 - t
                 c0 = base[ix(t)]
                 while c0 < base[ix(t)] + count[ix(t)]:
                     size = geven[ix(c0)]
@@ -607,8 +596,7 @@ def route_updates(
                 r = brank[ix(blk)]
                 counts[b, r] += 1
                 if record:
-                    krank[ix(i)] = r
-                    klocal[ix(i)] = shift[ix(blk)] + row
+                    kblk[ix(i)] = blk
         if many:
             for u in range(nt):
                 m = tcount[u]
@@ -621,8 +609,8 @@ def route_updates(
 @kernel
 def scatter(
     counts: np.ndarray,
-    krank: np.ndarray,
-    klocal: np.ndarray,
+    kblk: np.ndarray,
+    keys: np.ndarray,
     base: np.ndarray,
     count: np.ndarray,
     brank: np.ndarray,
@@ -630,6 +618,7 @@ def scatter(
     offsets: np.ndarray,
     geven: np.ndarray,
     shift: np.ndarray,
+    gshift: np.ndarray,
     cursor: np.ndarray,
     out: np.ndarray,
     starts: np.ndarray,
@@ -637,7 +626,8 @@ def scatter(
 ) -> None:
     """The recorded keys to their ranks (counts: batches x world, from the record pass):
     rank r's keys, in trace order, at out[starts[r]:starts[r + 1]], its batch bounds (from
-    0) at bounds[r] (world x (batches + 1)); a record -1 - t (a column-wise or
+    0) at bounds[r] (world x (batches + 1)); key i of block kblk[i] to that block's rank
+    as keys[i] + gshift[blk] (its local key there), a record -1 - t (a column-wise or
     data-parallel row of table t) to every block of t, a grid row to its block in each
     column block (`geven`). `cursor`: world scratch."""
     n, world = counts.shape
@@ -650,29 +640,30 @@ def scatter(
             bounds[r, b + 1] = bounds[r, b] + counts[b, r]
         at += bounds[r, n]
     starts[world] = at
-    for i in range(len(krank)):
-        r = krank[ix(i)]
-        if r >= 0:
-            out[ix(cursor[ix(r)])] = klocal[ix(i)]
+    for i in range(len(kblk)):
+        blk = np.int64(kblk[ix(i)])
+        if blk >= 0:
+            r = brank[ix(blk)]
+            out[ix(cursor[ix(r)])] = np.int64(keys[ix(i)]) + gshift[ix(blk)]
             cursor[ix(r)] += 1
         else:
-            t = -1 - r
-            row = klocal[ix(i)]
+            t = -1 - blk
+            row = np.int64(keys[ix(i)]) - offsets[ix(t)]
             if geven[ix(base[ix(t)])] > 0:  # grid
                 rows = offsets[ix(t + 1)] - offsets[ix(t)]
                 c0 = base[ix(t)]
                 while c0 < base[ix(t)] + count[ix(t)]:
                     size = geven[ix(c0)]
-                    blk = c0 + row // size
-                    rr = brank[ix(blk)]
-                    out[ix(cursor[ix(rr)])] = shift[ix(blk)] + row
+                    b = c0 + row // size
+                    rr = brank[ix(b)]
+                    out[ix(cursor[ix(rr)])] = shift[ix(b)] + row
                     cursor[ix(rr)] += 1
                     c0 += (rows + size - 1) // size
                 continue
             for c in range(count[ix(t)]):
-                blk = base[ix(t)] + c
-                rr = brank[ix(blk)]
-                out[ix(cursor[ix(rr)])] = local[ix(blk)] + row
+                b = base[ix(t)] + c
+                rr = brank[ix(b)]
+                out[ix(cursor[ix(rr)])] = local[ix(b)] + row
                 cursor[ix(rr)] += 1
 
 
@@ -683,8 +674,12 @@ class Router:
     kernel's per-batch `lower` and `ids` arrays (`CollectiveModel.buffers`)."""
 
     def __init__(self, placement: Placement, offsets: np.ndarray, batch_size: int,
-                 ring: int = 1) -> None:  # fmt: skip
+                 ring: int = 1, narrow: bool = False) -> None:  # fmt: skip
         lay = self.lay = layout(placement)
+        # `narrow`: the routed keys as uint32 where every rank's local keys fit (half the
+        # bytes written here and read by the policies), else int64
+        fits = max((sum(r) for r in lay.rank_rows), default=0) < np.iinfo(np.uint32).max
+        self.key_dtype = np.uint32 if narrow and fits else np.int64
         # the routed keys' buffers: `ring` sets in turn, so a caller may hold the last
         # ring - 1 results while it asks for the next (a routing thread ahead of the
         # policies); the record buffers live within a call
@@ -702,6 +697,9 @@ class Router:
         index = buckets(lay, np.diff(offsets))
         self.tables = (offsets, lay.kind, mul, mshift, lay.even, lay.base, lay.count, *index)
         self.shift = shift
+        # a block's local key of a flat key: key + gshift (`scatter`)
+        table = np.repeat(np.arange(len(lay.kind)), lay.count)
+        self.gshift = np.where(lay.kind[table] == DP, lay.local, shift) - offsets[table]
         self.blocks = (lay.rank, lay.local, shift, lay.geven)
         self.own = (np.arange(batch_size, dtype=np.int64) * world) // batch_size
         self.stamp = np.full(max(len(lay.start), 1), -1, dtype=np.int64)
@@ -719,17 +717,17 @@ class Router:
             buf = self._buf[name] = np.empty(max(n, 1 << 16), dtype=dtype)
         return buf[:n]
 
-    def _scatter(self, tag: str, counts: np.ndarray, nk: int) -> tuple:
+    def _scatter(self, tag: str, counts: np.ndarray, keys: np.ndarray) -> tuple:
         """(keys, starts, bounds) of the recorded keys, as `scatter` lays them out."""
         lay = self.lay
         n = counts.shape[0]
         starts = np.empty(self.world + 1, dtype=np.int64)
         bounds = np.empty((self.world, n + 1), dtype=np.int64)
-        out = self._take(f"{tag}out{self.turn}", int(counts.sum()), np.int64)
+        out = self._take(f"{tag}out{self.turn}", int(counts.sum()), self.key_dtype)
         scatter(
-            counts, self._buf[tag + "rank"][:nk], self._buf[tag + "local"][:nk], lay.base,
-            lay.count, lay.rank, lay.local, self.offsets, self.geven, self.shift, self.cursor,
-            out, starts, bounds,
+            counts, self._buf[tag + "blk"][: len(keys)], keys, lay.base, lay.count, lay.rank,
+            lay.local, self.offsets, self.geven, self.shift, self.gshift, self.cursor, out,
+            starts, bounds,
         )  # fmt: skip
         return out, starts, bounds
 
@@ -737,14 +735,14 @@ class Router:
         self, br: BatchRange, traffic: tuple[np.ndarray, np.ndarray], update_keys: bool
     ) -> tuple[np.ndarray, int, np.ndarray, int]:
         """The routing kernels over the range: (counts, lookups recorded, ucounts, update
-        rows recorded); the recorded ranks and local keys stay in the scratch buffers."""
+        rows recorded); the recorded blocks stay in the scratch buffers."""
         n, world = br.batches, self.world
         nk = len(br.keys)
         counts = np.zeros((n, world), dtype=np.int64)
         route_lookups(
             br.keys, br.bounds, self.batch_size, self.gpn, *self.tables, *self.blocks,
             self.lay.pooled, self.lay.full, self.group, self.own, counts,
-            self._take("krank", nk, np.int32), self._take("klocal", nk, np.int64),
+            self._take("kblk", nk, np.int32),
             self.stamp, self.held, self.scratch, self.iscratch, traffic[0], traffic[1],
             br.tables is not None and br.tables[0] > 0,
         )  # fmt: skip
@@ -753,7 +751,7 @@ class Router:
         route_updates(
             br.update_keys, br.update_bounds, *self.tables, *self.blocks, ucounts, self.tcount,
             update_keys,
-            self._take("urank", nu, np.int32), self._take("ulocal", nu, np.int64),
+            self._take("ublk", nu, np.int32),
         )  # fmt: skip
         return counts, nk, ucounts, nu
 
@@ -777,9 +775,9 @@ class Router:
         n, world = br.batches, self.world
         self.turn = (self.turn + 1) % self.ring
         counts, nk, ucounts, nu = self._route(br, traffic, update_keys)
-        keys = self._scatter("k", counts, nk)
+        keys = self._scatter("k", counts, br.keys[:nk])
         if update_keys:
-            return (counts, *keys, ucounts, *self._scatter("u", ucounts, nu))
+            return (counts, *keys, ucounts, *self._scatter("u", ucounts, br.update_keys[:nu]))
         ubounds = np.zeros((world, n + 1), dtype=np.int64)
         np.cumsum(ucounts.T, axis=1, out=ubounds[:, 1:])
         none = np.empty(0, dtype=np.int64)
