@@ -147,7 +147,7 @@ def state_array(
     `huge` (see the note above `populate` for when 4 KiB pages are the better choice)."""
     import numpy as np
 
-    dt = np.dtype(dtype)  # type: ignore[call-overload]
+    dt = np.dtype(dtype)  # type: ignore[call-overload]  # any dtype-like; numpy checks it
     nbytes = int(length) * dt.itemsize
     if nbytes < _HUGE_MIN_BYTES or not sys.platform.startswith("linux"):
         return np.full(length, fill, dtype=dt)

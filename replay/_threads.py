@@ -101,7 +101,7 @@ def read_ahead(
                 break
             if isinstance(item, BaseException):
                 raise item
-            yield item  # type: ignore[misc]
+            yield item
     finally:
         cancel.set()
         # interrupted: the producer's item in flight is abandoned (a daemon thread, it

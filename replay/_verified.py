@@ -86,6 +86,7 @@ class Records:
                 return
             for name, (ident, digest) in data["files"].items():
                 if len(ident) == 5 and isinstance(digest, str) and len(digest) == 64:
+                    # five ints, as len(ident) == 5 said: an Identity
                     self.entries[name] = (tuple(int(v) for v in ident), digest)  # type: ignore[assignment]
         except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
             self.entries = {}

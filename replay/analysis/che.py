@@ -136,9 +136,9 @@ def table_popularity(
     if alpha == 0.0 and (not len(hot) or rows == 1):
         return Popularity(np.array([float(rows)]), np.array([weight / rows]), 1.0, rows)
     if alpha == 0.0:  # the hot rows one by one, then the other rows, all equally likely
-        counts = [1.0] * len(hot) + [float(rows - len(hot))]
-        probs = [*(hot * weight).tolist(), (1.0 - total) * weight / (rows - len(hot))]
-        return Popularity(np.array(counts), np.array(probs), 1.0, rows)
+        flat_counts = [1.0] * len(hot) + [float(rows - len(hot))]
+        flat_probs = [*(hot * weight).tolist(), (1.0 - total) * weight / (rows - len(hot))]
+        return Popularity(np.array(flat_counts), np.array(flat_probs), 1.0, rows)
     growth = (1.0 + tolerance) ** (1.0 / alpha)
     head = min(rows, max(MIN_HEAD, math.ceil(1.0 / (growth - 1.0)) + 1))
     head_w = (np.arange(1, head + 1, dtype=np.float64) + q) ** -alpha

@@ -46,7 +46,7 @@ def closed_form_wanted(spec: WorkloadSpec, max_lookups: int) -> bool:
 
 
 def expected_touched(
-    spec: WorkloadSpec, batches: Sequence[int] | np.ndarray, kind: str = "updates"
+    spec: WorkloadSpec, batches: Sequence[float] | np.ndarray, kind: str = "updates"
 ) -> np.ndarray:
     """float64 [tables, len(batches)]: E D_t(k) for each table t and window k (module
     docstring); frozen tables 0 with `kind="updates"`."""

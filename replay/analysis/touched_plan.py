@@ -300,7 +300,7 @@ def plan_touched(
     if threads is None:
         threads = getattr(horizon, "threads", None)
     wanted = isinstance(spec, WorkloadSpec) and closed_form_wanted(spec, PREFIX_MAX_LOOKUPS)
-    if rate < 1.0 and wanted:
+    if rate < 1.0 and wanted and spec is not None:
         # production scale: one batch is more than the prefix may count (`touched_model`)
         return _closed_form(horizon, spec, kind, batches, rate)
     if sampled is None:

@@ -470,7 +470,7 @@ def full_checkpoints(
     prev_needed = 0
     for b in (int(x) for x in batches):
         start = float(ends[b]) + extra
-        if t_flush:  # the caches' flush into the store: training waits for it
+        if t_flush and flush is not None:  # the caches' flush into the store: training waits
             log.stall_s[b] += t_flush
             extra += t_flush
             log_flush(log, ctx, b, flush)

@@ -22,6 +22,7 @@ strategies (common random numbers). A draw stops at `max_wall_factor` x H of wal
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -153,9 +154,9 @@ def simulate_partial(
     )
 
 
-def evaluate_partial(period_s: float, useful_s: float, **kw: float | int) -> FailureStats:
+def evaluate_partial(period_s: float, useful_s: float, **kw: Any) -> FailureStats:
     """Goodput statistics of partial recovery's draws (`simulate_partial`'s keywords)."""
-    return summarize_draws(simulate_partial(period_s, useful_s, **kw))  # type: ignore[arg-type]
+    return summarize_draws(simulate_partial(period_s, useful_s, **kw))
 
 
 __all__ = ["evaluate_partial", "simulate_partial"]

@@ -16,7 +16,7 @@ import typer
 from replay.cli.app import shown
 from replay.errors import ConfigError
 
-Writer = Callable[[list[tuple[Path, Callable[[Path], None]]]], None]
+Writer = Callable[[list[tuple[Path, Callable[[Path], object]]]], None]
 
 
 def _tbe_files(paths: list[Path]) -> list[Path]:

@@ -283,7 +283,7 @@ def fit_command(
         if check:
             progress.stage("checking the fit against a synthetic trace")
         checked = check_fit(opened, result) if check else None
-    writes: list[tuple[Path, Callable[[Path], None]]] = []
+    writes: list[tuple[Path, Callable[[Path], object]]] = []
     if figure is not None and checked is not None:
         drawn = _figure(checked, str(trace))
         writes.append((figure, lambda p: save(drawn, p)))
@@ -422,7 +422,7 @@ def _check_target(path: Path, force: bool) -> None:
         raise OutputError(f"{path}: cannot write there (permission denied)")
 
 
-def _write_all(writes: list[tuple[Path, Callable[[Path], None]]]) -> None:
+def _write_all(writes: list[tuple[Path, Callable[[Path], object]]]) -> None:
     """Write every file under a temporary name beside it, then rename them all: a command
     that fails part-way (the figure's folder is read-only, the disk is full) leaves
     neither file, nor the temporary names, nor the folders it made for them."""

@@ -93,7 +93,9 @@ def ingest_command(
         "--skip-bad-lines": skip_bad_lines,
         "--table-rows": table_rows is not None,
     }
-    applies = {"criteo": ("--batch-size", "--max-ind-range", "--dictionary", "--skip-bad-lines")}
+    applies: dict[str, tuple[str, ...]] = {
+        "criteo": ("--batch-size", "--max-ind-range", "--dictionary", "--skip-bad-lines")
+    }
     applies["fbgemm"] = ("--table-rows",)
     wrong = [flag for flag, on in given.items() if on and flag not in applies[input_format]]
     if wrong:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -61,7 +62,7 @@ def inspect_command(
     from replay.trace.reader import Trace
     from replay.workload.source import open_source
 
-    def check(rows: list[int], lookups: int, batches_: int) -> None:
+    def check(rows: Sequence[int], lookups: int, batches_: int) -> None:
         # 1 B per row of the row space: refused with the figure before anything is read
         check_row_space(rows, str(trace) if trace is not None else "")
         check_fits(inspect_estimate(rows, lookups, batches=batches_))

@@ -203,6 +203,7 @@ def source_row_bytes(ref: Any) -> int | None:
     from replay.trace.reader import open_trace
     from replay.workload.spec import WorkloadSpec
 
+    dim: object
     if isinstance(ref, WorkloadSpec):
         dim = ref.embedding_dim
     else:

@@ -137,7 +137,7 @@ def run_command(
         if placed is not None:  # a sharding file's plan, as read
             plan["sharding"] = placed.plan.to_json()
         with run_stages(out, plan, force=force, resume=resume) as stages:
-            workload = None
+            stats: dict[str, Any] | None = None  # the trace's statistics, workload.json
             if not stages.finished and not stages.replayed:
                 # the statistics come from the replay's own pass over the trace
                 try:
@@ -155,16 +155,16 @@ def run_command(
                 check_checksums()
                 progress.stage("writing the run folder")
                 stages.write_replay(result, overrides=sets, origin=origin, verified=verified)
-                workload = result.workload
+                stats = result.workload
             else:
                 progress.stage("checking the trace's checksums")
                 check_checksums()
             kill_point("run:replayed")
             if not stages.finished and with_workload and not stages.inspected:
-                if workload is None:
+                if stats is None:
                     progress.stage("trace statistics", total=opened.num_batches, unit="batches")
-                    workload = inspect_trace(opened, on_progress=progress.batches)
-                stages.write_workload(workload)
+                    stats = inspect_trace(opened, on_progress=progress.batches)
+                stages.write_workload(stats)
             summary, meta = stages.read("summary.json"), stages.read("meta.json")
     kill_point("run:done")
     if json_output:

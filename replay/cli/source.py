@@ -139,9 +139,9 @@ def resolve_opened(
         given = [name for name, value in overrides.items() if value is not None]
         if given:
             raise ConfigError(f"{given[0]} applies only with --workload (a trace is fixed)")
-        from replay.workload.source import open_source
+        from replay.trace.reader import open_trace
 
-        opened = open_source(trace)
+        opened = open_trace(trace)  # refuses an empty trace: there is nothing to replay
         if check is not None:
             check(opened.table_rows.tolist(), opened.num_lookups, opened.num_batches)
         if verify:

@@ -216,13 +216,13 @@ def account(
     for lk in system.links:
         io = link_io[lk.name]
         overhead = (lk.latency_ns + lk.transfer_cost_ns) * NS
-        h2d = io["h2d_bytes"] / lk.h2d_bw_bytes_per_s + (io["h2d_bytes"] > 0) * (
+        h2d_s = io["h2d_bytes"] / lk.h2d_bw_bytes_per_s + (io["h2d_bytes"] > 0) * (
             link_transfers[lk.name] * overhead
         )
-        d2h = io["d2h_bytes"] / lk.d2h_bw_bytes_per_s + (io["d2h_bytes"] > 0) * (
+        d2h_s = io["d2h_bytes"] / lk.d2h_bw_bytes_per_s + (io["d2h_bytes"] > 0) * (
             link_transfers[lk.name] * overhead
         )
-        link_time[lk.name] = np.maximum(h2d, d2h)
+        link_time[lk.name] = np.maximum(h2d_s, d2h_s)
     link_t = link_time[link_name] if link_name else np.zeros(nb)
     if policy.name == "static":
         tier_t = tier_time[policy.tier]

@@ -120,7 +120,7 @@ def best_interval(
     # the search's floor keeps ln τ finite; an MTBF so long that the floor passes the top
     # (no failure within the range) leaves the top, where goodput τ / (τ + δ) is highest
     lo = max(float(lo_s), min(1e-12 * m, hi))
-    rest = restore_s if callable(restore_s) else (lambda _t: float(restore_s))  # type: ignore[misc]
+    rest = restore_s if callable(restore_s) else (lambda _t: float(restore_s))
 
     def goodput(tau: float) -> float:
         return float(daly_goodput(tau, cost_of_tau(tau), rest(tau), m))

@@ -324,20 +324,20 @@ def plan_ssd_tbe(
             *pick, row_bytes=row_bytes, batches=batches, warm_batches=warm_batches, wa=wa,
             time_per_batch_s=time_per_batch_s, ssd=ssd, total_rows=total_rows, assoc=assoc,
         )  # fmt: skip
-    for target, a in answers.items():
+    for label, a in answers.items():
         if a is not None and rate < 1.0 and a["l1_rows"] <= assoc / rate and not a["l2_rows"]:
             notes.append(
-                f"{target}: an L1 of one set of the miniature ({a['l1_rows']:,} rows at R = "
+                f"{label}: an L1 of one set of the miniature ({a['l1_rows']:,} rows at R = "
                 f"{rate:g}) reaches it alone, so a smaller one may too (a bound, not a size): "
                 "plan with a higher --sample-rate to size it"
             )
     best = max((float(np.max(c.hit)) for c in eligible), default=None)
     if not candidates:
         notes.append("every L1 candidate holds all the rows the run touches: no L1 and L2 to size")
-    for target, answer in answers.items():
+    for label, answer in answers.items():
         if answer is None and best is not None:
             notes.append(
-                f"a hit ratio of {target} is out of reach over this run: the best L1 and L2 "
+                f"a hit ratio of {label} is out of reach over this run: the best L1 and L2 "
                 f"within the limits hit {best:.4f} (the rows' first lookups read the SSD)"
             )
     method = (

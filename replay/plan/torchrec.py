@@ -193,7 +193,7 @@ def choose_bins(height: int, rows: float | None, at_least: int = DEFAULT_BINS) -
     return n0
 
 
-def torchrec_cacheability(hist: np.ndarray | list[float], height: int) -> float:
+def torchrec_cacheability(hist: np.ndarray | Sequence[float], height: int) -> float:
     """The area under TorchRec's reading of `hist` (module docstring) over load factors
     [0, 1]: 1 below p_0 = 1 / H, ys[j - 1] on [p_(j-1), p_j), p_i = min(1, (e_i + 1) / H);
     0 for a histogram without counts (TorchRec then reads no misses at all)."""

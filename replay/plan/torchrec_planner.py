@@ -263,7 +263,7 @@ def run_planner(
     optimizer_class = _optimizer_class(optimizer)
     if optimizer_class is not None:
         for weight in ebc.parameters():
-            weight._optimizer_classes = [optimizer_class]  # type: ignore[attr-defined]
+            weight._optimizer_classes = [optimizer_class]
     chosen = _Chosen()
     with _quiet():
         constraints = _constraints(stats, start_load_factors(stats, proposer))

@@ -292,7 +292,7 @@ class UniqueCurve:
     @property
     def exact_below_rows(self) -> int:
         usable = self.head is not None and self.head.usable
-        return int(self.head.capacity) if usable else 0  # type: ignore[union-attr]
+        return int(self.head.capacity) if self.head is not None and usable else 0
 
     @property
     def interpolated_below_rows(self) -> int:

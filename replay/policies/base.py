@@ -222,7 +222,7 @@ def capacity_units(system: SystemSpec, unit_rows: int, row_state_bytes: int) -> 
     if p.capacity_rows > 0:
         rows = p.capacity_rows
         units = rows // unit_rows
-        budget = rows * row_state_bytes
+        budget: float = rows * row_state_bytes
     else:
         budget = p.capacity_bytes or system.tier(p.fast_tier).capacity_bytes
         units = int(budget // (unit_rows * row_state_bytes))

@@ -129,7 +129,7 @@ def _shrink(
 
 @kernel
 def _new_residency(rn: np.ndarray, stamp: np.ndarray, c: int, rows: int) -> None:
-    n = np.int64(rn[c]) + 1
+    n: np.int64 | int = np.int64(rn[c]) + 1
     if n > _STAMP_MAX:  # the residency number wraps: forget the chunk's stamps
         lo = c * rows
         for q in range(lo, min(lo + rows, len(stamp))):

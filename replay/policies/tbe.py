@@ -124,7 +124,7 @@ _FIB = np.uint64(0x9E3779B97F4A7C15)
 
 
 @kernel(inline="always")
-def cache_set(key: int, sets: int) -> int:
+def cache_set(key: int, sets: int) -> np.int64:
     """FBGEMM's `cache_slot`: MurmurHash3's 64-bit finalizer of the linear index, mod sets."""
     h = np.uint64(key)
     h ^= h >> _S33
@@ -204,7 +204,9 @@ def _way_lanes(
 
 
 @kernel(inline="always")
-def _hs_find(hs_key: np.ndarray, hs_gen: np.ndarray, gen: int, key: int, hbits: int) -> int:
+def _hs_find(
+    hs_key: np.ndarray, hs_gen: np.ndarray, gen: int, key: int, hbits: int
+) -> np.int64 | int:
     mask = (1 << hbits) - 1
     j = np.int64((np.uint64(key) * _FIB) >> np.uint64(64 - hbits))
     while hs_gen[ix(j)] == gen:

@@ -216,13 +216,10 @@ def bench_replay(
                 "peak_rss_bytes": max(peaks),
                 "misses": summary["policy"]["misses"],
             }
-        try:
-            from replay.analysis.mrc import bench_mrc
-        except ImportError:  # pragma: no cover - mrc not built
-            bench_mrc = None
-        if bench_mrc is not None:
-            results["mrc_exact"] = bench_mrc(trace, None)
-            results["mrc_sampled"] = bench_mrc(trace, mrc_sample_rate)
+        from replay.analysis.mrc import bench_mrc
+
+        results["mrc_exact"] = bench_mrc(trace, None)
+        results["mrc_sampled"] = bench_mrc(trace, mrc_sample_rate)
         return results
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -278,8 +275,11 @@ def bench_checkpoint(
         if trace is None:
             trace = _kaggle_trace(tmp / "trace", batches, batch_size)
         opened = open_trace(trace)
-        failures = (f"failures.mtbf_s={mtbf_s}", f"failures.horizon_s={horizon_s}")
-        failures += (f"failures.draws={draws}",)
+        failures = (
+            f"failures.mtbf_s={mtbf_s}",
+            f"failures.horizon_s={horizon_s}",
+            f"failures.draws={draws}",
+        )
         results: dict[str, Any] = {
             "trace": str(trace),
             "lookups": opened.num_lookups,

@@ -31,9 +31,25 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-S = TypeVar("S")
+if TYPE_CHECKING:
+    from dataclasses import Field
+
+
+class SystemLike(Protocol):
+    """What these helpers read of a system spec (a frozen dataclass; not imported:
+    replay.system.spec imports this module)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
+    @property
+    def compute(self) -> Any: ...
+    @property
+    def model(self) -> Any: ...
+
+
+S = TypeVar("S", bound=SystemLike)
 
 # the system presets' dense model: DLRM's Kaggle configuration (hbm-lru.toml)
 PRESET_FLOPS_PER_SAMPLE = 3.2e6
@@ -119,9 +135,9 @@ def with_workload_dense(system: S, workload: dict[str, Any] | None) -> S:
     model = dense_model_for(workload)
     if model is None or not keeps_preset_model(system):
         return system
-    compute = dataclasses.replace(system.compute, flops_per_sample=model.flops_per_sample)  # type: ignore[attr-defined]
-    dense = dataclasses.replace(system.model, dense_params=model.dense_params)  # type: ignore[attr-defined]
-    return dataclasses.replace(system, compute=compute, model=dense)  # type: ignore[type-var]
+    compute = dataclasses.replace(system.compute, flops_per_sample=model.flops_per_sample)
+    dense = dataclasses.replace(system.model, dense_params=model.dense_params)
+    return dataclasses.replace(system, compute=compute, model=dense)
 
 
 __all__ = [

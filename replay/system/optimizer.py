@@ -32,11 +32,11 @@ import dataclasses
 from typing import Any, TypeVar
 
 from replay.errors import ConfigError
-from replay.system.dense import with_workload_dense
+from replay.system.dense import SystemLike, with_workload_dense
 from replay.workload.spec import UPDATE_RULES
 
 # a SystemSpec (not imported: replay.system.spec imports this module)
-S = TypeVar("S")
+S = TypeVar("S", bound=SystemLike)
 
 OPTIMIZERS = ("sgd", "rowwise-adagrad", "adagrad", "adam")
 BYTES_PER_STATE = 4  # fp32: FBGEMM's momentum dtype unless optimizer_state_dtypes says
@@ -83,11 +83,11 @@ def with_workload_rule(system: S, workload: dict[str, Any] | None) -> S:
     object when nothing changes (every `sgd` workload of the presets' dense model), so its
     results stay byte-identical."""
     system = with_workload_dense(system, workload)
-    model = system.model  # type: ignore[attr-defined]
+    model = system.model
     chosen = combine(model.optimizer, workload_rule(workload))
     if chosen == model.optimizer:
         return system
-    return dataclasses.replace(system, model=dataclasses.replace(model, optimizer=chosen))  # type: ignore[type-var]
+    return dataclasses.replace(system, model=dataclasses.replace(model, optimizer=chosen))
 
 
 __all__ = [

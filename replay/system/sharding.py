@@ -241,7 +241,7 @@ _PLAN_KEYS = (
 )  # fmt: skip
 
 
-def _int(value: Any, where: str, what: str) -> int:
+def _int(value: Any, where: str | Path, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{where}: {what} must be a whole number, got {value!r}")
     if value < 0:
@@ -275,7 +275,7 @@ def _entry_from_json(item: Any, where: str) -> TableSharding:
         shards = tuple(
             (_int(a, where, "a shard bound"), _int(b, where, "a shard bound")) for a, b in raw
         )
-    shape = [_int(item[k], where, k) if k in item else None for k in ("rows", "dim")]
+    rows, dim = (_int(item[k], where, k) if k in item else None for k in ("rows", "dim"))
     kernel, clf = item.get("kernel"), item.get("cache_load_factor")
     if kernel is not None and kernel not in KERNELS:
         raise ConfigError(f"{where}: unknown kernel {kernel!r} (kernels: {', '.join(KERNELS)})")
@@ -291,7 +291,7 @@ def _entry_from_json(item: Any, where: str) -> TableSharding:
                 f"CacheParams.load_factor), got {clf!r}"
             )
         clf = float(clf)
-    return TableSharding(name, kind, ranks_t, shards, *shape, kernel, clf)
+    return TableSharding(name, kind, ranks_t, shards, rows, dim, kernel, clf)
 
 
 def plan_from_json(data: Any, where: str | Path = "sharding plan") -> ShardingPlan:
@@ -316,12 +316,12 @@ def plan_from_json(data: Any, where: str | Path = "sharding plan") -> ShardingPl
     label = data.get("torchrec_executable")
     if label is not None and not isinstance(label, bool):
         raise ConfigError(f"{where}: 'torchrec_executable' must be true or false")
-    cluster = [data.get(k) for k in ("world_size", "gpus_per_node")]
-    for key, value in zip(("world_size", "gpus_per_node"), cluster, strict=True):
+    world, per_node = (data.get(k) for k in ("world_size", "gpus_per_node"))
+    for key, value in (("world_size", world), ("gpus_per_node", per_node)):
         if value is not None and _int(value, where, key) < 1:
             raise ConfigError(f"{where}: {key} must be positive")
     entries = tuple(_entry_from_json(t, f"{where}: tables[{i}]") for i, t in enumerate(tables))
-    return ShardingPlan(entries, source, *cluster, label, reason if label is False else "")
+    return ShardingPlan(entries, source, world, per_node, label, reason if label is False else "")
 
 
 def read_plan(path: str | Path) -> ShardingPlan:
@@ -448,10 +448,10 @@ def resolve_plan(
     placement's plan says the tables' shapes, the world size and whether TorchRec can
     execute it (`executable_reason`)."""
     world = check_cluster(nodes, gpus_per_node, gpu_memory_bytes)
-    said = (plan.world_size or world, plan.gpus_per_node or gpus_per_node)
-    if said != (world, gpus_per_node):
+    given = (plan.world_size or world, plan.gpus_per_node or gpus_per_node)
+    if given != (world, gpus_per_node):
         raise ConfigError(
-            f"{where}: the plan is for {said[0]} GPUs ({said[1]} per node), the cluster has "
+            f"{where}: the plan is for {given[0]} GPUs ({given[1]} per node), the cluster has "
             f"{world} ({nodes} nodes x {gpus_per_node})"
         )
     index = {t.name: i for i, t in enumerate(tables)}
@@ -483,8 +483,9 @@ def resolve_plan(
         )
     shards: list[Shard] = []
     reasons: list[str] = []
-    for t, (shape, e) in enumerate(zip(tables, entries, strict=True)):
-        assert e is not None
+    for t, (shape, entry) in enumerate(zip(tables, entries, strict=True)):
+        assert entry is not None
+        e = entry
         mine = _entry_shards(e, t, shape, world, gpus_per_node, f"{where}: table {shape.name!r}")
         shards += mine
         reason = executable_reason(e, shape.rows, world, gpus_per_node, [s.cols for s in mine])
@@ -653,7 +654,11 @@ class Placement:
         if "tfirst" not in self._routing:
             offsets = self.offsets()
             total = int(offsets[-1])
-            size, base, count, starts, owners = [], [], [], [], []
+            size: list[int] = []
+            base: list[int] = []
+            count: list[int] = []
+            starts: list[int] = []
+            owners: list[int] = []
             for t, shape in enumerate(self.tables):
                 e = self.plan.tables[t]
                 base.append(len(owners))

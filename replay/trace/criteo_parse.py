@@ -376,7 +376,7 @@ class _Dictionary:
 # -- reading ----------------------------------------------------------------------------------
 
 
-def _open_input(path: Path) -> tuple[BinaryIO, BinaryIO]:
+def _open_input(path: Path) -> tuple[BinaryIO | gzip.GzipFile, BinaryIO]:
     """(stream of decompressed bytes, underlying file for progress)."""
     raw = open_regular(path)  # closed by the caller; refuses a FIFO or a device
     try:
@@ -394,7 +394,7 @@ _READ_ERRORS = (OSError, EOFError, zlib.error)
 
 
 def _read_chunks(
-    path: Path, stream: BinaryIO, raw: BinaryIO, size: int
+    path: Path, stream: BinaryIO | gzip.GzipFile, raw: BinaryIO, size: int
 ) -> Iterator[tuple[bytes, int]]:
     """(decompressed chunk, position in the file on disk) until the end of the stream."""
     try:

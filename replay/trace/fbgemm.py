@@ -671,7 +671,9 @@ def _row_groups(
             stop = b + 1
             # the rows so far: every id in this group is below them (the update-set
             # kernel indexes per-row state by id)
-            ub, ut, ur, uc = update_sets(*cols, start, stop, state.rows(), frozen, 1)
+            ub, ut, ur, uc = update_sets(
+                cols[0], cols[1], cols[2], start, stop, state.rows(), frozen, 1
+            )
             look = _arrow.table(
                 dict(zip(("batch", "table", "row"), cols, strict=True)), look_schema
             )

@@ -143,9 +143,9 @@ def _frozen(module: Any, table: str) -> bool:
     if type(module).__name__ not in ("EmbeddingBagCollection", "EmbeddingCollection"):
         return False
     for attr in ("embedding_bags", "embeddings"):
-        held = getattr(module, attr, None)
+        held: Any = getattr(module, attr, None)  # None, or torch's ModuleDict, untyped here
         try:
-            return not held[table].weight.requires_grad  # type: ignore[index]
+            return not held[table].weight.requires_grad
         except (TypeError, KeyError, AttributeError):
             continue
     return False
@@ -331,7 +331,9 @@ class Recorder:
             if self._parts is None:
                 return
             kjt = args[0] if args else next(iter(kwargs.values()), None)
-            if not all(hasattr(kjt, a) for a in ("keys", "values", "length_per_key")):
+            if kjt is None or not all(
+                hasattr(kjt, a) for a in ("keys", "values", "length_per_key")
+            ):
                 raise self._fail(
                     InputError(
                         f"{collection.path or 'the model'}: its input is a "

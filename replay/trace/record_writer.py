@@ -164,7 +164,7 @@ class RecordWriter:
 
     # -- the caller's side ------------------------------------------------------------
 
-    def add_batch(self, parts: list[Part], samples: int) -> None:
+    def add_batch(self, parts: Sequence[Part], samples: int) -> None:
         """Queue one batch: `parts` of (table index, row ids) in lookup order (arrays the
         writer may keep: copies, not views of the model's tensors); `samples` its size."""
         self._check()
@@ -354,7 +354,7 @@ class RecordWriter:
         table = np.concatenate([t for t, _ in group])
         row = np.concatenate([r for _, r in group])
         look = _arrow.table({"batch": batch, "table": table, "row": row}, look_schema)
-        cols = (
+        cols: list[np.ndarray] = (
             [np.concatenate(c) for c in zip(*updates, strict=True)]
             if updates
             else [

@@ -347,7 +347,7 @@ def _write_files_here(
             done = {kind: writer.done_part(kind, task.index) for kind in schemas}
             if all(done.values()):
                 report((task.batch_stop - task.batch_start) * spec.lookups_per_batch)
-                return done  # type: ignore[return-value]
+                return done  # type: ignore[return-value]  # all(...): no part is None
 
             def groups() -> Iterator[dict[str, pa.Table]]:
                 pending: deque[Future[dict[str, pa.Table]]] = deque()
@@ -396,7 +396,7 @@ def _write_files_on_cluster(
     for task in tasks:
         done = {kind: writer.done_part(kind, task.index) for kind in schemas}
         if all(done.values()):
-            results[task.index] = done  # type: ignore[assignment]
+            results[task.index] = done  # type: ignore[assignment]  # all(...): no None
             report((task.batch_stop - task.batch_start) * spec.lookups_per_batch)
         else:
             todo.append(task)

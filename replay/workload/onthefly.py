@@ -37,7 +37,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import numpy as np
 
@@ -85,7 +85,11 @@ class RowGroups(Sequence[tuple[int, int]]):
         f, within = divmod(batch, self.per_file)
         return f * self._in_file + within // self.per_group
 
-    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, int]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[int, int]]: ...
+    def __getitem__(self, i: int | slice) -> tuple[int, int] | list[tuple[int, int]]:
         if isinstance(i, slice):
             return [self._group(k) for k in range(*i.indices(len(self)))]
         n = len(self)
@@ -385,7 +389,7 @@ class GeneratedTrace:
         num_tables = len(self.spec.tables)
 
         def work(g0: int, g1: int, tables: Tables) -> BatchRange:
-            piece = (
+            piece: dict[str, Any] = (
                 {} if tables is None else {"tables": tables, "ends_batch": tables[1] == num_tables}
             )
             if fused:

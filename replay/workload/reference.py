@@ -120,7 +120,7 @@ def batch_lookups(
     root: int, batch: int, batch_size: int, tables: s.SamplerTables
 ) -> list[tuple[int, int]]:
     """(table, row) of every lookup of one batch, in trace order."""
-    out = []
+    out: list[tuple[int, int]] = []
     for t in range(tables.iparams.shape[0]):
         n_t = batch_size * int(tables.iparams[t, s.I_POOLING])
         out.extend((t, lookup_row(root, batch, t, j, batch_size, tables)) for j in range(n_t))

@@ -229,7 +229,7 @@ def _cum(
 ) -> float:  # fmt: skip
     """The mass of rows [0, x)."""
     i = np.searchsorted(top, x)  # top rows below x
-    g = np.searchsorted(edges, x, side="right") - 1
+    g: np.intp | int = np.searchsorted(edges, x, side="right") - 1
     nb = len(bin_mass)
     if g >= nb:
         g = nb - 1

@@ -103,7 +103,7 @@ def _sampled_rows_kernel(
     offset: np.int64, rows: np.int64, lo: np.int64, hi: np.int64, contiguous: bool,
     bits: np.int64, keys: np.ndarray, threshold: np.int64, alpha: float,
     hot_weight: np.ndarray, out_row: np.ndarray, out_weight: np.ndarray, q: float = 0.0,
-) -> np.int64:  # fmt: skip
+) -> int:  # fmt: skip
     """Rows of [lo, hi) that SHARDS keeps and their rank's weight (k + q)^-alpha (hot rank
     i's `hot_weight[i - 1]`); their count."""
     n = 0
@@ -297,7 +297,7 @@ def sampled_counts(
     root: np.uint64, batch_start: np.int64, batch_stop: np.int64, bin_off: np.ndarray,
     bin_lo: np.ndarray, bin_len: np.ndarray, bin_prob: np.ndarray, bin_alias: np.ndarray,
     counts: np.ndarray,
-) -> np.int64:  # fmt: skip
+) -> int:  # fmt: skip
     """counts[b - batch_start, t] = sampled lookups of table t in batch b; their total."""
     total = 0
     for b in range(batch_start, batch_stop):
@@ -415,6 +415,7 @@ class SampledWorkload(GeneratedTrace):
         self.tables: SampledTables | None = None
         if threshold < SHARDS_MODULUS:
             self.tables = sampled_tables(spec, threshold, full.row_dtype, threads=self.threads)
+            # SampledCompiled stands in for CompiledWorkload: what the generation calls of it
             self.compiled = SampledCompiled(full, self.tables)  # type: ignore[assignment]
             per_group = _batches_per_group(
                 self.tables.expected_per_batch,
@@ -455,10 +456,11 @@ class SampledWorkload(GeneratedTrace):
         return Path(f"workload:{self.spec.name}@sample-rate={self.sample_rate:.9g}")
 
     @cached_property
-    def num_lookups(self) -> int:  # type: ignore[override]
+    def num_lookups(self) -> int:
         """Sampled lookups of the run: counted (one binomial draw per batch and table)."""
         if self.tables is None:
             return self.spec.lookups
+        # with tables, __init__ set a SampledCompiled
         compiled: SampledCompiled = self.compiled  # type: ignore[assignment]
         return sum(compiled.counts(g0, g1)[1] for g0, g1 in self.row_groups)
 

@@ -188,10 +188,10 @@ class WorkloadSpec:
         for key, value in (("batches", batches), ("batch_size", batch_size), ("seed", seed)):
             if value is not None:
                 data[key] = value
-        for key, value in (("alpha", alpha), ("drift", drift), ("reuse", reuse)):
-            if value is not None:
+        for key, knob in (("alpha", alpha), ("drift", drift), ("reuse", reuse)):
+            if knob is not None:
                 for table in data["tables"]:
-                    table[key] = value
+                    table[key] = knob
         try:
             return spec_from_dict(data, where="overrides")
         except ConfigError as exc:  # name the option: "--batches: 0 is out of range ..."

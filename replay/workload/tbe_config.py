@@ -256,15 +256,15 @@ def parse_tbe_config(data: Any, where: str) -> TbeReport:
         tables = tables_given
     else:
         tables = [(0, 0)] * (max(used) + 1)
-        for f in features:
-            tables[f.table] = (f.rows, f.dim)
-    for i, f in enumerate(features):
-        if tables[f.table] == (0, 0):
+        for feature in features:
+            tables[feature.table] = (feature.rows, feature.dim)
+    for i, feature in enumerate(features):
+        if tables[feature.table] == (0, 0):
             continue
-        if f.rows != tables[f.table][0]:
+        if feature.rows != tables[feature.table][0]:
             raise ConfigError(
-                f"{where}: feature {i} has {f.rows} rows (Es) but its table {f.table} has "
-                f"{tables[f.table][0]}"
+                f"{where}: feature {i} has {feature.rows} rows (Es) but its table "
+                f"{feature.table} has {tables[feature.table][0]}"
             )
     if not params:
         notes.append(
@@ -452,16 +452,16 @@ def spec_from_tbe_configs(
             _mean_feature([m.features[f] for m in members]) for f in range(len(members[0].features))
         ]
         for table, (rows, dim) in enumerate(members[0].tables):
-            mine = [(f, feat) for f, feat in enumerate(features) if feat.table == table]
-            if not mine:
+            owned = [(f, feat) for f, feat in enumerate(features) if feat.table == table]
+            if not owned:
                 notes.append(f"{members[0].path}: table {table} has no feature: left out")
                 continue
-            lookups = [feat.batch / batch_size * feat.pooling for _, feat in mine]
+            lookups = [feat.batch / batch_size * feat.pooling for _, feat in owned]
             own = members[0].table_names
             entries.append({
                 "name": prefix + (own[table] if own else f"t{table}"),
-                "features": [f"{prefix}f{f}" for f, _ in mine],
-                "rows": rows, "dim": dim, "mine": [feat for _, feat in mine],
+                "features": [f"{prefix}f{f}" for f, _ in owned],
+                "rows": rows, "dim": dim, "mine": [feat for _, feat in owned],
                 "feature_lookups": lookups, "generative": members[0].generative,
             })  # fmt: skip
             exact.append(math.fsum(lookups))

@@ -47,6 +47,7 @@ converged, about 2 s in all; a 10 M-row table read in batches of 2 M lookups in 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,7 +94,7 @@ class IndicesFit:
     num_indices: int
 
 
-def zipf_constants(s: np.ndarray, a: float, n: int) -> np.ndarray:
+def zipf_constants(s: np.ndarray | Sequence[float], a: float, n: int) -> np.ndarray:
     """C(s, a, n) = sum_(i=0)^(n-1) (a + i)^-s for every s (a >= 1, n >= 0)."""
     s = np.asarray(s, dtype=np.float64)
     if n <= 0:
