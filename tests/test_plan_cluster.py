@@ -14,15 +14,13 @@ from pathlib import Path
 import pytest
 from _report_checks import check_report, unscoped_labels
 
+from replay._schema_plan import Cluster
 from replay.plan.plan import PlanRequest, make_plan
 from replay.plan.write import plan_json, write_plan
 from replay.workload.presets import get_preset
 
 CLUSTER = ("cluster.nodes=2", "cluster.gpus_per_node=2")
-KEYS = (
-    "nodes", "gpus_per_node", "sharding", "imbalance", "all_to_all_bytes_per_batch",
-    "all_to_all_s_per_batch", "step_time_s", "per_gpu",
-)  # fmt: skip
+KEYS = tuple(Cluster.__annotations__)  # what plan.json's definition lists for a cluster
 TARGETS = (0.5, 0.7, 0.8)
 
 

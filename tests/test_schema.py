@@ -237,3 +237,29 @@ def test_the_docs_page_is_the_generated_one() -> None:
 def test_the_example_reports_summary_validates() -> None:
     path = ROOT / "reports" / "example" / "summary.json"
     assert main(["schema", "report-summary", "--validate", str(path)]) == 0
+
+
+def _document_of(path: Path) -> str:
+    """The document a JSON file replay wrote is, by its name and what is beside it."""
+    names = {"manifest.json": "trace-manifest", "config.json": "run-config",
+             "meta.json": "run-meta", "workload.json": "run-workload"}  # fmt: skip
+    if path.name in names:
+        return names[path.name]
+    if path.name == "summary.json":
+        return "run-summary" if (path.parent / "config.json").is_file() else "report-summary"
+    return path.stem
+
+
+@pytest.mark.bench
+def test_every_document_the_quickstart_writes_validates(tmp_path: Path) -> None:
+    """The quick start (at the README test's size) and its trace, walked file by file."""
+    out, trace = tmp_path / "qs", tmp_path / "trace"
+    args = ["quickstart", "--batches", "100", "--batch-size", "256"]
+    assert main([*args, "--out", str(out), "--trace", str(trace)]) == 0
+    files = sorted([*out.rglob("*.json"), *trace.rglob("*.json")])
+    assert {_document_of(p) for p in files} >= {
+        "plan", "torchrec", "run-summary", "run-config", "run-meta", "compare", "sweep",
+        "report-summary", "trace-manifest",
+    }  # fmt: skip
+    for path in files:
+        assert main(["schema", _document_of(path), "--validate", str(path)]) == 0, path
