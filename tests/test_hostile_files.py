@@ -129,6 +129,7 @@ CASES: dict[tuple[str, str], str] = {
     ("record merge", "out"): "record merge {trace} --out {bad}",
     ("diff", "a"): "diff {bad} {run}",
     ("diff", "b"): "diff {run} {bad}",
+    ("schema", "validate"): "schema plan --validate {bad}",
 }
 # options the walk finds that name no file, and why
 NOT_FILES: dict[tuple[str, str], str] = {
