@@ -152,3 +152,22 @@ def test_every_accepted_placement_fits_every_gpu(
         return
     gpus = cluster_memory(placed_system, source.workload, placed.placement, batch)
     assert all(g.fits for g in gpus), [(g.rank, g.over_bytes) for g in gpus]
+
+
+def test_a_mixed_placements_caches_are_sized_from_their_load_factors() -> None:
+    """The run's memory estimate of a mixed placement: each GPU's one cache over its
+    cached shards, of sum ceil(load factor x rows) rows, as the cluster replay makes it
+    (81 B an LRU slot), not the policy's capacity over every row the GPU holds."""
+    from replay.runs.run_memory import _SLOT_BYTES, gpu_caches, gpu_rows, run_state
+
+    system = _system("hbm-lru", TIGHT)
+    source = GeneratedTrace(TINY)
+    placed = resolve_placement(system, source, loads=spec_loads(TINY, system)).placement
+    caches = gpu_caches(placed, system)
+    assert caches is not None and sum(rows for rows, _ in caches) == 25_000  # user, item
+    slots = sum(min(rows, cache) for rows, cache in caches)
+    assert slots < 25_000
+    mixed = run_state(source, system, gpu_rows=gpu_rows(placed), caches=caches)
+    every = run_state(source, system, gpu_rows=gpu_rows(placed))
+    per_gpu = mixed.fixed_bytes - slots * _SLOT_BYTES["lru"]
+    assert per_gpu == every.fixed_bytes - 25_324 * _SLOT_BYTES["lru"]  # the rest unchanged

@@ -26,7 +26,10 @@ Every setting that sizes a structure is in it:
   GPU) cells, `CLUSTER_BYTES_PER_RANGE_CELL` each. Before the placement is known the
   caches' slots are bounded by R + W (a slot on every GPU, one per row: `run_state`);
   once it is (`check_run_memory(placements=...)`), they are those of the rows each GPU
-  holds, replicas and column blocks counted on every GPU that holds them.
+  holds, replicas and column blocks counted on every GPU that holds them. A mixed
+  placement (some tables left HBM, `replay.engine.kernels`) gives each GPU one cache over
+  its cached shards' rows alone, of sum ceil(load factor x rows) rows
+  (`replay.engine.cluster.make_rank_policy`): those caches are sized so (`gpu_caches`).
 
 Measured (peak RSS, `/usr/bin/time`, 2-core VM): `replay run --workload tiny --system
 hbm-lru` on dgx-h100 nodes: 0.19 GiB on 8 GPUs (200 batches), 0.40 GiB on 2,048, 0.53 on
@@ -39,6 +42,7 @@ times the measured one at these points (`tests/test_sizes_before_alloc.py` check
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Sequence
@@ -191,6 +195,40 @@ def cache_bytes(
     )
 
 
+def gpu_caches(placement: Any, system: SystemSpec) -> list[tuple[int, int]] | None:
+    """Each GPU's (cached shards' rows, cache rows) of a mixed placement, as the cluster
+    replay makes its policies (`replay.engine.kernels.rank_splits`); None where every
+    table is in HBM and the policy serves every row (or no placement)."""
+    if placement is None:
+        return None
+    from replay.engine.kernels import rank_splits
+
+    splits = rank_splits(placement, always=system.policy.name == "ssd-tbe")
+    if splits is None:
+        return None
+    return [(max(sum(sp.cached_rows), 1), max(int(sp.cache_rows), 1)) for sp in splits]
+
+
+def _mixed_cache_bytes(
+    system: SystemSpec, caches: Sequence[tuple[int, int]], row_state: int, lookups: int
+) -> tuple[int, str]:
+    """`cache_bytes` of each GPU's cache of a mixed placement (`gpu_caches`): a cache of
+    its cache rows over its cached shards' rows, as `make_rank_policy` sets it."""
+    total = 0
+    for rows, slots in caches:
+        policy = dataclasses.replace(
+            system.policy, capacity_rows=slots, capacity_bytes=0.0, cache_load_factor=0.0
+        )
+        one = dataclasses.replace(system, policy=policy)
+        size, _ = cache_bytes(one, [rows], row_state, lookups)
+        total += size
+    cached = sum(r for r, _ in caches)
+    return total, (
+        f"{len(caches):,} GPUs' caches of their load factors over {format_count(cached)} "
+        f"cached rows, {format_bytes(total)}"
+    )
+
+
 def run_state(
     source: Source,
     system: SystemSpec,
@@ -198,14 +236,16 @@ def run_state(
     inspect: bool = False,
     threads: int = 1,
     gpu_rows: Sequence[int] | None = None,
+    caches: Sequence[tuple[int, int]] | None = None,
 ) -> RunState:
     """What `replay_trace(source, system, inspect=inspect)` (or a cluster's replay)
     allocates per key, per cache slot, per lookup and per batch, from the classes that
     allocate it (`replay._memory`'s input). `threads`: the generating threads of an
     on-the-fly workload (a distinct-row bitmap each). `gpu_rows`: a cluster's rows on
     each GPU, once placed (else a bound for any placement without replicas: R + W rows
-    split evenly). ConfigError where the system does not fit the source (as a run would
-    say)."""
+    split evenly). `caches`: a mixed placement's caches per GPU (`gpu_caches`), which
+    then size the caches. ConfigError where the system does not fit the source (as a
+    run would say)."""
     from replay.checkpoint import STRATEGIES
     from replay.workload.onthefly import GeneratedTrace
 
@@ -237,7 +277,10 @@ def run_state(
         # GPU's min(capacity, its rows), one at least) are at most those of any placement
         # without replicas, which then have at most R + W
         rows = list(gpu_rows) if gpu_rows is not None else _even(total + gpus, gpus)
-    fixed, how = cache_bytes(system, rows, state, lookups)
+    if cluster and caches:
+        fixed, how = _mixed_cache_bytes(system, caches, state, lookups)
+    else:
+        fixed, how = cache_bytes(system, rows, state, lookups)
     per_batch = 0
     notes: list[str] = []
     if cluster:
@@ -308,7 +351,14 @@ def check_run_memory(
         threads = max(1, _cores() // max(1, min(parallel, len(systems))))
     placed = list(placements) if placements is not None else [None] * len(systems)
     states = [
-        run_state(source, system, inspect=inspect, threads=threads, gpu_rows=gpu_rows(place))
+        run_state(
+            source,
+            system,
+            inspect=inspect,
+            threads=threads,
+            gpu_rows=gpu_rows(place),
+            caches=gpu_caches(place, system) if sharded(system) else None,
+        )
         for system, place in zip(systems, placed, strict=True)
     ]
     # whole batches in flight unless every replay takes them in pieces
@@ -341,6 +391,7 @@ __all__ = [
     "cache_bytes",
     "check_run_memory",
     "cluster_gpu_bytes",
+    "gpu_caches",
     "gpu_rows",
     "in_flight_bytes",
     "run_state",
