@@ -298,8 +298,8 @@ def _describe(tp: Any) -> tuple[str, Any, str]:
         return _describe(get_args(tp)[0])
     if origin in (Union, types.UnionType):
         parts = [_describe(a) for a in get_args(tp)]
-        nested = next((p for p in parts if p[1] is not None), ("", None, ""))
-        return " or ".join(p[0] for p in parts), nested[1], nested[2]
+        inner = next((p for p in parts if p[1] is not None), ("", None, ""))
+        return " or ".join(p[0] for p in parts), inner[1], inner[2]
     if origin in (list, tuple):
         args = get_args(tp)
         kind, nested, suffix = _describe(args[0]) if args else ("any", None, "")

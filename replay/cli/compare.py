@@ -275,7 +275,7 @@ def _run_into(
             # in a log, where no display is drawn: a line every 5 s at most, as
             # `replay quickstart` does
             logged = echo is not None and not progress.shown
-            if logged and time.perf_counter() - last > _PROGRESS_EVERY_S:
+            if logged and echo is not None and time.perf_counter() - last > _PROGRESS_EVERY_S:
                 last = time.perf_counter()
                 echo(f"  {done:,}/{len(jobs):,} runs done")
         progress.stage("writing the tables")

@@ -160,7 +160,7 @@ def basis_text(system: Any, gpus: Sequence[GpuMemory], lead: str = "Per GPU") ->
     return "; ".join(parts)
 
 
-def with_sets(request: Any, extra: tuple[str, ...]) -> Any:
+def with_sets(request: Any, extra: Sequence[str]) -> Any:
     """`request` with `extra` --sets appended (the same object when there are none)."""
     if not extra:
         return request

@@ -71,9 +71,9 @@ class Row:
     @property
     def relative(self) -> float | None:
         change = self.change
-        if change is None or float(self.a or 0.0) == 0.0:  # type: ignore[arg-type]
+        if change is None or float(self.a or 0.0) == 0.0:
             return None
-        return change / abs(float(self.a))  # type: ignore[arg-type]
+        return change / abs(float(self.a))  # type: ignore[arg-type]  # a change: a number
 
     @property
     def changed(self) -> bool:
@@ -258,7 +258,8 @@ def _run_answers(doc: dict[str, Any]) -> Iterator[Answer]:
     system = doc.get("system")
     yield Answer("system", "text", system if isinstance(system, str) else None, "system")
     yield Answer("time_s", "s", time_s, "run's time")
-    yield Answer("time_per_batch_s", "s", time_s / batches if per and time_s is not None else None,
+    yield Answer("time_per_batch_s", "s",
+                 time_s / batches if per and batches and time_s is not None else None,
                  "time per batch")  # fmt: skip
     yield Answer("energy_j", "J", energy_j, "run's energy")
     yield Answer("lookups", "count", _num(doc.get("lookups")), "lookups")
@@ -404,7 +405,7 @@ def broken(threshold: Threshold, row: Row) -> str | None:
         side = "B" if row.b is None else "A"
         return f"{threshold.text}: {row.path} has no value in {side}"
     if threshold.measure == "value":
-        measured: float | None = float(row.b)  # type: ignore[arg-type]
+        measured: float | None = float(row.b)
     elif threshold.measure == "relative":
         measured = row.relative
         if measured is None:  # A is 0: any change is an infinite relative change
