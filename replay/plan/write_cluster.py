@@ -300,7 +300,7 @@ def _gpus_figure(c: dict[str, Any], path: Path) -> None:
         top.plot(x, hits, marker=".", lw=lw, label=label)
         bottom.plot(x, s["lookups"], marker=".", lw=lw, label=label)
         drawn = True
-    top.set_ylabel(f"hit at {format_bytes(c['budget_bytes_per_gpu'])} (%)")
+    top.set_ylabel(f"hit at {format_bytes(c['budget_bytes_per_gpu'])} per GPU (%)")
     bottom.set_ylabel("lookups over the run")
     bottom.set_xlabel("GPU (rank)")
     if drawn:
@@ -320,9 +320,9 @@ def _scaling_figure(c: dict[str, Any], path: Path) -> None:
     if points:
         x = [p["gpus"] for p in points]
         ax.plot(x, [p["all_to_all_s_per_batch"] * 1e3 for p in points], marker="o", lw=2,
-                label="all-to-all per step")  # fmt: skip
+                label="all-to-all per step (the job's)")  # fmt: skip
         ax.plot(x, [p["step_time_s"] * 1e3 for p in points], marker="s", lw=1, ls="--",
-                label="step time")  # fmt: skip
+                label="step time (the slowest GPU's)")  # fmt: skip
         ax.axvline(c["world"], color="#d62728", lw=1)
         ax.set_xscale("log", base=2)
         ax.legend(loc="upper left", fontsize=8)

@@ -129,7 +129,7 @@ def _cluster_figure(run: RunData, name: str, shown: str, out: Path) -> FigureOut
         colors=[color for _, color, _ in parts],
     )
     right.set_xlabel("batch" if width == 1 else f"batch (means of {width} batches)")
-    right.set_ylabel(f"step time ({unit})")
+    right.set_ylabel(f"step time, the slowest GPU's ({unit})")
     right.set_ylim(bottom=0.0)
     right.set_title(f"per batch ({WHOLE})", fontsize="medium")
     handles = [h for ax in fig.axes for h in ax.get_legend_handles_labels()[0]]
