@@ -86,8 +86,7 @@ class Records:
                 return
             for name, (ident, digest) in data["files"].items():
                 if len(ident) == 5 and isinstance(digest, str) and len(digest) == 64:
-                    # five ints, as len(ident) == 5 said: an Identity
-                    self.entries[name] = (tuple(int(v) for v in ident), digest)  # type: ignore[assignment]
+                    self.entries[name] = (tuple(int(v) for v in ident), digest)  # type: ignore[assignment]  # five ints: len(ident) == 5
         except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
             self.entries = {}
         except ReplayError:  # not a regular file, or too large: as if there were none

@@ -147,8 +147,7 @@ def _main(argv: list[str]) -> int:
         return exc.exit_code
     except TyperException as exc:  # usage errors of the (vendored) click parser
         if type(exc).__name__ == "NoArgsIsHelpError":
-            # click's NoArgsIsHelpError shows the help; TyperException does not declare it
-            exc.show()  # type: ignore[attr-defined]
+            exc.show()  # type: ignore[attr-defined]  # click's NoArgsIsHelpError has show()
             return 2
         message = " ".join(exc.format_message().split())
         print(f"replay: error: {message} (see --help)", file=sys.stderr)

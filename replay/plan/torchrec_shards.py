@@ -375,8 +375,7 @@ def shard_stats(
     batches = max(int(horizon.num_batches), 1)
     if exact:
         full = main.routed.astype(np.float64)
-        # counted: the pass was made with distinct=exact
-        distinct = main.distinct.astype(np.float64) / batches  # type: ignore[union-attr]
+        distinct = main.distinct.astype(np.float64) / batches  # type: ignore[union-attr]  # distinct=exact
         lookups_from = "the horizon"
     else:
         full = _stream_full(horizon, spec, placement, streams, main.routed, rate)

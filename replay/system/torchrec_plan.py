@@ -199,8 +199,7 @@ def _entry(name: str, item: Any, world: int, local: int, where: str) -> TableSha
     """Our entry of one `ParameterSharding` in the JSON form."""
     if not isinstance(item, dict):
         raise ConfigError(f"{where}: expected an object with sharding_type, got {item!r}")
-    # a missing (None) or unknown type gets None, refused below
-    kind = OUR_TYPES.get(item.get("sharding_type"))  # type: ignore[arg-type]
+    kind = OUR_TYPES.get(item.get("sharding_type"))  # type: ignore[arg-type]  # None: refused below
     if kind is None:
         raise ConfigError(
             f"{where}: unknown sharding_type {item.get('sharding_type')!r} "

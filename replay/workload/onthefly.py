@@ -108,7 +108,7 @@ class RowGroups(Sequence[tuple[int, int]]):
             return len(self) == len(other) and list(self) == list(other)
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as the list it stands for
 
     def __repr__(self) -> str:
         shape = f"batches={self.batches}, per_file={self.per_file}, per_group={self.per_group}"

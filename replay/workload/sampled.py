@@ -415,8 +415,7 @@ class SampledWorkload(GeneratedTrace):
         self.tables: SampledTables | None = None
         if threshold < SHARDS_MODULUS:
             self.tables = sampled_tables(spec, threshold, full.row_dtype, threads=self.threads)
-            # SampledCompiled stands in for CompiledWorkload: what the generation calls of it
-            self.compiled = SampledCompiled(full, self.tables)  # type: ignore[assignment]
+            self.compiled = SampledCompiled(full, self.tables)  # type: ignore[assignment]  # duck-typed: what generation calls
             per_group = _batches_per_group(
                 self.tables.expected_per_batch,
                 spec.update.accumulate_batches,
@@ -460,8 +459,7 @@ class SampledWorkload(GeneratedTrace):
         """Sampled lookups of the run: counted (one binomial draw per batch and table)."""
         if self.tables is None:
             return self.spec.lookups
-        # with tables, __init__ set a SampledCompiled
-        compiled: SampledCompiled = self.compiled  # type: ignore[assignment]
+        compiled: SampledCompiled = self.compiled  # type: ignore[assignment]  # set so with tables
         return sum(compiled.counts(g0, g1)[1] for g0, g1 in self.row_groups)
 
     def digest(self) -> str:
