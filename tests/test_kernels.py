@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from replay.cli import main
 from replay.engine.kernels import (
     FITS_LINE,
-    TINY_ROWS,
     HBM_FILL,
+    TINY_ROWS,
     RankSplit,
     che_hit,
     choose_kernels,
