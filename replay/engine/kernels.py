@@ -280,7 +280,7 @@ def choose_kernels(
             tuple(tables), setting, f"every table {setting} (cluster.kernel={setting})", basis
         )
     if total <= hbm_all or off is None:
-        tables = tuple(table_kernel(ld, "hbm", None, system, world) for ld in loads)
+        whole = tuple(table_kernel(ld, "hbm", None, system, world) for ld in loads)
         share = total / hbm_all if hbm_all else 0.0
         line = (
             f"{FITS_LINE}: the tables take {format_bytes(total)}, {share:.0%} of "
@@ -288,7 +288,7 @@ def choose_kernels(
         )
         if off is None and total > hbm_all:
             line = f"policy {system.policy.name!r} keeps every table in its tier"
-        return KernelChoice(tables, setting, line, basis)
+        return KernelChoice(whole, setting, line, basis)
     budget = HBM_FILL * hbm_all
     basis["hbm_fill"] = HBM_FILL
     basis["hbm_budget_bytes"] = budget
