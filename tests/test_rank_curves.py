@@ -264,7 +264,11 @@ def test_sampled_within_the_stated_bound(kind: str) -> None:
     ranks): the largest error is at the resolution itself, where SHARDS blurs the
     curve's cliff and no per-rank exact head corrects it (row-wise: 0.169 at 240 rows,
     under 0.01 from 16 resolutions up); the bound covered 31 of the 32 ranks, the other
-    within 0.005."""
+    within 0.005. Since a GPU's cold misses are their expected count (`rank_curves`,
+    "Cold misses") the groups' spread no longer carries the cold count's luck and the
+    bounds are smaller: table-wise rank 4 (a 7 M-row table) is 0.0294 off at 240 rows,
+    the resolution, against a bound of 0.0236 (it was 0.0284 against 0.0263), so the
+    allowance is 0.006."""
     spec = resolve_workload("criteo-kaggle").with_overrides(batches=1_500)
     full = GeneratedTrace(spec)
     sampled = open_sampled_workload(spec, SAMPLED_RATE)
@@ -277,7 +281,7 @@ def test_sampled_within_the_stated_bound(kind: str) -> None:
     busy = exact.lookups > 0
     np.testing.assert_allclose(got.lookups[busy], exact.lookups[busy], rtol=0.03)
     err = np.abs(got.miss_ratio - exact.miss_ratio).max(axis=1)
-    assert (err[busy] <= got.error_bound[busy] + 0.005).all(), (err, got.error_bound)
+    assert (err[busy] <= got.error_bound[busy] + 0.006).all(), (err, got.error_bound)
     assert np.isnan(got.miss_ratio).sum() == 0  # every size resolved here
     low = rank_curves(sampled, placement, [10, 240], rate=sampled.sample_rate, spec=spec)
     assert np.isnan(low.miss_ratio[:, 0]).all() and not np.isnan(low.miss_ratio[:, 1]).any()

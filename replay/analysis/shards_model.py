@@ -179,7 +179,24 @@ def rank_correction(
     m, q = np.concatenate(counts), np.concatenate(probs)
     _, times = che_hit_ratios(m, q, sizes.astype(np.float64))
     full = 1.0 - finite_horizon_hits(m, q, times, lookups)
+    keys, pi, _ = _rank_population(source, shards)
+    total = int(sum(t.rows for t in spec.tables))
+    return _corrections(keys, pi, full, total, threshold, salt, sizes, rate, lookups)
+
+
+def _rank_population(
+    source: Any, shards: list[tuple[int, float]]
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(global keys, π, lookups) of one GPU's sampled rows (`rank_correction`'s shards):
+    π a row's probability in a lookup of the GPU's own full stream, `lookups` that
+    stream's length. A table the GPU holds twice (two column blocks) gives its rows twice."""
+    spec: WorkloadSpec = source.spec
+    per_table = np.array([spec.batch_size * t.pooling for t in spec.tables], dtype=np.float64)
+    brought = np.array([per_table[t] * f for t, f in shards]) * float(spec.batches)
+    lookups = float(brought.sum())
     keys, pi = sampled_population(source)
+    if lookups <= 0.0 or not shards:
+        return keys[:0], pi[:0], 0.0
     rows = np.array([t.rows for t in spec.tables], dtype=np.int64)
     table_of = np.searchsorted(table_offsets(rows), keys, side="right") - 1
     share = per_table / per_table.sum()
@@ -190,8 +207,26 @@ def rank_correction(
         # pi / share_t, then the table's weight on this GPU
         parts_k.append(keys[mine])
         parts_p.append(pi[mine] / share[t] * (n / lookups))
-    keys, pi = np.concatenate(parts_k), np.concatenate(parts_p)
-    return _corrections(keys, pi, full, int(rows.sum()), threshold, salt, sizes, rate, lookups)
+    return np.concatenate(parts_k), np.concatenate(parts_p), lookups
+
+
+def rank_expected_distinct(
+    source: Any, shards: list[tuple[int, float]], salt: int, threshold: int
+) -> tuple[float, np.ndarray]:
+    """The distinct rows one GPU's sample is expected to hold over the run, given which
+    rows it sampled (whole sample, each of the K groups [K]): sum over its sampled rows of
+    1 - exp(-π_i N), N the GPU's full lookups (a row's lookups are Binomial(N, π_i), the
+    Poisson form Che's finite horizon uses, `che.finite_horizon_hits`). What the sample
+    realizes less this has mean zero whatever rows were drawn: the auxiliary variable
+    that `replay.plan.rank_curves` removes from a GPU's curve (its cold misses)."""
+    keys, pi, lookups = _rank_population(source, shards)
+    out_keys = np.empty(len(keys), dtype=np.int64)
+    group = np.empty(len(keys), dtype=np.uint8)
+    total = int(sum(t.rows for t in source.spec.tables))
+    _shards_filter(keys, threshold, np.uint64(salt), total, out_keys, group)
+    touched = -np.expm1(-pi * lookups)
+    per_group = np.bincount(group, weights=touched, minlength=SUBSAMPLES)[:SUBSAMPLES]
+    return float(touched.sum()), per_group
 
 
 def _corrections(
@@ -219,5 +254,6 @@ __all__ = [
     "che_correction",
     "full_che",
     "rank_correction",
+    "rank_expected_distinct",
     "sampled_population",
 ]
