@@ -37,6 +37,15 @@ CLUSTER = [
     "--node-mtbf", "30d", "--time-per-batch", "50ms",
 ]  # fmt: skip
 
+# docs/cluster.md's 8-GPU plan with TorchRec's default proposer at a 1.5 GiB budget: its
+# peak is TorchRec's plan replayed beside ours (torch imported, six caches of its plan)
+TORCHREC_8 = [
+    "plan", "--workload", "criteo-terabyte", "--batches", "2135484", "--system", "hbm-lru",
+    "--set", "cluster.preset=dgx-h100", "--set", "cluster.gpu_memory_bytes=80GiB",
+    "--set", "cluster.torchrec_proposer=default", "--cache-budget", "1.5GiB",
+    "--node-mtbf", "30d", "--time-per-batch", "50ms",
+]  # fmt: skip
+
 
 def _gib(text: str) -> float:
     number, unit = re.search(r"about ([\d.]+) (GiB|MiB)", text).groups()  # type: ignore[union-attr]
@@ -106,11 +115,42 @@ def _peak(argv: list[str], out: Path) -> float:
 
 
 @pytest.mark.bench
-@pytest.mark.parametrize("argv", [KAGGLE, CLUSTER], ids=["kaggle-tbe", "cluster-64"])
+@pytest.mark.parametrize(
+    "argv", [KAGGLE, CLUSTER, TORCHREC_8], ids=["kaggle-tbe", "cluster-64", "cluster-8-torchrec"]
+)
 def test_docs_plan_estimate_within_25_percent_of_its_peak(argv: list[str], tmp_path: Path) -> None:
     estimate = _dry_run(argv, tmp_path / "dry")
     peak = _peak(argv, tmp_path / "p")
     assert abs(estimate - peak) <= 0.25 * peak, (estimate, peak)
+
+
+def test_torchrec_beside_counts_torch_and_the_caches_of_its_plan() -> None:
+    """TorchRec's plan beside ours adds torch's import and, where the tables do not fit
+    the GPUs' budgets, a cache of one budget per table larger than a budget (an LRU's key
+    table: 4 slots' worth of 8 B entries, a power of two); nothing where it is not run."""
+    from types import SimpleNamespace
+
+    from replay.runs.plan_memory import TORCH_IMPORT_BYTES, torchrec_beside_bytes
+    from replay.system.spec import apply_overrides, build_system, load_system_data
+    from replay.workload.presets import get_preset
+
+    spec = get_preset("criteo-terabyte")
+    rows = [int(t.rows) for t in spec.tables]
+
+    def beside(budget: int, *sets: str) -> int:
+        data = apply_overrides(load_system_data("hbm-lru")[0], ["cluster.preset=dgx-h100", *sets])
+        request = SimpleNamespace(cache_budget_bytes=budget)
+        return torchrec_beside_bytes(build_system(data), rows, spec, request)
+
+    # 1.5 GiB of 512 B rows: 3.1 M slots, a key table of 2^24 entries; five tables larger
+    one = (1 << 24) * 8
+    assert beside(3 << 29, "cluster.gpu_memory_bytes=80GiB") == TORCH_IMPORT_BYTES + 5 * one
+    # 64 GPUs of 8 GiB hold every table's rows: TorchRec keeps them whole, torch alone
+    assert beside(8 << 30, "cluster.nodes=8") == TORCH_IMPORT_BYTES
+    assert beside(3 << 29, "cluster.torchrec_proposer=none") == 0
+    assert beside(3 << 29, "cluster.torchrec_max_table_gpus=100") == 0  # 26 x 8 > 100
+    # the scale-up proposer caches row blocks on every GPU
+    assert beside(3 << 29, "cluster.torchrec_proposer=scaleup") == TORCH_IMPORT_BYTES + 8 * one
 
 
 def test_dry_run_does_not_say_it_fits_what_is_not_available_now(
