@@ -29,8 +29,15 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from test_fit_locality import record_text
 
-from replay.workload.fit_locality import fit_locality, nnls, whole_tables
-from replay.workload.locality_model import BINS, BatchStats
+from replay.workload.fit_locality import (
+    _mixture_costs,
+    _Problem,
+    _split,
+    fit_locality,
+    nnls,
+    whole_tables,
+)
+from replay.workload.locality_model import BINS, BatchStats, TableShape, expected_stats
 from replay.workload.locality_stats import read_locality_stats
 from replay.workload.spec import TableSpec, WorkloadSpec
 
@@ -83,6 +90,47 @@ def test_nnls_finds_a_non_negative_solution(seed: int) -> None:
     b = -np.ones(12)
     y = nnls(a, b)
     assert (y == 0).all() and (a.T @ (b - a @ y) <= 1e-9).all()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1))
+def test_mixture_costs_are_each_candidates_nnls(seed: int) -> None:
+    """All candidates at once (every subset of the normal equations) against the active
+    set method one candidate at a time."""
+    rng = np.random.default_rng(seed)
+    m, n = 37, 30
+    a = rng.random((m, n))
+    weights = rng.random(m) + 0.5
+    goal = a[:, :4] @ (5 * rng.random(4) + 1) + rng.normal(0.0, 0.3, m)
+    scale = rng.random(m) + 0.5
+    fixed = [int(j) for j in rng.choice(np.arange(10, n), int(rng.integers(0, 5)), replace=False)]
+    cand = np.setdiff1d(np.arange(n), fixed)
+    aw, bw = a * weights[:, None], goal * weights
+    gaps, w = _mixture_costs(aw, bw, a, goal, scale, fixed, cand)
+    for i, j in enumerate(cand.tolist()):
+        cols = [*fixed, j]
+        wj = 1.0 + nnls(aw[:, cols], bw - aw[:, cols].sum(axis=1))
+        assert np.abs(w[i] - wj).max() <= 1e-6 * max(1.0, float(wj.max()))
+        assert abs(gaps[i] - float((np.abs(a[:, cols] @ wj - goal) / scale).max())) <= 1e-8
+
+
+def test_a_group_split_off_writes_the_same_spec() -> None:
+    """G + 1 groups start where G ended: one table split off as a group of its own."""
+    target = expected_stats(
+        [TableShape(4096 * 8, 200_000, 0.9), TableShape(4096 * 30, 5_000, 0.5, (), 10.0)], [5, 3]
+    )
+    two = _Problem(target, 8, 4096, 2)
+    two.fixed = np.array([5.0, 3.0])
+    x = np.array([0.0, np.log(87 / 35), 0.9, np.log(200_000), 0.0, 0.5, np.log(5_000), np.log(11)])
+    assert two.rounded_gap(x) < 1e-12  # the target's own spec
+    for i in range(2):
+        three = _Problem(target, 8, 4096, 3)
+        y, three.fixed = _split(x, two.fixed, 2, i)
+        groups = three.groups_of(y)
+        assert [g.tables for g in groups] == ([4, 3, 1] if i == 0 else [5, 2, 1])
+        assert groups[2].pooling_total == (8 if i == 0 else 30)
+        assert (groups[2].alpha, groups[2].rows) == (groups[i].alpha, groups[i].rows)
+        assert three.rounded_gap(y) < 1e-12
 
 
 # -- what the family cannot express --------------------------------------------------------

@@ -425,12 +425,12 @@ def _library(
     scale = np.concatenate([np.ones(2 * BINS), [3.0 * DISTINCT_WEIGHT],
                             [CONSTRAINT_WEIGHT, CONSTRAINT_WEIGHT]])  # fmt: skip
 
-    def cost(cols: list[int]) -> tuple[float, np.ndarray]:
-        # at least one table each (w = 1 + v, v >= 0): a fraction of a table is not a
-        # table (its rows' counts are a whole table's); judged on the largest gap, as
-        # the acceptance is (D's over 3; the tables and lookups as shares)
-        wj = 1.0 + nnls(aw[:, cols], bw - aw[:, cols].sum(axis=1), iterations=20)
-        return float((np.abs(a[:, cols] @ wj - goal) / scale).max()), wj
+    def costs(fixed: list[int], cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # each candidate beside the `fixed` atoms: at least one table each (w = 1 + v,
+        # v >= 0; a fraction of a table is not a table, its rows' counts are a whole
+        # table's), judged on the largest gap, as the acceptance is (D's over 3; the
+        # tables and lookups as shares). Returns (gaps, weights [fixed..., candidate]).
+        return _mixture_costs(aw, bw, a, goal, scale, fixed, cand)
 
     # forward selection: the G-atom mixture is the G - 1 one and the atom whose addition
     # lowers the largest gap most, then each of its atoms swapped for the one that
@@ -438,27 +438,67 @@ def _library(
     support: list[int] = []
     mixtures = []
     n = a.shape[1]
-    for _ in range(min(max_groups, tables)):
-        support.append(-1)
-        best = math.inf
-        for _sweep in range(2 if len(support) > 1 else 1):
+    every = np.arange(n)
+    for _ in range(min(max_groups, tables, n)):
+        cand = np.setdiff1d(every, support)
+        c, _ = costs(support, cand)
+        best = float(c.min())
+        support.append(int(cand[int(np.argmin(c))]))
+        for _sweep in range(2 if len(support) > 1 else 0):
             for pos in range(len(support)):
-                for j in range(n):
-                    if j in support:
-                        continue
-                    trial = support.copy()
-                    trial[pos] = j
-                    c, _ = cost(trial)
-                    if c < best:
-                        best, support = c, trial
+                others = support[:pos] + support[pos + 1 :]
+                cand = np.setdiff1d(every, support)
+                c, _ = costs(others, cand)
+                if len(c) and float(c.min()) < best:
+                    best = float(c.min())
+                    support[pos] = int(cand[int(np.argmin(c))])
         # the best few for the position added last, each a start of the search
-        ranked = sorted((cost([*support[:-1], j])[0], j) for j in range(n) if j not in support[:-1])
+        cand = np.setdiff1d(every, support[:-1])
+        c, w = costs(support[:-1], cand)
         found = []
-        for _, j in ranked[:LIBRARY_STARTS]:
-            wj = cost([*support[:-1], j])[1]
-            found.append([(float(wj[i]), *atoms[c]) for i, c in enumerate([*support[:-1], j])])
+        for k in np.argsort(c, kind="stable")[:LIBRARY_STARTS].tolist():
+            cols = [*support[:-1], int(cand[k])]
+            found.append([(float(w[k, i]), *atoms[col]) for i, col in enumerate(cols)])
         mixtures.append(found)
     return mixtures, gap
+
+
+def _mixture_costs(
+    aw: np.ndarray, bw: np.ndarray, a: np.ndarray, goal: np.ndarray, scale: np.ndarray,
+    fixed: list[int], cand: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """For each candidate column j: min |C v - (bw - C 1)| over v >= 0, C = aw's columns
+    `fixed` and j (weights w = 1 + v), and the largest of |a's columns w - goal| / scale.
+    All candidates at once: the G x G normal equations of each, solved on every subset
+    of the G columns; the non-negative least squares solution is the feasible subset
+    solution of least cost (its support's unconstrained solution is positive, and every
+    other feasible one is a feasible point). Returns (gaps, weights [fixed..., j])."""
+    k = len(fixed)
+    g = k + 1
+    cf, cc = aw[:, fixed], aw[:, cand]
+    y0 = bw - cf.sum(axis=1)  # the target less one table of each fixed column
+    gram = np.empty((len(cand), g, g))
+    gram[:, :k, :k] = cf.T @ cf
+    gram[:, :k, k] = gram[:, k, :k] = (cf.T @ cc).T
+    gram[:, k, k] = np.einsum("ij,ij->j", cc, cc)
+    rhs = np.empty((len(cand), g))
+    rhs[:, :k] = cf.T @ y0 - gram[:, :k, k]  # y = y0 - the candidate's one table
+    rhs[:, k] = cc.T @ y0 - gram[:, k, k]
+    ridge = 1e-12 * np.maximum(np.einsum("nii->n", gram), 1e-300)
+    v = np.zeros((len(cand), g))
+    best = np.zeros(len(cand))  # 0.5 v'Gv - v'rhs at v = 0
+    for mask in range(1, 2**g):
+        idx = [i for i in range(g) if mask >> i & 1]
+        sub = gram[:, idx][:, :, idx] + ridge[:, None, None] * np.eye(len(idx))
+        sol = np.linalg.solve(sub, rhs[:, idx, None])[:, :, 0]
+        obj = -0.5 * np.einsum("ni,ni->n", sol, rhs[:, idx])
+        take = (sol > 0).all(axis=1) & (obj < best)
+        best = np.where(take, obj, best)
+        v[take] = 0.0
+        v[np.ix_(np.flatnonzero(take), idx)] = sol[take]
+    w = 1.0 + v
+    resid = a[:, fixed] @ w[:, :k].T + a[:, cand] * w[:, k] - goal[:, None]
+    return (np.abs(resid) / scale[:, None]).max(axis=0), w
 
 
 def nnls(a: np.ndarray, b: np.ndarray, iterations: int = 500) -> np.ndarray:
@@ -519,11 +559,34 @@ def _grow(x: np.ndarray, g: int, rng: np.random.Generator) -> list[np.ndarray]:
     return out
 
 
+def _split(x: np.ndarray, fixed: np.ndarray, g: int, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """The fit x of g groups (whole tables `fixed`) as g + 1: one table of group i made a
+    group of its own with the same shape and per-table lookups, so that the spec it
+    writes is the same (up to the rounding of the lookups): more groups start exactly
+    where fewer ended, and G groups end no worse than G - 1."""
+    p = x[g - 1 : 2 * g - 2]
+    shape = x[2 * g - 2 :].reshape(g, PER_GROUP)
+    logits = np.concatenate([[0.0], p])
+    tables = fixed.copy()
+    share = 1.0 / tables[i]  # the new group's part of group i's extra lookups
+    moved = logits[i] + math.log(share)
+    logits[i] += math.log1p(-share)
+    logits = np.append(logits, moved) - logits[0]
+    tables[i] -= 1.0
+    new_x = np.concatenate([np.zeros(g), logits[1:], shape.ravel(), shape[i]])
+    return new_x, np.append(tables, 1.0)
+
+
 def _fit_groups(
-    problem: _Problem, seed: int, warm: np.ndarray | None, library: list[list[list[Atom]]]
+    problem: _Problem,
+    seed: int,
+    warm: np.ndarray | None,
+    library: list[list[list[Atom]]],
+    previous: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """(a fit with free table shares, the warm start of G + 1; the best fit with whole
-    tables, `problem.fixed` left at its tables; its rounded gap)."""
+    tables, `problem.fixed` left at its tables; its rounded gap). `previous`: the best
+    fit of G - 1 groups and its tables, split (`_split`) into starts of G."""
     rng = np.random.default_rng([seed, problem.g])
     active = np.ones(problem.g * (PER_GROUP + 2) - 2, dtype=bool)
     active[: problem.g - 1] = False
@@ -537,6 +600,12 @@ def _fit_groups(
         problem.fixed = np.array(tables, dtype=np.float64)
         x = levenberg_marquardt(problem.residuals, x0, active=active, min_step=problem.min_step)
         found.append((problem.rounded_gap(x), [int(v) for v in problem.fixed], x))
+    if previous is not None:
+        px, pfixed = previous
+        for i in range(problem.g - 1):
+            if pfixed[i] > 1:
+                x0, problem.fixed = _split(px, pfixed, problem.g - 1, i)
+                found.append((problem.rounded_gap(x0), [int(v) for v in problem.fixed], x0))
     problem.fixed = None
     starts = problem.starts(rng, N_STARTS if warm is None else WARM_RANDOM_STARTS)
     if warm is not None:
@@ -549,7 +618,23 @@ def _fit_groups(
             free, free_gap = x, x_gap
     assert free is not None
     found.append((free_gap, [g.tables for g in problem.groups_of(free)], free))
-    gap, base, x = min(found, key=lambda f: f[0])
+    # the best POLISHED candidates (by their rounded gap), each searched on: the
+    # search from one is local, and the best start is not always the best end
+    found.sort(key=lambda f: f[0])
+    best: tuple[float, list[int], np.ndarray] | None = None
+    for gap, base, x in found[:POLISHED]:
+        done = _polish(problem, gap, base, x, active)
+        if best is None or done[0] < best[0]:
+            best = done
+    assert best is not None
+    problem.fixed = np.array(best[1], dtype=np.float64)
+    return free, best[2], best[0]
+
+
+def _polish(
+    problem: _Problem, gap: float, base: list[int], x: np.ndarray, active: np.ndarray
+) -> tuple[float, list[int], np.ndarray]:
+    """One candidate with whole tables `base` searched on: (its rounded gap, tables, x)."""
     # whole tables per group, then the lookups and shapes again: a group's per-table
     # lookups move with its table count, and with them every count's bin. The table
     # counts are weakly told apart (3 tables of 118 lookups per sample or 2 of 178), so
@@ -579,9 +664,11 @@ def _fit_groups(
         polished, polished_gap = x, gap
     polished, polished_gap = _irls(problem, polished, polished_gap, active)
     polished, polished_gap = _compass(problem, polished, polished_gap, active)
-    return free, polished, polished_gap
+    return polished_gap, split, polished
 
 
+DEFAULT_GROUPS = 8  # `--groups`: the fewest that meet SELECT_SHARE are kept
+POLISHED = 2  # candidates of G groups searched on to the end
 NEIGHBOUR_GROUPS = 4  # table moves between groups tried up to this many groups
 NEIGHBOUR_ITERATIONS = 10
 COMPASS_STEPS = (0.5, 0.1, 0.3, 0.5)  # first steps: logits, alpha, log rows, log(1 + q)
@@ -635,7 +722,7 @@ def fit_locality(
     *,
     tables: int,
     batch_size: int,
-    max_groups: int = 5,
+    max_groups: int = DEFAULT_GROUPS,
     seed: int = 0,
     name: str = "locality-fit",
     source: str = "",
@@ -665,6 +752,7 @@ def fit_locality(
     tried: dict[int, float] = {}
     best: tuple[float, _Problem, np.ndarray] | None = None
     warm: np.ndarray | None = None
+    previous: tuple[np.ndarray, np.ndarray] | None = None
     # the library only once one group has missed (one group from random starts is fast,
     # and a record one group meets is no shape the family cannot express)
     library: list[list[list[Atom]]] = [[]]
@@ -685,7 +773,9 @@ def fit_locality(
                     f"laws, any number of each) comes within {relaxed:.3f} of every share"
                 )
         problem = _Problem(target, tables, batch_size, g, max_rows)
-        warm, x, gap = _fit_groups(problem, seed, warm, library)
+        warm, x, gap = _fit_groups(problem, seed, warm, library, previous)
+        assert problem.fixed is not None  # the tables of x, as _fit_groups left them
+        previous = (x, problem.fixed.copy())
         tried[g] = gap
         if best is None or gap < best[0]:
             best = (gap, problem, x)
