@@ -92,6 +92,7 @@ import numpy as np
 
 from replay._intrinsics import ix
 from replay._jit import kernel
+from replay._schema_stamp import stamp
 from replay.analysis.shards import SHARDS_MODULUS
 from replay.analysis.stack import StackDistances
 from replay.errors import ConfigError
@@ -625,7 +626,7 @@ def torchrec_document(document: dict[str, Any]) -> dict[str, Any] | None:
         # each shard says the global batch its expected_lookups and lookups_per_batch count
         shards = [{**e, "batch_size": out.get("batch_size")} for e in cluster[SHARDS_KEY]["shards"]]
         out["cluster"] = {**cluster[SHARDS_KEY], "shards": shards}
-    return out
+    return stamp("torchrec", out)
 
 
 def torchrec_text(document: dict[str, Any]) -> str:

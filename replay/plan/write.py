@@ -76,7 +76,7 @@ def write_plan(document: dict[str, Any], out: Path, *, force: bool, curves: dict
         (tmp / "plan.json").write_text(json.dumps(plan_json(document), indent=2) + "\n")
         trec = torchrec_document(document)
         if trec is not None:
-            (tmp / "torchrec.json").write_text(torchrec_text(stamp("torchrec", trec)))
+            (tmp / "torchrec.json").write_text(torchrec_text(trec))
         (tmp / "figures").mkdir()
         _mrc_figure(document, tmp / "figures" / "mrc.png")
         _goodput_figure(document, curves, tmp / "figures" / "goodput.png")
