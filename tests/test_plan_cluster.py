@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _report_checks import check_report, unscoped_labels
+from _report_checks import check_report, mixed_units, unscoped_labels
 
 from replay._schema_plan import Cluster
 from replay.plan.plan import PlanRequest, make_plan
@@ -125,6 +125,7 @@ def test_cluster_step_by_parts(planned: dict) -> None:
 def test_plan_md_labels_say_whose_figure_each_is(planned: dict) -> None:
     text = (planned["out"] / "plan.md").read_text()
     assert not unscoped_labels(text)
+    assert not mixed_units(text)  # one unit per quantity in plan.md too
     assert "all-to-all bytes (total over all GPUs, per step)" in text
     assert "written (all nodes, per checkpoint)" in text
 

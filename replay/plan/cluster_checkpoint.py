@@ -602,7 +602,7 @@ def claims(s: _Setup, plans: list[Any]) -> list[dict[str, Any]]:
                 "source": "Maeng et al., CPR, MLSys 2021 (arXiv 2011.02999), abstract",
                 "model": f"{1 - full.goodput:.2%} (sync-full, full recovery) -> "
                 f"{1 - cpr.goodput:.2%} (cpr, partial recovery) at this plan's cluster "
-                f"({s.nodes} nodes, MTBF {s.mtbf_s / 3600:.3g} h)",
+                f"({s.nodes} nodes, cluster MTBF {format_duration(s.mtbf_s)})",
                 "value": [1 - full.goodput, 1 - cpr.goodput],
                 "paper_value": [[0.082, 0.085], [0.0053, 0.0068]],
                 "assumptions": [
