@@ -8,10 +8,10 @@
     fresh instance of the existing exact one-GPU policy over that rank's rows
     (`make_rank_policy`: the policy's own class and constructor; per range, as
     `replay_trace` feeds it);
-(b) 64 GPUs (8 x 8) replay the same 2,000 batches at >= 0.5x the lookups/s of one GPU,
-    row-wise and auto, timed interleaved in one process, the order alternating (best of
-    3 each, kernels warm; the sharder's plan made before, not timed).
-"""
+(b) 64 GPUs (8 x 8) replay the same 2,000 batches at >= 0.8x the lookups/s of one GPU
+    (issue 57; 0.5x for issue 41), row-wise and auto, timed interleaved in one process,
+    the order alternating (best of 3 each, kernels warm; the sharder's plan made before,
+    not timed)."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def test_8_gpus_equal_the_reference(kaggle: GeneratedTrace, kind: str, system: s
 
 
 @pytest.mark.parametrize("kind", ["row-wise", "auto"])
-def test_64_gpus_at_half_the_rate_of_one(kaggle: GeneratedTrace, kind: str) -> None:
+def test_64_gpus_at_0_8_of_the_rate_of_one(kaggle: GeneratedTrace, kind: str) -> None:
     one = resolve_system("hbm-lru", ["policy.capacity_rows=100000"])
     many = resolve_system(
         "hbm-lru",
@@ -173,4 +173,4 @@ def test_64_gpus_at_half_the_rate_of_one(kaggle: GeneratedTrace, kind: str) -> N
         f"{kind}: one GPU {min(one_s):.3f} s, 64 GPUs {min(many_s):.3f} s, ratio {ratio:.2f} "
         f"(one {[round(x, 2) for x in one_s]}, 64 {[round(x, 2) for x in many_s]})"
     )
-    assert ratio >= 0.5, (one_s, many_s)
+    assert ratio >= 0.8, (one_s, many_s)

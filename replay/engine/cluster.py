@@ -382,7 +382,12 @@ def _routed_ahead(
 
     def work(group: list[BatchRange]) -> tuple[BatchRange, tuple]:
         br = merge_ranges(group)
-        return br, route(br)
+        group.clear()  # the parts' keys go now, not when the next group comes
+        routes = route(br)
+        if br.distinct is not None:  # the caller needs no keys (`_Distinct`): they go too
+            none = br.keys[:0]
+            br = dataclasses.replace(br, keys=none, update_keys=none)
+        return br, routes
 
     with ThreadPoolExecutor(1, thread_name_prefix="cluster-route") as pool:
         pending: Future[tuple[BatchRange, tuple]] | None = None
