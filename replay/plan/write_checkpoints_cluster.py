@@ -66,7 +66,7 @@ def cluster_checkpoint_markdown(document: dict[str, Any]) -> list[str]:
         )
         if s.get("interval_basis"):
             partial.append(s)
-    from replay.plan.cluster_checkpoint import cpr_interval_text, cpr_lost_text
+    from replay.report.cpr_text import cpr_interval_text, cpr_lost_text
 
     for s in partial:
         lost = cpr_lost_text(s)

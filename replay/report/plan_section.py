@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from replay._units import format_bytes, format_duration, format_percent
+from replay.report.cpr_text import cpr_interval_text, cpr_lost_text
 from replay.report.document import (
     Block,
     Bullets,
@@ -570,6 +571,11 @@ def _checkpoint_blocks(plan: PlanData, index: int, images: dict[str, Image]) -> 
             ),
         ),
     ]
+    # partial recovery's interval and what a failure loses (a cluster's cpr)
+    for s in ck["strategies"]:
+        if s.get("interval_basis"):
+            lost = cpr_lost_text(s)
+            blocks.append(Paragraph(f"{cpr_interval_text(s)}. {lost[:1].upper()}{lost[1:]}."))
     name = f"plan_goodput{suffix(index)}.png"
     if name in images:
         blocks.append(Paragraph(f"Figure {name}: goodput against the interval, per strategy."))
