@@ -21,9 +21,27 @@ from replay._intrinsics import PREFETCH_AHEAD, ix, prefetch
 from replay._jit import kernel
 
 # Tables of up to this many rows find a row's output slot in a dense array; larger ones
-# in an open-addressing hash table sized 2x the lookups of the chunk.
+# too where the array is no larger than the hash table, else an open-addressing hash
+# table sized 2x the window's lookups (`_use_dense`).
 DENSE_ROWS_LIMIT = 1 << 16
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing multiplier
+
+
+@kernel(inline="always")
+def _capacity(lookups: int) -> int:
+    """The open-addressing table's slots for a window of `lookups`: a power of two, at
+    least 2x the lookups (so at least half its slots stay empty) and 16."""
+    capacity = 16
+    while capacity < 2 * lookups:
+        capacity *= 2
+    return capacity
+
+
+@kernel(inline="always")
+def _use_dense(rows: int, lookups: int) -> bool:
+    """Whether a table of `rows` finds its slots in a dense array for a window of
+    `lookups`: below DENSE_ROWS_LIMIT, or no larger than the hash table would be."""
+    return rows <= DENSE_ROWS_LIMIT or rows <= _capacity(lookups)
 
 
 @kernel
@@ -58,26 +76,24 @@ def _update_sets_kernel(
         group_hi[b, t] = j
         i = j
 
+    # where a row finds its output slot, per table and window: a dense row -> slot array
+    # when it is no larger than the hash table would be (small tables, and tables a window
+    # looks up many times over, e.g. 4.4 M lookups of 256 K rows: a 2 MB array instead
+    # of a 128 MB hash whose every probe misses the cache); otherwise open addressing
+    # sized 2x the window's lookups. Either gives the same output: first-seen order.
     dense_size = 0
-    for t in range(num_tables):
-        if table_rows[t] <= DENSE_ROWS_LIMIT and table_rows[t] > dense_size:
-            dense_size = table_rows[t]
-    dense_slot = np.full(dense_size, -1, dtype=np.int64)  # row -> output index
-    # open addressing for large tables: slot -> output index (-1 empty), sized 2x the
-    # largest window of one table, so it stays in cache
     largest = 0
     for t in range(num_tables):
         for b0 in range(0, nb, accumulate):
             total = 0
             for bb in range(b0, min(b0 + accumulate, nb)):
                 total += group_hi[bb, t] - group_lo[bb, t]
-            largest = max(largest, total)
-    capacity = 16
-    while capacity < 2 * largest:
-        capacity *= 2
-    hash_slot = np.full(capacity, -1, dtype=np.int64)
-    mask = np.uint64(capacity - 1)
-    shift = np.uint64(64 - int(np.log2(capacity)))
+            if _use_dense(table_rows[t], total):
+                dense_size = max(dense_size, table_rows[t])
+            else:
+                largest = max(largest, total)
+    dense_slot = np.full(dense_size, -1, dtype=np.int64)  # row -> output index
+    hash_slot = np.full(_capacity(largest), -1, dtype=np.int64)  # slot -> output index
 
     out = 0
     for b in range(batch_start, batch_stop):
@@ -90,41 +106,62 @@ def _update_sets_kernel(
             if frozen[t]:
                 continue
             begin = out
-            dense = table_rows[t] <= DENSE_ROWS_LIMIT
+            total = 0
             for bb in range(first - batch_start, b - batch_start + 1):
-                for k in range(group_lo[bb, t], group_hi[bb, t]):
-                    r = row[k]
-                    if dense:
-                        at = dense_slot[r]
-                    else:
-                        h = ((np.uint64(r) * GOLDEN) >> shift) & mask
-                        while True:
-                            at = hash_slot[h]
-                            if at < 0 or out_row[at] == r:
-                                break
-                            h = (h + np.uint64(1)) & mask
+                total += group_hi[bb, t] - group_lo[bb, t]
+            if _use_dense(table_rows[t], total):
+                for bb in range(first - batch_start, b - batch_start + 1):
+                    hi = group_hi[bb, t]
+                    for k in range(group_lo[bb, t], hi):
+                        if k + PREFETCH_AHEAD < hi:
+                            prefetch(dense_slot, row[ix(k + PREFETCH_AHEAD)])
+                        r = row[ix(k)]
+                        at = dense_slot[ix(r)]
+                        if at >= 0:
+                            out_count[ix(at)] += 1
+                            continue
+                        out_batch[ix(out)] = b
+                        out_table[ix(out)] = t
+                        out_row[ix(out)] = r
+                        out_count[ix(out)] = 1
+                        dense_slot[ix(r)] = out
+                        out += 1
+                for at in range(begin, out):  # reset only the slots this group used
+                    dense_slot[ix(out_row[ix(at)])] = -1
+                continue
+            # a table per window of its own size: the probes stay within 2x its lookups
+            capacity = _capacity(total)
+            mask = np.uint64(capacity - 1)
+            shift = np.uint64(64 - int(np.log2(capacity)))
+            for bb in range(first - batch_start, b - batch_start + 1):
+                hi = group_hi[bb, t]
+                for k in range(group_lo[bb, t], hi):
+                    if k + PREFETCH_AHEAD < hi:
+                        ahead = np.uint64(row[ix(k + PREFETCH_AHEAD)])
+                        prefetch(hash_slot, ((ahead * GOLDEN) >> shift) & mask)
+                    r = row[ix(k)]
+                    h = ((np.uint64(r) * GOLDEN) >> shift) & mask
+                    while True:
+                        at = hash_slot[h]
+                        if at < 0 or out_row[ix(at)] == r:
+                            break
+                        h = (h + np.uint64(1)) & mask
                     if at >= 0:
-                        out_count[at] += 1
+                        out_count[ix(at)] += 1
                         continue
-                    out_batch[out] = b
-                    out_table[out] = t
-                    out_row[out] = r
-                    out_count[out] = 1
-                    if dense:
-                        dense_slot[r] = out
-                    else:
-                        hash_slot[h] = out
+                    out_batch[ix(out)] = b
+                    out_table[ix(out)] = t
+                    out_row[ix(out)] = r
+                    out_count[ix(out)] = 1
+                    hash_slot[h] = out
                     out += 1
             # reset only the slots this group used
             for at in range(begin, out):
-                r = out_row[at]
-                if dense:
-                    dense_slot[r] = -1
-                else:
-                    h = ((np.uint64(r) * GOLDEN) >> shift) & mask
-                    while hash_slot[h] != at:  # skips slots already cleared
-                        h = (h + np.uint64(1)) & mask
-                    hash_slot[h] = -1
+                r = out_row[ix(at)]
+                h = ((np.uint64(r) * GOLDEN) >> shift) & mask
+                while hash_slot[h] != at:  # skips slots already cleared
+                    h = (h + np.uint64(1)) & mask
+                hash_slot[h] = -1
     return out
 
 
