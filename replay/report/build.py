@@ -708,7 +708,9 @@ def build_report(
                 for f in figures
             ],
         }
-        write_json(tmp / "summary.json", stamp("report-summary", summary))
+        # what is returned is what summary.json holds, its schema_version included
+        summary = stamp("report-summary", summary)
+        write_json(tmp / "summary.json", summary)
     return summary
 
 
