@@ -4,10 +4,11 @@ and each batch's all-to-all counts per rank (the lower bound's pooled bytes and 
 TorchRec's input all-to-all, which `replay.engine.collectives` turns into bytes and time).
 
 Two passes per stream, both numba: `route_lookups` (or `route_updates`) records every
-key's rank and local key and counts them per batch and rank; `scatter` lays the recorded
-keys out rank after rank, in trace order within a rank. The record arrays are buffers
-that `Router` keeps across ranges; the routed keys a ring of them (`ring`), so that a
-routing thread can run a range ahead of the ranks' policies (`replay.engine.cluster`).
+key's block and counts the keys per batch and rank; `scatter` lays the keys out rank
+after rank as local keys (key + `gshift` of its block), in trace order within a rank. The
+record arrays are buffers that `Router` keeps across ranges; the routed keys a ring of
+them (`ring`), so that a routing thread can run a range ahead of the ranks' policies
+(`replay.engine.cluster`).
 
 Cost. A row-wise or table-wise table with at most one lookup per sample (pooling 1, the
 Criteo presets) takes a lean loop: each lookup is its own bag (no per-bag set of blocks),
