@@ -135,7 +135,7 @@ def fit_command(
             help="At most this many groups of alike tables (the fewest that fit are kept).",
             rich_help_panel=_LOCALITY,
         ),
-    ] = 5,
+    ] = 8,
     max_rows: Annotated[
         int,
         typer.Option(

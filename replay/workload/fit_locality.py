@@ -102,6 +102,9 @@ LIBRARY_OFFSETS = (0.0, 3.0, 30.0, 300.0, 3000.0)
 LIBRARY_ROWS_STEP = 10.0**0.5  # rows 1, 3.2, 10, ... up to LIBRARY_ROWS_REACH x lookups
 LIBRARY_ROWS_REACH = 100.0
 LIBRARY_STARTS = 3  # the best mixtures of G atoms that start the search of G groups
+# mixtures of up to this many atoms (each candidate's NNLS is solved on all 2^G subsets:
+# 6 s of CPU up to 5 on a Meta record, 86 s more up to 8); more groups start from fewer
+LIBRARY_GROUPS = 5
 CONSTRAINT_WEIGHT = 30.0  # tables and lookups of the mixture, nearly exact
 ACCEPT_SHARE = 0.01  # what a written spec must meet (the acceptance): else refused
 ACCEPT_DISTINCT = 0.03
@@ -439,7 +442,7 @@ def _library(
     mixtures = []
     n = a.shape[1]
     every = np.arange(n)
-    for _ in range(min(max_groups, tables, n)):
+    for _ in range(min(max_groups, tables, n, LIBRARY_GROUPS)):
         cand = np.setdiff1d(every, support)
         c, _ = costs(support, cand)
         best = float(c.min())
