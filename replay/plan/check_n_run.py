@@ -2,10 +2,10 @@
 Training Deep Learning Recommendation Models", NSDI 2022): the costs of incremental,
 quantized checkpoints at any interval, and the modes `replay plan` searches.
 
-`replay.plan.checkpoint` holds the notation, the other strategies and the whole-run
-search; this module holds what is Check-N-Run's own. Its engine model is
-`replay/checkpoint/check_n_run.py`; with uniform batches and the mean touched curve the
-two agree (tests/test_plan_checkpoint.py replays them side by side).
+`replay.plan.checkpoint_models` holds the notation and the other strategies,
+`replay.plan.checkpoint` the whole-run search; this module holds what is Check-N-Run's
+own. Its engine model is `replay/checkpoint/check_n_run.py`; with uniform batches and the
+mean touched curve the two agree (tests/test_plan_checkpoint.py replays them side by side).
 
 Model. Rows weigh b_q = quantized_row_bytes(dim, bits) + optimizer bytes (the optimizer
 state is stored unquantized; bits 0 is fp32, 4 × dim bytes); F = rows × b_q + dense +
@@ -103,7 +103,7 @@ assert set(INCREMENT_ORDER) == set(INCREMENTS)
 
 
 class ModelInputs(Protocol):
-    """What the model reads (`replay.plan.checkpoint._Inputs` provides it)."""
+    """What the model reads (`replay.plan.checkpoint_models.Inputs` provides it)."""
 
     @property
     def ctx(self) -> CheckpointContext: ...
