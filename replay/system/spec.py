@@ -43,20 +43,15 @@ likewise `checkpoint.store` (None) and `checkpoint.replicas` (0) leave no key wh
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
-import tomllib
-import typing
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from replay._files import SPEC, read_text
-from replay._toml import has_too_long_int, parse_toml
-from replay._units import parse_bytes, parse_duration
-from replay.errors import ConfigError, opt
+from replay.errors import ConfigError
 from replay.system.gpu_memory import COMPUTE_DEFAULTS, PIPELINES
 from replay.system.optimizer import OPTIMIZERS, optimizer_bytes_per_row
+from replay.system.spec_fields import build_flat as _build
+from replay.system.spec_fields import build_named as _named
+from replay.system.spec_load import apply_overrides, load_system_data, parse_value
 
 LOCATIONS = ("gpu", "host", "near-memory")
 INCREMENTS = ("one-shot", "consecutive", "intermittent")
@@ -473,131 +468,6 @@ class SystemSpec:
 # -- validation -----------------------------------------------------------------------
 
 
-def _check_number(value: Any, where: str, spec: tuple[float, float, bool], integer: bool) -> Any:
-    lo, hi, lo_open = spec
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        kind = "an integer" if integer else "a number"
-        raise ConfigError(f"{where}: expected {kind}, got {value!r}")
-    if integer and not isinstance(value, int):
-        if not float(value).is_integer():
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        value = int(value)
-    if not integer:
-        try:
-            value = float(value)
-        except OverflowError:  # an integer beyond any float
-            raise ConfigError(f"{where}: {value} is out of range (too large)") from None
-        if math.isnan(value) or math.isinf(value):
-            raise ConfigError(f"{where}: must be a finite number, got {value}")
-    if value < lo or value > hi or (lo_open and value <= lo):
-        low = f"({lo}" if lo_open else f"[{lo}"
-        raise ConfigError(f"{where}: {value} is out of range {low}, {hi:g}]")
-    return value
-
-
-def _with_unit(name: str, value: Any, path: str) -> Any:
-    """A size or a duration written with its unit (`"8GiB"`, `"30min"`) as the number
-    of the field's own unit, for the fields whose names say it (`..._bytes`,
-    `..._bytes_per_s` per second, `..._s`); other values as they are."""
-    if not isinstance(value, str):
-        return value
-    if name.endswith("_bytes") or name.endswith("_bytes_per_s"):
-        per_s = name.endswith("_per_s")
-        text = value[: -len("/s")] if per_s and value.endswith("/s") else value
-        return float(parse_bytes(text, path))
-    if name.endswith("_s"):
-        return parse_duration(value, path)
-    return value
-
-
-def _build(cls: type, data: Any, where: str, **fixed: Any) -> Any:
-    """Validate a dict against a flat dataclass (numbers, strings, bools)."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a table of keys, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    allowed = {f.name for f in fields(cls)} - set(fixed)
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})"
-        )
-    values: dict[str, Any] = dict(fixed)
-    for f in fields(cls):
-        if f.name in fixed:
-            continue
-        path = f"{where}.{f.name}"
-        if f.name not in data:
-            if f.default is MISSING and f.default_factory is MISSING:
-                raise ConfigError(f"{where}: missing required key {f.name!r}")
-            continue
-        value = data[f.name]
-        kind = hints[f.name]
-        if kind is bool:
-            if not isinstance(value, bool):
-                raise ConfigError(f"{path}: expected true or false, got {value!r}")
-        elif kind is str:
-            if not isinstance(value, str):
-                raise ConfigError(f"{path}: expected a string, got {value!r}")
-            choices = f.metadata.get("choices")
-            if choices and value not in choices:
-                raise ConfigError(f"{path}: {value!r} is not one of {', '.join(choices)}")
-        elif kind is int and "choices_int" in f.metadata:
-            choices = f.metadata["choices_int"]
-            if isinstance(value, bool) or value not in choices:
-                listed = ", ".join(str(c) for c in choices)
-                raise ConfigError(f"{path}: {value!r} is not one of {listed}")
-        elif kind in (int, float):
-            value = _check_number(
-                _with_unit(f.name, value, path),
-                path,
-                f.metadata.get("range", (0, 1e18, False)),
-                kind is int,
-            )
-        elif kind == tuple[float, ...]:
-            if not isinstance(value, list | tuple):
-                raise ConfigError(f"{path}: expected a list of numbers, got {value!r}")
-            value = tuple(
-                _check_number(v, f"{path}[{i}]", (0, 1e15, False), False)
-                for i, v in enumerate(value)
-            )
-        values[f.name] = value
-    return cls(**values)
-
-
-_DEVICES_FILE = Path(__file__).with_name("devices.toml")
-
-
-@functools.cache
-def _devices() -> dict[str, Any]:
-    with _DEVICES_FILE.open("rb") as fh:
-        return tomllib.load(fh)
-
-
-def _dotted(where: str, key: str) -> str:
-    """`where.key`, or `where['key']` for a key a one-line message cannot show as is."""
-    return f"{where}.{key}" if key.isprintable() and key.strip() == key else f"{where}[{key!r}]"
-
-
-def _named(data: Any, cls: type, kind: str, where: str) -> tuple[Any, ...]:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected named tables like [{kind}.NAME]")
-    devices = _devices().get(kind, {})
-    out = []
-    for name, body in data.items():
-        path = _dotted(where, name)
-        if not isinstance(body, dict):
-            raise ConfigError(f"{path}: expected a table of keys, got {body!r}")
-        body = dict(body)
-        device = body.pop("device", None)
-        if device is not None:
-            if not isinstance(device, str) or device not in devices:
-                known = ", ".join(sorted(devices))
-                raise ConfigError(f"{path}.device: unknown device {device!r} (known: {known})")
-            body = {**devices[device], **body}
-        out.append(_build(cls, body, path, name=name))
-    return tuple(out)
-
-
 _TOP_KEYS = {
     "name",
     "description",
@@ -754,105 +624,6 @@ def _cross_check(spec: SystemSpec, where: str) -> None:
             raise ConfigError(f"{where}.checkpoint.{key}: no tier named {name!r}")
 
 
-# -- loading, presets and overrides ----------------------------------------------------
-
-
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def _resolve_extends(
-    data: dict[str, Any], where: str, seen: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    from replay.system.presets import SYSTEM_PRESETS, preset_data
-
-    parent = data.get("extends")
-    if parent is None:
-        return data
-    if not isinstance(parent, str):
-        raise ConfigError(f"{where}.extends: expected a preset name, got {parent!r}")
-    if parent not in SYSTEM_PRESETS:
-        raise ConfigError(
-            f"{where}.extends: unknown system preset {parent!r} "
-            f"(known: {', '.join(SYSTEM_PRESETS)})"
-        )
-    if parent in seen:
-        raise ConfigError(f"{where}.extends: preset {parent!r} extends itself")
-    base = _resolve_extends(preset_data(parent), parent, (*seen, parent))
-    merged = _deep_merge(base, {k: v for k, v in data.items() if k != "extends"})
-    if "name" not in data:
-        merged.pop("name", None)
-    return merged
-
-
-def parse_value(text: str) -> Any:
-    """A `--set` value: a TOML literal (number, bool, string, array), else a bare string."""
-    try:
-        value = tomllib.loads(f"v = {text}")["v"]
-    except (ValueError, RecursionError):  # not TOML (or beyond the parser's limits)
-        return text
-    return text if has_too_long_int(value) else value
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply `key.path=value` strings to raw spec data (a new dict; the input is kept)."""
-    out = _deep_merge({}, data)
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"{opt('--set', 'overrides')} {item!r}: expected key.path=value")
-        parts = key.split(".")
-        node = out
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            elif not isinstance(child, dict):
-                table = ".".join(parts[: i + 1])
-                if not key.isprintable():
-                    key, table = repr(key), repr(table)
-                raise ConfigError(f"{opt('--set', 'overrides')} {key}: {table} is not a table")
-            else:
-                child = node[part] = dict(child)
-            node = child
-        node[parts[-1]] = parse_value(raw.strip())
-    return out
-
-
-def load_system_data(name_or_file: str | Path) -> tuple[dict[str, Any], str]:
-    """Raw data of a preset name or a TOML file, with `extends` resolved; and its origin."""
-    from replay.system.presets import SYSTEM_PRESETS, preset_data
-
-    text = str(name_or_file)
-    path = Path(text)
-    try:
-        exists = path.exists()
-    except OSError:  # e.g. a name too long for a file name
-        exists = False
-    if text in SYSTEM_PRESETS and not path.suffix:
-        data = preset_data(text)
-        origin = f"preset {text}"
-    elif path.suffix == ".toml" or exists:
-        # regular files only, of at most SPEC's limit: a FIFO or /dev/zero is refused
-        data = parse_toml(read_text(path, SPEC, ConfigError, noun="system file"), str(path))
-        origin = str(path)
-    else:
-        raise ConfigError(
-            f"unknown system {text!r}: not a preset ({', '.join(sorted(SYSTEM_PRESETS))}) "
-            "nor a .toml file"
-        )
-    data = _resolve_extends(data, origin)
-    data.setdefault("name", path.stem if origin == str(path) else text)
-    return data, origin
-
-
 __all__ = [
     "BYTES_PER_VALUE",
     "CLUSTER_KERNELS",
@@ -874,5 +645,7 @@ __all__ = [
     "build_cluster",
     "build_store",
     "build_system",
+    "load_system_data",
     "optimizer_bytes_per_row",
+    "parse_value",
 ]
