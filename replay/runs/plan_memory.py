@@ -77,7 +77,10 @@ TorchRec's default proposer at a 1.5 GiB budget peaked at 1.52 GiB while the est
 said 0.82: its peak is TorchRec's own plan replayed beside ours (six tables cached, LRU
 key tables of 640 MiB, made whole when the replay starts), with torch imported (295 MiB).
 **TorchRec's plan beside ours** (`torchrec_beside_bytes`) now adds both to the cluster's
-stage: 1.74 GiB for that plan.
+stage. Measured again with it (`/usr/bin/time`, load average 13-21): that plan 1.57 GiB
+(estimate 1.74), the 64 GPUs 977 MiB (1.12 GiB: torch counted, no cache, as TorchRec
+keeps every table whole there), the epoch with hbm-lru and dram 630 MiB (684), the SSD
+TBE plan 1.55 GiB (1.79), docs/torchrec.md's 1.01 GiB (966 MiB), tiny 245 MiB (243).
 """
 
 from __future__ import annotations
