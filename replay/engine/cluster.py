@@ -373,7 +373,7 @@ def merge_ranges(group: list[BatchRange]) -> BatchRange:
         ),
         update_bounds=bounds([br.update_bounds for br in group]),
         distinct=(
-            None if first.distinct is None else np.concatenate([br.distinct for br in group])  # type: ignore[misc]
+            None if first.distinct is None else np.concatenate([br.distinct for br in group])
         ),
     )
 
@@ -647,7 +647,7 @@ def replay_cluster(
         "policy_s": policy_s,
         "account_s": account_s,
         "total_s": total_s,
-        "lookups_per_s": totals["lookups"] / total_s if total_s > 0 else 0.0,
+        "lookups_per_s": int(lookups.sum()) / total_s if total_s > 0 else 0.0,
     }
     return ClusterResult(
         placement, columns, ranks, totals, timings, batch_columns, rank_updates,

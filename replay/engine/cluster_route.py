@@ -210,7 +210,7 @@ def _block_of(t: int, row: int, mul: np.ndarray, mshift: np.ndarray, even: np.nd
     size = even[ix(t)]
     if size > 0:
         return base[ix(t)] + row // size
-    blk = np.int64(bfirst[ix(bbase[ix(t)] + (row >> bshift[ix(t)]))])
+    blk = int(bfirst[ix(bbase[ix(t)] + (row >> bshift[ix(t)]))])
     while row >= bend[ix(blk)]:
         blk += 1
     return blk
@@ -414,7 +414,7 @@ def route_lookups(
                     if m_t > 0:  # `_block_of`, its loads hoisted
                         blk = b_t + ((row * m_t) >> sh_t)
                     elif e_t == 0:
-                        blk = np.int64(bfirst[ix(bb_t + (row >> bs_t))])
+                        blk = int(bfirst[ix(bb_t + (row >> bs_t))])
                         while row >= bend[ix(blk)]:
                             blk += 1
                     else:
@@ -422,8 +422,8 @@ def route_lookups(
                     r = brank[ix(blk)]
                     crow[ix(r)] += 1
                     kblk[ix(j)] = blk
-                    sent = np.int64(r != owner)  # a lookup on the owner's rank sends nothing
-                    out = np.int64(np.uint64(r - first) >= np.uint64(gpn))  # inter-node
+                    sent = int(r != owner)  # a lookup on the owner's rank sends nothing
+                    out = int(np.uint64(r - first) >= np.uint64(gpn))  # inter-node
                     nbytes = pooled[ix(blk)] * sent
                     scratch[ix(r), out] += nbytes
                     isc[ix(r), 2 + out] += sent
