@@ -254,9 +254,9 @@ def _step_keys_kernel(
 
     `set_keys` is an open-addressing set of key + 1 (0 empty) of 2^set_bits >= 2 x the
     largest batch's lookups entries, all zero between calls; each batch clears what it
-    set. A batch whose keys span no more than `seen` (zero between calls, a byte per key
-    from the batch's first table's offset) marks its keys there instead: one access per
-    lookup into an array no larger than the set, where the set probes a hash.
+    set. A batch whose keys span no more than `seen`'s bits (zero between calls, a bit per
+    key from the batch's first table's offset) marks its keys there instead: one access
+    per lookup into a bitmap no larger than the set, where the set probes a hash.
     """
     mask = np.uint64(len(set_keys) - 1)
     shift = np.uint64(64 - set_bits)
@@ -269,23 +269,25 @@ def _step_keys_kernel(
             # sorted by table, so the batch's keys lie in its first and last tables' span
             first = offsets[ix(table[ix(bounds[b])])]
             span = offsets[ix(np.int64(table[ix(hi - 1)]) + 1)] - first
-            if span <= len(seen):
+            if span <= 8 * len(seen):
                 for i in range(bounds[b], hi):
                     if i + PREFETCH_AHEAD < hi:
                         a = i + PREFETCH_AHEAD
                         ahead = offsets[ix(table[ix(a)])] + np.int64(row[ix(a)])
-                        prefetch(seen, ahead - first)
+                        prefetch(seen, (ahead - first) >> 3)
                     t = np.int64(table[ix(i)])
                     k = offsets[ix(t)] + np.int64(row[ix(i)])
                     keys[ix(i)] = k
                     if frozen[ix(t)]:
                         continue
-                    e = seen[ix(k - first)]
-                    seen[ix(k - first)] = 1
+                    d = k - first
+                    byte = seen[ix(d >> 3)]
+                    bit = np.uint8(1) << np.uint8(d & 7)
+                    seen[ix(d >> 3)] = byte | bit
                     ukeys[ix(out)] = k
-                    out += e == 0
-                for at in range(begin, out):
-                    seen[ix(ukeys[ix(at)] - first)] = 0
+                    out += (byte & bit) == 0
+                for at in range(begin, out):  # a whole byte: its other keys are this batch's
+                    seen[ix((ukeys[ix(at)] - first) >> 3)] = 0
                 ubounds[b + 1] = out
                 continue
         for i in range(bounds[b], hi):
@@ -335,16 +337,17 @@ def step_keys(
     set_bits = max(4, (2 * largest).bit_length())
     offsets = np.asarray(offsets, dtype=np.int64)
     # each batch's key span (its first table's offset to its last table's end): a batch
-    # whose span is no larger than the set marks a byte per key instead (meta-2021's
-    # piece of one 256 K-row table looked up 4.46 M times: 256 KB, not a 128 MB set)
+    # whose bitmap is no larger than the set (8 bytes an entry) marks a bit per key
+    # instead (meta-2021's piece of one 256 K-row table looked up 4.46 M times: 32 KB,
+    # not a 128 MB set; three tables of 16 M rows: 6 MB, not 32 MB)
     starts, ends = np.asarray(bounds[:-1]), np.asarray(bounds[1:])
     full = ends > starts
     spans = (
         offsets[np.asarray(table[ends[full] - 1], dtype=np.int64) + 1]
         - offsets[np.asarray(table[starts[full]], dtype=np.int64)]
     )
-    dense = spans <= 1 << set_bits
-    seen = np.zeros(int(spans[dense].max()) if dense.any() else 0, dtype=np.uint8)
+    dense = spans <= 64 << set_bits
+    seen = np.zeros((int(spans[dense].max()) + 7) // 8 if dense.any() else 0, dtype=np.uint8)
     set_keys = np.zeros(1 << set_bits if not dense.all() else 1, dtype=np.int64)
     keys = np.empty(len(row), dtype=key_dtype)
     ukeys = np.empty(len(row), dtype=key_dtype)
