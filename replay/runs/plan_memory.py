@@ -80,7 +80,8 @@ key tables of 640 MiB, made whole when the replay starts), with torch imported (
 stage. Measured again with it (`/usr/bin/time`, load average 13-21): that plan 1.57 GiB
 (estimate 1.74), the 64 GPUs 977 MiB (1.12 GiB: torch counted, no cache, as TorchRec
 keeps every table whole there), the epoch with hbm-lru and dram 630 MiB (684), the SSD
-TBE plan 1.55 GiB (1.79), docs/torchrec.md's 1.01 GiB (966 MiB), tiny 245 MiB (243).
+TBE plan 1.55 GiB (1.79), docs/torchrec.md's 1.01 GiB (966 MiB), tiny 245 MiB (243),
+the TBE plan of docs/plan.md 1.62 GiB (1.59).
 """
 
 from __future__ import annotations
