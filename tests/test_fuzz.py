@@ -851,6 +851,17 @@ def test_trace_manifest_fuzz(base_traces: list[Path], which: int, data: st.DataO
         read_everything(path)
 
 
+@pytest.mark.parametrize("layout", [5, "pieces", [1, 2], True])
+def test_trace_manifest_layout_not_a_table(base_traces: list[Path], layout: object) -> None:
+    # a layout that is no table: no pieces, never an AttributeError (found by the fuzz)
+    manifest = json.loads((base_traces[0] / "manifest.json").read_text())
+    manifest["layout"] = layout
+    with scratch() as tmp:
+        path = _copy_trace(base_traces[0], tmp)
+        (path / "manifest.json").write_text(json.dumps(manifest))
+        read_everything(path)
+
+
 def _other_parquet(kind: str, rng: random.Random) -> pa.Table:
     names = ["batch", "table", "row"] + (["count"] if kind == "updates" else [])
     choice = rng.randrange(5)

@@ -203,7 +203,8 @@ class Trace:
             pieces = tuple((int(t0), int(t1)) for t0, t1 in given or ())
             if not all(0 <= t0 < t1 <= len(self.table_rows) for t0, t1 in pieces):
                 raise ValueError("a table range out of bounds")
-            int(layout.get("piece_lookups", 0))
+            if isinstance(layout, dict):  # a layout that is no table has no pieces
+                int(layout.get("piece_lookups", 0))
         except (TypeError, ValueError) as exc:
             raise TraceError(
                 f"{self.path / MANIFEST_NAME}: layout.batch_pieces is not a list of table "
