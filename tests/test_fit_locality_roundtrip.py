@@ -29,14 +29,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from test_fit_locality import record_text
 
-from replay.workload.fit_locality import (
-    _mixture_costs,
-    _Problem,
-    _split,
-    fit_locality,
-    nnls,
-    whole_tables,
-)
+from replay.workload.fit_locality import _Problem, _split, fit_locality, whole_tables
+from replay.workload.fit_locality_library import _mixture_costs, nnls
 from replay.workload.locality_model import BINS, BatchStats, TableShape, expected_stats
 from replay.workload.locality_stats import read_locality_stats
 from replay.workload.spec import TableSpec, WorkloadSpec
