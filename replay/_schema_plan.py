@@ -57,7 +57,7 @@ class Touched(TypedDict):
     """touched(k): the distinct rows updated within k consecutive batches, what an
     incremental checkpoint every k batches writes."""
 
-    basis: NotRequired[Annotated[str, "how the curve was measured at R < 1"]]
+    basis: NotRequired[Annotated[Any, "how the curve was measured at R < 1"]]
     batches: Annotated[list[int], "k, in batches"]
     rows: Annotated[list[float], "distinct rows updated within k batches"]
     bytes: Annotated[list[float], "those rows' state (rows x state_bytes_per_row)"]

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # (`python -c "from replay._schema_docs import write_published; write_published()"`);
 # the lines of earlier versions stay.
 FINGERPRINTS = {
-    ("plan", 1): "5864447874c34fd9",
+    ("plan", 1): "26a8b72b924039b0",
     ("torchrec", 2): "9dcc209e729d54e0",
     ("sharding", 1): "55f1028d3fa89072",
     ("run-summary", 1): "a49b8955507ed9e5",

@@ -102,6 +102,7 @@ def mrc_command(
     """LRU miss ratio against cache size in rows and bytes, from one pass over the lookups (exact
     stack distances) or from a SHARDS sample with its expected error."""
     from replay._memory import mrc_estimate
+    from replay._schema_stamp import stamp
     from replay.analysis.mrc import mrc_source, validate_options
     from replay.workload.source import source_document, source_label
 
@@ -154,6 +155,7 @@ def mrc_command(
             document["row_bytes"] = row_bytes
             document["cache_bytes"] = [int(c) * row_bytes for c in result.sizes.tolist()]
         document["checksums_verified"] = checksums_verified(ref, verify)
+        document = stamp("mrc", document)  # the file's document, printed by --json too
         if out is not None:
             progress.stage(f"writing {shown(out, markup=False)}")
             from replay.runs.mrc_files import write_outputs

@@ -29,7 +29,8 @@ def schema_command(
         typer.Option(
             "--validate",
             metavar="FILE",
-            help="Check FILE against NAME's schema: exit 0 if valid, 2 naming the first bad key.",
+            help="Check FILE against NAME's schema: exit 0 if valid, 2 naming the first bad key "
+            "(default: print the schema).",
         ),
     ] = None,
 ) -> None:

@@ -238,6 +238,8 @@ def load_manifest(root: Path) -> dict[str, Any]:
             "above the 2^63 - 1 rows that the replay's int64 row keys can number"
         )
     _check_shape(manifest, where)
+    if not isinstance(manifest.get("layout", {}), dict):
+        raise TraceError(f"{where}: layout is not an object")
     batches = _require(manifest, "batches", int, where)
     if not 0 <= batches <= MAX_BATCHES:
         raise TraceError(f"{where}: batches must be between 0 and 2^32 (batch ids are uint32)")
