@@ -2,12 +2,12 @@
 shape is one typed definition (`replay._schema_docs`) from which a JSON Schema (draft
 2020-12) is generated and shipped in `replay/schemas/`.
 
-This module is the cheap part every reader imports (typing only): the
-current version of each document (`VERSIONS`), the versions a reader accepts
-(`ACCEPTED`), `check_version` (one line
-naming the file where a version is not one this replay reads). A document without
-`schema_version` was written before versions existed; it has the shape of version 1
-less that key, and is read as that version (`UNVERSIONED`).
+This module is the cheap part every reader imports (typing only): the current version of
+each document (`VERSIONS`), the versions a reader accepts (`ACCEPTED`) and
+`check_version` (one line naming the file where a version is not one this replay
+reads); writers stamp a document with `replay._schema_stamp.stamp`. A document without
+`schema_version` was written before versions existed; it has the shape of its first
+version less that key, and is read as that version (`UNVERSIONED`).
 
 Definitions are TypedDicts whose fields may be `Annotated[T, "meaning", Bounds(...)]`;
 `json_schema` turns one into a JSON Schema: a TypedDict is an object of exactly its
