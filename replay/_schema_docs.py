@@ -14,6 +14,7 @@ reader warns on any key it does not know) keep those tools' shapes and carry no
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -372,8 +373,7 @@ def validate(name: str, value: Any, where: object) -> None:
     doc = document(name)
     if isinstance(value, dict) and VERSION_KEY in value:
         check_version(name, value, where, InputError)
-    validator = jsonschema.Draft202012Validator(json.loads(published_path(name).read_text()))
-    errors = list(validator.iter_errors(value))
+    errors = list(_validator(name, jsonschema).iter_errors(value))
     if not errors:
         return
     # the first in the file's order: the shallowest path of the earliest key
@@ -405,6 +405,13 @@ def check_written(name: str, document: dict[str, Any]) -> None:
         validate(name, json.loads(text), f"the {name} document being written")
     except InputError as exc:
         raise SchemaViolation(str(exc)) from None
+
+
+@functools.cache
+def _validator(name: str, jsonschema: Any) -> Any:
+    """The published schema's validator, built once (the test suite checks thousands of
+    documents)."""
+    return jsonschema.Draft202012Validator(json.loads(published_path(name).read_text()))
 
 
 def _order(value: Any, path: Any) -> list[int]:
