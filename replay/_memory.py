@@ -39,12 +39,16 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from replay._units import format_bytes
 from replay.errors import ConfigError
+
+if TYPE_CHECKING:  # numpy is not imported at run time: the console's start
+    import numpy as np
 
 ENV_LIMIT = "REPLAY_MEMORY_LIMIT"
 # imports, numba's code, the batch ranges in flight (read ahead, queued): not in an estimate
@@ -88,7 +92,7 @@ def _bytes_per(value: float) -> str:
     return f"{value:.3g} B"
 
 
-def row_space(table_rows: Sequence[int]) -> int:
+def row_space(table_rows: Iterable[int]) -> int:
     """Σ rows in Python integers (a numpy int64 sum wraps silently past 2^63)."""
     return sum(int(r) for r in table_rows)
 
@@ -105,7 +109,7 @@ def check_row_space(table_rows: Sequence[int], where: str = "") -> int:
     return total
 
 
-def _rows_detail(table_rows: Sequence[int], per_row: float) -> str:
+def _rows_detail(table_rows: Sequence[int] | np.ndarray, per_row: float) -> str:
     rows = [int(r) for r in table_rows]
     if len(rows) > 1 and len(set(rows)) == 1:
         shape = f"{len(rows)} tables x {format_count(rows[0])} rows"
@@ -308,7 +312,7 @@ PROCESS_BYTES = 256 << 20
 
 
 def run_estimate(
-    table_rows: Sequence[int],
+    table_rows: Sequence[int] | np.ndarray,
     lookups: int,
     batches: int,
     states: Sequence[RunState],

@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -103,7 +104,7 @@ def _shards_filter(
     total_keys: int,
     out_keys: np.ndarray,
     out_group: np.ndarray,
-) -> tuple[int, int]:
+) -> tuple[int, int | np.signedinteger[Any]]:
     """Keep the requests whose key hashes below `threshold` mod 2^24; (kept, bad keys).
 
     The group of a kept key (bits 24.. of the same hash) goes to `out_group`.
@@ -113,7 +114,7 @@ def _shards_filter(
     gmask = np.uint64(SUBSAMPLES - 1)
     s24 = np.uint64(24)
     limit = np.uint64(total_keys)
-    bad = 0
+    bad: int | np.signedinteger[Any] = 0  # numpy's bools add into it (numba: an int64)
     n = 0
     for i in range(len(keys)):
         u = np.uint64(keys[i])
@@ -136,7 +137,7 @@ def _shards_filter_columns(
     salt: np.uint64,
     out_keys: np.ndarray,
     out_group: np.ndarray,
-) -> tuple[int, int]:
+) -> tuple[int, int | np.signedinteger[Any]]:
     """`_shards_filter` straight from a trace's (table, row) columns; (kept, bad lookups).
 
     This loop touches every lookup of the trace, so it makes the flat key itself (no
@@ -147,10 +148,10 @@ def _shards_filter_columns(
     gmask = np.uint64(SUBSAMPLES - 1)
     s24 = np.uint64(24)
     tables = len(rows)
-    bad = 0
+    bad: int | np.signedinteger[Any] = 0  # numpy's bools add into it (numba: an int64)
     n = 0
     for i in range(len(row)):
-        tb = np.int64(table[i])
+        tb: int | np.int64 = np.int64(table[i])
         bad += tb >= tables
         tb = min(tb, tables - 1)
         r = np.uint64(row[i])

@@ -198,7 +198,7 @@ def buckets(lay: Layout, rows: np.ndarray) -> tuple[np.ndarray, ...]:
 @kernel(inline="always")
 def _block_of(t: int, row: int, mul: np.ndarray, mshift: np.ndarray, even: np.ndarray,
               base: np.ndarray, bshift: np.ndarray, bbase: np.ndarray, bfirst: np.ndarray,
-              bend: np.ndarray) -> int:  # fmt: skip
+              bend: np.ndarray) -> int | np.int64:  # fmt: skip
     """The block of a row-split or table-wise table holding `row`: base + row // size for
     even blocks (a multiply and a shift, `magic`: a division costs a quarter of the lean
     loop's time), else its bucket's first block, moved on past the blocks that end at or
@@ -376,8 +376,9 @@ def route_lookups(
                 first = (owner // gpn) * gpn  # the owner's node's first rank
                 rin = 0
                 rout = 0
-                iin = 0  # ids the owner sends, intra- and inter-node
-                iout = 0
+                # ids the owner sends, intra- and inter-node (numba unifies int and int64)
+                iin: np.int64 | int = 0
+                iout: np.int64 | int = 0
                 # the table's even blocks' multiplier, loaded once (the stores below may
                 # alias the arrays, so the compiler reloads what is read in the loop), and
                 # no branch on intra- or inter-node: 7 of 64 ranks share the owner's node

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from replay.engine.account import Shape
 from replay.engine.cluster import allreduce_model, cluster_link, collective_model
 from replay.engine.cluster_route import Router
 from replay.engine.cluster_time import RankAccount
@@ -53,6 +54,7 @@ from replay.system.sharding import Placement
 from replay.system.spec import ClusterSpec, SystemSpec
 from replay.trace.keys import table_offsets
 from replay.trace.stream import BatchRange, iter_batch_ranges
+from replay.workload.source import Source
 
 ROUTED_POLICIES = ("lru",)  # whose steady-state counters this module models
 
@@ -86,11 +88,11 @@ def steady_counters(
     return out
 
 
-def _router(source: object, system: SystemSpec, placement: Placement) -> tuple:
+def _router(source: Source, system: SystemSpec, placement: Placement) -> tuple:
     cluster = system.cluster or ClusterSpec(
         nodes=placement.nodes, gpus_per_node=placement.gpus_per_node
     )
-    rows = np.asarray(source.table_rows, dtype=np.int64)  # type: ignore[attr-defined]
+    rows = np.asarray(source.table_rows, dtype=np.int64)
     if [t.rows for t in placement.tables] != rows.tolist():
         raise ConfigError("cluster: the placement's tables are not the source's tables")
     shape = workload_shape(source, system)
@@ -102,7 +104,7 @@ def _router(source: object, system: SystemSpec, placement: Placement) -> tuple:
 
 
 def route_clusters(
-    source: object,
+    source: Source,
     jobs: list[tuple[SystemSpec, Placement, np.ndarray | None]],
     threads: int | None = None,
 ) -> list[dict[str, np.ndarray]]:
@@ -114,7 +116,7 @@ def route_clusters(
     `allreduce_s`, `imbalance` (per batch);
     with hit ratios also `rank_hits`, `rank_time_s` and `step_time_s` (module
     docstring)."""
-    nb = int(source.num_batches)  # type: ignore[attr-defined]
+    nb = int(source.num_batches)
     # jobs on the same placement object (the user's cluster among the scaling points)
     # are routed once
     first: dict[int, int] = {}
@@ -160,7 +162,7 @@ def route_clusters(
 
 
 def _columns(
-    system: SystemSpec, placement: Placement, model: CollectiveModel, shape: object,
+    system: SystemSpec, placement: Placement, model: CollectiveModel, shape: Shape,
     hit_ratios: np.ndarray | None, lookups: np.ndarray, rank_lookups: np.ndarray,
     rank_updates: np.ndarray, net: dict[str, np.ndarray],
 ) -> dict[str, np.ndarray]:  # fmt: skip
@@ -182,7 +184,7 @@ def _columns(
     hit = np.asarray(hit_ratios, dtype=np.float64)
     if hit.shape != (world,):
         raise ValueError(f"hit_ratios: one per GPU ({world}), got {hit.shape}")
-    acc = RankAccount(system, shape, world, nb, 1)  # type: ignore[arg-type]
+    acc = RankAccount(system, shape, world, nb, 1)
     capacity = int(system.policy.capacity_rows or 0)
     counters = steady_counters(rank_lookups.T, rank_updates.T, hit, capacity)
     acc.add(slice(0, nb), counters, rank_lookups.T, rank_updates.T, np.zeros(nb, np.int64))

@@ -91,7 +91,7 @@ class _Fill:
         return np.array([self.loads[t].hbm_of(a, b) for a, b in blocks], dtype=np.int64)
 
     def _take(
-        self, gpus: slice | np.ndarray | int, need: np.ndarray | int, cost: list[float]
+        self, gpus: slice | np.ndarray | int, need: np.ndarray | int, cost: list[float] | float
     ) -> None:
         self.free[gpus] -= need
         self.held[gpus] += need

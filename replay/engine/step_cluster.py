@@ -174,7 +174,7 @@ def gpu_loads(
         kernel = max(kinds, key=lambda k: kinds[k]) if kinds else default
         n = float(lookups[r])
         miss = float(misses[r])
-        kw: dict[str, float] = {}
+        kw: dict[str, Any] = {}
         if kernel == "uvm":
             kw = {"host_lookups": n, "host_rows": float(updates[r]) if updates is not None else n}
         elif kernel in ("uvm-caching", "ssd"):

@@ -313,7 +313,7 @@ def _a2a(sent: float, received: float) -> float:
 
 def _large_kernel(run: Run) -> KernelLoad:
     lookups = large_lookups()
-    base = {
+    base: dict[str, Any] = {
         "lookups": lookups,
         "bags": WORLD * LOCAL_BATCH,  # row-wise: partial sums of every sample
         "dim": LARGE_DIM,

@@ -368,16 +368,16 @@ def _simulate(
             False, p_any_failure=p,
             goodput_given_failure=goodput_given_failure(goodput_model, 1.0, p, None),
         )  # fmt: skip
-    kw = dict(
+    kw: dict[str, Any] = dict(
         scratch_restore_s=inp.restart_s, horizon_s=horizon_s * ev.period_s / ev.useful_s,
         mtbf_s=mtbf_s, draws=draws, seed=seed, max_wall_factor=max_wall_factor,
     )  # fmt: skip
-    stats = evaluate_failures(ev.period_s, ev.useful_s, ev.points, **kw)  # type: ignore[arg-type]
+    stats = evaluate_failures(ev.period_s, ev.useful_s, ev.points, **kw)
     p = p_any_failure(float(kw["horizon_s"]), mtbf_s)
     given_goodput = goodput_given_failure(
         stats.goodput_mean, ev.useful_s / ev.period_s, p,
         lambda: evaluate_failures(
-            ev.period_s, ev.useful_s, ev.points, given_failure=True, **kw  # type: ignore[arg-type]
+            ev.period_s, ev.useful_s, ev.points, given_failure=True, **kw
         ).goodput_mean,
     )  # fmt: skip
     checkpoints = name != "none"

@@ -189,7 +189,7 @@ def _span_means(columns: dict[str, np.ndarray]) -> dict[str, float]:
     """Means over the span's second half (after the caches warm)."""
     n = len(columns["imbalance"])
     half = slice(n // 2, n) if n > 1 else slice(0, n)
-    out = {}
+    out: dict[str, float] = {}
     for key in ("imbalance", "all_to_all_bytes", "all_to_all_s", "allreduce_s", "step_time_s",
                 "all_to_all_input_bytes", "all_to_all_forward_bytes",
                 "all_to_all_backward_bytes"):  # fmt: skip
@@ -321,12 +321,14 @@ def plan_cluster(
                     "on every GPU"
                 )
             continue
-        worst[key] = float(max(per)) * row_bytes
-        mean[key] = float(np.mean(per)) * row_bytes
-        fits[key] = bool(worst[key] <= cluster.gpu_memory_bytes)
+        known = [float(v) for v in per if v is not None]  # none missing: checked above
+        worst_bytes = max(known) * row_bytes
+        worst[key] = worst_bytes
+        mean[key] = float(np.mean(known)) * row_bytes
+        fits[key] = bool(worst_bytes <= cluster.gpu_memory_bytes)
         if not fits[key]:
             notes.append(
-                f"a hit ratio of {key} on every GPU needs {format_bytes(worst[key])} of cache "
+                f"a hit ratio of {key} on every GPU needs {format_bytes(worst_bytes)} of cache "
                 "on the "
                 f"worst GPU, more than a GPU's {format_bytes(cluster.gpu_memory_bytes)} "
                 "(cluster.gpu_memory_bytes)"
@@ -410,15 +412,15 @@ def plan_cluster(
             ]
             for t in entry["at_resolution"]:
                 low.setdefault(t, []).append(r)
-    for t, ranks in low.items():
+    for label, ranks in low.items():
         notes.append(
-            f"hit {t}: {len(ranks)} of {world} GPUs reach it at the sample's resolution "
+            f"hit {label}: {len(ranks)} of {world} GPUs reach it at the sample's resolution "
             f"({format_bytes(floor_rows * row_bytes)}, {floor_rows:,} rows at R = {rate:g}): "
             "their bytes "
             "are upper bounds, and so is the mean"
             + (
                 ""
-                if worst.get(t) is None or worst[t] > floor_rows * row_bytes
+                if (w := worst.get(label)) is None or w > floor_rows * row_bytes
                 else "; and the worst"
             )
         )

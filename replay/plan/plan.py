@@ -336,8 +336,8 @@ def make_plan(
         horizon, spec, rate, smallest, table_rows,
         extra_sizes=[np.array([math.floor(uniform_f * r * (1 + 1e-12))]) for r in table_rows],
     )  # fmt: skip
-    curves = per_table.curves
-    split = split_budget(names, table_rows, per_table.lookups, curves, budget_rows)
+    table_lru = per_table.curves
+    split = split_budget(names, table_rows, per_table.lookups, table_lru, budget_rows)
     say("TorchRec's cache statistics per table (torchrec.json)")
     torchrec = torchrec_stats(
         horizon,
@@ -373,7 +373,7 @@ def make_plan(
     # a batch's distinct rows, E touched(1): the modelled systems' updates, the SSD TBE's
     batch_rows = float(np.interp(1, touched.batches, touched.rows))
     systems_modelled = modelled_wanted(spec)
-    if systems_modelled:  # production scale: `replay.plan.systems_model`
+    if systems_modelled and spec is not None:  # production scale: `replay.plan.systems_model`
         from replay.plan.systems_model import modelled_note, modelled_steady_state
 
         say("systems: steady state per batch, modelled from the curve (production scale)")
@@ -418,7 +418,7 @@ def make_plan(
 
     say("checkpoint strategies at the cluster's MTBF")
     touched_rows = _interpolator(touched.batches, touched.rows)
-    common = {
+    common: dict[str, Any] = {
         "time_per_batch_s": time_per_batch,
         "total_rows": int(sum(table_rows)),
         "row_bytes": state_bytes,

@@ -309,7 +309,7 @@ def _layout(placement: Placement) -> _Layout:
 
 
 @kernel(inline="always")
-def _dp_rank(batch: int, pos: int, world: int, salt: np.uint64) -> int:
+def _dp_rank(batch: int, pos: int, world: int, salt: np.uint64) -> np.int64:
     """A data-parallel lookup's rank: SplitMix64 of (batch, position), its top 32 bits
     times W shifted down 32 (even over the W ranks to 2^-32)."""
     h = mix64((np.uint64(batch) << np.uint64(32)) ^ np.uint64(pos) ^ salt)
@@ -544,8 +544,8 @@ def rank_curves(
         for rank, st in enumerate(states):
             st.feed_sampled(int(lookups[rank]), np.empty(0, np.int64), no_group)
             distinct[rank] = st.estimated_distinct
-            if models[rank] is not None:  # Che's curve as a control variate
-                st.model = _model_of(horizon, models[rank], st)
+            if (model := models[rank]) is not None:  # Che's curve as a control variate
+                st.model = _model_of(horizon, model, st)
             if ok.any():
                 curve, point, sup = st.estimate(sizes[ok])
                 miss[rank, ok] = curve

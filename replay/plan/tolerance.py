@@ -104,7 +104,8 @@ def plan_within(
     default tolerance only checked); the document records what was asked and met
     (`tolerance`) and notes what was not."""
     tried = []
-    document, curves = {}, {}
+    document: dict[str, Any] = {}
+    curves: dict[str, Any] = {}
     current = request
     for attempt in range(MAX_RERUNS + 1):
         document, curves = make(current)

@@ -77,7 +77,7 @@ def table_shape(total_keys: int, capacity: int) -> tuple[int, int, int]:
 
 
 @kernel(inline="always")
-def _home(k: int, shift: int) -> int:
+def _home(k: int, shift: int) -> np.int64:
     return np.int64((np.uint64(k) * _GOLDEN) >> np.uint64(shift))
 
 

@@ -32,7 +32,7 @@ def bytes_text(value: float | None) -> str:
 def rate_text(bytes_per_s: float | None) -> str:
     """A write or transfer rate in decimal units (`1.16 GB/s`), as drives are rated."""
     ok = bytes_per_s is not None and math.isfinite(bytes_per_s)
-    return format_rate(bytes_per_s) if ok else "n/a"  # type: ignore[arg-type]
+    return format_rate(bytes_per_s) if ok and bytes_per_s is not None else "n/a"
 
 
 def plural(count: int, noun: str) -> str:

@@ -55,7 +55,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -71,6 +71,9 @@ from matplotlib.text import Text
 from matplotlib.ticker import Formatter, FuncFormatter, LogFormatter, ScalarFormatter
 
 from replay.report.load import Results, RunData, SweepData
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 SECTIONS = (
     "workload",
@@ -109,7 +112,11 @@ MAX_STEM = 80  # characters of a folder name in a figure's file name
 MAX_TITLE_NAME = 48  # characters of a folder name in a figure's title
 # while a figure is drawn, whatever a matplotlibrc says: no TeX, and the mathtext of the
 # number formatters' tick labels ($10^{3}$) drawn as math
-DRAW_RC = {"text.usetex": False, "text.parse_math": True, "font.family": "DejaVu Sans"}
+DRAW_RC: dict[RcKeyType, Any] = {
+    "text.usetex": False,
+    "text.parse_math": True,
+    "font.family": "DejaVu Sans",
+}
 FONT = "DejaVu Sans"
 # formatters whose labels are numbers matplotlib writes in mathtext; no name goes in them
 MATH_FORMATTERS = (ScalarFormatter, LogFormatter)
@@ -582,7 +589,7 @@ def steady_span(runs: Sequence[RunData]) -> str:
         frame = steady_batches(run)
         if frame.height == 0 or "batch" not in frame.columns:
             continue
-        spans.add((int(frame["batch"].min()), int(frame["batch"].max())))
+        spans.add((int(frame["batch"].min()), int(frame["batch"].max())))  # type: ignore[arg-type]  # ints: not empty
     if len(spans) == 1:
         lo, hi = spans.pop()
         return f"batch {lo}" if lo == hi else f"batches {lo}–{hi}"

@@ -82,7 +82,7 @@ def _checkpoint_bytes(
         if r.strategy != "none"
         and r.checkpoints.height > 0
         and {"batch", "bytes"} <= set(r.checkpoints.columns)
-        and float(r.checkpoints["bytes"].max() or 0) > 0
+        and float(r.checkpoints["bytes"].max() or 0) > 0  # type: ignore[arg-type]  # an int column
     ]
     usable = [r for r in with_strategy if training_writes(r).height >= MIN_CHECKPOINTS]
     few = list(

@@ -68,7 +68,7 @@ def step_parts(run: RunData) -> tuple[np.ndarray, list[tuple[str, str, np.ndarra
     if "patrickstar_comm_s" in frame.columns:
         comm = _column(frame, "patrickstar_comm_s")
         values = [step - comm, comm]
-        parts = PATRICKSTAR_PARTS
+        parts: tuple[tuple[str, str], ...] = PATRICKSTAR_PARTS
     else:
         known = [
             _column(frame, name)
@@ -121,7 +121,7 @@ def _cluster_figure(run: RunData, name: str, shown: str, out: Path) -> FigureOut
 
     batch, parts = step_parts(run)
     x, values, width = _binned(batch, [v for _, _, v in parts])
-    scale, unit = _time_unit(float(sum(values).max()) if len(x) else 0.0)
+    scale, unit = _time_unit(float(sum(values).max()) if len(x) else 0.0)  # type: ignore[union-attr]  # a sum of arrays
     right.stackplot(
         x,
         *[v * scale for v in values],

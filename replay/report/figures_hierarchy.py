@@ -321,8 +321,8 @@ def _mrc(
             f"{_pct(ys[-1])} at {_rows(xs[-1])}."
         )
     singles = [p for p in points if p[0] not in swept]
-    for m_i, (policy, label, rows, miss, key) in enumerate(singles[:MAX_MARKERS]):
-        color, _ = style(key)
+    for m_i, (policy, label, rows, miss, color_key) in enumerate(singles[:MAX_MARKERS]):
+        color, _ = style(color_key)
         text = _short(_with_policy(label, policy), 36)
         ax.plot(
             [rows],
@@ -371,9 +371,14 @@ def _mrc(
     ax.set_ylabel(f"miss ratio ({WHOLE})")
     ax.set_ylim(0, min(1.02, max(ax.get_ylim()[1], 0.05)))
     if row_bytes:
-        top = ax.secondary_xaxis(
-            "top", functions=(lambda r: r * row_bytes, lambda b: b / row_bytes)
-        )
+
+        def to_bytes(r: Any) -> Any:
+            return r * row_bytes
+
+        def to_rows(b: Any) -> Any:
+            return b / row_bytes
+
+        top = ax.secondary_xaxis("top", functions=(to_bytes, to_rows))
         top.set_xscale("log")
         top.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _bytes(v) if v > 0 else ""))
         top.xaxis.set_minor_formatter(NullFormatter())

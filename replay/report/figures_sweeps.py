@@ -140,8 +140,7 @@ def _key_unit(key: str) -> str:
 
 
 def _sweep_bars(sweep: SweepData, name: str, out: Path) -> FigureOut | None:
-    points = [(r, _time_per_batch_ms(r)) for r in sweep.runs]
-    points = [(r, v) for r, v in points if v is not None]
+    points = [(r, v) for r in sweep.runs if (v := _time_per_batch_ms(r)) is not None]
     if not points:
         return None
     title = f"Sweep {_cut(sweep.path.name, MAX_TITLE_NAME)}: time per batch"
@@ -457,7 +456,7 @@ def _chunk_figure(
     budget_text = f" at a budget of {_g(budget)} rows" if budget else ""
     fig.suptitle(f"{title}{budget_text}", fontsize=11)
     figures.save(fig, out / name)
-    i_best = max(range(len(points)), key=lambda i: hit[i] if hit[i] is not None else -1.0)
+    i_best = max(range(len(points)), key=lambda i: h if (h := hit[i]) is not None else -1.0)
     i_fast = min(range(len(points)), key=lambda i: times[i])
     facts = [
         f"Steady state ({steady_span([r for _, r in points])}), chunk policy{budget_text}: "

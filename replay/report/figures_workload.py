@@ -143,9 +143,14 @@ def _workload_distinct(run: RunData, out: Path) -> FigureOut | None:
     ax.set_ylabel("rows or lookups per batch")
     ax.yaxis.set_major_formatter(_axis_count(float(lookups.max(initial=0.0))))
     if mean_lookups > 0:
-        right = ax.secondary_yaxis(
-            "right", functions=(lambda v: 100 * v / mean_lookups, lambda p: p * mean_lookups / 100)
-        )
+
+        def to_pct(v: Any) -> Any:
+            return 100 * v / mean_lookups
+
+        def from_pct(p: Any) -> Any:
+            return p * mean_lookups / 100
+
+        right = ax.secondary_yaxis("right", functions=(to_pct, from_pct))
         right.set_ylabel("% of the mean lookups per batch")
     ax.set_title(f"{title} ({_short(run.label, 40)})")
     ax.grid(True, alpha=0.3)

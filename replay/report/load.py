@@ -28,7 +28,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import polars as pl
@@ -135,7 +135,8 @@ class Results:
     def all_runs(self) -> list[RunData]:
         """Every run: those given alone, then each comparison's, then each sweep's."""
         runs = list(self.runs)
-        for group in (*self.compares, *self.sweeps):
+        groups: list[CompareData | SweepData] = [*self.compares, *self.sweeps]
+        for group in groups:
             runs.extend(group.runs)
         return runs
 
@@ -423,7 +424,7 @@ def _check_cluster(path: Path, summary: dict[str, Any], batches: int) -> pl.Data
             raise ReportError(f"{file}: column {name!r} must hold {what} without nulls")
         if name == "time_s" and not series.is_finite().all():  # min() skips NaN
             raise ReportError(f"{file}: column 'time_s' holds a NaN or infinite value")
-        if series.len() and float(series.min()) < 0:  # type: ignore[arg-type]
+        if series.len() and float(series.min()) < 0:  # type: ignore[arg-type]  # a number: no nulls
             raise ReportError(f"{file}: column {name!r} holds a negative value")
     if frame.height != batches * world:
         raise ReportError(
@@ -544,7 +545,7 @@ def load_mrc(path: Path) -> MrcData:
     return MrcData(path, curve, document)
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     try:

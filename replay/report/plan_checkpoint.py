@@ -26,7 +26,11 @@ def capped_at_span(s: dict[str, Any]) -> bool:
     if s.get("interval_capped_at_span"):
         return True
     horizon = s.get("horizon_s")
-    return bool(horizon) and float(s["interval_s"]) >= float(horizon) * (1 - 1e-9)
+    return (
+        horizon is not None
+        and bool(horizon)
+        and (float(s["interval_s"]) >= float(horizon) * (1 - 1e-9))
+    )
 
 
 def every(s: dict[str, Any]) -> str:

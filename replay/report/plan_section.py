@@ -494,7 +494,7 @@ def _cache_blocks(plan: PlanData, index: int, images: dict[str, Image]) -> list[
     n = len(m["rows"])
     if n:
         for i in np.unique(np.linspace(0, n - 1, min(12, n)).astype(int)):
-            row = (
+            row: tuple[str, ...] = (
                 format_bytes(m["bytes"][i]),
                 f"{int(m['rows'][i]):,}",
                 f"{m['miss_ratio'][i]:.4f}",

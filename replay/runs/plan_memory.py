@@ -312,9 +312,9 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         notes.append("production scale: distinct rows per batch and touched(k) in closed form")
     if isinstance(source, WorkloadSpec) and rate < 1.0 and not closed:
         # torchrec.json's distinct rows per batch: a few full batches, their keys in a map
-        span = span_batches(source, batches)
-        stages["distinct rows per batch"] = span * per_batch * TOUCHED_MAP_BYTES_PER_KEY // 4 + (
-            _in_flight(source, span, threads + AHEAD + 1)
+        span_n = span_batches(source, batches)
+        stages["distinct rows per batch"] = span_n * per_batch * TOUCHED_MAP_BYTES_PER_KEY // 4 + (
+            _in_flight(source, span_n, threads + AHEAD + 1)
         )
     if (
         isinstance(source, WorkloadSpec)

@@ -261,7 +261,8 @@ def run_state(
     if inspect and not generated:
         parts.append(("statistics", INSPECT_BYTES_PER_ROW))  # instead of the bitmap
     else:
-        if not (generated and source.steps_every_batch):  # else counted from the updates
+        # else counted from the updates
+        if not (isinstance(source, GeneratedTrace) and source.steps_every_batch):
             bitmaps = "distinct-row bitmaps" if threads > 1 and generated else "distinct-row bitmap"
             parts.append((bitmaps, (threads if generated else 1) / 8))
         if inspect:  # a second generation pass, beside the run's state

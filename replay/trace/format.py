@@ -375,7 +375,9 @@ def plan_pieces(
     return tuple(pieces)
 
 
-def largest_piece(table_lookups: Sequence[int], pieces: Sequence[tuple[int, int]]) -> int:
+def largest_piece(
+    table_lookups: Sequence[int] | np.ndarray, pieces: Sequence[tuple[int, int]]
+) -> int:
     """The lookups of the largest of `pieces` (table ranges, `plan_pieces`) of a batch
     (`table_lookups`: each table's lookups per batch), or 0 where batches are whole."""
     return max((int(sum(table_lookups[t0:t1])) for t0, t1 in pieces), default=0)

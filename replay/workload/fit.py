@@ -599,7 +599,7 @@ def _fit_trace(
     steps = 0
     for steps in range(1, LM_STEPS + 1):
         say(f"Levenberg-Marquardt step {steps}")
-        for k in np.flatnonzero(free.any(axis=0)):
+        for k in np.flatnonzero(free.any(axis=0)).tolist():
             step = np.full(num_tables, _FD_STEP[k])
             if k == DRIFT:  # near the floor drift does nothing: look further up
                 step = np.where(x[:, k] < drift_floor + 1.0, 1.5, step)
@@ -609,11 +609,11 @@ def _fit_trace(
             jacobian[:, :, k] = (sim.statistics(params_of(moved), seed) - current) / h[:, None]
         residual = (current - observed) / scale
         misfit = _misfit(current, observed, scale)
-        pending = free.any(axis=1)
+        pending = np.asarray(free.any(axis=1))
         moved_by = np.zeros_like(x)
         for _ in range(_LM_TRIES):
             change = np.zeros_like(x)
-            for t in np.flatnonzero(pending):
+            for t in np.flatnonzero(pending).tolist():
                 cols = np.flatnonzero(free[t])
                 weighted = jacobian[t][:, cols] / scale[t][:, None]
                 normal = weighted.T @ weighted
@@ -660,7 +660,7 @@ def _fit_trace(
         inverse = np.linalg.pinv(jacobian[t][:, cols] / scale[t][:, None], rcond=1e-6)
         inverse = inverse / scale[t][None, :]
         theta_cov = inverse @ cov @ inverse.T
-        alpha_se[t] = math.sqrt(max(float(theta_cov[list(cols).index(ALPHA), ALPHA]), 0.0))
+        alpha_se[t] = math.sqrt(max(float(theta_cov[cols.tolist().index(ALPHA), ALPHA]), 0.0))
     # the misfit in units of the noise of (sample - fitted), measured on the replicates
     # and the start's noise traces together
     # pooled: the noise traces ran at the start, the replicates at the fit
@@ -740,12 +740,12 @@ def _fit_trace(
                 alpha_ci=(round(max(ci[0], 0.0), 4), round(ci[1], 4)) if ok and ci else None,
                 alpha_note=note,
                 alpha_spec=round(alpha, 4),
-                alpha_mle=None if mle[t][0] is None else round(mle[t][0], 4),
+                alpha_mle=None if (a_mle := mle[t][0]) is None else round(a_mle, 4),
                 alpha_mle_se=None if mle[t][1] is None else float(f"{mle[t][1]:.3g}"),
                 reuse=round(float(params[t, REUSE]), 4),
                 drift=float(f"{params[t, DRIFT]:.4g}"),
-                observed=tuple(float(v) for v in observed[t]),  # type: ignore[arg-type]
-                fitted=tuple(float(v) for v in fitted[t]),  # type: ignore[arg-type]
+                observed=tuple(float(v) for v in observed[t]),
+                fitted=tuple(float(v) for v in fitted[t]),
                 misfit=round(float(misfits[t]), 3),
                 hot_tests=tuple((r.share, round(r.lr, 3)) for r in hot[t].ranks),
                 hot_shares=hot[t].shares,

@@ -107,7 +107,7 @@ def shards_threshold(sample_rate: float) -> int:
 
 
 @kernel(inline="always")
-def shards_keeps(key: np.int64, threshold: np.int64) -> bool:
+def shards_keeps(key: np.int64, threshold: np.int64) -> np.bool_:
     """Whether SHARDS samples the flat key `key` at threshold T (the rule above)."""
     h = mix64(np.uint64(key) ^ np.uint64(SHARDS_SALT))
     return np.int64(h & np.uint64(SHARDS_MODULUS - 1)) < threshold
@@ -492,7 +492,7 @@ def draw_rank(
 
 
 @kernel(inline="always")
-def drift_shift(batch: np.int64, rows: np.int64, drift: float, period: np.int64) -> np.int64:
+def drift_shift(batch: np.int64, rows: np.int64, drift: float, period: np.int64) -> np.int64 | int:
     if drift == 0.0:
         return 0
     epoch_start = (batch // period) * period
@@ -533,8 +533,8 @@ def generate_lookups(
     out_batch: np.ndarray,
     out_table: np.ndarray,
     out_row: np.ndarray,
-    table_start: np.int64 = 0,
-    table_stop: np.int64 = -1,
+    table_start: np.int64 | int = 0,
+    table_stop: np.int64 | int = -1,
 ) -> None:
     """Fill the lookups of batches [batch_start, batch_stop), sorted by (batch, table),
     of tables [table_start, table_stop) (-1: to the last): a piece of a batch too large
