@@ -98,7 +98,12 @@ def test_sharding_json_round_trips(tmp_path: Path) -> None:
     first = _run(tmp_path, "auto", *CLUSTER, "--set", "cluster.sharding=auto")
     plan = _json(first / "sharding.json")
     assert set(plan) == {
-        "schema_version", "tables", "source", "world_size", "gpus_per_node", "torchrec_executable"
+        "schema_version",
+        "tables",
+        "source",
+        "world_size",
+        "gpus_per_node",
+        "torchrec_executable",
     }
     assert plan["torchrec_executable"] is True  # auto plans what TorchRec executes
     assert [t["table"] for t in plan["tables"]] == ["user", "item", "category", "hour"]
