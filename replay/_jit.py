@@ -57,9 +57,14 @@ def kernel(fn: F | None = None, *, inline: Literal["never", "always"] = "never")
     kernels' callers convert what leaves them (`int(...)`, `float(...)`)."""
 
     def wrap(function: F) -> F:
-        dispatcher: Any = njit(cache=True, nogil=True, inline=inline)(function)
+        # what `cache=True` does (`enable_caching`), with this module's cache in place of
+        # numba's rather than after it: each cache object checks its folder is writable
+        # with a temporary file, 92 kernels x 2 of them at every start otherwise
+        dispatcher: Any = njit(nogil=True, inline=inline)(function)
         if LOADS_WITHOUT_REFRESH:
             dispatcher._cache = _LoadWithoutRefresh(dispatcher.py_func)
+        else:
+            dispatcher.enable_caching()
         return dispatcher
 
     return wrap if fn is None else wrap(fn)
