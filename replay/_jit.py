@@ -21,13 +21,37 @@ keeps numba's own cache.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-from numba import njit
-from numba.core.caching import FunctionCache
-from numba.core.runtime import rtsys
+
+def _import_numba_without_yaml() -> None:
+    """Import numba without PyYAML where numba would not read YAML.
+
+    numba imports PyYAML at start-up (`numba.core.config`) for one purpose: reading a
+    `.numba_config.yaml` in the working directory. With none there it never uses it, and
+    the import is 7-10 ms of every command on the 2-core VM. numba takes a missing PyYAML
+    as "no file config" (its own `try: import yaml`), and the entry is removed again, so
+    whatever imports PyYAML later (Dask's config) gets it. With the file present, or numba
+    or PyYAML already imported, nothing changes."""
+    if "numba" in sys.modules or "yaml" in sys.modules or os.path.exists(".numba_config.yaml"):
+        return
+    sys.modules["yaml"] = None  # type: ignore[assignment]  # numba's import raises ImportError
+    try:
+        import numba  # noqa: F401
+    finally:
+        if "yaml" in sys.modules and sys.modules["yaml"] is None:
+            del sys.modules["yaml"]
+
+
+_import_numba_without_yaml()
+
+from numba import njit  # noqa: E402
+from numba.core.caching import FunctionCache  # noqa: E402
+from numba.core.runtime import rtsys  # noqa: E402
 
 F = TypeVar("F", bound=Callable[..., Any])
 

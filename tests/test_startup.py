@@ -75,6 +75,53 @@ def test_help_of_a_command_through_the_console_imports_nothing_heavy() -> None:
     assert heavy == "[]"
 
 
+def test_a_one_gpu_run_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """A one-GPU `replay run` (through the console) loads neither the cluster's modules,
+    nor PyYAML (numba reads no `.numba_config.yaml` where there is none), nor
+    `ctypes.util` (the C library comes from the process's own symbols, without running
+    `ldconfig`); its results are those of a run in this process."""
+    from replay.cli import main
+
+    trace = tmp_path / "t"
+    assert main(["generate", "--preset", "tiny", "--batches", "2", "--out", str(trace)]) == 0
+    unwanted = {"yaml", "ctypes.util", "replay.engine.patrickstar_run", "replay.engine.cluster"}
+    code = (
+        "import os, sys; _exit = os._exit; "
+        f"os._exit = lambda code: (print(sorted(set(sys.modules) & {unwanted}), "
+        "file=sys.stderr), _exit(code)); "
+        "sys.argv = ['replay', *sys.argv[1:]]; from replay._console import main; main()"
+    )
+    run = ["run", str(trace), "--system", "hbm-lru", "--out", str(tmp_path / "r")]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *run], capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "[]"
+    assert main([*run[:-1], str(tmp_path / "again")]) == 0
+    assert (tmp_path / "r" / "summary.json").read_bytes() == (
+        tmp_path / "again" / "summary.json"
+    ).read_bytes()
+
+
+def test_numba_reads_a_numba_config_yaml_where_there_is_one(tmp_path: Path) -> None:
+    """numba imports without PyYAML only where it would not read YAML
+    (`replay._jit`): with a `.numba_config.yaml` in the working directory numba reads
+    it, and elsewhere PyYAML still imports after numba."""
+    (tmp_path / ".numba_config.yaml").write_text("opt: 2\n")
+    code = (
+        "import sys, replay._jit, numba.core.config as c; "
+        "print(c._HAVE_YAML, 'yaml' in sys.modules); import yaml"
+    )
+    for cwd, expected in ((tmp_path, "True True"), (tmp_path / "empty", "False False")):
+        cwd.mkdir(exist_ok=True)
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=cwd
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == expected
+
+
 def _median_wall_s(args: list[str], runs: int = 5) -> float:
     """Median wall time of `runs` whole `replay` processes after one untimed warm-up."""
     import statistics

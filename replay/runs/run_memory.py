@@ -139,9 +139,11 @@ def cluster_gpu_bytes(source: Source, gpus: int) -> int:
 def sharded(system: SystemSpec) -> bool:
     """Whether `system` replays one cache per GPU (`replay.engine.cluster`): a cluster,
     not PatrickStar's data-parallel chunks (`replay.engine.patrickstar_run`)."""
+    if system.cluster is None:  # one GPU: the cluster's modules stay unimported
+        return False
     from replay.engine.patrickstar_run import PATRICKSTAR_POLICY
 
-    return system.cluster is not None and system.policy.name != PATRICKSTAR_POLICY
+    return system.policy.name != PATRICKSTAR_POLICY
 
 
 def cache_bytes(
