@@ -55,6 +55,7 @@ class Setup:
     request: PlanRequest
     base: Any  # the first system's spec, resolved with every --set (a cluster's too)
     local_sets: tuple[str, ...]  # the sets of one GPU (a cluster's left out)
+    local_systems: tuple[Any, ...]  # every system resolved once with `local_sets`
     horizon: Any
     rate: float
     spec: WorkloadSpec | None  # None for a trace folder
@@ -143,16 +144,18 @@ def prepare(request: PlanRequest) -> Setup:
     local_sets = _local_sets(request, base)
     table_rows = [int(r) for r in horizon.table_rows]
     row_bytes, state_bytes = row_sizes(dict(horizon.workload or {}), base)
-    for name in request.systems:  # a tier over its capacity is said, never silent
+    local_systems = tuple(resolve_system(name, list(local_sets)) for name in request.systems)
+    for system in local_systems:  # a tier over its capacity is said, never silent
         over = home_tier_note(
-            resolve_system(name, list(local_sets)),
+            system,
             float(sum(table_rows)) * state_bytes,
             cluster=base.cluster is not None,
         )
         if over is not None:
             notes.append(over)
     return Setup(
-        request=request, base=base, local_sets=local_sets, horizon=horizon, rate=rate,
+        request=request, base=base, local_sets=local_sets,
+        local_systems=local_systems, horizon=horizon, rate=rate,
         spec=spec, batches=int(horizon.num_batches), names=list(horizon.table_names),
         table_rows=table_rows, row_bytes=row_bytes, state_bytes=state_bytes,
         notes=tuple(notes),
@@ -268,6 +271,7 @@ def cache_answers(s: Setup, c: Curves, say: Say) -> CacheAnswers:
     for answer in policy_answers(
         horizon, request.systems, s.local_sets, rate=rate, budget_rows=c.budget_rows,
         targets=request.hit_targets, distinct_rows=c.distinct, full_lookups=full_lookups,
+        resolved=s.local_systems,
     ):  # fmt: skip
         policy_hits[answer.policy] = answer.hit_at_budget
         policy_bytes[answer.policy] = {
@@ -282,7 +286,7 @@ def cache_answers(s: Setup, c: Curves, say: Say) -> CacheAnswers:
     tbe = tbe_curves(
         horizon, request.systems, s.local_sets, rate=rate, total_rows=sum(s.table_rows),
         distinct_rows=c.distinct, min_rows=c.smallest, lru_hit_at=lru_hit_at,
-        full_lookups=full_lookups,
+        full_lookups=full_lookups, resolved=s.local_systems,
     )  # fmt: skip
     say("per-table curves and the budget's split")
     uniform_f = uniform_load_factor(c.budget_rows, s.table_rows)
@@ -368,14 +372,14 @@ def system_answers(s: Setup, c: Curves, cache: CacheAnswers, say: Say) -> System
             "differ there; the cache answers above compare the policies at the budget"
         )
     ssd_tbe = None
-    if ssd_tbe_system(request.systems, s.local_sets) is not None:
+    if ssd_tbe_system(request.systems, s.local_sets, s.local_systems) is not None:
         say("FBGEMM's SSD TBE: L1 and L2 per hit target (every L1 candidate in one read)")
         ssd_tbe = ssd_tbe_answers(
             horizon, request.systems, s.local_sets, rate=s.rate, total_rows=sum(s.table_rows),
             distinct_rows=c.distinct, min_rows=c.smallest, full_lookups=cache.full_lookups,
             row_bytes=s.state_bytes, targets=request.hit_targets,
             time_per_batch_s=time_per_batch, budget_bytes=request.cache_budget_bytes,
-            batch_rows=batch_rows,
+            batch_rows=batch_rows, resolved=s.local_systems,
         )  # fmt: skip
     return SystemAnswers(
         cluster=cluster, systems=systems, modelled=systems_modelled,

@@ -90,13 +90,15 @@ def policy_answers(
     targets: Sequence[float],
     distinct_rows: int,
     full_lookups: float = 0.0,
+    resolved: Sequence[Any] = (),
 ) -> list[PolicyAnswer]:
     """One answer per cache policy of `systems` that `MINIATURE_POLICIES` lists (the
-    first system with that policy), from replays of `source` (sampled at `rate`)."""
+    first system with that policy), from replays of `source` (sampled at `rate`);
+    `resolved`: the systems' specs with `sets` applied, as the plan resolves them once."""
     answers = []
     seen: set[str] = set()
-    for name in systems:
-        spec = resolve_system(name, list(sets))
+    for i, name in enumerate(systems):
+        spec = resolved[i] if resolved else resolve_system(name, list(sets))
         if spec.policy.name not in MINIATURE_POLICIES:
             continue
         policy = policy_label(spec)

@@ -109,10 +109,13 @@ class Candidate:
     l2_writes: float
 
 
-def ssd_tbe_system(systems: Sequence[str], sets: Sequence[str]) -> tuple[str, Any] | None:
-    """The first system among `systems` whose policy is `ssd-tbe`, resolved; None if none."""
-    for name in systems:
-        spec = resolve_system(name, list(sets))
+def ssd_tbe_system(
+    systems: Sequence[str], sets: Sequence[str], resolved: Sequence[Any] = ()
+) -> tuple[str, Any] | None:
+    """The first system among `systems` whose policy is `ssd-tbe`, resolved; None if none
+    (`resolved`: their specs with `sets` already applied, as the plan resolves them once)."""
+    for i, name in enumerate(systems):
+        spec = resolved[i] if resolved else resolve_system(name, list(sets))
         if spec.policy.name == POLICY:
             return name, spec
     return None
@@ -257,10 +260,14 @@ def paste_load_factor(sets: int, total_rows: int, assoc: int) -> float:
 
 
 def ssd_tbe_answers(
-    source: Any, systems: Sequence[str], sets: Sequence[str], **kw: Any
+    source: Any,
+    systems: Sequence[str],
+    sets: Sequence[str],
+    resolved: Sequence[Any] = (),
+    **kw: Any,
 ) -> dict[str, Any] | None:
     """`plan_ssd_tbe` for the first `ssd-tbe` system among `systems`; None without one."""
-    found = ssd_tbe_system(systems, sets)
+    found = ssd_tbe_system(systems, sets, resolved)
     if found is None:
         return None
     return plan_ssd_tbe(source, found[0], found[1], **kw)

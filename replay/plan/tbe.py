@@ -57,11 +57,14 @@ class TBECurve:
         return asdict(self)
 
 
-def tbe_systems(systems: Sequence[str], sets: Sequence[str]) -> list[tuple[str, Any]]:
-    """The first system of each TBE replacement (LRU, LFU) among `systems`."""
+def tbe_systems(
+    systems: Sequence[str], sets: Sequence[str], resolved: Sequence[Any] = ()
+) -> list[tuple[str, Any]]:
+    """The first system of each TBE replacement (LRU, LFU) among `systems` (`resolved`:
+    their specs with `sets` already applied, as the plan resolves them once)."""
     found: dict[str, tuple[str, Any]] = {}
-    for name in systems:
-        spec = resolve_system(name, list(sets))
+    for i, name in enumerate(systems):
+        spec = resolved[i] if resolved else resolve_system(name, list(sets))
         if spec.policy.name == "tbe":
             found.setdefault(spec.policy.cache_algorithm, (name, spec))
     return list(found.values())
@@ -78,6 +81,7 @@ def tbe_curves(
     min_rows: int,
     lru_hit_at: Any,
     full_lookups: float = 0.0,
+    resolved: Sequence[Any] = (),
 ) -> list[TBECurve]:
     """One curve per TBE replacement among `systems`. `lru_hit_at(rows)` gives the ideal
     LRU's hit ratios at full-stream cache sizes (an array of rows); sizes below `min_rows`
@@ -85,7 +89,7 @@ def tbe_curves(
     (the miniature's misses are scaled by R x it: `replay.plan.policies.miniature_hit`)."""
     out = []
     lru_cache: dict[tuple[int, ...], list[float]] = {}
-    for name, spec in tbe_systems(systems, sets):
+    for name, spec in tbe_systems(systems, sets, resolved):
         assoc = int(spec.policy.associativity)
         factors, rows = [], []
         for f in LOAD_FACTORS:
