@@ -38,7 +38,8 @@ Method (minimum distance over a parametric family; docs/locality_fit.md):
    largest gap of the written spec: where counts are large, a count's bin is a step
    function of theta that a gradient does not see. Candidates are compared on the spec
    they round to (whole tables, whole pooling factors), and a group of less than one
-   table is penalised; the POLISHED best of each G are searched to the end (`_polish`).
+   table is penalised; the POLISHED best of each G (among the library's, the split's
+   and the FREE_KEPT best of the free fits) are searched to the end (`_polish`).
 5. G is the fewest groups (1 to max_groups) whose rounded spec's expected statistics
    meet the targets (every share within SELECT_SHARE, D within SELECT_DISTINCT); if none
    does, the G with the smallest largest difference. A spec whose expected statistics
@@ -100,7 +101,11 @@ MAX_ALPHA = 4.0
 MAX_LOG_OFFSET = 12.0  # q up to e ^ 12 = 1.6e5 ranks
 PER_GROUP = 3  # alpha, log rows, log(1 + q)
 DEFAULT_MAX_ROWS = 100_000_000  # rows per table at most (`--max-rows`)
-WARM_RANDOM_STARTS = 1  # random starts beside the warm ones from G - 1 groups
+# random starts beside the warm ones from G - 1 groups: each is a short local search
+# (0.1-0.3 s; the objective's basins are many and narrow, e.g. a rank offset of 130
+# beside one of 1), so many are cheap beside the polishing of the best few
+WARM_RANDOM_STARTS = 24
+FREE_KEPT = 2  # the best free-share fits that join the candidates to polish
 SEARCH_BUCKET_RATIO = 1.02  # the search's coarser rank buckets (the spec is judged exactly)
 ACCEPT_SHARE = 0.01  # what a written spec must meet (the acceptance): else refused
 ACCEPT_DISTINCT = 0.03
@@ -434,14 +439,14 @@ def _fit_groups(
     starts = problem.starts(rng, N_STARTS if warm is None else WARM_RANDOM_STARTS)
     if warm is not None:
         starts += _grow(warm, problem.g - 1, rng)
-    free, free_gap = None, math.inf
-    for x0 in starts:
+    frees: list[tuple[float, int, np.ndarray]] = []
+    for k, x0 in enumerate(starts):
         x = levenberg_marquardt(problem.residuals, x0, min_step=problem.min_step)
-        x_gap = problem.rounded_gap(x)
-        if x_gap < free_gap:
-            free, free_gap = x, x_gap
-    assert free is not None
-    found.append((free_gap, [g.tables for g in problem.groups_of(free)], free))
+        frees.append((problem.rounded_gap(x), k, x))
+    frees.sort(key=lambda f: (f[0], f[1]))
+    free = frees[0][2]
+    for free_gap, _, x in frees[:FREE_KEPT]:
+        found.append((free_gap, [g.tables for g in problem.groups_of(x)], x))
     # the best POLISHED candidates (by their rounded gap), each searched on: the
     # search from one is local, and the best start is not always the best end
     found.sort(key=lambda f: f[0])
