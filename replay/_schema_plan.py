@@ -226,6 +226,14 @@ class Plan(TypedDict):
     claims: NotRequired[Annotated[list[Claim], "published claims computed for the cluster"]]
 
 
+class PlanDocument(Plan):
+    """The plan as `replay plan` assembles it (`replay.plan.plan.make_plan`): plan.json's
+    keys and its `torchrec` part, which is written apart as torchrec.json (not a
+    published document: plan.json and torchrec.json are)."""
+
+    torchrec: dict[str, Any]
+
+
 @open_shape
 class TorchrecTable(TypedDict):
     """One table's (or shard's) cache statistics, as TorchRec's planner takes them."""
@@ -294,4 +302,4 @@ class Sharding(TypedDict):
     torchrec_executable_reason: NotRequired[Annotated[str, "why TorchRec cannot, if not"]]
 
 
-__all__ = ["Plan", "Sharding", "Torchrec"]
+__all__ = ["Plan", "PlanDocument", "Sharding", "Torchrec"]

@@ -323,7 +323,7 @@ def plan_command(
     if json_output:
         typer.echo(json.dumps(plan_json(document), indent=2))
         return
-    for line in answers(document):
+    for line in answers(dict(document)):
         typer.echo(line)
     for note in document["notes"]:
         typer.echo(f"note: {note}")

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from replay._schema_plan import PlanDocument
 from replay.plan.request import (
     MIN_SAMPLE_RATE,
     SAMPLED_LOOKUPS_TARGET,
@@ -48,7 +49,7 @@ from replay.plan.request import (
 
 def make_plan(
     request: PlanRequest, progress: Callable[[str], None] | None = None
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[PlanDocument, dict[str, Any]]:
     """The plan as the JSON document `plan.json` holds (see docs/plan.md; its `torchrec`
     part is written as `torchrec.json`), and the curves its goodput figure draws (goodput
     against interval, per strategy)."""

@@ -12,8 +12,23 @@ cache.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, TypedDict, cast
 
+from replay._schema_plan import (
+    Baseline,
+    Cache,
+    Checkpoint,
+    Claim,
+    Cluster,
+    Horizon,
+    Memory,
+    MissRatioCurve,
+    PlanDocument,
+    Strategy,
+    SystemAnswer,
+    TableSplit,
+    Touched,
+)
 from replay.plan.plan_stages import (
     CacheAnswers,
     CheckpointAnswers,
@@ -24,6 +39,24 @@ from replay.plan.plan_stages import (
 from replay.plan.request import PlanRequest
 
 
+# A part's optional keys sit between required ones in plan.json: each is unpacked from one
+# of these where the key goes, so the document keeps its order (and its bytes).
+class _ErrorMethod(TypedDict, total=False):
+    error_method: str
+
+
+class _Basis(TypedDict, total=False):
+    basis: Any
+
+
+class _ClusterPart(TypedDict, total=False):
+    cluster: Cluster
+
+
+class _Claims(TypedDict, total=False):
+    claims: list[Claim]
+
+
 def assemble_plan(
     s: Setup,
     c: Curves,
@@ -31,133 +64,171 @@ def assemble_plan(
     sa: SystemAnswers,
     ck: CheckpointAnswers,
     notes: list[str],
-) -> dict[str, Any]:
+) -> PlanDocument:
     """The document plan.json holds (its `torchrec` part is written as torchrec.json)."""
-    request, base, horizon = s.request, s.base, s.horizon
-    row_bytes, state_bytes, rate = s.row_bytes, s.state_bytes, s.rate
-    mrc, touched, che, sizes = c.mrc, c.touched, c.che, c.sizes
-    split, per_table, policy_hits = cache.split, cache.per_table, cache.policy_hits
-    strategies = ck.strategies
-    best = strategies[0] if strategies else None
+    request, base = s.request, s.base
+    # a cluster's part is plan_cluster's open shape (`Cluster`); its memory moves to the
+    # document's own `memory`
     cluster = None if sa.cluster is None else dict(sa.cluster)
-    document: dict[str, Any] = {
-        "horizon": {
-            "batches": s.batches,
-            "lookups": c.lookups,
-            "sample_rate": rate,
-            "training_time_s": sa.horizon_s,
-            "time_per_batch_s": sa.time_per_batch_s,
-            "time_per_batch_from": _time_from(request, sa.systems[0].name, cluster),
-            "given": request.given,
-            # what the run is, for the answers' first line (a report names it)
-            "workload": str((horizon.workload or {}).get("name") or ""),
-            "batch_size": int((horizon.workload or {}).get("batch_size") or 0),
-        },
-        "row_bytes": row_bytes,
-        "state_bytes_per_row": state_bytes,
+    memory = cast(Memory, cluster.pop("memory")) if cluster is not None else _one_gpu_memory(s)
+    in_cluster: _ClusterPart = {} if cluster is None else {"cluster": cast(Cluster, cluster)}
+    # the store and the published claims computed, for a cluster only
+    claims: _Claims = {}
+    if ck.cluster is not None:
+        claims = {"claims": cast(list[Claim], ck.cluster.claims)}
+    return {
+        "horizon": _horizon(s, c, sa, cluster),
+        "row_bytes": s.row_bytes,
+        "state_bytes_per_row": s.state_bytes,
         "distinct_rows": c.distinct,
-        "mrc": {
-            "rows": [int(r) for r in sizes],
-            "bytes": [float(r * row_bytes) for r in sizes],
-            "miss_ratio": [float(m) for m in mrc.miss_ratios],
-            "method": "exact" if mrc.exact else f"SHARDS at R = {rate:g}",
-            "error_bound": float(mrc.expected_error),
-            # ~95% at each size: what each answer's range_bytes is read from
-            "point_errors": [float(e) for e in mrc.point_errors],
-            **({"error_method": mrc.extra["model"]} if "model" in mrc.extra else {}),
-            "analytic_miss_ratio": None if che is None else [float(m) for m in che],
-        },
-        "touched": {
-            **({"basis": c.touched_basis} if c.touched_basis else {}),
-            "batches": [int(k) for k in touched.batches],
-            "rows": [float(r) for r in touched.rows],
-            "bytes": [float(r * state_bytes) for r in touched.rows],
-            "per_table": {
-                name: [float(r) for r in touched.per_table[t]] for t, name in enumerate(s.names)
-            },
-        },
-        "cache": {
-            "budget_bytes": int(request.cache_budget_bytes),
-            "hit_at_budget": policy_hits,
-            "bytes_for_hit": cache.policy_bytes,
-            "range_bytes": {"lru": cache.range_bytes},
-            "methods": cache.methods,
-            "per_table": [
-                {
-                    "table": t.table,
-                    "table_rows": t.table_rows,
-                    "rows": t.rows,
-                    "bytes": t.rows * row_bytes,
-                    "load_factor": t.load_factor,
-                    "hit": t.hit,
-                    "uniform_hit": u,  # at the uniform load factor
-                    "curve": how,  # how the table's curve was computed at small sizes
-                }
-                for t, u, how in zip(
-                    split.tables, split.uniform_hits, per_table.methods, strict=True
-                )
-            ],
-            "split_hit": split.split_hit,
-            "uniform_hit": split.uniform_hit,
-            "uniform_load_factor": split.uniform_load_factor,
-            # what the split is compared with: one cache of the budget shared by every
-            # table, as TorchRec runs the tables of a TBE (one cache, the weighted load
-            # factor), and per-table caches at one load factor, labelled as such
-            "baseline": _baseline(base, policy_hits, split.split_hit),
-            "shared_hit": {
-                p: h for p, h in policy_hits.items() if p == "lru" or p.startswith("tbe-")
-            },
-            "uniform_method": (
-                "per-table LRU caches of floor(load factor x rows) rows each over the run: "
-                + _curve_basis(per_table.methods, rate)
-            ),
-            # FBGEMM's TBE cache against an ideal LRU of the same rows (`replay.plan.tbe`)
-            "tbe": [x.to_dict() for x in cache.tbe],
-            # FBGEMM's SSD TBE: L1 and L2 per hit target (`replay.plan.ssd_tbe`)
-            **({"ssd_tbe": sa.ssd_tbe} if sa.ssd_tbe is not None else {}),
-        },
-        "checkpoint": {
-            "cluster_mtbf_s": request.mtbf_s,
-            # the failure model as given (--nodes, --node-mtbf); None: --cluster-mtbf
-            "nodes": request.nodes,
-            "node_mtbf_s": request.node_mtbf_s,
-            "system": base.name,
-            "best": None if best is None else best.name,
-            "strategies": [x.to_dict() for x in strategies],
-        },
-        "systems": [
-            {
-                "name": x.name,
-                "time_per_batch_s": x.time_per_batch_s,
-                "energy_per_batch_j": x.energy_per_batch_j,
-                "hit_ratio": x.hit_ratio,
-                "pareto": x.pareto,
-                "never_evicts": x.never_evicts,
-                # the basis of these per-batch figures: the span replayed, the cache's rows
-                "batches": x.batches,
-                "cache_rows": x.cache_rows,
-                # production scale: modelled from the curve, not replayed (only then)
-                **({"modelled": True} if sa.modelled else {}),
-            }
-            for x in sa.systems
-        ],
+        "mrc": _mrc(c, s.row_bytes, s.rate),
+        "touched": _touched(s, c),
+        "cache": _cache(s, cache, sa),
+        "checkpoint": _checkpoint(request, base.name, ck),
+        "systems": [_system(x, sa.modelled) for x in sa.systems],
         "notes": list(notes),
         "torchrec": cache.torchrec,  # written apart as torchrec.json (`replay.plan.write`)
+        **in_cluster,  # only then: a one-GPU plan.json is unchanged
+        # what each GPU holds, part by part (replay.plan.memory, replay.system.gpu_memory)
+        "memory": memory,
+        **claims,
     }
-    if cluster is not None:  # only then: a one-GPU plan.json is unchanged
-        document["cluster"] = cluster
+
+
+def _horizon(s: Setup, c: Curves, sa: SystemAnswers, cluster: dict[str, Any] | None) -> Horizon:
+    workload = s.horizon.workload or {}
+    return {
+        "batches": s.batches,
+        "lookups": c.lookups,
+        "sample_rate": s.rate,
+        "training_time_s": sa.horizon_s,
+        "time_per_batch_s": sa.time_per_batch_s,
+        "time_per_batch_from": _time_from(s.request, sa.systems[0].name, cluster),
+        "given": s.request.given,
+        # what the run is, for the answers' first line (a report names it)
+        "workload": str(workload.get("name") or ""),
+        "batch_size": int(workload.get("batch_size") or 0),
+    }
+
+
+def _mrc(c: Curves, row_bytes: int, rate: float) -> MissRatioCurve:
+    mrc = c.mrc
+    error_method: _ErrorMethod = {}
+    if "model" in mrc.extra:
+        error_method = {"error_method": mrc.extra["model"]}
+    return {
+        "rows": [int(r) for r in c.sizes],
+        "bytes": [float(r * row_bytes) for r in c.sizes],
+        "miss_ratio": [float(m) for m in mrc.miss_ratios],
+        "method": "exact" if mrc.exact else f"SHARDS at R = {rate:g}",
+        "error_bound": float(mrc.expected_error),
+        # ~95% at each size: what each answer's range_bytes is read from
+        "point_errors": [float(e) for e in mrc.point_errors],
+        **error_method,
+        "analytic_miss_ratio": None if c.che is None else [float(m) for m in c.che],
+    }
+
+
+def _touched(s: Setup, c: Curves) -> Touched:
+    touched, state_bytes = c.touched, s.state_bytes
+    basis: _Basis = {"basis": c.touched_basis} if c.touched_basis else {}
+    return {
+        **basis,
+        "batches": [int(k) for k in touched.batches],
+        "rows": [float(r) for r in touched.rows],
+        "bytes": [float(r * state_bytes) for r in touched.rows],
+        "per_table": {
+            name: [float(r) for r in touched.per_table[t]] for t, name in enumerate(s.names)
+        },
+    }
+
+
+def _cache(s: Setup, cache: CacheAnswers, sa: SystemAnswers) -> Cache:
+    split, per_table, policy_hits = cache.split, cache.per_table, cache.policy_hits
+    hit_at_budget: dict[str, float | None] = dict(policy_hits)
+    out: Cache = {
+        "budget_bytes": int(s.request.cache_budget_bytes),
+        "hit_at_budget": hit_at_budget,
+        "bytes_for_hit": cache.policy_bytes,
+        "range_bytes": {"lru": cache.range_bytes},
+        "methods": cache.methods,
+        "per_table": [
+            _table_split(t, u, how, s.row_bytes)
+            for t, u, how in zip(split.tables, split.uniform_hits, per_table.methods, strict=True)
+        ],
+        "split_hit": split.split_hit,
+        "uniform_hit": split.uniform_hit,
+        "uniform_load_factor": split.uniform_load_factor,
+        # what the split is compared with: one cache of the budget shared by every
+        # table, as TorchRec runs the tables of a TBE (one cache, the weighted load
+        # factor), and per-table caches at one load factor, labelled as such
+        "baseline": _baseline(s.base, policy_hits, split.split_hit),
+        "shared_hit": {p: h for p, h in policy_hits.items() if p == "lru" or p.startswith("tbe-")},
+        "uniform_method": (
+            "per-table LRU caches of floor(load factor x rows) rows each over the run: "
+            + _curve_basis(per_table.methods, s.rate)
+        ),
+        # FBGEMM's TBE cache against an ideal LRU of the same rows (`replay.plan.tbe`)
+        "tbe": [x.to_dict() for x in cache.tbe],
+    }
+    if sa.ssd_tbe is not None:  # FBGEMM's SSD TBE: L1 and L2 per hit target (its last key)
+        out["ssd_tbe"] = sa.ssd_tbe
+    return out
+
+
+def _table_split(t: Any, uniform_hit: float, how: str, row_bytes: int) -> TableSplit:
+    return {
+        "table": t.table,
+        "table_rows": t.table_rows,
+        "rows": t.rows,
+        "bytes": t.rows * row_bytes,
+        "load_factor": t.load_factor,
+        "hit": t.hit,
+        "uniform_hit": uniform_hit,  # at the uniform load factor
+        "curve": how,  # how the table's curve was computed at small sizes
+    }
+
+
+def _checkpoint(request: PlanRequest, system: str, ck: CheckpointAnswers) -> Checkpoint:
+    strategies = ck.strategies
+    out: Checkpoint = {
+        "cluster_mtbf_s": request.mtbf_s,
+        # the failure model as given (--nodes, --node-mtbf); None: --cluster-mtbf
+        "nodes": request.nodes,
+        "node_mtbf_s": request.node_mtbf_s,
+        "system": system,
+        "best": strategies[0].name if strategies else None,
+        # each strategy's open shape (`Strategy`: its modes, a cluster's breakdowns)
+        "strategies": [cast(Strategy, x.to_dict()) for x in strategies],
+    }
+    if ck.cluster is not None:  # a cluster's checkpoint store (its last key)
+        out["store"] = ck.cluster.store
+    return out
+
+
+def _system(x: Any, modelled: bool) -> SystemAnswer:
+    out: SystemAnswer = {
+        "name": x.name,
+        "time_per_batch_s": x.time_per_batch_s,
+        "energy_per_batch_j": x.energy_per_batch_j,
+        "hit_ratio": x.hit_ratio,
+        "pareto": x.pareto,
+        "never_evicts": x.never_evicts,
+        # the basis of these per-batch figures: the span replayed, the cache's rows
+        "batches": x.batches,
+        "cache_rows": x.cache_rows,
+    }
+    if modelled:  # production scale: modelled from the curve, not replayed (only then)
+        out["modelled"] = True
+    return out
+
+
+def _one_gpu_memory(s: Setup) -> Memory:
     from replay.plan.memory import one_gpu_block
 
-    # what each GPU holds, part by part (replay.plan.memory, replay.system.gpu_memory)
-    document["memory"] = (
-        cluster.pop("memory")
-        if cluster is not None
-        else one_gpu_block(base, horizon.workload, s.table_rows, request.cache_budget_bytes)
-    )
-    if ck.cluster is not None:  # the store, and the published claims computed
-        document["checkpoint"]["store"] = ck.cluster.store
-        document["claims"] = ck.cluster.claims
-    return document
+    # one_gpu_block's open shape (`Memory`: the parts of each GPU in bytes)
+    block = one_gpu_block(s.base, s.horizon.workload, s.table_rows, s.request.cache_budget_bytes)
+    return cast(Memory, block)
 
 
 def _time_from(request: PlanRequest, first: str, cluster: dict[str, Any] | None) -> str:
@@ -172,7 +243,7 @@ def _time_from(request: PlanRequest, first: str, cluster: dict[str, Any] | None)
     return f"{first}, steady state"
 
 
-def _baseline(system: Any, policy_hits: dict[str, float], split_hit: float) -> dict[str, Any]:
+def _baseline(system: Any, policy_hits: dict[str, float], split_hit: float) -> Baseline:
     """The shared cache the split is compared with: FBGEMM's TBE cache of the budget when
     the first system's policy is a TBE (what its user runs), else one LRU cache."""
     from replay.plan.policies import policy_label

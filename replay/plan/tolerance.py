@@ -26,9 +26,12 @@ byte-identical for the same inputs.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from replay._schema_plan import PlanDocument
 
 DEFAULT_TOLERANCE = 0.25
 MAX_RERUNS = 2
@@ -60,7 +63,7 @@ def _width(answer: float | None, pair: Any) -> float | None:
     return max((answer - low) / answer, (high - answer) / answer, 0.0)
 
 
-def headline_ranges(document: dict[str, Any]) -> list[tuple[str, float, float]]:
+def headline_ranges(document: Mapping[str, Any]) -> list[tuple[str, float, float]]:
     """(what, answer bytes, relative half-width) of every headline byte answer."""
     out = []
     cache = document["cache"]
@@ -94,18 +97,16 @@ def needed_rate(rate: float, width: float, tolerance: float, answer_rows: float)
 def plan_within(
     request: Any,
     tolerance: float,
-    make: Callable[[Any], tuple[dict[str, Any], dict[str, Any]]],
+    make: Callable[[Any], tuple[PlanDocument, dict[str, Any]]],
     fits: Callable[[Any], bool],
     *,
     may_raise: bool = True,
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[PlanDocument, dict[str, Any]]:
     """`make(request)`, made again at a higher rate while a headline range is wider than
     `tolerance` and the rate may rise (module docstring; `may_raise` False: never, the
     default tolerance only checked); the document records what was asked and met
     (`tolerance`) and notes what was not."""
-    tried = []
-    document: dict[str, Any] = {}
-    curves: dict[str, Any] = {}
+    tried: list[dict[str, Any]] = []
     current = request
     for attempt in range(MAX_RERUNS + 1):
         document, curves = make(current)

@@ -13,6 +13,7 @@ renamed into place whole (`replay._output.atomic_folder`).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ TORCHREC_KEY = "torchrec"
 SAME_CURVE_POINTS = 0.1  # the document's part written as torchrec.json
 
 
-def plan_json(document: dict[str, Any]) -> dict[str, Any]:
+def plan_json(document: Mapping[str, Any]) -> dict[str, Any]:
     """What plan.json holds: the document without its torchrec part (its own file), and
     a cluster's without its per-shard part (torchrec.json's, `torchrec_document`)."""
     out = {k: v for k, v in document.items() if k != TORCHREC_KEY}
@@ -70,8 +71,10 @@ def plan_json(document: dict[str, Any]) -> dict[str, Any]:
     return stamp("plan", out)
 
 
-def write_plan(document: dict[str, Any], out: Path, *, force: bool, curves: dict[str, Any]) -> None:
-    """`curves`: what the figures draw beyond plan.json (goodput against interval)."""
+def write_plan(plan: Mapping[str, Any], out: Path, *, force: bool, curves: dict[str, Any]) -> None:
+    """`plan`: the document `make_plan` returns (`replay._schema_plan.PlanDocument`);
+    `curves`: what the figures draw beyond plan.json (goodput against interval)."""
+    document = dict(plan)  # the section writers read it as a JSON object
     with atomic_folder(out, force=force, owned=OUTPUT_FILES, what="`replay plan` output") as tmp:
         (tmp / "plan.json").write_text(json.dumps(plan_json(document), indent=2) + "\n")
         trec = torchrec_document(document)
