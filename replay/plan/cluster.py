@@ -81,13 +81,17 @@ def one_gpu_sets(sets: Sequence[str]) -> tuple[str, ...]:
     return tuple(s for s in sets if not s.partition("=")[0].strip().startswith("cluster."))
 
 
-def check_one_gpu(systems: Sequence[str], sets: Sequence[str]) -> None:
+def check_one_gpu(
+    systems: Sequence[str], sets: Sequence[str], resolved: Sequence[Any] = ()
+) -> None:
     """ConfigError for a system whose own file holds a `[cluster]`: the one-GPU sections
-    need the system without it, which only `--set cluster.*` can take away."""
+    need the system without it, which only `--set cluster.*` can take away (`resolved`:
+    the systems already resolved with `one_gpu_sets(sets)`, as the plan resolves them)."""
     from replay.engine.systems import resolve_system
 
-    for name in systems:
-        if resolve_system(name, list(one_gpu_sets(sets))).cluster is not None:
+    for i, name in enumerate(systems):
+        one = resolved[i] if resolved else resolve_system(name, list(one_gpu_sets(sets)))
+        if one.cluster is not None:
             raise ConfigError(
                 f"{name}: replay plan takes a cluster from --set cluster.* on a one-GPU "
                 "system (it plans that system as one GPU beside the cluster); move the "
@@ -95,15 +99,15 @@ def check_one_gpu(systems: Sequence[str], sets: Sequence[str]) -> None:
             )
 
 
-def _cluster_system(name: str, sets: Sequence[str], capacity_rows: int) -> Any:
+def _cluster_system(name: str, sets: Sequence[str], capacity_rows: int, policy: str) -> Any:
     """The first system as the cluster replay runs it: no checkpointing, a cache of
-    `capacity_rows` per GPU (cached policies)."""
+    `capacity_rows` per GPU (cached policies; `policy`: the plan's resolved first system's).
+    A variant of the plan's spec, so resolved here with its own sets."""
     from replay.engine.systems import resolve_system
     from replay.policies import POLICIES
 
-    spec = resolve_system(name, [*sets, *STEADY_OVERRIDES])
     extra = list(STEADY_OVERRIDES)
-    if POLICIES[spec.policy.name].cached:
+    if POLICIES[policy].cached:
         extra.append(f"policy.capacity_rows={max(int(capacity_rows), 1)}")
     return resolve_system(name, [*sets, *extra])
 
@@ -348,7 +352,7 @@ def plan_cluster(
         say(f"cluster: routing {ROUTED_BATCHES} batch in pieces on {world} GPUs and at each "
             "GPU count (no caches: hits from the per-GPU curves)")  # fmt: skip
         capacity = budget_rows
-        system = _cluster_system(system_name, sets, capacity)
+        system = _cluster_system(system_name, sets, capacity, base.policy.name)
         at_budget = np.array([0.0 if h is None else float(h) for h in hits])
         result, scaling = _routed_span(
             base, system_name, sets, spec, loads, placement, system, at_budget,
@@ -364,7 +368,7 @@ def plan_cluster(
     else:
         say(f"cluster: steady-state replay on {world} GPUs")
         capacity = span_capacity(steady_source, placement, budget_rows, base.policy.name)
-        system = _cluster_system(system_name, sets, capacity)
+        system = _cluster_system(system_name, sets, capacity, base.policy.name)
         result = replay_cluster(steady_source, system, placement)
     step = np.asarray(result.columns["step_time_s"], dtype=np.float64)
     step_basis = STEP_BASIS
@@ -573,11 +577,11 @@ def measure_placement(
 
         at_budget = np.array([0.0 if h is None else float(h) for h in hits])
         span = GeneratedTrace(spec.with_overrides(batches=ROUTED_BATCHES))
-        system = _cluster_system(system_name, sets, budget_rows)
+        system = _cluster_system(system_name, sets, budget_rows, base.policy.name)
         columns = route_clusters(span, [(system, placement, at_budget)])[0]
     else:
         capacity = span_capacity(steady_source, placement, budget_rows, base.policy.name)
-        system = _cluster_system(system_name, sets, capacity)
+        system = _cluster_system(system_name, sets, capacity, base.policy.name)
         columns = replay_cluster(steady_source, system, placement).columns
     means = _span_means(columns)
     steady = np.asarray(columns["rank_lookups"]).sum(axis=0)
@@ -789,7 +793,7 @@ def _scaling(
             points.append(point)
             continue
         capacity = span_capacity(span, placed.placement, budget_rows, base.policy.name)
-        system = _cluster_system(name, sets, capacity)
+        system = _cluster_system(name, sets, capacity, base.policy.name)
         sized = dataclasses.replace(system, cluster=dataclasses.replace(system.cluster, nodes=n))
         result = replay_cluster(span, sized, placed.placement)
         step = np.asarray(result.columns["step_time_s"], dtype=np.float64)

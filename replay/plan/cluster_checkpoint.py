@@ -196,6 +196,7 @@ class _Setup:
     rank0: StoreModel  # the rank-0 baseline's: one writer at the system's cap or torch-save's
     ranks: np.ndarray  # bytes per GPU (each writes its own: a per-writer cap's busiest)
     node_shares: list[float] | None = None  # each node's share of the touched rows
+    torch_save_bw: float = 0.0  # torch-save's one writer (the claims' baseline too)
 
 
 def _setup(system: SystemSpec, cluster_doc: dict[str, Any], mtbf_s: float, **common: Any) -> _Setup:
@@ -215,7 +216,8 @@ def _setup(system: SystemSpec, cluster_doc: dict[str, Any], mtbf_s: float, **com
         compute = system.compute.seconds_per_batch
     fb = tb - system.compute.optimizer_fraction * float(compute)
     ctx = None
-    one_writer = ck.writer_bw_bytes_per_s or torch_save_writer_bw()
+    torch_save = torch_save_writer_bw()  # resolved once per plan: the claims read it too
+    one_writer = ck.writer_bw_bytes_per_s or torch_save
     from replay.checkpoint.base import snapshot_tier_name
 
     if snapshot_tier_name(system):
@@ -225,7 +227,7 @@ def _setup(system: SystemSpec, cluster_doc: dict[str, Any], mtbf_s: float, **com
         fb, float(common["horizon_s"]), system.failures.restart_s, float(mtbf_s), c.nodes,
         common["touched_rows"], ctx,
         dataclasses.replace(model, writer_bw_bytes_per_s=one_writer), ranks,
-        node_touched_shares(cluster_doc.get("per_gpu"), c.nodes),
+        node_touched_shares(cluster_doc.get("per_gpu"), c.nodes), torch_save,
     )  # fmt: skip
 
 
@@ -567,7 +569,7 @@ def torch_save_writer_bw() -> float:
 def claims(s: _Setup, plans: list[Any]) -> list[dict[str, Any]]:
     """plan.json's `claims`: FastPersist's speedup at its setup, CPR's overhead reduction."""
 
-    writer = torch_save_writer_bw()
+    writer = s.torch_save_bw
     total = float(s.b.sum())
     by_nodes = {n: fastpersist_speedup(total, n, writer) for n in FASTPERSIST_NODES}
     best = max(by_nodes.values())

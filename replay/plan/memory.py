@@ -220,18 +220,24 @@ def check_dense(system: Any) -> None:
         )
 
 
-def rule_request(request: Any, workload: dict[str, Any] | None, base: Any) -> tuple[Any, Any]:
+def rule_request(
+    request: Any, workload: dict[str, Any] | None, base: Any, resolved: Sequence[Any] = ()
+) -> tuple[Any, Any]:
     """(request, base) with a stateful `[update] rule` carried into every system the plan
     resolves (`rule_sets`; the same objects for `sgd`), and the workload's own dense model
     where every system keeps the presets' (`replay.system.dense.dense_sets`); a dense
-    model larger than a GPU refused before any work (`check_dense`)."""
+    model larger than a GPU refused before any work (`check_dense`). `resolved`: the
+    request's systems already resolved with its sets (the plan resolves each once)."""
     from replay.engine.systems import resolve_system
     from replay.system.dense import dense_sets
 
-    systems = [resolve_system(name, list(request.sets)) for name in request.systems]
+    systems = list(resolved) or [
+        resolve_system(name, list(request.sets)) for name in request.systems
+    ]
     extra = [*rule_sets(workload, systems), *dense_sets(workload, systems)]
     if extra:
         request = with_sets(request, extra)
+        # another spec: the first system with the rule's and the model's sets
         base = resolve_system(request.systems[0], list(request.sets))
     check_dense(base)
     return request, base

@@ -69,7 +69,7 @@ def make_plan(
         trim_freed_memory()  # the last stage's freed batches, kept by the heap for reuse
         told(stage)
 
-    # the first system is resolved once here and travels through the stages
+    # every system is resolved once, in the first stage, and travels through the others
     setup = prepare(request)
     curves = run_curves(setup, say)
     cache = cache_answers(setup, curves, say)

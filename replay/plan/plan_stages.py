@@ -3,9 +3,11 @@
 `replay.plan.plan.make_plan` calls them in this order and `replay.plan.plan_document`
 assembles plan.json from their results:
 
-1. `prepare`: the systems checked, the first resolved once (with the workload's stateful
-   `[update] rule` and dense model carried into every system, `replay.plan.memory`), the
-   horizon opened at its sample rate, the rows' sizes;
+1. `prepare`: the systems checked and each resolved once (with the workload's stateful
+   `[update] rule` and dense model carried into every system, `replay.plan.memory`; a
+   cluster's also as one GPU), the horizon opened at its sample rate, the rows' sizes.
+   The later stages take these specs: what they resolve is a variant (a replay's cache
+   size, checkpointing off, a cluster size), each resolved once;
 2. `run_curves`: the LRU miss-ratio curve (exact, or SHARDS with its error bound), Che's
    analytic curve for a workload without reuse or drift, `touched(k)`;
 3. `cache_answers`: bytes per hit target with their ~95% ranges, the other policies, the
@@ -133,18 +135,28 @@ def prepare(request: PlanRequest) -> Setup:
             "seconds_per_batch), so its step time would be the embedding work alone; give "
             "--time-per-batch DURATION, your model's measured step time (e.g. 50ms)"
         )
+    # every system resolved once, here: the stages take these specs; a stage that needs
+    # another spec (a replay's own cache size, checkpointing off) resolves that variant
+    given = (base, *(resolve_system(name, list(request.sets)) for name in request.systems[1:]))
+    local_systems = given
     if base.cluster is not None:  # the other sections plan one GPU (`replay.plan.cluster`)
         from replay.plan.cluster import check_one_gpu, one_gpu_sets
 
-        one_gpu_sets(request.sets)  # its refusal first, as before the horizon is opened
-        check_one_gpu(request.systems, request.sets)
+        one = one_gpu_sets(request.sets)  # its refusal first, as before the horizon is opened
+        # the one-GPU sections' systems: other specs (the [cluster] sets left out)
+        local_systems = tuple(resolve_system(name, list(one)) for name in request.systems)
+        check_one_gpu(request.systems, request.sets, resolved=local_systems)
     horizon, rate, spec = open_horizon(request)
     # a stateful [update] rule names every system's optimizer (replay.plan.memory)
-    request, base = rule_request(request, horizon.workload, base)
-    local_sets = _local_sets(request, base)
+    planned, base = rule_request(request, horizon.workload, base, resolved=given)
+    local_sets = _local_sets(planned, base)
+    if planned is not request:  # the rule's sets added: other specs, resolved with them
+        again = request.systems if base.cluster is not None else request.systems[1:]
+        others = tuple(resolve_system(name, list(local_sets)) for name in again)
+        local_systems = others if base.cluster is not None else (base, *others)
+    request = planned
     table_rows = [int(r) for r in horizon.table_rows]
     row_bytes, state_bytes = row_sizes(dict(horizon.workload or {}), base)
-    local_systems = tuple(resolve_system(name, list(local_sets)) for name in request.systems)
     for system in local_systems:  # a tier over its capacity is said, never silent
         over = home_tier_note(
             system,
@@ -239,7 +251,7 @@ def cache_answers(s: Setup, c: Curves, say: Say) -> CacheAnswers:
         split_budget,
         uniform_load_factor,
     )
-    from replay.plan.policies import policy_answers
+    from replay.plan.policies import SizedSpecs, policy_answers
     from replay.plan.table_curves import table_curves
     from replay.plan.tbe import tbe_curves
     from replay.plan.torchrec import torchrec_stats
@@ -267,11 +279,12 @@ def cache_answers(s: Setup, c: Curves, say: Say) -> CacheAnswers:
     policy_bytes: dict[str, dict[str, float | None]] = {"lru": bytes_for_hit}
     methods = {"lru": "exact stack distances" if c.mrc.exact else f"SHARDS at R = {rate:g}"}
     full_lookups = float(s.spec.lookups) if s.spec is not None else float(c.lookups)
+    sized: SizedSpecs = {}  # each cache size's spec resolved once, for both stages below
     say("other cache policies of the systems (one replay per size)")
     for answer in policy_answers(
         horizon, request.systems, s.local_sets, rate=rate, budget_rows=c.budget_rows,
         targets=request.hit_targets, distinct_rows=c.distinct, full_lookups=full_lookups,
-        resolved=s.local_systems,
+        resolved=s.local_systems, sized=sized,
     ):  # fmt: skip
         policy_hits[answer.policy] = answer.hit_at_budget
         policy_bytes[answer.policy] = {
@@ -286,7 +299,7 @@ def cache_answers(s: Setup, c: Curves, say: Say) -> CacheAnswers:
     tbe = tbe_curves(
         horizon, request.systems, s.local_sets, rate=rate, total_rows=sum(s.table_rows),
         distinct_rows=c.distinct, min_rows=c.smallest, lru_hit_at=lru_hit_at,
-        full_lookups=full_lookups, resolved=s.local_systems,
+        full_lookups=full_lookups, resolved=s.local_systems, sized=sized,
     )  # fmt: skip
     say("per-table curves and the budget's split")
     uniform_f = uniform_load_factor(c.budget_rows, s.table_rows)
@@ -359,7 +372,7 @@ def system_answers(s: Setup, c: Curves, cache: CacheAnswers, say: Say) -> System
             )
     else:
         say("systems: steady state per batch")
-        systems = steady_state(steady, request.systems, sets=s.local_sets)
+        systems = steady_state(steady, request.systems, sets=s.local_sets, resolved=s.local_systems)
     time_per_batch = request.time_per_batch_s or (
         cluster["step_time_s"] if cluster is not None else systems[0].time_per_batch_s
     )

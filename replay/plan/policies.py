@@ -35,6 +35,8 @@ from replay.engine.systems import resolve_system
 from replay.plan.cache import SIZE_RATIO
 
 MINIATURE_POLICIES = ("lfu", "hot", "belady", "tbe")  # row caches without a one-pass curve
+# a plan's systems with a cache of given rows, by (system, sets, rows): `sized_system`
+SizedSpecs = dict[tuple[str, tuple[str, ...], int], Any]
 
 
 @dataclass(frozen=True)
@@ -72,12 +74,32 @@ def miniature_hit(summary: dict[str, Any], rate: float, full_lookups: float) -> 
 
 def _hit(
     source: Any, system: str, sets: Sequence[str], rows: int, rate: float = 1.0,
-    full_lookups: float = 0.0,
+    full_lookups: float = 0.0, sized: SizedSpecs | None = None,
 ) -> float:  # fmt: skip
-    spec = resolve_system(
-        system, [*sets, "checkpoint.strategy=none", f"policy.capacity_rows={max(rows, 1)}"]
+    """`sized`: the specs of each cache size, resolved once and kept (`sized_system`)."""
+    capacity = max(rows, 1)
+    return miniature_hit(
+        replay_trace(source, sized_system(system, sets, capacity, sized)).summary,
+        rate,
+        full_lookups,
     )
-    return miniature_hit(replay_trace(source, spec).summary, rate, full_lookups)
+
+
+def sized_system(
+    system: str, sets: Sequence[str], rows: int, sized: SizedSpecs | None = None
+) -> Any:
+    """`system` with a cache of `rows` and checkpointing off: a variant of the plan's spec
+    per cache size, resolved once per plan (`sized`: kept there, shared by the stages that
+    replay caches of given sizes: the policies' and FBGEMM's TBE cache's)."""
+    key = (system, tuple(sets), rows)
+    spec = None if sized is None else sized.get(key)
+    if spec is None:
+        spec = resolve_system(
+            system, [*sets, "checkpoint.strategy=none", f"policy.capacity_rows={rows}"]
+        )
+        if sized is not None:
+            sized[key] = spec
+    return spec
 
 
 def policy_answers(
@@ -91,10 +113,12 @@ def policy_answers(
     distinct_rows: int,
     full_lookups: float = 0.0,
     resolved: Sequence[Any] = (),
+    sized: SizedSpecs | None = None,
 ) -> list[PolicyAnswer]:
     """One answer per cache policy of `systems` that `MINIATURE_POLICIES` lists (the
     first system with that policy), from replays of `source` (sampled at `rate`);
-    `resolved`: the systems' specs with `sets` applied, as the plan resolves them once."""
+    `resolved`: the systems' specs with `sets` applied, as the plan resolves them once;
+    `sized`: the specs of each cache size replayed (`sized_system`)."""
     answers = []
     seen: set[str] = set()
     for i, name in enumerate(systems):
@@ -110,7 +134,10 @@ def policy_answers(
         def hit_at_rows(full_rows: float, system: str = name) -> float:
             nonlocal replays
             replays += 1
-            return _hit(source, system, sets, round(full_rows * rate), rate, full_lookups)
+            # a size asked again (the budget at the curve's top, the smallest size for
+            # each target) is replayed again, its spec not resolved again
+            rows = round(full_rows * rate)
+            return _hit(source, system, sets, rows, rate, full_lookups, sized)
 
         at_budget = hit_at_rows(min(budget_rows, distinct_rows))
         found: dict[str, float | None] = {}
@@ -139,7 +166,9 @@ def policy_answers(
 __all__ = [
     "MINIATURE_POLICIES",
     "PolicyAnswer",
+    "SizedSpecs",
     "miniature_hit",
     "policy_answers",
     "policy_label",
+    "sized_system",
 ]

@@ -42,12 +42,16 @@ class SystemCost:
 
 
 def steady_state(
-    source: Any, systems: Sequence[str], *, sets: Sequence[str] = ()
+    source: Any, systems: Sequence[str], *, sets: Sequence[str] = (), resolved: Sequence[Any] = ()
 ) -> list[SystemCost]:
-    """Each system's steady-state cost per batch on `source` (Pareto flags set)."""
+    """Each system's steady-state cost per batch on `source` (Pareto flags set); `resolved`:
+    the systems already resolved with `sets` (the plan resolves each once)."""
     costs = []
-    for name in systems:
-        spec, _ = resolve_system_with_origin(name, [*STEADY_OVERRIDES, *sets])
+    for i, name in enumerate(systems):
+        spec = resolved[i] if resolved else None
+        if spec is None or spec.checkpoint.strategy != "none":
+            # a variant of the plan's spec (checkpointing off), resolved here with its sets
+            spec, _ = resolve_system_with_origin(name, [*STEADY_OVERRIDES, *sets])
         result = replay_trace(source, spec)
         time_s = np.asarray(result.columns["time_s"], dtype=np.float64)
         energy_j = np.asarray(result.columns["energy_j"], dtype=np.float64)

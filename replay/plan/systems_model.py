@@ -63,6 +63,7 @@ def modelled_steady_state(
     lookups = int(spec.lookups_per_batch)
     total_rows = int(sum(t.rows for t in spec.tables))
     for name in systems:
+        # a variant of the plan's spec (checkpointing off), resolved here with its sets
         system, _ = resolve_system_with_origin(name, [*STEADY_OVERRIDES, *sets])
         if not routed_policy_ok(system):
             left.append(system.name)

@@ -33,7 +33,7 @@ import numpy as np
 
 from replay.engine.replay import replay_trace
 from replay.engine.systems import resolve_system
-from replay.plan.policies import miniature_hit
+from replay.plan.policies import SizedSpecs, miniature_hit, sized_system
 from replay.policies.tbe import tbe_sets
 
 # FBGEMM's default is 0.2; TorchRec's planner proposes load factors down to ~0.001
@@ -82,11 +82,13 @@ def tbe_curves(
     lru_hit_at: Any,
     full_lookups: float = 0.0,
     resolved: Sequence[Any] = (),
+    sized: SizedSpecs | None = None,
 ) -> list[TBECurve]:
     """One curve per TBE replacement among `systems`. `lru_hit_at(rows)` gives the ideal
     LRU's hit ratios at full-stream cache sizes (an array of rows); sizes below `min_rows`
     (a sampled curve's resolution) are left out. `full_lookups`: the full stream's lookups
-    (the miniature's misses are scaled by R x it: `replay.plan.policies.miniature_hit`)."""
+    (the miniature's misses are scaled by R x it: `replay.plan.policies.miniature_hit`);
+    `sized`: the specs of each cache size, shared with the policies' answers."""
     out = []
     lru_cache: dict[tuple[int, ...], list[float]] = {}
     for name, spec in tbe_systems(systems, sets, resolved):
@@ -106,14 +108,8 @@ def tbe_curves(
         distinct = sorted(set(rows))
         hit_of: dict[int, float] = {}
         for ways in distinct:
-            system = resolve_system(
-                name,
-                [
-                    *sets,
-                    "checkpoint.strategy=none",
-                    f"policy.capacity_rows={max(1, round(ways * rate))}",
-                ],
-            )
+            # a variant of the plan's spec per cache size (and checkpointing off)
+            system = sized_system(name, sets, max(1, round(ways * rate)), sized)
             summary = replay_trace(source, system).summary
             hit_of[ways] = miniature_hit(summary, rate, full_lookups)
         hits = [hit_of[ways] for ways in rows]
