@@ -70,6 +70,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,7 @@ from replay.system.gpu_memory import ShardMemory, cache_slots, shard_hbm
 from replay.system.sharding import CACHED_KERNELS, DATA_PARALLEL, Placement, TableSharding
 from replay.system.spec import KERNELS, SystemSpec
 from replay.system.torchrec_plan import OUR_KERNELS, TORCHREC_KERNELS
+from replay.workload.row_mass import RowMass
 
 TINY_ROWS = 1000  # tables under this many rows stay whole in HBM (and are never split)
 # ASSUMPTION: the share of a GPU's table budget (its HBM less what it holds besides the
@@ -90,6 +92,10 @@ TINY_ROWS = 1000  # tables under this many rows stay whole in HBM (and are never
 # fill when some must leave it: the rest is room for the sharder's spread of bytes
 HBM_FILL = 0.9
 CLF_STEPS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+# each mass's (probabilities, counts, keys, {cache rows: hit}) for `che_hit`
+_CHE_MEMO: weakref.WeakKeyDictionary[
+    RowMass, tuple[np.ndarray, np.ndarray, float, dict[float, float]]
+] = weakref.WeakKeyDictionary()
 FITS_LINE = "fits in HBM, no cache needed"
 
 
@@ -171,14 +177,24 @@ def che_hit(load: TableLoad, cache_rows: float) -> float:
     mass = load.mass
     if mass is None or mass.total <= 0:
         return cache_rows / rows  # uniform: Che gives C / rows exactly
-    x = mass._index
-    free = np.asarray(x["free"], dtype=np.float64)
-    p_bin = np.divide(mass.bin_mass, free, out=np.zeros(len(free)), where=free > 0)
-    p = np.concatenate([np.asarray(mass.top_mass, dtype=np.float64), p_bin]) / mass.total
-    n = np.concatenate([np.ones(len(mass.top_mass)), free])
-    keep = (p > 0) & (n > 0)
-    p, n = p[keep], n[keep]
-    if n.sum() <= cache_rows:
+    # a mass's groups and its answers kept with it: the greedy, each budget the placement
+    # tries, the shardings and cluster sizes a plan compares ask for the same caches
+    # again (a mass of 2^18 top rows costs ~0.1 s an answer)
+    memo = _CHE_MEMO.get(mass)
+    if memo is None:
+        x = mass._index
+        free = np.asarray(x["free"], dtype=np.float64)
+        p_bin = np.divide(mass.bin_mass, free, out=np.zeros(len(free)), where=free > 0)
+        p = np.concatenate([np.asarray(mass.top_mass, dtype=np.float64), p_bin]) / mass.total
+        n = np.concatenate([np.ones(len(mass.top_mass)), free])
+        keep = (p > 0) & (n > 0)
+        memo = _CHE_MEMO[mass] = (p[keep], n[keep], float(n[keep].sum()), {})
+    p, n, keys, answers = memo
+    key = float(cache_rows)
+    if key in answers:
+        return answers[key]
+    if keys <= cache_rows:
+        answers[key] = 1.0
         return 1.0
 
     def filled(t: float) -> float:
@@ -190,10 +206,16 @@ def che_hit(load: TableLoad, cache_rows: float) -> float:
     for _ in range(100):
         mid = 0.5 * (lo + hi)
         if filled(mid) < cache_rows:
+            if mid == lo:  # (lo, hi) no longer moves: the next steps would not either
+                break
             lo = mid
         else:
+            if mid == hi:
+                break
             hi = mid
-    return float(min(1.0, (n * p * -np.expm1(-p * hi)).sum()))
+    hit = float(min(1.0, (n * p * -np.expm1(-p * hi)).sum()))
+    answers[key] = hit
+    return hit
 
 
 def shard_hbm_bytes(system: SystemSpec, rows: int, dim: int, kernel: str, clf: float | None) -> int:
