@@ -7,8 +7,10 @@ bisection it replaces. (The plans themselves: tests/test_big_plan_bench.py.)"""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
+import pytest
 
 from replay.engine import kernels
 from replay.engine.placement import spec_loads
@@ -74,3 +76,39 @@ def test_che_hit_is_the_full_bisection_and_answers_again_from_its_memo() -> None
         loads[1], mass=spec_loads(spec, resolve_system("hbm-lru", []))[1].mass
     )
     assert kernels.che_hit(other, 4_000.0) == _reference_che_hit(loads[1], 4_000.0)
+
+
+@pytest.mark.bench
+def test_the_scaling_point_of_the_users_cluster_is_the_steady_replay(monkeypatch) -> None:
+    """A steady span of at most `SCALING_BATCHES`: the scaling point at the user's node
+    count takes the steady replay's columns, and plan.json is the one replaying it again
+    gives. Two small cluster plans (~20 s of CPU): bench."""
+    from replay.plan import cluster_spread
+    from replay.plan.plan import make_plan
+    from replay.plan.request import PlanRequest
+    from replay.plan.write import plan_json
+    from replay.workload.presets import get_preset
+
+    request = PlanRequest(
+        source=get_preset("criteo-kaggle").with_overrides(batches=8, batch_size=64),
+        systems=("hbm-lru",),
+        cache_budget_bytes=1 << 20,
+        hit_targets=(0.5,),
+        mtbf_s=6 * 3600,
+        sample_rate=1.0,
+        draws=20,
+        sets=("cluster.nodes=2", "cluster.gpus_per_node=2", "cluster.torchrec_proposer=none"),
+    )
+    said: list[bool] = []
+    same_run = cluster_spread.same_run
+
+    def spy(*args: object) -> bool:
+        said.append(same_run(*args))  # type: ignore[arg-type]
+        return said[-1]
+
+    monkeypatch.setattr(cluster_spread, "same_run", spy)
+    reused, _ = make_plan(request)
+    assert said.count(True) == 1  # the user's 2 nodes, and only them
+    monkeypatch.setattr(cluster_spread, "same_run", lambda *args: False)
+    replayed, _ = make_plan(request)
+    assert json.dumps(plan_json(reused)) == json.dumps(plan_json(replayed))

@@ -435,8 +435,9 @@ def plan_cluster(
     )
     if scaling is None:
         scaling = _scaling(
-            base, system_name, sets, steady_source, loads, spec, budget_rows, nodes=cluster.nodes
-        )
+            base, system_name, sets, steady_source, loads, spec, budget_rows, nodes=cluster.nodes,
+            steady=(placement, system, result.columns),
+        )  # fmt: skip
     method_curves = "exact stack distances per GPU" if exact else f"SHARDS at R = {rate:g} per GPU"
     doc: dict[str, Any] = {
         "nodes": int(cluster.nodes),
@@ -771,11 +772,15 @@ def _routed_span(
 
 def _scaling(
     base: Any, name: str, sets: Sequence[str], source: Any, loads: Any, spec: Any,
-    budget_rows: int, *, nodes: int,
+    budget_rows: int, *, nodes: int, steady: tuple[Any, Any, Any] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The all-to-all (and step) time per batch at 1, 2, 4, 8 nodes and the user's, the
-    same GPUs per node, auto sharding, over the first `SCALING_BATCHES` of the span."""
+    same GPUs per node, auto sharding, over the first `SCALING_BATCHES` of the span.
+    `steady`: the user's cluster's (placement, system, columns) as the steady span
+    replayed it, taken for the point that would replay the same (deterministic: the same
+    numbers, one replay fewer)."""
     from replay.engine.cluster import replay_cluster
+    from replay.plan.cluster_spread import same_run
 
     span = source
     if spec is not None and int(source.num_batches) > SCALING_BATCHES:
@@ -795,15 +800,18 @@ def _scaling(
         capacity = span_capacity(span, placed.placement, budget_rows, base.policy.name)
         system = _cluster_system(name, sets, capacity, base.policy.name)
         sized = dataclasses.replace(system, cluster=dataclasses.replace(system.cluster, nodes=n))
-        result = replay_cluster(span, sized, placed.placement)
-        step = np.asarray(result.columns["step_time_s"], dtype=np.float64)
+        if steady is not None and span is source and same_run(steady, sized, placed.placement):
+            columns = steady[2]
+        else:
+            columns = replay_cluster(span, sized, placed.placement).columns
+        step = np.asarray(columns["step_time_s"], dtype=np.float64)
         point.update(
             fits=True,
-            all_to_all_s_per_batch=float(np.mean(result.columns["all_to_all_s"])),
-            all_to_all_bytes_per_batch=float(np.mean(result.columns["all_to_all_bytes"])),
-            allreduce_s_per_batch=float(np.mean(result.columns["allreduce_s"])),
+            all_to_all_s_per_batch=float(np.mean(columns["all_to_all_s"])),
+            all_to_all_bytes_per_batch=float(np.mean(columns["all_to_all_bytes"])),
+            allreduce_s_per_batch=float(np.mean(columns["allreduce_s"])),
             step_time_s=float(np.mean(step)),
-            imbalance=float(np.mean(result.columns["imbalance"])),
+            imbalance=float(np.mean(columns["imbalance"])),
         )
         points.append(point)
     return {"batches": int(span.num_batches), "points": points}

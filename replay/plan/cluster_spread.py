@@ -127,6 +127,22 @@ def tradeoff(comparison: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def same_run(steady: tuple[Any, Any, Any], system: Any, placement: Any) -> bool:
+    """Whether replaying `placement` under `system` is the steady span's replay again
+    (`steady`: its placement, system and columns): a scaling point at the user's cluster
+    then takes its columns (the replay is deterministic: the same numbers, one replay
+    fewer; `replay.plan.cluster._scaling`)."""
+    mine, sys0, _ = steady
+    return bool(
+        system == sys0
+        and (placement.nodes, placement.gpus_per_node) == (mine.nodes, mine.gpus_per_node)
+        and placement.plan == mine.plan
+        and placement.tables == mine.tables
+        and placement.shards == mine.shards
+        and placement.row_bytes == mine.row_bytes
+    )
+
+
 def _us(seconds: float) -> str:
     """Microseconds, 3 significant digits (a GPU's embedding work per step is us)."""
     return f"{seconds * 1e6:.3g} us"
@@ -209,4 +225,4 @@ def spread_markdown(c: dict[str, Any]) -> list[str]:
     return out
 
 
-__all__ = ["spread", "spread_markdown", "tradeoff"]
+__all__ = ["same_run", "spread", "spread_markdown", "tradeoff"]
