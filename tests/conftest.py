@@ -38,11 +38,11 @@ def _the_quickstarts_plan_once() -> Any:
     quickstart = repr(plan_request())
     kept: list[Any] = []
 
-    def make_plan(request: Any, progress: Any = None) -> Any:
+    def make_plan(request: Any, progress: Any = None, resolved: Any = ()) -> Any:
         if repr(request) != quickstart:
-            return real(request, progress)
+            return real(request, progress, resolved)
         if not kept:
-            kept.append(real(request, progress))
+            kept.append(real(request, progress, resolved))
         return copy.deepcopy(kept[0])
 
     with pytest.MonkeyPatch.context() as patch:

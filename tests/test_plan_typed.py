@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any, NotRequired, get_origin, get_type_hints
 
 import pytest
@@ -16,9 +17,9 @@ import pytest
 import replay.engine.systems as engine_systems
 from replay._schema_docs import validate
 from replay._schema_plan import Plan, PlanDocument
+from replay.cli import main
 from replay.plan.plan import PlanRequest, make_plan
 from replay.plan.plan_stages import prepare
-from replay.plan.write import plan_json
 from replay.workload.presets import get_preset
 from replay.workload.spec import UpdateRule
 
@@ -71,17 +72,24 @@ def _data(seen: Counter[tuple[str, str]], origin: str) -> list[dict[str, Any]]:
 
 
 def test_a_plan_is_its_typed_document_and_resolves_each_system_once(
-    resolutions: Counter[tuple[str, str]],
+    resolutions: Counter[tuple[str, str]], tmp_path: Path
 ) -> None:
-    document, _ = make_plan(_request(("hbm-lru", "hbm-tbe-lfu", "pmem-host")))
-    # the typed document: plan.json's keys in their order, its torchrec part beside them
+    out = tmp_path / "plan"
+    main([
+        "plan", "--workload", "tiny", "--batches", "20", "--system", "hbm-lru",
+        "--system", "hbm-tbe-lfu", "--system", "pmem-host", "--cache-budget", "1MiB",
+        "--hit-target", "0.5", "--cluster-mtbf", "6h", "--time-per-batch", "100ms",
+        "--sample-rate", "1", "--draws", "20", "--out", str(out),
+    ])  # fmt: skip
+    # the typed document: plan.json's keys, the torchrec part apart (torchrec.json)
     assert _required(PlanDocument) == _required(Plan) | {"torchrec"}
-    assert _required(PlanDocument) <= set(document) <= set(get_type_hints(PlanDocument))
-    assert {"tolerance", "cluster", "claims"}.isdisjoint(document)  # one GPU: none of these
-    assert list(document)[-3:] == ["notes", "torchrec", "memory"]
-    validate("plan", plan_json(document), "plan.json")
-    # no spec resolved twice; the TBE system once as given, then once per cache size its
-    # replays use (the policies' and the TBE curve's sizes, shared)
+    document = json.loads((out / "plan.json").read_text())
+    assert _required(Plan) <= set(document) - {"schema_version"} <= set(get_type_hints(Plan))
+    assert {"tolerance", "cluster", "claims"} & set(document) == {"tolerance"}  # one GPU
+    validate("plan", document, "plan.json")
+    validate("torchrec", json.loads((out / "torchrec.json").read_text()), "torchrec.json")
+    # no spec resolved twice: each system once as the command is given it, the TBE system
+    # then once per cache size its replays use (the policies' and the TBE curve's, shared)
     assert max(resolutions.values()) == 1
     tbe = _data(resolutions, "hbm-tbe-lfu")
     sized = [d["policy"]["capacity_rows"] for d in tbe if "capacity_rows" in d["policy"]]
@@ -97,8 +105,11 @@ def test_a_plan_is_its_typed_document_and_resolves_each_system_once(
 def test_a_stateful_rule_resolves_each_system_again_with_its_sets(
     resolutions: Counter[tuple[str, str]],
 ) -> None:
-    make_plan(_request(("hbm-lru", "dram"), rule="rowwise-adagrad"))
+    setup = prepare(_request(("hbm-lru", "dram"), rule="rowwise-adagrad"))
+    assert [x.model.optimizer for x in setup.local_systems] == ["rowwise-adagrad"] * 2
+    assert setup.local_systems[0] is setup.base  # one GPU: the first system is the base
     # as given (to learn each system's optimizer), then with the rule's set: two specs each
+    # (the later stages take these: the first test pins what they resolve)
     assert _by_origin(resolutions) == {"hbm-lru": 2, "dram": 2}
     assert max(resolutions.values()) == 1
     for origin in ("hbm-lru", "dram"):

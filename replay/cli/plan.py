@@ -264,7 +264,9 @@ def plan_command(
     if not dry_run:
         check_output_folder(out, force=force, owned=OUTPUT_FILES, what="`replay plan` output")
     # every system before any work: a bad second --system is said now, not after the curves
-    resolved = [resolve_system(name, list(sets or ())) for name in systems]
+    # (the first resolved above): each resolved once, and the plan takes them
+    resolved = [] if first is None else [first]
+    resolved += [resolve_system(name, list(sets or ())) for name in (systems or [])[1:]]
     ref = resolve_source(
         trace, workload, batches=batches, batch_size=batch_size, seed=seed, alpha=alpha,
         drift=drift, reuse=reuse, verify=True,
@@ -313,8 +315,9 @@ def plan_command(
                 return True
 
             document, curves = plan_within(
-                request, within, lambda r: make_plan(r, progress=progress.stage), fits,
-                may_raise=tolerance is not None,
+                request, within,
+                lambda r: make_plan(r, progress=progress.stage, resolved=resolved),
+                fits, may_raise=tolerance is not None,
             )  # fmt: skip
         except MtbfTooShort as exc:  # said with the options given, not "--cluster-mtbf, ..."
             raise ConfigError(_mtbf_too_short(exc, cluster_mtbf, nodes, node_mtbf)) from None

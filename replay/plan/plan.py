@@ -29,7 +29,7 @@ writes per row.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from replay._schema_plan import PlanDocument
@@ -48,11 +48,14 @@ from replay.plan.request import (
 
 
 def make_plan(
-    request: PlanRequest, progress: Callable[[str], None] | None = None
+    request: PlanRequest,
+    progress: Callable[[str], None] | None = None,
+    resolved: Sequence[Any] = (),
 ) -> tuple[PlanDocument, dict[str, Any]]:
     """The plan as the JSON document `plan.json` holds (see docs/plan.md; its `torchrec`
     part is written as `torchrec.json`), and the curves its goodput figure draws (goodput
-    against interval, per strategy)."""
+    against interval, per strategy). `resolved`: the request's systems already resolved
+    with its sets (the CLI resolves them before any work), else the first stage does."""
     from replay._malloc import trim_freed_memory
     from replay.plan.plan_document import assemble_plan
     from replay.plan.plan_stages import (
@@ -70,7 +73,7 @@ def make_plan(
         told(stage)
 
     # every system is resolved once, in the first stage, and travels through the others
-    setup = prepare(request)
+    setup = prepare(request, resolved)
     curves = run_curves(setup, say)
     cache = cache_answers(setup, curves, say)
     systems = system_answers(setup, curves, cache, say)

@@ -26,7 +26,7 @@ order, so the document's notes keep the order in which the answers were reached.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -118,7 +118,8 @@ class CheckpointAnswers:
     notes: tuple[str, ...]
 
 
-def prepare(request: PlanRequest) -> Setup:
+def prepare(request: PlanRequest, resolved: Sequence[Any] = ()) -> Setup:
+    """`resolved`: the request's systems already resolved with its sets, else done here."""
     from replay.engine.kernels import home_tier_note
     from replay.engine.systems import resolve_system
     from replay.plan.memory import rule_request
@@ -126,7 +127,9 @@ def prepare(request: PlanRequest) -> Setup:
     notes = list(request.notes)
     if not request.systems:
         raise ConfigError("give at least one --system")
-    base = resolve_system(request.systems[0], list(request.sets))
+    if resolved and len(resolved) != len(request.systems):
+        raise ValueError("prepare: resolved must hold one spec per system")
+    base = resolved[0] if resolved else resolve_system(request.systems[0], list(request.sets))
     if request.time_per_batch_s is None and not _has_compute(base):
         # the system's step time would be its embedding work alone: every interval and
         # goodput computed from it would describe a training run that does not exist
@@ -135,9 +138,12 @@ def prepare(request: PlanRequest) -> Setup:
             "seconds_per_batch), so its step time would be the embedding work alone; give "
             "--time-per-batch DURATION, your model's measured step time (e.g. 50ms)"
         )
-    # every system resolved once, here: the stages take these specs; a stage that needs
-    # another spec (a replay's own cache size, checkpointing off) resolves that variant
-    given = (base, *(resolve_system(name, list(request.sets)) for name in request.systems[1:]))
+    # every system resolved once (here, or by the caller): the stages take these specs; one
+    # that needs another spec (a replay's cache size, checkpointing off) resolves it
+    given = tuple(resolved) or (
+        base,
+        *(resolve_system(name, list(request.sets)) for name in request.systems[1:]),
+    )
     local_systems = given
     if base.cluster is not None:  # the other sections plan one GPU (`replay.plan.cluster`)
         from replay.plan.cluster import check_one_gpu, one_gpu_sets
