@@ -7,6 +7,7 @@ trade-off. The acceptance on criteo-terabyte (8 and 64 GPUs) runs here; the 400-
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -18,10 +19,12 @@ from hypothesis import strategies as st
 
 from replay.engine.placement import spec_loads, split_byte_seconds, system_cost_model
 from replay.engine.shard_cost import (
+    STEP_SLACK,
     TINY_ROWS,
     CostModel,
     TableLoad,
     bytes_floor_at_step,
+    even_shares,
     time_floor,
 )
 from replay.engine.sharder import auto_shard, rank_costs, rank_hbm
@@ -33,6 +36,7 @@ from replay.system.sharding import (
     ROW_WISE,
     TABLE_ROW_WISE,
     resolve_plan,
+    row_blocks,
     table_shapes,
     uniform_plan,
 )
@@ -132,6 +136,20 @@ def test_whole_tables_on_few_gpus_and_a_replica_that_fills_the_gap() -> None:
         assert [e.type for e in r.plan.tables].count(DATA_PARALLEL) == 1
 
 
+def test_an_uneven_split_over_fewer_gpus_pays_fewer_collectives() -> None:
+    """`auto-uneven` may split a table over 2 of 4 GPUs, each paying the row-wise
+    price: two 1,000-row tables of 3 lookups, 1.024 a GPU holding a block, each over
+    its own pair: 1.5 + 1.024 = 2.524 a GPU, under the 3.0 of a whole table; the time
+    floor counts splits over k = 2 .. W GPUs, so it stays a bound (it was 3.0)."""
+    loads = [TableLoad(f"t{i}", 1000, 4, 3.0, bags=64.0) for i in range(2)]
+    model = CostModel(replica_byte=1e-3, row_wise_byte=1e-3, table_row_wise_byte=5e-4)
+    r = auto_shard(loads, nodes=1, gpus_per_node=4, gpu_memory_bytes=GIB, model=model)
+    assert [len(e.ranks) for e in r.plan.tables] == [2, 2]
+    assert r.rank_cost.max() == pytest.approx(2.524)
+    assert time_floor(loads, model, 4, 4, even=False) == pytest.approx(2.524)
+    assert time_floor(loads, model, 4, 4, even=True) == pytest.approx(3.0)
+
+
 def test_bytes_bounds_and_the_hbm_footprint() -> None:
     """bytes_floor = max(HBM / W, the largest unsplittable piece); a table whose kernel
     keeps a tenth of it in HBM (`hbm_bytes`) fits where the whole table would not, and
@@ -159,6 +177,28 @@ def test_bytes_balanced_beside_the_time() -> None:
                    torchrec_executable=True)  # fmt: skip
     assert r.max_over_mean == pytest.approx(1.0)
     assert r.rank_hbm.max() == 320_000 + 32_000 and r.bytes_over_floor == pytest.approx(1.0)
+
+
+def test_the_bytes_pass_trades_up_to_a_tenth_of_the_step_for_bytes() -> None:
+    """Two nodes of 2 GPUs: an 80,000-row table (2.56 MB, 400 lookups) and 24 small ones
+    of 100 lookups. Whole, the big table and three small ones balance the step at the
+    floor (700) with 2.81 MB on its GPU; table-row-wise over a node (64 a GPU for the
+    reduce-scatter) the step is 764, 9.1% over the floor, and the fullest GPU holds 1.68
+    MB: the bytes pass takes it (within 10% of the floor, over 10% fewer bytes), and the
+    front keeps both ends. At 96 a GPU the split costs 13.7%: the whole table stays."""
+    loads = [TableLoad("big", 80_000, 8, 400.0, bags=100.0)] + [
+        TableLoad(f"s{i:02d}", 1000 + 100 * i, 8, 100.0, bags=100.0) for i in range(24)
+    ]
+    for tw, kind, top, held in ((0.02, TABLE_ROW_WISE, 764.0, 1_680_000),
+                                (0.03, "table-wise", 700.0, 2_809_600)):  # fmt: skip
+        model = CostModel(table_row_wise_byte=tw, row_wise_byte=4 * tw)
+        r = auto_shard(loads, nodes=2, gpus_per_node=2, gpu_memory_bytes=GIB, model=model,
+                       torchrec_executable=True)  # fmt: skip
+        assert r.plan.tables[0].type == kind
+        assert r.floor == pytest.approx(700.0) and r.rank_cost.max() == pytest.approx(top)
+        assert r.max_over_floor <= 1 + STEP_SLACK and r.rank_hbm.max() == held
+        assert r.front[0][:2] == (700.0, 2_809_600)
+    assert r.front[1][0] == pytest.approx(796.0)  # the split, 13.7% over the floor
 
 
 def test_pareto_front() -> None:
@@ -255,6 +295,72 @@ def test_every_table_placed_none_tiny_split_within_memory(
         assert r.placement.plan.torchrec_executable
 
 
+def _ways_per_gpu(ld: TableLoad, model: CostModel, nodes: int, gpus: int) -> list[tuple]:
+    """Every way to place one table on `nodes` x `gpus` GPUs, as (cost, HBM bytes) per
+    GPU, priced as `rank_costs` and `rank_hbm` price a plan: whole on each GPU,
+    replicated, and (not tiny) row-wise over all and table-row-wise on each node."""
+    world = nodes * gpus
+    access = model.access(ld)
+    out = []
+    for r in range(world):
+        cost, held = np.zeros(world), np.zeros(world)
+        cost[r], held[r] = access, ld.hbm
+        out.append((cost, held))
+    out.append((np.full(world, access / world + model.allreduce(ld, world)),
+                np.full(world, float(ld.hbm))))  # fmt: skip
+    if ld.tiny or world == 1:
+        return out
+    blocks = [ld.hbm_of(a, b) for a, b in row_blocks(ld.rows, world)]
+    out.append((np.array([access * f + model.row_wise(ld) for f in even_shares(ld, world)]),
+                np.array(blocks, dtype=float)))  # fmt: skip
+    if nodes > 1:
+        local = [access * f + model.table_row_wise(ld) for f in even_shares(ld, gpus)]
+        local_bytes = [ld.hbm_of(a, b) for a, b in row_blocks(ld.rows, gpus)]
+        for n in range(nodes):
+            cost, held = np.zeros(world), np.zeros(world)
+            cost[n * gpus : (n + 1) * gpus] = local
+            held[n * gpus : (n + 1) * gpus] = local_bytes
+            out.append((cost, held))
+    return out
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([2, 999, 1000, 3000, 20_000]),
+            st.floats(1, 1e4),
+            st.sampled_from([4, 8]),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    st.sampled_from([0.0, 1e-3, 1e-2]),
+    st.floats(1.0, 1.6),
+)
+@FAST
+def test_the_bounds_hold_against_every_plan_of_tiny_models(
+    specs: list, price: float, slack: float
+) -> None:
+    """Brute force over every plan of up to 3 tables on 2 nodes of 2 GPUs (whole on any
+    GPU, replicated, row-wise, table-row-wise on either node): no plan's busiest GPU
+    beats `time_floor`, and no plan whose busiest GPU is within the step holds fewer
+    bytes on its fullest GPU than `bytes_floor_at_step` (the bounds docs/cluster.md
+    states)."""
+    loads = [TableLoad(f"t{i}", r, d, c, bags=64.0) for i, (r, c, d) in enumerate(specs)]
+    model = CostModel(replica_byte=price, row_wise_byte=price, table_row_wise_byte=price / 2)
+    per_table = [_ways_per_gpu(ld, model, 2, 2) for ld in loads]
+    tops, fullest = [], []
+    for plan in itertools.product(*per_table):
+        tops.append(float(sum(c for c, _ in plan).max()))
+        fullest.append(float(sum(b for _, b in plan).max()))
+    top, full = np.array(tops), np.array(fullest)
+    floor = time_floor(loads, model, 4, 2, even=True)
+    assert floor <= top.min() * (1 + 1e-9)
+    step = slack * top.min()
+    at_step = bytes_floor_at_step(loads, model, 4, 2, step, even=True)
+    assert at_step <= full[top <= step * (1 + 1e-12)].min() * (1 + 1e-9)
+
+
 # -- the acceptance ---------------------------------------------------------------------------
 
 
@@ -300,27 +406,26 @@ def test_criteo_terabyte_acceptance(nodes: int, hbm_max_gib: float, front: list)
 @pytest.mark.bench
 def test_400_tables_2_billion_rows_on_64_gpus() -> None:
     """The 400-table model (tests/_big_model.py: 2 to 86 M rows, 954 GiB of fp32 and
-    512 B a row) on 64 H100s of 80 GB: the busiest GPU within 5% of its floor (1.031),
-    the fullest GPU within 10% of its shards' bound (34.7 GiB against 34.5: the four
-    largest tables table-row-wise), none of the 142 tables under 1,000 rows split; the
-    front: the bytes floor (14.9 GiB) is out of reach, 26 GiB costs 11% of the step; the
-    bytes floor the step permits (15.6 GiB) is not met.
-    Seconds: the spec's pmfs 16-20 s, the sharder 4-7 s on the 2-core VM (loaded)."""
+    512 B a row) on 64 H100s of 80 GB: the bytes pass splits the 18 largest tables
+    table-row-wise; the busiest GPU within 10% of its floor (1.098), the fullest GPU
+    within 1% of its shards' bound (18.69 GiB against 18.60: the 19th largest table,
+    whole), none of the 142 tables under 1,000 rows split; the front from the step's
+    best (1.031, 34.7 GiB) to the pass's. The bytes floor the step permits (15.6 GiB) is
+    not met: 1.20x (docs/cluster.md says why).
+    Seconds: the spec's pmfs 12-20 s, the sharder 5-10 s on the 2-core VM (loaded)."""
     spec = big_model_spec()
     assert sum(t.rows for t in spec.tables) == 2_000_000_000 and len(spec.tables) == 400
     assert len(tiny_tables(spec)) == 142
     r, loads = _acceptance(spec, 8, 80e9)
-    assert r.max_over_floor <= 1.05 and r.bytes_over_bound <= 1.10
-    assert r.rank_hbm.max() / GIB == pytest.approx(34.74, abs=0.01)
-    steps = [(round(a / r.floor, 2), round(b / GIB)) for a, b, _ in r.front]
-    assert steps[:4] == [(1.03, 35), (1.05, 34), (1.09, 31), (1.11, 26)]
-    # the bytes floor the step permits (plans within 10% of the time floor): 15.6 GiB;
-    # NOT met: the fullest GPU holds 2.23x it, and the front's best plan within 10% of the
-    # time floor (30.6 GiB at 1.095x) 1.96x
+    assert r.max_over_floor <= 1 + STEP_SLACK and r.bytes_over_bound <= 1.01
+    assert r.rank_hbm.max() / GIB == pytest.approx(18.69, abs=0.01)
+    assert len(_split_tables(r)) == 18
+    steps = [(round(a / r.floor, 3), round(b / GIB, 1)) for a, b, _ in r.front]
+    assert steps[0] == (1.031, 34.7) and steps[-1] == (1.098, 18.7)
     model, _ = system_cost_model(_system("cluster.nodes=8"), 8, 8, 128, loads)
     at_step = bytes_floor_at_step(loads, model, 64, 8, 1.1 * r.floor, even=True)
     assert at_step / GIB == pytest.approx(15.59, abs=0.01)
-    assert r.rank_hbm.max() / at_step == pytest.approx(2.23, abs=0.01)
+    assert r.rank_hbm.max() / at_step == pytest.approx(1.20, abs=0.01)
 
 
 @pytest.mark.bench

@@ -192,22 +192,58 @@ def options(
     load: TableLoad, model: CostModel, world: int, gpus_per_node: int, *, even: bool
 ) -> list[tuple[float, float]]:
     """(the largest piece a GPU pays, the total over the GPUs) of each way the table can
-    be placed: whole, replicated, and (not tiny) row-wise over the W GPUs and, across
-    nodes, table-row-wise over a node's G; a split's piece is its costliest block (an
-    even block with `even`, else its hottest row alone) plus its collective."""
+    be placed (`_options`)."""
+    return [(piece, total) for piece, total, _ in _options(load, model, world, gpus_per_node,
+                                                           even=even)]  # fmt: skip
+
+
+def _options(
+    load: TableLoad, model: CostModel, world: int, gpus_per_node: int, *, even: bool
+) -> list[tuple[float, float, int]]:
+    """(the largest piece a GPU pays, the total over the GPUs, blocks) of each way the
+    table can be placed: whole (1 block), replicated (0), and (not tiny) split. With
+    `even` (TorchRec's executable splits): row-wise in W even blocks and, across nodes,
+    table-row-wise in a node's G, the piece its costliest even block plus its
+    collective. Without (`auto-uneven`: any k >= 2 blocks of any sizes on k GPUs,
+    row-wise or, k within a node, table-row-wise, the collective paid by the k GPUs
+    that hold one): `_uneven`'s relaxations of the k-block ways."""
     access = model.access(load) + model.memory(load)
     rep = model.replica(load, world)
-    out = [(access, access), (rep, rep * world)]
+    out = [(access, access, 1), (rep, rep * world, 0)]
     if load.tiny or world <= 1:
         return out
-    top = max(even_shares(load, world)) if even else load.hottest_share()
     rw = model.row_wise(load)
-    out.append((access * top + rw, access + world * rw))
-    if world > gpus_per_node >= 1:
-        g = gpus_per_node
-        top = max(even_shares(load, g)) if even else load.hottest_share()
-        tw = model.table_row_wise(load)
-        out.append((access * top + tw, access + g * tw))
+    multi = world > gpus_per_node >= 1
+    if even:
+        out.append((access * max(even_shares(load, world)) + rw, access + world * rw, world))
+        if multi:
+            g = gpus_per_node
+            tw = model.table_row_wise(load)
+            out.append((access * max(even_shares(load, g)) + tw, access + g * tw, g))
+        return out
+    out.extend(_uneven(load, access, rw, world))
+    if multi:
+        out.extend(_uneven(load, access, model.table_row_wise(load), gpus_per_node))
+    return out
+
+
+def _uneven(
+    load: TableLoad, access: float, price: float, most: int
+) -> list[tuple[float, float, int]]:
+    """Splits into k = 2 .. `most` blocks of any sizes, each GPU holding one paying
+    `price`: the largest block holds at least 1 / k of the lookups, its hottest row's,
+    and ceil(rows / k) rows, and the k GPUs pay k x `price`. One way per range of k
+    (2-3, 4-7, 8-15, ...): the range's least piece, access x max(hottest share, 1 / its
+    largest k) + `price`, with its least total, access + its least k x `price`, and
+    its largest k's blocks -- no k of the range does better in any, so the bounds stay
+    bounds with log2(W) ways a table."""
+    out = []
+    lo = 2
+    while lo <= most:
+        hi = min(2 * lo - 1, most)
+        piece = access * max(load.hottest_share(), 1.0 / hi) + price
+        out.append((piece, access + lo * price, hi))
+        lo = hi + 1
     return out
 
 
@@ -250,14 +286,14 @@ def _ways(
     HBM bytes over every GPU) of each way: whole, replicated (every GPU a copy), row-wise
     over the W GPUs and table-row-wise over a node's G (an even block of rows; the
     costliest block's cost, as `options`)."""
-    costs = options(load, model, world, gpus_per_node, even=even)
     hbm = float(load.hbm)
-    sizes = [(hbm, hbm), (hbm, hbm * world)]
-    if len(costs) > 2:
-        sizes.append((float(load.hbm_of(0, -(-load.rows // world))), hbm))
-    if len(costs) > 3:
-        sizes.append((float(load.hbm_of(0, -(-load.rows // gpus_per_node))), hbm))
-    return [(c, ct, b, bt) for (c, ct), (b, bt) in zip(costs, sizes, strict=True)]
+    out = []
+    for piece, total, blocks in _options(load, model, world, gpus_per_node, even=even):
+        if blocks == 0:  # a replica: the whole table on every GPU
+            out.append((piece, total, hbm, hbm * world))
+        else:  # the largest of `blocks` blocks holds at least ceil(rows / blocks) rows
+            out.append((piece, total, float(load.hbm_of(0, -(-load.rows // blocks))), hbm))
+    return out
 
 
 def bytes_floor_at_step(

@@ -107,10 +107,12 @@ Bytes beside the time: the result reports each GPU's HBM bytes (`rank_hbm`) agai
 `bytes_bound` (no assignment of the chosen shards holds fewer on its fullest GPU:
 max(mean, replicas + the largest shard)) and `bytes_floor` (no plan does:
 max(HBM / W, the largest unsplittable piece)); the executable mode balances them within
-2% of the best time (or 5% of the floor) and returns its time / bytes front
-(`sharder_even`). The floor of the time is also at least `shard_cost.time_floor` (the
-least T with W x T covering each table's cheapest total among its ways whose piece is
-at most T), so the module's bounds hold with priced splits.
+2% of the best time (or 5% of the floor), then its bytes pass trades up to 10% of the
+time floor (`shard_cost.STEP_SLACK`) for a tenth or more of the fullest GPU's bytes, and
+it returns its time / bytes front (`sharder_even`). The floor of the time is also at
+least `shard_cost.time_floor` (the least T with W x T covering each table's cheapest
+total among its ways whose piece is at most T), so the module's bounds hold with priced
+splits.
 
 Bounds (returned with the plan). Every GPU's cost (`rank_cost`, `rank_costs`) includes
 the replicas' all-reduce, AR (`ShardingResult.allreduce`), and so do ``mean`` here and
@@ -189,9 +191,9 @@ criteo-terabyte at 8 GPUs, 24 tables whole and the 3- and 4-row C6 and C17 repli
 GPUs the five 25-40 M-row tables table-row-wise in a node and the rest whole, at the
 floor (1.82x the mean: the even block holding a 40 M-row table's hot value), 2.38 GiB
 on the fullest GPU where every table whole held 19.1. A 400-table, 2-billion-row model
-on 64 GPUs: the four largest tables table-row-wise, 1.031 of the floor, 34.7 GiB on the
-fullest GPU (42.8 with every table whole at 1.000); 26 GiB costs 11% of the step (floor
-14.9 GiB).
+on 64 GPUs: the 18 largest tables table-row-wise (the bytes pass), 1.098 of the floor,
+18.7 GiB on the fullest GPU (34.7 at 1.031 with the four largest split, 42.8 with every
+table whole at 1.000; the bytes floor 14.9 GiB, 15.6 at 1.1x the time floor).
 meta-2021 (856 tables) on 128 GPUs: 2 s, 1.05x the floor, 3.1 GiB on the fullest GPU
 (bound 2.4).
 """
@@ -207,6 +209,7 @@ import numpy as np
 
 from replay._units import format_bytes
 from replay.engine.shard_cost import (
+    STEP_SLACK,
     TINY_ROWS,
     CostModel,
     TableLoad,
@@ -214,7 +217,7 @@ from replay.engine.shard_cost import (
     hot_costs,
     time_floor,
 )
-from replay.engine.sharder_even import Best, bytes_floor, search_executable
+from replay.engine.sharder_even import Best, bytes_floor, bytes_pass, search_executable
 from replay.errors import ConfigError
 from replay.system.sharding import (
     DATA_PARALLEL,
@@ -627,6 +630,7 @@ def auto_shard(
     cost_of = [access[t] + memory[t] for t in range(len(loads))]
 
     fronts: dict[tuple[int, ...], list[tuple[float, int, int]]] = {}
+    fills: dict[tuple[int, ...], list[tuple[float, int, Best]]] = {}
 
     def search(dp: list[int]) -> Best | None:
         if sum(loads[t].hbm for t in dp) > gpu_memory_bytes:
@@ -644,7 +648,7 @@ def auto_shard(
         floor_dp = _floor_of(set(dp), access, memory, rep, hot, world)
         front = fronts.setdefault(tuple(dp), [])
         return (
-            search_executable(*args, floor_dp, model, front)
+            search_executable(*args, floor_dp, model, front, fills.setdefault(tuple(dp), []))
             if torchrec_executable
             else _search(*args, max_granularity, floor_dp, model)
         )
@@ -658,6 +662,12 @@ def auto_shard(
     whole = sum(kind == TABLE_WISE for kind, _, _ in best[2].values()) if best else 0
     if best is not None and whole > world:  # step 5: more whole tables than GPUs
         dp, best = _more_replicas(loads, dp, best, rep, cost_of, search, world)
+    floor = max(floor, time_floor(loads, model, world, gpus_per_node, even=torchrec_executable))
+    if best is not None and torchrec_executable:  # the bytes pass, for the replicas chosen
+        held = sum(loads[t].hbm for t in dp)
+        best = bytes_pass(loads, dp, cost_of, sum(rep[t] for t in dp), gpu_memory_bytes - held,
+                          world, gpus_per_node, model, (1 + STEP_SLACK) * floor, best,
+                          fronts.setdefault(tuple(dp), []), fills.get(tuple(dp), []))  # fmt: skip
     if best is None:
         raise ConfigError(
             f"auto sharding: no placement fits {world} GPUs of {format_bytes(gpu_memory_bytes)} "
@@ -696,7 +706,6 @@ def auto_shard(
     costs = rank_costs(placement, loads, model)
     mean = float(costs.sum() / world)
     bound = max(mean, dp_cost + largest)
-    floor = max(floor, time_floor(loads, model, world, gpus_per_node, even=torchrec_executable))
     allreduce = sum(model.allreduce(loads[t], world) for t in dp)
     hbm = rank_hbm(placement, loads)
     dp_hbm = sum(loads[t].hbm for t in dp)

@@ -22,6 +22,23 @@ on its fullest GPU wins instead (ties: fewer splits, then the order tried): a pl
 caches and activations. The search stops at the first k whose best is within
 `tolerance` of max(mean, floor).
 
+The bytes pass (`bytes_pass`, once, for the replicas the sharder keeps): the fills
+above balance the step first and the bytes second, so a table of many bytes stays whole
+when splitting it costs a little time (the 400-table model on 64 GPUs: its largest 41
+GiB table whole, 34.7 GiB on the fullest GPU). The pass puts the bytes first within a
+step cap (`shard_cost.STEP_SLACK`, 10% over the time floor): for k = 1, 2, ... the k
+tables of the most HBM bytes are split (table-row-wise, first fit into the nodes in
+rank order while each GPU's blocks stay within a share of the cap, so that some nodes
+keep room for the large whole tables; row-wise on one node), and the whole tables are
+packed under a bytes cap of the largest whole table's bytes x 1.01 (then x 1.05) and
+the step cap, largest first in either dimension, each to the GPU whose smaller room
+(in cost or in bytes) stays largest (or the largest dot product of the table with the
+GPU's room: vector bin packing's two rules); then a local search moves or swaps whole
+tables off the busiest GPU while that lowers it. k stops where the splits' collectives
+alone overrun W GPUs' step cap. The pass's fill of the fewest bytes replaces the plan
+above when its fullest GPU holds at least `BYTES_GAIN` (10%) fewer bytes: a step at
+most 10% over the floor for a tenth of the memory or more.
+
 Bytes floor: no plan holds fewer HBM bytes on its fullest GPU than max(the tables' HBM
 bytes / W, the largest unsplittable piece: a tiny table whole, any other table's even
 block over the W GPUs), plus the replicas' bytes on every GPU (`bytes_floor`).
@@ -130,6 +147,24 @@ class _Fill:
         self.units[t] = self.local[t]
         return True
 
+    def table_row_wise_on(self, t: int, node: int) -> bool:
+        """On `node`'s GPUs, if each has room for its block."""
+        g = self.gpn
+        gpus = slice(node * g, (node + 1) * g)
+        need = self._need(t, self.local_rows[t])
+        if np.any(self.free[gpus] < need):
+            return False
+        self._take(gpus, need, self.local[t])
+        ranks = list(range(node * g, (node + 1) * g))
+        self.chosen[t] = (TABLE_ROW_WISE, ranks, self.local_rows[t])
+        self.units[t] = self.local[t]
+        return True
+
+    def whole_on(self, t: int, r: int) -> None:
+        self._take(r, self.loads[t].hbm, self.cost_of[t])
+        self.chosen[t] = (TABLE_WISE, [r], [(0, self.loads[t].rows)])
+        self.units[t] = [self.cost_of[t]]
+
     def table_wise(self, t: int) -> bool:
         """Longest processing time: the least-loaded GPU with room (ties: the lower
         rank); two-dimensional (`two_d`): the GPU that raises the maximum load least,
@@ -183,11 +218,12 @@ def search_executable(
     floor: float,
     model: CostModel,
     front: list[tuple[float, int, int]] | None = None,
+    fills: list[tuple[float, int, Best]] | None = None,
 ) -> Best | None:
     """Steps 2-4 for the TorchRec-executable mode (module docstring): the best fill, or
     None when no fill places every table in the GPUs' HBM. `front` receives the fills
     no other fill beats in both maximum cost and maximum HBM bytes: (max cost, max
-    bytes, tables split), by cost."""
+    bytes, tables split), by cost; `fills` every fill (max cost, max bytes, fill)."""
     rest = [t for t in range(len(loads)) if t not in dp]
     multi = world // gpus_per_node > 1
     mean = dp_cost + sum(cost_of[t] for t in rest) / world
@@ -224,13 +260,207 @@ def search_executable(
             break
     if not found:
         return None
-    if front is not None:
-        front.extend(pareto([(f[0], f[1], f[3][1]) for f in found]))
     # as good in time: within BYTES_SLACK of the best, or within the search's own
     # tolerance of max(mean, floor)
     good = max(best_top * (1 + BYTES_SLACK), (1 + tolerance) * max(mean, floor))
+    if front is not None:
+        front.extend(pareto([(f[0], f[1], f[3][1]) for f in found]))
+    if fills is not None:
+        fills.extend((f[0], f[1], f[3]) for f in found)
     near = [f for f in found if f[0] <= good]
     return min(near, key=lambda f: (f[1], f[3][1], f[2]))[3]
+
+
+def bytes_pass(
+    loads: Sequence[TableLoad], dp: list[int], cost_of: list[float], dp_cost: float,
+    room: int, world: int, gpus_per_node: int, model: CostModel, step_cap: float,
+    best: Best, front: list[tuple[float, int, int]] | None = None,
+    fills: Sequence[tuple[float, int, Best]] = (),
+) -> Best:  # fmt: skip
+    """The bytes pass (module docstring) after `search_executable` chose `best` for the
+    replicas `dp`: the fill of the fewest HBM bytes on its fullest GPU, among the pass's
+    and the search's `fills`, whose busiest GPU costs at most `step_cap` and whose
+    fullest GPU holds at most 1 - `BYTES_GAIN` of `best`'s, or `best` when none does.
+    `front` (the search's) takes the pass's fills and keeps the points no other beats in
+    both."""
+    rest = [t for t in range(len(loads)) if t not in dp]
+    fill = _Fill(loads, cost_of, rest, world, gpus_per_node, dp_cost, room, model)
+    held = np.zeros(world, dtype=np.int64)
+    for t, (_, ranks, blocks) in best[2].items():
+        for r, (a, b) in zip(ranks, blocks, strict=True):
+            held[r] += loads[t].hbm_of(a, b)
+    splittable = [t for t in rest if t in fill.rw]
+    must = {t for t in splittable if loads[t].hbm > room}
+    b_floor = bytes_floor(loads, rest, world)
+    limit = (1 - BYTES_GAIN) * float(held.max())
+    if limit <= 0 or step_cap <= 0:
+        return best  # no bytes to gain (every table outside HBM), or no step to spend
+    packed = _bytes_pass(fill, rest, splittable, must, step_cap, b_floor, limit)
+    if front is not None:
+        front[:] = pareto(front + [(top, b, got[1]) for top, b, got in packed])
+    ok = [f for f in fills if f[0] <= step_cap and f[1] <= limit] + packed
+    if not ok:
+        return best
+    return min(ok, key=lambda p: (p[1], p[0], p[2][1]))[2]
+
+
+PACK_MARGINS = (0.01, 0.05, 0.15, 0.35)  # the bytes cap: the largest piece x (1 + margin)
+PACK_NODE_FILL = (0.6, 0.8, 1.0)  # split tables' blocks fill a node up to this x the cap
+PACK_PATIENCE = 2  # the bytes pass stops after this many k in a row without a fill
+BYTES_GAIN = 0.1  # the bytes pass's fill wins when its fullest GPU holds 10% fewer bytes
+
+
+def _bytes_pass(
+    fill: _Fill, rest: list[int], splittable: list[int], must: set[int], s_cap: float,
+    b_floor: float, b_limit: float,
+) -> list[tuple[float, int, Best]]:  # fmt: skip
+    """Fills that put the fullest GPU's bytes first (module docstring, the bytes pass):
+    the k tables of the most HBM bytes split (k = 1, 2, ...; table-row-wise across
+    nodes, first fit into the nodes in order while each GPU's bytes stay within a share
+    of the cap, else row-wise), then the whole tables packed under a bytes cap (the
+    largest whole table's bytes x (1 + margin)) and the step cap `s_cap`, then
+    polished. (max cost, max HBM bytes, best) of each k's first fill within both caps
+    and under `b_limit` bytes; the search stops when the splits alone overrun W x
+    `s_cap` or `PACK_PATIENCE` k in a row find none."""
+    loads = fill.loads
+    by_bytes = sorted(splittable, key=lambda t: (-loads[t].hbm, t))
+    multi = fill.world // fill.gpn > 1
+    ways = fill.local if multi else fill.rw
+    rows = fill.local_rows if multi else fill.rw_rows
+    total = fill.dp_cost * fill.world + sum(fill.cost_of[t] for t in rest)
+    out: list[tuple[float, int, Best]] = []
+    misses = 0
+    for k in range(1, len(by_bytes) + 1):  # (the `must` tables are split whatever the k)
+        t_k = by_bytes[k - 1]
+        total += sum(ways[t_k]) - fill.cost_of[t_k]  # what splitting it adds in all
+        if total > fill.world * s_cap:
+            break  # W GPUs within s_cap cannot carry the splits
+        split = set(by_bytes[:k]) | must
+        left = max((loads[t].hbm for t in rest if t not in split), default=0)
+        block = max(float(max(fill._need(t, rows[t]))) for t in split)
+        target = max(float(left), b_floor, block)
+        if target <= 0 or target * (1 + PACK_MARGINS[0]) > b_limit:
+            continue
+        got = None
+        for margin in PACK_MARGINS:
+            b_cap = target * (1 + margin)
+            if b_cap > b_limit:
+                break
+            for share in PACK_NODE_FILL if multi else (1.0,):
+                for dot in (False, True):
+                    node_cap = max(share * b_cap, block)
+                    got = _pack(fill, rest, split, b_cap, node_cap, s_cap, dot)
+                    if got is not None and got[0] <= s_cap and got[1] <= b_limit:
+                        break
+                    got = None
+                if got:
+                    break
+            if got:
+                break
+        if got is None:
+            misses += 1
+            if misses >= PACK_PATIENCE:
+                break
+            continue
+        misses = 0
+        largest = max((max(u) for u in fill.units.values()), default=0.0)
+        out.append((got[0], got[1], (got[0], len(split), dict(fill.chosen), largest)))
+    return out
+
+
+def _pack(
+    fill: _Fill, rest: list[int], split: set[int], b_cap: float, node_cap: float,
+    s_cap: float, dot: bool,
+) -> tuple[float, int] | None:  # fmt: skip
+    """One fill of the bytes pass (`_bytes_pass`): (max cost, max HBM bytes), or None
+    when a table finds no GPU with room under `b_cap`. Whole tables go largest first in
+    either dimension (cost over `s_cap`, bytes over `b_cap`), each to the GPU with room
+    in both (room in bytes alone if none has both) that leaves the most of its smaller
+    room (`dot`: the largest dot product of the table with the GPU's room; vector bin
+    packing's two rules); ties the lower rank."""
+    fill.reset(False)
+    loads, g = fill.loads, fill.gpn
+    for t in sorted(split, key=lambda t: (-loads[t].hbm, t)):
+        placed = False
+        if fill.world // g > 1:
+            need = fill._need(t, fill.local_rows[t])
+            for node in range(fill.world // g):
+                top = fill.held[node * g : (node + 1) * g] + need
+                if top.max() <= node_cap and fill.table_row_wise_on(t, node):
+                    placed = True
+                    break
+        if not placed and not fill.row_wise(t):
+            return None
+    whole = [t for t in rest if t not in split]
+    hbm = {t: loads[t].hbm for t in whole}
+    whole.sort(key=lambda t: (-max(fill.cost_of[t] / s_cap, hbm[t] / b_cap), t))
+    for t in whole:
+        c, h = fill.cost_of[t], hbm[t]
+        ok = np.flatnonzero((fill.held + h <= b_cap) & (fill.free >= h))
+        if len(ok) == 0:
+            return None
+        in_time = ok[fill.load[ok] + c <= s_cap]
+        if len(in_time):
+            ok = in_time
+        rc, rb = (s_cap - fill.load[ok]) / s_cap, (b_cap - fill.held[ok]) / b_cap
+        score = (
+            rc * c / s_cap + rb * h / b_cap if dot else np.minimum(rc - c / s_cap, rb - h / b_cap)
+        )
+        fill.whole_on(t, int(ok[np.argmax(score)]))
+    _polish(fill, whole, b_cap)
+    return float(fill.load.max()), int(fill.held.max())
+
+
+POLISH_ROUNDS = 4  # moves and swaps per whole table at most
+
+
+def _polish(fill: _Fill, whole: list[int], b_cap: float) -> None:
+    """Local search on the busiest GPU: move one of its whole tables to another GPU, or
+    swap it for a cheaper one, whichever leaves the pair's larger cost lowest, while
+    that is below the busiest's cost and every GPU stays within `b_cap` and its memory;
+    until none does (each step lowers the loads' sorted vector, so it ends)."""
+    if not whole:
+        return
+    cost = np.array([fill.cost_of[t] for t in whole])
+    hbm = np.array([fill.loads[t].hbm for t in whole], dtype=np.int64)
+    at = np.array([fill.chosen[t][1][0] for t in whole])
+    cap = np.minimum(np.float64(b_cap), (fill.held + fill.free).astype(np.float64))
+    for _ in range(POLISH_ROUNDS * len(whole)):
+        g = int(np.argmax(fill.load))
+        top = float(fill.load[g])
+        eps = 1e-9 * max(top, 1e-300)
+        best: tuple[float, int, int, int] | None = None  # (new top, i, to GPU, swap j or -1)
+        for i in np.flatnonzero(at == g).tolist():
+            c, h = cost[i], hbm[i]
+            ok = (fill.held + h <= cap) & (fill.load + c < top - eps)
+            ok[g] = False
+            if ok.any():
+                r = int(np.flatnonzero(ok)[np.argmin(fill.load[ok])])
+                new = max(float(fill.load[r]) + c, top - c)
+                if best is None or new < best[0]:
+                    best = (new, i, r, -1)
+            d = c - cost
+            ok = (d > eps) & (at != g)
+            ok &= (fill.held[at] - hbm + h <= cap[at]) & (fill.held[g] - h + hbm <= cap[g])
+            if ok.any():
+                new_s = np.where(ok, np.maximum(fill.load[at] + d, top - d), np.inf)
+                j = int(np.argmin(new_s))
+                if new_s[j] < top - eps and (best is None or new_s[j] < best[0]):
+                    best = (float(new_s[j]), i, int(at[j]), j)
+        if best is None or best[0] >= top - eps:
+            return
+        _, i, r, j = best
+        _move(fill, whole[i], g, r)
+        at[i] = r
+        if j >= 0:
+            _move(fill, whole[j], r, g)
+            at[j] = g
+
+
+def _move(fill: _Fill, t: int, src: int, dst: int) -> None:
+    h, c = fill.loads[t].hbm, fill.cost_of[t]
+    fill._take(src, -h, -c)
+    fill.whole_on(t, dst)
 
 
 def pareto(points: list[tuple[float, int, int]]) -> list[tuple[float, int, int]]:
@@ -273,4 +503,4 @@ def _fill(
     return float(fill.load.max()), int(fill.held.max())
 
 
-__all__ = ["BYTES_SLACK", "Best", "bytes_floor", "pareto", "search_executable"]
+__all__ = ["BYTES_SLACK", "Best", "bytes_floor", "bytes_pass", "pareto", "search_executable"]
