@@ -112,3 +112,38 @@ def test_the_scaling_point_of_the_users_cluster_is_the_steady_replay(monkeypatch
     monkeypatch.setattr(cluster_spread, "same_run", lambda *args: False)
     replayed, _ = make_plan(request)
     assert json.dumps(plan_json(reused)) == json.dumps(plan_json(replayed))
+
+
+def _memory_document(left: list[dict[str, object]]) -> dict[str, object]:
+    gpu = {
+        "rank": 0, "allocated_peak_bytes": 2 << 30, "reserved_peak_bytes": 3 << 30,
+        "capacity_bytes": 80 << 30, "fits": True, "over_bytes": -(77 << 30),
+        "parts": {"weights_bytes": 2 << 30},
+    }  # fmt: skip
+    line = "2 of 3 tables leave HBM (ssd, 1 GiB of 2 GiB): ..." if left else "fits in HBM"
+    return {
+        "memory": {
+            "per_gpu": [gpu], "per_node": [], "worst_rank": 0, "fits": True, "basis": "b",
+        },
+        "cluster": {"kernels": {"line": line, "left_hbm": left}},
+    }  # fmt: skip
+
+
+def test_plan_md_lists_the_tables_that_leave_hbm_and_their_cost() -> None:
+    from replay.plan.write_memory import LEFT_HBM_SHOWN, memory_markdown
+
+    def table(i: int) -> dict[str, object]:
+        return {
+            "table": f"t{i:02d}", "kernel": "ssd", "cache_load_factor": 0.05, "hit": 0.8,
+            "bytes": (i + 1) << 30, "pcie_bytes": float(i << 20),
+        }  # fmt: skip
+
+    left = [table(i) for i in range(LEFT_HBM_SHOWN + 3)]
+    md = "\n".join(memory_markdown(_memory_document(left)))
+    assert "Tables: 2 of 3 tables leave HBM" in md
+    rows = [r for r in md.splitlines() if r.startswith("| t") and "| ssd |" in r]
+    # the costliest first, as many as shown, the rest counted
+    assert len(rows) == LEFT_HBM_SHOWN and rows[0].startswith(f"| t{LEFT_HBM_SHOWN + 2:02d} | ssd")
+    assert "| 0.05 | 0.800 |" in rows[0] and "and 3 more" in md
+    # a plan whose tables all stay in HBM: the section as before
+    assert "Tables:" not in "\n".join(memory_markdown(_memory_document([])))

@@ -85,7 +85,40 @@ def memory_markdown(document: dict[str, Any]) -> list[str]:
             f"| {n['node']} | {format_bytes(n['host_bytes'])} | {format_bytes(n['drive_bytes'])} |"
             for n in nodes
         ]
-    return [*out, ""]
+    return [*out, *_left_hbm_lines(document), ""]
+
+
+LEFT_HBM_SHOWN = 12  # the tables that leave HBM listed in plan.md (all: plan.json)
+
+
+def _left_hbm_lines(document: dict[str, Any]) -> list[str]:
+    """A cluster's tables that leave HBM (`cluster.kernels`, `replay.engine.kernels`):
+    the kernels' line, then the costliest tables by the bytes their misses move."""
+    kernels = (document.get("cluster") or {}).get("kernels") or {}
+    left = kernels.get("left_hbm") or []
+    if not left:
+        return []
+    out = [
+        "",
+        f"Tables: {kernels['line']}.",
+        "",
+        "| table | kernel | load factor | expected hit | the table's bytes | its misses over "
+        "PCIe a batch (all its GPUs) |",
+        "|---|---|---|---|---|---|",
+    ]
+    costliest = sorted(left, key=lambda t: (-t["pcie_bytes"], t["table"]))
+    for t in costliest[:LEFT_HBM_SHOWN]:
+        clf = t.get("cache_load_factor")
+        out.append(
+            f"| {t['table']} | {t['kernel']} | {'-' if clf is None else f'{clf:g}'} | "
+            f"{t['hit']:.3f} | {format_bytes(t['bytes'])} | {format_bytes(t['pcie_bytes'])} |"
+        )
+    if len(left) > LEFT_HBM_SHOWN:
+        out += [
+            "",
+            f"and {len(left) - LEFT_HBM_SHOWN} more (plan.json's cluster.kernels.left_hbm).",
+        ]
+    return out
 
 
 __all__ = ["memory_answer_lines", "memory_markdown"]
