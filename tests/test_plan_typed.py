@@ -18,8 +18,11 @@ import replay.engine.systems as engine_systems
 from replay._schema_docs import validate
 from replay._schema_plan import Plan, PlanDocument
 from replay.cli import main
+from replay.engine.systems import resolve_system
 from replay.plan.plan import PlanRequest, make_plan
 from replay.plan.plan_stages import prepare
+from replay.plan.torchrec_shards import torchrec_document
+from replay.plan.write import plan_json
 from replay.workload.presets import get_preset
 from replay.workload.spec import UpdateRule
 
@@ -72,24 +75,20 @@ def _data(seen: Counter[tuple[str, str]], origin: str) -> list[dict[str, Any]]:
 
 
 def test_a_plan_is_its_typed_document_and_resolves_each_system_once(
-    resolutions: Counter[tuple[str, str]], tmp_path: Path
+    resolutions: Counter[tuple[str, str]],
 ) -> None:
-    out = tmp_path / "plan"
-    main([
-        "plan", "--workload", "tiny", "--batches", "20", "--system", "hbm-lru",
-        "--system", "hbm-tbe-lfu", "--system", "pmem-host", "--cache-budget", "1MiB",
-        "--hit-target", "0.5", "--cluster-mtbf", "6h", "--time-per-batch", "100ms",
-        "--sample-rate", "1", "--draws", "20", "--out", str(out),
-    ])  # fmt: skip
-    # the typed document: plan.json's keys, the torchrec part apart (torchrec.json)
+    request = _request(("hbm-lru", "hbm-tbe-lfu", "pmem-host"))
+    # as `replay plan` does: every system resolved before any work, the plan takes them
+    given = [resolve_system(name, list(request.sets)) for name in request.systems]
+    document, _ = make_plan(request, resolved=given)
+    # the typed document: plan.json's keys and its torchrec part (torchrec.json)
     assert _required(PlanDocument) == _required(Plan) | {"torchrec"}
-    document = json.loads((out / "plan.json").read_text())
-    assert _required(Plan) <= set(document) - {"schema_version"} <= set(get_type_hints(Plan))
-    assert {"tolerance", "cluster", "claims"} & set(document) == {"tolerance"}  # one GPU
-    validate("plan", document, "plan.json")
-    validate("torchrec", json.loads((out / "torchrec.json").read_text()), "torchrec.json")
-    # no spec resolved twice: each system once as the command is given it, the TBE system
-    # then once per cache size its replays use (the policies' and the TBE curve's, shared)
+    assert _required(PlanDocument) <= set(document) <= set(get_type_hints(PlanDocument))
+    assert {"tolerance", "cluster", "claims"}.isdisjoint(document)  # one GPU: none of these
+    validate("plan", plan_json(document), "plan.json")
+    validate("torchrec", torchrec_document(dict(document)), "torchrec.json")
+    # no spec resolved twice: each system once as given, the TBE system then once per
+    # cache size its replays use (the policies' and the TBE curve's sizes, shared)
     assert max(resolutions.values()) == 1
     tbe = _data(resolutions, "hbm-tbe-lfu")
     sized = [d["policy"]["capacity_rows"] for d in tbe if "capacity_rows" in d["policy"]]
@@ -100,6 +99,19 @@ def test_a_plan_is_its_typed_document_and_resolves_each_system_once(
     assert _by_origin(resolutions) == {"hbm-lru": 1, "hbm-tbe-lfu": 1 + len(sized), "pmem-host": 2}
     pmem = sorted(d["checkpoint"]["strategy"] for d in _data(resolutions, "pmem-host"))
     assert pmem == ["check-n-run", "none"]
+
+
+def test_the_command_resolves_each_system_once_before_any_work(
+    resolutions: Counter[tuple[str, str]], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = main([
+        "plan", "--workload", "tiny", "--batches", "20", "--system", "hbm-lru",
+        "--system", "pmem-host", "--cache-budget", "1MiB", "--cluster-mtbf", "6h",
+        "--time-per-batch", "100ms", "--dry-run", "--out", str(tmp_path / "plan"),
+    ])  # fmt: skip
+    assert code == 0 and "nothing written (--dry-run)" in capsys.readouterr().out
+    # the first system (its cluster read for --nodes) is not resolved again for the plan
+    assert _by_origin(resolutions) == {"hbm-lru": 1, "pmem-host": 1}
 
 
 def test_a_stateful_rule_resolves_each_system_again_with_its_sets(
