@@ -139,7 +139,7 @@ Load imbalance per batch: max / mean of the per-rank lookups (1.0 for a batch wi
 lookups).
 
 Memory: per rank, its policy's state over its own rows (`state_bytes_per_key` x rows on
-the rank + the cache's slots); per range (ranges grouped up to `range_lookups`: 16 M
+the rank + the cache's slots); per range (ranges grouped up to `range_lookups`: 8 M
 lookups at 64 GPUs and more), its keys (and those of the next group, gathered while the
 routing thread waits for a buffer), the routed keys (4 B a routed lookup where every
 rank's keys fit in 32 bits, else 8, in a ring of `RING` buffers: the range in the
@@ -214,16 +214,19 @@ RANGE_CELLS = 1 << 18
 # row-wise, the policies took 12.0 ns a lookup in ranges of 20 batches (16,000 lookups a
 # rank), 10.3 at 40, 9.0 at 80 and 8.8 at 100 (one GPU's LRU: 9 ns); on a VM loaded to
 # 13-17, thread CPU time, 11.2-12.0 ns at 65,536 lookups a rank, 8.7-9.5 at 131,072,
-# 7.6-8.1 at 262,144 (one GPU's LRU 10.6-12.1 in the same runs). The price: a range of
-# 16 M lookups holds ~350 MB (its parts' keys, the block records, the ring of routed
-# keys, the next group gathered while it waits): peak RSS 660 -> 898 MB at 64 GPUs.
-RANK_LOOKUPS = 1 << 18
-RANGE_LOOKUPS = 1 << 24
+# 7.6-8.1 at 262,144 (one GPU's LRU 10.6-12.1 in the same runs). The larger groups cost
+# memory made afresh every run (the block records and the ring of routed keys: 3 x 4 B a
+# lookup of a group), whose page faults on the VM took 1.4-2.8 s of system time a run at
+# 262,144 against 0.1-0.7 at 131,072 (3 pairs, load 11-13): 131,072 it is, 8 M lookups
+# a group at 64 GPUs, ~180 MB (its parts' keys, the records, the ring, the next group
+# gathered while it waits); peak RSS 660 -> 782 MB (row-wise), 634 -> 700 MB (auto).
+RANK_LOOKUPS = 1 << 17
+RANGE_LOOKUPS = 1 << 23
 # the routed ranges alive at once: the caller's and the one routed ahead
 RING = 2
 # the first group of ranges at 1 / 2^RAMP of the others (`grouped_ranges`): the policies
-# start once it is routed, not after a whole group of 16 M lookups
-RAMP = 3
+# start once it is routed, not after a whole group of 8 M lookups
+RAMP = 2
 
 
 @dataclass(frozen=True, eq=False)
