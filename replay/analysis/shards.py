@@ -94,6 +94,10 @@ from replay.workload.sampler import SHARDS_MODULUS, SHARDS_SALT, mix64, shards_t
 SUBSAMPLES = 8  # K hash-disjoint groups for the error estimate (a power of 2)
 BLEND_RESOLUTIONS = 16  # the sample's own curve takes over by 16 x its resolution (blur 6%)
 ERROR_T_QUANTILE = 2.365  # Student t, K - 1 = 7 degrees of freedom, two-sided 95%
+# a state's first position window: small, as a sample's state grows its window with its
+# keys anyway (distances are exact at any window); a plan's 856 per-table samplers x 9
+# states at the default 2^16 positions zeroed 3.2 GB of windows before any key
+MIN_WINDOW = 1 << 12
 
 
 @kernel
@@ -191,10 +195,13 @@ class ShardsSampler:
         self.total_keys = int(total_keys)
         self.salt = np.uint64(salt)
         self.threshold = shards_threshold(sample_rate)
-        self.full = StackDistances(self.total_keys, direct=False)
+        self.full = StackDistances(self.total_keys, direct=False, min_window=MIN_WINDOW)
         # at R = 1 the sample is the whole trace: there is no sampling error to estimate
         groups = subsamples if self.threshold < SHARDS_MODULUS else 0
-        self.groups = [StackDistances(self.total_keys, direct=False) for _ in range(groups)]
+        self.groups = [
+            StackDistances(self.total_keys, direct=False, min_window=MIN_WINDOW)
+            for _ in range(groups)
+        ]
         self.requests = 0
         # a control variate: sizes -> (correction of the curve, of each group's [K, sizes])
         # added to the sample's own miss ratios (`replay.analysis.shards_model`)

@@ -177,7 +177,7 @@ def reference_unique_lru_misses(batches: list[list[int]], capacity: int) -> int:
 
 
 CHE_GRID = 1024  # characteristic times T the curve is evaluated at (log-spaced)
-CHE_CHUNK = 128  # of them evaluated at a time (a chunk x buckets matrix)
+CHE_CHUNK = 16  # of them evaluated at a time: a chunk x buckets matrix within the L2 cache
 # tables whose popularity is kept: every table's of meta-2021 (856), whose cold misses are
 # read for all tables before any curve (a smaller cache built each table's twice: 40% of
 # TorchRec's statistics there); ~16,000 buckets x 16 B a table at most
@@ -238,10 +238,16 @@ def che_unique_misses(
         occupancy[lo : lo + CHE_CHUNK] = rows - stay @ m  # sum_j m_j (1 - (1 - q_j)^T)
         misses[lo : lo + CHE_CHUNK] = occupancy[lo : lo + CHE_CHUNK] + (b - t) * (stay @ weights)
 
+    def part(first: int) -> None:
+        for lo in range(first * per, min((first + 1) * per, len(times)), CHE_CHUNK):
+            chunk(lo)
+
     # the chunks are independent (each its own rows of the grid) and numpy's exp and
-    # matrix products release the GIL: side by side on the cores, the same values
-    with worker_pool(_cores(), "che-chunks") as pool:  # interrupt: no wait
-        list(pool.map(chunk, range(0, len(times), CHE_CHUNK)))
+    # matrix products release the GIL: a run of chunks per core, the same values
+    cores = _cores()
+    per = -(-len(times) // (cores * CHE_CHUNK)) * CHE_CHUNK
+    with worker_pool(cores, "che-chunks") as pool:  # interrupt: no wait
+        list(pool.map(part, range(cores)))
     k = np.concatenate([[0.0], occupancy])
     mm = np.concatenate([[unique], misses])  # an empty cache misses every unique id
     k, first = np.unique(np.maximum.accumulate(k), return_index=True)
@@ -337,12 +343,17 @@ def _unique_heads(src: Any, spec: WorkloadSpec, resolution: int) -> list[HeadCur
         shared_capacities,
     )
     from replay.analysis.head_pieces import one_batch_heads_wanted
+    from replay.trace.format import plan_pieces
     from replay.workload.generator import CompiledWorkload
 
-    compiled = CompiledWorkload.from_spec(spec)
     batches = int(src.num_batches)
-    if one_batch_heads_wanted(batches, int(spec.lookups_per_batch), compiled.pieces):
+    pieces = plan_pieces(
+        [int(spec.batch_size) * int(t.pooling) for t in spec.tables],
+        spec.update.accumulate_batches,
+    )  # `CompiledWorkload.pieces`, without compiling 5.16 G rows' tables at production scale
+    if one_batch_heads_wanted(batches, int(spec.lookups_per_batch), pieces):
         return None
+    compiled = CompiledWorkload.from_spec(spec)
     rows = np.array([t.rows for t in spec.tables], dtype=np.int64)
     offsets = table_offsets(rows)
     step = max(1, HEAD_CHUNK_LOOKUPS // max(int(spec.lookups_per_batch), 1))
