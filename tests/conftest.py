@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import fcntl
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -25,24 +27,42 @@ def _own_verified_records(tmp_path_factory: pytest.TempPathFactory, monkeypatch)
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _the_quickstarts_plan_once() -> Any:
+def _the_quickstarts_plan_once(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The quickstart's plan (one epoch of Criteo Terabyte, ~12 s) is computed once per
     session: test_quickstart runs the quickstart twice and test_readme once more, each
     with the same `PlanRequest`, and the plan is a pure function of it (its determinism is
-    pinned by tests/test_plan*.py). Any other request is planned afresh; each caller gets
-    its own copy."""
+    pinned by tests/test_plan*.py). Under xdist the first worker to need it pickles it
+    into the run's shared folder (under a lock) and the others read it from there. Any
+    other request is planned afresh; each caller gets its own copy."""
+    from _quickstart_once import session_shared
+
     import replay.plan.plan as plan_module
     from replay.runs.quickstart import plan_request
 
     real = plan_module.make_plan
     quickstart = repr(plan_request())
+    shared = session_shared(tmp_path_factory)
     kept: list[Any] = []
+
+    def planned(request: Any, progress: Any, resolved: Any) -> Any:
+        if shared is None:
+            return real(request, progress, resolved)
+        with (shared / "quickstart-plan.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            done = shared / "quickstart-plan.pickle"
+            if done.exists():
+                return pickle.loads(done.read_bytes())
+            plan = real(request, progress, resolved)
+            partial = done.with_suffix(".partial")
+            partial.write_bytes(pickle.dumps(plan))
+            partial.replace(done)
+            return plan
 
     def make_plan(request: Any, progress: Any = None, resolved: Any = ()) -> Any:
         if repr(request) != quickstart:
             return real(request, progress, resolved)
         if not kept:
-            kept.append(real(request, progress, resolved))
+            kept.append(planned(request, progress, resolved))
         return copy.deepcopy(kept[0])
 
     with pytest.MonkeyPatch.context() as patch:

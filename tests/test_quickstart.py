@@ -41,8 +41,8 @@ CLAIM_SOURCES = [
 
 
 @pytest.fixture(scope="module")
-def quick() -> Quick:
-    return quickstart_once()
+def quick(tmp_path_factory: pytest.TempPathFactory) -> Quick:
+    return quickstart_once(tmp_path_factory)
 
 
 def test_quickstart_writes_results_and_report(quick: Quick) -> None:

@@ -25,8 +25,8 @@ QUANTITIES = ("hit_ratio", "time_per_batch", "fastest")
 
 
 @pytest.fixture(scope="module")
-def quick() -> Quick:
-    return quickstart_once()
+def quick(tmp_path_factory: pytest.TempPathFactory) -> Quick:
+    return quickstart_once(tmp_path_factory)
 
 
 def _summary_md(md: str) -> list[str]:

@@ -44,8 +44,8 @@ window.addEventListener("load", function () {
 
 
 @pytest.fixture(scope="module")
-def quick() -> Quick:
-    return quickstart_once()
+def quick(tmp_path_factory: pytest.TempPathFactory) -> Quick:
+    return quickstart_once(tmp_path_factory)
 
 
 def _render(page: Path, profile: Path) -> dict[str, list[dict[str, object]]]:
