@@ -147,3 +147,32 @@ def test_plan_md_lists_the_tables_that_leave_hbm_and_their_cost() -> None:
     assert "| 0.05 | 0.800 |" in rows[0] and "and 3 more" in md
     # a plan whose tables all stay in HBM: the section as before
     assert "Tables:" not in "\n".join(memory_markdown(_memory_document([])))
+
+
+# measured peaks (`/usr/bin/time -v` maximum RSS) of the whole plans of docs/memory.md,
+# "The 400-table model as a whole plan"
+MEASURED_PEAK_BYTES = {"8": 9_943_036 * 1024}
+
+
+def test_the_dry_run_is_within_25_percent_of_the_big_plans_measured_peaks(
+    capsys: pytest.CaptureFixture[str], tmp_path: object
+) -> None:
+    from pathlib import Path
+
+    from replay._units import parse_bytes
+    from replay.cli import main
+
+    big = Path(__file__).resolve().parent.parent / "traces" / "big-400.toml"
+    for nodes, measured in MEASURED_PEAK_BYTES.items():
+        sets = ["cluster.preset=dgx-h100", f"cluster.nodes={nodes}"]
+        if nodes == "1":
+            sets.append("policy.l2_capacity_bytes=256MiB")
+        argv = ["plan", "--workload", str(big), "--system", "ssd-tbe"]
+        argv += [x for s in sets for x in ("--set", s)]
+        argv += ["--cache-budget", "8GiB", "--cluster-mtbf", "6h", "--dry-run"]
+        argv += ["--out", str(Path(str(tmp_path)) / f"p{nodes}")]
+        main(argv)  # a machine with less memory says so and exits non-zero: the figure stands
+        said = capsys.readouterr()
+        line = next(x for x in (said.out + said.err).splitlines() if x.startswith("memory: about"))
+        estimate = parse_bytes(line.split("about ")[1].split(" at the peak")[0].replace(" ", ""))
+        assert abs(estimate / measured - 1) <= 0.25, (nodes, estimate, measured)

@@ -344,6 +344,18 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
             expected_distinct(source, int(steady_source.num_batches)),
             _piece_lookups(source) if routed else 0, cluster_gpu_bytes(steady_source, world),
         ) + (compiled_bytes(source) + loads_bytes(source) if routed else 0)  # fmt: skip
+        if not routed:
+            # the cluster sizes compared and the user's: where the tables leave HBM, each
+            # GPU's L1 and L2 over its offloaded rows (`offload_cache_bytes`)
+            offload, how = offload_cache_bytes(
+                systems[0], rows, int(steady_source.num_lookups), _dim(source)
+            )
+            if offload:
+                # that replay's caches in place of the rows' slots kept in HBM
+                other = routed_span_bytes(steady_lookups) + in_flight + offload
+                key = "cluster: per-GPU curves and replay"
+                stages[key] = max(stages[key], other)
+                notes.append(how)
         notes.append(
             f"cluster of {world:,} GPUs: per-GPU curves in one pass, "
             + (
@@ -413,6 +425,85 @@ def torchrec_beside_bytes(system: Any, rows: list[int], source: Any, request: An
     return out + gpus * per_cache
 
 
+# the cluster replay's routed ranges alive at once (the one in the policies and the one
+# routed ahead, up to 16 M lookups each: `replay.engine.cluster`), 24 B a lookup; past
+# them, the record pass's 4 B a lookup of the span
+ROUTED_ALIVE_LOOKUPS = 1 << 25
+RECORD_BYTES_PER_LOOKUP = 4
+
+
+def routed_span_bytes(lookups: int) -> int:
+    """The cluster replay's routed keys over a span of `lookups` (`ROUTED_ALIVE_LOOKUPS`):
+    measured on the 400-table model's 64 GPUs (132.7 M lookups), the steady replay took
+    1.4 GB above what the plan keeps, where 24 B a lookup of the span said 3 GiB."""
+    alive = min(int(lookups), ROUTED_ALIVE_LOOKUPS)
+    return alive * CLUSTER_ROUTED_BYTES_PER_LOOKUP + (int(lookups) - alive) * (
+        RECORD_BYTES_PER_LOOKUP
+    )
+
+
+# ASSUMPTION: the load factor of an offloaded table's L1 (the kernels' choice is made
+# only once the plan places them; measured 0.01 to 0.7 on the 400-table model's 8 GPUs)
+OFFLOAD_LOAD_FACTOR = 0.05
+
+
+def offload_cache_bytes(system: Any, rows: list[int], lookups: int, dim: int) -> tuple[int, str]:
+    """The caches of the cluster replay with the most offloaded rows among the cluster
+    sizes a plan replays (`replay.plan.cluster.SCALING_NODES` and the user's, the same
+    GPUs per node): at W GPUs whose table budgets (`cluster.gpu_memory_bytes` x
+    `replay.engine.kernels.HBM_FILL`) do not hold the tables, the rows beyond them leave
+    HBM, spread evenly, and each GPU's cache over its share is made as
+    `replay.runs.run_memory.cache_bytes` counts it (ssd-tbe: L1's ways and L2's table
+    and the slots the span fills, `policy.l2_capacity_bytes` a GPU) at
+    `OFFLOAD_LOAD_FACTOR`. Measured (`/usr/bin/time -v`, 2-core VM): the 400-table
+    model's 64-GPU plan peaked at 9.9 GB while it replayed 8 GPUs (ssd-tbe, an 8 GiB
+    L2 a GPU: 6.5 GiB of caches)."""
+    from replay.engine.kernels import HBM_FILL, offload_kernel
+    from replay.engine.placement import row_state_bytes
+    from replay.plan.cluster import SCALING_NODES
+    from replay.runs.run_memory import cache_bytes
+
+    cluster = system.cluster
+    if cluster is None or offload_kernel(system) is None or cluster.kernel == "hbm":
+        return 0, ""
+    dim = int(system.model.embedding_dim or dim)
+    state = row_state_bytes(system, dim) if dim else 0
+    if state <= 0:
+        return 0, ""
+    total = sum(int(r) for r in rows)
+    gpn = int(cluster.gpus_per_node)
+    best, how = 0, ""
+    for n in sorted({*SCALING_NODES, int(cluster.nodes)}):
+        world = n * gpn
+        held = int(HBM_FILL * world * float(cluster.gpu_memory_bytes)) // state
+        left = total - held if cluster.kernel == "auto" else total
+        if left <= 0:
+            continue
+        per_gpu = max(left // world, 1)
+        policy = dataclasses.replace(
+            system.policy,
+            capacity_rows=max(int(per_gpu * OFFLOAD_LOAD_FACTOR), 1),
+            capacity_bytes=0.0,
+            cache_load_factor=0.0,
+        )
+        one = dataclasses.replace(system, policy=policy, cluster=None)
+        size, _ = cache_bytes(one, [per_gpu], state, lookups // world)
+        if size * world > best:
+            best = size * world
+            how = (
+                f"{world} GPUs' caches over {format_count(left)} rows that leave HBM, "
+                f"{format_bytes(best)}"
+            )
+    return best, how
+
+
+def _dim(source: Any) -> int:
+    """The source's embedding dimension (0: unknown)."""
+    if isinstance(source, WorkloadSpec):
+        return int(source.embedding_dim or 0)
+    return int(dict(getattr(source, "workload", None) or {}).get("embedding_dim") or 0)
+
+
 def compiled_bytes(spec: WorkloadSpec) -> int:
     """A compiled workload's sampler tables (`replay.workload.generator.CompiledWorkload`:
     an alias table over each table's head ranks), as its RSS grows while built."""
@@ -476,7 +567,7 @@ def _cluster_stage(
     replay = (
         math.ceil(total * cls.state_bytes_per_key)
         + steady_distinct * CLUSTER_SLOT_BYTES
-        + steady_lookups * CLUSTER_ROUTED_BYTES_PER_LOOKUP
+        + routed_span_bytes(steady_lookups)
         + in_flight
         + gpu_bytes
     )
