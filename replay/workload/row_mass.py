@@ -200,7 +200,10 @@ class RowMass:
             sampler.feistel_round_keys(sampler.root_key(spec.seed), t), float(table.alpha),
             hot, out_row, weight, q,
         )  # fmt: skip
-        order = np.argsort(out_row, kind="stable")
+        # the rows are distinct (a permutation's images): any sort gives the one order, and
+        # quicksort takes a quarter of the stable sort's time (2^18 rows: 5 against 22 ms;
+        # meta-2021's plan builds ~1,000 of these)
+        order = np.argsort(out_row)
         tail = max(norm - float(weight.sum()), 0.0) if rows > head else 0.0
         return cls(rows, out_row[order], weight[order] / norm, np.array([tail / norm]))
 
