@@ -109,6 +109,35 @@ def _bucket_sums(a: np.ndarray, e: np.ndarray, alpha: float, q: float = 0.0) -> 
     return np.where(a == e, af**-alpha, sums)
 
 
+@kernel
+def _tail_buckets(
+    rows: int, head: int, growth: float, alpha: float, tolerance: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The tail's buckets [a, e] after the head: each as long as growth allows, cut back
+    while its ratio (e / a)^alpha passes 1 + tolerance (a floating-point guard). Compiled:
+    meta-2021's 856 tables hold ~7,000 buckets each, a Python loop of 6 M steps."""
+    starts = np.empty(64, dtype=np.int64)
+    ends = np.empty(64, dtype=np.int64)
+    n = 0
+    a = head + 1
+    while a <= rows:
+        e = min(rows, max(a, np.int64(math.floor(a * growth))))
+        while e > a and (e / a) ** alpha > 1.0 + tolerance:
+            e -= 1
+        if n == len(starts):
+            more = np.empty(2 * n, dtype=np.int64)
+            more[:n] = starts
+            starts = more
+            more = np.empty(2 * n, dtype=np.int64)
+            more[:n] = ends
+            ends = more
+        starts[n] = a
+        ends[n] = e
+        n += 1
+        a = e + 1
+    return starts[:n].copy(), ends[:n].copy()
+
+
 def table_popularity(
     rows: int,
     alpha: float,
@@ -142,17 +171,7 @@ def table_popularity(
     growth = (1.0 + tolerance) ** (1.0 / alpha)
     head = min(rows, max(MIN_HEAD, math.ceil(1.0 / (growth - 1.0)) + 1))
     head_w = (np.arange(1, head + 1, dtype=np.float64) + q) ** -alpha
-    starts, ends = [], []
-    a = head + 1
-    while a <= rows:
-        e = min(rows, max(a, math.floor(a * growth)))
-        while e > a and (e / a) ** alpha > 1.0 + tolerance:  # floating-point guard
-            e -= 1
-        starts.append(a)
-        ends.append(e)
-        a = e + 1
-    lo = np.array(starts, dtype=np.int64)
-    hi = np.array(ends, dtype=np.int64)
+    lo, hi = _tail_buckets(rows, head, growth, float(alpha), float(tolerance))
     tail = _bucket_sums(lo, hi, float(alpha), q) if len(lo) else np.zeros(0)
     norm = math.fsum(head_w.tolist()) + math.fsum(tail.tolist())
     counts = np.concatenate([np.ones(head), (hi - lo + 1).astype(np.float64)])

@@ -184,17 +184,23 @@ CHE_CHUNK = 16  # of them evaluated at a time: a chunk x buckets matrix within t
 CHE_TABLES_KEPT = 1024
 
 
+@functools.lru_cache(maxsize=64)
+def _popularity(rows: int, alpha: float, hot: tuple[float, ...], offset: float) -> Any:
+    """`table_popularity` of a table's law at weight 1, kept per law: alike tables share it
+    (meta-2021's 856 tables are 4 laws)."""
+    from replay.analysis.che import table_popularity
+
+    return table_popularity(rows, alpha, 1.0, hot_shares=hot, rank_offset=offset)
+
+
 @functools.lru_cache(maxsize=CHE_TABLES_KEPT)
 def _che_rates(table: Any, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
     """(rows per bucket m_j, per-batch rates -log(1 - q_j)) of a table's popularity
     (`replay.analysis.che.table_popularity`, its hot values and rank offset); kept per
     (table spec, batch size): the heads, the cold misses and the curve all read it."""
-    from replay.analysis.che import table_popularity
-
-    pop = table_popularity(
-        int(table.rows), float(table.alpha), 1.0,
-        hot_shares=tuple(table.hot_shares), rank_offset=float(table.rank_offset),
-    )  # fmt: skip
+    pop = _popularity(
+        int(table.rows), float(table.alpha), tuple(table.hot_shares), float(table.rank_offset)
+    )
     n = int(batch_size) * int(table.pooling)
     return pop.counts, -n * np.log1p(-np.minimum(pop.probabilities, 1.0 - 1e-16))
 
