@@ -76,3 +76,67 @@ def _estimate_gib() -> float:
 def test_the_memory_estimate_at_production_scale_fits_4_gib() -> None:
     """`--dry-run` says the plan fits (fast: no work is done)."""
     assert _estimate_gib() <= PEAK_GIB
+
+
+# -- what the plan's speed-ups keep the same (fast) -----------------------------------------
+
+
+def test_che_tail_buckets_are_the_python_loops() -> None:
+    """The compiled bucket cutter gives the buckets of the loop it replaced."""
+    import math
+
+    from replay.analysis.che import _tail_buckets
+
+    for rows, alpha in [(10, 1.1), (5_000, 0.3), (10**9, 1.05), (123_457, 2.4), (70, 0.9)]:
+        tolerance = 1e-3
+        growth = (1.0 + tolerance) ** (1.0 / alpha)
+        head = min(rows, max(64, math.ceil(1.0 / (growth - 1.0)) + 1))
+        starts, ends = [], []
+        a = head + 1
+        while a <= rows:
+            e = min(rows, max(a, math.floor(a * growth)))
+            while e > a and (e / a) ** alpha > 1.0 + tolerance:
+                e -= 1
+            starts.append(a)
+            ends.append(e)
+            a = e + 1
+        lo, hi = _tail_buckets(rows, head, growth, alpha, tolerance)
+        assert lo.tolist() == starts and hi.tolist() == ends, (rows, alpha)
+
+
+def test_che_unique_misses_in_chunks_is_the_whole_grid() -> None:
+    """Che's curve evaluated in chunks on threads equals the grid evaluated whole."""
+    import numpy as np
+
+    from replay.plan import torchrec_unique as tu
+    from replay.workload.presets import get_preset
+
+    spec = get_preset("criteo-kaggle")
+    table = max(spec.tables, key=lambda t: t.rows)
+    sizes = np.unique(np.geomspace(1, table.rows, 40).astype(np.int64))
+    got, unique = tu.che_unique_misses(table, spec.batch_size, 500, sizes)
+    m, rate = tu._che_rates(table, spec.batch_size)
+    q = -np.expm1(-rate)
+    times = np.geomspace(1e-3 / float(np.sum(m * rate)), 500.0, tu.CHE_GRID)
+    stay = np.exp(-rate[None, :] * times[:, None])
+    occupancy = float(np.sum(m)) - stay @ m
+    misses = occupancy + (500.0 - times) * (stay @ (m * q))
+    k, first = np.unique(np.maximum.accumulate(np.concatenate([[0.0], occupancy])),
+                         return_index=True)  # fmt: skip
+    want = np.interp(sizes.astype(np.float64), k, np.concatenate([[unique], misses])[first])
+    np.testing.assert_allclose(got, np.maximum(want, misses[-1]), rtol=1e-12, atol=0)
+
+
+def test_compiled_workloads_share_their_sampler_tables() -> None:
+    """A spec compiled again (another batch count) reuses the tables some object holds;
+    another seed does not."""
+    import dataclasses
+
+    from replay.workload.generator import CompiledWorkload
+    from replay.workload.presets import get_preset
+
+    spec = get_preset("criteo-kaggle")
+    one = CompiledWorkload.from_spec(spec)
+    assert CompiledWorkload.from_spec(spec.with_overrides(batches=3)).tables is one.tables
+    other = CompiledWorkload.from_spec(dataclasses.replace(spec, seed=spec.seed + 1))
+    assert other.tables is not one.tables
