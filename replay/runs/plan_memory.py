@@ -365,6 +365,15 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
             )
         )
         beside = 0 if routed else torchrec_beside_bytes(systems[0], rows, source, request)
+        if beside and not routed:
+            own, _ = offload_cache_bytes(
+                systems[0], rows, int(steady_source.num_lookups), _dim(source),
+                nodes=(int(systems[0].cluster.nodes),),
+            )  # fmt: skip
+            if own:
+                # the user's tables leave HBM: TorchRec's plan keeps their kernels and load
+                # factors, so its replay holds the caches this plan's own replay holds
+                beside = TORCH_IMPORT_BYTES + own
         if beside:
             # TorchRec's own plan measured beside ours, torch imported (module docstring)
             stages["cluster: TorchRec's plan replayed beside ours"] = (
@@ -447,7 +456,9 @@ def routed_span_bytes(lookups: int) -> int:
 OFFLOAD_LOAD_FACTOR = 0.05
 
 
-def offload_cache_bytes(system: Any, rows: list[int], lookups: int, dim: int) -> tuple[int, str]:
+def offload_cache_bytes(
+    system: Any, rows: list[int], lookups: int, dim: int, *, nodes: tuple[int, ...] = ()
+) -> tuple[int, str]:
     """The caches of the cluster replay with the most offloaded rows among the cluster
     sizes a plan replays (`replay.plan.cluster.SCALING_NODES` and the user's, the same
     GPUs per node): at W GPUs whose table budgets (`cluster.gpu_memory_bytes` x
@@ -457,7 +468,8 @@ def offload_cache_bytes(system: Any, rows: list[int], lookups: int, dim: int) ->
     and the slots the span fills, `policy.l2_capacity_bytes` a GPU) at
     `OFFLOAD_LOAD_FACTOR`. Measured (`/usr/bin/time -v`, 2-core VM): the 400-table
     model's 64-GPU plan peaked at 9.9 GB while it replayed 8 GPUs (ssd-tbe, an 8 GiB
-    L2 a GPU: 6.5 GiB of caches)."""
+    L2 a GPU: 6.5 GiB of caches); its 8-GPU plan (256 MiB of L2 a GPU) 5.4 GiB, TorchRec's
+    plan replayed with the same caches. `nodes`: these node counts only."""
     from replay.engine.kernels import HBM_FILL, offload_kernel
     from replay.engine.placement import row_state_bytes
     from replay.plan.cluster import SCALING_NODES
@@ -473,7 +485,7 @@ def offload_cache_bytes(system: Any, rows: list[int], lookups: int, dim: int) ->
     total = sum(int(r) for r in rows)
     gpn = int(cluster.gpus_per_node)
     best, how = 0, ""
-    for n in sorted({*SCALING_NODES, int(cluster.nodes)}):
+    for n in sorted(set(nodes) or {*SCALING_NODES, int(cluster.nodes)}):
         world = n * gpn
         held = int(HBM_FILL * world * float(cluster.gpu_memory_bytes)) // state
         left = total - held if cluster.kernel == "auto" else total
