@@ -45,15 +45,18 @@ The choice (`cluster.kernel = auto`):
    (`HBM_FILL` x world x each GPU's table budget -- its memory less what it holds
    besides the tables, `replay.system.gpu_memory` -- less the tiny tables and the
    smallest caches)
-   on the step of largest hits gained per byte: a table's next load factor, or the whole
-   table in HBM (hit 1). Hits at a load factor come from the table's measured lookup mass
+   on the step of largest hits gained per byte: from a table's load factor to any larger
+   one, or to the whole table in HBM (hit 1) -- a jump, not only the next step, so that a
+   small table whose curve is flat between its first steps still comes home whole.
+   Hits at a load factor come from the table's measured lookup mass
    over its rows (`TableLoad.mass`: counted from the trace's first batches, or the
    generator's pmf; uniform without one) through Che's approximation of an LRU cache
    (Che, Tung and Wang, IEEE JSAC 2002; Fricker, Robert and Roberts 2012): t_C solves
    sum_i (1 - exp(-p_i t_C)) = C and hit(C) = sum_i p_i (1 - exp(-p_i t_C)), with the
    rows of one bin of the mass taken as equally popular. Greedy by hits per byte on
-   concave curves is the classic fractional knapsack (ASSUMPTION: the curves are concave
-   enough between steps);
+   concave curves is the classic fractional knapsack; taking the best jump from where a
+   table is follows each curve's upper concave hull (ASSUMPTION: between the hull's
+   points a table's cache is not worth buying);
 3. `cluster.cache_load_factor` > 0 fixes every cached table's load factor (the greedy
    then only chooses which tables stay whole in HBM).
 
@@ -363,41 +366,52 @@ def _greedy(
             "(cluster.nodes) or a smaller cluster.cache_load_factor"
         )
 
-    def option(t: int) -> tuple[float, TableKernel] | None:
+    def option(t: int, room: float) -> tuple[float, int, TableKernel] | None:
+        """The table's step of most hits per byte that fits `room`, to any higher load
+        factor or the whole table (module docstring, item 2)."""
         ld = loads[t]
         if cur[t].kernel == "hbm":
             return None
-        nxt_level = level[t] + 1
-        nxt = (
-            table_kernel(ld, off, steps[nxt_level], system, world)
-            if nxt_level < len(steps)
-            else table_kernel(ld, "hbm", None, system, world)
-        )
-        extra = nxt.hbm_bytes - cur[t].hbm_bytes
-        gain = ld.lookups * (nxt.hit - cur[t].hit)
-        if gain <= 0:  # the cache holds what the table's lookups touch: nothing to buy
-            return None
-        return (gain / extra if extra > 0 else math.inf), nxt
+        best: tuple[float, int, TableKernel] | None = None
+        for nxt_level in range(level[t] + 1, len(steps) + 1):
+            nxt = (
+                table_kernel(ld, off, steps[nxt_level], system, world)
+                if nxt_level < len(steps)
+                else table_kernel(ld, "hbm", None, system, world)
+            )
+            extra = nxt.hbm_bytes - cur[t].hbm_bytes
+            gain = ld.lookups * (nxt.hit - cur[t].hit)
+            if gain <= 0 or extra > room:  # nothing to buy, or no room for it
+                continue
+            ratio = gain / extra if extra > 0 else math.inf
+            if best is None or ratio > best[0]:
+                best = (ratio, nxt_level, nxt)
+        return best
 
     heap: list[tuple[float, int]] = []
-    pending: dict[int, TableKernel] = {}
+    pending: dict[int, tuple[int, TableKernel]] = {}
     for t in range(n):
-        opt = option(t)
+        opt = option(t, budget - used)
         if opt is not None:
-            pending[t] = opt[1]
+            pending[t] = opt[1:]
             heapq.heappush(heap, (-opt[0], t))
     while heap:
         _, t = heapq.heappop(heap)
-        nxt = pending.pop(t)
+        nxt_level, nxt = pending.pop(t)
         extra = nxt.hbm_bytes - cur[t].hbm_bytes
         if used + extra > budget:
-            continue  # this step does not fit; smaller steps of other tables may
+            # this step no longer fits; the table's best step that does is queued again
+            opt = option(t, budget - used)
+            if opt is not None:
+                pending[t] = opt[1:]
+                heapq.heappush(heap, (-opt[0], t))
+            continue
         used += extra
         cur[t] = nxt
-        level[t] += 1
-        opt = option(t)
+        level[t] = nxt_level
+        opt = option(t, budget - used)
         if opt is not None:
-            pending[t] = opt[1]
+            pending[t] = opt[1:]
             heapq.heappush(heap, (-opt[0], t))
     left = [t for t in cur if t.kernel != "hbm"]
     pcie = sum(t.pcie_bytes for t in left)
