@@ -175,7 +175,7 @@ def test_at_production_scale_torchrecs_plan_is_routed_as_ours(
 ) -> None:
     """Where the plan routes its steady batch in pieces (production scale), TorchRec's
     plan is routed the same way: one batch, every lookup on one GPU."""
-    import replay.plan.cluster as pc
+    import replay.plan.cluster_scaling as pc
 
     monkeypatch.setattr(pc, "ROUTED_MIN_LOOKUPS", 10)
     c = plan_json(_plan())["cluster"]

@@ -318,7 +318,7 @@ def test_plan_at_production_scale_says_its_bases(
 ) -> None:
     import replay.analysis.head_pieces as hp
     import replay.analysis.touched_plan as tp
-    import replay.plan.cluster as pc
+    import replay.plan.cluster_scaling as pc
     import replay.plan.systems_model as sm
     import replay.plan.torchrec as trc
     from replay.plan.plan import PlanRequest, make_plan

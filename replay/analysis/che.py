@@ -121,7 +121,7 @@ def _tail_buckets(
     n = 0
     a = head + 1
     while a <= rows:
-        e = min(rows, max(a, int(math.floor(a * growth))))
+        e = min(rows, max(a, math.floor(a * growth)))
         while e > a and (e / a) ** alpha > 1.0 + tolerance:
             e -= 1
         if n == len(starts):

@@ -131,7 +131,7 @@ def same_run(steady: tuple[Any, Any, Any], system: Any, placement: Any) -> bool:
     """Whether replaying `placement` under `system` is the steady span's replay again
     (`steady`: its placement, system and columns): a scaling point at the user's cluster
     then takes its columns (the replay is deterministic: the same numbers, one replay
-    fewer; `replay.plan.cluster._scaling`)."""
+    fewer; `replay.plan.cluster_scaling.scaling`)."""
     mine, sys0, _ = steady
     return bool(
         system == sys0
