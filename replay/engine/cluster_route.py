@@ -40,6 +40,7 @@ import numpy as np
 
 from replay._intrinsics import ix
 from replay._jit import kernel
+from replay.engine.cluster_scatter import scatter_part, scatter_start
 from replay.engine.collectives import sharding_groups, table_groups
 from replay.system.sharding import (
     COLUMN_SPLIT,
@@ -647,41 +648,8 @@ def scatter(
     as keys[i] + gshift[blk] (its local key there), a record -1 - t (a column-wise or
     data-parallel row of table t) to every block of t, a grid row to its block in each
     column block (`geven`). `cursor`: world scratch."""
-    n, world = counts.shape
-    at = 0
-    for r in range(world):
-        starts[r] = at
-        cursor[r] = at
-        bounds[r, 0] = 0
-        for b in range(n):
-            bounds[r, b + 1] = bounds[r, b] + counts[b, r]
-        at += bounds[r, n]
-    starts[world] = at
-    for i in range(len(kblk)):
-        blk = np.int64(kblk[ix(i)])
-        if blk >= 0:
-            r = brank[ix(blk)]
-            out[ix(cursor[ix(r)])] = np.int64(keys[ix(i)]) + gshift[ix(blk)]
-            cursor[ix(r)] += 1
-        else:
-            t = -1 - blk
-            row = np.int64(keys[ix(i)]) - offsets[ix(t)]
-            if geven[ix(base[ix(t)])] > 0:  # grid
-                rows = offsets[ix(t + 1)] - offsets[ix(t)]
-                c0 = base[ix(t)]
-                while c0 < base[ix(t)] + count[ix(t)]:
-                    size = geven[ix(c0)]
-                    b = c0 + row // size
-                    rr = brank[ix(b)]
-                    out[ix(cursor[ix(rr)])] = shift[ix(b)] + row
-                    cursor[ix(rr)] += 1
-                    c0 += (rows + size - 1) // size
-                continue
-            for c in range(count[ix(t)]):
-                b = base[ix(t)] + c
-                rr = brank[ix(b)]
-                out[ix(cursor[ix(rr)])] = local[ix(b)] + row
-                cursor[ix(rr)] += 1
+    scatter_start(counts, cursor, starts, bounds)
+    scatter_part(kblk, keys, base, count, brank, local, offsets, geven, shift, gshift, cursor, out)
 
 
 class Router:
