@@ -183,3 +183,19 @@ def test_plan_json_memory_holds_the_tables_and_the_batches_in_flight(plan: dict)
     ids = spec.batch_size * sum(t.pooling for t in spec.tables)
     assert parts["inputs_bytes"] == 3 * (ids * 8 + spec.batch_size * len(spec.tables) * 4)
     assert memory["worst_rank"] == 0 and memory["per_gpu"][0]["fits"]
+
+
+def test_the_systems_steady_state_is_without_checkpoints_whatever_the_sets() -> None:
+    """A user's `--set checkpoint.strategy=...` plans checkpoints over the whole run; the
+    systems' per-batch time must not carry their stalls as well (checkpointing off last)."""
+    from replay.plan.systems import steady_state
+
+    source = GeneratedTrace(_spec(batches=20, batch_size=64))
+    plain = steady_state(source, ["hbm-lru"])
+    ckpt = ["checkpoint.strategy=sync-full", "checkpoint.interval_batches=5"]
+    given = steady_state(source, ["hbm-lru"], sets=ckpt)
+    assert given[0].time_per_batch_s == plain[0].time_per_batch_s
+    assert given[0].energy_per_batch_j == plain[0].energy_per_batch_j
+    # with the stalls the time would be larger: the check can fail
+    stalled = replay_trace(source, resolve_system("hbm-lru", ckpt))  # type: ignore[arg-type]
+    assert float(np.asarray(stalled.columns["time_checkpoint_s"]).sum()) > 0

@@ -50,8 +50,10 @@ def steady_state(
     for i, name in enumerate(systems):
         spec = resolved[i] if resolved else None
         if spec is None or spec.checkpoint.strategy != "none":
-            # a variant of the plan's spec (checkpointing off), resolved here with its sets
-            spec, _ = resolve_system_with_origin(name, [*STEADY_OVERRIDES, *sets])
+            # a variant of the plan's spec, resolved here with its sets and checkpointing
+            # off last: a user's `checkpoint.strategy` must not put its stalls in the
+            # per-batch time (the plan prices checkpoints over the whole run)
+            spec, _ = resolve_system_with_origin(name, [*sets, *STEADY_OVERRIDES])
         result = replay_trace(source, spec)
         time_s = np.asarray(result.columns["time_s"], dtype=np.float64)
         energy_j = np.asarray(result.columns["energy_j"], dtype=np.float64)

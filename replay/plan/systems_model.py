@@ -63,8 +63,8 @@ def modelled_steady_state(
     lookups = int(spec.lookups_per_batch)
     total_rows = int(sum(t.rows for t in spec.tables))
     for name in systems:
-        # a variant of the plan's spec (checkpointing off), resolved here with its sets
-        system, _ = resolve_system_with_origin(name, [*STEADY_OVERRIDES, *sets])
+        # a variant of the plan's spec, checkpointing off after its sets (as steady_state)
+        system, _ = resolve_system_with_origin(name, [*sets, *STEADY_OVERRIDES])
         if not routed_policy_ok(system):
             left.append(system.name)
             continue
