@@ -111,7 +111,8 @@ def _kernel_and_reference(
     out_b, out_t, out_r = np.empty(n, np.uint32), np.empty(n, np.uint16), np.empty(n, np.uint32)
     sampler.generate_lookups(
         np.uint64(root), start, stop, batch_size, tables.iparams, tables.fparams,
-        tables.round_keys, tables.alias_prob, tables.alias_index, tables.perm, out_b, out_t, out_r,
+        tables.round_keys, tables.alias_prob, tables.alias_index, tables.perm, tables.guide,
+        out_b, out_t, out_r,
     )  # fmt: skip
     expected = [
         (b, t, r)

@@ -135,8 +135,8 @@ class CompiledWorkload:
         st = self.tables
         sampler.generate_lookups(
             self.root, batch_start, batch_stop, self.spec.batch_size, st.iparams, st.fparams,
-            st.round_keys, st.alias_prob, st.alias_index, st.perm, out_batch, out_table, out_row,
-            t0, t1,
+            st.round_keys, st.alias_prob, st.alias_index, st.perm, st.guide, out_batch, out_table,
+            out_row, t0, t1,
         )  # fmt: skip
         return out_batch, out_table, out_row
 

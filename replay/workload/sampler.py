@@ -27,6 +27,11 @@ Assumptions and sources of each model:
   S'_K / (S'_K + S_tail) with S'_K the head's new sum; the tail, conditioned on being
   drawn, is the same power law. Without hot values the weights are not touched, so
   every number (so every lookup) is what it was before the knob.
+- The tail's draws are found through a guide (Chen & Asau's guide tables, "On
+  generating random variates from an empirical distribution", AIIE Transactions 6(2),
+  1974, here over the inverse's argument): a quadratic per bucket of the uniform and a
+  proven error bound, so that the draw's own log1p and exp run only for the 0.1-2% of
+  draws near a rank's boundary or past the squeeze. The ranks are the same to the bit.
 - Rank -> row is a keyed pseudo-random permutation of [0, rows): a 4-round Feistel
   network on the smallest bit width holding `rows`, with cycle walking (Black & Rogaway,
   "Ciphers with arbitrary finite domains", CT-RSA 2002). No per-table array: a 40 M-row
@@ -180,6 +185,75 @@ def zipf_constants(rows: np.int64, alpha: float, q: float = 0.0) -> tuple[float,
     return h_x1, h_n, s
 
 
+# -- the tail's guide: the same ranks without log1p and exp ---------------------------
+#
+# A tail draw computes x = H^-1(w) - q for w = hi + u (lo - hi), k = round(x), and takes k
+# at once when k - x <= s: log1p and exp, ~30 ns. The guide cuts u's range [0, 1) into
+# GUIDE_BUCKETS equal buckets and keeps in each the quadratic through x at its two ends
+# and its middle (computed by the draw's own code), and a margin m bounding how far the
+# draw's x can be from the quadratic there: the interpolation error of y = x + q, whose
+# third derivative in w is alpha (2 alpha - 1) y^(3 alpha - 2) (dy/dw = y^alpha), at most
+# sqrt(3) / 216 max|y'''| (the bucket's width in w)^3, times 4; x's and the nodes'
+# rounding (relative 1e-12, a hundred times what log1p, exp and the sums can lose) and
+# w's (dy/dw times a few ulps of w). Where the quadratic puts x more than m inside both
+# k's rounding interval and the squeeze, the draw's own k and acceptance are known; the
+# other draws (near a boundary, or past the squeeze) compute x as before. So every rank
+# is the rank the draw without the guide takes, bit for bit, only sooner.
+
+GUIDE_BUCKETS = 1 << 14  # 512 KB a law: in a core's L2 cache while a table is drawn
+
+
+@kernel
+def build_tail_guide(alpha: float, q: float, lo: float, hi: float, buckets: np.int64) -> np.ndarray:
+    """The tail's guide [buckets, 4] (the quadratic's coefficients in the fraction v of the
+    bucket, the margin), or an empty one where H^-1 may clamp (round-off at the end of a
+    law with alpha > 1) or overflow."""
+    out = np.empty((buckets, 4), dtype=np.float64)
+    span = abs(lo - hi)
+    w_ulp = (abs(lo) + abs(hi)) * 2.0**-51
+    x = np.empty(3, dtype=np.float64)
+    for i in range(buckets):
+        for j in range(3):
+            w = hi + ((i + 0.5 * j) / buckets) * (lo - hi)
+            if w * (1.0 - alpha) <= -1.0 + 1e-6:
+                return np.empty((0, 4), dtype=np.float64)
+            x[j] = _h_integral_inverse(w, alpha) - q
+            if not np.isfinite(x[j]) or x[j] > 2.0**52:
+                return np.empty((0, 4), dtype=np.float64)
+        c2 = 2.0 * (x[0] - 2.0 * x[1] + x[2])
+        y_lo = min(x[0], x[2]) + q
+        y_hi = max(x[0], x[2]) + q
+        power = 3.0 * alpha - 2.0
+        d3 = alpha * abs(2.0 * alpha - 1.0) * max(y_lo**power, y_hi**power)
+        interpolation = d3 * (span / buckets) ** 3 * (math.sqrt(3.0) / 216.0)
+        rounding = 1e-12 * (y_hi + abs(q)) + 8.0 * y_hi**alpha * w_ulp
+        out[i, 0] = x[0]
+        out[i, 1] = x[2] - x[0] - c2
+        out[i, 2] = c2
+        out[i, 3] = 4.0 * interpolation + rounding + 1e-9
+    return out
+
+
+@kernel(inline="always")
+def guided_rank(
+    u: float, guide: np.ndarray, goff: np.int64, head: np.int64, rows: np.int64, s: float
+) -> np.int64 | int:
+    """The tail's k at uniform u where the guide proves the draw takes it, else 0."""
+    f = u * GUIDE_BUCKETS
+    i = np.int64(f)
+    v = f - i
+    g = ix(goff + i)
+    x = guide[g, 0] + v * (guide[g, 1] + v * guide[g, 2])
+    m = guide[g, 3]
+    k = np.int64(x + 0.5)
+    if head < k <= rows and x + m < k + 0.5 and x - m >= k - 0.5 and x - m >= k - s:
+        return k
+    return 0
+
+
+_NO_GUIDE = np.zeros((1, 4), dtype=np.float64)  # for the draws without one (goff -1)
+
+
 # -- rank -> row: keyed Feistel permutation with cycle walking -------------------------
 
 
@@ -277,7 +351,8 @@ FULL_ALIAS_ROWS = 1 << 16
     I_BITS,
     I_PERM_OFF,
     I_PERM_LEN,
-) = range(10)
+    I_GUIDE_OFF,
+) = range(11)
 # fparams columns
 F_ALPHA, F_P_HEAD, F_TAIL_LO, F_TAIL_HI, F_TAIL_S, F_DRIFT, F_REUSE, F_OFFSET = range(8)
 
@@ -360,25 +435,29 @@ def build_alias(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class SamplerTables:
     """Per-table parameters of the access model, flattened for the kernels."""
 
-    iparams: np.ndarray  # int64 [tables, 10]
+    iparams: np.ndarray  # int64 [tables, 11]
     fparams: np.ndarray  # float64 [tables, 7]
     round_keys: np.ndarray  # uint64 [tables, FEISTEL_ROUNDS]
     alias_prob: np.ndarray  # float64, all tables' head tables end to end
     alias_index: np.ndarray  # int32
     perm: np.ndarray  # uint32: permute_index(p) for p < perm_len, all tables end to end
+    guide: np.ndarray  # float64 [laws' buckets, 4]: the tails' guides end to end
 
 
 def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
     """Flatten TableSpec-like objects (rows, pooling, alpha, drift, ..., and `hot_shares`
-    where they have them) for the kernels."""
+    where they have them) for the kernels. Tables of one law (rows, alpha, rank offset,
+    hot values) share its alias table and tail guide: meta-2021's 856 tables are 4 laws."""
     n = len(tables)
-    iparams = np.zeros((n, 10), dtype=np.int64)
+    iparams = np.zeros((n, 11), dtype=np.int64)
     fparams = np.zeros((n, 8), dtype=np.float64)
     round_keys = np.zeros((n, FEISTEL_ROUNDS), dtype=np.uint64)
     probs: list[np.ndarray] = []
     aliases: list[np.ndarray] = []
     perms: list[np.ndarray] = []
-    alias_off = perm_off = 0
+    guides: list[np.ndarray] = []
+    laws: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    alias_off = perm_off = guide_off = 0
     for t, spec in enumerate(tables):
         rows, alpha = int(spec.rows), float(spec.alpha)
         q = float(getattr(spec, "rank_offset", 0.0))
@@ -389,26 +468,35 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
         bits = permutation_bits(rows)
         keys = feistel_round_keys(root, t)
         round_keys[t] = keys
+        law = (rows, alpha, q, hot)
+        if law not in laws:
+            p_head, lo, hi, sq, at, gt = 1.0, 0.0, 0.0, 0.0, alias_off, -1
+            if head:
+                weights = head_weights(head, alpha, q)
+                s_tail = tail_sum(head + 1, rows, alpha, q) if head < rows else 0.0
+                if hot:  # the hot ranks' weights (none: the plain law's, bit for bit)
+                    weights[: len(hot)] = hot_weights(hot, weights, s_tail)
+                s_head = math.fsum(weights.tolist())
+                prob, alias = build_alias(weights)
+                probs.append(prob)
+                aliases.append(alias)
+                alias_off += head
+                if head < rows:
+                    p_head = s_head / (s_head + s_tail)
+                    lo = _h_integral(head + 0.5 + q, alpha)
+                    hi = _h_integral(rows + 0.5 + q, alpha)
+                    sq = zipf_constants(rows, alpha, q)[2]
+                    guide = build_tail_guide(alpha, q, lo, hi, GUIDE_BUCKETS)
+                    if len(guide):
+                        guides.append(guide)
+                        gt = guide_off
+                        guide_off += GUIDE_BUCKETS
+            laws[law] = (p_head, lo, hi, sq, at, gt)
+        p_head, lo, hi, sq, at, gt = laws[law]
         iparams[t] = (
-            rows, spec.pooling, head, alias_off, spec.drift_period_batches,
-            spec.reuse_window_batches, spec.mapping == "contiguous", bits, -1, 0,
+            rows, spec.pooling, head, at, spec.drift_period_batches,
+            spec.reuse_window_batches, spec.mapping == "contiguous", bits, -1, 0, gt,
         )  # fmt: skip
-        p_head, lo, hi, sq = 1.0, 0.0, 0.0, 0.0
-        if head:
-            weights = head_weights(head, alpha, q)
-            s_tail = tail_sum(head + 1, rows, alpha, q) if head < rows else 0.0
-            if hot:  # the hot ranks' weights (none: the plain law's weights, bit for bit)
-                weights[: len(hot)] = hot_weights(hot, weights, s_tail)
-            s_head = math.fsum(weights.tolist())
-            prob, alias = build_alias(weights)
-            probs.append(prob)
-            aliases.append(alias)
-            alias_off += head
-            if head < rows:
-                p_head = s_head / (s_head + s_tail)
-                lo = _h_integral(head + 0.5 + q, alpha)
-                hi = _h_integral(rows + 0.5 + q, alpha)
-                sq = zipf_constants(rows, alpha, q)[2]
         fparams[t] = (alpha, p_head, lo, hi, sq, spec.drift, spec.reuse, q)
         if spec.mapping != "contiguous":
             # the permutation of the first positions, precomputed: all of a small table,
@@ -425,6 +513,7 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
     return SamplerTables(
         iparams, fparams, round_keys,
         cat(probs, np.float64), cat(aliases, np.int32), cat(perms, np.uint32),
+        np.concatenate(guides) if guides else np.zeros((1, 4), dtype=np.float64),
     )  # fmt: skip
 
 
@@ -442,9 +531,11 @@ def _explicit_permutation(
 def draw_rank_scalar(
     key: np.uint64, rows: np.int64, head: np.int64, p_head: float, alias_off: np.int64,
     alpha: float, lo: float, hi: float, s: float,
-    alias_prob: np.ndarray, alias_index: np.ndarray, q: float = 0.0,
+    alias_prob: np.ndarray, alias_index: np.ndarray, q: float,
+    guide: np.ndarray, goff: np.int64,
 ) -> np.int64:  # fmt: skip
-    """An exact draw from p(k) ~ (k + q)^-alpha, k in [1, rows], from the stream `key`.
+    """An exact draw from p(k) ~ (k + q)^-alpha, k in [1, rows], from the stream `key`;
+    the tail's draws through its guide at `goff` (-1: none), which gives the same ranks.
 
     `key` is itself a mix64 output, so its own bits are the first uniform.
     """
@@ -463,7 +554,12 @@ def draw_rank_scalar(
         return (slot if v - slot < alias_prob[ix(alias_off + slot)] else other) + 1
     attempt = 2
     while True:
-        w = hi + uniform(key, attempt) * (lo - hi)
+        u = uniform(key, attempt)
+        if goff >= 0:
+            k = guided_rank(u, guide, goff, head, rows, s)
+            if k:
+                return k
+        w = hi + u * (lo - hi)
         x = _h_integral_inverse(w, alpha) - q
         k = np.int64(x + 0.5)
         if k <= head:
@@ -484,7 +580,7 @@ def draw_rank(
     return draw_rank_scalar(
         key, ip[t, I_ROWS], ip[t, I_HEAD], fp[t, F_P_HEAD], ip[t, I_ALIAS_OFF], fp[t, F_ALPHA],
         fp[t, F_TAIL_LO], fp[t, F_TAIL_HI], fp[t, F_TAIL_S], alias_prob, alias_index,
-        fp[t, F_OFFSET],
+        fp[t, F_OFFSET], _NO_GUIDE, -1,
     )  # fmt: skip
 
 
@@ -518,6 +614,40 @@ def source_of(
     return b, j
 
 
+@kernel(inline="always")
+def _fill_table(
+    root: np.uint64, b: np.int64, t: np.int64, n_t: np.int64, rows: np.int64,
+    head: np.int64, alias_off: np.int64, window: np.int64, contiguous: bool, bits: np.int64,
+    perm_off: np.int64, perm_len: np.int64, alpha: float, p_head: float, lo: float,
+    hi: float, sq: float, reuse: float, drift: float, q: float, period: np.int64,
+    keys: np.ndarray, alias_prob: np.ndarray, alias_index: np.ndarray, perm: np.ndarray,
+    guide: np.ndarray, goff: np.int64, out_row: np.ndarray, out: np.int64,
+) -> None:  # fmt: skip
+    """Table t's n_t lookups of batch b into out_row[out:]."""
+    fresh_key = stream_key(root, b, t, PURPOSE_FRESH)
+    for j in range(n_t):
+        src_b = b
+        src_j = j
+        key = fresh_key
+        if reuse > 0.0:
+            src_b, src_j = source_of(root, b, t, j, n_t, reuse, window)
+            if src_b != b:
+                key = stream_key(root, src_b, t, PURPOSE_FRESH)
+        draw_key = mix64(key + np.uint64(src_j + 1) * GAMMA)
+        p = draw_rank_scalar(
+            draw_key, rows, head, p_head, alias_off, alpha, lo, hi, sq,
+            alias_prob, alias_index, q, guide, goff,
+        ) - 1  # fmt: skip
+        if drift != 0.0:  # an integer modulo costs more than the rest
+            p = (p - drift_shift(src_b, rows, drift, period)) % rows
+        if not contiguous:
+            if p < perm_len:
+                p = np.int64(perm[ix(perm_off + p)])
+            else:
+                p = permute_index(p, rows, bits, keys)
+        out_row[ix(out + j)] = p
+
+
 @kernel
 def generate_lookups(
     root: np.uint64,
@@ -530,6 +660,7 @@ def generate_lookups(
     alias_prob: np.ndarray,
     alias_index: np.ndarray,
     perm: np.ndarray,
+    guide: np.ndarray,
     out_batch: np.ndarray,
     out_table: np.ndarray,
     out_row: np.ndarray,
@@ -559,6 +690,7 @@ def generate_lookups(
             bits = ip[t, I_BITS]
             perm_off = ip[t, I_PERM_OFF]
             perm_len = ip[t, I_PERM_LEN]
+            goff = ip[t, I_GUIDE_OFF]
             alpha = fp[t, F_ALPHA]
             p_head = fp[t, F_P_HEAD]
             lo = fp[t, F_TAIL_LO]
@@ -569,28 +701,20 @@ def generate_lookups(
             q = fp[t, F_OFFSET]
             period = ip[t, I_DRIFT_PERIOD]
             keys = round_keys[t]
-            fresh_key = stream_key(root, b, t, PURPOSE_FRESH)
-            for j in range(n_t):
-                src_b = b
-                src_j = j
-                key = fresh_key
-                if reuse > 0.0:
-                    src_b, src_j = source_of(root, b, t, j, n_t, reuse, window)
-                    if src_b != b:
-                        key = stream_key(root, src_b, t, PURPOSE_FRESH)
-                draw_key = mix64(key + np.uint64(src_j + 1) * GAMMA)
-                p = draw_rank_scalar(
-                    draw_key, rows, head, p_head, alias_off, alpha, lo, hi, sq,
-                    alias_prob, alias_index, q,
-                ) - 1  # fmt: skip
-                if drift != 0.0:  # an integer modulo costs more than the rest
-                    p = (p - drift_shift(src_b, rows, drift, period)) % rows
-                if not contiguous:
-                    if p < perm_len:
-                        p = np.int64(perm[ix(perm_off + p)])
-                    else:
-                        p = permute_index(p, rows, bits, keys)
-                out_row[ix(out + j)] = p
+            # the tables without a guide (all head, uniform) in a copy of the loop without
+            # its code: with it, the compiler made their 5 ns draws 14
+            if goff >= 0:
+                _fill_table(
+                    root, b, t, n_t, rows, head, alias_off, window, contiguous, bits,
+                    perm_off, perm_len, alpha, p_head, lo, hi, sq, reuse, drift, q, period,
+                    keys, alias_prob, alias_index, perm, guide, goff, out_row, out,
+                )  # fmt: skip
+            else:
+                _fill_table(
+                    root, b, t, n_t, rows, head, alias_off, window, contiguous, bits,
+                    perm_off, perm_len, alpha, p_head, lo, hi, sq, reuse, drift, q, period,
+                    keys, alias_prob, alias_index, perm, guide, -1, out_row, out,
+                )  # fmt: skip
             out_batch[out : out + n_t] = b
             out_table[out : out + n_t] = t
             out += n_t
