@@ -8,9 +8,10 @@ it reads a `Placement` (`replay/system/sharding.py`) and the system's policy reg
 is pure: a `ClusterResult` out, nothing written. Not yet reachable from the CLI (the
 engine still refuses a `[cluster]` in `systems.py`).
 
-One pass. Each batch range is routed once (`replay.engine.cluster_route`: numba kernels,
-two passes over the range's keys: record each key's block, then lay the keys out rank
-after rank), giving every rank its lookups in trace order as a `BatchRange` of
+One pass. Each batch range is routed once (`replay.engine.cluster_direct`: one numba
+pass straight into each rank's region where every table is row-split, table-wise or
+data-parallel at pooling 1; else `replay.engine.cluster_route`'s two passes: record
+each key's block, then lay the keys out rank after rank), giving every rank its lookups in trace order as a `BatchRange` of
 *rank-local* keys, which that rank's policy processes. Never one pass over the trace per
 GPU. The routing runs in a thread of its own a range ahead of the policies
 (`_routed_ahead`; its kernels release the GIL), at the caller's priority: on two cores
@@ -168,6 +169,7 @@ import numpy as np
 
 from replay import _signals
 from replay._threads import WAIT_SLICE_S
+from replay.engine.cluster_direct import DirectRouter
 from replay.engine.cluster_parts import route_parts
 from replay.engine.cluster_route import DP, Router
 from replay.engine.cluster_time import RankAccount, local_batch
@@ -570,6 +572,7 @@ def replay_cluster(
     splits = rank_splits(placement, always=system.policy.name == "ssd-tbe")
     router = Router(placement, offsets, batch, ring=RING, narrow=splits is None)
     lay = router.lay
+    direct = DirectRouter(router, range_lookups(world))
     collectives = collective_model(cluster, placement, batch, link)
     nb = source.num_batches
     net: dict[str, np.ndarray] = {}  # the all-to-all's columns (`CollectiveModel.columns`)
@@ -611,10 +614,15 @@ def replay_cluster(
         derived = br.updates_are_lookups
         assert not derived or all(len(p.update_keys) == p.update_bounds[-1] for p in parts)
         traffic = collectives.buffers(br.batches)
-        if len(parts) == 1:
-            routes = router.route(parts[0], traffic, not derived)
-        else:
-            routes = route_parts(router, parts, traffic, not derived)
+        routes = None
+        if direct.on and all(p.tables is None for p in parts):
+            routes = direct.route(parts, traffic, not derived)  # one pass (None: it could not)
+        if routes is None:
+            if len(parts) == 1:
+                routes = router.route(parts[0], traffic, not derived)
+            else:
+                routes = route_parts(router, parts, traffic, not derived)
+            direct.learn(routes[0])  # the next group's regions
         for name, values in collectives.columns(*traffic).items():
             if name not in net:
                 net[name] = np.zeros((nb, *values.shape[1:]), dtype=np.float64)
@@ -662,8 +670,9 @@ def replay_cluster(
         rank_updates[window] = ucounts
         out = np.zeros((world, n, NUM_COUNTERS), dtype=np.int64)
         for r, policy in enumerate(policies):
-            k, kb = keys[kstarts[r] : kstarts[r + 1]], kbounds[r]
-            uk, ub = ukeys[ustarts[r] : ustarts[r + 1]], ubounds[r]
+            # a rank's keys from its start (the one-pass routing leaves gaps between ranks)
+            k, kb = keys[kstarts[r] : kstarts[r] + kbounds[r, -1]], kbounds[r]
+            uk, ub = ukeys[ustarts[r] : ustarts[r] + ubounds[r, -1]], ubounds[r]
             if splits is not None:  # `hbm` and `uvm` shards' lookups counted, not cached
                 k, kb, hbm_n, uvm_n = splits[r].split(k, kb)
                 uk, ub, hbm_u, uvm_u = splits[r].split(uk, ub)
