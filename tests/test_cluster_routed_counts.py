@@ -110,3 +110,72 @@ def test_table_counts_are_each_tables_lookups_and_update_rows() -> None:
         uof = np.searchsorted(offsets, ukeys, side="right") - 1
         assert looks[b].tolist() == np.bincount(of, minlength=len(ROWS)).tolist()
         assert upds[b].tolist() == np.bincount(uof, minlength=len(ROWS)).tolist()
+
+
+@pytest.mark.parametrize("sharding", ["table-wise", "data-parallel", "row-wise"])
+def test_route_clusters_from_counted_tables_is_the_read_in_pieces(
+    monkeypatch: pytest.MonkeyPatch, sharding: str
+) -> None:
+    """`route_clusters` given the source's per-table counts (`source_table_counts`) gives
+    every column it gives reading the source in pieces (a placement that splits tables
+    reads the source all the same)."""
+    import replay.trace.format as fmt
+    from replay.engine.cluster_routed import route_clusters, source_table_counts
+
+    monkeypatch.setattr(fmt, "ROW_GROUP_TARGET_LOOKUPS", 60)
+    monkeypatch.setattr(fmt, "PIECE_MIN_LOOKUPS", 120)
+    spec = _spec(30)
+    sets = ["cluster.nodes=2", "cluster.gpus_per_node=2", f"cluster.sharding={sharding}",
+            "policy.capacity_rows=100"]  # fmt: skip
+    system = resolve_system("hbm-lru", sets)
+    src = GeneratedTrace(spec)
+    assert src.pieces
+    placement = resolve_placement(system, src).placement
+    jobs = [(system, placement, np.full(placement.world, 0.5))]
+    want = route_clusters(GeneratedTrace(spec), jobs)[0]
+    counts = source_table_counts(GeneratedTrace(spec))
+    assert counts[0].sum() == int(spec.lookups_per_batch) * spec.batches
+    got = route_clusters(GeneratedTrace(spec), jobs, counts=counts)[0]
+    assert sorted(got) == sorted(want)
+    for name, values in want.items():
+        assert got[name].dtype == values.dtype, name
+        assert got[name].tobytes() == values.tobytes(), name
+
+
+def test_counts_made_ahead_are_the_routed_spans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`count_ahead` counts the routed span's batches on a helper thread where the plan
+    will route it (and nowhere else); `routed_span` takes them once."""
+    from replay.engine.cluster_routed import source_table_counts
+    from replay.plan import cluster_scaling as cs
+
+    spec = _spec(30)
+    system = resolve_system("hbm-lru", ["cluster.nodes=2", "cluster.gpus_per_node=2"])
+    cs.count_ahead(spec, system)  # not production scale: nothing made
+    assert cs._counted(spec) is None
+    monkeypatch.setattr(cs, "ROUTED_MIN_LOOKUPS", 10)
+    cs.count_ahead(spec, resolve_system("hbm-lru", []))  # one GPU: nothing
+    assert cs._counted(spec) is None
+    cs.count_ahead(spec, system)
+    looks, upds = cs._counted(spec)
+    want = source_table_counts(GeneratedTrace(spec.with_overrides(batches=cs.ROUTED_BATCHES)))
+    assert looks.tolist() == want[0].tolist() and upds.tolist() == want[1].tolist()
+    assert cs._counted(spec) is None  # taken once
+
+
+def test_block_shares_from_the_sharders_loads_are_the_specs() -> None:
+    """The comparison's block shares taken from the sharder's loads (`spec_loads`'s pmf)
+    are those built from the spec anew, to the bit."""
+    from replay.engine.placement import spec_loads
+    from replay.plan.rank_curves import row_split_starts, spec_block_shares
+
+    spec = _spec(30)
+    system = resolve_system("hbm-lru", ["cluster.nodes=2", "cluster.gpus_per_node=2",
+                                        "cluster.sharding=row-wise"])  # fmt: skip
+    starts = [row_split_starts(resolve_placement(system, GeneratedTrace(spec)).placement)]
+    masses = [load.mass for load in spec_loads(spec, system)]
+    assert all(m is not None for m in masses) and starts[0]
+    (got,) = spec_block_shares(spec, starts, masses)
+    (want,) = spec_block_shares(spec, starts)
+    assert set(got) == set(want)
+    for t, shares in want.items():
+        assert got[t].tobytes() == shares.tobytes()

@@ -140,3 +140,30 @@ def test_compiled_workloads_share_their_sampler_tables() -> None:
     assert CompiledWorkload.from_spec(spec.with_overrides(batches=3)).tables is one.tables
     other = CompiledWorkload.from_spec(dataclasses.replace(spec, seed=spec.seed + 1))
     assert other.tables is not one.tables
+
+
+def test_che_curves_of_alike_tables_are_kept_per_law() -> None:
+    """A table of the same law, batch size, run and sizes gets the curve computed for
+    another (the same values as computing it anew); another law its own."""
+    import dataclasses
+
+    import numpy as np
+
+    from replay.plan import torchrec_unique as tu
+    from replay.workload.presets import get_preset
+
+    spec = get_preset("criteo-kaggle")
+    table = max(spec.tables, key=lambda t: t.rows)
+    alike = dataclasses.replace(table, name=table.name + "-alike")
+    other = dataclasses.replace(table, alpha=table.alpha + 0.1)
+    sizes = np.unique(np.geomspace(1, table.rows, 30).astype(np.int64))
+    tu._che_curves.clear()
+    first, u1 = tu.che_unique_misses(table, spec.batch_size, 300, sizes)
+    fresh, u0 = tu._che_unique_misses(alike, spec.batch_size, 300, sizes.astype(np.float64))
+    again, u2 = tu.che_unique_misses(alike, spec.batch_size, 300, sizes)
+    assert len(tu._che_curves) == 1 and u1 == u2 == u0
+    assert first.tobytes() == again.tobytes() == fresh.tobytes()
+    again[:] = -1  # a copy: what is kept stays
+    assert tu.che_unique_misses(table, spec.batch_size, 300, sizes)[0].tobytes() == first.tobytes()
+    tu.che_unique_misses(other, spec.batch_size, 300, sizes)
+    assert len(tu._che_curves) == 2

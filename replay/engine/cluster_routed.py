@@ -44,6 +44,7 @@ sharding type).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -190,15 +191,15 @@ class WholeTables:
         return looks, bags
 
     def count(
-        self, br: BatchRange, looks: np.ndarray, upds: np.ndarray,
+        self, br: BatchRange | None, looks: np.ndarray, upds: np.ndarray,
         traffic: tuple[np.ndarray, np.ndarray],
     ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """(counts, ucounts) of the range as `Router.count` gives them, and its all-to-all
         counts added to `traffic` (the range's own, as `Router.count` with no batch going
         on); `looks`, `upds`: the range's lookups and update rows per batch and table
-        (`table_counts`)."""
+        (`table_counts`). `br` None: the counts alone (a placement without split tables)."""
         lower, ids = traffic
-        nb = br.batches
+        nb = len(looks)
         counts = np.zeros((nb, self.world), dtype=np.int64)
         ucounts = np.zeros((nb, self.world), dtype=np.int64)
         if len(self.whole):
@@ -220,6 +221,8 @@ class WholeTables:
             counts[:, ranks] += each[:, 0]
             ucounts[:, ranks] += upds[:, t : t + 1]
         if len(self.split) and (looks[:, self.split].any() or upds[:, self.split].any()):
+            if br is None:
+                raise ValueError("WholeTables.count: split tables need the range's keys")
             sub = _tables_only(br, self.split, looks, self.router.offsets)
             part = tuple(np.zeros_like(a) for a in traffic)
             c, u = self.router.count(sub, part)
@@ -269,10 +272,34 @@ def _router(source: Source, system: SystemSpec, placement: Placement) -> tuple:
     return router, collective_model(cluster, placement, shape.batch_size, link), shape
 
 
+def _ranges(source: Source) -> Iterator[BatchRange]:
+    for br in iter_batch_ranges(source, with_updates=True, updates_from_lookups=True, pieces=True):
+        if len(br.update_keys) != br.update_bounds[-1]:
+            raise ValueError("cluster_routed: the source's ranges carry no update keys")
+        yield br
+
+
+def source_table_counts(source: Source) -> tuple[np.ndarray, np.ndarray]:
+    """(lookups, update rows) per batch and table (int64, batches x tables) of `source`,
+    from one read in pieces: what `route_clusters` needs of the keys where no placement
+    splits a table (`counts`)."""
+    offsets = table_offsets(np.asarray(source.table_rows, dtype=np.int64))
+    shape = (int(source.num_batches), len(offsets) - 1)
+    looks, upds = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
+    for br in _ranges(source):
+        window = slice(br.batch_start, br.batch_stop)
+        table_counts(
+            br.keys, br.bounds, br.update_keys, br.update_bounds, offsets, looks[window],
+            upds[window],
+        )  # fmt: skip
+    return looks, upds
+
+
 def route_clusters(
     source: Source,
     jobs: list[tuple[SystemSpec, Placement, np.ndarray | None]],
     threads: int | None = None,
+    counts: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[dict[str, np.ndarray]]:
     """The cluster replay's routing columns of every batch of `source` for each job
     (system, placement, per-GPU hit ratios or None), all from one read of the source in
@@ -281,7 +308,8 @@ def route_clusters(
     `all_to_all_bytes`, its parts and phases, `all_to_all_s`, and per rank),
     `allreduce_s`, `imbalance` (per batch);
     with hit ratios also `rank_hits`, `rank_time_s` and `step_time_s` (module
-    docstring)."""
+    docstring). `counts`: `source_table_counts(source)` where already counted: where no
+    placement splits a table the source is then not read at all."""
     nb = int(source.num_batches)
     # jobs on the same placement object (the user's cluster among the scaling points)
     # are routed once
@@ -297,7 +325,17 @@ def route_clusters(
     carried: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     lookups = np.zeros(nb, dtype=np.int64)
     offsets = table_offsets(np.asarray(source.table_rows, dtype=np.int64))
-    ranges = iter_batch_ranges(source, with_updates=True, updates_from_lookups=True, pieces=True)
+    if counts is not None and not any(len(c.split) for c in counters.values()):
+        # every batch whole at once: a batch's counts are the sums of its pieces'
+        for j in unique:
+            model = routers[j][1]
+            traffic = model.buffers(nb)
+            looks_j[j][:], upds[j][:] = counters[j].count(None, counts[0], counts[1], traffic)
+            for name, values in model.columns(*traffic).items():
+                nets[j][name] = np.zeros((nb, *values.shape[1:]), dtype=np.float64)
+                nets[j][name][:] = values
+        lookups[:] = counts[0].sum(axis=1)
+        return _all_columns(jobs, routers, of, lookups, looks_j, upds, nets)
 
     def route(j: int, br: BatchRange, looks: np.ndarray, ups: np.ndarray) -> None:
         window = slice(br.batch_start, br.batch_stop)
@@ -320,9 +358,7 @@ def route_clusters(
     # release the GIL: the placements of a piece route side by side
     workers = max(1, min(len(unique), threads if threads is not None else _cores()))
     with ThreadPoolExecutor(workers, thread_name_prefix="cluster-routed") as pool:
-        for br in ranges:
-            if len(br.update_keys) != br.update_bounds[-1]:
-                raise ValueError("route_clusters: the source's ranges carry no update keys")
+        for br in _ranges(source):
             lookups[br.batch_start : br.batch_stop] += np.diff(br.bounds)
             per_table = np.zeros((br.batches, len(offsets) - 1), dtype=np.int64)
             per_table_updates = np.zeros_like(per_table)
@@ -332,9 +368,17 @@ def route_clusters(
             )  # fmt: skip
             for done in [pool.submit(route, j, br, per_table, per_table_updates) for j in unique]:
                 done.result()
+    return _all_columns(jobs, routers, of, lookups, looks_j, upds, nets)
+
+
+def _all_columns(
+    jobs: list[tuple[SystemSpec, Placement, np.ndarray | None]], routers: list[tuple],
+    of: list[int], lookups: np.ndarray, looks: list[np.ndarray], upds: list[np.ndarray],
+    nets: list[dict[str, np.ndarray]],
+) -> list[dict[str, np.ndarray]]:  # fmt: skip
     return [
         _columns(
-            system, placement, model, shape, hit, lookups, looks_j[of[j]], upds[of[j]],
+            system, placement, model, shape, hit, lookups, looks[of[j]], upds[of[j]],
             nets[of[j]] or {k: v[:0] for k, v in model.columns(*model.buffers(0)).items()},
         )
         for j, ((system, placement, hit), (_, model, shape)) in enumerate(

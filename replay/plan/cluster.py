@@ -632,8 +632,11 @@ def _compare_shardings(
     placed_ok = [k for k, p in placements.items() if not isinstance(p, ConfigError)]
     shares: dict[str, Any] = {k: None for k in placed_ok}
     if spec is not None and rate < 1.0 and placed_ok:
+        # the sharder's loads hold each table's pmf (`spec_loads`: `spec_mass`, which is
+        # `RowMass.from_spec` where not None): built once for the plan
+        masses = None if loads is None else [getattr(load, "mass", None) for load in loads]
         got = spec_block_shares(
-            spec, [row_split_starts(placements[k].placement) for k in placed_ok]
+            spec, [row_split_starts(placements[k].placement) for k in placed_ok], masses
         )
         shares = dict(zip(placed_ok, got, strict=True))
     for kind in kinds:

@@ -13,7 +13,9 @@ per-GPU hit of the user's cluster.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -89,6 +91,54 @@ def routed_steady(spec: Any, base: Any) -> bool:
     )
 
 
+# the routed span's per-table counts being made ahead, per spec object (`count_ahead`)
+_ahead: dict[int, tuple[Any, Future[Any]]] = {}
+_ahead_lock = threading.Lock()
+
+
+def count_ahead(spec: Any, base: Any) -> None:
+    """Start counting the routed span's lookups and update rows per table
+    (`replay.engine.cluster_routed.source_table_counts` of `ROUTED_BATCHES` generated
+    batches) on a helper thread, where the plan will route it (`routed_steady`): it
+    needs the spec alone, and the plan's stages before the routing leave a core idle
+    for long (one thread: the sharder, the curves' Python), where the helper's
+    generation runs (at a lower priority than the plan's own threads, so it takes what
+    they leave). `routed_span` takes the counts (the same numbers as counting there)."""
+    if spec is None or base is None or base.cluster is None or not routed_steady(spec, base):
+        return
+    with _ahead_lock:
+        if id(spec) in _ahead:
+            return
+        future: Future[Any] = Future()
+        _ahead[id(spec)] = (spec, future)
+
+    def run() -> None:
+        from replay._threads import lower_priority
+        from replay.engine.cluster_routed import source_table_counts
+        from replay.workload.onthefly import GeneratedTrace
+
+        lower_priority()  # the generator's threads started here inherit it
+        try:
+            got = source_table_counts(GeneratedTrace(spec.with_overrides(batches=ROUTED_BATCHES)))
+        except BaseException as exc:  # raised where the counts are taken
+            future.set_exception(exc)
+        else:
+            future.set_result(got)
+
+    threading.Thread(target=run, name="routed-counts", daemon=True).start()
+
+
+def _counted(spec: Any) -> Any:
+    """The counts `count_ahead` made for this spec object, or None (none started)."""
+    from replay._threads import wait_for
+
+    with _ahead_lock:
+        held = _ahead.pop(id(spec), None)
+    if held is None or held[0] is not spec:
+        return None
+    return wait_for(held[1])
+
+
 def routed_span(
     base: Any, name: str, sets: Sequence[str], spec: Any, loads: Any, placement: Any,
     system: Any, at_budget: np.ndarray, *, nodes: int,
@@ -121,7 +171,7 @@ def routed_span(
         sized = dataclasses.replace(system, cluster=dataclasses.replace(system.cluster, nodes=n))
         index.append(len(jobs))
         jobs.append((sized, placed_at, np.full(placed_at.world, mean_hit)))
-    results = route_clusters(span, jobs)
+    results = route_clusters(span, jobs, counts=_counted(spec))
     for point, j in zip(points, index, strict=True):
         if j is None:
             continue
@@ -193,6 +243,7 @@ __all__ = [
     "SCALING_NODES",
     "STEADY_OVERRIDES",
     "cluster_system",
+    "count_ahead",
     "placement_for",
     "routed_span",
     "routed_steady",

@@ -634,17 +634,22 @@ def row_split_starts(placement: Placement) -> dict[int, np.ndarray]:
 
 
 def spec_block_shares(
-    spec: WorkloadSpec, starts: Sequence[dict[int, np.ndarray]]
+    spec: WorkloadSpec,
+    starts: Sequence[dict[int, np.ndarray]],
+    masses: Sequence[RowMass | None] | None = None,
 ) -> list[dict[int, np.ndarray]]:
     """For each placement's `row_split_starts`, each table's pmf over its blocks
     (`replay.workload.row_mass.block_shares`), every table's pmf built once for all the
     placements that split it (a sort of its 2^18 head ranks' rows, ~25 ms: meta-2021's
     856 tables under row-wise and table-row-wise), tables on the cores side by side (the
-    sort and the mapping kernel release the GIL)."""
+    sort and the mapping kernel release the GIL). `masses`: per table its
+    `RowMass.from_spec(spec, t)` where already built (the sharder's loads,
+    `replay.engine.placement.spec_loads`), else None: taken, not built again."""
     tables = sorted({t for one in starts for t in one})
 
     def shares_of(t: int) -> list[np.ndarray | None]:
-        mass = RowMass.from_spec(spec, t)
+        kept = masses[t] if masses is not None else None
+        mass = kept if kept is not None else RowMass.from_spec(spec, t)
         return [mass.block_shares(one[t]) if t in one else None for one in starts]
 
     workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
