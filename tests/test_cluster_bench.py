@@ -46,7 +46,8 @@ def kaggle() -> GeneratedTrace:
 
 
 def _route(keys: np.ndarray, placement: Placement, offsets: np.ndarray) -> tuple:
-    """(owner rank, local key) of every key, in plain numpy (table-wise and row-wise)."""
+    """(owner rank, local key) of every key, in plain numpy (table-wise, row-wise and
+    table-row-wise in even blocks)."""
     world = placement.world
     t = np.searchsorted(offsets, keys, side="right") - 1
     row = keys - offsets[t]
@@ -63,7 +64,8 @@ def _route(keys: np.ndarray, placement: Placement, offsets: np.ndarray) -> tuple
             local[sel] = next_local[r] + row[sel]
             next_local[r] += shape.rows
         else:
-            assert entry.type == "row-wise"
+            # the even rule over the entry's ranks (table-row-wise: its node's)
+            assert entry.type in ("row-wise", "table-row-wise") and entry.shards is None
             n = len(entry.ranks)
             size = -(-shape.rows // n)
             block = row[sel] // size
@@ -124,6 +126,28 @@ def test_8_gpus_equal_the_reference(kaggle: GeneratedTrace, kind: str, system: s
             "cluster.gpus_per_node=4",
             f"cluster.sharding={kind}",
             "policy.capacity_rows=50000",
+        ],
+    )
+    placement = resolve_placement(spec, kaggle).placement
+    result = replay_cluster(kaggle, spec, placement)
+    hits, misses = _reference(kaggle, spec, placement)
+    assert misses.sum() > 0 and hits.sum() > 0
+    np.testing.assert_array_equal(result.columns["rank_hits"], hits)
+    np.testing.assert_array_equal(result.columns["rank_misses"], misses)
+
+
+@pytest.mark.parametrize("kind", ["row-wise", "auto"])
+def test_64_gpus_equal_the_reference(kaggle: GeneratedTrace, kind: str) -> None:
+    """(a) at the timed configuration (b): 64 GPUs, 100,000-row LRU caches (each GPU's
+    cache the LRU by a map a row, `replay.engine.cluster_lru`, routed in one pass,
+    `replay.engine.cluster_direct`), against `LRUPolicy` per rank on numpy's routing."""
+    spec = resolve_system(
+        "hbm-lru",
+        [
+            "cluster.nodes=8",
+            "cluster.gpus_per_node=8",
+            f"cluster.sharding={kind}",
+            "policy.capacity_rows=100000",
         ],
     )
     placement = resolve_placement(spec, kaggle).placement

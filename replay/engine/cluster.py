@@ -10,24 +10,19 @@ engine still refuses a `[cluster]` in `systems.py`).
 
 One pass. Each batch range is routed once (`replay.engine.cluster_direct`: one numba
 pass straight into each rank's region where every table is row-split, table-wise or
-data-parallel at pooling 1; else `replay.engine.cluster_route`'s two passes: record
-each key's block, then lay the keys out rank after rank), giving every rank its lookups in trace order as a `BatchRange` of
-*rank-local* keys, which that rank's policy processes. Never one pass over the trace per
-GPU. The routing runs in a thread of its own a range ahead of the policies
+data-parallel at pooling 1; else `replay.engine.cluster_route`'s two passes: record each
+key's block, then lay the keys out rank after rank), giving every rank its lookups in
+trace order as a `BatchRange` of *rank-local* keys, which that rank's policy processes
+(an LRU over few rows by a map a row: `replay.engine.cluster_lru`). Never one pass over
+the trace per GPU. The routing runs in a thread of its own a range ahead of the policies
 (`_routed_ahead`; its kernels release the GIL), at the caller's priority: on two cores
 it overlaps the policies as the one-GPU replay's reader overlaps its policy. That thread
 also takes the source's ranges and groups consecutive ones until each rank's policy gets
 about `RANK_LOOKUPS` lookups a call (`grouped_ranges`; see `RANK_LOOKUPS`), routing a
-group's ranges where they lie (`replay.engine.cluster_parts`, no copy of their keys).
-Taking the ranges in the caller's thread, as before, let the source make them only
-while the caller waited (it makes `threads + AHEAD` row groups ahead of the thread that
-takes them), so the source and the policies hardly overlapped once the groups grew.
-criteo-kaggle 2,000 x 2,048, 64 GPUs, the auto plan, best of 3 interleaved in one
-process on the loaded 2-core VM: 3.70 s, against 4.21 s routed in the policies' thread
-and 8.26 s before the routing changes of cfda5ec (one GPU 2.79 s). Per lookup, on one
-core's CPU time (criteo-kaggle 64 GPUs row-wise, load 11-20): the routing 11 ns before
-the merged ranges and the block records, 8.5 after (lookups 6, lay-out 2.5); the
-policies 12 ns before, 9 after (one GPU's LRU: 9).
+group's ranges where they lie (no copy of their keys). Taking the ranges in the caller's
+thread, as before, let the source make them only while the caller waited (it makes
+`threads + AHEAD` row groups ahead of the thread that takes them), so the source and the
+policies hardly overlapped once the groups grew. docs/performance.md has the figures.
 
 Rank-local keys. Each rank's cache sees only the rows of its shards, renumbered: its
 shards in table order (`Placement.shards`' order) are laid end to end, a shard of rows
@@ -170,6 +165,7 @@ import numpy as np
 from replay import _signals
 from replay._threads import WAIT_SLICE_S
 from replay.engine.cluster_direct import DirectRouter
+from replay.engine.cluster_lru import rank_class
 from replay.engine.cluster_parts import route_parts
 from replay.engine.cluster_route import DP, Router
 from replay.engine.cluster_time import RankAccount, local_batch
@@ -278,10 +274,12 @@ def make_rank_policy(
     num_batches: int,
     embedding_dim: int,
     cache_rows: int | None = None,
+    direct: bool = False,
 ) -> Policy:
     """Rank r's policy over its own rows: its shards (`shard_rows`, local order) are its
     tables, `policy.capacity_*` its own capacity (per GPU); `cache_rows`: a cache of
-    that many rows instead (a mixed placement's cached shards, `replay.engine.kernels`)."""
+    that many rows instead (a mixed placement's cached shards, `replay.engine.kernels`);
+    `direct`: an LRU found by a map a row where that is smaller (`cluster_lru`)."""
     if cache_rows is not None:
         policy_spec = dataclasses.replace(
             system.policy, capacity_rows=max(int(cache_rows), 1), capacity_bytes=0.0,
@@ -305,7 +303,7 @@ def make_rank_policy(
         capacity_units=cap,
         unit_rows=unit_rows,
     )
-    policy = cls(system.policy, ctx)
+    policy = (rank_class(cls, ctx) if direct else cls)(system.policy, ctx)
     if policy.needs_prepare():
         raise ConfigError(
             f"policy.name: {system.policy.name!r} with these knobs needs a pass over the "
@@ -572,7 +570,8 @@ def replay_cluster(
     splits = rank_splits(placement, always=system.policy.name == "ssd-tbe")
     router = Router(placement, offsets, batch, ring=RING, narrow=splits is None)
     lay = router.lay
-    direct = DirectRouter(router, range_lookups(world))
+    most_lookups = int(getattr(source, "num_lookups", 0)) or range_lookups(world)
+    direct = DirectRouter(router, min(range_lookups(world), most_lookups))
     collectives = collective_model(cluster, placement, batch, link)
     nb = source.num_batches
     net: dict[str, np.ndarray] = {}  # the all-to-all's columns (`CollectiveModel.columns`)
@@ -636,7 +635,7 @@ def replay_cluster(
     next(routed)
     try:
         policies = [
-            make_rank_policy(system, lay.rank_rows[r], nb, shape.embedding_dim)
+            make_rank_policy(system, lay.rank_rows[r], nb, shape.embedding_dim, direct=True)
             if splits is None
             else make_rank_policy(
                 system, splits[r].cached_rows, nb, shape.embedding_dim, splits[r].cache_rows

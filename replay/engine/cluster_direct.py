@@ -302,6 +302,15 @@ class DirectRouter:
         self.rstart = np.zeros(world + 1, dtype=np.int64)
         self.cend = np.zeros(world, dtype=np.int64)
         self.fallbacks = 0
+        # the ring's output buffers made now, in the caller's thread: its heap keeps them
+        # for the next run where the allocator is told to (`_malloc.retain_freed_memory`,
+        # as every command does), where the routing thread's arena gave them back
+        for turn in range(router.ring if self.on and self.hint > 0 else 0):
+            router._take(f"dout{turn}", self._least(), router.key_dtype)
+
+    def _least(self) -> int:
+        """An output buffer's keys at least: a group of the hinted size's regions."""
+        return int(SLACK * self.hint) + PAD * self.router.world
 
     def learn(self, counts: np.ndarray) -> None:
         """The shares of the next group's regions: the lookups of `counts` (batches x
@@ -336,7 +345,7 @@ class DirectRouter:
         # routing takes it)
         turn = (router.turn + 1) % router.ring
         out = router._take(
-            f"dout{turn}", max(size, int(SLACK * self.hint) + PAD * world),
+            f"dout{turn}", max(size, self._least()),
             router.key_dtype,
         )  # fmt: skip
         cursor = self.rstart[:world].copy()
