@@ -189,7 +189,8 @@ def test_one_batch_heads_blocks_are_the_heads_of_their_excerpts(
     keys, offsets = _batch_keys(spec, 3)
     looks = compiled.table_lookups
     resolution = 1 << 10
-    heads = hp.one_batch_heads(pieces_of, offsets, looks, resolution, _distinct(spec))
+    batch_rows = np.full(len(spec.tables), -1, dtype=np.int64)
+    heads = hp.one_batch_heads(pieces_of, offsets, looks, resolution, _distinct(spec), batch_rows)
     assert len(heads) == 1 + len(spec.tables)
     total = heads[0]
     edges = [j * len(keys) // 16 for j in range(17)]
@@ -207,6 +208,7 @@ def test_one_batch_heads_blocks_are_the_heads_of_their_excerpts(
             ref.start_block(warm=True)
             ref.feed(sub[a:b])
         np.testing.assert_array_equal(head.counts, ref.block_counts(), err_msg=f"table {t}")
+        assert batch_rows[t] == len(np.unique(sub)), t  # the batch's distinct rows
     assert any(h.usable for h in heads[1:])
 
 

@@ -42,6 +42,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from replay._intrinsics import ix
+from replay._jit import kernel
 from replay._threads import worker_pool
 from replay.analysis.head import (
     _H_COUNTED,
@@ -118,6 +120,22 @@ def table_blocks(lookups: int, capacity: int) -> list[tuple[int, int]]:
     return spread_blocks(int(lookups), length, count)
 
 
+@kernel
+def distinct_rows(rows: np.ndarray, seen: np.ndarray) -> int:
+    """The distinct values of `rows` (each below 8 x len(seen)): marked in the bitmap
+    `seen` and counted, then cleared again (`seen` all zero before and after)."""
+    n = 0
+    for i in range(len(rows)):
+        r = np.int64(rows[ix(i)])
+        bit = np.uint8(1 << (r & 7))
+        if seen[ix(r >> 3)] & bit == 0:
+            seen[ix(r >> 3)] |= bit
+            n += 1
+    for i in range(len(rows)):
+        seen[ix(np.int64(rows[ix(i)]) >> 3)] = 0
+    return n
+
+
 Pieces = Callable[[], Iterable[tuple[tuple[int, int], np.ndarray]]]
 
 
@@ -127,11 +145,14 @@ def one_batch_heads(
     table_lookups: np.ndarray,
     resolution: int,
     distinct: np.ndarray,
+    batch_rows: np.ndarray | None = None,
 ) -> list[HeadCurve]:
     """[the total head, then one per table] from one batch whose pieces `pieces_of()`
     yields in trace order as ((t0, t1), flat keys int64); `table_lookups`: each table's
     lookups in that batch (fixed by the spec); `distinct`: each table's expected
-    distinct rows in a batch, for the capacities."""
+    distinct rows in a batch, for the capacities. `batch_rows` (int64 per table): filled
+    with each table's distinct rows in the batch, counted as it goes by (its update rows
+    where a step follows every batch: the cluster's routed span reads them)."""
     offsets = np.asarray(offsets, dtype=np.int64)
     looks = np.asarray(table_lookups, dtype=np.int64)
     rows = np.diff(offsets)
@@ -150,6 +171,7 @@ def one_batch_heads(
     edges = [j * batch // HEAD_BLOCKS for j in range(HEAD_BLOCKS + 1)]
     starts = np.concatenate([[0], np.cumsum(looks)])
     state = {"block": 0, "open": False}
+    seen = np.zeros(0 if batch_rows is None else (int(rows.max(initial=0)) + 7) // 8, np.uint8)
 
     def feed_total(keys: np.ndarray, at: int) -> None:
         end, pos = at + len(keys), at
@@ -194,6 +216,8 @@ def one_batch_heads(
                 if int(sub.min()) < 0 or int(sub.max()) >= int(rows[t]):
                     raise ValueError(f"table {t}'s lookups are not where the trace order puts them")
                 _feed_blocks(tables[t], sub, table_blocks(b - a, tables[t].capacity))
+                if batch_rows is not None:
+                    batch_rows[t] = distinct_rows(sub, seen)
         if running is not None:
             running.result()
     total.end_block()
@@ -203,6 +227,7 @@ def one_batch_heads(
 __all__ = [
     "HEAD_FULL_MAX_LOOKUPS",
     "ahead",
+    "distinct_rows",
     "one_batch_heads",
     "one_batch_heads_wanted",
     "spread_blocks",

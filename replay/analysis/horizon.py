@@ -531,10 +531,14 @@ def _full_stream_heads(src: Any, resolution: int) -> list[HeadCurve] | None:
 
             from replay.analysis.touched_model import expected_touched
 
+            batch_rows = np.zeros(len(spec.tables), dtype=np.int64)
             cache[resolution] = one_batch_heads(
                 pieces_of, offsets, compiled.table_lookups, resolution,
-                expected_touched(spec, [1], kind="lookups")[:, 0],
+                expected_touched(spec, [1], kind="lookups")[:, 0], batch_rows,
             )  # fmt: skip
+            # the batch's distinct rows per table, kept for the cluster's routed span
+            # (`replay.plan.cluster_scaling.heads_batch_counts`)
+            src.__dict__["heads_batch"] = (middle, batch_rows)
             src.__dict__["heads_basis"] = (
                 f"the sampled curves' exact heads (sizes up to {cache[resolution][0].capacity:,} "
                 f"rows in total) are counted in batch {middle:,} alone, read in "

@@ -53,7 +53,7 @@ from replay._intrinsics import ix
 from replay._jit import kernel
 from replay.engine.account import Shape
 from replay.engine.cluster import allreduce_model, cluster_link, collective_model
-from replay.engine.cluster_route import DP, ROWS, Router
+from replay.engine.cluster_route import DP, ROWS, Router, layout
 from replay.engine.cluster_time import RankAccount
 from replay.engine.collectives import CollectiveModel
 from replay.engine.replay import workload_shape
@@ -231,6 +231,15 @@ class WholeTables:
             lower += part[0]
             ids += part[1]
         return counts, ucounts
+
+
+def splits_tables(placement: Placement) -> bool:
+    """Whether any table of the placement is routed by its rows (not held whole by one
+    rank nor data-parallel, `WholeTables`): such a placement needs the keys."""
+    lay = layout(placement)
+    held = (lay.kind == ROWS) & (lay.count == 1)
+    whole = held | ((lay.kind == DP) & (lay.count == placement.world))
+    return not bool(whole.all())
 
 
 def _tables_only(
@@ -421,4 +430,13 @@ def _columns(
     return columns
 
 
-__all__ = ["ROUTED_POLICIES", "route_clusters", "routed_policy_ok", "steady_counters"]
+__all__ = [
+    "ROUTED_POLICIES",
+    "WholeTables",
+    "route_clusters",
+    "routed_policy_ok",
+    "source_table_counts",
+    "splits_tables",
+    "steady_counters",
+    "table_counts",
+]

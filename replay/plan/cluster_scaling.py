@@ -13,9 +13,7 @@ per-GPU hit of the user's cluster.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Sequence
-from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -70,12 +68,12 @@ def placement_for(base: Any, source: Any, loads: Any, **kw: Any) -> Any:
 ROUTED_MIN_LOOKUPS = 1 << 27
 ROUTED_BATCHES = 1
 ROUTED_STEADY = (
-    "at production scale ({lookups:,} lookups in {span} batch): the batch routed in pieces "
-    "of tables without caches (replay.engine.cluster_routed: per-GPU lookups, update rows, "
-    "all-to-all and all-reduce exactly as the cluster replay routes them); each GPU's hits "
-    "= its lookups x its curve's hit at the budget (SHARDS over the whole run, above), its "
-    "other counters a full LRU cache's (every miss fills and evicts a dirty row); no "
-    "checkpointing"
+    "at production scale ({lookups:,} lookups in {span} batch, {which}): the batch routed "
+    "in pieces of tables without caches (replay.engine.cluster_routed: per-GPU lookups, "
+    "update rows, all-to-all and all-reduce exactly as the cluster replay routes them); "
+    "each GPU's hits = its lookups x its curve's hit at the budget (SHARDS over the whole "
+    "run, above), its other counters a full LRU cache's (every miss fills and evicts a "
+    "dirty row); no checkpointing"
 )
 
 
@@ -91,60 +89,46 @@ def routed_steady(spec: Any, base: Any) -> bool:
     )
 
 
-# the routed span's per-table counts being made ahead, per spec object (`count_ahead`)
-_ahead: dict[int, tuple[Any, Future[Any]]] = {}
-_ahead_lock = threading.Lock()
+def heads_batch_counts(horizon: Any, spec: Any, placements: Sequence[Any]) -> Any:
+    """(batch, (lookups, update rows) per table as 1 x tables arrays) of the batch the
+    exact heads read (`replay.analysis.head_pieces`: its distinct rows per table counted
+    as they read it), where that batch can be routed from them: each batch's update rows
+    are its distinct rows (a step every batch, no frozen table) and no placement splits
+    a table (`replay.engine.cluster_routed.splits_tables`); else None."""
+    from replay.engine.cluster_routed import splits_tables
 
-
-def count_ahead(spec: Any, base: Any) -> None:
-    """Start counting the routed span's lookups and update rows per table
-    (`replay.engine.cluster_routed.source_table_counts` of `ROUTED_BATCHES` generated
-    batches) on a helper thread, where the plan will route it (`routed_steady`): it
-    needs the spec alone, and the plan's stages before the routing leave a core idle
-    for long (one thread: the sharder, the curves' Python), where the helper's
-    generation runs (at a lower priority than the plan's own threads, so it takes what
-    they leave). `routed_span` takes the counts (the same numbers as counting there)."""
-    if spec is None or base is None or base.cluster is None or not routed_steady(spec, base):
-        return
-    with _ahead_lock:
-        if id(spec) in _ahead:
-            return
-        future: Future[Any] = Future()
-        _ahead[id(spec)] = (spec, future)
-
-    def run() -> None:
-        from replay._threads import lower_priority
-        from replay.engine.cluster_routed import source_table_counts
-        from replay.workload.onthefly import GeneratedTrace
-
-        lower_priority()  # the generator's threads started here inherit it
-        try:
-            got = source_table_counts(GeneratedTrace(spec.with_overrides(batches=ROUTED_BATCHES)))
-        except BaseException as exc:  # raised where the counts are taken
-            future.set_exception(exc)
-        else:
-            future.set_result(got)
-
-    threading.Thread(target=run, name="routed-counts", daemon=True).start()
-
-
-def _counted(spec: Any) -> Any:
-    """The counts `count_ahead` made for this spec object, or None (none started)."""
-    from replay._threads import wait_for
-
-    with _ahead_lock:
-        held = _ahead.pop(id(spec), None)
-    if held is None or held[0] is not spec:
+    held = getattr(horizon, "__dict__", {}).get("heads_batch")
+    if held is None or spec is None or getattr(horizon, "spec", None) is not spec:
         return None
-    return wait_for(held[1])
+    if spec.update.accumulate_batches != 1 or any(t.frozen for t in spec.tables):
+        return None
+    if any(splits_tables(p) for p in placements):
+        return None
+    batch, rows = held
+    looks = np.array([[spec.batch_size * t.pooling for t in spec.tables]], dtype=np.int64)
+    return int(batch), (looks, np.asarray(rows, dtype=np.int64)[None, :].copy())
+
+
+def routed_which(batch: int | None) -> str:
+    """The routed span's batch, in words (`ROUTED_STEADY`'s `which`)."""
+    if batch is None:
+        return "batch 0, read in pieces of tables"
+    return (
+        f"batch {batch:,}, the one the exact heads read: its lookups and distinct rows per "
+        "table counted as they read it in pieces, which is all its routing needs where "
+        "every table is held whole by one GPU or data-parallel"
+    )
 
 
 def routed_span(
     base: Any, name: str, sets: Sequence[str], spec: Any, loads: Any, placement: Any,
-    system: Any, at_budget: np.ndarray, *, nodes: int,
+    system: Any, at_budget: np.ndarray, *, nodes: int, horizon: Any = None,
 ) -> tuple[Any, dict[str, Any]]:  # fmt: skip
     """The user's cluster and the scaling points (`scaling`'s GPU counts) from one read
-    of `ROUTED_BATCHES` in pieces (`replay.engine.cluster_routed.route_clusters`)."""
+    of `ROUTED_BATCHES` in pieces (`replay.engine.cluster_routed.route_clusters`), or
+    from the per-table counts of the batch the exact heads read in `horizon`, where it
+    holds them and they suffice (`heads_batch_counts`: one generation of a production
+    batch fewer). The result's `batch`: the heads' batch routed, or None (batch 0)."""
     from types import SimpleNamespace
 
     from replay.engine.cluster_routed import route_clusters
@@ -171,7 +155,8 @@ def routed_span(
         sized = dataclasses.replace(system, cluster=dataclasses.replace(system.cluster, nodes=n))
         index.append(len(jobs))
         jobs.append((sized, placed_at, np.full(placed_at.world, mean_hit)))
-    results = route_clusters(span, jobs, counts=_counted(spec))
+    heads = heads_batch_counts(horizon, spec, [job[1] for job in jobs])
+    results = route_clusters(span, jobs, counts=None if heads is None else heads[1])
     for point, j in zip(points, index, strict=True):
         if j is None:
             continue
@@ -184,7 +169,11 @@ def routed_span(
             step_time_s=float(np.mean(cols["step_time_s"])),
             imbalance=float(np.mean(cols["imbalance"])),
         )
-    return SimpleNamespace(columns=results[0]), {"batches": ROUTED_BATCHES, "points": points}
+    batch = None if heads is None else heads[0]
+    return SimpleNamespace(columns=results[0], batch=batch), {
+        "batches": ROUTED_BATCHES,
+        "points": points,
+    }
 
 
 def scaling(
@@ -243,10 +232,11 @@ __all__ = [
     "SCALING_NODES",
     "STEADY_OVERRIDES",
     "cluster_system",
-    "count_ahead",
+    "heads_batch_counts",
     "placement_for",
     "routed_span",
     "routed_steady",
+    "routed_which",
     "scaling",
     "span_capacity",
 ]

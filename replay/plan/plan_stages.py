@@ -152,12 +152,6 @@ def prepare(request: PlanRequest, resolved: Sequence[Any] = ()) -> Setup:
         # the one-GPU sections' systems: other specs (the [cluster] sets left out)
         local_systems = tuple(resolve_system(name, list(one)) for name in request.systems)
         check_one_gpu(request.systems, request.sets, resolved=local_systems)
-        if isinstance(request.source, WorkloadSpec):
-            from replay.plan.cluster_scaling import count_ahead
-
-            # at production scale the routed span's counts need the spec alone: made on
-            # a helper thread while the stages before the routing run
-            count_ahead(request.source, base)
     horizon, rate, spec = open_horizon(request)
     # a stateful [update] rule names every system's optimizer (replay.plan.memory)
     planned, base = rule_request(request, horizon.workload, base, resolved=given)
