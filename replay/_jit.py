@@ -103,8 +103,13 @@ def initialize_runtime_in_background() -> None:
     runtime's helper functions (llvmlite releases the GIL while LLVM works), which a
     `replay run` paid on its helper thread while the caller waited for the policy's kernel
     and the reader for its own. The console calls this once the command's modules are
-    imported (no numba registry is being filled then), so it overlaps the options'
-    parsing and the opening of the trace instead."""
+    imported, so it overlaps the options' parsing and the opening of the trace instead.
+    A command that imports numba only inside its function (`replay run`: `--help`
+    imports nothing heavy) calls it right after importing this module, so that it
+    overlaps the rest of its imports (0.1 s): creating numba's CPU target context and
+    compiling the runtime's functions read none of the typing or lowering registries
+    that later imports fill, and every numba module is imported by then (a kernel
+    module's dispatchers wait for the context under numba's thread-safe property)."""
     global _runtime_started
     if _runtime_started or not LOADS_WITHOUT_REFRESH:
         return

@@ -16,6 +16,7 @@ import ctypes
 import functools
 import mmap
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # numpy loads with the arrays' first use: `replay --help` needs none
@@ -123,12 +124,17 @@ def populate(array: np.ndarray) -> bool:
     touches it later pays no page faults; False where the OS cannot (not Linux, or a
     kernel older than 5.14). The call releases the GIL (ctypes), so a helper thread can
     do it while the caller's threads wait for something else."""
-    libc = _libc() if sys.platform.startswith("linux") and array.nbytes else None
+    if not sys.platform.startswith("linux") or not array.nbytes:
+        return False
+    return _populate_range(array.ctypes.data, array.nbytes)
+
+
+def _populate_range(start: int, nbytes: int) -> bool:
+    libc = _libc()
     if libc is None:
         return False
-    start = array.ctypes.data
     first = start - start % mmap.PAGESIZE
-    end = start + array.nbytes
+    end = start + nbytes
     # in chunks of one huge page: the kernel holds the process's memory-map lock while
     # it faults a range in, and a thread that maps memory meanwhile (the reader's next
     # buffers, numba loading a kernel) waits for the whole range (0.5 s for 188 MB of
@@ -141,6 +147,88 @@ def populate(array: np.ndarray) -> bool:
     return True
 
 
+def _map_area(nbytes: int, huge: bool) -> tuple[mmap.mmap, int]:
+    """An anonymous mapping that holds `nbytes` from its first 2 MiB boundary on (the
+    note above `populate`), and that boundary's offset in it."""
+    pages = -(-nbytes // _HUGE_PAGE_BYTES) + 1
+    area = mmap.mmap(-1, pages * _HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    with contextlib.suppress(AttributeError, OSError):  # no THP here: 4 KiB pages anyway
+        area.madvise(mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE)
+    view = ctypes.c_char.from_buffer(area)
+    start = ctypes.addressof(view)
+    del view  # the mapping can be closed again (`release_reserved`)
+    return area, -start % _HUGE_PAGE_BYTES
+
+
+# Areas mapped ahead for `state_array` (`reserve_state`), by (bytes, huge), each with the
+# thread that faults it in.
+_reserved: dict[tuple[int, bool], tuple[mmap.mmap, int, threading.Thread]] = {}
+_reserved_lock = threading.Lock()
+_RESERVE_MIN_BYTES = 1 << 20
+
+
+def reserve_state(nbytes: int, *, huge: bool = True) -> bool:
+    """Map the memory of a `state_array` of `nbytes` bytes (and the same `huge`) that this
+    process makes soon, and fault it in from now on, on a helper thread; the
+    `state_array` call takes it (once). False where nothing was reserved (not Linux, too
+    small, or that size already reserved).
+
+    For `replay run`, which knows the sizes of its policy's table and of the trace
+    statistics' state from the trace's manifest and the system before it imports numpy,
+    numba and pyarrow: faulting them in then uses the core that those imports (0.2 s of
+    one thread holding the GIL) leave idle, where it otherwise took the replay's first
+    0.05-0.2 s (right after another process freed its memory), on the caller's thread for
+    the table, which the policy's kernel touches at random from its first lookups."""
+    if nbytes < _RESERVE_MIN_BYTES or not sys.platform.startswith("linux") or _libc() is None:
+        return False
+    key = (int(nbytes), bool(huge))
+    with _reserved_lock:
+        if key in _reserved:
+            return False
+        area, skip = _map_area(key[0], key[1])
+        thread = threading.Thread(
+            target=_write_zeros, args=(area, skip, key[0]), name="replay-prefault", daemon=True
+        )
+        _reserved[key] = (area, skip, thread)
+    thread.start()
+    return True
+
+
+def _write_zeros(area: mmap.mmap, skip: int, nbytes: int) -> None:
+    """Fault `nbytes` of `area` in from `skip` on by reading /dev/zero into them: one
+    system call for the whole range, which releases the GIL once (where `populate`'s
+    chunks would each wait up to the interpreter's 5 ms switch interval for it while the
+    importing thread holds it) and takes the memory-map lock per page fault (where
+    MADV_POPULATE_WRITE holds it over its whole range, and the importing thread's maps of
+    shared libraries and of Python's own memory would wait for it). It writes the area:
+    `state_array` waits for it before handing the area out."""
+    view = memoryview(area)
+    try:
+        with open("/dev/zero", "rb", buffering=0) as zero:
+            done = 0
+            while done < nbytes:
+                with view[skip + done : skip + nbytes] as rest:
+                    got = zero.readinto(rest)
+                if not got:
+                    return
+                done += got
+    except OSError:  # no /dev/zero: the pages fault in where they are first used
+        return
+    finally:
+        view.release()
+
+
+def release_reserved() -> None:
+    """Unmap what `reserve_state` mapped and no `state_array` took (after its thread)."""
+    with _reserved_lock:
+        left = list(_reserved.values())
+        _reserved.clear()
+    for area, _skip, thread in left:
+        thread.join()
+        with contextlib.suppress(BufferError):  # still viewed: freed with its last view
+            area.close()
+
+
 def state_array(
     length: int, dtype: object, fill: int | float = 0, *, huge: bool = True
 ) -> np.ndarray:
@@ -150,14 +238,17 @@ def state_array(
 
     dt = np.dtype(dtype)  # type: ignore[call-overload]  # any dtype-like; numpy checks it
     nbytes = int(length) * dt.itemsize
-    if nbytes < _HUGE_MIN_BYTES or not sys.platform.startswith("linux"):
-        return np.full(length, fill, dtype=dt)
-    pages = -(-nbytes // _HUGE_PAGE_BYTES) + 1
-    area = mmap.mmap(-1, pages * _HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    with contextlib.suppress(AttributeError, OSError):  # no THP here: 4 KiB pages anyway
-        area.madvise(mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE)
-    start = np.frombuffer(area, dtype=np.uint8, count=1).ctypes.data
-    skip = -start % _HUGE_PAGE_BYTES
+    with _reserved_lock:
+        reserved = _reserved.pop((nbytes, bool(huge)), None)
+    if reserved is not None:
+        area, skip, thread = reserved
+        thread.join()  # it writes zeros: done before the array is anyone's
+    elif nbytes < _HUGE_MIN_BYTES or not sys.platform.startswith("linux"):
+        # zeros come from calloc, untouched until used or `populate`d (on a helper
+        # thread): np.full wrote every page on the caller's thread
+        return np.zeros(length, dtype=dt) if fill == 0 else np.full(length, fill, dtype=dt)
+    else:
+        area, skip = _map_area(nbytes, huge)
     array = np.frombuffer(area, dtype=dt, count=int(length), offset=skip)
     if fill != 0:  # fresh anonymous memory is zero already
         array.fill(fill)

@@ -168,3 +168,97 @@ def test_the_console_gives_pyarrow_the_system_allocator() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "system"
+
+
+@pytest.mark.parametrize(
+    ("system", "sets", "inspect"),
+    [
+        ("hbm-lru", ["policy.capacity_rows=700"], True),
+        ("hbm-lru", ["policy.capacity_rows=10000000"], True),  # more slots than rows
+        ("hbm-lru", ["policy.capacity_bytes=300000"], True),  # a byte budget
+        ("hbm-lru", [], False),  # the preset's whole tier, no statistics
+        ("hbm-lfu", [], True),  # another policy: the statistics' state only
+    ],
+)
+def test_a_runs_early_sizes_are_those_it_allocates(
+    tmp_path: Path, system: str, sets: list[str], inspect: bool
+) -> None:
+    """`replay run` sizes the LRU's table and the statistics' state before its imports
+    (`replay.cli._reserve`): the very sizes that the policy and the statistics allocate."""
+    from replay.analysis.stats import trace_inspector
+    from replay.cli import main
+    from replay.cli._reserve import replay_state_bytes
+    from replay.engine.replay import make_policy, workload_shape
+    from replay.engine.systems import resolve_system
+    from replay.system.optimizer import with_workload_rule
+    from replay.trace.reader import open_trace
+
+    trace = tmp_path / "t"
+    assert main(["generate", "--preset", "tiny", "--batches", "2", "--out", str(trace)]) == 0
+    opened = open_trace(trace)
+    spec = with_workload_rule(resolve_system(system, sets), opened.workload)
+    policy = make_policy(spec, opened, workload_shape(opened, spec))
+    expected = [(policy.table.nbytes, True)] if spec.policy.name == "lru" else []
+    if inspect:
+        expected.append((trace_inspector(opened).state.nbytes, False))
+    assert replay_state_bytes(trace, system, sets, inspect=inspect) == expected
+    # what it cannot read is left to the command's own checks
+    assert replay_state_bytes(trace, "no-such-system", sets, inspect=inspect) == []
+    assert replay_state_bytes(tmp_path / "none", system, sets, inspect=inspect) == []
+
+
+def test_a_run_takes_the_memory_it_reserved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reserved areas are the arrays the replay allocates (none left for
+    `release_reserved` to unmap), and the run's results are those of a run without them."""
+    import replay._malloc as malloc
+    from replay.cli import main
+
+    trace = tmp_path / "t"
+    assert main(["generate", "--preset", "tiny", "--batches", "3", "--out", str(trace)]) == 0
+    run = ["run", str(trace), "--system", "hbm-lru", "--set", "policy.capacity_rows=500"]
+    assert main([*run, "--out", str(tmp_path / "plain")]) == 0
+    monkeypatch.setattr(malloc, "_RESERVE_MIN_BYTES", 1)  # the tiny trace's arrays too
+    reserved, left = [], []
+    reserve, release = malloc.reserve_state, malloc.release_reserved
+
+    def spy_reserve(nbytes: int, *, huge: bool = True) -> bool:
+        reserved.append((nbytes, huge))
+        return reserve(nbytes, huge=huge)
+
+    def spy_release() -> None:
+        left.extend(malloc._reserved)
+        release()
+
+    monkeypatch.setattr(malloc, "reserve_state", spy_reserve)
+    monkeypatch.setattr(malloc, "release_reserved", spy_release)
+    assert main([*run, "--out", str(tmp_path / "reserved")]) == 0
+    assert len(reserved) == 2 and left == []
+    for name in ("summary.json", "batches.parquet", "workload.json"):
+        assert (tmp_path / "plain" / name).read_bytes() == (
+            tmp_path / "reserved" / name
+        ).read_bytes()
+
+
+@pytest.mark.parametrize("huge", [True, False])
+def test_a_reserved_area_is_a_state_array_of_zeros(huge: bool) -> None:
+    """`reserve_state` maps and faults in the area; the `state_array` of that size takes
+    it once (zeros, writable, its fill written); `release_reserved` unmaps the rest."""
+    import numpy as np
+
+    import replay._malloc as malloc
+
+    nbytes = 3 * malloc._RESERVE_MIN_BYTES + 8
+    assert malloc.reserve_state(nbytes, huge=huge)
+    assert not malloc.reserve_state(nbytes, huge=huge)  # already reserved
+    assert malloc.reserve_state(nbytes + 8, huge=huge)
+    array = malloc.state_array(nbytes // 8, np.int64, huge=huge)
+    assert (nbytes, huge) not in malloc._reserved and (nbytes + 8, huge) in malloc._reserved
+    assert not array.any() and array.flags.writeable
+    array[:] = 5
+    filled = malloc.state_array(nbytes // 8, np.int64, 7, huge=huge)  # no reservation left
+    assert (filled == 7).all() and (array == 5).all()
+    malloc.release_reserved()
+    assert malloc._reserved == {}
+    assert not malloc.reserve_state(malloc._RESERVE_MIN_BYTES - 1, huge=huge)

@@ -76,6 +76,17 @@ def run_command(
 ) -> None:
     """Replay a trace (or a workload generated on the fly) on a system: per-batch hits,
     traffic, time and energy into DIR."""
+    from replay.cli._reserve import reserve_replay_state
+
+    # the policy's table and the statistics' state faulted in while the imports below run
+    reserve_replay_state(
+        trace, workload, system, list(overrides or []), inspect=inspect, resume=resume
+    )
+    from replay import _jit
+
+    # numba's runtime (35 ms of LLVM, which releases the GIL) on a helper thread while
+    # this thread imports the rest; the first kernel to load waited for it otherwise
+    _jit.initialize_runtime_in_background()
     import replay as package
     from replay._faults import kill_point
     from replay.analysis.stats import inspect_trace
@@ -177,6 +188,7 @@ def run_command(
 
 def _replay(opened: Any, spec: Any, *, inspect: bool, placed: Any = None, progress: Display) -> Any:
     from replay._faults import kill_point
+    from replay._malloc import release_reserved
     from replay.engine.cluster_run import replay_system
 
     nb = opened.num_batches
@@ -188,7 +200,10 @@ def _replay(opened: Any, spec: Any, *, inspect: bool, placed: Any = None, progre
         if done == total:  # the loop is over; what follows has no count
             progress.stage("finishing the replay")
 
-    return replay_system(opened, spec, inspect=inspect, on_progress=on_progress, placed=placed)
+    try:
+        return replay_system(opened, spec, inspect=inspect, on_progress=on_progress, placed=placed)
+    finally:
+        release_reserved()  # what the replay did not take (`replay.cli._reserve`)
 
 
 # the all-to-all model a cluster run names (`replay.engine.collectives`), in a word

@@ -1,0 +1,104 @@
+"""`replay run`'s large arrays mapped and faulted in before its heavy imports.
+
+A one-GPU LRU replay of a trace folder allocates two arrays whose size it knows from the
+trace's manifest and the system alone: the policy's key -> slot table (32 MB for a
+1,000,000-row cache, in huge pages) and the trace statistics' state byte per row (188 MB
+at criteo-terabyte's rows). Faulting them in took the first 0.05-0.2 s of the replay
+(more right after another process freed its memory: `replay._malloc`), the table's on
+the caller's thread, whose kernel touches it at random from its first lookups. Sized
+here, before numpy, numba and pyarrow are imported (0.2 s of one thread holding the
+GIL), they are faulted in on the core those imports leave idle
+(`replay._malloc.reserve_state`), and `state_array` takes them when the policy and the
+statistics are made.
+
+The sizes repeat the policy's and the statistics' own (`LRUPolicy`, `table_shape`,
+`capacity_units`, `Inspector`); tests/test_startup.py pins them. A size that differs
+(a setting read differently here) only leaves a reservation unused, which
+`release_reserved` unmaps after the replay: the results never depend on this. Anything
+this cannot read (a bad system, a bad trace) is left for the command's own checks, which
+say what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# the policy whose table is sized here, and its table's entries per usable slot
+_LRU = "lru"
+_TABLE_ENTRY_BYTES = 8
+
+
+def lru_table_entries(total_keys: int, slots: int) -> int:
+    """Entries of the LRU's key -> slot table (`replay.policies.lru.table_shape`)."""
+    used = max(1, min(int(slots), int(total_keys)))
+    return 1 << max(4, (4 * used - 1).bit_length())
+
+
+def replay_state_bytes(
+    trace: Path, system: str, overrides: list[str], *, inspect: bool
+) -> list[tuple[int, bool]]:
+    """(bytes, huge pages) of the arrays a one-GPU `replay run` of the trace folder
+    `trace` on `system` allocates at its start: the LRU's table (for policy `lru`) and,
+    with `inspect`, the statistics' state. Empty for what this does not size (another
+    policy, a cluster) and wherever the inputs cannot be read (the command then says
+    why)."""
+    from replay._files import MANIFEST, read_bytes
+    from replay.errors import ReplayError
+    from replay.system.optimizer import with_workload_rule
+    from replay.system.spec import (
+        BYTES_PER_VALUE,
+        apply_overrides,
+        build_system,
+        load_system_data,
+        optimizer_bytes_per_row,
+    )
+
+    try:
+        manifest = json.loads(read_bytes(trace / "manifest.json", MANIFEST))
+        rows = [int(t["rows"]) for t in manifest["tables"]]
+        workload = manifest.get("workload") or {}
+        data, origin = load_system_data(system)
+        spec = build_system(apply_overrides(data, overrides) if overrides else data, origin)
+        spec = with_workload_rule(spec, workload)
+        total = sum(rows)
+        sizes = [(total, False)] if inspect and total > 0 else []
+        p = spec.policy
+        if spec.cluster is not None or p.name != _LRU or total <= 0:
+            return sizes
+        dim = spec.model.embedding_dim or int(workload.get("embedding_dim", 0))
+        if p.capacity_rows > 0:
+            capacity = p.capacity_rows
+        else:
+            state = BYTES_PER_VALUE * dim + optimizer_bytes_per_row(spec.model.optimizer, dim)
+            budget = p.capacity_bytes or spec.tier(p.fast_tier).capacity_bytes
+            capacity = int(budget // state)
+        if capacity < 1:
+            return sizes
+        entries = lru_table_entries(total, min(capacity, total))
+        return [(entries * _TABLE_ENTRY_BYTES, True), *sizes]
+    except (ReplayError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
+def reserve_replay_state(
+    trace: Path | None,
+    workload: str | None,
+    system: str,
+    overrides: list[str],
+    *,
+    inspect: bool | None,
+    resume: bool,
+) -> None:
+    """Start faulting in the arrays of `replay_state_bytes` (a trace folder's replay
+    only: not --workload, whose statistics are off by default and sized otherwise, and
+    not --resume, which may replay nothing)."""
+    if trace is None or workload is not None or resume:
+        return
+    from replay._malloc import reserve_state
+
+    for nbytes, huge in replay_state_bytes(trace, system, overrides, inspect=inspect is not False):
+        reserve_state(nbytes, huge=huge)
+
+
+__all__ = ["lru_table_entries", "replay_state_bytes", "reserve_replay_state"]
