@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.workload import reference, sampler
+from replay.workload import draws, reference, sampler
 from replay.workload.spec import TableSpec
 
 
@@ -109,7 +109,7 @@ def _kernel_and_reference(
     root, tables = _tables(specs, seed=seed)
     n = (stop - start) * batch_size * sum(t.pooling for t in specs)
     out_b, out_t, out_r = np.empty(n, np.uint32), np.empty(n, np.uint16), np.empty(n, np.uint32)
-    sampler.generate_lookups(
+    draws.generate_lookups(
         np.uint64(root), start, stop, batch_size, tables.iparams, tables.fparams,
         tables.round_keys, tables.alias_prob, tables.alias_index, tables.perm, tables.guide,
         out_b, out_t, out_r,

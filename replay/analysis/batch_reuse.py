@@ -209,7 +209,7 @@ def _table_draws(
     root: np.uint64, batch: np.int64, t: np.int64, n: np.int64, ip: np.ndarray,
     fp: np.ndarray, alias_prob: np.ndarray, alias_index: np.ndarray,
 ) -> np.ndarray:  # fmt: skip
-    """Table t's n rank draws in batch `batch`, as `sampler.generate_lookups` draws them
+    """Table t's n rank draws in batch `batch`, as `draws.generate_lookups` draws them
     without reuse (`ip`, `fp` and the alias tables: table t's alone, in row 0)."""
     out = np.empty(n, dtype=np.int64)
     key = sampler.stream_key(root, batch, t, sampler.PURPOSE_FRESH)

@@ -48,7 +48,7 @@ from replay.trace.format import (
 )
 from replay.trace.updates import update_sets
 from replay.trace.writer import TraceFolderWriter, write_parts
-from replay.workload import sampler
+from replay.workload import draws, sampler
 from replay.workload.presets import PRESETS, get_preset
 from replay.workload.spec import WorkloadSpec, load_spec
 
@@ -133,7 +133,7 @@ class CompiledWorkload:
         out_table = np.empty(n, dtype=np.uint16)
         out_row = np.empty(n, dtype=self.row_dtype)
         st = self.tables
-        sampler.generate_lookups(
+        draws.generate_lookups(
             self.root, batch_start, batch_stop, self.spec.batch_size, st.iparams, st.fparams,
             st.round_keys, st.alias_prob, st.alias_index, st.perm, st.guide, out_batch, out_table,
             out_row, t0, t1,
