@@ -198,7 +198,11 @@ def test_a_runs_early_sizes_are_those_it_allocates(
     opened = open_trace(trace)
     spec = with_workload_rule(resolve_system(system, sets), opened.workload)
     policy = make_policy(spec, opened, workload_shape(opened, spec))
-    expected = [(policy.table.nbytes, True)] if spec.policy.name == "lru" else []
+    expected = []
+    if spec.policy.name == "lru":
+        expected.append((policy.table.nbytes, True))
+        if opened.num_lookups >= len(policy.slot_key):  # slots the trace can fill
+            expected += [(a.nbytes, False) for a in (policy.slot_key, policy.links, policy.dirty)]
     if inspect:
         expected.append((trace_inspector(opened).state.nbytes, False))
     assert replay_state_bytes(trace, system, sets, inspect=inspect) == expected
@@ -234,7 +238,7 @@ def test_a_run_takes_the_memory_it_reserved(
     monkeypatch.setattr(malloc, "reserve_state", spy_reserve)
     monkeypatch.setattr(malloc, "release_reserved", spy_release)
     assert main([*run, "--out", str(tmp_path / "reserved")]) == 0
-    assert len(reserved) == 2 and left == []
+    assert len(reserved) == 5 and left == []
     for name in ("summary.json", "batches.parquet", "workload.json"):
         assert (tmp_path / "plain" / name).read_bytes() == (
             tmp_path / "reserved" / name

@@ -1,15 +1,16 @@
 """`replay run`'s large arrays mapped and faulted in before its heavy imports.
 
-A one-GPU LRU replay of a trace folder allocates two arrays whose size it knows from the
+A one-GPU LRU replay of a trace folder allocates arrays whose size it knows from the
 trace's manifest and the system alone: the policy's key -> slot table (32 MB for a
-1,000,000-row cache, in huge pages) and the trace statistics' state byte per row (188 MB
-at criteo-terabyte's rows). Faulting them in took the first 0.05-0.2 s of the replay
-(more right after another process freed its memory: `replay._malloc`), the table's on
-the caller's thread, whose kernel touches it at random from its first lookups. Sized
-here, before numpy, numba and pyarrow are imported (0.2 s of one thread holding the
-GIL), they are faulted in on the core those imports leave idle
-(`replay._malloc.reserve_state`), and `state_array` takes them when the policy and the
-statistics are made.
+1,000,000-row cache, in huge pages), its slots' keys, links and dirty flags (17 MB, faulted
+in here only where the trace's lookups can fill the cache) and the trace statistics' state
+byte per row (188 MB at criteo-terabyte's rows). Faulting them in took the first
+0.05-0.2 s of the replay (more right after another process freed its memory:
+`replay._malloc`), the table's and the slots' on the caller's thread, whose kernel touches
+the table at random from its first lookups and the slots as the cache fills. Sized here,
+before numpy, numba and pyarrow are imported (0.2 s of one thread holding the GIL), they
+are faulted in on the core those imports leave idle (`replay._malloc.reserve_state`), and
+`state_array` takes them when the policy and the statistics are made.
 
 The sizes repeat the policy's and the statistics' own (`LRUPolicy`, `table_shape`,
 `capacity_units`, `Inspector`); tests/test_startup.py pins them. A size that differs
@@ -75,8 +76,13 @@ def replay_state_bytes(
             capacity = int(budget // state)
         if capacity < 1:
             return sizes
-        entries = lru_table_entries(total, min(capacity, total))
-        return [(entries * _TABLE_ENTRY_BYTES, True), *sizes]
+        slots = max(1, min(capacity, total))
+        table = [(lru_table_entries(total, slots) * _TABLE_ENTRY_BYTES, True)]
+        if int(manifest.get("lookups", 0)) >= slots:  # the trace can fill the cache
+            index = 4 if slots + 1 < 2**31 else 8  # `index_dtype`
+            # each slot's key, its two links (and the sentinel's), its dirty flag
+            table += [(8 * slots, False), (index * (2 * slots + 2), False), (slots, False)]
+        return [*table, *sizes]
     except (ReplayError, OSError, ValueError, KeyError, TypeError, AttributeError):
         return []
 

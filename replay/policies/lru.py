@@ -244,13 +244,16 @@ class LRUPolicy(Policy):
         cap = ctx.slots
         entries, slot_bits, shift = table_shape(ctx.total_keys, cap)
         self.table = state_array(entries, np.int64)
-        # A slot's key, links and dirty flag are written when the slot is first filled
-        # and read only for filled slots: no fill, and pages of slots never used are
-        # never touched; the sentinel's links start as an empty circle.
-        self.slot_key = np.empty(cap, dtype=np.int64)
-        self.links = np.empty(2 * cap + 2, dtype=index_dtype(cap))
+        # A slot's key, links and dirty flag are written when the slot is first filled and
+        # read only for filled slots: pages of slots never used are never touched (zeros
+        # from calloc or a fresh mapping), unless `replay run` faulted them in before its
+        # imports, where the trace fills the cache (`replay.cli._reserve`); the sentinel's
+        # links start as an empty circle. 4 KiB pages: the links in huge pages measured no
+        # faster, and fault in 5x slower right after another process freed its memory.
+        self.slot_key = state_array(cap, np.int64, huge=False)
+        self.links = state_array(2 * cap + 2, index_dtype(cap), huge=False)
         self.links[2 * cap :] = cap
-        self.dirty = np.empty(cap, dtype=np.uint8)
+        self.dirty = state_array(cap, np.uint8, huge=False)
         self.meta = np.array([0, cap, slot_bits, shift], dtype=np.int64)
         self._distinct = 0  # the distinct rows of the batch's pieces so far (`_piece`)
 
