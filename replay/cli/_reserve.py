@@ -24,6 +24,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+from replay.errors import ReplayError
+
+# what reading a manifest or a system can raise here: left for the command's own checks
+_UNREADABLE = (ReplayError, OSError, ValueError, KeyError, TypeError, AttributeError)
 
 # the policy whose table is sized here, and its table's entries per usable slot
 _LRU = "lru"
@@ -36,16 +42,28 @@ def lru_table_entries(total_keys: int, slots: int) -> int:
     return 1 << max(4, (4 * used - 1).bit_length())
 
 
-def replay_state_bytes(
-    trace: Path, system: str, overrides: list[str], *, inspect: bool
-) -> list[tuple[int, bool]]:
-    """(bytes, huge pages) of the arrays a one-GPU `replay run` of the trace folder
-    `trace` on `system` allocates at its start: the LRU's table (for policy `lru`) and,
-    with `inspect`, the statistics' state. Empty for what this does not size (another
-    policy, a cluster) and wherever the inputs cannot be read (the command then says
-    why)."""
+def _manifest(trace: Path) -> dict[str, Any] | None:
+    """The trace folder's manifest, or None where it cannot be read."""
     from replay._files import MANIFEST, read_bytes
-    from replay.errors import ReplayError
+
+    try:
+        manifest = json.loads(read_bytes(trace / "manifest.json", MANIFEST))
+        rows = [int(t["rows"]) for t in manifest["tables"]]
+    except (*_UNREADABLE, json.JSONDecodeError):
+        return None
+    return manifest if isinstance(manifest, dict) and sum(rows) > 0 else None
+
+
+def _total_rows(manifest: dict[str, Any]) -> int:
+    return sum(int(t["rows"]) for t in manifest["tables"])
+
+
+def _lru_bytes(
+    manifest: dict[str, Any], system: str, overrides: list[str]
+) -> list[tuple[int, bool]]:
+    """The LRU's table (huge pages) and, where the trace's lookups can fill the cache,
+    its slots' arrays; none for another policy, a cluster or a system that cannot be
+    read."""
     from replay.system.optimizer import with_workload_rule
     from replay.system.spec import (
         BYTES_PER_VALUE,
@@ -56,35 +74,46 @@ def replay_state_bytes(
     )
 
     try:
-        manifest = json.loads(read_bytes(trace / "manifest.json", MANIFEST))
-        rows = [int(t["rows"]) for t in manifest["tables"]]
         workload = manifest.get("workload") or {}
         data, origin = load_system_data(system)
         spec = build_system(apply_overrides(data, overrides) if overrides else data, origin)
         spec = with_workload_rule(spec, workload)
-        total = sum(rows)
-        sizes = [(total, False)] if inspect and total > 0 else []
         p = spec.policy
-        if spec.cluster is not None or p.name != _LRU or total <= 0:
-            return sizes
-        dim = spec.model.embedding_dim or int(workload.get("embedding_dim", 0))
+        if spec.cluster is not None or p.name != _LRU:
+            return []
         if p.capacity_rows > 0:
             capacity = p.capacity_rows
         else:
+            dim = spec.model.embedding_dim or int(workload.get("embedding_dim", 0))
             state = BYTES_PER_VALUE * dim + optimizer_bytes_per_row(spec.model.optimizer, dim)
             budget = p.capacity_bytes or spec.tier(p.fast_tier).capacity_bytes
             capacity = int(budget // state)
-        if capacity < 1:
-            return sizes
-        slots = max(1, min(capacity, total))
-        table = [(lru_table_entries(total, slots) * _TABLE_ENTRY_BYTES, True)]
-        if int(manifest.get("lookups", 0)) >= slots:  # the trace can fill the cache
-            index = 4 if slots + 1 < 2**31 else 8  # `index_dtype`
-            # each slot's key, its two links (and the sentinel's), its dirty flag
-            table += [(8 * slots, False), (index * (2 * slots + 2), False), (slots, False)]
-        return [*table, *sizes]
-    except (ReplayError, OSError, ValueError, KeyError, TypeError, AttributeError):
+    except _UNREADABLE:
         return []
+    if capacity < 1:
+        return []
+    total = _total_rows(manifest)
+    slots = max(1, min(capacity, total))
+    sizes = [(lru_table_entries(total, slots) * _TABLE_ENTRY_BYTES, True)]
+    if int(manifest.get("lookups", 0)) >= slots:  # the trace can fill the cache
+        index = 4 if slots + 1 < 2**31 else 8  # `index_dtype`
+        # each slot's key, its two links (and the sentinel's), its dirty flag
+        sizes += [(8 * slots, False), (index * (2 * slots + 2), False), (slots, False)]
+    return sizes
+
+
+def replay_state_bytes(
+    trace: Path, system: str, overrides: list[str], *, inspect: bool
+) -> list[tuple[int, bool]]:
+    """(bytes, huge pages) of the arrays a one-GPU `replay run` of the trace folder
+    `trace` on `system` allocates at its start: the LRU's (for policy `lru`) and, with
+    `inspect`, the statistics' state. Empty where the trace cannot be read, and without
+    the LRU's where the system cannot be (the command then says why)."""
+    manifest = _manifest(trace)
+    if manifest is None:
+        return []
+    stats = [(_total_rows(manifest), False)] if inspect else []
+    return [*_lru_bytes(manifest, system, overrides), *stats]
 
 
 def reserve_replay_state(
@@ -98,12 +127,19 @@ def reserve_replay_state(
 ) -> None:
     """Start faulting in the arrays of `replay_state_bytes` (a trace folder's replay
     only: not --workload, whose statistics are off by default and sized otherwise, and
-    not --resume, which may replay nothing)."""
+    not --resume, which may replay nothing): the statistics' state (the largest) as soon
+    as the manifest is read, the LRU's once the system is (its modules take 10-20 ms to
+    import)."""
     if trace is None or workload is not None or resume:
         return
     from replay._malloc import reserve_state
 
-    for nbytes, huge in replay_state_bytes(trace, system, overrides, inspect=inspect is not False):
+    manifest = _manifest(trace)
+    if manifest is None:
+        return
+    if inspect is not False:
+        reserve_state(_total_rows(manifest), huge=False)
+    for nbytes, huge in _lru_bytes(manifest, system, overrides):
         reserve_state(nbytes, huge=huge)
 
 
