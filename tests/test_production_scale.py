@@ -212,6 +212,29 @@ def test_one_batch_heads_blocks_are_the_heads_of_their_excerpts(
     assert any(h.usable for h in heads[1:])
 
 
+def test_one_batch_heads_the_same_however_far_the_total_head_lags(
+    tiny_pieces: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import replay.analysis.head_pieces as hp
+    from replay.trace.keys import table_offsets
+
+    monkeypatch.setattr(hp, "head_capacity", lambda d, res, rows: min(128, int(rows)))
+    monkeypatch.setattr(hp, "HEAD_MIN_BLOCK_LOOKUPS", 64)
+    monkeypatch.setattr(hp, "HEAD_LOOKUPS", 1 << 12)
+    spec = _heads_spec()
+    got = []
+    for lag in (1, 3, 1000):
+        monkeypatch.setattr(hp, "TOTAL_LAG_PIECES", lag)
+        pieces_of, compiled = _pieces_of(spec, 3)
+        offsets = table_offsets(np.array([t.rows for t in spec.tables], dtype=np.int64))
+        heads = hp.one_batch_heads(
+            pieces_of, offsets, compiled.table_lookups, 1 << 10, _distinct(spec)
+        )
+        got.append([h.counts.tobytes() for h in heads])
+    assert got[0] == got[1] == got[2]
+    assert np.frombuffer(got[0][0], dtype=np.int64).sum() > 0
+
+
 def test_one_batch_total_blocks_stop_at_their_target(
     tiny_pieces: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -60,6 +60,9 @@ from replay.analysis.head import (
 # 420 M) stay as they were; 16 of meta-2021's (14 G) do not
 HEAD_FULL_MAX_LOOKUPS = 1 << 30
 HEAD_MIN_BLOCK_LOOKUPS = 1 << 12  # a table's block: at least this many lookups
+# pieces the total head may hold while it lags behind the tables' heads (meta-2021's are
+# ~1.6 M lookups, 12.5 MB of keys each: at most ~300 MB)
+TOTAL_LAG_PIECES = 24
 
 
 def one_batch_heads_wanted(num_batches: int, batch_lookups: int, pieces: tuple) -> bool:
@@ -192,9 +195,14 @@ def one_batch_heads(
                 state["block"] += 1
 
     # the total head takes each piece on a thread of its own while the tables' heads take
-    # it here (the heads' kernels release the GIL; each head is fed in stream order)
+    # it here (the heads' kernels release the GIL; each head is fed in stream order). It
+    # may lag up to `TOTAL_LAG_PIECES` pieces behind: its blocks (~9 M lookups each at
+    # ~150 ns) come in bursts, which the tables' heads and the generator then run beside
+    # instead of waiting for (meta-2021: 27 s of its 80 s of CPU). What it is sent: every
+    # piece past its current block's start, as it last said it (a later block starts
+    # later, so no piece it needs is left out; one it does not need it passes over).
     with worker_pool(1, "total-head") as side:
-        running: Future[None] | None = None
+        running: deque[Future[None]] = deque()
         for (t0, t1), piece in pieces_of():
             keys = np.ascontiguousarray(piece, dtype=np.int64)
             at = int(starts[t0])  # the piece's first lookup in the batch's stream
@@ -202,11 +210,11 @@ def one_batch_heads(
                 raise ValueError(
                     f"piece {t0}-{t1}: {len(keys)} keys, the spec says {starts[t1] - at}"
                 )
-            if running is not None:
-                running.result()
-            running = None
-            if state["block"] < HEAD_BLOCKS and at + len(keys) > edges[state["block"]]:
-                running = side.submit(feed_total, keys, at)
+            while running and (running[0].done() or len(running) >= TOTAL_LAG_PIECES):
+                running.popleft().result()
+            block = state["block"]  # as the total head last said it (it only grows)
+            if block < HEAD_BLOCKS and at + len(keys) > edges[block]:
+                running.append(side.submit(feed_total, keys, at))
             # a batch's trace order is table-major, so each table's lookups are one slice
             for t in range(t0, t1):
                 a, b = int(starts[t] - at), int(starts[t + 1] - at)
@@ -218,8 +226,8 @@ def one_batch_heads(
                 _feed_blocks(tables[t], sub, table_blocks(b - a, tables[t].capacity))
                 if batch_rows is not None:
                     batch_rows[t] = distinct_rows(sub, seen)
-        if running is not None:
-            running.result()
+        while running:
+            running.popleft().result()
     total.end_block()
     return [HeadCurve(h.capacity, h.block_counts(), False) for h in [total, *tables]]
 

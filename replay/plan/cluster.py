@@ -57,6 +57,7 @@ reference beside the cluster.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -651,6 +652,21 @@ def _compare_shardings(
             spec, [row_split_starts(placements[k].placement) for k in placed_ok], masses
         )
         shares = dict(zip(placed_ok, got, strict=True))
+
+    def curves_of(kind: str) -> Any:
+        return rank_curves(
+            horizon, placements[kind].placement, np.array([max(budget_rows, 1)]), rate=rate,
+            spec=spec, shares=shares[kind],
+        )  # fmt: skip
+
+    # each placement's pass is its own (its router and states; the horizon is read
+    # anew), and its kernels release the GIL: the placements side by side, one a core
+    # (each pass's Python holds one core for much of it), the same curves
+    from replay._threads import worker_pool
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    with worker_pool(max(1, min(len(placed_ok), cores)), "compare-curves") as pool:
+        measured = dict(zip(placed_ok, pool.map(curves_of, placed_ok), strict=True))
     for kind in kinds:
         entry: dict[str, Any] = {"sharding": kind, "recommended": kind == given}
         if kind == given:
@@ -661,10 +677,7 @@ def _compare_shardings(
                 entry.update(fits=False, why=str(placed))
                 out.append(entry)
                 continue
-            curves = rank_curves(
-                horizon, placed.placement, np.array([max(budget_rows, 1)]), rate=rate, spec=spec,
-                shares=shares[kind],
-            )  # fmt: skip
+            curves = measured[kind]
         hits, _ = _per_gpu(curves, (), budget_rows, _rank_rows(placed.placement))
         lookups = np.asarray(curves.lookups, dtype=np.float64)
         mean = float(lookups.mean()) if len(lookups) else 0.0
