@@ -161,6 +161,8 @@ def test_an_overrun_or_a_table_it_cannot_take_hands_the_group_back(
     _assert_same(got, expected, placement.world)
     assert not DirectRouter(_routers(small, _uniform(small, "column-wise"))[0]).on
     assert not DirectRouter(_routers(small, _uniform(small, "grid"))[0]).on
+    offsets = table_offsets(np.asarray(small.table_rows, dtype=np.int64))
+    assert not DirectRouter(Router(placement, offsets, 2, ring=2)).on  # 4 GPUs, 2 samples
     # a sample with two lookups of a table: the pass stops and stays off
     spec2 = small.spec
     pooled = GeneratedTrace(

@@ -1,19 +1,22 @@
 """The cluster replay's one-pass routing (`replay.engine.cluster`): where every table is
-row-split or table-wise (`ROWS`) or data-parallel (`DP`) and a sample has at most one
-lookup of a table (pooling 1, the Criteo presets), each lookup goes straight to its
-rank's region of the output, as its rank-local key, in the same pass that counts the
-all-to-all's ids (and the lower bound's bytes): no per-lookup block record and no second
-pass over the keys (`route_lookups` then `scatter` in `replay.engine.cluster_route`).
+row-split or table-wise (`ROWS`), table-row-wise (`TWRW`) or data-parallel (`DP`), a
+sample has at most one lookup of a table (pooling 1, the Criteo presets) and the GPUs
+are no more than a batch's samples (the pass counts a few numbers a GPU per table and
+batch), each lookup goes straight to its rank's region of the output, as its rank-local
+key, in the same pass that counts the all-to-all's ids (and the lower bound's bytes): no
+per-lookup block record and no second pass over the keys (`route_lookups` then
+`scatter` in `replay.engine.cluster_route`).
 
 The regions. A rank's keys must lie together and in trace order, so the pass needs each
 rank's share of the group before it starts. Rank r's region holds ``1.25 x share_r x
-lookups + 1,024`` keys, the share from the last group routed (the first group: an even
-share); where a rank's lookups overrun its region, or a table is neither kind or has a
-sample with several lookups, the pass stops and the group is routed the two-pass way
-(`cluster_parts.route_parts`), which gives the same arrays and the shares for the next
-group. So the result never depends on the path: rank r's keys are
-``keys[starts[r] : starts[r] + bounds[r, -1]]`` either way, with the same values, in
-the same order, and the same counts and all-to-all counts (`tests/test_cluster_direct.py`).
+lookups + 1,024`` keys (a smaller pad where the GPUs are many), the share from the last
+group routed (the first group: an even share); where a rank's lookups overrun its
+region, or a table is of another kind or has a sample with several lookups, the pass
+stops and the group is routed the two-pass way (`cluster_parts.route_parts`), which
+gives the same arrays and the shares for the next group. So the result never depends on
+the path: rank r's keys are ``keys[starts[r] : starts[r] + bounds[r, -1]]`` either way,
+with the same values, in the same order, and the same counts and all-to-all counts
+(`tests/test_cluster_direct.py`).
 
 Why. The two passes wrote and read back 4 B of block record a lookup and touched every
 key twice, with a per-lookup memory update for every count: criteo-kaggle 64 GPUs, 160 x
@@ -210,10 +213,16 @@ def route_direct(
             bs_t = bshift[ix(t)]
             bb_t = bbase[ix(t)]
             isc = iscratch[g]
+            # snap[0]: each rank's cursor at the table's start, moved on by what its own
+            # node's owners sent it; snap[1]: its node's cursors before the node's owners;
+            # snap[2]: what each owner's lookups left on its own rank
+            for r in range(world):
+                snap[0, r] = cursor[r]
             for q in range(world // gpn):
                 f = q * gpn
-                for r in range(world):
-                    snap[r] = cursor[r]
+                for u in range(f, f + gpn):
+                    snap[1, u] = cursor[u]
+                    snap[2, u] = 0
                 for o in range(f, f + gpn):
                     p0 = (ofirst[o] * n + batch_size - 1) // batch_size
                     p1 = (ofirst[o + 1] * n + batch_size - 1) // batch_size
@@ -258,15 +267,17 @@ def route_direct(
                     isc[o, 1] += far
                     scratch[o, 2] += near * full_t
                     scratch[o, 3] += far * full_t
-                    snap[o] += home  # what o got from its own samples is not received
-                for r in range(world):
-                    got = cursor[r] - snap[r]
-                    if f <= r < f + gpn:
-                        isc[r, 2] += got
-                        scratch[r, 0] += got * full_t
-                    else:
-                        isc[r, 3] += got
-                        scratch[r, 1] += got * full_t
+                    snap[2, o] = home
+                for u in range(f, f + gpn):  # received from the node's other owners
+                    moved = cursor[u] - snap[1, u]
+                    got = moved - snap[2, u]
+                    isc[u, 2] += got
+                    scratch[u, 0] += got * full_t
+                    snap[0, u] += moved
+            for r in range(world):  # received from other nodes' owners
+                got = cursor[r] - snap[0, r]
+                isc[r, 3] += got
+                scratch[r, 1] += got * full_t
             i += n
         lower[b] = scratch
         ids[b] = iscratch
@@ -290,13 +301,17 @@ class DirectRouter:
         # the pass's kinds; a ROWS block's pooled embedding the whole row's (the ROWS
         # loop counts bytes per table)
         table = np.repeat(np.arange(len(lay.kind)), lay.count)
-        self.on = bool(np.isin(lay.kind, (ROWS, DP, TWRW)).all()) and bool(
-            ((lay.kind[table] != ROWS) | (lay.pooled == lay.full[table])).all()
+        # and a few counts a GPU per table and batch (`route_direct`'s O(world) loops)
+        # against a sample a GPU at least
+        self.on = (
+            bool(np.isin(lay.kind, (ROWS, DP, TWRW)).all())
+            and bool(((lay.kind[table] != ROWS) | (lay.pooled == lay.full[table])).all())
+            and world <= router.batch_size
         )
         # owner o's first sample (`Router.own`: sample s's owner s x world // batch size)
         b = router.batch_size
         self.ofirst = (np.arange(world + 1, dtype=np.int64) * b + world - 1) // world
-        self.snap = np.zeros(world, dtype=np.int64)
+        self.snap = np.zeros((3, world), dtype=np.int64)
         self.bnode = (lay.rank // router.gpn) * router.gpn  # a block's node's first rank
         self.hint = int(lookups_hint)
         self.rstart = np.zeros(world + 1, dtype=np.int64)
@@ -310,7 +325,12 @@ class DirectRouter:
 
     def _least(self) -> int:
         """An output buffer's keys at least: a group of the hinted size's regions."""
-        return int(SLACK * self.hint) + PAD * self.router.world
+        return int(SLACK * self.hint) + self._pad(self.hint) * self.router.world
+
+    def _pad(self, lookups: int) -> int:
+        """A region's keys beyond its share: PAD, fewer where the GPUs are many (their
+        pads would otherwise outgrow the group's keys)."""
+        return max(min(PAD, lookups // max(self.router.world, 1)), 16)
 
     def learn(self, counts: np.ndarray) -> None:
         """The shares of the next group's regions: the lookups of `counts` (batches x
@@ -321,7 +341,7 @@ class DirectRouter:
             self.share = per / total
 
     def _regions(self, nk: int) -> int:
-        caps = np.ceil(self.share * (SLACK * nk)).astype(np.int64) + PAD
+        caps = np.ceil(self.share * (SLACK * nk)).astype(np.int64) + self._pad(nk)
         self.rstart[0] = 0
         np.cumsum(caps, out=self.rstart[1:])
         self.cend[:] = self.rstart[1:]
