@@ -248,6 +248,36 @@ def test_a_run_takes_the_memory_it_reserved(
         ).read_bytes()
 
 
+def test_a_run_reserves_no_more_than_half_the_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reservations come before the run's memory check: never more than half of the
+    memory available (REPLAY_MEMORY_LIMIT here), so a run the check refuses is not killed."""
+    import replay._malloc as malloc
+    from replay.cli import main
+    from replay.cli._reserve import replay_state_bytes, reserve_replay_state
+
+    trace = tmp_path / "t"
+    assert main(["generate", "--preset", "tiny", "--batches", "3", "--out", str(trace)]) == 0
+    sets = ["policy.capacity_rows=500"]
+    sizes = replay_state_bytes(trace, "hbm-lru", sets, inspect=True)
+    monkeypatch.setattr(malloc, "_RESERVE_MIN_BYTES", 1)
+    reserved: list[tuple[int, bool]] = []
+    monkeypatch.setattr(malloc, "reserve_state", lambda n, *, huge: reserved.append((n, huge)))
+    for limit, expected in ((10**12, len(sizes)), (2 * sum(n for n, _ in sizes) - 1, 4), (1, 0)):
+        monkeypatch.setenv("REPLAY_MEMORY_LIMIT", str(limit))
+        reserved.clear()
+        reserve_replay_state(trace, None, "hbm-lru", sets, inspect=True, resume=False)
+        assert len(reserved) == expected and set(reserved) <= set(sizes)
+    # --workload, --resume and a bad memory limit reserve nothing
+    monkeypatch.setenv("REPLAY_MEMORY_LIMIT", "many")
+    reserved.clear()
+    reserve_replay_state(trace, None, "hbm-lru", sets, inspect=True, resume=False)
+    reserve_replay_state(trace, None, "hbm-lru", sets, inspect=True, resume=True)
+    reserve_replay_state(None, "tiny", "hbm-lru", sets, inspect=True, resume=False)
+    assert reserved == []
+
+
 @pytest.mark.parametrize("huge", [True, False])
 def test_a_reserved_area_is_a_state_array_of_zeros(huge: bool) -> None:
     """`reserve_state` maps and faults in the area; the `state_array` of that size takes

@@ -135,12 +135,35 @@ def reserve_replay_state(
     from replay._malloc import reserve_state
 
     manifest = _manifest(trace)
-    if manifest is None:
+    room = _room()
+    if manifest is None or room is None:
         return
+
+    def reserve(sizes: list[tuple[int, bool]]) -> None:
+        nonlocal room
+        for nbytes, huge in sizes:
+            # before the run's memory check: never more than half of what the machine
+            # has, so that a run it refuses is refused, not killed
+            if nbytes <= room:
+                room -= nbytes
+                reserve_state(nbytes, huge=huge)
+
     if inspect is not False:
-        reserve_state(_total_rows(manifest), huge=False)
-    for nbytes, huge in _lru_bytes(manifest, system, overrides):
-        reserve_state(nbytes, huge=huge)
+        reserve([(_total_rows(manifest), False)])
+    reserve(_lru_bytes(manifest, system, overrides))
+
+
+def _room() -> int | None:
+    """Bytes that may be reserved: half of the memory available (the smaller of the
+    run's memory check's figure and what the kernel could give now); None where unknown."""
+    from replay._memory import available_memory, memory_available_now
+
+    try:
+        figures = [available_memory()[0], memory_available_now()]
+    except ReplayError:  # a bad REPLAY_MEMORY_LIMIT: the command says so
+        return None
+    known = [f for f in figures if f is not None]
+    return min(known) // 2 if known else None
 
 
 __all__ = ["lru_table_entries", "replay_state_bytes", "reserve_replay_state"]
