@@ -59,6 +59,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -251,6 +252,17 @@ def plan_cluster(
         sizes = np.union1d(sizes, [budget_rows])
     say(f"cluster: each GPU's LRU curve over {int(horizon.num_batches):,} batches")
     curves = rank_curves(horizon, placement, sizes, rate=rate, spec=spec)
+    # the other shardings' curves need nothing of what follows: begun on a helper thread
+    # now, they run beside TorchRec's per-shard statistics and the routing (the sharder's
+    # Python, a core left idle), and are taken where the plan reports them
+    from replay._threads import wait_for
+
+    compare_pool = ThreadPoolExecutor(1, thread_name_prefix="compare-shardings")
+    compared = compare_pool.submit(
+        _compare_shardings, base, horizon, loads, chosen, curves, budget_rows, rate=rate,
+        spec=spec,
+    )  # fmt: skip
+    compare_pool.shutdown(wait=False)
     hits, rows = _per_gpu(curves, targets, budget_rows, rank_rows)
     fits_all = [h for h in every_row_fits(curves, rank_rows, budget_rows) if h is not None]
     sizes_resolved = sizes[sizes >= int(getattr(curves, "resolution_rows", 1))]
@@ -405,9 +417,7 @@ def plan_cluster(
         )
     valid = [h for h in hits if h is not None]
     say("cluster: hit ratios under each sharding, all-to-all against GPUs")
-    comparison = _compare_shardings(
-        base, horizon, loads, chosen, curves, budget_rows, rate=rate, spec=spec
-    )
+    comparison = wait_for(compared)
     if scaling is None:
         scaling = _scaling(
             base, system_name, sets, steady_source, loads, spec, budget_rows, nodes=cluster.nodes,
