@@ -64,7 +64,13 @@ from replay.analysis.mrc import (
 from replay.analysis.shards import ShardsSampler, _shards_filter
 from replay.analysis.stack import _FIB, StackDistances, _rehash
 from replay.errors import ConfigError, TraceError
-from replay.trace.keys import DEFAULT_CURVE_POINTS, curve_batches, table_of, table_offsets
+from replay.trace.keys import (
+    DEFAULT_CURVE_POINTS,
+    curve_batches,
+    flat_keys,
+    table_of,
+    table_offsets,
+)
 from replay.trace.reader import Trace
 from replay.trace.stream import iter_batch_ranges
 from replay.workload.onthefly import GeneratedTrace
@@ -522,7 +528,8 @@ def _full_stream_heads(src: Any, resolution: int) -> list[HeadCurve] | None:
 
             def make(piece: tuple[int, int]) -> np.ndarray:
                 _, table, row = compiled.lookups(middle, middle + 1, piece)
-                return offsets[table.astype(np.int64)] + row.astype(np.int64)
+                # one compiled pass (2 ns a lookup; numpy's casts, gather and add: 5-6)
+                return flat_keys(table, row, offsets, where="generated")
 
             def pieces_of() -> Iterator[tuple[tuple[int, int], np.ndarray]]:
                 # generated a few pieces ahead on the source's threads (the generator's
