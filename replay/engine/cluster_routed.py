@@ -224,7 +224,7 @@ class WholeTables:
             if br is None:
                 raise ValueError("WholeTables.count: split tables need the range's keys")
             sub = _tables_only(br, self.split, looks, self.router.offsets)
-            part = tuple(np.zeros_like(a) for a in traffic)
+            part = (np.zeros_like(traffic[0]), np.zeros_like(traffic[1]))
             c, u = self.router.count(sub, part)
             counts += c
             ucounts += u

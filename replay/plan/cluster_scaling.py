@@ -98,7 +98,10 @@ def heads_batch_counts(horizon: Any, spec: Any, placements: Sequence[Any]) -> An
     from replay.engine.cluster_routed import splits_tables
 
     held = getattr(horizon, "__dict__", {}).get("heads_batch")
-    if held is None or spec is None or getattr(horizon, "spec", None) is not spec:
+    if held is None or spec is None:
+        return None
+    same = getattr(horizon, "spec", None) is spec
+    if not same:  # the heads of another workload
         return None
     if spec.update.accumulate_batches != 1 or any(t.frozen for t in spec.tables):
         return None
