@@ -138,9 +138,12 @@ CLUSTER_SLOT_BYTES = 96  # a cache slot of the cluster replay, its hash entries 
 # and local key (12 B), its update key (8 B) (`replay.engine.cluster_routed`)
 ROUTED_PIECE_BYTES = 20
 ROUTER_BYTES_PER_LOOKUP = 12  # a router's buffers: int32 rank and int64 local key a lookup
-# a compiled workload's alias tables: 16 B a head rank kept, ~29 B of RSS while built
-# (meta-2021: 11.2 M head ranks, +0.30 GiB measured)
-COMPILED_BYTES_PER_HEAD_RANK = 29
+# a compiled workload's sampler tables while built: 29 B a head rank of a table with a law
+# of its own (measured), of which the rank's permutation entry and its temporaries take
+# 12 B (meta-2021, 856 tables of 4 laws: 125 MiB of RSS measured, 11.2 M head ranks);
+# tables of one law share the rest (its alias table and tail guide)
+COMPILED_BYTES_PER_TABLE_RANK = 12
+COMPILED_BYTES_PER_LAW_RANK = 29 - COMPILED_BYTES_PER_TABLE_RANK
 ROW_MASS_BYTES_PER_RANK = 24  # top row (int64), its mass and cumulative mass (float64)
 # a SHARDS pass over a sampled workload's stream (`replay.analysis.horizon.horizon_mrc`)
 # grows by this much per sampled row of the tables beside its per-key state: measured
@@ -518,11 +521,24 @@ def _dim(source: Any) -> int:
 
 def compiled_bytes(spec: WorkloadSpec) -> int:
     """A compiled workload's sampler tables (`replay.workload.generator.CompiledWorkload`:
-    an alias table over each table's head ranks), as its RSS grows while built."""
+    an alias table over each law's head ranks, shared by the tables of that law, and each
+    table's permutation of its head positions, `replay.workload.sampler.
+    build_sampler_tables`), as its RSS grows while built."""
     from replay.workload.sampler import FULL_ALIAS_ROWS, HEAD_RANKS
 
-    ranks = sum(t.rows if t.rows <= FULL_ALIAS_ROWS else HEAD_RANKS for t in spec.tables)
-    return ranks * COMPILED_BYTES_PER_HEAD_RANK
+    laws: dict[tuple[object, ...], int] = {}
+    table_ranks = 0
+    for t in spec.tables:
+        hot = tuple(t.hot_shares or ())
+        head = t.rows if t.rows <= FULL_ALIAS_ROWS else HEAD_RANKS
+        if float(t.alpha) == 0.0 and not hot:
+            head = 0  # uniform: neither table is built
+        laws[(t.rows, t.alpha, t.rank_offset, hot)] = head
+        table_ranks += head
+    return (
+        sum(laws.values()) * COMPILED_BYTES_PER_LAW_RANK
+        + table_ranks * COMPILED_BYTES_PER_TABLE_RANK
+    )
 
 
 def loads_bytes(spec: WorkloadSpec) -> int:
