@@ -67,6 +67,12 @@ _COUNT_MASK = 0x3F
 _COUNT_WRAP = 63  # lookups one wrap stands for
 _TAG_PERIOD = 3
 _NO_TAG = _TAG_PERIOD + 1  # fits no 2-bit tag: "no batch before"
+# How many lookups ahead `_inspect_runs` prefetches a row's state byte. Its loop takes
+# ~7 ns a lookup, so the policies' 16 (`PREFETCH_AHEAD`) covers ~110 ns, less than a
+# random read of its 188 MB in 4 KiB pages (Criteo Terabyte) takes; 32 measured 6-11%
+# less CPU for the feed (CPU time of one thread, alternating builds, 2-core VM at load 5-6:
+# 7.23 and 6.10 against 7.73 and 6.88 ns a lookup), and its outputs are the same.
+_FEED_AHEAD = 32
 # a constant to the kernels: np.iinfo in a kernel makes numba import numba.np.arraymath
 # (0.07 s) when it loads that kernel from its cache
 _INT64_MAX = int(np.iinfo(np.int64).max)
@@ -284,8 +290,8 @@ def _inspect_runs(
         rr = 0
         nw = 0
         for k in range(i, i if small else j):
-            if k + PREFETCH_AHEAD < j:  # rows of a run are random: overlap the misses
-                prefetch(state, keys[ix(k + PREFETCH_AHEAD)])
+            if k + _FEED_AHEAD < j:  # rows of a run are random: overlap the misses
+                prefetch(state, keys[ix(k + _FEED_AHEAD)])
             f = keys[ix(k)]
             v = np.int64(state[ix(f)])
             s = v >> _TAG_SHIFT
