@@ -299,3 +299,25 @@ def test_a_reserved_area_is_a_state_array_of_zeros(huge: bool) -> None:
     malloc.release_reserved()
     assert malloc._reserved == {}
     assert not malloc.reserve_state(malloc._RESERVE_MIN_BYTES - 1, huge=huge)
+
+
+def test_an_area_taken_while_faulting_keeps_what_its_user_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`state_array` takes a reserved area without waiting for the whole of it to be
+    faulted in: the helper stops writing zeros at the piece it is on and faults the rest
+    in without writing it, so nothing the array's user writes meanwhile is lost."""
+    import numpy as np
+
+    import replay._malloc as malloc
+
+    monkeypatch.setattr(malloc, "_PIECE_BYTES", 1 << 12)  # many pieces: taken mid-way
+    nbytes = 24 * malloc._RESERVE_MIN_BYTES
+    assert malloc.reserve_state(nbytes, huge=False)
+    faulting = malloc._reserved[(nbytes, False)][2]
+    array = malloc.state_array(nbytes, np.uint8, huge=False)
+    assert not array.any()
+    array[:] = 3
+    faulting.thread.join()
+    assert (array == 3).all()
+    assert malloc._reserved == {}
