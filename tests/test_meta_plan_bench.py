@@ -13,6 +13,7 @@ name.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -167,3 +168,26 @@ def test_che_curves_of_alike_tables_are_kept_per_law() -> None:
     assert tu.che_unique_misses(table, spec.batch_size, 300, sizes)[0].tobytes() == first.tobytes()
     tu.che_unique_misses(other, spec.batch_size, 300, sizes)
     assert len(tu._che_curves) == 2
+
+
+@pytest.mark.parametrize(("command", "huge"), [("plan", False), ("run", True)])
+def test_plan_asks_numpy_for_no_huge_pages(command: str, huge: bool) -> None:
+    """`replay plan` starts numpy without transparent huge pages (`replay._console`: each
+    fault zeroed 2 MiB, 17 GiB for meta-2021's day plan); other commands keep numpy's
+    default."""
+    code = (
+        "import sys, types\n"
+        f"sys.argv = ['replay', {command!r}, '--help']\n"
+        # the console script up to the command itself (which ends the process)
+        "cli = types.ModuleType('replay.cli')\n"
+        "cli.console_main = lambda: None\n"
+        "sys.modules['replay.cli'] = cli\n"
+        "from replay import _console\n"
+        "_console.main()\n"
+        "from numpy._core import multiarray\n"
+        "print('huge', multiarray._get_madvise_hugepage())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == f"huge {huge}"
