@@ -321,3 +321,21 @@ def test_an_area_taken_while_faulting_keeps_what_its_user_writes(
     faulting.thread.join()
     assert (array == 3).all()
     assert malloc._reserved == {}
+
+
+def test_a_manifest_without_a_workload_reserves_no_lru(tmp_path: Path) -> None:
+    """A trace whose manifest says `"workload": null` names no embedding dimension: the
+    early sizing leaves the LRU to the command (which says what is wrong), never divides by
+    a row of 0 bytes."""
+    import json
+
+    from replay.cli import main
+    from replay.cli._reserve import replay_state_bytes
+
+    trace = tmp_path / "t"
+    assert main(["generate", "--preset", "tiny", "--batches", "2", "--out", str(trace)]) == 0
+    manifest = json.loads((trace / "manifest.json").read_text())
+    manifest["workload"] = None
+    (trace / "manifest.json").write_text(json.dumps(manifest))
+    rows = sum(int(t["rows"]) for t in manifest["tables"])
+    assert replay_state_bytes(trace, "hbm-lru", [], inspect=True) == [(rows, False)]

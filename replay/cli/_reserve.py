@@ -86,6 +86,8 @@ def _lru_bytes(
         else:
             dim = spec.model.embedding_dim or int(workload.get("embedding_dim", 0))
             state = BYTES_PER_VALUE * dim + optimizer_bytes_per_row(spec.model.optimizer, dim)
+            if state <= 0:  # no dimension known here: the command's own checks say why
+                return []
             budget = p.capacity_bytes or spec.tier(p.fast_tier).capacity_bytes
             capacity = int(budget // state)
     except _UNREADABLE:
