@@ -29,7 +29,15 @@ from typing import Any
 from replay.errors import ReplayError
 
 # what reading a manifest or a system can raise here: left for the command's own checks
-_UNREADABLE = (ReplayError, OSError, ValueError, KeyError, TypeError, AttributeError)
+_UNREADABLE = (
+    ReplayError,
+    OSError,
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    ArithmeticError,
+)
 
 # the policy whose table is sized here, and its table's entries per usable slot
 _LRU = "lru"
