@@ -23,11 +23,12 @@ def main() -> None:
     # waiting for work: ~0.1 s of the second core in a `replay run` (2.6% of its samples),
     # which uses no multi-threaded BLAS. A user's own setting is kept.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    if sys.argv[1:2] == ["plan"]:
+    if sys.argv[1:2] in (["plan"], ["generate"]):
         # numpy asks for transparent huge pages (madvise) on every array of 4 MiB or more,
-        # and each such fault zeroes 2 MiB whole; the plan's large arrays come and go by
-        # the thousand. meta-2021's day plan: 16.7-22.7 s of system CPU with them, 3.7-6.1
-        # s without, user time no higher (same bytes; 2-core VM at load 5-7). Read when
+        # and each such fault zeroes 2 MiB whole; these commands' large arrays come and go
+        # by the thousand. meta-2021's day plan: 16.7-22.7 s of system CPU with them,
+        # 3.7-6.1 s without; its one batch generated: 7.3-8.7 -> 2.5-2.7 s, wall 24-31 ->
+        # 21-27 s; user time no higher, same bytes (2-core VM, load 1.5-7). Read when
         # numpy loads; a user's own setting is kept.
         os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
     # pyarrow's own allocator (mimalloc) hands freed row groups back to the OS and asks

@@ -170,11 +170,11 @@ def test_che_curves_of_alike_tables_are_kept_per_law() -> None:
     assert len(tu._che_curves) == 2
 
 
-@pytest.mark.parametrize(("command", "huge"), [("plan", False), ("run", True)])
+@pytest.mark.parametrize(("command", "huge"), [("plan", False), ("generate", False), ("run", True)])
 def test_plan_asks_numpy_for_no_huge_pages(command: str, huge: bool) -> None:
-    """`replay plan` starts numpy without transparent huge pages (`replay._console`: each
-    fault zeroed 2 MiB, 17 GiB for meta-2021's day plan); other commands keep numpy's
-    default."""
+    """`replay plan` and `replay generate` start numpy without transparent huge pages
+    (`replay._console`: each fault zeroes 2 MiB whole, 12-18 s of system CPU in
+    meta-2021's day plan); other commands keep numpy's default."""
     code = (
         "import sys, types\n"
         f"sys.argv = ['replay', {command!r}, '--help']\n"
