@@ -63,20 +63,49 @@ def test_meta_2021_day_on_128_gpus_in_5_min_and_4_gib(tmp_path: Path) -> None:
     assert (out / "plan.md").read_text().count("basis:") >= 3
 
 
-def _estimate_gib() -> float:
+def _dry_run() -> str:
     argv = [sys.executable, "-m", "replay", "plan", *ARGV, "--out", "/nonexistent/p", "--dry-run"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "pieces" in done.stdout
-    first = done.stdout.splitlines()[0]
+    return done.stdout
+
+
+def _estimate_gib(stdout: str | None = None) -> float:
+    first = (stdout or _dry_run()).splitlines()[0]
     found = re.search(r"about ([\d.]+) GiB", first)
     assert found, first
     return float(found.group(1))
 
 
 def test_the_memory_estimate_at_production_scale_fits_4_gib() -> None:
-    """`--dry-run` says the plan fits (fast: no work is done)."""
-    assert _estimate_gib() <= PEAK_GIB
+    """`--dry-run` says the plan fits (fast: no work is done), and which case of the
+    routing it counts: the batch's pieces, read only where a sharding splits a table."""
+    out = _dry_run()
+    assert _estimate_gib(out) <= PEAK_GIB
+    assert "pieces counted as if a sharding splits a table" in out, out
+
+
+def test_the_routed_pieces_are_read_whatever_the_sharding_where_the_heads_cannot_serve() -> None:
+    """The estimate says the pieces are read for sure where the heads' counts cannot
+    route the batch: no sampled heads (R = 1), update rows that are not each batch's
+    distinct rows (accumulated steps, a frozen table)."""
+    import dataclasses
+
+    from replay.runs.plan_memory import _routed_pieces_note
+    from replay.workload.presets import get_preset
+
+    spec = get_preset("meta-2021")
+    n, per = 216_000, int(spec.lookups_per_batch)
+    assert "as if a sharding splits" in _routed_pieces_note(spec, n, per, 2.0**-23)
+    accumulated = dataclasses.replace(
+        spec, update=dataclasses.replace(spec.update, accumulate_batches=2)
+    )
+    frozen = dataclasses.replace(
+        spec, tables=(dataclasses.replace(spec.tables[0], frozen=True), *spec.tables[1:])
+    )
+    for other, rate in [(spec, 1.0), (accumulated, 2.0**-23), (frozen, 2.0**-23)]:
+        assert "reads a batch in pieces (counted)" in _routed_pieces_note(other, n, per, rate)
 
 
 # -- what the plan's speed-ups keep the same (fast) -----------------------------------------

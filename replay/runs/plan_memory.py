@@ -61,7 +61,14 @@ the sampled curves' bounds). At production scale (meta-2021, a day on 128 GPUs: 
 of 887 M lookups read in pieces, `docs/methods.md` "At production scale") the cluster
 stage holds the sharder's loads (~1 GiB), a compiled workload (0.3 GiB), the pieces in
 flight and each placement's router, beside the heads: measured 2.99 GiB, the estimate
-3.6 GiB (high by 20%; the heads' bound is ~0.5 GiB above what they hold). Later (issue
+3.6 GiB (high by 20%; the heads' bound is ~0.5 GiB above what they hold). Since the
+routing takes the distinct rows the heads counted where no sharding splits a table, it
+reads the pieces only on a split, which the sharder decides in the plan (its loads, ~3 s
+of CPU and 1 GiB, and its runs, ~3 s): the estimate counts them, as the case of a split,
+and says so. `/usr/bin/time` on meta-2021's day on 128 GPUs (2-core VM): 2.54 GiB with no
+table split (the plan's own sharding), 2.89 GiB with its largest table row-wise (a
+sharding file; the pieces read); the estimate 3.01 GiB (3.51 before, with 37 B a lookup
+of each piece in flight: the routers' buffers counted in it too). Later (issue
 54, `/usr/bin/time -v`, loaded 2-core VM): the process alone is 229-245 MiB (a tiny plan
 peaked at 245 MiB, estimate 243); the SSD TBE plan of docs/ssd_tbe_plan.md 1.55 GiB
 (estimate 2.02, high by 31%: touched(k)'s map is bounded at 64 B for each of the 16.8 M
@@ -134,10 +141,15 @@ TOUCHED_MAP_BYTES_PER_KEY = 4 * 16  # else a map of (key, last batch), up to 4 s
 # local key twice and its batch's per-rank counts (the cluster replay's count and emit)
 CLUSTER_ROUTED_BYTES_PER_LOOKUP = 24
 CLUSTER_SLOT_BYTES = 96  # a cache slot of the cluster replay, its hash entries included
-# a lookup of a piece the routing-only pass holds beyond the piece's columns: its rank
-# and local key (12 B), its update key (8 B) (`replay.engine.cluster_routed`)
-ROUTED_PIECE_BYTES = 20
-ROUTER_BYTES_PER_LOOKUP = 12  # a router's buffers: int32 rank and int64 local key a lookup
+# a router's buffers (`replay.engine.cluster_route.Router`, one per placement, grow-only):
+# int32 rank and int64 local key a lookup of a piece. A piece in flight holds
+# `IN_FLIGHT_BYTES_PER_LOOKUP` (its columns, flat keys and update keys) besides; the
+# routing of a split table writes into its placement's router, not into the pieces.
+# Measured (meta-2021's batch routed in pieces at 5 placements, one of them every table
+# row-wise, 2 cores): +0.38 GiB over the sharder's loads, where 6 pieces x 17 B and a
+# router say 0.47 (20 B more a lookup of every piece in flight, the routers' rank and
+# local key counted twice, said 0.97)
+ROUTER_BYTES_PER_LOOKUP = 12
 # a compiled workload's sampler tables while built: 29 B a head rank of a table with a law
 # of its own (measured), of which the rank's permutation entry and its temporaries take
 # 12 B (meta-2021, 856 tables of 4 laws: 125 MiB of RSS measured, 11.2 M head ranks);
@@ -367,6 +379,8 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
                 else "a steady replay with caches of the span's distinct rows per GPU"
             )
         )
+        if routed:
+            notes.append(_routed_pieces_note(source, batches, per_batch, rate))
         beside = 0 if routed else torchrec_beside_bytes(systems[0], rows, source, request)
         if beside and not routed:
             own, _ = offload_cache_bytes(
@@ -565,6 +579,26 @@ def _piece_lookups(source: Any) -> int:
     return max((sum(looks[a:b]) for a, b in pieces), default=0)
 
 
+def _routed_pieces_note(spec: WorkloadSpec, batches: int, per_batch: int, rate: float) -> str:
+    """Which case the routed batch's pieces are counted for (`_cluster_stage`). The plan
+    routes from the distinct rows per table that the exact heads count as they read their
+    batch (`replay.plan.cluster_scaling.heads_batch_counts`) where the heads read one
+    batch in pieces, each batch's update rows are its distinct rows and no sharding splits
+    a table; else it reads a batch in pieces. Whether a sharding splits a table is the
+    sharder's answer at each GPU count, from its loads (meta-2021: ~3 s of CPU and 1 GiB)
+    and runs (~3 s): the plan's own work, not the estimate's, so the pieces are counted
+    there, as the case of a split (module docstring: an upper bound where none splits)."""
+    piece = _piece_lookups(spec)
+    heads = rate < 1.0 and bool(piece) and one_batch_heads_wanted(batches, per_batch, (piece,))
+    if not heads or spec.update.accumulate_batches != 1 or any(t.frozen for t in spec.tables):
+        return "the routing reads a batch in pieces (counted): the heads' counts do not serve it"
+    return (
+        "a batch's pieces counted as if a sharding splits a table: the routing reads them "
+        "only then (else it takes the distinct rows the heads counted), which the plan's "
+        "sharder decides"
+    )
+
+
 def _cluster_stage(
     system: Any, rows: list[int], per_batch: int, batches: int, rate: float,
     steady_lookups: int, in_flight: int, distinct: int, steady_distinct: int, piece: int = 0,
@@ -581,14 +615,15 @@ def _cluster_stage(
     curves = mrc_estimate(rows, distinct, rate if rate < 1.0 else None).total
     curves += math.ceil(chunk * rate) * CLUSTER_ROUTED_BYTES_PER_LOOKUP
     if piece:
-        # a piece in flight per reader thread and the routed one: its columns, flat keys,
-        # update keys and each route's rank and local key
+        # the pieces in flight (one per reader thread, `AHEAD` more, the routed one and the
+        # next): their columns, flat keys and update keys; and each placement's router
+        # (`ROUTER_BYTES_PER_LOOKUP`). Read only where a sharding splits a table (`plan_
+        # estimate` says which case it counts)
         from replay.plan.cluster import SCALING_NODES
         from replay.runs.run_memory import _cores
         from replay.workload.onthefly import AHEAD
 
-        routed = (_cores() + AHEAD + 2) * piece * (IN_FLIGHT_BYTES_PER_LOOKUP + ROUTED_PIECE_BYTES)
-        # each placement's router keeps its rank and local key buffers (12 B a lookup)
+        routed = (_cores() + AHEAD + 2) * piece * IN_FLIGHT_BYTES_PER_LOOKUP
         routed += (len(SCALING_NODES) + 1) * piece * ROUTER_BYTES_PER_LOOKUP
         return max(curves, routed + gpu_bytes)
     cls = POLICIES[system.policy.name]
