@@ -68,7 +68,9 @@ of CPU and 1 GiB, and its runs, ~3 s): the estimate counts them, as the case of 
 and says so. `/usr/bin/time` on meta-2021's day on 128 GPUs (2-core VM): 2.54 GiB with no
 table split (the plan's own sharding), 2.89 GiB with its largest table row-wise (a
 sharding file; the pieces read); the estimate 3.01 GiB (3.51 before, with 37 B a lookup
-of each piece in flight: the routers' buffers counted in it too). Later (issue
+of each piece in flight: the routers' buffers counted in it too); criteo-terabyte at
+6,000,000 samples a batch on 16 GPUs, 200 batches (the pieces read) 1.36 GiB, the
+estimate 1.68 (2.35 before). Later (issue
 54, `/usr/bin/time -v`, loaded 2-core VM): the process alone is 229-245 MiB (a tiny plan
 peaked at 245 MiB, estimate 243); the SSD TBE plan of docs/ssd_tbe_plan.md 1.55 GiB
 (estimate 2.02, high by 31%: touched(k)'s map is bounded at 64 B for each of the 16.8 M
