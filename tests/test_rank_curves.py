@@ -288,6 +288,27 @@ def test_sampled_within_the_stated_bound(kind: str) -> None:
     assert (low.hit_at(100) == 0).all()  # nothing resolved at or below 100 rows
 
 
+def test_held_ranges_give_the_same_curves() -> None:
+    """A pass that holds its ranges (`keep`) and passes that read them (`ranges`) instead
+    of the horizon give what passes over the horizon give, at R < 1 (the SHARDS groups
+    held with the keys) and R = 1, for placements unlike the first one's."""
+    spec = resolve_workload("tiny").with_overrides(batches=400, reuse=0.0, drift=0.0)
+    full = GeneratedTrace(spec)
+    sampled = open_sampled_workload(spec, 0.25)
+    for src, rate in ((sampled, sampled.sample_rate), (full, 1.0)):
+        held: list = []
+        sizes = np.array([64, 256, 1_024])
+        first = _placement(full, "table-wise", 2, 2)
+        kept = rank_curves(src, first, sizes, rate=rate, spec=spec, keep=held)
+        assert held and sum(len(keys) for keys, *_ in held) == int(kept.sampled_lookups.sum())
+        for kind in ("row-wise", "data-parallel"):
+            placement = _placement(full, kind, 2, 2)
+            want = rank_curves(src, placement, sizes, rate=rate, spec=spec)
+            got = rank_curves(src, placement, sizes, rate=rate, spec=spec, ranges=held)
+            for field in ("miss_ratio", "lookups", "distinct", "error_bound", "point_errors"):
+                np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
+
+
 # -- bench ----------------------------------------------------------------------------------
 
 _BENCH = r"""

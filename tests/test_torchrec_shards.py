@@ -223,6 +223,37 @@ def test_the_gpu_budget_is_split_among_its_shards(kind: str) -> None:
     assert json.dumps(again) == json.dumps(got)
 
 
+def test_a_pass_nothing_reads_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At R < 1 with a workload spec and the tables' one-GPU entries, a table-wise
+    placement's shards all take their tables' curves and the spec's lookups: the pass
+    over the horizon is not made, and the statistics are those the pass gives; a
+    data-parallel table's replicas read it (their shares of the sampled lookups)."""
+    from replay.plan import torchrec_shards
+    from replay.workload.sampled import open_sampled_workload
+
+    spec = resolve_workload("tiny").with_overrides(batches=400, reuse=0.0, drift=0.0)
+    sampled = open_sampled_workload(spec, 0.25)
+    tables = torchrec_stats(sampled)["tables"]
+    kw = {"rate": sampled.sample_rate, "spec": spec, "budget_rows": BUDGET_ROWS,
+          "table_stats": tables}  # fmt: skip
+    real = torchrec_shards._pass_read
+    asked: list[bool] = []
+    force = [False]
+
+    def recorded(*a: object, **k: object) -> bool:
+        asked.append(real(*a, **k))  # type: ignore[arg-type]
+        return force[0] or asked[-1]
+
+    monkeypatch.setattr(torchrec_shards, "_pass_read", recorded)
+    for kind, read in (("table-wise", False), ("data-parallel", True)):
+        placement = _placement(sampled, kind)
+        force[0] = False
+        made = shard_stats(sampled, placement, **kw)
+        assert asked[-1] is read
+        force[0] = True  # the pass made and fed whatever it feeds
+        assert shard_stats(sampled, placement, **kw) == made
+
+
 def _request(sets: tuple[str, ...]) -> PlanRequest:
     spec = get_preset("criteo-kaggle").with_overrides(batches=120, batch_size=256)
     return PlanRequest(

@@ -59,7 +59,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -251,18 +251,27 @@ def plan_cluster(
     if smallest <= budget_rows < sizes[-1]:
         sizes = np.union1d(sizes, [budget_rows])
     say(f"cluster: each GPU's LRU curve over {int(horizon.num_batches):,} batches")
-    curves = rank_curves(horizon, placement, sizes, rate=rate, spec=spec)
-    # the other shardings' curves need nothing of what follows: begun on a helper thread
-    # now, they run beside TorchRec's per-shard statistics and the routing (the sharder's
-    # Python, a core left idle), and are taken where the plan reports them
+    # the other shardings need nothing of what follows: begun on a helper thread now,
+    # their placements and block shares run beside this placement's curves, their
+    # curves beside TorchRec's per-shard statistics and the routing (the sharder's
+    # Python, a core left idle) over the ranges this placement's pass held (the horizon
+    # read once), and they are taken where the plan reports them
     from replay._threads import wait_for
 
+    held: list[Any] = []
+    read: Future[list[Any]] = Future()
     compare_pool = ThreadPoolExecutor(1, thread_name_prefix="compare-shardings")
     compared = compare_pool.submit(
-        _compare_shardings, base, horizon, loads, chosen, curves, budget_rows, rate=rate,
-        spec=spec,
+        _compare_curves, base, horizon, loads, str(chosen.basis.get("sharding")), budget_rows,
+        rate=rate, spec=spec, ranges=read,
     )  # fmt: skip
     compare_pool.shutdown(wait=False)
+    try:
+        curves = rank_curves(horizon, placement, sizes, rate=rate, spec=spec, keep=held)
+    except BaseException as exc:  # the helper waits for the ranges: it ends too
+        read.set_exception(exc)
+        raise
+    read.set_result(held)
     hits, rows = _per_gpu(curves, targets, budget_rows, rank_rows)
     fits_all = [h for h in every_row_fits(curves, rank_rows, budget_rows) if h is not None]
     sizes_resolved = sizes[sizes >= int(getattr(curves, "resolution_rows", 1))]
@@ -417,7 +426,8 @@ def plan_cluster(
         )
     valid = [h for h in hits if h is not None]
     say("cluster: hit ratios under each sharding, all-to-all against GPUs")
-    comparison = wait_for(compared)
+    comparison = _compare_shardings(chosen, curves, budget_rows, *wait_for(compared))
+    held.clear()  # the horizon's ranges (195 MB at meta-2021's day): every pass has read them
     if scaling is None:
         scaling = _scaling(
             base, system_name, sets, steady_source, loads, spec, budget_rows, nodes=cluster.nodes,
@@ -630,21 +640,25 @@ def _sharding_method(basis: dict[str, Any], from_spec: bool) -> str:
     return f"{kind} for every table (cluster.sharding); modeled imbalance over {loads}"
 
 
-def _compare_shardings(
-    base: Any, horizon: Any, loads: Any, chosen: Any, chosen_curves: Any, budget_rows: int,
-    *, rate: float, spec: Any,
-) -> list[dict[str, Any]]:  # fmt: skip
-    """Each GPU's hit at the budget and lookups under each of `COMPARE_SHARDINGS` (and
-    the recommended plan's, when it is a file): one curve pass each."""
+def _compare_kinds(given: str) -> list[str]:
+    kinds = list(COMPARE_SHARDINGS)
+    if given not in kinds:
+        kinds.append(given)
+    return kinds
+
+
+def _compare_curves(
+    base: Any, horizon: Any, loads: Any, given: str, budget_rows: int, *, rate: float,
+    spec: Any, ranges: Future[list[Any]],
+) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+    """The placements of `COMPARE_SHARDINGS` but the recommended one (`given`; a
+    ConfigError where one does not fit) and each one's curves at the budget (one curve
+    pass each, over `ranges`: the horizon's ranges as the recommended placement's pass
+    read them, waited for once the placements and their block shares are made)."""
     from replay.plan.rank_curves import rank_curves, row_split_starts, spec_block_shares
 
-    out = []
-    kinds = list(COMPARE_SHARDINGS)
-    given = chosen.basis.get("sharding")
-    if given not in kinds:
-        kinds.append(str(given))
     placements: dict[str, Any] = {}
-    for kind in kinds:
+    for kind in _compare_kinds(given):
         if kind == given:
             continue
         try:
@@ -662,22 +676,35 @@ def _compare_shardings(
             spec, [row_split_starts(placements[k].placement) for k in placed_ok], masses
         )
         shares = dict(zip(placed_ok, got, strict=True))
+    held = ranges.result()
 
     def curves_of(kind: str) -> Any:
         return rank_curves(
             horizon, placements[kind].placement, np.array([max(budget_rows, 1)]), rate=rate,
-            spec=spec, shares=shares[kind],
+            spec=spec, shares=shares[kind], ranges=held,
         )  # fmt: skip
 
-    # each placement's pass is its own (its router and states; the horizon is read
-    # anew), and its kernels release the GIL: the placements side by side, one a core
-    # (each pass's Python holds one core for much of it), the same curves
+    # each placement's pass is its own (its router and states), and its kernels release
+    # the GIL: the placements side by side, one a core (each pass's Python holds one
+    # core for much of it), the same curves
     from replay._threads import worker_pool
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     with worker_pool(max(1, min(len(placed_ok), cores)), "compare-curves") as pool:
         measured = dict(zip(placed_ok, pool.map(curves_of, placed_ok), strict=True))
-    for kind in kinds:
+    return placements, measured
+
+
+def _compare_shardings(
+    chosen: Any, chosen_curves: Any, budget_rows: int, placements: dict[str, Any],
+    measured: dict[str, Any],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Each GPU's hit at the budget and lookups under each of `COMPARE_SHARDINGS` (and
+    the recommended plan's, when it is a file): `placements` and `measured` from
+    `_compare_curves`, the recommended one's `chosen` and `chosen_curves`."""
+    out = []
+    given = chosen.basis.get("sharding")
+    for kind in _compare_kinds(str(given)):
         entry: dict[str, Any] = {"sharding": kind, "recommended": kind == given}
         if kind == given:
             placed, curves = chosen, chosen_curves
