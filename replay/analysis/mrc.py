@@ -62,6 +62,8 @@ DEFAULT_CURVE_POINTS = 64
 MAX_SIZE_ROWS = 2**62 - 1  # the largest cache size a curve is read at (int64 with room)
 DEFAULT_TASK_LOOKUPS = 1 << 23  # lookups per map task of a spread sampled curve
 KEYS_HEAD_SAMPLE = 1 << 16  # keys without batches: the first ones size the exact head
+# row space per lookup above which an exact curve keeps its state in a map of the keys seen
+_SPARSE_ROWS_PER_KEY = 8
 
 
 @dataclass(frozen=True, eq=False)
@@ -206,8 +208,13 @@ def mrc_keys(
     *,
     min_window: int = DEFAULT_MIN_WINDOW,
     head_rows: int | None = None,
+    lookups: int | None = None,
 ) -> MrcResult:
     """The LRU miss-ratio curve of flat keys in [0, total_keys): an array or its chunks.
+
+    `lookups` (the keys' count, known for an array) picks the exact state's layout: an
+    array over the whole row space, or, when the row space is over `_SPARSE_ROWS_PER_KEY`
+    times the keys, a map over the keys seen. The distances are the same either way.
 
     `sample_rate` None gives the exact curve; a rate in (0, 1] the SHARDS estimate joined
     to the exact head of the whole stream (`replay.analysis.head`) below `head_rows` rows
@@ -216,7 +223,15 @@ def mrc_keys(
     """
     chosen = validate_options(sizes, sample_rate)
     if sample_rate is None:
-        state = StackDistances(total_keys, direct=True, min_window=min_window)
+        if lookups is None and isinstance(keys, np.ndarray):
+            lookups = len(keys)
+        # a short stream in a large row space touches few of its rows: filling 4 bytes a
+        # row (750 MB for Criteo Terabyte) would cost more than the whole stream, and
+        # faulting it in 2 MiB pages far more (criteo-terabyte's quickstart trace of
+        # 168,064 lookups: 0.3 s of np.full at best, 11-15 s where the VM backs each huge
+        # page afresh), where hashing its keys costs milliseconds
+        direct = lookups is None or total_keys <= _SPARSE_ROWS_PER_KEY * lookups
+        state = StackDistances(total_keys, direct=direct, min_window=min_window)
         for chunk in _chunks(keys):
             state.feed(chunk)
         return _exact_result(state, chosen)
@@ -349,7 +364,7 @@ def mrc_trace(
     lookups = opened.num_lookups
     if sample_rate is None:
         keys = read_ahead(_checked_keys(opened, offsets, rows))
-        return mrc_keys(_counted(keys, len, lookups, on_progress), total, chosen)
+        return mrc_keys(_counted(keys, len, lookups, on_progress), total, chosen, lookups=lookups)
     sampler = ShardsSampler(total, sample_rate)
     columns = read_ahead(_lookup_columns(opened))
     for table, row in _counted(columns, lambda c: len(c[1]), lookups, on_progress):

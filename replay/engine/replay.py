@@ -114,6 +114,7 @@ def make_policy(system: SystemSpec, trace: Source, shape: Shape) -> Policy:
         row_state_bytes=state,
         capacity_units=cap,
         unit_rows=unit_rows,
+        num_lookups=int(trace.num_lookups),
     )
     return cls(system.policy, ctx)
 

@@ -56,7 +56,6 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from replay._jit import kernel
-from replay._malloc import state_array
 from replay.policies.base import (
     EVICTIONS,
     FILLS,
@@ -290,7 +289,7 @@ class ChunkPolicy(Policy):
         self.pos = np.full(self.num_chunks, -1, dtype=index_dtype(slots))
         self.dirty = np.zeros(self.num_chunks, dtype=np.uint8)
         self.rn = np.zeros(self.num_chunks, dtype=np.uint32)
-        self.stamp = state_array(ctx.total_keys, np.uint32)
+        self.stamp = ctx.row_array(np.uint32)
         self.meta = np.array([0, 0, 0, int(self.lru), rows, *self.budgets], dtype=np.int64)
         self.nxt: np.ndarray = np.zeros(0, dtype=np.int64)
         self.prepared = False

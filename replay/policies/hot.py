@@ -22,7 +22,6 @@ import numpy as np
 
 from replay._intrinsics import PREFETCH_AHEAD, prefetch
 from replay._jit import kernel
-from replay._malloc import state_array
 from replay.policies.base import (
     BYPASS,
     FILLS,
@@ -105,8 +104,8 @@ class HotPolicy(Policy):
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         super().__init__(spec, ctx)
-        self.counts = state_array(ctx.total_keys, np.uint32)
-        self.pinned = state_array(ctx.total_keys, np.uint8)
+        self.counts = ctx.row_array(np.uint32)
+        self.pinned = ctx.row_array(np.uint8)
         self.resident = 0
         # the batch before which the hot set is copied in (never when W >= batches)
         self.pin_batch = spec.warmup_batches

@@ -32,7 +32,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from replay._jit import kernel
-from replay._malloc import state_array
 from replay.policies.base import (
     BYPASS,
     EVICTIONS,
@@ -203,7 +202,7 @@ class LFUPolicy(Policy):
             raise ValueError("lfu: capacity_units must be at least 1")
         cap = ctx.slots  # no more slots than rows: a larger cache never evicts either
         index = index_dtype(cap)
-        self.slot_of = state_array(ctx.total_keys, index)  # slot + 1; 0: not resident
+        self.slot_of = ctx.row_array(index)  # slot + 1; 0: not resident
         self.slot_key = np.zeros(cap, dtype=np.int64)
         self.hf = np.zeros(cap, dtype=np.int64)
         self.ht = np.zeros(cap, dtype=np.int64)

@@ -475,7 +475,7 @@ class TBEPolicy(Policy):
         # and the pages of sets never used are never touched
         self.way_key = state_array(ways, np.int64)
         self.way_time = state_array(ways if not self.use_lfu else 1, np.int64)
-        self.lfu = state_array(ctx.total_keys if self.use_lfu else 1, np.int64)
+        self.lfu = ctx.row_array(np.int64) if self.use_lfu else np.zeros(1, dtype=np.int64)
         self.lanes = np.zeros(self.assoc, dtype=np.int64)
         self.pair_lo, self.pair_hi = network_pairs(self.assoc)
         self.meta = np.zeros(_META, dtype=np.int64)
