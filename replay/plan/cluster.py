@@ -60,6 +60,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -204,6 +205,65 @@ def _step_figures(means: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def begin_cluster(
+    *, base: Any, horizon: Any, spec: Any, rate: float, budget_bytes: int, row_bytes: int,
+    smallest: int,
+) -> Future[SimpleNamespace]:  # fmt: skip
+    """`plan_cluster`'s first part begun on a helper thread (its `begun`): the sharder's
+    loads, the placement, each GPU's curves and the comparison of shardings need nothing
+    of the one-GPU cache answers, which the plan's main thread computes meanwhile (the
+    per-table curves' and TorchRec's per-table passes, Python much of their time, one
+    core otherwise idle). The same numbers as `plan_cluster` begun without it."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="cluster-begin")
+    begun = pool.submit(
+        _begin, base, horizon, spec, rate, math.floor(budget_bytes / row_bytes), smallest
+    )
+    pool.shutdown(wait=False)
+    return begun
+
+
+def _begin(
+    base: Any, horizon: Any, spec: Any, rate: float, budget_rows: int, smallest: int
+) -> SimpleNamespace:
+    """The loads, the placement, its per-GPU curves at the plan's sizes (`sizes`), the
+    horizon's ranges their pass held and the comparison of shardings (`compared`, a
+    future: begun on its own thread as soon as the placement is made)."""
+    from replay.engine.placement import spec_loads
+    from replay.plan.cache import curve_sizes
+    from replay.plan.rank_curves import rank_curves
+
+    loads = spec_loads(spec, base) if spec is not None else None
+    chosen = _placement(base, horizon, loads)
+    placement = chosen.placement
+    rank_rows = _rank_rows(placement)
+    top = int(max(rank_rows.max(initial=1), 1))
+    sizes = curve_sizes(top, min(smallest, top))
+    if smallest <= budget_rows < sizes[-1]:
+        sizes = np.union1d(sizes, [budget_rows])
+    # the other shardings need nothing of what follows: begun on a helper thread now,
+    # their placements and block shares run beside this placement's curves, their
+    # curves beside TorchRec's per-shard statistics and the routing (the sharder's
+    # Python, a core left idle) over the ranges this placement's pass held (the horizon
+    # read once), and they are taken where the plan reports them
+    held: list[Any] = []
+    read: Future[list[Any]] = Future()
+    compare_pool = ThreadPoolExecutor(1, thread_name_prefix="compare-shardings")
+    compared = compare_pool.submit(
+        _compare_curves, base, horizon, loads, str(chosen.basis.get("sharding")), budget_rows,
+        rate=rate, spec=spec, ranges=read,
+    )  # fmt: skip
+    compare_pool.shutdown(wait=False)
+    try:
+        curves = rank_curves(horizon, placement, sizes, rate=rate, spec=spec, keep=held)
+    except BaseException as exc:  # the helper waits for the ranges: it ends too
+        read.set_exception(exc)
+        raise
+    read.set_result(held)
+    return SimpleNamespace(
+        loads=loads, chosen=chosen, sizes=sizes, curves=curves, held=held, compared=compared
+    )
+
+
 def plan_cluster(
     *,
     system_name: str,
@@ -220,58 +280,38 @@ def plan_cluster(
     say: Callable[[str], None],
     torchrec_bins: int | None = None,
     torchrec_tables: dict[str, Any] | None = None,
+    begun: Future[SimpleNamespace] | None = None,
 ) -> dict[str, Any]:
     """plan.json's `cluster` (module docstring). `base`: the first system resolved with
     `sets`; `horizon`: the curves' source (sampled at `rate`); `steady_source`: the
     span the systems replay; `smallest`: the curves' first size (the SHARDS resolution
     at R < 1); `torchrec_bins`, `torchrec_tables`: torchrec.json's bins and one-GPU
-    tables (`replay.plan.torchrec_shards.shard_stats`)."""
+    tables (`replay.plan.torchrec_shards.shard_stats`); `begun`: `begin_cluster`'s, where
+    the plan began it."""
     from replay.engine.cluster import replay_cluster
     from replay.engine.collectives import DESCRIPTIONS
     from replay.engine.kernels import kernels_document
-    from replay.engine.placement import spec_loads
     from replay.engine.step_cluster import cluster_step, source_batch_size
-    from replay.plan.cache import curve_sizes
     from replay.plan.cluster_checkpoint import checkpoint_bytes
     from replay.plan.memory import cluster_block
-    from replay.plan.rank_curves import rank_curves
 
     cluster = base.cluster
     assert cluster is not None
     notes: list[str] = []
     budget_rows = math.floor(budget_bytes / row_bytes)
-    loads = spec_loads(spec, base) if spec is not None else None
-    say(f"cluster: sharding {cluster.world_size} GPUs ({cluster.sharding})")
-    chosen = _placement(base, horizon, loads)
+    from replay._threads import wait_for
+
+    if begun is None:
+        say(f"cluster: sharding {cluster.world_size} GPUs ({cluster.sharding}), each GPU's "
+            f"LRU curve over {int(horizon.num_batches):,} batches")  # fmt: skip
+        start = _begin(base, horizon, spec, rate, budget_rows, smallest)
+    else:
+        say("cluster: the sharding and each GPU's LRU curve (begun beside the cache answers)")
+        start = wait_for(begun)
+    loads, chosen, sizes, curves = start.loads, start.chosen, start.sizes, start.curves
     placement = chosen.placement
     world = placement.world
     rank_rows = _rank_rows(placement)
-    top = int(max(rank_rows.max(initial=1), 1))
-    sizes = curve_sizes(top, min(smallest, top))
-    if smallest <= budget_rows < sizes[-1]:
-        sizes = np.union1d(sizes, [budget_rows])
-    say(f"cluster: each GPU's LRU curve over {int(horizon.num_batches):,} batches")
-    # the other shardings need nothing of what follows: begun on a helper thread now,
-    # their placements and block shares run beside this placement's curves, their
-    # curves beside TorchRec's per-shard statistics and the routing (the sharder's
-    # Python, a core left idle) over the ranges this placement's pass held (the horizon
-    # read once), and they are taken where the plan reports them
-    from replay._threads import wait_for
-
-    held: list[Any] = []
-    read: Future[list[Any]] = Future()
-    compare_pool = ThreadPoolExecutor(1, thread_name_prefix="compare-shardings")
-    compared = compare_pool.submit(
-        _compare_curves, base, horizon, loads, str(chosen.basis.get("sharding")), budget_rows,
-        rate=rate, spec=spec, ranges=read,
-    )  # fmt: skip
-    compare_pool.shutdown(wait=False)
-    try:
-        curves = rank_curves(horizon, placement, sizes, rate=rate, spec=spec, keep=held)
-    except BaseException as exc:  # the helper waits for the ranges: it ends too
-        read.set_exception(exc)
-        raise
-    read.set_result(held)
     hits, rows = _per_gpu(curves, targets, budget_rows, rank_rows)
     fits_all = [h for h in every_row_fits(curves, rank_rows, budget_rows) if h is not None]
     sizes_resolved = sizes[sizes >= int(getattr(curves, "resolution_rows", 1))]
@@ -426,8 +466,8 @@ def plan_cluster(
         )
     valid = [h for h in hits if h is not None]
     say("cluster: hit ratios under each sharding, all-to-all against GPUs")
-    comparison = _compare_shardings(chosen, curves, budget_rows, *wait_for(compared))
-    held.clear()  # the horizon's ranges (195 MB at meta-2021's day): every pass has read them
+    comparison = _compare_shardings(chosen, curves, budget_rows, *wait_for(start.compared))
+    start.held.clear()  # the horizon's ranges (195 MB at meta-2021's day): all passes read them
     if scaling is None:
         scaling = _scaling(
             base, system_name, sets, steady_source, loads, spec, budget_rows, nodes=cluster.nodes,
@@ -654,7 +694,7 @@ def _compare_curves(
     """The placements of `COMPARE_SHARDINGS` but the recommended one (`given`; a
     ConfigError where one does not fit) and each one's curves at the budget (one curve
     pass each, over `ranges`: the horizon's ranges as the recommended placement's pass
-    read them, waited for once the placements and their block shares are made)."""
+    read them, waited for where a placement's pass begins)."""
     from replay.plan.rank_curves import rank_curves, row_split_starts, spec_block_shares
 
     placements: dict[str, Any] = {}
@@ -665,33 +705,36 @@ def _compare_curves(
             placements[kind] = _placement(base, horizon, loads, sharding=kind)
         except ConfigError as exc:
             placements[kind] = exc
-    # the row-split tables' block shares of every placement, each table's pmf built once
     placed_ok = [k for k, p in placements.items() if not isinstance(p, ConfigError)]
-    shares: dict[str, Any] = {k: None for k in placed_ok}
-    if spec is not None and rate < 1.0 and placed_ok:
-        # the sharder's loads hold each table's pmf (`spec_loads`: `spec_mass`, which is
-        # `RowMass.from_spec` where not None): built once for the plan
-        masses = None if loads is None else [getattr(load, "mass", None) for load in loads]
-        got = spec_block_shares(
-            spec, [row_split_starts(placements[k].placement) for k in placed_ok], masses
-        )
-        shares = dict(zip(placed_ok, got, strict=True))
-    held = ranges.result()
+    starts = {k: row_split_starts(placements[k].placement) for k in placed_ok}
+    sampled = spec is not None and rate < 1.0
+    shares: dict[str, Any] = {k: {} if sampled else None for k in placed_ok}
 
     def curves_of(kind: str) -> Any:
         return rank_curves(
             horizon, placements[kind].placement, np.array([max(budget_rows, 1)]), rate=rate,
-            spec=spec, shares=shares[kind], ranges=held,
+            spec=spec, shares=shares[kind], ranges=ranges.result(),
         )  # fmt: skip
 
     # each placement's pass is its own (its router and states), and its kernels release
     # the GIL: the placements side by side, one a core (each pass's Python holds one
-    # core for much of it), the same curves
+    # core for much of it), the same curves; a placement that splits no table needs no
+    # block shares and begins at once, beside the others' shares
     from replay._threads import worker_pool
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     with worker_pool(max(1, min(len(placed_ok), cores)), "compare-curves") as pool:
-        measured = dict(zip(placed_ok, pool.map(curves_of, placed_ok), strict=True))
+        begun = {k: pool.submit(curves_of, k) for k in placed_ok if not starts[k]}
+        split = [k for k in placed_ok if starts[k]]
+        if sampled and split:
+            # the row-split tables' block shares of every placement, each table's pmf
+            # built once; the sharder's loads hold each table's pmf (`spec_loads`:
+            # `spec_mass`, which is `RowMass.from_spec` where not None): built once
+            masses = None if loads is None else [getattr(load, "mass", None) for load in loads]
+            got = spec_block_shares(spec, [starts[k] for k in split], masses)
+            shares.update(zip(split, got, strict=True))
+        begun.update((k, pool.submit(curves_of, k)) for k in split)
+        measured = {k: begun[k].result() for k in placed_ok}
     return placements, measured
 
 
@@ -735,6 +778,7 @@ __all__ = [
     "COMPARE_SHARDINGS",
     "SCALING_BATCHES",
     "SCALING_NODES",
+    "begin_cluster",
     "check_one_gpu",
     "one_gpu_sets",
     "plan_cluster",

@@ -59,6 +59,7 @@ def make_plan(
     from replay._malloc import trim_freed_memory
     from replay.plan.plan_document import assemble_plan
     from replay.plan.plan_stages import (
+        begin_cluster_stage,
         cache_answers,
         checkpoint_answers,
         prepare,
@@ -75,8 +76,11 @@ def make_plan(
     # every system is resolved once, in the first stage, and travels through the others
     setup = prepare(request, resolved)
     curves = run_curves(setup, say)
+    # a cluster's sharding, per-GPU curves and comparison need nothing of the cache
+    # answers: begun on helper threads beside them (`replay.plan.cluster.begin_cluster`)
+    begun = begin_cluster_stage(setup, curves)
     cache = cache_answers(setup, curves, say)
-    systems = system_answers(setup, curves, cache, say)
+    systems = system_answers(setup, curves, cache, say, begun=begun)
     checkpoints = checkpoint_answers(setup, curves, systems, say)
     notes = [
         *setup.notes,

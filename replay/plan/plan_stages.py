@@ -248,6 +248,19 @@ def run_curves(s: Setup, say: Say) -> Curves:
     )  # fmt: skip
 
 
+def begin_cluster_stage(s: Setup, c: Curves) -> Any:
+    """A cluster's first part begun beside the cache answers (a future for
+    `system_answers`); None for one GPU."""
+    if s.base.cluster is None:
+        return None
+    from replay.plan.cluster import begin_cluster
+
+    return begin_cluster(
+        base=s.base, horizon=s.horizon, spec=s.spec, rate=s.rate,
+        budget_bytes=s.request.cache_budget_bytes, row_bytes=s.row_bytes, smallest=c.smallest,
+    )  # fmt: skip
+
+
 def cache_answers(s: Setup, c: Curves, say: Say) -> CacheAnswers:
     from replay.analysis.horizon import horizon_mrc
     from replay.plan.cache import (
@@ -327,7 +340,10 @@ def cache_answers(s: Setup, c: Curves, say: Say) -> CacheAnswers:
     )  # fmt: skip
 
 
-def system_answers(s: Setup, c: Curves, cache: CacheAnswers, say: Say) -> SystemAnswers:
+def system_answers(
+    s: Setup, c: Curves, cache: CacheAnswers, say: Say, begun: Any = None
+) -> SystemAnswers:
+    """`begun`: `begin_cluster_stage`'s, where the plan began it."""
     from replay.plan.cache import hit_at
     from replay.plan.cluster import routed_steady
     from replay.plan.ssd_tbe import ssd_tbe_answers, ssd_tbe_system
@@ -350,6 +366,7 @@ def system_answers(s: Setup, c: Curves, cache: CacheAnswers, say: Say) -> System
             budget_bytes=request.cache_budget_bytes, row_bytes=s.row_bytes,
             targets=request.hit_targets, smallest=c.smallest, say=say,
             torchrec_bins=request.torchrec_bins, torchrec_tables=cache.torchrec["tables"],
+            begun=begun,
         )  # fmt: skip
         notes += [f"cluster: {n}" for n in cluster["notes"]]
         notes.append(
@@ -539,6 +556,7 @@ __all__ = [
     "Curves",
     "Setup",
     "SystemAnswers",
+    "begin_cluster_stage",
     "cache_answers",
     "checkpoint_answers",
     "goodput_curve",
