@@ -256,6 +256,59 @@ def test_one_batch_total_blocks_stop_at_their_target(
     assert counted.max() <= target + max(compiled.table_lookups)
 
 
+def test_one_batch_heads_from_the_generators_rows_are_the_same(
+    tiny_pieces: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan's pieces (`replay.analysis.horizon`): each piece's rows generated without
+    its batch and table ids, its keys made from the runs of tables, the tables' heads
+    fed the rows: the same heads and distinct rows as from the flat keys alone."""
+    import replay.analysis.head_pieces as hp
+    from replay.trace.keys import flat_keys_of_tables
+
+    monkeypatch.setattr(hp, "head_capacity", lambda d, res, rows: min(128, int(rows)))
+    monkeypatch.setattr(hp, "HEAD_MIN_BLOCK_LOOKUPS", 64)
+    monkeypatch.setattr(hp, "HEAD_LOOKUPS", 1 << 12)
+    spec = _heads_spec()
+    pieces_of, compiled = _pieces_of(spec, 3)
+    _, offsets = _batch_keys(spec, 3)
+    looks = compiled.table_lookups
+
+    def with_rows():  # type: ignore[no-untyped-def]
+        for t0, t1 in compiled.pieces:
+            rows = compiled.batch_rows(3, (t0, t1))
+            assert rows.dtype == compiled.row_dtype
+            keys = flat_keys_of_tables(rows, offsets, looks[t0:t1], t0, where="w")
+            yield (t0, t1), keys, rows
+
+    got = []
+    for source in (pieces_of, with_rows):
+        batch_rows = np.zeros(len(spec.tables), dtype=np.int64)
+        heads = hp.one_batch_heads(source, offsets, looks, 1 << 10, _distinct(spec), batch_rows)
+        got.append(([h.counts.tobytes() for h in heads], batch_rows.tolist()))
+    assert got[0] == got[1]
+    assert min(got[0][1]) > 0
+
+
+def test_flat_keys_of_tables_is_flat_keys_of_the_runs() -> None:
+    from replay.errors import TraceError
+    from replay.trace.keys import flat_keys, flat_keys_of_tables, table_offsets
+
+    offsets = table_offsets(np.array([5, 1, 300, 2**32], dtype=np.int64))
+    counts = np.array([0, 4, 3], dtype=np.int64)  # tables 1, 2, 3 of one piece
+    # the generator's row type (uint32 up to 2^32 rows a table)
+    rows = np.array([0, 0, 0, 0, 299, 0, 2**32 - 1], dtype=np.uint32)
+    table = np.repeat(np.arange(1, 4), counts).astype(np.uint16)
+    want = flat_keys(table, rows, offsets)
+    np.testing.assert_array_equal(flat_keys_of_tables(rows, offsets, counts, 1, where="w"), want)
+    with pytest.raises(TraceError, match=r"^w: lookup 4 \(table 2, row 300\): row id 300"):
+        bad = rows[:4] + np.array([0, 0, 0, 300], dtype=np.uint32)
+        flat_keys_of_tables(bad, offsets, [1, 3], 1, where="w")
+    with pytest.raises(TraceError, match="not runs of tables"):
+        flat_keys_of_tables(rows, offsets, counts, 2, where="w")  # past the last table
+    with pytest.raises(TraceError, match="not runs of tables"):
+        flat_keys_of_tables(rows[:3], offsets, counts, 1, where="w")
+
+
 def test_spread_blocks() -> None:
     from replay.analysis.head_pieces import spread_blocks
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -139,7 +139,8 @@ def distinct_rows(rows: np.ndarray, seen: np.ndarray) -> int:
     return n
 
 
-Pieces = Callable[[], Iterable[tuple[tuple[int, int], np.ndarray]]]
+# ((t0, t1), flat keys int64) or ((t0, t1), flat keys, table-local rows) of each piece
+Pieces = Callable[[], Iterable[tuple[Any, ...]]]
 
 
 def one_batch_heads(
@@ -151,8 +152,10 @@ def one_batch_heads(
     batch_rows: np.ndarray | None = None,
 ) -> list[HeadCurve]:
     """[the total head, then one per table] from one batch whose pieces `pieces_of()`
-    yields in trace order as ((t0, t1), flat keys int64); `table_lookups`: each table's
-    lookups in that batch (fixed by the spec); `distinct`: each table's expected
+    yields in trace order as ((t0, t1), flat keys int64), or with a third item, the
+    same lookups' table-local rows (any integer type, checked where they were made: the
+    tables' heads read them instead of subtracting each table's offset); `table_lookups`:
+    each table's lookups in that batch (fixed by the spec); `distinct`: each table's expected
     distinct rows in a batch, for the capacities. `batch_rows` (int64 per table): filled
     with each table's distinct rows in the batch, counted as it goes by (its update rows
     where a step follows every batch: the cluster's routed span reads them)."""
@@ -203,10 +206,12 @@ def one_batch_heads(
     # later, so no piece it needs is left out; one it does not need it passes over).
     with worker_pool(1, "total-head") as side:
         running: deque[Future[None]] = deque()
-        for (t0, t1), piece in pieces_of():
+        for item in pieces_of():
+            (t0, t1), piece = item[0], item[1]
+            local = item[2] if len(item) > 2 else None
             keys = np.ascontiguousarray(piece, dtype=np.int64)
             at = int(starts[t0])  # the piece's first lookup in the batch's stream
-            if len(keys) != int(starts[t1]) - at:
+            if len(keys) != int(starts[t1]) - at or (local is not None and len(local) != len(keys)):
                 raise ValueError(
                     f"piece {t0}-{t1}: {len(keys)} keys, the spec says {starts[t1] - at}"
                 )
@@ -220,9 +225,14 @@ def one_batch_heads(
                 a, b = int(starts[t] - at), int(starts[t + 1] - at)
                 if b <= a:
                     continue
-                sub = keys[a:b] - offsets[t]
-                if int(sub.min()) < 0 or int(sub.max()) >= int(rows[t]):
-                    raise ValueError(f"table {t}'s lookups are not where the trace order puts them")
+                if local is not None:
+                    sub = local[a:b]
+                else:
+                    sub = keys[a:b] - offsets[t]
+                    if int(sub.min()) < 0 or int(sub.max()) >= int(rows[t]):
+                        raise ValueError(
+                            f"table {t}'s lookups are not where the trace order puts them"
+                        )
                 _feed_blocks(tables[t], sub, table_blocks(b - a, tables[t].capacity))
                 if batch_rows is not None:
                     batch_rows[t] = distinct_rows(sub, seen)

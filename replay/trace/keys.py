@@ -115,6 +115,42 @@ def flat_keys(
     return out
 
 
+@kernel
+def _flat_runs_checked(
+    row: np.ndarray, offsets: np.ndarray, counts: np.ndarray, t0: int, out: np.ndarray
+) -> int | np.signedinteger[Any]:
+    """`_flat_keys_checked` where the lookups are runs of whole tables: counts[k] rows of
+    table t0 + k, then the next; no table ids to read."""
+    bad: int | np.signedinteger[Any] = 0
+    i = 0
+    for k in range(len(counts)):
+        base = offsets[ix(t0 + k)]
+        rows = np.uint64(offsets[ix(t0 + k + 1)] - base)
+        for _ in range(counts[ix(k)]):
+            r = np.uint64(row[ix(i)])
+            bad += r >= rows
+            out[ix(i)] = base + np.int64(min(r, rows - np.uint64(1)))
+            i += 1
+    return bad
+
+
+def flat_keys_of_tables(
+    row: np.ndarray, offsets: np.ndarray, counts: np.ndarray, t0: int, *, where: str
+) -> np.ndarray:
+    """`flat_keys` (int64) of lookups that are runs of whole tables in order: counts[k]
+    rows of table t0 + k, then the next (a generated piece of one batch, trace order).
+    What `flat_keys` gives from the table ids these runs stand for, without them; a
+    TraceError naming `where` when a row is outside its table."""
+    counts = np.asarray(counts, dtype=np.int64)
+    if int(counts.sum()) != len(row) or t0 < 0 or t0 + len(counts) >= len(offsets):
+        raise TraceError(f"{where}: {len(row)} rows are not runs of tables {t0}-{t0 + len(counts)}")
+    out = np.empty(len(row), dtype=np.int64)
+    if len(row) and _flat_runs_checked(row, offsets, counts, t0, out):
+        table = np.repeat(np.arange(t0, t0 + len(counts)), counts)
+        raise bad_lookup_error(where, 0, table, row, np.diff(offsets), None)
+    return out
+
+
 def batch_bounds(batch: np.ndarray, batch_start: int, batch_stop: int) -> np.ndarray:
     """int64 array b of len (stop - start + 1): batch `start + i` is rows [b[i], b[i+1]).
 

@@ -78,19 +78,23 @@ _SAMPLER_TABLES: weakref.WeakValueDictionary[Any, sampler.SamplerTables] = (
     weakref.WeakValueDictionary()
 )
 _SAMPLER_TABLES_LOCK = threading.Lock()
+GUIDED = sampler.GUIDE_MIN_DRAWS
 
 
 def _sampler_tables(spec: WorkloadSpec, root: int) -> sampler.SamplerTables:
+    # the spec's draws of each table, as far as they decide a law's guide (a workload of
+    # a few batches draws no law often enough to pay for one)
+    draws = [min(spec.batches * spec.batch_size * t.pooling, GUIDED) for t in spec.tables]
     try:
-        key: Any = (tuple(spec.tables), int(root))
+        key: Any = (tuple(spec.tables), int(root), tuple(draws))
         hash(key)
     except TypeError:  # a table with an unhashable field: built every time
-        return sampler.build_sampler_tables(spec.tables, root)
+        return sampler.build_sampler_tables(spec.tables, root, draws)
     with _SAMPLER_TABLES_LOCK:
         found = _SAMPLER_TABLES.get(key)
     if found is not None:
         return found
-    built = sampler.build_sampler_tables(spec.tables, root)
+    built = sampler.build_sampler_tables(spec.tables, root, draws)
     with _SAMPLER_TABLES_LOCK:
         return _SAMPLER_TABLES.setdefault(key, built)
 
@@ -139,6 +143,20 @@ class CompiledWorkload:
             out_row, t0, t1,
         )  # fmt: skip
         return out_batch, out_table, out_row
+
+    def batch_rows(self, batch: int, tables: tuple[int, int]) -> np.ndarray:
+        """The rows of `lookups(batch, batch + 1, tables)` alone: its batch and table ids
+        are runs that the spec fixes (`table_lookups`), so they are not written (6 bytes
+        a lookup; `replay.trace.keys.flat_keys_of_tables` makes the keys without them)."""
+        t0, t1 = tables
+        out_row = np.empty(int(self.table_lookups[t0:t1].sum()), dtype=self.row_dtype)
+        st = self.tables
+        draws.generate_lookups(
+            self.root, batch, batch + 1, self.spec.batch_size, st.iparams, st.fparams,
+            st.round_keys, st.alias_prob, st.alias_index, st.perm, st.guide,
+            np.empty(0, np.uint32), np.empty(0, np.uint16), out_row, t0, t1,
+        )  # fmt: skip
+        return out_row
 
     @property
     def table_lookups(self) -> np.ndarray:
