@@ -151,10 +151,22 @@ KEYS_SHA256 = {
 }
 
 
+@pytest.mark.parametrize("guided", [False, True])
 @pytest.mark.parametrize(("name", "batch_size", "batches"), list(KEYS_SHA256))
-def test_workloads_draw_the_keys_they_drew_before(name: str, batch_size: int, batches: int) -> None:
-    spec = resolve_workload(name).with_overrides(batch_size=batch_size, batches=batches)
-    b, t, r = CompiledWorkload.from_spec(spec).lookups(0, batches)
+def test_workloads_draw_the_keys_they_drew_before(
+    name: str, batch_size: int, batches: int, guided: bool
+) -> None:
+    # the same first batches of a workload of these few batches (its laws drawn too
+    # rarely to pay for a guide) and of one of a million (every tail law guided)
+    spec = resolve_workload(name).with_overrides(
+        batch_size=batch_size, batches=10**6 if guided else batches
+    )
+    compiled = CompiledWorkload.from_spec(spec)
+    head = compiled.tables.iparams[:, 2]
+    tails = (head > 0) & (head < compiled.rows)  # an alias head short of the rows
+    has_guide = compiled.tables.iparams[:, 10] >= 0
+    assert has_guide.any() == (guided and bool(tails.any())), (has_guide, tails)
+    b, t, r = compiled.lookups(0, batches)
     digest = hashlib.sha256(b.tobytes() + t.tobytes() + r.astype(np.uint64).tobytes())
     assert digest.hexdigest() == KEYS_SHA256[name, batch_size, batches]
 

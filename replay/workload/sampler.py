@@ -201,6 +201,12 @@ def zipf_constants(rows: np.int64, alpha: float, q: float = 0.0) -> tuple[float,
 # is the rank the draw without the guide takes, bit for bit, only sooner.
 
 GUIDE_BUCKETS = 1 << 14  # 512 KB a law: in a core's L2 cache while a table is drawn
+# A law's guide is built for this many of its draws or more: building one costs ~2.8 ms
+# (3 H^-1 a bucket) and saves ~25 ns a tail draw, so ~10^5 draws pay for it. `replay
+# fit` compiles hundreds of small candidate workloads (the trace's size each): with a
+# guide for every law of every one, the guides were 11.4 of its 58 s of CPU (loaded
+# 2-core VM); the ranks are the same bit for bit with or without one.
+GUIDE_MIN_DRAWS = 1 << 20
 
 
 @kernel
@@ -444,11 +450,26 @@ class SamplerTables:
     guide: np.ndarray  # float64 [laws' buckets, 4]: the tails' guides end to end
 
 
-def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
+def _law(spec: Any) -> tuple[Any, ...]:
+    """What tables of one sampling law share: rows, alpha, rank offset, hot values."""
+    hot = tuple(float(h) for h in getattr(spec, "hot_shares", ()))
+    return (int(spec.rows), float(spec.alpha), float(getattr(spec, "rank_offset", 0.0)), hot)
+
+
+def build_sampler_tables(
+    tables: Sequence[Any], root: int, draws: Sequence[int] | None = None
+) -> SamplerTables:
     """Flatten TableSpec-like objects (rows, pooling, alpha, drift, ..., and `hot_shares`
     where they have them) for the kernels. Tables of one law (rows, alpha, rank offset,
-    hot values) share its alias table and tail guide: meta-2021's 856 tables are 4 laws."""
+    hot values) share its alias table and tail guide: meta-2021's 856 tables are 4 laws.
+    `draws` (each table's lookups to be drawn; None: many) leaves out the guide of a law
+    drawn fewer than `GUIDE_MIN_DRAWS` times, which draws the same ranks without it."""
     n = len(tables)
+    law_draws: dict[tuple[Any, ...], int] = {}
+    if draws is not None:
+        for spec, d in zip(tables, draws, strict=True):
+            law = _law(spec)
+            law_draws[law] = law_draws.get(law, 0) + int(d)
     iparams = np.zeros((n, 11), dtype=np.int64)
     fparams = np.zeros((n, 8), dtype=np.float64)
     round_keys = np.zeros((n, FEISTEL_ROUNDS), dtype=np.uint64)
@@ -468,7 +489,7 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
         bits = permutation_bits(rows)
         keys = feistel_round_keys(root, t)
         round_keys[t] = keys
-        law = (rows, alpha, q, hot)
+        law = _law(spec)
         if law not in laws:
             p_head, lo, hi, sq, at, gt = 1.0, 0.0, 0.0, 0.0, alias_off, -1
             if head:
@@ -486,7 +507,8 @@ def build_sampler_tables(tables: Sequence[Any], root: int) -> SamplerTables:
                     lo = _h_integral(head + 0.5 + q, alpha)
                     hi = _h_integral(rows + 0.5 + q, alpha)
                     sq = zipf_constants(rows, alpha, q)[2]
-                    guide = build_tail_guide(alpha, q, lo, hi, GUIDE_BUCKETS)
+                    guided = draws is None or law_draws[law] >= GUIDE_MIN_DRAWS
+                    guide = build_tail_guide(alpha, q, lo, hi, GUIDE_BUCKETS if guided else 0)
                     if len(guide):
                         guides.append(guide)
                         gt = guide_off
