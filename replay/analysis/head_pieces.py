@@ -73,15 +73,14 @@ def one_batch_heads_wanted(num_batches: int, batch_lookups: int, pieces: tuple) 
 
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
-def ahead(
-    make: Callable[[T], np.ndarray], items: Sequence[T], threads: int
-) -> Iterator[tuple[T, np.ndarray]]:
+def ahead(make: Callable[[T], R], items: Sequence[T], threads: int) -> Iterator[tuple[T, R]]:
     """(item, make(item)) in order, `make` running on `threads` worker threads up to
     threads + 1 items ahead of the consumer (bounded memory: that many pieces)."""
     with worker_pool(max(1, threads), "head-pieces") as pool:  # interrupt: no wait
-        pending: deque[tuple[T, Future[np.ndarray]]] = deque()
+        pending: deque[tuple[T, Future[R]]] = deque()
         todo = iter(items)
         for item in todo:
             pending.append((item, pool.submit(make, item)))

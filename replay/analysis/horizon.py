@@ -56,6 +56,8 @@ from replay.analysis.mrc import (
     MrcResult,
     _exact_result,
     _sampled_result,
+    _source_lookups,
+    dense_rows,
     mrc_keys,
     mrc_source,
     mrc_trace,
@@ -568,6 +570,14 @@ def _full_stream_heads(src: Any, resolution: int) -> list[HeadCurve] | None:
     return cache[resolution]
 
 
+def _table_lookups(src: Any, tables: int) -> list[int] | None:
+    """Each table's lookups in a workload's stream (None for a trace: not counted)."""
+    spec = getattr(src, "spec", None)
+    if not isinstance(spec, WorkloadSpec) or len(spec.tables) != tables:
+        return None
+    return [int(src.num_batches) * spec.batch_size * t.pooling for t in spec.tables]
+
+
 def horizon_mrc(
     source: Any, sizes_rows: np.ndarray | Sequence[int] | None = None, *, threads: int | None = None
 ) -> MrcResult:
@@ -589,7 +599,7 @@ def horizon_mrc(
         if type(src) is GeneratedTrace:
             return mrc_source(src.spec, chosen, threads=threads or src.threads)
         total = int(np.asarray(src.table_rows, dtype=np.int64).sum())
-        return mrc_keys(_stream_keys(src), total, chosen)
+        return mrc_keys(_stream_keys(src), total, chosen, lookups=_source_lookups(src) or None)
     with_head = isinstance(getattr(src, "spec", None), WorkloadSpec)
     chosen = validate_options(sizes_rows, rate, head=with_head)
     total = int(np.asarray(src.table_rows, dtype=np.int64).sum())
@@ -665,7 +675,20 @@ def per_table_mrc(
     )
     names = list(getattr(src, "table_names", [f"table {t}" for t in range(tables)]))
     exact = rate == 1.0
-    states = [StackDistances(int(r), direct=True) for r in rows] if exact else []
+    # a table's stack over an array of its rows, or a map of the rows seen where the
+    # stream is short against them (`dense_rows`): the same distances
+    table_lookups = _table_lookups(src, tables) if exact else None
+    states = (
+        [
+            StackDistances(
+                int(r),
+                direct=dense_rows(int(r), None if table_lookups is None else table_lookups[t]),
+            )
+            for t, r in enumerate(rows)
+        ]
+        if exact
+        else []
+    )
     samplers = [] if exact else [ShardsSampler(int(r), rate) for r in rows]
     whole = None if exact else ShardsSampler(int(offsets[-1]), rate, subsamples=0)
     where = _label(src)

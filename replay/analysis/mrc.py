@@ -63,7 +63,7 @@ MAX_SIZE_ROWS = 2**62 - 1  # the largest cache size a curve is read at (int64 wi
 DEFAULT_TASK_LOOKUPS = 1 << 23  # lookups per map task of a spread sampled curve
 KEYS_HEAD_SAMPLE = 1 << 16  # keys without batches: the first ones size the exact head
 # row space per lookup above which an exact curve keeps its state in a map of the keys seen
-_SPARSE_ROWS_PER_KEY = 8
+SPARSE_ROWS_PER_KEY = 8
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,6 +200,12 @@ def _chunks(keys: np.ndarray | Iterable[np.ndarray]) -> Iterable[np.ndarray]:
     return keys
 
 
+def dense_rows(total_keys: int, lookups: int | None) -> bool:
+    """Whether an exact stack over `lookups` keys (None: not known) keeps an array over
+    its whole row space rather than a map of the keys seen (see `mrc_keys`)."""
+    return lookups is None or total_keys <= SPARSE_ROWS_PER_KEY * lookups
+
+
 def mrc_keys(
     keys: np.ndarray | Iterable[np.ndarray],
     total_keys: int,
@@ -213,7 +219,7 @@ def mrc_keys(
     """The LRU miss-ratio curve of flat keys in [0, total_keys): an array or its chunks.
 
     `lookups` (the keys' count, known for an array) picks the exact state's layout: an
-    array over the whole row space, or, when the row space is over `_SPARSE_ROWS_PER_KEY`
+    array over the whole row space, or, when the row space is over `SPARSE_ROWS_PER_KEY`
     times the keys, a map over the keys seen. The distances are the same either way.
 
     `sample_rate` None gives the exact curve; a rate in (0, 1] the SHARDS estimate joined
@@ -230,8 +236,9 @@ def mrc_keys(
         # faulting it in 2 MiB pages far more (criteo-terabyte's quickstart trace of
         # 168,064 lookups: 0.3 s of np.full at best, 11-15 s where the VM backs each huge
         # page afresh), where hashing its keys costs milliseconds
-        direct = lookups is None or total_keys <= _SPARSE_ROWS_PER_KEY * lookups
-        state = StackDistances(total_keys, direct=direct, min_window=min_window)
+        state = StackDistances(
+            total_keys, direct=dense_rows(total_keys, lookups), min_window=min_window
+        )
         for chunk in _chunks(keys):
             state.feed(chunk)
         return _exact_result(state, chosen)
@@ -502,7 +509,10 @@ def mrc_source(
 
         lookups = _source_lookups(source)
         return mrc_keys(
-            _counted(source.map_lookups(keys_of), len, lookups, on_progress), total, chosen
+            _counted(source.map_lookups(keys_of), len, lookups, on_progress),
+            total,
+            chosen,
+            lookups=lookups or None,
         )
     sampler = ShardsSampler(total, sample_rate)
     threshold = sampler.threshold
