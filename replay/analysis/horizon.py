@@ -61,6 +61,7 @@ from replay.analysis.mrc import (
     mrc_keys,
     mrc_source,
     mrc_trace,
+    stream_table_lookups,
     validate_options,
 )
 from replay.analysis.shards import ShardsSampler, _shards_filter
@@ -570,14 +571,6 @@ def _full_stream_heads(src: Any, resolution: int) -> list[HeadCurve] | None:
     return cache[resolution]
 
 
-def _table_lookups(src: Any, tables: int) -> list[int] | None:
-    """Each table's lookups in a workload's stream (None for a trace: not counted)."""
-    spec = getattr(src, "spec", None)
-    if not isinstance(spec, WorkloadSpec) or len(spec.tables) != tables:
-        return None
-    return [int(src.num_batches) * spec.batch_size * t.pooling for t in spec.tables]
-
-
 def horizon_mrc(
     source: Any, sizes_rows: np.ndarray | Sequence[int] | None = None, *, threads: int | None = None
 ) -> MrcResult:
@@ -677,7 +670,7 @@ def per_table_mrc(
     exact = rate == 1.0
     # a table's stack over an array of its rows, or a map of the rows seen where the
     # stream is short against them (`dense_rows`): the same distances
-    table_lookups = _table_lookups(src, tables) if exact else None
+    table_lookups = stream_table_lookups(src, tables) if exact else None
     states = (
         [
             StackDistances(

@@ -206,6 +206,14 @@ def dense_rows(total_keys: int, lookups: int | None) -> bool:
     return lookups is None or total_keys <= SPARSE_ROWS_PER_KEY * lookups
 
 
+def stream_table_lookups(src: Any, tables: int) -> list[int] | None:
+    """Each table's lookups in a workload's stream (None for a trace: not counted)."""
+    spec = getattr(src, "spec", None)
+    if not isinstance(spec, WorkloadSpec) or len(spec.tables) != tables:
+        return None
+    return [int(src.num_batches) * spec.batch_size * t.pooling for t in spec.tables]
+
+
 def mrc_keys(
     keys: np.ndarray | Iterable[np.ndarray],
     total_keys: int,

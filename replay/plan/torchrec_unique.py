@@ -79,6 +79,7 @@ from replay._intrinsics import ix
 from replay._jit import kernel
 from replay._threads import worker_pool
 from replay.analysis.head import HeadCurve, _split_by_table
+from replay.analysis.mrc import dense_rows, stream_table_lookups
 from replay.analysis.shards import ShardsSampler
 from replay.analysis.stack import StackDistances
 from replay.trace.keys import table_offsets
@@ -477,7 +478,13 @@ def _exact(src: Any, rows: np.ndarray, batches: int) -> tuple[list[UniqueCurve],
     """R = 1: one exact stack per table fed the deduplicated batches (module docstring)."""
     tables = len(rows)
     offsets = table_offsets(rows)
-    states = [StackDistances(int(r), direct=True) for r in rows]
+    # an array over a table's rows, or a map of the rows seen where the batches are
+    # short against them (`dense_rows`: the same distances)
+    lookups = stream_table_lookups(src, tables)
+    states = [
+        StackDistances(int(r), direct=dense_rows(int(r), None if lookups is None else lookups[t]))
+        for t, r in enumerate(rows)
+    ]
     first = FirstInBatch()
     no_group = np.empty(0, dtype=np.uint8)
     starts = np.zeros(tables + 1, dtype=np.int64)

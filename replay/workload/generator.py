@@ -78,15 +78,14 @@ _SAMPLER_TABLES: weakref.WeakValueDictionary[Any, sampler.SamplerTables] = (
     weakref.WeakValueDictionary()
 )
 _SAMPLER_TABLES_LOCK = threading.Lock()
-GUIDED = sampler.GUIDE_MIN_DRAWS
 
 
 def _sampler_tables(spec: WorkloadSpec, root: int) -> sampler.SamplerTables:
-    # the spec's draws of each table, as far as they decide a law's guide (a workload of
-    # a few batches draws no law often enough to pay for one)
-    draws = [min(spec.batches * spec.batch_size * t.pooling, GUIDED) for t in spec.tables]
+    # the spec's draws of each table decide which laws get a guide (a workload of a few
+    # batches draws none often enough to pay for one); specs alike in that share tables
+    draws = [spec.batches * spec.batch_size * t.pooling for t in spec.tables]
     try:
-        key: Any = (tuple(spec.tables), int(root), tuple(draws))
+        key: Any = (tuple(spec.tables), int(root), tuple(sampler.rare_laws(spec.tables, draws)))
         hash(key)
     except TypeError:  # a table with an unhashable field: built every time
         return sampler.build_sampler_tables(spec.tables, root, draws)

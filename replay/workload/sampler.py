@@ -450,10 +450,20 @@ class SamplerTables:
     guide: np.ndarray  # float64 [laws' buckets, 4]: the tails' guides end to end
 
 
-def _law(spec: Any) -> tuple[Any, ...]:
+def law_of(spec: Any) -> tuple[Any, ...]:
     """What tables of one sampling law share: rows, alpha, rank offset, hot values."""
     hot = tuple(float(h) for h in getattr(spec, "hot_shares", ()))
     return (int(spec.rows), float(spec.alpha), float(getattr(spec, "rank_offset", 0.0)), hot)
+
+
+def rare_laws(tables: Sequence[Any], draws: Sequence[int]) -> list[tuple[Any, ...]]:
+    """The laws (`law_of`) drawn fewer than `GUIDE_MIN_DRAWS` times in all, their tables'
+    `draws` summed, in the tables' order: built without a guide."""
+    total: dict[tuple[Any, ...], int] = {}
+    for spec, d in zip(tables, draws, strict=True):
+        law = law_of(spec)
+        total[law] = total.get(law, 0) + int(d)
+    return [law for law, d in total.items() if d < GUIDE_MIN_DRAWS]
 
 
 def build_sampler_tables(
@@ -465,11 +475,7 @@ def build_sampler_tables(
     `draws` (each table's lookups to be drawn; None: many) leaves out the guide of a law
     drawn fewer than `GUIDE_MIN_DRAWS` times, which draws the same ranks without it."""
     n = len(tables)
-    law_draws: dict[tuple[Any, ...], int] = {}
-    if draws is not None:
-        for spec, d in zip(tables, draws, strict=True):
-            law = _law(spec)
-            law_draws[law] = law_draws.get(law, 0) + int(d)
+    unguided = set() if draws is None else set(rare_laws(tables, draws))
     iparams = np.zeros((n, 11), dtype=np.int64)
     fparams = np.zeros((n, 8), dtype=np.float64)
     round_keys = np.zeros((n, FEISTEL_ROUNDS), dtype=np.uint64)
@@ -489,7 +495,7 @@ def build_sampler_tables(
         bits = permutation_bits(rows)
         keys = feistel_round_keys(root, t)
         round_keys[t] = keys
-        law = _law(spec)
+        law = law_of(spec)
         if law not in laws:
             p_head, lo, hi, sq, at, gt = 1.0, 0.0, 0.0, 0.0, alias_off, -1
             if head:
@@ -507,7 +513,7 @@ def build_sampler_tables(
                     lo = _h_integral(head + 0.5 + q, alpha)
                     hi = _h_integral(rows + 0.5 + q, alpha)
                     sq = zipf_constants(rows, alpha, q)[2]
-                    guided = draws is None or law_draws[law] >= GUIDE_MIN_DRAWS
+                    guided = law not in unguided
                     guide = build_tail_guide(alpha, q, lo, hi, GUIDE_BUCKETS if guided else 0)
                     if len(guide):
                         guides.append(guide)
