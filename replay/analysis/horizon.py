@@ -292,6 +292,7 @@ class TouchedCounter:
         points: int = DEFAULT_CURVE_POINTS,
         batches: Sequence[int] | np.ndarray | None = None,
         direct: bool | None = None,
+        lookups: int | None = None,
     ) -> None:
         if num_batches < 0 or num_batches >= 2**31 - 1:
             raise ValueError("num_batches must be in [0, 2^31 - 1)")
@@ -312,7 +313,10 @@ class TouchedCounter:
         self.count = np.zeros((self.tables, len(ks)), dtype=np.int64)
         self.gapsum = np.zeros((self.tables, len(ks)), dtype=np.int64)
         self.distinct = np.zeros(self.tables, dtype=np.int64)
-        self.direct = self.total <= DENSE_MAX_ROWS if direct is None else bool(direct)
+        # an array a row, or a map of the keys seen where there are too many rows or the
+        # stream (`lookups`, an upper bound of the keys fed) is short against them
+        dense = self.total <= DENSE_MAX_ROWS and dense_rows(self.total, lookups)
+        self.direct = dense if direct is None else bool(direct)
         self.sc = np.zeros(_T_WIDTH, dtype=np.int64)
         if self.direct:
             self.last = state_array(self.total, np.int32, -1)
@@ -464,7 +468,9 @@ def touched_curve(
         raise ConfigError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
     src = _open(source, threads)
     rate = source_sample_rate(src)
-    counter = TouchedCounter(src.table_rows, src.num_batches, points=points)
+    counter = TouchedCounter(
+        src.table_rows, src.num_batches, points=points, lookups=_source_lookups(src) or None
+    )
     counter.feed_source(src, kind)
     names = tuple(getattr(src, "table_names", ()))
     return counter.curve(rate, kind, names)

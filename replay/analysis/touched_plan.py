@@ -126,6 +126,7 @@ from replay.analysis.horizon import (
     source_sample_rate,
     touched_curve,
 )
+from replay.analysis.mrc import _source_lookups
 from replay.analysis.touched_model import closed_form_wanted, expected_touched
 from replay.errors import ConfigError
 from replay.trace.keys import curve_batches
@@ -207,7 +208,9 @@ def stated_errors(
 
 def _sampled_curve(src: Any, batches: np.ndarray, kind: str, rate: float) -> TouchedCurve:
     """`touched_curve(src)` at the window lengths `batches`."""
-    counter = TouchedCounter(src.table_rows, int(src.num_batches), batches=batches)
+    counter = TouchedCounter(
+        src.table_rows, int(src.num_batches), batches=batches, lookups=_source_lookups(src) or None
+    )
     counter.feed_source(src, kind)
     return counter.curve(rate, kind, tuple(getattr(src, "table_names", ())))
 
@@ -225,7 +228,9 @@ def prefix_curve(
     from replay.workload.onthefly import GeneratedTrace
 
     full = GeneratedTrace(spec.with_overrides(batches=int(prefix)), threads=threads)
-    counter = TouchedCounter(full.table_rows, int(prefix), batches=batches)
+    counter = TouchedCounter(
+        full.table_rows, int(prefix), batches=batches, lookups=_source_lookups(full) or None
+    )
     counter.feed_source(full, kind)
     return counter.curve(1.0, kind, tuple(full.table_names))
 
