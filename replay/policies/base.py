@@ -61,6 +61,7 @@ COUNTER_NAMES = (
 
 
 _SMALL_PAGE_BYTES = 4096
+_LOOKUPS_PER_SMALL_PAGE = 16
 
 
 @dataclass(frozen=True)
@@ -77,14 +78,17 @@ class PolicyContext:
     num_lookups: int = 0  # lookups the policy will see; 0: not known (a long run)
 
     def row_array(self, dtype: type | np.dtype, fill: int = 0) -> np.ndarray:
-        """One item per key, set to `fill`: in 2 MiB pages only where the trace has a
-        lookup per 4 KiB page of the array or more. A short trace touches a few of a large
-        row space's pages, each 2 MiB page it touches is zeroed whole, and a VM that backs
-        a fresh huge page again page by page (`replay._malloc`) makes that far dearer:
-        Criteo Terabyte's 750 MB per-row map under the quickstart's 168,064 lookups took
-        11-15 s in huge pages against 0.7-1.0 s in 4 KiB ones (2-core VM, load 6-7)."""
+        """One item per key, set to `fill`: in 2 MiB pages only where the trace has
+        `_LOOKUPS_PER_SMALL_PAGE` lookups per 4 KiB page of the array or more. A short
+        trace touches a few of a large row space's pages (a skewed one fewer still), each
+        2 MiB page it touches is zeroed whole, and a VM that backs a fresh huge page again
+        page by page (`replay._malloc`) makes that far dearer: Criteo Terabyte's 750 MB
+        per-row map took 11-15 s in huge pages against 0.7-1.0 s in 4 KiB ones (2-core VM,
+        load 6-7), and Belady's kernel over the docs' quickstart trace (672,000 lookups,
+        3.7 a page) 7.9 s, nearly all of it faults."""
         nbytes = self.total_keys * np.dtype(dtype).itemsize
-        dense = self.num_lookups == 0 or self.num_lookups * _SMALL_PAGE_BYTES >= nbytes
+        pages = nbytes // _SMALL_PAGE_BYTES
+        dense = self.num_lookups == 0 or self.num_lookups >= _LOOKUPS_PER_SMALL_PAGE * pages
         return state_array(self.total_keys, dtype, fill, huge=dense)
 
     @property
