@@ -8,10 +8,17 @@ import platform
 import resource
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS says, else all)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def machine_description() -> str:
     """Processor, cores this process may use and physical memory, e.g. `x86_64, 2
     cores, 23 GiB`."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cores()
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return f"{platform.processor() or platform.machine()}, {cores} cores, {mem_gib:.0f} GiB"
 
@@ -21,4 +28,4 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-__all__ = ["machine_description", "peak_rss_bytes"]
+__all__ = ["machine_description", "peak_rss_bytes", "usable_cores"]

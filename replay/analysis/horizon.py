@@ -56,16 +56,15 @@ from replay.analysis.mrc import (
     MrcResult,
     _exact_result,
     _sampled_result,
-    _source_lookups,
-    dense_rows,
     mrc_keys,
     mrc_source,
     mrc_trace,
+    stream_lookups,
     stream_table_lookups,
     validate_options,
 )
 from replay.analysis.shards import ShardsSampler, _shards_filter
-from replay.analysis.stack import _FIB, StackDistances, _rehash
+from replay.analysis.stack import _FIB, StackDistances, _rehash, dense_rows
 from replay.errors import ConfigError, TraceError
 from replay.trace.keys import (
     DEFAULT_CURVE_POINTS,
@@ -469,7 +468,7 @@ def touched_curve(
     src = _open(source, threads)
     rate = source_sample_rate(src)
     counter = TouchedCounter(
-        src.table_rows, src.num_batches, points=points, lookups=_source_lookups(src) or None
+        src.table_rows, src.num_batches, points=points, lookups=stream_lookups(src)
     )
     counter.feed_source(src, kind)
     names = tuple(getattr(src, "table_names", ()))
@@ -598,7 +597,7 @@ def horizon_mrc(
         if type(src) is GeneratedTrace:
             return mrc_source(src.spec, chosen, threads=threads or src.threads)
         total = int(np.asarray(src.table_rows, dtype=np.int64).sum())
-        return mrc_keys(_stream_keys(src), total, chosen, lookups=_source_lookups(src) or None)
+        return mrc_keys(_stream_keys(src), total, chosen, lookups=stream_lookups(src))
     with_head = isinstance(getattr(src, "spec", None), WorkloadSpec)
     chosen = validate_options(sizes_rows, rate, head=with_head)
     total = int(np.asarray(src.table_rows, dtype=np.int64).sum())

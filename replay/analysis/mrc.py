@@ -44,6 +44,7 @@ from replay.analysis.shards import (
 from replay.analysis.stack import (
     DEFAULT_MIN_WINDOW,
     StackDistances,
+    dense_rows,
     reference_lru_misses,
     reference_stack_distances,
     stack_distances,
@@ -62,8 +63,6 @@ DEFAULT_CURVE_POINTS = 64
 MAX_SIZE_ROWS = 2**62 - 1  # the largest cache size a curve is read at (int64 with room)
 DEFAULT_TASK_LOOKUPS = 1 << 23  # lookups per map task of a spread sampled curve
 KEYS_HEAD_SAMPLE = 1 << 16  # keys without batches: the first ones size the exact head
-# row space per lookup above which an exact curve keeps its state in a map of the keys seen
-SPARSE_ROWS_PER_KEY = 8
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,10 +199,10 @@ def _chunks(keys: np.ndarray | Iterable[np.ndarray]) -> Iterable[np.ndarray]:
     return keys
 
 
-def dense_rows(total_keys: int, lookups: int | None) -> bool:
-    """Whether an exact stack over `lookups` keys (None: not known) keeps an array over
-    its whole row space rather than a map of the keys seen (see `mrc_keys`)."""
-    return lookups is None or total_keys <= SPARSE_ROWS_PER_KEY * lookups
+def stream_lookups(src: Any) -> int | None:
+    """A trace's or a workload's lookups, None where neither its count nor its spec
+    says (what `dense_rows` takes)."""
+    return _source_lookups(src) or None
 
 
 def stream_table_lookups(src: Any, tables: int) -> list[int] | None:
@@ -227,8 +226,8 @@ def mrc_keys(
     """The LRU miss-ratio curve of flat keys in [0, total_keys): an array or its chunks.
 
     `lookups` (the keys' count, known for an array) picks the exact state's layout: an
-    array over the whole row space, or, when the row space is over `SPARSE_ROWS_PER_KEY`
-    times the keys, a map over the keys seen. The distances are the same either way.
+    array over the whole row space, or a map over the keys seen where the row space is
+    large against them (`replay.analysis.stack.dense_rows`); the distances are the same.
 
     `sample_rate` None gives the exact curve; a rate in (0, 1] the SHARDS estimate joined
     to the exact head of the whole stream (`replay.analysis.head`) below `head_rows` rows
@@ -239,11 +238,6 @@ def mrc_keys(
     if sample_rate is None:
         if lookups is None and isinstance(keys, np.ndarray):
             lookups = len(keys)
-        # a short stream in a large row space touches few of its rows: filling 4 bytes a
-        # row (750 MB for Criteo Terabyte) would cost more than the whole stream, and
-        # faulting it in 2 MiB pages far more (criteo-terabyte's quickstart trace of
-        # 168,064 lookups: 0.3 s of np.full at best, 11-15 s where the VM backs each huge
-        # page afresh), where hashing its keys costs milliseconds
         state = StackDistances(
             total_keys, direct=dense_rows(total_keys, lookups), min_window=min_window
         )

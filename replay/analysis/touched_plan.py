@@ -126,7 +126,7 @@ from replay.analysis.horizon import (
     source_sample_rate,
     touched_curve,
 )
-from replay.analysis.mrc import _source_lookups
+from replay.analysis.mrc import stream_lookups
 from replay.analysis.touched_model import closed_form_wanted, expected_touched
 from replay.errors import ConfigError
 from replay.trace.keys import curve_batches
@@ -209,7 +209,7 @@ def stated_errors(
 def _sampled_curve(src: Any, batches: np.ndarray, kind: str, rate: float) -> TouchedCurve:
     """`touched_curve(src)` at the window lengths `batches`."""
     counter = TouchedCounter(
-        src.table_rows, int(src.num_batches), batches=batches, lookups=_source_lookups(src) or None
+        src.table_rows, int(src.num_batches), batches=batches, lookups=stream_lookups(src)
     )
     counter.feed_source(src, kind)
     return counter.curve(rate, kind, tuple(getattr(src, "table_names", ())))
@@ -229,7 +229,7 @@ def prefix_curve(
 
     full = GeneratedTrace(spec.with_overrides(batches=int(prefix)), threads=threads)
     counter = TouchedCounter(
-        full.table_rows, int(prefix), batches=batches, lookups=_source_lookups(full) or None
+        full.table_rows, int(prefix), batches=batches, lookups=stream_lookups(full)
     )
     counter.feed_source(full, kind)
     return counter.curve(1.0, kind, tuple(full.table_names))

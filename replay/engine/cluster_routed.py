@@ -43,7 +43,6 @@ sharding type).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -51,6 +50,7 @@ import numpy as np
 
 from replay._intrinsics import ix
 from replay._jit import kernel
+from replay._machine import usable_cores
 from replay.engine.account import Shape
 from replay.engine.cluster import allreduce_model, cluster_link, collective_model
 from replay.engine.cluster_route import DP, ROWS, Router, layout
@@ -77,10 +77,6 @@ from replay.trace.stream import BatchRange, iter_batch_ranges
 from replay.workload.source import Source
 
 ROUTED_POLICIES = ("lru",)  # whose steady-state counters this module models
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def routed_policy_ok(system: SystemSpec) -> bool:
@@ -365,7 +361,7 @@ def route_clusters(
 
     # the split tables' routers are independent (each its own buffers) and their kernels
     # release the GIL: the placements of a piece route side by side
-    workers = max(1, min(len(unique), threads if threads is not None else _cores()))
+    workers = max(1, min(len(unique), threads if threads is not None else usable_cores()))
     with ThreadPoolExecutor(workers, thread_name_prefix="cluster-routed") as pool:
         for br in _ranges(source):
             lookups[br.batch_start : br.batch_stop] += np.diff(br.bounds)

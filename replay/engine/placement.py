@@ -78,7 +78,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,12 +199,12 @@ def spec_loads(spec: Any, system: SystemSpec) -> tuple[TableLoad, ...]:
     uniform, for a table with drift or a Zipf-Mandelbrot offset). The tables' pmfs on
     the cores side by side (their kernel and sort release the GIL: meta-2021's 164 of
     ~17 ms each)."""
+    from replay._machine import usable_cores
     from replay._threads import worker_pool
 
     dim = system.model.embedding_dim or int(spec.embedding_dim)
     state = row_state_bytes(system, dim)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    with worker_pool(max(1, min(cores, len(spec.tables))), "spec-loads") as pool:
+    with worker_pool(max(1, min(usable_cores(), len(spec.tables))), "spec-loads") as pool:
         masses = list(pool.map(lambda i: spec_mass(spec, i), range(len(spec.tables))))
     return tuple(
         TableLoad(

@@ -57,7 +57,6 @@ reference beside the cluster.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import SimpleNamespace
@@ -720,10 +719,10 @@ def _compare_curves(
     # the GIL: the placements side by side, one a core (each pass's Python holds one
     # core for much of it), the same curves; a placement that splits no table needs no
     # block shares and begins at once, beside the others' shares
+    from replay._machine import usable_cores
     from replay._threads import worker_pool
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    with worker_pool(max(1, min(len(placed_ok), cores)), "compare-curves") as pool:
+    with worker_pool(max(1, min(len(placed_ok), usable_cores())), "compare-curves") as pool:
         begun = {k: pool.submit(curves_of, k) for k in placed_ok if not starts[k]}
         split = [k for k in placed_ok if starts[k]]
         if sampled and split:

@@ -96,7 +96,6 @@ tables x ranks. Time: one routing kernel pass and one stack-kernel pass per rout
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -105,6 +104,7 @@ import numpy as np
 
 from replay._intrinsics import ix
 from replay._jit import kernel
+from replay._machine import usable_cores
 from replay._threads import worker_pool
 from replay.analysis.horizon import _sample_groups, full_lookups, source_sample_rate
 from replay.analysis.shards import ShardsSampler
@@ -676,9 +676,8 @@ def spec_block_shares(
         mass = kept if kept is not None else RowMass.from_spec(spec, t)
         return [mass.block_shares(one[t]) if t in one else None for one in starts]
 
-    workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     out: list[dict[int, np.ndarray]] = [{} for _ in starts]
-    with worker_pool(max(1, workers), "block-shares") as pool:  # interrupt: no wait
+    with worker_pool(usable_cores(), "block-shares") as pool:  # interrupt: no wait
         for t, got in zip(tables, pool.map(shares_of, tables), strict=True):
             for i, share in enumerate(got):
                 if share is not None:

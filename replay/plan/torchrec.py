@@ -249,14 +249,14 @@ def _distinct_per_batch(src: Any, rate: float) -> np.ndarray:
     """Mean distinct rows looked up per batch, per table, over the source (divided by R):
     touched(1) over the lookups, exact (integer counts until the final division)."""
     from replay.analysis.horizon import TouchedCounter
-    from replay.analysis.mrc import _source_lookups
+    from replay.analysis.mrc import stream_lookups
     from replay.trace.stream import iter_batch_ranges
 
     tables = len(src.table_rows)
     if int(src.num_batches) < 1:
         return np.zeros(tables)
     counter = TouchedCounter(
-        src.table_rows, int(src.num_batches), batches=[1], lookups=_source_lookups(src) or None
+        src.table_rows, int(src.num_batches), batches=[1], lookups=stream_lookups(src)
     )
     for r in iter_batch_ranges(src, with_updates=False):
         counter.feed(r.keys, r.bounds, r.batch_start)

@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -77,20 +76,17 @@ import numpy as np
 
 from replay._intrinsics import ix
 from replay._jit import kernel
+from replay._machine import usable_cores
 from replay._threads import worker_pool
 from replay.analysis.head import HeadCurve, _split_by_table
-from replay.analysis.mrc import dense_rows, stream_table_lookups
+from replay.analysis.mrc import stream_table_lookups
 from replay.analysis.shards import ShardsSampler
-from replay.analysis.stack import StackDistances
+from replay.analysis.stack import StackDistances, dense_rows
 from replay.trace.keys import table_offsets
 from replay.trace.stream import iter_batch_ranges
 from replay.workload.spec import WorkloadSpec
 
 HEAD_CHUNK_LOOKUPS = 1 << 20  # lookups generated at a time for the exact head
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
 
 
 @kernel
@@ -281,7 +277,7 @@ def _che_unique_misses(
 
     # the chunks are independent (each its own rows of the grid) and numpy's exp and
     # matrix products release the GIL: a run of chunks per core, the same values
-    cores = _cores()
+    cores = usable_cores()
     per = -(-len(times) // (cores * CHE_CHUNK)) * CHE_CHUNK
     with worker_pool(cores, "che-chunks") as pool:  # interrupt: no wait
         list(pool.map(part, range(cores)))

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from replay._jit import kernel
+from replay.analysis.stack import dense_rows
 from replay.policies.base import (
     BYPASS,
     EVICTIONS,
@@ -241,10 +242,6 @@ def belady_kernel(
     meta[_CURSOR] = g
 
 
-# row space per lookup above which `prepare` ranks the trace's keys (see `_set_next`)
-_SPARSE_ROWS_PER_LOOKUP = 8
-
-
 @register_policy("belady")
 class BeladyPolicy(Policy):
     sized_to_rows = True
@@ -290,7 +287,7 @@ class BeladyPolicy(Policy):
         self._set_next(np.array(keys, dtype=np.int64, copy=True))
 
     def _set_next(self, seq: np.ndarray) -> None:
-        if self.ctx.total_keys > _SPARSE_ROWS_PER_LOOKUP * len(seq):
+        if not dense_rows(self.ctx.total_keys, len(seq)):
             # a short trace in a large row space: the next uses over the keys' ranks among
             # the distinct keys (a sort of the trace) instead of an array over every row
             # (1.5 GB filled for Criteo Terabyte's quickstart trace of 168,064 lookups:
