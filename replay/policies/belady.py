@@ -53,7 +53,6 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from replay._jit import kernel
-from replay.analysis.stack import dense_rows
 from replay.policies.base import (
     BYPASS,
     EVICTIONS,
@@ -287,6 +286,8 @@ class BeladyPolicy(Policy):
         self._set_next(np.array(keys, dtype=np.int64, copy=True))
 
     def _set_next(self, seq: np.ndarray) -> None:
+        from replay.analysis.stack import dense_rows  # here: every run imports the policies
+
         if not dense_rows(self.ctx.total_keys, len(seq)):
             # a short trace in a large row space: the next uses over the keys' ranks among
             # the distinct keys (a sort of the trace) instead of an array over every row
