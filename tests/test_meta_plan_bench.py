@@ -173,8 +173,8 @@ def test_compiled_workloads_share_their_sampler_tables() -> None:
 
 
 def test_che_curves_of_alike_tables_are_kept_per_law() -> None:
-    """A table of the same law, batch size, run and sizes gets the curve computed for
-    another (the same values as computing it anew); another law its own."""
+    """A table of the same law, batch size and run reads the grid computed for another,
+    at its own sizes (the same values as computing it anew); another law its own."""
     import dataclasses
 
     import numpy as np
@@ -187,16 +187,22 @@ def test_che_curves_of_alike_tables_are_kept_per_law() -> None:
     alike = dataclasses.replace(table, name=table.name + "-alike")
     other = dataclasses.replace(table, alpha=table.alpha + 0.1)
     sizes = np.unique(np.geomspace(1, table.rows, 30).astype(np.int64))
+    mine = np.unique(np.geomspace(3, table.rows // 2, 17).astype(np.int64))
+    tu._che_curves.clear()
+    fresh_mine, u0 = tu.che_unique_misses(alike, spec.batch_size, 300, mine)
     tu._che_curves.clear()
     first, u1 = tu.che_unique_misses(table, spec.batch_size, 300, sizes)
-    fresh, u0 = tu._che_unique_misses(alike, spec.batch_size, 300, sizes.astype(np.float64))
-    again, u2 = tu.che_unique_misses(alike, spec.batch_size, 300, sizes)
+    again, u2 = tu.che_unique_misses(alike, spec.batch_size, 300, mine)
     assert len(tu._che_curves) == 1 and u1 == u2 == u0
-    assert first.tobytes() == again.tobytes() == fresh.tobytes()
-    again[:] = -1  # a copy: what is kept stays
-    assert tu.che_unique_misses(table, spec.batch_size, 300, sizes)[0].tobytes() == first.tobytes()
+    assert again.tobytes() == fresh_mine.tobytes()
+    assert tu.che_unique_misses(alike, spec.batch_size, 300, sizes)[0].tobytes() == first.tobytes()
+    again[:] = -1  # a fresh array: what is kept stays
+    assert tu.che_unique_misses(alike, spec.batch_size, 300, mine)[0].tobytes() == (
+        fresh_mine.tobytes()
+    )
     tu.che_unique_misses(other, spec.batch_size, 300, sizes)
-    assert len(tu._che_curves) == 2
+    tu.che_unique_misses(table, spec.batch_size, 301, sizes)
+    assert len(tu._che_curves) == 3
 
 
 @pytest.mark.parametrize(("command", "huge"), [("plan", False), ("generate", False), ("run", True)])

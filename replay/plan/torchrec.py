@@ -185,11 +185,16 @@ def choose_bins(height: int, rows: float | None, at_least: int = DEFAULT_BINS) -
     # 1 / H of k / H needs n ~ 1 / (k / H - the fraction)); from n = H on, edges are at most
     # a row apart and one always lands on the cache
     limit = min(MAX_BINS, max(4 * n0, int(height) + 1))
-    for lo in range(n0, limit + 1, 1 << 16):
-        cand = np.arange(lo, min(lo + (1 << 16), limit + 1), dtype=np.int64)
+    # candidates in runs growing from 64 to 65,536: the first fit is most often near n0
+    # (`_edge_at` is elementwise, so the runs find the same first n as one run would)
+    lo, run = n0, 64
+    while lo <= limit:
+        cand = np.arange(lo, min(lo + run, limit + 1), dtype=np.int64)
         hit = np.flatnonzero(_edge_at(height, float(rows), cand))
         if len(hit):
             return int(cand[hit[0]])
+        lo += run
+        run = min(run * 4, 1 << 16)
     return n0
 
 
@@ -212,21 +217,39 @@ def histogram(hits: np.ndarray, unique: float) -> list[int]:
     docstring): the last bin takes the rest of U (far reuses and cold misses). Counts are
     whole requests (a sampled curve's expected counts rounded cumulatively: each edge's
     hits within 0.5)."""
+    return histogram_counts(hits, unique).tolist()
+
+
+def histogram_counts(hits: np.ndarray, unique: float) -> np.ndarray:
+    """`histogram`'s counts as an int64 array."""
     cum = np.append(np.maximum.accumulate(np.asarray(hits, dtype=np.float64)), float(unique))
     cum = np.rint(np.minimum(cum, float(unique))).astype(np.int64)
-    return np.diff(cum).tolist()
+    return np.diff(cum)
 
 
 def hits_at(hist: Sequence[float], height: int, sizes: np.ndarray) -> np.ndarray:
     """A histogram's hits with caches of `sizes` rows (float64; may be fractional): exact
     at the edge sizes k_b (b < n), linear between them; U at the whole table."""
-    h = np.asarray(hist, dtype=np.float64)
-    k = edge_sizes(int(height), len(h)).astype(np.float64)
-    cum = np.concatenate([[0.0], np.cumsum(h)])
-    cum[-1] = cum[-2] if len(h) else 0.0  # hits of the whole table: the last bin's reuses
-    # are not told apart from its cold misses; read the curve flat across the last bin
-    out = np.interp(np.asarray(sizes, dtype=np.float64), k, cum)
-    return np.where(np.asarray(sizes) >= int(height), float(np.sum(h)), out)
+    return HistogramHits(hist, height).at(sizes)
+
+
+class HistogramHits:
+    """`hits_at` of one histogram, its edges and cumulative counts made once for any
+    number of reads."""
+
+    def __init__(self, hist: Sequence[float] | np.ndarray, height: int) -> None:
+        h = np.asarray(hist, dtype=np.float64)
+        self.height = int(height)
+        self.k = edge_sizes(self.height, len(h)).astype(np.float64)
+        self.cum = np.concatenate([[0.0], np.cumsum(h)])
+        # hits of the whole table: the last bin's reuses are not told apart from its cold
+        # misses; read the curve flat across the last bin
+        self.cum[-1] = self.cum[-2] if len(h) else 0.0
+        self.total = float(np.sum(h))
+
+    def at(self, sizes: np.ndarray) -> np.ndarray:
+        out = np.interp(np.asarray(sizes, dtype=np.float64), self.k, self.cum)
+        return np.where(np.asarray(sizes) >= self.height, self.total, out)
 
 
 def span_batches(spec: WorkloadSpec, batches: int) -> int:
@@ -374,13 +397,13 @@ def torchrec_stats(
         factor = factors.get(name)
         n = choose_bins(height, None if factor is None else float(factor) * height, bins)
         edges = edge_sizes(height, n)[:-1]
-        hist = histogram(curve.hits(edges), curve.unique)
+        counts = histogram_counts(curve.hits(edges), curve.unique)
         entry: dict[str, Any] = {
             "height": height,
             "bins": n,
-            "mrc_hist_counts": hist,
+            "mrc_hist_counts": counts.tolist(),
             "expected_lookups": float(distinct[t]),
-            "cacheability": torchrec_cacheability(hist, height),
+            "cacheability": torchrec_cacheability(counts, height),
             "cold_miss_ratio": min(curve.cold / curve.unique, 1.0) if curve.unique > 0 else 0.0,
             "load_factor": None if factor is None else float(factor),
             "lookups": int(lookups[t]),

@@ -111,10 +111,10 @@ from replay.plan.rank_curves import (
 from replay.plan.torchrec import (
     DEFAULT_BINS,
     FEW_SAMPLED_ROWS,
+    HistogramHits,
     choose_bins,
     edge_sizes,
     histogram,
-    hits_at,
     span_batches,
     torchrec_cacheability,
 )
@@ -317,16 +317,18 @@ class _Curve:
     state: StackDistances | None = None  # exact, or the SHARDS sample's stack
     threshold: int = 0  # SHARDS's T (0: exact)
     table: dict[str, Any] | None = None  # the one-GPU entry the stream takes (R < 1)
+    # that entry's histogram read (`HistogramHits`) and its U, made once for both reads
+    table_hits: HistogramHits | None = None
+    table_unique: float = 0.0
 
     def hits(self, sizes: np.ndarray) -> np.ndarray:
         from replay.analysis.shards import SHARDS_MODULUS, resolution_rows
 
         sizes = np.asarray(sizes, dtype=np.int64)
         n = float(self.unique)
-        if self.table is not None:
-            t = self.table
-            whole = float(sum(t["mrc_hist_counts"]))
-            got = hits_at(t["mrc_hist_counts"], t["height"], sizes.astype(np.float64))
+        if self.table_hits is not None:
+            whole = self.table_unique
+            got = self.table_hits.at(sizes.astype(np.float64))
             out = got * (n / whole) if whole > 0 else np.zeros(len(sizes))
         elif self.threshold == 0:
             assert self.state is not None
@@ -403,7 +405,13 @@ def shard_stats(
         elif own:
             assert whole is not None
             cold = float(whole["cold_miss_ratio"]) * unique
-            curve = _Curve(height, unique, cold, table=whole)
+            counts = np.asarray(whole["mrc_hist_counts"])
+            # U as the counts' exact sum (whole numbers: numpy's int64 sum is Python's)
+            total = int(counts.sum()) if counts.dtype.kind in "iu" else sum(counts.tolist())
+            curve = _Curve(
+                height, unique, cold, table=whole,
+                table_hits=HistogramHits(counts, int(whole["height"])), table_unique=float(total),
+            )  # fmt: skip
         else:
             cold = min(float(st.cold) * SHARDS_MODULUS / threshold, unique)
             curve = _Curve(height, unique, cold, state=st, threshold=threshold)

@@ -211,11 +211,11 @@ def che_unique_cold(table: Any, batch_size: int, batches: int) -> tuple[float, f
     return float(np.sum(m * -np.expm1(-rate * b))), b * float(np.sum(m * -np.expm1(-rate)))
 
 
-# curves kept per law (rows, alpha, hot shares, rank offset, pooling), batch size, run and
-# sizes: alike tables read the same one (meta-2021's 856 tables are 4 laws: the curve took
-# 19 of the 21 s of its TorchRec statistics, 856 times over)
+# curves kept per law (rows, alpha, hot shares, rank offset, pooling), batch size and run:
+# alike tables read the same one at their own sizes (meta-2021's 856 tables are 8 laws and
+# sizes; the curve took 19 of the 21 s of its TorchRec statistics, 856 times over)
 CHE_CURVES_KEPT = 64
-_che_curves: dict[tuple[Any, ...], tuple[np.ndarray, float]] = {}
+_che_curves: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, float]] = {}
 _che_lock = threading.Lock()
 
 
@@ -230,28 +230,31 @@ def che_unique_misses(
     k(T) and M(T) are both read off T, so they are evaluated at `CHE_GRID` log-spaced T
     in (0, B] and M is interpolated at each k linearly (k(T) rises with T): any number of
     sizes costs one pass over the grid (within 1e-5 of M of the exact solve for each k on
-    criteo-terabyte's tables). A table of the same law, batch size, run and sizes as one
-    asked before gets that one's curve (a function of those alone: the same values)."""
-    at = np.asarray(sizes, dtype=np.float64)
+    criteo-terabyte's tables). The grid is a function of the table's law, the batch size
+    and the run alone, kept per those: a table of the same law as one asked before reads
+    that one's grid at its own sizes (the same values as its own grid's)."""
     key = (
         int(table.rows), float(table.alpha), tuple(float(h) for h in table.hot_shares),
         float(table.rank_offset), int(table.pooling), int(batch_size), int(batches),
-        at.tobytes(),
     )  # fmt: skip
     with _che_lock:
         kept = _che_curves.get(key)
     if kept is None:
-        kept = _che_unique_misses(table, batch_size, batches, at)
+        kept = _che_grid(table, batch_size, batches)
         with _che_lock:
             if len(_che_curves) >= CHE_CURVES_KEPT:
                 _che_curves.pop(next(iter(_che_curves)))
             _che_curves[key] = kept
-    return kept[0].copy(), kept[1]
+    k, mm, floor, unique = kept
+    out = np.interp(np.asarray(sizes, dtype=np.float64), k, mm)
+    # a cache at least the run's distinct rows (k(B)) never evicts: its cold misses
+    return np.maximum(out, floor), unique
 
 
-def _che_unique_misses(
-    table: Any, batch_size: int, batches: int, sizes: np.ndarray
-) -> tuple[np.ndarray, float]:
+def _che_grid(
+    table: Any, batch_size: int, batches: int
+) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """(occupancy k(T) rising, M at those k, M(B), U) over `CHE_GRID` times T."""
     m, rate = _che_rates(table, batch_size)
     q = -np.expm1(-rate)
     b = float(batches)
@@ -284,9 +287,7 @@ def _che_unique_misses(
     k = np.concatenate([[0.0], occupancy])
     mm = np.concatenate([[unique], misses])  # an empty cache misses every unique id
     k, first = np.unique(np.maximum.accumulate(k), return_index=True)
-    out = np.interp(np.asarray(sizes, dtype=np.float64), k, mm[first])
-    # a cache at least the run's distinct rows (k(B)) never evicts: its cold misses
-    return np.maximum(out, misses[-1]), unique
+    return k, mm[first], float(misses[-1]), unique
 
 
 @dataclass(eq=False)
