@@ -50,6 +50,8 @@ mass. Each cut is a bisection on the row: one numba kernel, O(k log rows) per pr
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,13 +80,21 @@ class RowMass:
     _index: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        rows = int(self.rows)
         top = np.ascontiguousarray(self.top_rows, dtype=np.int64)
-        tmass = np.ascontiguousarray(self.top_mass, dtype=np.float64)
-        bmass = np.ascontiguousarray(self.bin_mass, dtype=np.float64)
+        self._finish(top, self.top_mass, self.bin_mass, None)
+
+    def _finish(
+        self, top: np.ndarray, top_mass: Any, bin_mass: Any, top_cum: np.ndarray | None
+    ) -> None:
+        """The checks and the index. `top_cum` given where the caller built the top rows
+        sorted and summed them (`_sorted`): the O(n) order check skipped, the sum taken."""
+        rows = int(self.rows)
+        tmass = np.ascontiguousarray(top_mass, dtype=np.float64)
+        bmass = np.ascontiguousarray(bin_mass, dtype=np.float64)
         if len(top) != len(tmass) or len(bmass) < 1:
             raise ValueError("RowMass: top_rows and top_mass differ in length, or no bins")
-        if len(top) and (top[0] < 0 or top[-1] >= rows or (np.diff(top) <= 0).any()):
+        unsorted = top_cum is None and len(top) > 1 and bool((np.diff(top) <= 0).any())
+        if len(top) and (top[0] < 0 or top[-1] >= rows or unsorted):
             raise ValueError("RowMass: top rows must be ascending, distinct and in the table")
         edges = (np.arange(len(bmass) + 1, dtype=np.int64) * rows) // len(bmass)
         top_at_edge = np.searchsorted(top, edges).astype(np.int64)
@@ -93,13 +103,28 @@ class RowMass:
         object.__setattr__(self, "top_rows", top)
         object.__setattr__(self, "top_mass", tmass)
         object.__setattr__(self, "bin_mass", bmass)
+        if top_cum is None:
+            top_cum = np.concatenate([[0.0], np.cumsum(tmass)])
         self._index.update(
             edges=edges,
             top_at_edge=top_at_edge,
             free=free.astype(np.int64),
-            top_cum=np.concatenate([[0.0], np.cumsum(tmass)]),
+            top_cum=top_cum,
             bin_cum=np.concatenate([[0.0], np.cumsum(bmass)]),
         )
+
+    @classmethod
+    def _sorted(
+        cls, rows: int, top: np.ndarray, top_mass: np.ndarray, bin_mass: np.ndarray,
+        top_cum: np.ndarray,
+    ) -> RowMass:  # fmt: skip
+        """A RowMass whose top rows are ascending and distinct by construction (`from_spec`'s
+        radix sort of a permutation's images): no O(n) check, the cumsum taken as given."""
+        self = object.__new__(cls)
+        object.__setattr__(self, "rows", int(rows))
+        object.__setattr__(self, "_index", {})
+        self._finish(top, top_mass, bin_mass, top_cum)
+        return self
 
     @property
     def total(self) -> float:
@@ -186,26 +211,64 @@ class RowMass:
         """The generator's pmf of table t of `spec` over its rows, its first `head_ranks`
         ranks exact (module docstring). Probability units (the total is 1 up to the
         normaliser's rounding)."""
-        from replay.workload.sampled import _hot_weights  # the generator's setup: lazily
-
         table = spec.tables[t]
         rows = int(table.rows)
         q = float(getattr(table, "rank_offset", 0.0))
-        hot, norm = _hot_weights(rows, float(table.alpha), table.hot_shares, q)
         head = min(rows, int(head_ranks))
-        out_row = np.empty(head, dtype=np.int64)
+        share, tail = _law(rows, float(table.alpha), tuple(table.hot_shares), q, head)
+        top = np.empty(head, dtype=np.int64)
+        top_mass = np.empty(head, dtype=np.float64)
+        top_cum = np.empty(head + 1, dtype=np.float64)
+        bits = sampler.permutation_bits(rows)
+        keys = sampler.feistel_round_keys(sampler.root_key(spec.seed), t)
+        contiguous = table.mapping == "contiguous"
+        if not _spec_top(rows, head, contiguous, bits, keys, share, top, top_mass, top_cum):
+            # rows too wide to pack with a rank: numpy's sort (the rows are distinct, so any
+            # sort gives the one order)
+            alpha_free = np.empty(0, dtype=np.float64)
+            _head_rows(rows, head, contiguous, bits, keys, 0.0, alpha_free, top, top_mass, 0.0)
+            order = np.argsort(top)
+            top = top[order]
+            top_mass = share[order]
+            top_cum[0] = 0.0
+            np.cumsum(top_mass, out=top_cum[1:])
+        return cls._sorted(rows, top, top_mass, np.array([tail]), top_cum)
+
+
+# A law's head shares, shared read-only by every table of that law (meta-2021: 856 tables,
+# 4 laws): (rows, alpha, hot shares, rank offset, head) -> (shares, tail share).
+_LAWS: OrderedDict[tuple[Any, ...], tuple[np.ndarray, float]] = OrderedDict()
+_LAWS_KEPT = 8  # 2 MB each at 2^18 head ranks
+_LAWS_LOCK = threading.Lock()
+
+
+def _law(
+    rows: int, alpha: float, hot_shares: tuple[float, ...], q: float, head: int
+) -> tuple[np.ndarray, float]:
+    """Ranks 0 .. head - 1's shares of the pmf (weight / normaliser, read-only) and the
+    share of the ranks after them, computed once per law: the generator's weights from the
+    kernel that maps ranks to rows (the same code, so the same bits), its normaliser from
+    `replay.workload.sampled._hot_weights`."""
+    key = (rows, alpha, hot_shares, q, head)
+    with _LAWS_LOCK:  # a law is ~5 ms: the threads of one law wait for the first
+        got = _LAWS.get(key)
+        if got is not None:
+            _LAWS.move_to_end(key)
+            return got
+        from replay.workload.sampled import _hot_weights  # the generator's setup: lazily
+
+        hot, norm = _hot_weights(rows, alpha, hot_shares, q)
+        unused = np.empty(head, dtype=np.int64)
         weight = np.empty(head, dtype=np.float64)
-        _head_rows(
-            rows, head, table.mapping == "contiguous", sampler.permutation_bits(rows),
-            sampler.feistel_round_keys(sampler.root_key(spec.seed), t), float(table.alpha),
-            hot, out_row, weight, q,
-        )  # fmt: skip
-        # the rows are distinct (a permutation's images): any sort gives the one order, and
-        # quicksort takes a quarter of the stable sort's time (2^18 rows: 5 against 22 ms;
-        # meta-2021's plan builds ~1,000 of these)
-        order = np.argsort(out_row)
+        _head_rows(rows, head, True, 2, np.zeros(4, np.uint64), alpha, hot, unused, weight, q)
         tail = max(norm - float(weight.sum()), 0.0) if rows > head else 0.0
-        return cls(rows, out_row[order], weight[order] / norm, np.array([tail / norm]))
+        share = weight / norm
+        share.flags.writeable = False
+        got = (share, tail / norm)
+        _LAWS[key] = got
+        if len(_LAWS) > _LAWS_KEPT:
+            _LAWS.popitem(last=False)
+        return got
 
 
 def spec_mass(spec: Any, t: int) -> RowMass | None:
@@ -322,6 +385,73 @@ def _head_rows(
         out_weight[p] = 1.0 if alpha == 0.0 else math.exp(-alpha * math.log(p + 1.0 + q))
         if p < len(hot_weight):
             out_weight[p] = hot_weight[p]
+
+
+@kernel
+def _spec_top(
+    rows: int, head: int, contiguous: bool, bits: int, keys: np.ndarray, share: np.ndarray,
+    top: np.ndarray, top_mass: np.ndarray, top_cum: np.ndarray,
+) -> bool:  # fmt: skip
+    """Ranks 0 .. head - 1's rows (the generator's map, as `_head_rows`) ascending in `top`,
+    each rank's `share` beside its row in `top_mass`, their running sum from 0 in
+    `top_cum` (sequential, as numpy's cumsum: the same bits); False, nothing written,
+    where a row and a rank do not fit one int64 (rows over ~2^45: the caller sorts).
+
+    The rows are distinct. Contiguous: rank p is row p. A whole table (head = rows): the
+    rows are all of them, so rank p's share goes to slot permute(p), no sort. Otherwise
+    a least-significant-digit radix sort of row << rank_bits | rank by the row's bits
+    (O(head) a pass, a pass per 12 bits: ~2 ms for 2^18 ranks, np.argsort ~5)."""
+    rank_bits = 1
+    while (1 << rank_bits) < head:
+        rank_bits += 1
+    if not contiguous and head < rows and bits + rank_bits > 63:
+        return False
+    if contiguous:
+        for p in range(head):
+            top[p] = p
+            top_mass[p] = share[p]
+    elif head == rows:
+        for p in range(head):
+            top[p] = p
+            top_mass[permute_index(p, rows, bits, keys)] = share[p]
+    elif head > 0:
+        passes = (bits + 11) // 12
+        width = (bits + passes - 1) // passes
+        mask = (1 << width) - 1
+        hist = np.zeros((passes, 1 << width), dtype=np.int64)
+        a = np.empty(head, dtype=np.int64)
+        b = np.empty(head, dtype=np.int64)
+        for p in range(head):
+            v = (permute_index(p, rows, bits, keys) << rank_bits) | p
+            a[p] = v
+            for d in range(passes):
+                hist[d, (v >> (rank_bits + d * width)) & mask] += 1
+        for d in range(passes):
+            h = hist[d]
+            start = 0
+            for x in range(1 << width):  # each digit's first slot
+                c = h[x]
+                h[x] = start
+                start += c
+            shift = rank_bits + d * width
+            for i in range(head):  # stable: equal digits keep the last pass's order
+                v = a[i]
+                x = (v >> shift) & mask
+                j = h[x]
+                h[x] = j + 1
+                b[j] = v
+            a, b = b, a
+        low = (1 << rank_bits) - 1
+        for i in range(head):
+            v = a[i]
+            top[i] = v >> rank_bits
+            top_mass[i] = share[v & low]
+    s = 0.0
+    top_cum[0] = 0.0
+    for i in range(head):
+        s += top_mass[i]
+        top_cum[i + 1] = s
+    return True
 
 
 __all__ = [
