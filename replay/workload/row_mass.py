@@ -31,6 +31,11 @@ Sources of the mass:
   marginal law); `from_spec` and `block_shares` weigh ranks (k + q)^-alpha with the
   table's `rank_offset` q, while `spec_mass` (the sharder's input) still returns None for
   a table with drift or a `rank_offset` (the caller falls back to rows).
+  Cost: the head's shares depend only on the law (rows, alpha, hot shares, offset), so
+  they are built once per law and shared read-only (`_law`); each table maps its head
+  ranks to rows, radix-sorts them with their shares and sums them in one kernel
+  (`_spec_top`): meta-2021's 856 tables of 4 laws take ~2 s of CPU on one thread, ~7.3 s
+  with a table's own weights and numpy's argsort (the same arrays).
 - `from_lookups(local_rows, rows)`: counted from a trace's keys (table-local row ids):
   the `top` most looked-up rows exactly (ties: lower row), the other lookups counted per
   1 / `bins` of the table (default 4,096 of each: a block of 1 / 64 of a table spans 64
