@@ -212,12 +212,44 @@ def torchrec_cacheability(hist: np.ndarray | Sequence[float], height: int) -> fl
     return float(p[0] + np.sum(np.diff(p) * ys))
 
 
+class Counts(list[int]):
+    """A histogram's counts: a list of ints (JSON, equality, as any list) that keeps the
+    int64 array it was made from (`array`), so that the per-shard curves and the writer
+    read 10 M counts without converting them again; any change through the list's own
+    methods drops the array."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        super().__init__(array.tolist())
+        self.array: np.ndarray | None = array
+
+
+def _dropping(name: str) -> Any:
+    def method(self: Counts, *args: Any, **kwargs: Any) -> Any:
+        self.array = None
+        return getattr(list, name)(self, *args, **kwargs)
+
+    return method
+
+
+for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert",
+              "pop", "remove", "sort", "reverse", "clear"):  # fmt: skip
+    setattr(Counts, _name, _dropping(_name))
+
+
+def counts_array(hist: Sequence[Any]) -> np.ndarray:
+    """A histogram's counts as an array: a `Counts`'s own, else converted."""
+    kept = hist.array if isinstance(hist, Counts) else None
+    return kept if kept is not None else np.asarray(hist)
+
+
 def histogram(hits: np.ndarray, unique: float) -> list[int]:
     """`mrc_hist_counts` from hits at the edge sizes k_0..k_(n-1) and U (module
     docstring): the last bin takes the rest of U (far reuses and cold misses). Counts are
     whole requests (a sampled curve's expected counts rounded cumulatively: each edge's
     hits within 0.5)."""
-    return histogram_counts(hits, unique).tolist()
+    return Counts(histogram_counts(hits, unique))
 
 
 def histogram_counts(hits: np.ndarray, unique: float) -> np.ndarray:
@@ -401,7 +433,7 @@ def torchrec_stats(
         entry: dict[str, Any] = {
             "height": height,
             "bins": n,
-            "mrc_hist_counts": counts.tolist(),
+            "mrc_hist_counts": Counts(counts),
             "expected_lookups": float(distinct[t]),
             "cacheability": torchrec_cacheability(counts, height),
             "cold_miss_ratio": min(curve.cold / curve.unique, 1.0) if curve.unique > 0 else 0.0,

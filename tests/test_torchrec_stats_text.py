@@ -1,0 +1,88 @@
+"""torchrec.json's histograms: the counts a plan keeps as arrays (`Counts`), written as
+the JSON encoder writes a list, and the bins' search in growing runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.plan.torchrec import (
+    MAX_BINS,
+    Counts,
+    _edge_at,
+    choose_bins,
+    counts_array,
+    histogram,
+)
+from replay.plan.torchrec_shards import _counts_text, torchrec_text
+
+INT64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.one_of(INT64, st.integers(0, 10**6)), max_size=40))
+def test_counts_are_written_as_the_json_encoder_writes_their_list(values: list[int]) -> None:
+    counts = Counts(np.array(values, dtype=np.int64))
+    assert counts == values and json.loads(json.dumps(counts)) == values
+    assert _counts_text(counts) == json.dumps(values, separators=(", ", ": "))
+
+
+def test_a_changed_counts_list_is_written_as_the_list_it_now_is() -> None:
+    """Any change through the list's methods drops the array: the text and the readers
+    then take the list."""
+    changes = [
+        lambda c: c.append(7), lambda c: c.__setitem__(0, -3), lambda c: c.extend([1, 2]),
+        lambda c: c.sort(reverse=True), lambda c: c.pop(), lambda c: c.__delitem__(1),
+        lambda c: c.insert(0, 9), lambda c: c.remove(2), lambda c: c.reverse(),
+        lambda c: c.clear(),
+    ]  # fmt: skip
+    for change in changes:
+        counts = Counts(np.array([4, 2, 0, 5], dtype=np.int64))
+        change(counts)
+        assert counts.array is None
+        assert counts_array(counts).tolist() == list(counts)
+        assert _counts_text(counts) == json.dumps(list(counts), separators=(", ", ": "))
+    mixed = [1, 2.5, 3]  # a plain list (read from a file, say) is written by the encoder
+    assert _counts_text(mixed) == json.dumps(mixed, separators=(", ", ": "))
+
+
+def test_torchrec_text_of_counts_is_the_text_of_plain_lists() -> None:
+    hist = histogram(np.array([0.0, 3.2, 3.2, 10.7]), 40.0)
+    assert isinstance(hist, Counts) and hist == [3, 0, 8, 29]
+    entry = {"height": 50, "bins": 4, "mrc_hist_counts": hist}
+    doc = {"format": "x", "tables": {"a": entry}, "cluster": {"shards": [dict(entry)]}}
+    plain = json.loads(json.dumps(doc))
+    assert torchrec_text(doc) == torchrec_text(plain)
+    assert json.loads(torchrec_text(doc)) == plain
+
+
+def _first_bins_one_run(height: int, rows: float, n0: int) -> int:
+    """`choose_bins`'s search as one run of 65,536 candidates at a time (before the
+    growing runs)."""
+    limit = min(MAX_BINS, max(4 * n0, int(height) + 1))
+    for lo in range(n0, limit + 1, 1 << 16):
+        cand = np.arange(lo, min(lo + (1 << 16), limit + 1), dtype=np.int64)
+        hit = np.flatnonzero(_edge_at(height, float(rows), cand))
+        if len(hit):
+            return int(cand[hit[0]])
+    return n0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 10**9), st.floats(0.0, 1.0), st.integers(1, 300))
+def test_bins_searched_in_growing_runs_are_the_first_fit(
+    height: int, share: float, at_least: int
+) -> None:
+    rows = max(1.0, math.floor(share * (height - 1)))
+    got = choose_bins(height, rows, at_least)
+    if got in (MAX_BINS, at_least) or not 1.0 <= rows < height:
+        return
+    fine = math.ceil(height / (0.05 * rows))
+    gap = height - rows + 1.0 - (2.0**-21 * height + 1e-6)
+    n0 = max(at_least, fine, int(height // gap) + 1 if gap > 0 else MAX_BINS)
+    if n0 < MAX_BINS:
+        assert got == _first_bins_one_run(height, rows, n0)
