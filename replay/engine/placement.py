@@ -197,8 +197,8 @@ def spec_loads(spec: Any, system: SystemSpec) -> tuple[TableLoad, ...]:
     and table (what the generator draws), one bag per sample, and how they fall on the
     rows from the generator's own pmf and row permutation (`spec_mass`; None, i.e.
     uniform, for a table with drift or a Zipf-Mandelbrot offset). The tables' pmfs on
-    the cores side by side (their kernel and sort release the GIL: meta-2021's 164 of
-    ~17 ms each)."""
+    the cores side by side (their kernel releases the GIL: meta-2021's 164 of ~3.5 ms
+    each)."""
     from replay._machine import usable_cores
     from replay._threads import worker_pool
 
