@@ -1,5 +1,6 @@
 """torchrec.json's histograms: the counts a plan keeps as arrays (`Counts`), written as
-the JSON encoder writes a list, and the bins' search in growing runs."""
+the JSON encoder writes a list; alike tables' numbers computed once; the bins' search in
+growing runs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -86,3 +88,41 @@ def test_bins_searched_in_growing_runs_are_the_first_fit(
     n0 = max(at_least, fine, int(height // gap) + 1 if gap > 0 else MAX_BINS)
     if n0 < MAX_BINS:
         assert got == _first_bins_one_run(height, rows, n0)
+
+
+def test_alike_tables_get_the_numbers_computed_for_the_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tables of one law and load factor (Che's curve alone, as at production scale,
+    where no exact head is read) get the entry the first computed, each its own list:
+    the same document as every table computed anew."""
+    from replay.plan import torchrec_unique as tu
+    from replay.plan.torchrec import torchrec_stats
+    from replay.workload.sampled import open_sampled_workload
+    from replay.workload.spec import TableSpec, WorkloadSpec
+
+    spec = WorkloadSpec(
+        name="alike",
+        tables=(
+            TableSpec("a", 3000, alpha=0.9), TableSpec("b", 3000, alpha=0.9),
+            TableSpec("c", 3000, alpha=0.9), TableSpec("d", 3000, alpha=1.2),
+            TableSpec("e", 3000, alpha=0.9, pooling=2),
+        ),
+        batch_size=64, batches=300, embedding_dim=8,
+    )  # fmt: skip
+    factors = {"a": 0.3, "b": 0.3, "c": 0.05, "d": 0.3, "e": 0.3}
+    from replay.plan import torchrec as tr
+
+    # as at production scale: no exact head, the unique ids per batch in closed form
+    monkeypatch.setattr(tu, "_unique_heads", lambda *a: None)
+    monkeypatch.setattr(tr, "_closed_form", lambda spec: True)
+    doc = torchrec_stats(open_sampled_workload(spec, 0.25), bins=20, load_factors=factors)
+    monkeypatch.setattr(tu.UniqueCurve, "key", lambda self: None)
+    anew = torchrec_stats(open_sampled_workload(spec, 0.25), bins=20, load_factors=factors)
+    assert json.dumps(doc) == json.dumps(anew)
+    tables = doc["tables"]
+    a, b = tables["a"]["mrc_hist_counts"], tables["b"]["mrc_hist_counts"]
+    assert a == b and a is not b and a.array is b.array  # one law, one load factor
+    assert tables["c"]["bins"] != tables["a"]["bins"] and tables["d"]["mrc_hist_counts"] != a
+    b[0] += 1  # one table's list changed leaves the other's as it was
+    assert a == anew["tables"]["a"]["mrc_hist_counts"] and b != a

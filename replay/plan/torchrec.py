@@ -220,8 +220,10 @@ class Counts(list[int]):
 
     __slots__ = ("array",)
 
-    def __init__(self, array: np.ndarray) -> None:
-        super().__init__(array.tolist())
+    def __init__(self, array: np.ndarray, like: Counts | None = None) -> None:
+        """`like`: a `Counts` of the same `array`, whose list is copied (not made again)."""
+        super().__init__(array.tolist() if like is None else like)
+        array.flags.writeable = False  # shared by alike tables' lists
         self.array: np.ndarray | None = array
 
 
@@ -425,17 +427,27 @@ def torchrec_stats(
     batch_size = batch_size_of(src)
     factors = dict(load_factors or {})
     tables: dict[str, Any] = {}
+    # alike tables (one law, the same curve and load factor: meta-2021's 856 tables ask 36
+    # questions) get the numbers of the first: a function of exactly this key
+    asked: dict[tuple[Any, ...], tuple[int, Counts, float]] = {}
     for t, (name, height, curve) in enumerate(zip(names, heights, curves, strict=True)):
         factor = factors.get(name)
-        n = choose_bins(height, None if factor is None else float(factor) * height, bins)
-        edges = edge_sizes(height, n)[:-1]
-        counts = histogram_counts(curve.hits(edges), curve.unique)
+        law = curve.key()
+        key = None if law is None else (law, height, None if factor is None else float(factor))
+        kept = asked.get(key) if key is not None else None
+        if kept is None:
+            n = choose_bins(height, None if factor is None else float(factor) * height, bins)
+            counts = histogram_counts(curve.hits(edge_sizes(height, n)[:-1]), curve.unique)
+            kept = n, Counts(counts), torchrec_cacheability(counts, height)
+            if key is not None:
+                asked[key] = kept
+        n, hist, cacheability = kept
         entry: dict[str, Any] = {
             "height": height,
             "bins": n,
-            "mrc_hist_counts": Counts(counts),
+            "mrc_hist_counts": Counts(hist.array, hist) if hist.array is not None else hist,
             "expected_lookups": float(distinct[t]),
-            "cacheability": torchrec_cacheability(counts, height),
+            "cacheability": cacheability,
             "cold_miss_ratio": min(curve.cold / curve.unique, 1.0) if curve.unique > 0 else 0.0,
             "load_factor": None if factor is None else float(factor),
             "lookups": int(lookups[t]),

@@ -203,12 +203,29 @@ def _che_rates(table: Any, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
     return pop.counts, -n * np.log1p(-np.minimum(pop.probabilities, 1.0 - 1e-16))
 
 
+def che_law(table: Any, batch_size: int, batches: int) -> tuple[Any, ...]:
+    """What Che's numbers of a table depend on: its law (rows, alpha, hot shares, rank
+    offset), pooling, the batch size and the run (not its name)."""
+    return (
+        int(table.rows), float(table.alpha), tuple(float(h) for h in table.hot_shares),
+        float(table.rank_offset), int(table.pooling), int(batch_size), int(batches),
+    )  # fmt: skip
+
+
 def che_unique_cold(table: Any, batch_size: int, batches: int) -> tuple[float, float]:
     """(the run's distinct rows, its unique ids): the cold misses and U of
-    `che_unique_misses`, in closed form."""
-    m, rate = _che_rates(table, batch_size)
-    b = float(batches)
-    return float(np.sum(m * -np.expm1(-rate * b))), b * float(np.sum(m * -np.expm1(-rate)))
+    `che_unique_misses`, in closed form; kept per `che_law`."""
+    law = che_law(table, batch_size, batches)
+    kept = _che_colds.get(law)
+    if kept is None:
+        m, rate = _che_rates(table, batch_size)
+        b = float(batches)
+        kept = float(np.sum(m * -np.expm1(-rate * b))), b * float(np.sum(m * -np.expm1(-rate)))
+        with _che_lock:
+            if len(_che_colds) >= CHE_TABLES_KEPT:
+                _che_colds.pop(next(iter(_che_colds)))
+            _che_colds[law] = kept
+    return kept
 
 
 # curves kept per law (rows, alpha, hot shares, rank offset, pooling), batch size and run:
@@ -216,6 +233,7 @@ def che_unique_cold(table: Any, batch_size: int, batches: int) -> tuple[float, f
 # sizes; the curve took 19 of the 21 s of its TorchRec statistics, 856 times over)
 CHE_CURVES_KEPT = 64
 _che_curves: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, float, float]] = {}
+_che_colds: dict[tuple[Any, ...], tuple[float, float]] = {}  # per law: `che_unique_cold`
 _che_lock = threading.Lock()
 
 
@@ -233,10 +251,7 @@ def che_unique_misses(
     criteo-terabyte's tables). The grid is a function of the table's law, the batch size
     and the run alone, kept per those: a table of the same law as one asked before reads
     that one's grid at its own sizes (the same values as its own grid's)."""
-    key = (
-        int(table.rows), float(table.alpha), tuple(float(h) for h in table.hot_shares),
-        float(table.rank_offset), int(table.pooling), int(batch_size), int(batches),
-    )  # fmt: skip
+    key = che_law(table, batch_size, batches)
     with _che_lock:
         kept = _che_curves.get(key)
     if kept is None:
@@ -344,6 +359,14 @@ class UniqueCurve:
         rank = np.argsort(sizes, kind="stable")
         out[rank] = np.maximum.accumulate(out[rank])
         return out
+
+    def key(self) -> tuple[Any, ...] | None:
+        """What `hits`, `unique` and `cold` depend on where that is not this object's
+        own state (Che's approximation alone: no head), else None; alike tables' curves
+        have equal keys and read the same hits at the same sizes."""
+        if self.che is None or self.head is not None or self.exact is not None:
+            return None
+        return (int(self.height), float(self.unique), float(self.cold), che_law(*self.che))
 
     @property
     def sampled_rows(self) -> int | None:
