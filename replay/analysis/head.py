@@ -447,11 +447,30 @@ class HeadCurve:
         pooled = ExactHead.miss_fractions(self.counts.sum(axis=0), at)
         if self.exact:
             return pooled, np.zeros(len(at))
-        per = np.array([ExactHead.miss_fractions(c, at) for c in self.counts if c[-1] > 0])
+        per = _block_fractions(self.counts[self.counts[:, -1] > 0], at)
         if len(per) < 2:
             return pooled, np.ones(len(at))  # not `usable`: no spread to tell
         t = BLOCK_T_QUANTILE if len(per) == HEAD_BLOCKS else _t95(len(per) - 1)
         return pooled, t * per.std(axis=0, ddof=1) / np.sqrt(len(per))
+
+
+def _block_fractions(counts: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """`ExactHead.miss_fractions` of each row of `counts` (every one counted something) at
+    `at` (each in [0, capacity]), [rows, len(at)]: the histogram's suffix sums taken at
+    those sizes only (segment sums between them, then summed from the top), not over
+    every distance of every block; the same integers, so the same ratios."""
+    hist = counts[:, :-2]
+    cap = hist.shape[1]
+    cuts = np.unique(at[at < cap])
+    suffix = np.zeros((len(counts), len(cuts) + 1), dtype=np.int64)
+    if len(cuts):
+        seg = np.add.reduceat(hist, cuts, axis=1)  # [cuts[i], cuts[i + 1]), the last to cap
+        suffix[:, :-1] = np.cumsum(seg[:, ::-1], axis=1)[:, ::-1]
+    # a size at the capacity: no counted distance reaches it (the zero column)
+    where = np.where(at < cap, np.searchsorted(cuts, at), len(cuts))
+    # C order, as the rows stacked one by one: the blocks' spread sums down the columns
+    # in that order (an F-ordered array's `std` sums pairwise, other bits)
+    return np.ascontiguousarray((counts[:, -2:-1] + suffix[:, where]) / counts[:, -1:])
 
 
 def _t95(dof: int) -> float:

@@ -53,6 +53,7 @@ from replay._malloc import state_array
 from replay.analysis.head import HeadCurve, _split_by_table, head_curves
 from replay.analysis.head_pieces import ahead, one_batch_heads, one_batch_heads_wanted
 from replay.analysis.mrc import (
+    MAX_SIZE_ROWS,
     MrcResult,
     _exact_result,
     _sampled_result,
@@ -63,7 +64,7 @@ from replay.analysis.mrc import (
     stream_table_lookups,
     validate_options,
 )
-from replay.analysis.shards import ShardsSampler, _shards_filter
+from replay.analysis.shards import ShardsSampler, TableSamplers, _shards_filter, resolution_rows
 from replay.analysis.stack import _FIB, StackDistances, _rehash, dense_rows
 from replay.errors import ConfigError, TraceError
 from replay.trace.keys import (
@@ -76,6 +77,7 @@ from replay.trace.keys import (
 from replay.trace.reader import Trace
 from replay.trace.stream import iter_batch_ranges
 from replay.workload.onthefly import GeneratedTrace
+from replay.workload.sampler import shards_threshold
 from replay.workload.spec import WorkloadSpec
 
 HEAD_CHUNK_LOOKUPS = 1 << 20  # lookups generated at a time for the exact head
@@ -577,7 +579,11 @@ def _full_stream_heads(src: Any, resolution: int) -> list[HeadCurve] | None:
 
 
 def horizon_mrc(
-    source: Any, sizes_rows: np.ndarray | Sequence[int] | None = None, *, threads: int | None = None
+    source: Any,
+    sizes_rows: np.ndarray | Sequence[int] | None = None,
+    *,
+    threads: int | None = None,
+    tables: bool = False,
 ) -> MrcResult:
     """The LRU miss-ratio curve of a source's whole stream, cache sizes in rows.
 
@@ -586,7 +592,9 @@ def horizon_mrc(
     the random-group `expected_error` of `replay.analysis.shards`; sizes below the rate's
     `resolution_rows` are a ConfigError, as for `replay mrc --sample-rate`. A sampled
     workload spec's curve is corrected by Che's approximation as a control variate
-    (`replay.analysis.shards_model`; `extra["model"]` says so).
+    (`replay.analysis.shards_model`; `extra["model"]` says so). `tables`: a sampled
+    stream's pass also feeds the per-table samplers, kept on the source for the next
+    `per_table_mrc` (the same curves, without a second pass over the stream).
     """
     src = _open(source, threads)
     rate = source_sample_rate(src)
@@ -604,9 +612,16 @@ def horizon_mrc(
     sampler = ShardsSampler(total, rate)
     where = _label(src)
     sampled = 0
+    rows = np.asarray(src.table_rows, dtype=np.int64)
+    fed = _table_samplers(src, rows, rate) if tables else None
     for keys in _stream_keys(src):
         sampler.feed_sampled(0, keys, _sample_groups(keys, sampler, where))
         sampled += len(keys)
+        if fed is not None:
+            fed.add(keys)
+    if fed is not None:
+        fed.close()
+        src.__dict__["_replay_table_samplers"] = fed
     requests = int(full_lookups(src, np.array([sampled]), rate).sum())
     sampler.feed_sampled(requests, np.empty(0, np.int64), np.empty(0, np.uint8))
     heads = _full_stream_heads(src, sampler.resolution)
@@ -643,7 +658,26 @@ def _per_table_sizes(
     per = list(sizes)
     if len(per) != tables:
         raise ConfigError(f"sizes: give one size list per table ({tables}), got {len(per)}")
-    return [None if s is None else validate_options(s, rate, head=head) for s in per]
+    validate_options(None, rate, head=head)  # the rate, once
+
+    def valid(s: Any) -> np.ndarray:
+        # an integer array in range: what `validate_sizes` makes of it, without its
+        # per-value checks (856 tables of ~250 sizes each in a plan)
+        if (
+            isinstance(s, np.ndarray)
+            and s.ndim == 1
+            and s.dtype.kind in "iu"
+            and len(s)
+            and (rate is None or head)
+            and int(s.min()) >= 1
+            and int(s.max()) <= MAX_SIZE_ROWS
+        ):
+            return np.unique(s.astype(np.int64))
+        chosen = validate_options(s, rate, head=head)
+        assert chosen is not None
+        return chosen
+
+    return [None if s is None else valid(s) for s in per]
 
 
 def per_table_mrc(
@@ -687,29 +721,30 @@ def per_table_mrc(
         if exact
         else []
     )
-    samplers = [] if exact else [ShardsSampler(int(r), rate) for r in rows]
-    whole = None if exact else ShardsSampler(int(offsets[-1]), rate, subsamples=0)
-    where = _label(src)
-    tid = np.empty(0, dtype=np.int32)
-    starts = np.zeros(tables + 1, dtype=np.int64)
-    sampled = np.zeros(tables, dtype=np.int64)
     no_group = np.empty(0, dtype=np.uint8)
-    for keys in _stream_keys(src):
-        group = no_group if whole is None else _sample_groups(keys, whole, where)
-        if len(tid) < len(keys):
-            tid = np.empty(len(keys), dtype=np.int32)
-        local = np.empty(len(keys), dtype=np.int64)
-        local_group = np.empty(len(group), dtype=np.uint8)
-        _split_by_table(keys, group, offsets, tid, starts, local, local_group)
-        for t in range(tables):
-            lo, hi = int(starts[t]), int(starts[t + 1])
-            if hi == lo:
-                continue
-            sampled[t] += hi - lo
-            if exact:
-                states[t].feed(local[lo:hi])
-            else:
-                samplers[t].feed_sampled(0, local[lo:hi], local_group[lo:hi])
+    if not exact:
+        # fed by `horizon_mrc(tables=True)`'s pass where it ran one, else here
+        fed = src.__dict__.pop("_replay_table_samplers", None)
+        if not isinstance(fed, TableSamplers) or fed.threshold != shards_threshold(rate):
+            fed = _table_samplers(src, rows, rate)
+            for keys in _stream_keys(src):
+                fed.add(keys)
+            fed.close()
+        sampled = fed.sampled
+    else:
+        tid = np.empty(0, dtype=np.int32)
+        starts = np.zeros(tables + 1, dtype=np.int64)
+        sampled = np.zeros(tables, dtype=np.int64)
+        for keys in _stream_keys(src):
+            if len(tid) < len(keys):
+                tid = np.empty(len(keys), dtype=np.int32)
+            local = np.empty(len(keys), dtype=np.int64)
+            _split_by_table(keys, no_group, offsets, tid, starts, local, no_group)
+            for t in range(tables):
+                lo, hi = int(starts[t]), int(starts[t + 1])
+                if hi > lo:
+                    sampled[t] += hi - lo
+                    states[t].feed(local[lo:hi])
     results = []
     if exact:
         for t in range(tables):
@@ -717,12 +752,20 @@ def per_table_mrc(
             results.append(_named(result, names[t]))
         return results
     requests = full_lookups(src, sampled, rate)
-    heads = _full_stream_heads(src, samplers[0].resolution) if tables else None
+    heads = _full_stream_heads(src, resolution_rows(fed.threshold)) if tables else None
     for t in range(tables):
-        samplers[t].feed_sampled(int(requests[t]), np.empty(0, np.int64), no_group)
+        # a table without sampled keys: an empty sampler, made (and let go) now
+        sampler = fed.samplers.pop(t, None) or ShardsSampler(int(rows[t]), rate)
+        sampler.feed_sampled(int(requests[t]), np.empty(0, np.int64), no_group)
         head = heads[1 + t] if heads else None
-        results.append(_named(_sampled_result(samplers[t], sizes[t], head), names[t]))
+        results.append(_named(_sampled_result(sampler, sizes[t], head), names[t]))
     return results
+
+
+def _table_samplers(src: Any, rows: np.ndarray, rate: float) -> TableSamplers:
+    whole = ShardsSampler(int(rows.sum()), rate, subsamples=0)
+    where = _label(src)
+    return TableSamplers(rows, rate, lambda keys: _sample_groups(keys, whole, where))
 
 
 def _named(result: MrcResult, name: str) -> MrcResult:

@@ -88,7 +88,7 @@ from replay._jit import kernel
 from replay.analysis.head import HeadCurve
 from replay.analysis.stack import StackDistances
 from replay.errors import TraceError
-from replay.trace.keys import bad_lookup_error
+from replay.trace.keys import bad_lookup_error, table_of
 from replay.workload.sampler import SHARDS_MODULUS, SHARDS_SALT, mix64, shards_threshold
 
 SUBSAMPLES = 8  # K hash-disjoint groups for the error estimate (a power of 2)
@@ -167,6 +167,133 @@ def _shards_filter_columns(
             out_group[n] = np.uint8((h >> s24) & gmask)
             n += 1
     return n, bad
+
+
+# `split_sampled` stop codes
+SPLIT_DONE = 0
+SPLIT_OUTSIDE = 1  # a key outside the row space
+SPLIT_UNSAMPLED = 2  # a key the SHARDS rule does not keep
+
+
+@kernel
+def split_sampled(
+    keys: np.ndarray,
+    offsets: np.ndarray,
+    threshold: int,
+    salt: np.uint64,
+    tid: np.ndarray,
+    cuts: np.ndarray,
+    local: np.ndarray,
+    grouped: np.ndarray,
+) -> tuple[int, int]:
+    """A sampled stream's flat keys split by table for per-table samplers, in one pass:
+    table t's table-local keys in stream order at local[cuts[t K] : cuts[t K + K]], and
+    the same keys by SHARDS group (stable) at grouped[cuts[t K + g] : cuts[t K + g + 1]]
+    (K = SUBSAMPLES; `cuts` has tables K + 1 slots). (index of the first bad key, its
+    code), or (len(keys), SPLIT_DONE): every key must be in the row space and sampled at
+    `threshold` (the stream was sampled by this rule at this rate)."""
+    t_max = np.uint64(threshold)
+    low = np.uint64(SHARDS_MODULUS - 1)
+    gmask = np.uint64(SUBSAMPLES - 1)
+    s24 = np.uint64(24)
+    tables = len(offsets) - 1
+    total = offsets[tables]
+    for j in range(len(cuts)):
+        cuts[j] = 0
+    t = 0
+    for i in range(len(keys)):
+        key = np.int64(keys[i])
+        if key < 0 or key >= total:
+            return i, SPLIT_OUTSIDE
+        h = mix64(np.uint64(key) ^ salt)
+        if (h & low) >= t_max:
+            return i, SPLIT_UNSAMPLED
+        # a sampled stream comes by (batch, table): the last key's table first
+        if not (offsets[t] <= key < offsets[t + 1]):
+            t = table_of(offsets, key)
+        c = t * SUBSAMPLES + np.int64((h >> s24) & gmask)
+        tid[i] = c
+        cuts[c + 1] += 1
+    for j in range(len(cuts) - 1):
+        cuts[j + 1] += cuts[j]
+    fill = cuts[: len(cuts) - 1].copy()  # each (table, group)'s next slot in `grouped`
+    head = np.empty(tables, dtype=np.int64)  # each table's next slot in `local`
+    for u in range(tables):
+        head[u] = cuts[u * SUBSAMPLES]
+    for i in range(len(keys)):
+        c = tid[i]
+        u = c // SUBSAMPLES
+        key = np.int64(keys[i]) - offsets[u]
+        local[head[u]] = key
+        head[u] += 1
+        grouped[fill[c]] = key
+        fill[c] += 1
+    return len(keys), SPLIT_DONE
+
+
+class TableSamplers:
+    """One `ShardsSampler` per table fed from a sampled stream's flat keys (table-local
+    keys, error groups from the global keys' hash), `SPLIT_KEYS` keys split at a time
+    (`split_sampled`: the check, the groups and the split in one pass), so each table's
+    states take a few long runs rather than a short one per row group. A table's sampler
+    is made at its first key (most of a production spec's tables get none at a low rate:
+    `sampler(t)` makes an empty one). `refused(keys)` raises for a row group whose keys
+    are not the rule's at this rate (the caller's wording)."""
+
+    SPLIT_KEYS = 1 << 22  # ~100 MB of keys, split and groups at a time
+
+    def __init__(
+        self, rows: np.ndarray, rate: float, refused: Callable[[np.ndarray], None]
+    ) -> None:
+        from replay.trace.keys import table_offsets
+
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self.rate = rate
+        self.offsets = table_offsets(self.rows)
+        self.threshold = shards_threshold(rate)
+        self.salt = np.uint64(SHARDS_SALT)
+        self.refused = refused
+        self.samplers: dict[int, ShardsSampler] = {}
+        self.sampled = np.zeros(len(self.rows), dtype=np.int64)
+        self._pending: list[np.ndarray] = []
+        self._held = 0
+        self._cuts = np.zeros(len(self.rows) * SUBSAMPLES + 1, dtype=np.int64)
+
+    def sampler(self, t: int) -> ShardsSampler:
+        if t not in self.samplers:
+            self.samplers[t] = ShardsSampler(int(self.rows[t]), self.rate)
+        return self.samplers[t]
+
+    def add(self, keys: np.ndarray) -> None:
+        """A row group's flat keys (int64, stream order)."""
+        self._pending.append(keys)
+        self._held += len(keys)
+        if self._held >= self.SPLIT_KEYS:
+            self.close()
+
+    def close(self) -> None:
+        """Fold in the keys added so far."""
+        if not self._pending:
+            return
+        pending, self._pending, self._held = self._pending, [], 0
+        keys = pending[0] if len(pending) == 1 else np.concatenate(pending)
+        n, cuts = len(keys), self._cuts
+        tid = np.empty(n, dtype=np.int32)
+        local = np.empty(n, dtype=np.int64)
+        grouped = np.empty(n, dtype=np.int64)
+        i, code = split_sampled(
+            keys, self.offsets, self.threshold, self.salt, tid, cuts, local, grouped
+        )
+        if code != SPLIT_DONE:  # said of the row group that holds the key
+            ends = np.cumsum([len(k) for k in pending])
+            chunk = int(np.searchsorted(ends, i, side="right"))
+            self.refused(pending[chunk])
+            raise AssertionError("split_sampled refused a key the row group's check takes")
+        per = np.diff(cuts[::SUBSAMPLES])
+        self.sampled += per
+        for t in np.flatnonzero(per).tolist():
+            at = cuts[t * SUBSAMPLES : (t + 1) * SUBSAMPLES + 1]
+            self.sampler(t).feed_split(local[int(at[0]) : int(at[-1])], grouped, at)
 
 
 def resolution_rows(threshold: int) -> int:
@@ -275,15 +402,40 @@ class ShardsSampler:
                     self.groups[g].feed(ordered[lo:hi])
                 lo = hi
 
-    def _curve(self, state: StackDistances, sizes: np.ndarray, groups: int = 1) -> np.ndarray:
-        """SHARDS_adj miss ratios of one sample at rate T / (P groups)."""
+    def feed_split(self, sampled: np.ndarray, grouped: np.ndarray, cuts: np.ndarray) -> None:
+        """`feed_sampled(0, ...)` of a stream already split (`split_sampled`): `sampled` in
+        stream order, the same keys by group (stable) at grouped[cuts[g] : cuts[g + 1]]."""
+        if len(sampled):
+            self.full.feed(sampled)
+        if self.groups:
+            for g in range(len(self.groups)):
+                lo, hi = int(cuts[g]), int(cuts[g + 1])
+                if hi > lo:
+                    self.groups[g].feed(grouped[lo:hi])
+
+    def _cuts(self, sizes: np.ndarray, groups: int = 1) -> np.ndarray:
+        """The sampled distance each size's misses start at: distance_s / R >= C <=>
+        distance_s >= ceil(C T / den), den = P groups (exact integers)."""
+        den = SHARDS_MODULUS * groups
+        if len(sizes) and int(sizes.max()) < (1 << 62) // max(self.threshold, 1):
+            return -(-np.asarray(sizes, dtype=np.int64) * self.threshold // den)
+        # Python ints where C T could overflow int64
+        return np.array([-(-int(c) * self.threshold // den) for c in sizes.tolist()], np.int64)
+
+    def _curve(
+        self,
+        state: StackDistances,
+        sizes: np.ndarray,
+        groups: int = 1,
+        cuts: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """SHARDS_adj miss ratios of one sample at rate T / (P groups); `cuts`: `_cuts`'s
+        of these sizes, where the caller has them."""
         den = SHARDS_MODULUS * groups
         expected = self.requests * self.threshold / den  # N R, the adjusted histogram total
         if expected <= 0:
             return np.zeros(len(sizes))
-        # distance_s / R >= C  <=>  distance_s >= ceil(C T / den); Python ints: no overflow
-        cuts = [-(-int(c) * self.threshold // den) for c in sizes.tolist()]
-        misses = state.misses_at(np.array(cuts, dtype=np.int64))
+        misses = state.misses_at(self._cuts(sizes, groups) if cuts is None else cuts)
         return np.clip(misses / expected, 0.0, 1.0)
 
     def miss_ratios(
@@ -337,17 +489,24 @@ class ShardsSampler:
             whole, parts = self._corrections(np.append(sizes, cx))
             if self.model is not None and self.model_blend == 0.0:
                 weight = np.zeros(len(sizes))  # the corrected sample needs no anchor
-
-            def joined(state: StackDistances, groups: int, corr: np.ndarray) -> np.ndarray:
-                tail = np.clip(self._curve(state, sizes, groups) + corr[:-1], 0.0, 1.0)
-                pivot = self._curve(state, np.array([cx]), groups)[0] + corr[-1]
-                share = tail / pivot if pivot > 0 else np.zeros(len(sizes))
-                anchored = at_cx[0] * np.minimum(share, 1.0)
-                mixed = weight * anchored + (1.0 - weight) * np.minimum(tail, at_cx[0])
-                return np.where(up, mixed, low)
-
-            curve = joined(self.full, 1, whole)
-            per = [joined(g, k, parts[i]) for i, g in enumerate(self.groups)]
+            # the whole sample's row and then each group's, at the sizes and C_x (the last
+            # column): every state's curve at once, element by element as one state's
+            at = np.append(sizes, cx)
+            cuts = self._cuts(at, k) if k else None
+            raw = np.array(
+                [self._curve(self.full, at)] + [self._curve(g, at, k, cuts) for g in self.groups]
+            )
+            corr = np.vstack([whole[None, :], np.asarray(parts).reshape(k, len(at))])
+            tail = np.clip(raw[:, :-1] + corr[:, :-1], 0.0, 1.0)
+            pivot = raw[:, -1] + corr[:, -1]
+            share = np.zeros(tail.shape)
+            on = pivot > 0
+            share[on] = tail[on] / pivot[on, None]
+            anchored = at_cx[0] * np.minimum(share, 1.0)
+            mixed = weight * anchored + (1.0 - weight) * np.minimum(tail, at_cx[0])
+            rows = np.where(up, mixed, low)
+            curve = rows[0]
+            per = list(rows[1:])
             # the head's own error at C_x carries into every larger size
             base = np.where(up, curve / max(at_cx[0], 1e-300) * cx_err[0], low_err)
         groups = np.array(per, dtype=np.float64).reshape(k, len(sizes))

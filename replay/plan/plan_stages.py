@@ -216,7 +216,8 @@ def run_curves(s: Setup, say: Say) -> Curves:
     if first <= budget_at < total_sizes[-1]:
         # the budget's own size too: the shared cache's hit is read there, not up to 5% below
         total_sizes = np.union1d(total_sizes, [budget_at])
-    mrc = horizon_mrc(horizon, total_sizes)
+    # its pass feeds the per-table curves too (`table_curves`, in `cache_answers`)
+    mrc = horizon_mrc(horizon, total_sizes, tables=True)
     if getattr(horizon, "heads_basis", None):  # production scale: `analysis.head_pieces`
         notes.append(f"basis: {horizon.heads_basis}")
     lookups = int(mrc.lookups)

@@ -220,10 +220,15 @@ def sampled_tables(
         for lo in range(0, int(rows[t]), SETUP_CHUNK_ROWS)
     ]
     keys = [sampler.feistel_round_keys(root, t) for t in range(len(rows))]
-    hot = [
-        _hot_weights(t.rows, float(t.alpha), t.hot_shares, float(t.rank_offset))
-        for t in spec.tables
-    ]
+    # a function of the table's law alone (rows, alpha, hot values, rank offset): solved
+    # once per law (meta-2021's 856 tables are 4 laws; each solve sums 2^16 head ranks)
+    laws: dict[tuple[int, float, tuple[float, ...], float], tuple[np.ndarray, float]] = {}
+    hot = []
+    for t in spec.tables:
+        law = (int(t.rows), float(t.alpha), tuple(t.hot_shares), float(t.rank_offset))
+        if law not in laws:
+            laws[law] = _hot_weights(*law)
+        hot.append(laws[law])
 
     def run(task: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
         t, lo, hi = task
