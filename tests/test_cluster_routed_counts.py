@@ -142,60 +142,50 @@ def test_route_clusters_from_counted_tables_is_the_read_in_pieces(
         assert got[name].tobytes() == values.tobytes(), name
 
 
-def test_distinct_rows_counts_and_leaves_the_bitmap_clear() -> None:
-    from replay.analysis.head_pieces import distinct_rows
-
-    rng = np.random.default_rng(4)
-    seen = np.zeros(1000 // 8 + 1, dtype=np.uint8)
-    for n in (0, 1, 50, 5000):
-        rows = rng.integers(0, 1000, n)
-        assert distinct_rows(rows, seen) == len(np.unique(rows))
-        assert not seen.any()
-
-
-def test_heads_batch_counts_route_the_heads_batch_where_no_table_is_split() -> None:
-    """The heads' batch's distinct rows per table (kept on the horizon by the exact heads)
-    route it where every placement holds its tables whole: `route_clusters` from them
-    gives what it gives reading that very batch; a split table, a spec with
-    accumulation, or no heads' batch: None."""
+def test_routed_counts_are_batch_0s_where_no_table_is_split(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`routed_counts` gives batch 0's lookups and update rows per table as reading it
+    counts them (`source_table_counts`), made ahead by `count_ahead` where the plan will
+    route (and nowhere else) or counted there; `route_clusters` from them gives what it
+    gives reading the batch; a placement that splits a table or accumulated steps: None."""
     import dataclasses
 
     from replay.engine.cluster_routed import route_clusters, source_table_counts
-    from replay.plan.cluster_scaling import heads_batch_counts
-    from replay.workload.generator import CompiledWorkload
+    from replay.plan import cluster_scaling as cs
 
     spec = _spec(30)
     system = resolve_system("hbm-lru", ["cluster.nodes=2", "cluster.gpus_per_node=2",
                                         "cluster.sharding=table-wise"])  # fmt: skip
     rows_wise = resolve_system("hbm-lru", ["cluster.nodes=2", "cluster.gpus_per_node=2",
                                            "cluster.sharding=row-wise"])  # fmt: skip
-    horizon = GeneratedTrace(spec)
-    whole = resolve_placement(system, horizon).placement
-    split = resolve_placement(rows_wise, horizon).placement
-    assert heads_batch_counts(horizon, spec, [whole]) is None  # no heads read
-    # what the heads keep: batch 1's distinct rows per table
-    offsets = table_offsets(np.array(ROWS, dtype=np.int64))
-    _, table, row = CompiledWorkload.from_spec(spec).lookups(1, 2)
-    keys = offsets[table.astype(np.int64)] + row.astype(np.int64)
-    distinct = np.bincount(np.searchsorted(offsets, np.unique(keys), side="right") - 1,
-                           minlength=len(ROWS))  # fmt: skip
-    horizon.__dict__["heads_batch"] = (1, distinct)
-    assert heads_batch_counts(horizon, spec, [whole, split]) is None
+    one = GeneratedTrace(spec.with_overrides(batches=cs.ROUTED_BATCHES))
+    whole = resolve_placement(system, one).placement
+    split = resolve_placement(rows_wise, one).placement
+    want = source_table_counts(one)
+    monkeypatch.setattr(cs, "_ahead", [])
+    cs.count_ahead(spec, system)  # not production scale: nothing started
+    assert cs._ahead == []
+    monkeypatch.setattr(cs, "ROUTED_MIN_LOOKUPS", 10)
+    cs.count_ahead(spec, resolve_system("hbm-lru", []))  # one GPU: nothing
+    assert cs._ahead == []
+    cs.count_ahead(spec, system)
+    assert len(cs._ahead) == 1
+    for _ in range(2):  # made ahead, and taken as often as asked
+        looks, upds = cs.routed_counts(spec, [whole])
+        assert looks.tolist() == want[0].tolist() and upds.tolist() == want[1].tolist()
+    monkeypatch.setattr(cs, "_ahead", [])
+    looks, upds = cs.routed_counts(spec, [whole])  # counted here
+    assert looks.tolist() == want[0].tolist() and upds.tolist() == want[1].tolist()
+    assert cs.routed_counts(spec, [whole, split]) is None
     accumulating = dataclasses.replace(
         spec, update=dataclasses.replace(spec.update, accumulate_batches=2)
     )
-    assert heads_batch_counts(horizon, accumulating, [whole]) is None
-    batch, counts = heads_batch_counts(horizon, spec, [whole])
-    assert batch == 1
-    # batch 1 alone, read: the same counts and the same columns
-    read = source_table_counts(GeneratedTrace(spec.with_overrides(batches=2)))
-    assert counts[0].tolist() == read[0][1:].tolist()
-    assert counts[1].tolist() == read[1][1:].tolist()
+    assert cs.routed_counts(accumulating, [whole]) is None
     jobs = [(system, whole, np.full(whole.world, 0.5))]
-    one = GeneratedTrace(spec.with_overrides(batches=1))
-    got = route_clusters(one, jobs, counts=counts)[0]
-    want = route_clusters(one, jobs, counts=(read[0][1:], read[1][1:]))[0]
-    for name, values in want.items():
+    got = route_clusters(one, jobs, counts=(looks, upds))[0]
+    read = route_clusters(one, jobs)[0]
+    for name, values in read.items():
         assert got[name].tobytes() == values.tobytes(), name
 
 

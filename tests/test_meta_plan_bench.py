@@ -86,10 +86,10 @@ def test_the_memory_estimate_at_production_scale_fits_4_gib() -> None:
     assert "pieces counted as if a sharding splits a table" in out, out
 
 
-def test_the_routed_pieces_are_read_whatever_the_sharding_where_the_heads_cannot_serve() -> None:
-    """The estimate says the pieces are read for sure where the heads' counts cannot
-    route the batch: no sampled heads (R = 1), update rows that are not each batch's
-    distinct rows (accumulated steps, a frozen table)."""
+def test_the_routed_pieces_are_read_whatever_the_sharding_where_the_draws_cannot_serve() -> None:
+    """The estimate says the pieces are read for sure where the distinct rows counted from
+    the draws cannot route the batch: update rows that are not each batch's own
+    (accumulated steps); a frozen table or no sampled heads change nothing."""
     import dataclasses
 
     from replay.runs.plan_memory import _routed_pieces_note
@@ -97,15 +97,15 @@ def test_the_routed_pieces_are_read_whatever_the_sharding_where_the_heads_cannot
 
     spec = get_preset("meta-2021")
     n, per = 216_000, int(spec.lookups_per_batch)
-    assert "as if a sharding splits" in _routed_pieces_note(spec, n, per, 2.0**-23)
     accumulated = dataclasses.replace(
         spec, update=dataclasses.replace(spec.update, accumulate_batches=2)
     )
     frozen = dataclasses.replace(
         spec, tables=(dataclasses.replace(spec.tables[0], frozen=True), *spec.tables[1:])
     )
-    for other, rate in [(spec, 1.0), (accumulated, 2.0**-23), (frozen, 2.0**-23)]:
-        assert "reads a batch in pieces (counted)" in _routed_pieces_note(other, n, per, rate)
+    for other, rate in [(spec, 2.0**-23), (spec, 1.0), (frozen, 2.0**-23)]:
+        assert "as if a sharding splits" in _routed_pieces_note(other, n, per, rate)
+    assert "reads a batch in pieces (counted)" in _routed_pieces_note(accumulated, n, per, 2.0**-23)
 
 
 # -- what the plan's speed-ups keep the same (fast) -----------------------------------------

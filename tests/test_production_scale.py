@@ -189,8 +189,7 @@ def test_one_batch_heads_blocks_are_the_heads_of_their_excerpts(
     keys, offsets = _batch_keys(spec, 3)
     looks = compiled.table_lookups
     resolution = 1 << 10
-    batch_rows = np.full(len(spec.tables), -1, dtype=np.int64)
-    heads = hp.one_batch_heads(pieces_of, offsets, looks, resolution, _distinct(spec), batch_rows)
+    heads = hp.one_batch_heads(pieces_of, offsets, looks, resolution, _distinct(spec))
     assert len(heads) == 1 + len(spec.tables)
     total = heads[0]
     edges = [j * len(keys) // 16 for j in range(17)]
@@ -208,7 +207,6 @@ def test_one_batch_heads_blocks_are_the_heads_of_their_excerpts(
             ref.start_block(warm=True)
             ref.feed(sub[a:b])
         np.testing.assert_array_equal(head.counts, ref.block_counts(), err_msg=f"table {t}")
-        assert batch_rows[t] == len(np.unique(sub)), t  # the batch's distinct rows
     assert any(h.usable for h in heads[1:])
 
 
@@ -261,7 +259,7 @@ def test_one_batch_heads_from_the_generators_rows_are_the_same(
 ) -> None:
     """The plan's pieces (`replay.analysis.horizon`): each piece's rows generated without
     its batch and table ids, its keys made from the runs of tables, the tables' heads
-    fed the rows: the same heads and distinct rows as from the flat keys alone."""
+    fed the rows: the same heads as from the flat keys alone."""
     import replay.analysis.head_pieces as hp
     from replay.trace.keys import flat_keys_of_tables
 
@@ -282,11 +280,9 @@ def test_one_batch_heads_from_the_generators_rows_are_the_same(
 
     got = []
     for source in (pieces_of, with_rows):
-        batch_rows = np.zeros(len(spec.tables), dtype=np.int64)
-        heads = hp.one_batch_heads(source, offsets, looks, 1 << 10, _distinct(spec), batch_rows)
-        got.append(([h.counts.tobytes() for h in heads], batch_rows.tolist()))
+        heads = hp.one_batch_heads(source, offsets, looks, 1 << 10, _distinct(spec))
+        got.append([h.counts.tobytes() for h in heads])
     assert got[0] == got[1]
-    assert min(got[0][1]) > 0
 
 
 def test_flat_keys_of_tables_is_flat_keys_of_the_runs() -> None:

@@ -42,8 +42,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from replay._intrinsics import ix
-from replay._jit import kernel
 from replay._threads import worker_pool
 from replay.analysis.head import (
     _H_COUNTED,
@@ -122,22 +120,6 @@ def table_blocks(lookups: int, capacity: int) -> list[tuple[int, int]]:
     return spread_blocks(int(lookups), length, count)
 
 
-@kernel
-def distinct_rows(rows: np.ndarray, seen: np.ndarray) -> int:
-    """The distinct values of `rows` (each below 8 x len(seen)): marked in the bitmap
-    `seen` and counted, then cleared again (`seen` all zero before and after)."""
-    n = 0
-    for i in range(len(rows)):
-        r = np.int64(rows[ix(i)])
-        bit = np.uint8(1 << (r & 7))
-        if seen[ix(r >> 3)] & bit == 0:
-            seen[ix(r >> 3)] |= bit
-            n += 1
-    for i in range(len(rows)):
-        seen[ix(np.int64(rows[ix(i)]) >> 3)] = 0
-    return n
-
-
 # ((t0, t1), flat keys int64) or ((t0, t1), flat keys, table-local rows) of each piece
 Pieces = Callable[[], Iterable[tuple[Any, ...]]]
 
@@ -148,16 +130,13 @@ def one_batch_heads(
     table_lookups: np.ndarray,
     resolution: int,
     distinct: np.ndarray,
-    batch_rows: np.ndarray | None = None,
 ) -> list[HeadCurve]:
     """[the total head, then one per table] from one batch whose pieces `pieces_of()`
     yields in trace order as ((t0, t1), flat keys int64), or with a third item, the
     same lookups' table-local rows (any integer type, checked where they were made: the
     tables' heads read them instead of subtracting each table's offset); `table_lookups`:
     each table's lookups in that batch (fixed by the spec); `distinct`: each table's expected
-    distinct rows in a batch, for the capacities. `batch_rows` (int64 per table): filled
-    with each table's distinct rows in the batch, counted as it goes by (its update rows
-    where a step follows every batch: the cluster's routed span reads them)."""
+    distinct rows in a batch, for the capacities."""
     offsets = np.asarray(offsets, dtype=np.int64)
     looks = np.asarray(table_lookups, dtype=np.int64)
     rows = np.diff(offsets)
@@ -176,7 +155,6 @@ def one_batch_heads(
     edges = [j * batch // HEAD_BLOCKS for j in range(HEAD_BLOCKS + 1)]
     starts = np.concatenate([[0], np.cumsum(looks)])
     state = {"block": 0, "open": False}
-    seen = np.zeros(0 if batch_rows is None else (int(rows.max(initial=0)) + 7) // 8, np.uint8)
 
     def feed_total(keys: np.ndarray, at: int) -> None:
         end, pos = at + len(keys), at
@@ -233,8 +211,6 @@ def one_batch_heads(
                             f"table {t}'s lookups are not where the trace order puts them"
                         )
                 _feed_blocks(tables[t], sub, table_blocks(b - a, tables[t].capacity))
-                if batch_rows is not None:
-                    batch_rows[t] = distinct_rows(sub, seen)
         while running:
             running.popleft().result()
     total.end_block()
@@ -244,7 +220,6 @@ def one_batch_heads(
 __all__ = [
     "HEAD_FULL_MAX_LOOKUPS",
     "ahead",
-    "distinct_rows",
     "one_batch_heads",
     "one_batch_heads_wanted",
     "spread_blocks",

@@ -555,14 +555,10 @@ def _full_stream_heads(src: Any, resolution: int) -> list[HeadCurve] | None:
 
             from replay.analysis.touched_model import expected_touched
 
-            batch_rows = np.zeros(len(spec.tables), dtype=np.int64)
             cache[resolution] = one_batch_heads(
                 pieces_of, offsets, compiled.table_lookups, resolution,
-                expected_touched(spec, [1], kind="lookups")[:, 0], batch_rows,
+                expected_touched(spec, [1], kind="lookups")[:, 0],
             )  # fmt: skip
-            # the batch's distinct rows per table, kept for the cluster's routed span
-            # (`replay.plan.cluster_scaling.heads_batch_counts`)
-            src.__dict__["heads_batch"] = (middle, batch_rows)
             src.__dict__["heads_basis"] = (
                 f"the sampled curves' exact heads (sizes up to {cache[resolution][0].capacity:,} "
                 f"rows in total) are counted in batch {middle:,} alone, read in "
@@ -753,10 +749,16 @@ def per_table_mrc(
         return results
     requests = full_lookups(src, sampled, rate)
     heads = _full_stream_heads(src, resolution_rows(fed.threshold)) if tables else None
+    empty: dict[int, ShardsSampler] = {}
     for t in range(tables):
-        # a table without sampled keys: an empty sampler, made (and let go) now
-        sampler = fed.samplers.pop(t, None) or ShardsSampler(int(rows[t]), rate)
-        sampler.feed_sampled(int(requests[t]), np.empty(0, np.int64), no_group)
+        sampler = fed.samplers.pop(t, None)
+        if sampler is None:
+            # a table without sampled keys: an empty sampler of its rows, one per row
+            # count (nothing reads it but its requests, N_t: set, as feeding them would)
+            sampler = empty.setdefault(int(rows[t]), ShardsSampler(int(rows[t]), rate))
+            sampler.requests = int(requests[t])
+        else:
+            sampler.feed_sampled(int(requests[t]), np.empty(0, np.int64), no_group)
         head = heads[1 + t] if heads else None
         results.append(_named(_sampled_result(sampler, sizes[t], head), names[t]))
     return results

@@ -71,9 +71,8 @@ from replay.plan.cluster_scaling import (
     ROUTED_STEADY,
     SCALING_BATCHES,
     SCALING_NODES,
-    heads_batch_counts,
+    routed_counts,
     routed_steady,
-    routed_which,
     span_capacity,
 )
 from replay.plan.cluster_scaling import cluster_system as _cluster_system
@@ -389,14 +388,12 @@ def plan_cluster(
         at_budget = np.array([0.0 if h is None else float(h) for h in hits])
         result, scaling = _routed_span(
             base, system_name, sets, spec, loads, placement, system, at_budget,
-            nodes=cluster.nodes, horizon=horizon,
+            nodes=cluster.nodes,
         )  # fmt: skip
         notes.append(
             "basis: the steady state and the scaling points are "
             + ROUTED_STEADY.format(
-                span=ROUTED_BATCHES,
-                lookups=int(result.columns["lookups"].sum()),
-                which=routed_which(result.batch),
+                span=ROUTED_BATCHES, lookups=int(result.columns["lookups"].sum())
             )
             + "; the scaling's step times put every GPU at the mean per-GPU hit"
         )
@@ -530,11 +527,7 @@ def plan_cluster(
             "batches); bytes = rows x the row's bytes, sizes 5% apart, never extrapolated",
             "error_bound": float(np.max(bounds, initial=0.0)),
             "sharding": _sharding_method(chosen.basis, spec is not None),
-            "steady": ROUTED_STEADY.format(
-                span=span,
-                lookups=int(result.columns["lookups"].sum()),
-                which=routed_which(getattr(result, "batch", None)),
-            )
+            "steady": ROUTED_STEADY.format(span=span, lookups=int(result.columns["lookups"].sum()))
             if routed
             else f"cluster replay of the plan's steady span ({span} batches), means "
             "over its second half; a cache of the budget per GPU, no checkpointing"
@@ -617,10 +610,8 @@ def measure_placement(
         at_budget = np.array([0.0 if h is None else float(h) for h in hits])
         span = GeneratedTrace(spec.with_overrides(batches=ROUTED_BATCHES))
         system = _cluster_system(system_name, sets, budget_rows, base.policy.name)
-        # the batch this plan's own sharding was routed on (`routed_span`)
-        heads = heads_batch_counts(horizon, spec, [placement])
         columns = route_clusters(
-            span, [(system, placement, at_budget)], counts=None if heads is None else heads[1]
+            span, [(system, placement, at_budget)], counts=routed_counts(spec, [placement])
         )[0]
     else:
         capacity = span_capacity(steady_source, placement, budget_rows, base.policy.name)

@@ -13,7 +13,9 @@ per-GPU hit of the user's cluster.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -68,12 +70,12 @@ def placement_for(base: Any, source: Any, loads: Any, **kw: Any) -> Any:
 ROUTED_MIN_LOOKUPS = 1 << 27
 ROUTED_BATCHES = 1
 ROUTED_STEADY = (
-    "at production scale ({lookups:,} lookups in {span} batch, {which}): the batch routed "
-    "in pieces of tables without caches (replay.engine.cluster_routed: per-GPU lookups, "
-    "update rows, all-to-all and all-reduce exactly as the cluster replay routes them); "
-    "each GPU's hits = its lookups x its curve's hit at the budget (SHARDS over the whole "
-    "run, above), its other counters a full LRU cache's (every miss fills and evicts a "
-    "dirty row); no checkpointing"
+    "at production scale ({lookups:,} lookups in {span} batch): the batch routed in pieces "
+    "of tables without caches (replay.engine.cluster_routed: per-GPU lookups, update rows, "
+    "all-to-all and all-reduce exactly as the cluster replay routes them); each GPU's hits "
+    "= its lookups x its curve's hit at the budget (SHARDS over the whole run, above), its "
+    "other counters a full LRU cache's (every miss fills and evicts a dirty row); no "
+    "checkpointing"
 )
 
 
@@ -89,49 +91,80 @@ def routed_steady(spec: Any, base: Any) -> bool:
     )
 
 
-def heads_batch_counts(horizon: Any, spec: Any, placements: Sequence[Any]) -> Any:
-    """(batch, (lookups, update rows) per table as 1 x tables arrays) of the batch the
-    exact heads read (`replay.analysis.head_pieces`: its distinct rows per table counted
-    as they read it), where that batch can be routed from them: each batch's update rows
-    are its distinct rows (a step every batch, no frozen table) and no placement splits
-    a table (`replay.engine.cluster_routed.splits_tables`); else None."""
+# the latest `count_ahead`: (its span's spec, the future of its counts)
+_ahead: list[tuple[Any, Future[Any]]] = []
+_ahead_lock = threading.Lock()
+
+
+def _counts_of(span: Any) -> tuple[np.ndarray, np.ndarray]:
+    from replay.workload.batch_distinct import batch_table_counts
+    from replay.workload.generator import CompiledWorkload
+
+    return batch_table_counts(CompiledWorkload.from_spec(span), 0)
+
+
+def count_ahead(spec: Any, base: Any) -> None:
+    """Start counting the routed span's lookups and update rows per table (batch 0's, from
+    its draws: `replay.workload.batch_distinct`) on a helper thread, where the plan will
+    route it (`routed_steady`) and a batch's update rows are its own: it needs the spec
+    alone, and the plan's stages before the routing leave a core idle at times, which
+    the helper takes (at a lower priority than the plan's own threads). `routed_counts`
+    takes the counts (the same numbers as counting there)."""
+    if spec is None or base is None or base.cluster is None or not routed_steady(spec, base):
+        return
+    if spec.update.accumulate_batches != 1:
+        return
+    span = spec.with_overrides(batches=ROUTED_BATCHES)
+    with _ahead_lock:
+        if _ahead and _ahead[0][0] == span:
+            return
+        future: Future[Any] = Future()
+        _ahead[:] = [(span, future)]
+
+    def run() -> None:
+        from replay._threads import lower_priority
+
+        lower_priority()
+        try:
+            got = _counts_of(span)
+        except BaseException as exc:  # raised where the counts are taken
+            future.set_exception(exc)
+        else:
+            future.set_result(got)
+
+    threading.Thread(target=run, name="routed-counts", daemon=True).start()
+
+
+def routed_counts(spec: Any, placements: Sequence[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The routed span's (lookups, update rows) per table (1 x tables arrays: batch 0's,
+    `replay.engine.cluster_routed.source_table_counts` of the span), where they are all
+    its routing needs: no placement splits a table (`cluster_routed.splits_tables`) and
+    a batch's update rows are its own (a step every batch); else None (the span is read
+    in pieces). Counted from the draws (`replay.workload.batch_distinct`), or taken from
+    `count_ahead`."""
+    from replay._threads import wait_for
     from replay.engine.cluster_routed import splits_tables
 
-    held = getattr(horizon, "__dict__", {}).get("heads_batch")
-    if held is None or spec is None:
-        return None
-    same = getattr(horizon, "spec", None) is spec
-    if not same:  # the heads of another workload
-        return None
-    if spec.update.accumulate_batches != 1 or any(t.frozen for t in spec.tables):
+    if spec is None or spec.update.accumulate_batches != 1:
         return None
     if any(splits_tables(p) for p in placements):
         return None
-    batch, rows = held
-    looks = np.array([[spec.batch_size * t.pooling for t in spec.tables]], dtype=np.int64)
-    return int(batch), (looks, np.asarray(rows, dtype=np.int64)[None, :].copy())
-
-
-def routed_which(batch: int | None) -> str:
-    """The routed span's batch, in words (`ROUTED_STEADY`'s `which`)."""
-    if batch is None:
-        return "batch 0, read in pieces of tables"
-    return (
-        f"batch {batch:,}, the one the exact heads read: its lookups and distinct rows per "
-        "table counted as they read it in pieces, which is all its routing needs where "
-        "every table is held whole by one GPU or data-parallel"
-    )
+    span = spec.with_overrides(batches=ROUTED_BATCHES)
+    with _ahead_lock:
+        held = _ahead[0][1] if _ahead and _ahead[0][0] == span else None
+    if held is not None:
+        looks, upds = wait_for(held)
+        return looks.copy(), upds.copy()
+    return _counts_of(span)
 
 
 def routed_span(
     base: Any, name: str, sets: Sequence[str], spec: Any, loads: Any, placement: Any,
-    system: Any, at_budget: np.ndarray, *, nodes: int, horizon: Any = None,
+    system: Any, at_budget: np.ndarray, *, nodes: int,
 ) -> tuple[Any, dict[str, Any]]:  # fmt: skip
     """The user's cluster and the scaling points (`scaling`'s GPU counts) from one read
     of `ROUTED_BATCHES` in pieces (`replay.engine.cluster_routed.route_clusters`), or
-    from the per-table counts of the batch the exact heads read in `horizon`, where it
-    holds them and they suffice (`heads_batch_counts`: one generation of a production
-    batch fewer). The result's `batch`: the heads' batch routed, or None (batch 0)."""
+    from its per-table counts alone where they suffice (`routed_counts`)."""
     from types import SimpleNamespace
 
     from replay.engine.cluster_routed import route_clusters
@@ -158,8 +191,7 @@ def routed_span(
         sized = dataclasses.replace(system, cluster=dataclasses.replace(system.cluster, nodes=n))
         index.append(len(jobs))
         jobs.append((sized, placed_at, np.full(placed_at.world, mean_hit)))
-    heads = heads_batch_counts(horizon, spec, [job[1] for job in jobs])
-    results = route_clusters(span, jobs, counts=None if heads is None else heads[1])
+    results = route_clusters(span, jobs, counts=routed_counts(spec, [job[1] for job in jobs]))
     for point, j in zip(points, index, strict=True):
         if j is None:
             continue
@@ -172,11 +204,7 @@ def routed_span(
             step_time_s=float(np.mean(cols["step_time_s"])),
             imbalance=float(np.mean(cols["imbalance"])),
         )
-    batch = None if heads is None else heads[0]
-    return SimpleNamespace(columns=results[0], batch=batch), {
-        "batches": ROUTED_BATCHES,
-        "points": points,
-    }
+    return SimpleNamespace(columns=results[0]), {"batches": ROUTED_BATCHES, "points": points}
 
 
 def scaling(
@@ -235,11 +263,11 @@ __all__ = [
     "SCALING_NODES",
     "STEADY_OVERRIDES",
     "cluster_system",
-    "heads_batch_counts",
+    "count_ahead",
     "placement_for",
+    "routed_counts",
     "routed_span",
     "routed_steady",
-    "routed_which",
     "scaling",
     "span_capacity",
 ]

@@ -153,6 +153,13 @@ def prepare(request: PlanRequest, resolved: Sequence[Any] = ()) -> Setup:
         local_systems = tuple(resolve_system(name, list(one)) for name in request.systems)
         check_one_gpu(request.systems, request.sets, resolved=local_systems)
     horizon, rate, spec = open_horizon(request)
+    if base.cluster is not None and spec is not None:
+        from replay.plan.cluster_scaling import count_ahead
+
+        # at production scale the routed batch's counts need the spec alone: made on a
+        # helper thread while the stages before the routing run (after the horizon,
+        # whose sampler tables it shares)
+        count_ahead(spec, base)
     # a stateful [update] rule names every system's optimizer (replay.plan.memory)
     planned, base = rule_request(request, horizon.workload, base, resolved=given)
     local_sets = _local_sets(planned, base)

@@ -62,7 +62,7 @@ of 887 M lookups read in pieces, `docs/methods.md` "At production scale") the cl
 stage holds the sharder's loads (~1 GiB), a compiled workload (0.3 GiB), the pieces in
 flight and each placement's router, beside the heads: measured 2.99 GiB, the estimate
 3.6 GiB (high by 20%; the heads' bound is ~0.5 GiB above what they hold). Since the
-routing takes the distinct rows the heads counted where no sharding splits a table, it
+routing counts each table's distinct rows from the draws where no sharding splits a table, it
 reads the pieces only on a split, which the sharder decides in the plan (its loads, ~3 s
 of CPU and 1 GiB, and its runs, ~3 s): the estimate counts them, as the case of a split,
 and says so. `/usr/bin/time` on meta-2021's day on 128 GPUs (2-core VM): 2.54 GiB with no
@@ -583,21 +583,20 @@ def _piece_lookups(source: Any) -> int:
 
 def _routed_pieces_note(spec: WorkloadSpec, batches: int, per_batch: int, rate: float) -> str:
     """Which case the routed batch's pieces are counted for (`_cluster_stage`). The plan
-    routes from the distinct rows per table that the exact heads count as they read their
-    batch (`replay.plan.cluster_scaling.heads_batch_counts`) where the heads read one
-    batch in pieces, each batch's update rows are its distinct rows and no sharding splits
-    a table; else it reads a batch in pieces. Whether a sharding splits a table is the
-    sharder's answer at each GPU count, from its loads (meta-2021: ~3 s of CPU and 1 GiB)
-    and runs (~3 s): the plan's own work, not the estimate's, so the pieces are counted
-    there, as the case of a split (module docstring: an upper bound where none splits)."""
-    piece = _piece_lookups(spec)
-    heads = rate < 1.0 and bool(piece) and one_batch_heads_wanted(batches, per_batch, (piece,))
-    if not heads or spec.update.accumulate_batches != 1 or any(t.frozen for t in spec.tables):
-        return "the routing reads a batch in pieces (counted): the heads' counts do not serve it"
+    routes from each table's distinct rows in batch 0, counted from the generator's draws
+    without the batch (`replay.workload.batch_distinct`: a bitmap over the largest
+    table's rows), where each batch's update rows are its own (a step every batch) and no
+    sharding splits a table; else it reads a batch in pieces. Whether a sharding splits
+    a table is the sharder's answer at each GPU count, from its loads (meta-2021: ~3 s of
+    CPU and 1 GiB) and runs (~3 s): the plan's own work, not the estimate's, so the
+    pieces are counted there, as the case of a split (module docstring: an upper bound
+    where none splits). `batches`, `per_batch` and `rate` do not change the case."""
+    if spec.update.accumulate_batches != 1:
+        return "the routing reads a batch in pieces (counted): its update rows span several batches"
     return (
         "a batch's pieces counted as if a sharding splits a table: the routing reads them "
-        "only then (else it takes the distinct rows the heads counted), which the plan's "
-        "sharder decides"
+        "only then (else it counts each table's distinct rows from the draws), which the "
+        "plan's sharder decides"
     )
 
 
