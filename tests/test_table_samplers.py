@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.analysis.head import BLOCK_T_QUANTILE, HEAD_BLOCKS, ExactHead, HeadCurve, _t95
-from replay.analysis.horizon import horizon_mrc, per_table_mrc
+from replay.analysis.horizon import _full_stream_heads, full_lookups, horizon_mrc, per_table_mrc
+from replay.analysis.mrc import _sampled_result
 from replay.analysis.shards import (
     BLEND_RESOLUTIONS,
     SPLIT_DONE,
@@ -24,6 +25,7 @@ from replay.analysis.shards import (
     ShardsSampler,
     TableSamplers,
     _shards_filter,
+    resolution_rows,
     split_sampled,
 )
 from replay.trace.keys import table_offsets
@@ -52,7 +54,7 @@ def _sampled_keys(rng: np.random.Generator, total: int, n: int, threshold: int) 
     return rng.choice(out[:kept], size=n) if kept else np.empty(0, dtype=np.int64)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     rows=st.lists(st.integers(0, 400), min_size=1, max_size=6),
     n=st.integers(0, 300),
@@ -179,6 +181,33 @@ def test_per_table_mrc_fed_by_the_horizon_pass_is_the_same() -> None:
     assert [_fields(r) for r in got] == [_fields(r) for r in expected]
     again = per_table_mrc(shared, sizes)
     assert [_fields(r) for r in again] == [_fields(r) for r in expected]
+
+
+def test_per_table_mrc_is_the_row_groups_samplers_results() -> None:
+    """Against the samplers fed row group by row group, each given its N_t and read with
+    its head; tables the sample holds no row of among them (one empty sampler each)."""
+    rate = 2.0**-10
+    spec = SPEC.with_overrides(batches=60)
+    spec = WorkloadSpec(
+        name="tables",
+        tables=(*spec.tables, TableSpec("d", 300), TableSpec("e", 200, alpha=0.7)),
+        batch_size=spec.batch_size,
+        batches=spec.batches,
+    )
+    source = open_sampled_workload(spec, rate, threads=1)
+    sizes = np.array([16_368, 20_000, 40_000])
+    got = per_table_mrc(source, sizes)
+    reference = _row_group_samplers(source, rate)
+    sampled = np.array([s.full.requests for s in reference])
+    assert (sampled == 0).sum() >= 2  # the premise: tables without a sampled lookup
+    requests = full_lookups(source, sampled, rate)
+    heads = _full_stream_heads(source, resolution_rows(shards_threshold(rate)))
+    assert heads is not None
+    for t, sampler in enumerate(reference):
+        sampler.feed_sampled(int(requests[t]), np.empty(0, np.int64), np.empty(0, np.uint8))
+        want = _sampled_result(sampler, sizes, heads[1 + t])
+        want.extra["table"] = spec.tables[t].name
+        assert _fields(got[t]) == _fields(want)
 
 
 def _old_miss_ratios(head: HeadCurve, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -755,7 +755,9 @@ def per_table_mrc(
         if sampler is None:
             # a table without sampled keys: an empty sampler of its rows, one per row
             # count (nothing reads it but its requests, N_t: set, as feeding them would)
-            sampler = empty.setdefault(int(rows[t]), ShardsSampler(int(rows[t]), rate))
+            if int(rows[t]) not in empty:
+                empty[int(rows[t])] = ShardsSampler(int(rows[t]), rate)
+            sampler = empty[int(rows[t])]
             sampler.requests = int(requests[t])
         else:
             sampler.feed_sampled(int(requests[t]), np.empty(0, np.int64), no_group)

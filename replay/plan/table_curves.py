@@ -84,10 +84,16 @@ def table_curves(
     from replay.analysis.horizon import per_table_mrc
 
     firsts = per_table_sizes(source, spec, rate, resolution, table_rows)
-    wanted = [
-        np.union1d(curve_sizes(r, 1), np.asarray(x, dtype=np.int64)[np.asarray(x) >= 1])
-        for r, x in zip(table_rows, extra_sizes, strict=True)
-    ]
+    # alike tables ask alike sizes (a production spec's 856 tables have 4 row counts):
+    # each distinct (rows, extra sizes) made once, its array shared (read, never written)
+    made: dict[tuple[int, bytes], np.ndarray] = {}
+    wanted = []
+    for r, x in zip(table_rows, extra_sizes, strict=True):
+        extra = np.asarray(x, dtype=np.int64)[np.asarray(x) >= 1]
+        key = (int(r), extra.tobytes())
+        if key not in made:
+            made[key] = np.union1d(curve_sizes(r, 1), extra)
+        wanted.append(made[key])
     # at least one size a table's sample reads (a table smaller than the resolution has
     # every size below it: its curve is all Che's; the sample gives its lookups)
     results = per_table_mrc(
