@@ -243,7 +243,7 @@ class TableSamplers:
     SPLIT_KEYS = 1 << 22  # ~100 MB of keys, split and groups at a time
 
     def __init__(
-        self, rows: np.ndarray, rate: float, refused: Callable[[np.ndarray], None]
+        self, rows: np.ndarray, rate: float, refused: Callable[[np.ndarray], object]
     ) -> None:
         from replay.trace.keys import table_offsets
 

@@ -224,8 +224,13 @@ def sampled_tables(
     # once per law (meta-2021's 856 tables are 4 laws; each solve sums 2^16 head ranks)
     laws: dict[tuple[int, float, tuple[float, ...], float], tuple[np.ndarray, float]] = {}
     hot = []
-    for t in spec.tables:
-        law = (int(t.rows), float(t.alpha), tuple(t.hot_shares), float(t.rank_offset))
+    for spec_table in spec.tables:
+        law = (
+            int(spec_table.rows),
+            float(spec_table.alpha),
+            tuple(spec_table.hot_shares),
+            float(spec_table.rank_offset),
+        )
         if law not in laws:
             laws[law] = _hot_weights(*law)
         hot.append(laws[law])
