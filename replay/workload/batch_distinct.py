@@ -34,7 +34,7 @@ import numpy as np
 
 from replay._intrinsics import ix
 from replay._jit import kernel
-from replay.workload.draws import BLOCK
+from replay.workload.draws import BLOCK, drawn_position
 from replay.workload.sampler import (
     F_ALPHA,
     F_DRIFT,
@@ -55,9 +55,7 @@ from replay.workload.sampler import (
     I_ROWS,
     PURPOSE_FRESH,
     draw_rank_scalar,
-    drift_shift,
     mix64,
-    source_of,
     stream_key,
     uniform,
     unit,
@@ -176,20 +174,11 @@ def distinct_positions(
             top = head - 1
         else:
             for j in range(n_t):  # `draws._fill_table`'s draw, no permutation
-                src_b = b
-                src_j = j
-                key = fresh_key
-                if reuse > 0.0:
-                    src_b, src_j = source_of(root, b, t, j, n_t, reuse, window)
-                    if src_b != b:
-                        key = stream_key(root, src_b, t, PURPOSE_FRESH)
-                draw_key = mix64(key + np.uint64(src_j + 1) * GAMMA)
-                p = draw_rank_scalar(
-                    draw_key, rows, head, p_head, alias_off, alpha, lo, hi, sq,
-                    alias_prob, alias_index, q, guide, goff,
-                ) - 1  # fmt: skip
-                if drift != 0.0:
-                    p = (p - drift_shift(src_b, rows, drift, period)) % rows
+                p = drawn_position(
+                    root, b, t, j, n_t, fresh_key, rows, head, alias_off, window, alpha,
+                    p_head, lo, hi, sq, reuse, drift, q, period, alias_prob, alias_index,
+                    guide, goff,
+                )  # fmt: skip
                 top = max(top, p)
                 n += _mark(seen, p)
         out[t] = n

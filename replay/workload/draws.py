@@ -60,6 +60,34 @@ BLOCK = 1024  # positions a pass covers: its six arrays (40 KB) stay in the L1/L
 
 
 @kernel(inline="always")
+def drawn_position(
+    root: np.uint64, b: np.int64, t: np.int64, j: np.int64, n_t: np.int64,
+    fresh_key: np.uint64, rows: np.int64, head: np.int64, alias_off: np.int64,
+    window: np.int64, alpha: float, p_head: float, lo: float, hi: float, sq: float,
+    reuse: float, drift: float, q: float, period: np.int64, alias_prob: np.ndarray,
+    alias_index: np.ndarray, guide: np.ndarray, goff: np.int64,
+) -> np.int64:  # fmt: skip
+    """Lookup j of table t's n_t in batch b as a position of its pmf (rank - 1, drift
+    applied), before the row permutation: a reused lookup repeats its source's draw.
+    `fresh_key`: `stream_key(root, b, t, PURPOSE_FRESH)`."""
+    src_b = b
+    src_j = j
+    key = fresh_key
+    if reuse > 0.0:
+        src_b, src_j = source_of(root, b, t, j, n_t, reuse, window)
+        if src_b != b:
+            key = stream_key(root, src_b, t, PURPOSE_FRESH)
+    draw_key = mix64(key + np.uint64(src_j + 1) * GAMMA)
+    p = draw_rank_scalar(
+        draw_key, rows, head, p_head, alias_off, alpha, lo, hi, sq,
+        alias_prob, alias_index, q, guide, goff,
+    ) - 1  # fmt: skip
+    if drift != 0.0:  # an integer modulo costs more than the rest
+        p = (p - drift_shift(src_b, rows, drift, period)) % rows
+    return p
+
+
+@kernel(inline="always")
 def _fill_table(
     root: np.uint64, b: np.int64, t: np.int64, n_t: np.int64, rows: np.int64,
     head: np.int64, alias_off: np.int64, window: np.int64, contiguous: bool, bits: np.int64,
@@ -71,20 +99,10 @@ def _fill_table(
     """Table t's n_t lookups of batch b into out_row[out:]."""
     fresh_key = stream_key(root, b, t, PURPOSE_FRESH)
     for j in range(n_t):
-        src_b = b
-        src_j = j
-        key = fresh_key
-        if reuse > 0.0:
-            src_b, src_j = source_of(root, b, t, j, n_t, reuse, window)
-            if src_b != b:
-                key = stream_key(root, src_b, t, PURPOSE_FRESH)
-        draw_key = mix64(key + np.uint64(src_j + 1) * GAMMA)
-        p = draw_rank_scalar(
-            draw_key, rows, head, p_head, alias_off, alpha, lo, hi, sq,
-            alias_prob, alias_index, q, guide, goff,
-        ) - 1  # fmt: skip
-        if drift != 0.0:  # an integer modulo costs more than the rest
-            p = (p - drift_shift(src_b, rows, drift, period)) % rows
+        p = drawn_position(
+            root, b, t, j, n_t, fresh_key, rows, head, alias_off, window, alpha, p_head,
+            lo, hi, sq, reuse, drift, q, period, alias_prob, alias_index, guide, goff,
+        )  # fmt: skip
         if not contiguous:
             if p < perm_len:
                 p = np.int64(perm[ix(perm_off + p)])
