@@ -47,6 +47,33 @@ def _import_numba_without_yaml() -> None:
             del sys.modules["yaml"]
 
 
+def _import_metadata_lazily() -> None:
+    """Make `importlib.metadata` a module that loads on its first use.
+
+    numba imports it at start-up (`numba.core.entrypoints`) for one purpose: listing the
+    installed packages' `numba_extensions` entry points, which it does before a
+    dispatcher's first compilation. The import is email, zipfile, csv and socket, ~10-20 ms
+    of every command on the 2-core VM; replay's kernels never list entry points when they
+    load from the cache (`kernel`), and a compilation lists them as numba always does
+    (the compiler refreshes its contexts, which loads the extensions). Whatever uses
+    the module (numba's compiler, click's `__version__`) gets it whole on first access
+    (`importlib.util.LazyLoader`)."""
+    if "importlib.metadata" in sys.modules or "numba" in sys.modules:
+        return
+    import importlib
+    import importlib.util
+
+    spec = importlib.util.find_spec("importlib.metadata")
+    if spec is None or spec.loader is None:
+        return
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["importlib.metadata"] = module
+    importlib.metadata = module  # as the import system sets it
+    spec.loader.exec_module(module)
+
+
+_import_metadata_lazily()
 _import_numba_without_yaml()
 
 from numba import njit  # noqa: E402
@@ -70,6 +97,10 @@ LOADS_WITHOUT_REFRESH = all(
 )
 
 
+def _no_extensions() -> None:
+    pass
+
+
 def kernel(fn: F | None = None, *, inline: Literal["never", "always"] = "never") -> Any:
     """`@kernel` or `@kernel(inline="always")`: a nopython, GIL-free, disk-cached numba
     function (see the module docstring for how its cache loads).
@@ -85,6 +116,13 @@ def kernel(fn: F | None = None, *, inline: Literal["never", "always"] = "never")
         # numba's rather than after it: each cache object checks its folder is writable
         # with a temporary file, 92 kernels x 2 of them at every start otherwise
         dispatcher: Any = njit(nogil=True, inline=inline)(function)
+        # numba lists every installed package's entry points for extensions before a
+        # dispatcher's first call (5 ms of reading metadata, plus importing
+        # importlib.metadata: `_import_metadata_lazily`); a kernel of replay takes numpy
+        # arrays and numbers, whose types need no extension, and loads from the cache. A
+        # compilation (a cache miss) still loads the extensions: numba's compiler
+        # refreshes its contexts first (`numba.core.compiler.compile_extra`).
+        dispatcher._compilation_chain_init_hook = _no_extensions
         if LOADS_WITHOUT_REFRESH:
             dispatcher._cache = _LoadWithoutRefresh(dispatcher.py_func)
         else:

@@ -75,33 +75,102 @@ def test_help_of_a_command_through_the_console_imports_nothing_heavy() -> None:
     assert heavy == "[]"
 
 
+# what a one-GPU `replay run` of a trace folder on an LRU cache without checkpoints or
+# failures never calls: the other policies and checkpoint strategies (`replay._registry`),
+# the failure model and the workload sampler it imports
+_UNUSED_BY_A_RUN = {
+    *(
+        f"replay.policies.{m}"
+        for m in ("belady", "chunk", "hot", "lfu", "ssd_tbe", "static", "tbe")
+    ),
+    *(
+        f"replay.checkpoint.{m}"
+        for m in ("check_n_run", "checkfreq", "cpr", "fastpersist", "sync_full", "trainingcxl")
+    ),
+    "replay.checkpoint.failures",
+    "replay.checkpoint.dirty",
+}
+
+
 def test_a_one_gpu_run_imports_only_what_it_uses(tmp_path: Path) -> None:
     """A one-GPU `replay run` (through the console) loads neither the cluster's modules,
     nor PyYAML (numba reads no `.numba_config.yaml` where there is none), nor
     `ctypes.util` (the C library comes from the process's own symbols, without running
-    `ldconfig`); its results are those of a run in this process."""
+    `ldconfig`), nor the plug-ins and models it does not run (`_UNUSED_BY_A_RUN`), and
+    `importlib.metadata` stays unloaded (`replay._jit`); its results are those of a run
+    in this process."""
     from replay.cli import main
 
     trace = tmp_path / "t"
     assert main(["generate", "--preset", "tiny", "--batches", "2", "--out", str(trace)]) == 0
-    unwanted = {"yaml", "ctypes.util", "replay.engine.patrickstar_run", "replay.engine.cluster"}
+    run = ["run", str(trace), "--system", "hbm-lru", "--out", str(tmp_path / "r")]
+    # first in this process: the kernels in numba's cache (a compilation lists numba's
+    # extensions, which loads importlib.metadata)
+    assert main([*run[:-1], str(tmp_path / "again")]) == 0
+    unwanted = {
+        "yaml",
+        "ctypes.util",
+        "replay.engine.patrickstar_run",
+        "replay.engine.cluster",
+        *_UNUSED_BY_A_RUN,
+    }
     code = (
         "import os, sys; _exit = os._exit; "
         f"os._exit = lambda code: (print(sorted(set(sys.modules) & {unwanted}), "
-        "file=sys.stderr), _exit(code)); "
+        "type(sys.modules['importlib.metadata']).__name__, file=sys.stderr), _exit(code)); "
         "sys.argv = ['replay', *sys.argv[1:]]; from replay._console import main; main()"
     )
-    run = ["run", str(trace), "--system", "hbm-lru", "--out", str(tmp_path / "r")]
     done = subprocess.run(
         [sys.executable, "-c", code, *run], capture_output=True, text=True, timeout=120,
         cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stderr.strip().splitlines()[-1] == "[]"
-    assert main([*run[:-1], str(tmp_path / "again")]) == 0
+    assert done.stderr.strip().splitlines()[-1] == "[] _LazyModule"
     assert (tmp_path / "r" / "summary.json").read_bytes() == (
         tmp_path / "again" / "summary.json"
     ).read_bytes()
+
+
+@pytest.mark.parametrize("package", ["policies", "checkpoint"])
+def test_a_registry_lists_every_built_in_plug_in(package: str) -> None:
+    """`POLICIES` and `STRATEGIES` list the name of every class that a module of their
+    package registers (`replay._registry`), and looking a name up gives its class."""
+    import importlib
+    import pkgutil
+
+    import replay.checkpoint
+    import replay.policies
+
+    registry = replay.policies.POLICIES if package == "policies" else replay.checkpoint.STRATEGIES
+    assert all(registry[name].name == name for name in registry.builtin)
+    folder = Path(replay.policies.__file__ if package == "policies" else replay.checkpoint.__file__)
+    for module in pkgutil.iter_modules([str(folder.parent)]):
+        importlib.import_module(f"replay.{package}.{module.name}")
+    built_in = {n for n in registry.registered() if registry[n].__module__.startswith("replay.")}
+    assert built_in == set(registry.builtin)
+    assert list(registry)[: len(registry.builtin)] == list(registry.builtin)
+
+
+def test_numba_leaves_importlib_metadata_unloaded_until_used() -> None:
+    """A kernel loaded from numba's cache lists no entry points for numba's extensions,
+    so `importlib.metadata` (made lazy before numba imports it: `replay._jit`) stays
+    unloaded; it loads whole on first use."""
+    import numpy as np
+
+    from replay.trace.keys import _count_runs
+
+    # in numba's cache from now on (a cold cache compiles it here)
+    assert _count_runs(np.array([0, 0, 1], np.int32), np.array([0, 3], np.int64)) == 2
+    code = (
+        "import sys, numpy as np, replay._jit, numba.core.entrypoints as ep; "
+        "from replay.trace.keys import _count_runs; "
+        "assert _count_runs(np.array([0, 0, 1], np.int32), np.array([0, 3], np.int64)) == 2; "
+        "m = sys.modules['importlib.metadata']; "
+        "print(ep._already_initialized, type(m).__name__, m.version('numpy') == np.__version__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "_LazyModule", "True"]
 
 
 def test_numba_reads_a_numba_config_yaml_where_there_is_one(tmp_path: Path) -> None:

@@ -59,7 +59,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from replay.checkpoint.failures import RecoveryPoints
+from replay._registry import Registry
+from replay.checkpoint.points import RecoveryPoints
 from replay.checkpoint.ssd_store import Flush, cache_flush, ssd_backed
 from replay.errors import ConfigError
 
@@ -426,7 +427,11 @@ class FullStateStrategy(CheckpointStrategy):
         return full_checkpoints(self.ctx, timing, batches, overlap=self.overlap)
 
 
-STRATEGIES: dict[str, type[CheckpointStrategy]] = {}
+# the built-in strategies, each in the module `replay.checkpoint` imports on its first look-up
+STRATEGIES: Registry[type[CheckpointStrategy]] = Registry(
+    "checkpoint strategy",
+    ("check-n-run", "checkfreq", "cpr", "fastpersist", "none", "sync-full", "trainingcxl"),
+)
 
 
 def register_strategy(
@@ -435,10 +440,8 @@ def register_strategy(
     """Class decorator: register a strategy under `name` (a duplicate name is an error)."""
 
     def deco(cls: type[CheckpointStrategy]) -> type[CheckpointStrategy]:
-        if name in STRATEGIES:
-            raise ValueError(f"checkpoint strategy {name!r} is registered twice")
+        STRATEGIES.register(name, cls)
         cls.name = name
-        STRATEGIES[name] = cls
         return cls
 
     return deco

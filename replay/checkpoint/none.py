@@ -9,7 +9,7 @@ from replay.checkpoint.base import (
     Timing,
     register_strategy,
 )
-from replay.checkpoint.failures import RecoveryPoints
+from replay.checkpoint.points import RecoveryPoints
 from replay.system.spec import SystemSpec
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from replay.policies.tbe import TBEPolicy
 from replay.system import cachelib
 
 if TYPE_CHECKING:
@@ -59,6 +58,10 @@ def cache_flush(system: SystemSpec, total_rows: int, row_state_bytes: int) -> Fl
     """The flush before each checkpoint of an SSD-backed table; None for other systems."""
     if not ssd_backed(system):
         return None
+    # the FBGEMM TBE cache's module (5 kernels) for SSD-backed tables only: every
+    # checkpoint strategy imports this module (`replay.checkpoint.base`)
+    from replay.policies.tbe import TBEPolicy
+
     p = system.policy
     l1 = min(TBEPolicy.capacity(system, 1, row_state_bytes, total_rows), total_rows)
     l2 = min(cachelib.capacity_rows(p.l2_capacity_bytes, row_state_bytes), total_rows)

@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 
 from replay.checkpoint.base import CheckpointContext, CheckpointResult, Timing
-from replay.checkpoint.failures import evaluate_failures, young_daly_interval_s
 
 
 def checkpoint_summary(
@@ -56,6 +55,9 @@ def failures_summary(
     spec = ctx.system.failures
     if not spec.enabled:
         return None
+    # the failure model (its kernels, the workload sampler's mixer) for a study of failures
+    from replay.checkpoint.failures import evaluate_failures, young_daly_interval_s
+
     period = float((timing.base_s + result.stall_s).sum())
     useful = float(timing.base_s.sum())
     stats = evaluate_failures(

@@ -67,7 +67,6 @@ from replay.policies.base import (
     UPDATES_FAST,
     WRITEBACKS,
 )
-from replay.policies.ssd_tbe import L2_EVICTIONS, L2_MISSES, SSD_READS, SSD_WRITES, STORE_NAMES
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, TierSpec, optimizer_bytes_per_row
 
 if TYPE_CHECKING:
@@ -124,6 +123,9 @@ def account(
     for index, name in enumerate(COUNTER_NAMES):
         cols[name] = c[:, index].copy()
     if store is not None:  # ssd-tbe: L2's and the store's rows per batch
+        # imported for ssd-tbe only: its module (and the TBE cache's) has 9 kernels
+        from replay.policies.ssd_tbe import STORE_NAMES
+
         for index, name in enumerate(STORE_NAMES):
             cols[name] = store[:, index].astype(i64)
 
@@ -310,6 +312,8 @@ def _store_io(
     reads blocks, FBGEMM's `use_direct_reads`), one access per row; its writes are
     memtable flushes and compactions, large sequential files: bytes x the write
     amplification at the drive's bandwidth, no per-row access."""
+    from replay.policies.ssd_tbe import L2_EVICTIONS, L2_MISSES, SSD_READS, SSD_WRITES
+
     p = system.policy
     back, st = system.tier(p.backing_tier), system.tier(p.store_tier)
     s = store.astype(np.int64, copy=False)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from replay._malloc import state_array
+from replay._registry import Registry
 from replay.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -202,17 +203,18 @@ class Policy(ABC):
         are, such as `replay._malloc.populate`."""
 
 
-POLICIES: dict[str, type[Policy]] = {}
+# the built-in policies, each in the module `replay.policies` imports on its first look-up
+POLICIES: Registry[type[Policy]] = Registry(
+    "policy", ("belady", "chunk", "hot", "lfu", "lru", "ssd-tbe", "static", "tbe")
+)
 
 
 def register_policy(name: str) -> Callable[[type[Policy]], type[Policy]]:
     """Class decorator: register a policy under `name` (a duplicate name is an error)."""
 
     def deco(cls: type[Policy]) -> type[Policy]:
-        if name in POLICIES:
-            raise ValueError(f"policy {name!r} is registered twice")
+        POLICIES.register(name, cls)
         cls.name = name
-        POLICIES[name] = cls
         return cls
 
     return deco
