@@ -143,12 +143,22 @@ class CompiledWorkload:
         )  # fmt: skip
         return out_batch, out_table, out_row
 
-    def batch_rows(self, batch: int, tables: tuple[int, int]) -> np.ndarray:
+    def batch_rows(
+        self, batch: int, tables: tuple[int, int], out: np.ndarray | None = None
+    ) -> np.ndarray:
         """The rows of `lookups(batch, batch + 1, tables)` alone: its batch and table ids
         are runs that the spec fixes (`table_lookups`), so they are not written (6 bytes
-        a lookup; `replay.trace.keys.flat_keys_of_tables` makes the keys without them)."""
+        a lookup; `replay.trace.keys.flat_keys_of_tables` makes the keys without them).
+        `out`: a buffer of `row_dtype` to write them to the start of (a thread's own,
+        reused piece after piece), at least as long; the rows are then a view of it."""
         t0, t1 = tables
-        out_row = np.empty(int(self.table_lookups[t0:t1].sum()), dtype=self.row_dtype)
+        n = int(self.table_lookups[t0:t1].sum())
+        if out is None:
+            out_row = np.empty(n, dtype=self.row_dtype)
+        elif out.dtype != self.row_dtype or len(out) < n:
+            raise ValueError(f"batch_rows: out must hold {n} {self.row_dtype} rows")
+        else:
+            out_row = out[:n]
         st = self.tables
         draws.generate_lookups(
             self.root, batch, batch + 1, self.spec.batch_size, st.iparams, st.fparams,

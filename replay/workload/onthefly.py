@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import numpy as np
 
+from replay._intrinsics import PREFETCH_AHEAD, ix, prefetch
+from replay._jit import kernel
 from replay._threads import wait_for, worker_pool
 from replay.trace.format import FORMAT_VERSION, largest_piece, piece_groups
 from replay.trace.keys import table_offsets
@@ -392,6 +394,14 @@ class GeneratedTrace:
             piece: dict[str, Any] = (
                 {} if tables is None else {"tables": tables, "ends_batch": tables[1] == num_tables}
             )
+            made = None if not fused or tables is None else self._piece_keys(g0, tables, local)
+            if made is not None:
+                keys, ukeys, ubounds = made
+                return BatchRange(
+                    g0, g0 + 1, keys, np.array([0, len(keys)], dtype=np.int64), ukeys, ubounds,
+                    np.diff(ubounds) if with_distinct else None,
+                    updates_are_lookups=updates_from_lookups, **piece,
+                )  # fmt: skip
             if fused:
                 lo, hi = max(g0, start), min(g1, stop)
                 lookups = self._lookups(g0, g1, lo, hi, tables)
@@ -421,6 +431,81 @@ class GeneratedTrace:
             return replace(r, **piece) if piece else r
 
         yield from self._ordered(work, start, stop, pieces)
+
+    def _piece_keys(
+        self, batch: int, tables: tuple[int, int], local: threading.local
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(flat keys, distinct keys in first-seen order, update bounds [0, distinct]) of
+        one piece of a batch with a step every batch: `step_keys` of `lookups(batch,
+        batch + 1, tables)`, made from the rows alone (the table of each lookup is a run
+        the spec fixes) into buffers the thread keeps; None where the piece's keys span
+        more than a bitmap as large as `step_keys`' set (it then hashes them instead)."""
+        t0, t1 = tables
+        offsets = self._offsets
+        counts = self.compiled.table_lookups[t0:t1]
+        n = int(counts.sum())
+        first, span = int(offsets[t0]), int(offsets[t1] - offsets[t0])
+        if span > 64 << max(4, (2 * n).bit_length()):
+            return None
+        rows = getattr(local, "rows", None)
+        if rows is None or len(rows) < n:
+            # the largest piece at once: a thread makes every piece in the one buffer
+            local.rows = rows = np.empty(max(n, self.piece_lookups), self.compiled.row_dtype)
+        seen = getattr(local, "piece_seen", None)
+        if seen is None or 8 * len(seen) < span:
+            local.piece_seen = seen = np.zeros((span + 7) // 8, dtype=np.uint8)
+        row = self.compiled.batch_rows(batch, tables, out=rows)
+        keys = np.empty(n, dtype=self._key_dtype)
+        ukeys = np.empty(n, dtype=self._key_dtype)
+        distinct = piece_keys(row, counts, offsets[t0:t1], first, seen, keys, ukeys)
+        return keys, ukeys[:distinct], np.array([0, distinct], dtype=np.int64)
+
+    @cached_property
+    def _offsets(self) -> np.ndarray:
+        return table_offsets(self.table_rows)
+
+    @cached_property
+    def _key_dtype(self) -> np.dtype:
+        from replay.trace.keys import key_dtype
+
+        return key_dtype(int(self._offsets[-1]))
+
+
+@kernel
+def piece_keys(
+    row: np.ndarray,
+    counts: np.ndarray,
+    offsets: np.ndarray,
+    first: np.int64,
+    seen: np.ndarray,
+    keys: np.ndarray,
+    ukeys: np.ndarray,
+) -> int:
+    """keys[i] = offsets[k] + row[i] for the counts[k] lookups of the k-th table, one
+    table after another; ukeys: the distinct keys in first-seen order, counted by a bit
+    per key from `first` in `seen` (zero between calls: what is set is cleared). What
+    `replay.trace.updates.step_keys` makes of one batch without frozen tables, from the
+    table ids these runs stand for. Returns the distinct count."""
+    out = 0
+    i = 0
+    for t in range(len(counts)):
+        base = offsets[t] - first
+        end = i + counts[t]
+        for j in range(i, end):
+            if j + PREFETCH_AHEAD < end:
+                prefetch(seen, (base + np.int64(row[ix(j + PREFETCH_AHEAD)])) >> 3)
+            d = base + np.int64(row[ix(j)])
+            k = d + first
+            keys[ix(j)] = k
+            byte = seen[ix(d >> 3)]
+            bit = np.uint8(1) << np.uint8(d & 7)
+            seen[ix(d >> 3)] = byte | bit
+            ukeys[ix(out)] = k
+            out += (byte & bit) == 0
+        i = end
+    for at in range(out):  # a whole byte: its other keys are this piece's
+        seen[ix((np.int64(ukeys[ix(at)]) - first) >> 3)] = 0
+    return out
 
 
 def _cut(chunk: Any, lo: int, hi: int) -> Any:
