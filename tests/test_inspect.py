@@ -25,7 +25,7 @@ from replay.analysis.stats import (
     trace_inspector,
     trace_statistics,
 )
-from replay.analysis.stats_kernels import _TAG_PERIOD
+from replay.analysis.stats_kernels import _G_D_PERIOD, _TAG_PERIOD
 from replay.cli import main
 from replay.errors import TraceError
 from replay.trace.keys import RUN_BATCH, RUN_START, RUN_TABLE
@@ -339,6 +339,44 @@ def test_batch_tags_never_alias(gap: int) -> None:
     for min_lookups in (1, 37, 1 << 20):
         got = inspect_arrays(*args, num_batches=num_batches, min_lookups=min_lookups)
         assert_same(got, want)
+
+
+@pytest.mark.parametrize(
+    ("period", "gap", "fold"),
+    [(2, 0, 1), (2, 3, None), (3, 1, 7), (5, 0, None), (5, 4, 1), (0, 2, 7)],
+)
+def test_small_table_tags_repeat_and_counts_fold(
+    period: int, gap: int, fold: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The small tables' words tag a row with its last batch (the tag repeating every
+    `period` batches here, swept before it can; 0: the default) and hold its count (moved
+    out every `fold` lookups fed): rows looked up again one or two periods later, across
+    empty batches (`gap`), give the reference's statistics however the trace is chunked."""
+    if fold is not None:
+        monkeypatch.setattr("replay.analysis.stats._DENSE_FOLD_AT", fold)
+    rng = np.random.default_rng(period * 10 + gap)
+    lookups: list[tuple[int, int, int]] = []
+    p = max(period, 2)
+    for b in range(4 * p + 30):
+        if gap and 10 <= b < 10 + gap:
+            continue  # empty batches
+        lookups.append((b, 0, b % 3))
+        for distance, r in ((p, 1), (p + 1, 2), (p - 1, 3), (2 * p, 4)):
+            if b % distance == 0:
+                lookups.append((b, 1, r))
+        for r in rng.integers(0, 40, 4):
+            lookups.append((b, 1 + int(r) % 2, 5 + int(r)))
+    lookups.sort(key=lambda x: (x[0], x[1]))
+    arr = np.array(lookups, dtype=np.int64)
+    args = (arr[:, 0], arr[:, 1], arr[:, 2].astype(np.uint32), [10, 50, 400])
+    num_batches = int(arr[-1, 0]) + 2
+    want = inspect_reference(*args, num_batches=num_batches)
+    for chunk in (1, 29, len(arr)):
+        inspector = Inspector(args[3], num_batches)
+        inspector.gi[_G_D_PERIOD] = period
+        for lo in range(0, len(arr), chunk):
+            inspector.feed(*(a[lo : lo + chunk] for a in args[:3]))
+        assert_same(inspector.result(), want)
 
 
 def test_curve_batches_bounded_and_log_spaced() -> None:

@@ -68,6 +68,7 @@ from replay.analysis.stats_kernels import (
     _BAD_TABLE,
     _COUNT_MASK,
     _COUNT_WRAP,
+    _D_COUNT,
     _G_CUR,
     _G_DPB_N,
     _G_DPB_SUM,
@@ -112,6 +113,9 @@ _DENSE_ROWS = INSPECT_SMALL_ROWS
 _NO_DISTINCT = np.zeros(0, dtype=np.int64)  # feed() without per-batch distinct counts
 _FEED_BLOCK = 1 << 16  # lookups checked and flattened at a time by `Inspector.feed`
 _SPLIT_HISTOGRAM_ROWS = 1 << 24  # states this large are counted on two threads
+# lookups fed before the small tables' counts move out of their words (`_fold_dense`):
+# a count then stays below the word's field (`_D_COUNT`)
+_DENSE_FOLD_AT = _D_COUNT - 1
 
 
 def _histograms(state: np.ndarray, bounds: np.ndarray) -> np.ndarray:
@@ -226,6 +230,9 @@ class Inspector:
         self.dense_at[:, 0] = small
         self.dense_at[:, 1] = np.where(small, starts - self.offsets, 0)
         self.dense = np.zeros(int(rows[small].sum()), dtype=np.int64)
+        # the small tables' counts moved out of `dense` (`_fold_dense`), once there are any
+        self._dense_base: np.ndarray | None = None
+        self._dense_fed = 0  # lookups fed since the last fold
         self.ti = np.zeros((len(rows), _TI_WIDTH), dtype=np.int64)
         self._counters = np.empty((4, len(rows)), dtype=np.int64)  # `_inspect_runs` scratch
         self.tf = np.zeros((len(rows), 2), dtype=np.float64)
@@ -305,6 +312,9 @@ class Inspector:
             grown = np.empty((2, min(need + need // 4, cap)), dtype=self.lists.dtype)
             grown[:, : self.lists.shape[1]] = self.lists
             self.lists = grown
+        if self._dense_fed + n > _DENSE_FOLD_AT and len(self.dense):
+            self._fold_dense()
+        self._dense_fed += n
         code = _inspect_runs(
             keys,
             runs,
@@ -357,6 +367,18 @@ class Inspector:
             msg = f"{at}: batch {b} is beyond the manifest's {self.num_batches} batches"
         raise TraceError(f"{self.where}: {msg}")
 
+    def _fold_dense(self) -> None:
+        """Move the small tables' counts above 1 out of their words into `_dense_base`
+        (a word's count starts again at 1: 0 still means never looked up), so that a
+        count that grows by one a lookup stays within its field; after 2^40 lookups."""
+        counts = self.dense & _D_COUNT
+        held = counts > 1
+        if self._dense_base is None:
+            self._dense_base = np.zeros(len(self.dense), dtype=np.int64)
+        self._dense_base[held] += counts[held] - 1
+        self.dense[held] = (self.dense[held] & ~_D_COUNT) | 1
+        self._dense_fed = 0
+
     def _fold_wraps(self) -> None:
         """Fold the wrap events into (row, wraps) pairs: memory then follows the rows
         that wrapped, not the lookups."""
@@ -393,7 +415,9 @@ class Inspector:
         extra_true, extra_table = [true], [table_of]
         for t in np.flatnonzero(self.dense_at[:, 0]).tolist():
             start = int(self.dense_at[t, 1] + self.offsets[t])
-            counts = self.dense[start : start + int(self.rows[t])]
+            counts = self.dense[start : start + int(self.rows[t])] & _D_COUNT
+            if self._dense_base is not None:
+                counts += self._dense_base[start : start + int(self.rows[t])]
             above = counts > _COUNT_WRAP
             hist[t] = np.bincount(counts[~above], minlength=256)
             extra_true.append(counts[above])

@@ -35,7 +35,9 @@ _G_REUSE_N = 5
 _G_SIDE = 6  # which row of the lists holds the current batch's rows
 _G_N_CUR = 7  # rows in the current batch's list
 _G_N_PREV = 8  # rows in the previous batch's list (0 when that batch had no lookups)
-_GI_WIDTH = 9
+_G_D_SWEPT = 9  # the batch at which the small tables' tags were last swept
+_G_D_PERIOD = 10  # batches before a small table's tag repeats; 0: `_D_PERIOD`
+_GI_WIDTH = 11
 # float64 global state
 _G_DPB_SUM = 0
 _G_REUSE_SUM = 1
@@ -73,6 +75,18 @@ _NO_TAG = _TAG_PERIOD + 1  # fits no 2-bit tag: "no batch before"
 # less CPU for the feed (CPU time of one thread, alternating builds, 2-core VM at load 5-6:
 # 7.23 and 6.10 against 7.73 and 6.88 ns a lookup), and its outputs are the same.
 _FEED_AHEAD = 32
+# Small tables (`_inspect_runs`' `dense`): one int64 word per row holds its lookup count
+# in the low 40 bits and, above them, the tag of the last batch that looked it up (batch
+# b is tagged b % period + 1; 0 = never looked up), so that a lookup of a small table
+# reads and writes one word, not the state byte too, and its row needs no list entry nor
+# a clear (criteo-terabyte: 18 of its 26 tables, 69% of its lookups). A tag repeats
+# every `_D_PERIOD` batches: before it can, a sweep of `dense` drops every tag but the
+# previous batch's. A count reaches the field's top only after 2^40 lookups: the caller
+# moves counts out of the word before (`Inspector._fold_dense`).
+_D_SHIFT = 40
+_D_COUNT = (1 << _D_SHIFT) - 1
+_D_PERIOD = (1 << 23) - 1  # tags in bits 40-62
+_D_TAG = _D_PERIOD << _D_SHIFT
 # a constant to the kernels: np.iinfo in a kernel makes numba import numba.np.arraymath
 # (0.07 s) when it loads that kernel from its cache
 _INT64_MAX = int(np.iinfo(np.int64).max)
@@ -124,6 +138,16 @@ def _fill_curve(upto: int, gi: np.ndarray, curve_x: np.ndarray, curve_val: np.nd
 def _tag(b: int) -> int:
     """The state word's tag of batch b (1.._TAG_PERIOD)."""
     return b % _TAG_PERIOD + 1
+
+
+@kernel
+def _sweep_dense(dense: np.ndarray, keep: int) -> None:
+    """Drop every small table's tag but `keep` (a tag shifted into place, or 0 for none)
+    from `dense`; the counts stay."""
+    for i in range(len(dense)):
+        w = dense[i]
+        if (w & _D_TAG) != keep:
+            dense[i] = w & _D_COUNT
 
 
 @kernel
@@ -212,22 +236,24 @@ def _inspect_runs(
     up by batch b - 1 are added to its row b (the table-major pass sums them over groups
     of tables, `replay.analysis.table_major`).
 
-    Small tables (dense_at[t, 0] = 1) count in `dense` (int64, flat row f at
-    dense[dense_at[t, 1] + f]) instead of the state word's 6 bits, whose wraps they would
-    fill with events (a table of a few rows takes hundreds of lookups per row per batch);
-    their state words keep the tag and count 1 once looked up.
+    Small tables (dense_at[t, 0] = 1) count in `dense` (flat row f at
+    dense[dense_at[t, 1] + f]: its count and its last batch's tag, `_D_SHIFT`) instead
+    of the state word, whose 6 bits of count they would fill with wrap events (a table of
+    a few rows takes hundreds of lookups per row per batch); their state words stay 0 and
+    their rows go to no list. `gi[_G_D_PERIOD]` (0: `_D_PERIOD`) sets how often the
+    small tables' tags repeat (a test makes them repeat sooner).
 
-    Tags: `lists[side]` collects the rows the current batch looks up first, and
-    `lists[1 - side]` the previous batch's (`_G_N_CUR`, `_G_N_PREV` rows; the caller
-    gives each room for its rows plus every lookup of the chunk, up to a cap: a count
-    above the list's length says it overflowed, and its tags are then cleared by a sweep
-    of the state, `_clear_tags`). When batch b follows
-    batch b - 1, the rows of b - 2 that b - 1 did not retag lose their tag and the lists
-    turn; after an empty batch both lose theirs. So when batch b starts, only tag(b - 1)
-    is left, held by exactly the rows of b - 1, and tag(b) = tag(b - 3) by none.
+    Tags of the other tables: `lists[side]` collects the rows the current batch looks up
+    first, and `lists[1 - side]` the previous batch's (`_G_N_CUR`, `_G_N_PREV` rows; the
+    caller gives each room for its rows plus every lookup of the chunk, up to a cap: a
+    count above the list's length says it overflowed, and its tags are then cleared by a
+    sweep of the state, `_clear_tags`). When batch b follows batch b - 1, the rows of
+    b - 2 that b - 1 did not retag lose their tag and the lists turn; after an empty batch
+    both lose theirs. So when batch b starts, only tag(b - 1) is left, held by exactly the
+    rows of b - 1, and tag(b) = tag(b - 3) by none.
 
     A run's keys go through a branch-free loop (but for the rare count wrap) that
-    prefetches each row's state 16 lookups ahead. Taking flat keys and precomputed runs
+    prefetches each row's state `_FEED_AHEAD` lookups ahead. Taking flat keys and precomputed runs
     rather than the (batch, table, row) columns spares the run scan and the row checks
     here: `replay run` gets both from its reader, which makes the keys anyway.
     The per-table counters of the current batch live in the rows of the caller's scratch
@@ -244,6 +270,7 @@ def _inspect_runs(
         reuse[t] = ti[t, _T_REUSE_CUR]
         new[t] = 0
     cur = gi[_G_CUR]
+    period = gi[_G_D_PERIOD] if gi[_G_D_PERIOD] > 0 else _D_PERIOD
     side = gi[_G_SIDE]
     n_cur = gi[_G_N_CUR]
     n_prev = gi[_G_N_PREV]
@@ -270,6 +297,12 @@ def _inspect_runs(
                     _clear_tags(state, lists[side], n_cur, _tag(cur))
                     n_prev = 0
                 n_cur = 0
+            # the small tables' tags present are those of batches swept - 1 .. cur: one
+            # would repeat at b or pass for b - 1's once b - swept + 1 reaches the period
+            if len(dense) > 0 and b - gi[_G_D_SWEPT] + 1 >= period:
+                keep = ((cur % period + 1) << _D_SHIFT) if cur >= 0 and b == cur + 1 else 0
+                _sweep_dense(dense, keep)
+                gi[_G_D_SWEPT] = b
             for t in range(num_tables):
                 ti[t, _T_DISTINCT] += new[t]
                 gi[_G_TOUCHED] += new[t]
@@ -310,19 +343,17 @@ def _inspect_runs(
                 nwraps += 1
                 c = 0
             state[ix(f)] = np.uint8(stamp | (c + 1))
-        for k in range(i, j if small else i):  # a small table (its state stays in cache)
-            f = keys[ix(k)]
-            v = np.int64(state[ix(f)])
-            s = v >> _TAG_SHIFT
-            fresh = s != tag
-            d += fresh
-            rr += s == previous
-            mine[ix(min(n_cur, last))] = f
-            n_cur += fresh
-            c = dense[ix(at + f)]
+        dstamp = (b % period + 1) << _D_SHIFT
+        dprevious = ((b - 1) % period + 1) << _D_SHIFT if b > 0 else -1  # -1: no tag
+        for k in range(i, j if small else i):  # a small table: its words stay in cache
+            g = at + keys[ix(k)]
+            w = dense[ix(g)]
+            dt = w & _D_TAG
+            d += dt != dstamp
+            rr += dt == dprevious
+            c = w & _D_COUNT
             nw += c == 0
-            dense[ix(at + f)] = c + 1
-            state[ix(f)] = np.uint8(stamp | 1)
+            dense[ix(g)] = dstamp | (c + 1)
         if nwraps > len(wraps):  # pragma: no cover - the caller's bound prevents it
             code = _WRAP_OVERFLOW
             break
