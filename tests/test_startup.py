@@ -77,7 +77,8 @@ def test_help_of_a_command_through_the_console_imports_nothing_heavy() -> None:
 
 # what a one-GPU `replay run` of a trace folder on an LRU cache without checkpoints or
 # failures never calls: the other policies and checkpoint strategies (`replay._registry`),
-# the failure model and the workload sampler it imports
+# the failure model, the on-the-fly generator, `replay inspect`'s reuse bins, and the
+# workload sampler that these three import
 _UNUSED_BY_A_RUN = {
     *(
         f"replay.policies.{m}"
@@ -89,6 +90,11 @@ _UNUSED_BY_A_RUN = {
     ),
     "replay.checkpoint.failures",
     "replay.checkpoint.dirty",
+    "replay.workload.onthefly",
+    "replay.workload.generator",
+    "replay.analysis.batch_reuse",
+    "replay.workload.sampler",
+    "replay.workload.locality_model",
 }
 
 

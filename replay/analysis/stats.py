@@ -62,7 +62,6 @@ from replay._memory import (
     inspect_table_major,
 )
 from replay._threads import read_ahead
-from replay.analysis.batch_reuse import BatchReuse
 from replay.analysis.stats_kernels import (
     _BAD_ROW,
     _BAD_TABLE,
@@ -94,7 +93,6 @@ from replay.analysis.stats_kernels import (
     _inspect_runs,
 )
 from replay.analysis.stats_reference import inspect_reference
-from replay.analysis.table_major import inspect_table_major as by_tables
 from replay.errors import TraceError
 from replay.trace.curve_points import DEFAULT_CURVE_POINTS
 from replay.trace.keys import batch_bounds, curve_batches, table_runs
@@ -630,6 +628,8 @@ def inspect_trace(
     if inspect_table_major(trace.table_rows.tolist()):
         # a row space above the threshold: the tables in groups, a state of one group's
         # rows at a time (same result: `replay.analysis.table_major`)
+        from replay.analysis.table_major import inspect_table_major as by_tables
+
         return by_tables(
             trace,
             Inspector,
@@ -639,6 +639,10 @@ def inspect_trace(
             on_progress=on_progress,
         )
     inspector = trace_inspector(trace, curve_points=curve_points)
+    # Meta's reuse bins and the workload model they come with (the sampler's 25
+    # kernels): `replay inspect`'s, not the statistics `replay run` gathers in its pass
+    from replay.analysis.batch_reuse import BatchReuse
+
     reuse = BatchReuse(trace.table_rows, trace.num_batches) if batch_reuse else None
     # a batch too large for a row group comes in pieces of tables where the source cuts
     # it (`plan_pieces`): the inspector and the reuse histograms take a batch over

@@ -94,7 +94,7 @@ def run_command(
     from replay.engine.systems import refuse_cluster_checkpoint, resolve_system_with_origin
     from replay.errors import TraceError
     from replay.runs.results import check_output_folder, run_stages
-    from replay.workload.onthefly import GeneratedTrace
+    from replay.workload.source import is_generated
 
     with display("run") as progress:
         progress.stage("checking the inputs")
@@ -109,7 +109,7 @@ def run_command(
             check_run_memory(opened, [spec], inspect=with_stats(opened))
 
         def with_stats(opened: Source) -> bool:
-            return inspect if inspect is not None else not isinstance(opened, GeneratedTrace)
+            return inspect if inspect is not None else not is_generated(opened)
 
         # the checksums are hashed meanwhile (two threads that release the GIL) and checked
         # before anything is final: the replay starts ~0.05 s sooner on the 2-core VM

@@ -34,8 +34,7 @@ from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_
 from replay.trace.keys import key_dtype, table_offsets
 from replay.trace.reader import Trace
 from replay.trace.stream import empty_range, iter_batch_ranges, warm_up_reader
-from replay.workload.onthefly import GeneratedTrace
-from replay.workload.source import Source
+from replay.workload.source import Source, is_generated
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,7 +61,7 @@ class ClusterRunResult(RunResult):
 def trace_digest(trace: Source) -> str:
     """SHA-256 of the trace's manifest (which holds every data file's SHA-256); for an
     on-the-fly workload, of the spec's canonical JSON."""
-    if isinstance(trace, GeneratedTrace):
+    if is_generated(trace):
         return trace.digest()
     manifest = read_bytes(trace.path / "manifest.json", MANIFEST, TraceError)
     return hashlib.sha256(manifest).hexdigest()
@@ -72,7 +71,7 @@ def trace_meta(trace: Source, lookups: int) -> dict[str, Any]:
     """meta.json's `trace`: what was replayed."""
     workload = trace.workload
     meta: dict[str, Any] = {"path": str(trace.path)}
-    on_the_fly = isinstance(trace, GeneratedTrace)
+    on_the_fly = is_generated(trace)
     if on_the_fly:
         meta["on_the_fly"] = True
     meta["workload_sha256" if on_the_fly else "manifest_sha256"] = trace_digest(trace)

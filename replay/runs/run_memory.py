@@ -67,7 +67,7 @@ from replay.policies.lru import table_shape
 from replay.system import cachelib
 from replay.system.optimizer import with_workload_rule
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
-from replay.workload.source import Source
+from replay.workload.source import Source, is_generated
 
 # Bytes per cache slot that each policy allocates beside its per-key map (the policies'
 # constructors): lru slot_key 8 + prev 4 + next 4 + dirty 1; lfu slot_key, frequency,
@@ -249,7 +249,6 @@ def run_state(
     then size the caches. ConfigError where the system does not fit the source (as a
     run would say)."""
     from replay.checkpoint import STRATEGIES
-    from replay.workload.onthefly import GeneratedTrace
 
     cls = POLICIES[system.policy.name]
     state = _row_state(system, source)
@@ -259,12 +258,12 @@ def run_state(
     strategy = STRATEGIES[system.checkpoint.strategy]
     if strategy.state_bytes_per_key:
         parts.append((f"checkpoint {system.checkpoint.strategy}", strategy.state_bytes_per_key))
-    generated = isinstance(source, GeneratedTrace)
+    generated = is_generated(source)
     if inspect and not generated:
         parts.append(("statistics", INSPECT_BYTES_PER_ROW))  # instead of the bitmap
     else:
         # else counted from the updates
-        if not (isinstance(source, GeneratedTrace) and source.steps_every_batch):
+        if not (is_generated(source) and source.steps_every_batch):
             bitmaps = "distinct-row bitmaps" if threads > 1 and generated else "distinct-row bitmap"
             parts.append((bitmaps, (threads if generated else 1) / 8))
         if inspect:  # a second generation pass, beside the run's state
