@@ -410,15 +410,24 @@ def _finish_kernel(
     _fill_curve(_INT64_MAX, gi, curve_x, curve_val)
 
 
+# words of the state scanned at a time for the nonzero ones (`_count_histograms`)
+_HIST_BLOCK = 4096
+
+
 @kernel
 def _count_histograms(
     state: np.ndarray, words: np.ndarray, bounds: np.ndarray, hist: np.ndarray, part: np.ndarray
 ) -> None:
     """hist[t, c] += rows of table t (flat rows bounds[t]..bounds[t+1]) whose state word
     holds count c. `words` is `state` read 8 bytes at a time (its first len(state) // 8
-    x 8 bytes): most rows were never looked up, and a zero word counts 8 of them at once
-    (188 M rows: 0.14 -> 0.03 s). Four interleaved histograms (`part`, 4 x 256 int64
-    scratch) for the other bytes, which would otherwise chain their increments."""
+    x 8 bytes): most rows were never looked up, so each block of words is first scanned
+    without a branch for its nonzero words (a list of their indices), and only those are
+    counted byte by byte; the zero words count 8 rows each at once. A branch per word
+    mispredicted at every nonzero one (criteo-terabyte, 2.5% of its rows looked up: 18%
+    of the words): 188 M rows took 0.14 s byte by byte, 64-66 ms with that branch,
+    45-51 ms so (one thread, alternating, load 9). Four interleaved histograms (`part`,
+    4 x 256 int64 scratch) for the bytes, which would otherwise chain their increments."""
+    nonzero = np.empty(_HIST_BLOCK, dtype=np.int64)
     for t in range(len(bounds) - 1):
         part[:] = 0
         lo = bounds[t]
@@ -427,14 +436,21 @@ def _count_histograms(
         while i < hi and (i & 7) != 0:  # up to the first whole word
             part[i & 3, state[ix(i)] & _COUNT_MASK] += 1
             i += 1
+        first = i >> 3
+        end = max(first, hi >> 3)  # the whole words
         zeros = 0
-        while i + 8 <= hi:
-            if words[ix(i >> 3)] == 0:
-                zeros += 8
-            else:
-                for j in range(i, i + 8):
-                    part[j & 3, state[ix(j)] & _COUNT_MASK] += 1
-            i += 8
+        for w0 in range(first, end, _HIST_BLOCK):
+            w1 = min(w0 + _HIST_BLOCK, end)
+            n = 0
+            for q in range(w0, w1):
+                nonzero[n] = q
+                n += words[ix(q)] != 0
+            zeros += 8 * (w1 - w0 - n)
+            for r in range(n):
+                at = nonzero[r] * 8
+                for j in range(8):
+                    part[j & 3, state[ix(at + j)] & _COUNT_MASK] += 1
+        i = max(i, end * 8)
         while i < hi:
             part[i & 3, state[ix(i)] & _COUNT_MASK] += 1
             i += 1
