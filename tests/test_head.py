@@ -156,3 +156,85 @@ def test_blocks_count_after_filling_and_unfilled_stacks_are_not_used() -> None:
     assert small.miss_ratios(np.array([10]))[0][0] == 0.0
     assert big.capacity == HEAD_MIN_ROWS and not big.usable
     assert not total.usable
+
+
+def _warm_block_reference(keys: list[int], capacity: int) -> np.ndarray:
+    """A warm block's counts by the explicit LRU stack: requests count once `capacity`
+    distinct keys were seen in the block; distances below it are kept, the rest far."""
+    hist = np.zeros(capacity + 2, dtype=np.int64)
+    seen: set[int] = set()
+    for key, d in zip(keys, reference_stack_distances(keys), strict=True):
+        if len(seen) >= capacity:
+            if d is None or d >= capacity:
+                hist[-2] += 1
+            else:
+                hist[d] += 1
+            hist[-1] += 1
+        seen.add(key)
+    return hist
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    blocks=st.lists(
+        st.lists(  # a block: runs of (table, rows), tables in order
+            st.tuples(st.integers(0, 3), st.lists(st.integers(0, 29), max_size=90)),
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    capacity=st.integers(1, 40),
+    shared=st.booleans(),
+)
+def test_runs_head_equals_the_reference(
+    blocks: list[list[tuple[int, list[int]]]], capacity: int, shared: bool
+) -> None:
+    """`RunsHead` (each table's lookups one run in a block, a table's rows its own keys)
+    counts what the explicit LRU stack over the block's flat keys does, and `ExactHead`'s
+    warm blocks; a head sharing another's state, fed in turn, counts the same."""
+    from replay.analysis.head_pieces import RunsHead
+
+    table_rows = [30, 7, 30, 1]
+    offsets = np.concatenate([[0], np.cumsum(table_rows)])
+    head = RunsHead(capacity, max(table_rows), 100)
+    other = RunsHead(3, 0, 0, share=head) if shared else None
+    exact = ExactHead(int(offsets[-1]), capacity)
+    expect = []
+    for runs in blocks:
+        runs = sorted(runs, key=lambda r: r[0])
+        runs = [(t, [r % table_rows[t] for r in rows]) for t, rows in runs]
+        head.start_block()
+        exact.start_block(warm=True)
+        flat: list[int] = []
+        for t, rows in runs:  # a table fed twice in a row is one run
+            head.feed(t, np.array(rows, dtype=np.int64), table_rows[t])
+            exact.feed(np.array(rows, dtype=np.int64) + offsets[t])
+            flat += [int(offsets[t]) + r for r in rows]
+        expect.append(_warm_block_reference(flat, capacity))
+        if other is not None:  # the other head's block between two of this one's
+            with pytest.raises(ValueError, match="block open"):
+                other.start_block()
+            head.end_block()
+            other.start_block()
+            other.feed(0, np.arange(30, dtype=np.int64) % 5, 30)
+            other.end_block()
+    counts = head.block_counts()
+    assert np.array_equal(counts, np.stack(expect))
+    assert np.array_equal(counts, exact.block_counts())
+
+
+def test_runs_head_refuses_what_is_not_runs_of_its_tables() -> None:
+    from replay.analysis.head_pieces import RunsHead
+
+    head = RunsHead(4, 10, 64)
+    head.start_block()
+    head.feed(2, np.arange(5), 10)
+    with pytest.raises(ValueError, match="not table-major"):
+        head.feed(1, np.arange(5), 10)
+    with pytest.raises(ValueError, match="outside"):
+        head.feed(3, np.array([1, 10]), 10)
+    with pytest.raises(ValueError, match="longer than"):
+        head.feed(4, np.zeros(200, dtype=np.int64), 10)
+    with pytest.raises(ValueError, match="rows"):
+        head.feed(5, np.zeros(2, dtype=np.int64), 11)

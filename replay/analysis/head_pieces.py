@@ -24,6 +24,11 @@ batches are alike in distribution (a workload without drift: each batch draws fr
 same tables); with drift, the middle batch stands for the run's average. Errors: the 16
 blocks' spread (`HeadCurve.miss_ratios`), blocks of one batch.
 
+Counting: a piece's tables are runs (each table's lookups in a batch lie together, in
+trace order), so every head here is a `RunsHead`: `ExactHead`'s counts of a warm block,
+taken per run of one table's rows, with one position a row instead of a map of C_x keys
+(see its docstring; tested equal to `ExactHead` and to the explicit LRU stack).
+
 Capacities: `head_capacity` asks for 4 x the first batch's distinct rows, clamped to
 [2^12, 2^19], and then at least the sample's resolution (up to 2^20). Batch 0 is not read
 for them: a batch's expected distinct rows per table come from the spec in closed form
@@ -42,16 +47,19 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from replay._intrinsics import PREFETCH_AHEAD, prefetch
+from replay._jit import kernel
 from replay._threads import worker_pool
 from replay.analysis.head import (
-    _H_COUNTED,
     HEAD_BLOCKS,
     HEAD_LOOKUPS,
-    ExactHead,
     HeadCurve,
     head_capacity,
     shared_capacities,
 )
+from replay.analysis.stack import _marks_between, _materialize, _remove_mark
+
+_ONE = np.uint64(1)
 
 # above this many lookups in the 16 whole-batch blocks (`head_blocks`), the heads read
 # one batch in pieces instead: 16 batches of a 400-table workload (26 M lookups a batch,
@@ -61,6 +69,203 @@ HEAD_MIN_BLOCK_LOOKUPS = 1 << 12  # a table's block: at least this many lookups
 # pieces the total head may hold while it lags behind the tables' heads (meta-2021's are
 # ~1.6 M lookups, 12.5 MB of keys each: at most ~300 MB)
 TOTAL_LAG_PIECES = 24
+
+
+# -- the total head over runs of tables ----------------------------------------------------
+
+# int64 scalar state of `RunsHead`, `sc`
+_R_POS = 0  # next position, counted over every run ever fed (never renumbered)
+_R_RUN = 1  # the current run's first position
+_R_DISTINCT = 2  # distinct keys in the block so far
+_R_WARMING = 3  # 1 while requests are not counted (the block's warm-up)
+_R_FAR = 4  # counted requests at distance >= capacity or first in the block
+_R_COUNTED = 5  # counted requests
+_R_WIDTH = 6
+
+_RUN_DONE = 0
+_RUN_BAD_ROW = 1
+_RUN_TOO_LONG = 2
+
+
+@kernel
+def _runs_feed(
+    rows: np.ndarray,
+    table_rows: int,
+    capacity: int,
+    last: np.ndarray,
+    bits: np.ndarray,
+    tree: np.ndarray,
+    hist: np.ndarray,
+    sc: np.ndarray,
+) -> tuple[int, int]:
+    """Fold one table's rows (table-local, stream order) into the current run; (index
+    reached, stop code). A row's last position is `last[row]`, a position of any run ever
+    fed: one before the run's start is a first use in the run (no clearing between runs
+    or tables). The run's marks: one bit per position from the run's start, a Fenwick
+    tree over the words' popcounts (`replay.analysis.stack`'s, each word cleared as it is
+    entered and its node written once complete, so nothing is cleared for a new run)."""
+    p = sc[_R_POS]
+    run = sc[_R_RUN]
+    distinct = sc[_R_DISTINCT]
+    warming = sc[_R_WARMING]
+    far = sc[_R_FAR]
+    counted = sc[_R_COUNTED]
+    limit = len(bits) << 6
+    n = len(rows)
+    i = 0
+    code = _RUN_DONE
+    while i < n:
+        row = np.int64(rows[i])
+        if np.uint64(row) >= np.uint64(table_rows):
+            code = _RUN_BAD_ROW
+            break
+        rp = p - run
+        if rp >= limit:
+            code = _RUN_TOO_LONG
+            break
+        if i + PREFETCH_AHEAD < n:
+            # a large table's positions are a cold 8 bytes a row: start that load early
+            ahead = np.int64(rows[i + PREFETCH_AHEAD])
+            if np.uint64(ahead) < np.uint64(table_rows):
+                prefetch(last, ahead)
+        wp = rp >> 6
+        if warming and distinct >= capacity:
+            # the warm-up kept the marks' bits alone: the run's complete words' nodes now
+            warming = 0
+            for w in range(wp):
+                _materialize(bits, tree, w)
+        if rp & 63 == 0:
+            bits[wp] = 0
+        q = last[row]
+        if q < run:  # first use in the run, so in the block: tables' keys are disjoint
+            distinct += 1
+            if not warming:
+                far += 1
+                counted += 1
+        else:
+            rq = q - run
+            if warming:  # nothing counted: the bit alone (about 3/5 of meta-2021's)
+                bits[rq >> 6] &= ~(_ONE << np.uint64(rq & 63))
+            else:
+                d = _marks_between(bits, tree, rq, rp)
+                if d < capacity:
+                    hist[d] += 1
+                else:
+                    far += 1
+                counted += 1
+                _remove_mark(bits, tree, rq, wp)
+        bits[wp] |= _ONE << np.uint64(rp & 63)
+        last[row] = p
+        p += 1
+        if not warming and (rp + 1) & 63 == 0:  # word wp is complete
+            _materialize(bits, tree, wp)
+        i += 1
+    sc[_R_POS] = p
+    sc[_R_DISTINCT] = distinct
+    sc[_R_WARMING] = warming
+    sc[_R_FAR] = far
+    sc[_R_COUNTED] = counted
+    return i, code
+
+
+class RunsHead:
+    """`ExactHead`'s warm blocks (the same counts) over a stream in which each table's
+    lookups within a block are one run: a batch in trace order, table-major.
+
+    Why exact with less. A reuse of table t's key inside its run has only t's keys between
+    its two uses, so its distance in the whole stream is its distance within the run, at
+    most the run's distinct rows; a key seen in an earlier run of the block belongs to
+    another table. So a block's counts are the sum of its runs' exact stack distances
+    (each run from empty marks), d >= `capacity` counted far like a key dropped from a
+    truncated stack, with the block's warm-up (its first distinct keys, `capacity` of
+    them, over the runs in order) uncounted. A run's state is one position a row,
+    indexed by the table-local row (`max_rows`), and its marks, not a map of `capacity`
+    keys: meta-2021's 2^20-key total head, whose map of 64 MiB every request missed,
+    reads each table's rows in a run of one table's keys instead."""
+
+    last: np.ndarray  # int64 per row: its last position (before the run's start: unseen)
+    bits: np.ndarray
+    tree: np.ndarray
+    sc: np.ndarray
+    _holder: list[RunsHead | None]  # the head whose block is open, of those sharing state
+
+    def __init__(
+        self, capacity: int, max_rows: int, max_run: int, *, share: RunsHead | None = None
+    ) -> None:
+        """`share`: a head whose state this one uses too (fed one at a time, on one
+        thread: a block of one, then a block of the other), with its `max_rows` and
+        `max_run`."""
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.capacity = int(capacity)
+        if share is not None:
+            self.last, self.bits, self.tree, self.sc = share.last, share.bits, share.tree, share.sc
+            self._holder = share._holder
+        else:
+            self._holder = [None]
+            self.last = np.full(max(int(max_rows), 1), -1, dtype=np.int64)
+            words = int(max_run) // 64 + 1
+            self.bits = np.zeros(words, dtype=np.uint64)
+            self.tree = np.zeros(words + 1, dtype=np.int64)
+            self.sc = np.zeros(_R_WIDTH, dtype=np.int64)
+        self.blocks: list[np.ndarray] = []  # per finished block: hist + [far, counted]
+        self._hist = np.zeros(0, dtype=np.int64)
+        self._table = -1  # the current run's table (-1: none)
+        self._open = False
+
+    @property
+    def counted(self) -> int:
+        return int(self.sc[_R_COUNTED])
+
+    def start_block(self) -> None:
+        """Begin a block (a warm one: it does not start the stream) with empty state."""
+        self.end_block()
+        if self._holder[0] is not None:
+            raise ValueError("a head sharing this one's state has a block open")
+        self._holder[0] = self
+        pos = self.sc[_R_POS]
+        self.sc[:] = 0
+        self.sc[_R_POS] = pos
+        self.sc[_R_RUN] = pos
+        self.sc[_R_WARMING] = 1
+        self._hist = np.zeros(self.capacity, dtype=np.int64)
+        self._table = -1
+        self._open = True
+
+    def end_block(self) -> None:
+        if self._open:
+            far, counted = self.sc[_R_FAR], self.sc[_R_COUNTED]
+            self.blocks.append(np.concatenate([self._hist, [far, counted]]))
+            self._open = False
+            self._holder[0] = None
+
+    def feed(self, table: int, rows: np.ndarray, table_rows: int) -> None:
+        """Fold in table `table`'s next rows (table-local, any integer type, stream order);
+        a table other than the last one fed begins a new run."""
+        if not self._open:
+            raise ValueError("feed before start_block")
+        if int(table_rows) > len(self.last):
+            raise ValueError(f"table {table}: {table_rows} rows, the head holds {len(self.last)}")
+        if table != self._table:
+            if table < self._table:  # an earlier table again: its run's keys would recur
+                raise ValueError(f"table {table} after table {self._table}: not table-major")
+            self.sc[_R_RUN] = self.sc[_R_POS]
+            self._table = table
+        i, code = _runs_feed(
+            rows, int(table_rows), self.capacity, self.last, self.bits, self.tree,
+            self._hist, self.sc,
+        )  # fmt: skip
+        if code == _RUN_BAD_ROW:
+            raise ValueError(f"table {table}: row {int(rows[i])} is outside [0, {table_rows})")
+        if code == _RUN_TOO_LONG:
+            raise ValueError(f"table {table}: a run longer than {len(self.bits) * 64} lookups")
+
+    def block_counts(self) -> np.ndarray:
+        """int64 [blocks, capacity + 2], as `ExactHead.block_counts`."""
+        self.end_block()
+        if not self.blocks:
+            return np.zeros((0, self.capacity + 2), dtype=np.int64)
+        return np.stack(self.blocks)
 
 
 def one_batch_heads_wanted(num_batches: int, batch_lookups: int, pieces: tuple) -> bool:
@@ -105,10 +310,12 @@ def spread_blocks(n: int, length: int, blocks: int) -> list[tuple[int, int]]:
             for j in range(blocks)]  # fmt: skip
 
 
-def _feed_blocks(head: ExactHead, keys: np.ndarray, blocks: list[tuple[int, int]]) -> None:
+def _feed_blocks(
+    head: RunsHead, table: int, rows: np.ndarray, table_rows: int, blocks: list[tuple[int, int]]
+) -> None:
     for a, b in blocks:
-        head.start_block(warm=True)
-        head.feed(keys[a:b])
+        head.start_block()
+        head.feed(table, rows[a:b], table_rows)
     head.end_block()
 
 
@@ -133,8 +340,9 @@ def one_batch_heads(
 ) -> list[HeadCurve]:
     """[the total head, then one per table] from one batch whose pieces `pieces_of()`
     yields in trace order as ((t0, t1), flat keys int64), or with a third item, the
-    same lookups' table-local rows (any integer type, checked where they were made: the
-    tables' heads read them instead of subtracting each table's offset); `table_lookups`:
+    same lookups' table-local rows (any integer type; the flat keys may then be None):
+    the heads read the rows instead of subtracting each table's offset, and check each
+    row they read against its table's rows; `table_lookups`:
     each table's lookups in that batch (fixed by the spec); `distinct`: each table's expected
     distinct rows in a batch, for the capacities."""
     offsets = np.asarray(offsets, dtype=np.int64)
@@ -144,9 +352,13 @@ def one_batch_heads(
     batch = int(looks.sum())
     # the capacities from the batch's expected distinct rows (see the docstring)
     seen = np.rint(np.asarray(distinct, dtype=np.float64)).astype(np.int64)
-    total = ExactHead(space, head_capacity(int(seen.sum()), resolution, space))
+    # the total head over the batch's runs of tables (`RunsHead`: `ExactHead`'s counts)
+    capacity = head_capacity(int(seen.sum()), resolution, space)
+    total = RunsHead(capacity, int(rows.max(initial=1)), int(looks.max(initial=1)))
     wanted = [head_capacity(int(d), resolution, int(r)) for d, r in zip(seen, rows, strict=True)]
-    tables = [ExactHead(int(r), c) for r, c in zip(rows, shared_capacities(wanted), strict=True)]
+    # the tables' heads too, each block a run (`RunsHead`), fed in turn on this thread
+    first = RunsHead(1, int(rows.max(initial=1)), int(looks.max(initial=1)))
+    tables = [RunsHead(c, 0, 0, share=first) for c in shared_capacities(wanted)]
     # the total head's blocks: block j may read from its start, j x batch / 16, up to the
     # next block's, and ends once it has counted `target` lookups (what `head_blocks`
     # gives a block); its warm-up first fills the stack with C_x distinct keys, which in
@@ -156,29 +368,42 @@ def one_batch_heads(
     starts = np.concatenate([[0], np.cumsum(looks)])
     state = {"block": 0, "open": False}
 
-    def feed_total(keys: np.ndarray, at: int) -> None:
-        end, pos = at + len(keys), at
+    def feed_total(t0: int, keys: np.ndarray | None, local: np.ndarray | None, at: int) -> None:
+        # keys or table-local rows of tables t0.. from the batch's lookup `at` on
+        given = local if local is not None else keys
+        assert given is not None  # a piece has one or both
+        end = at + len(given)
+        pos = at
         while state["block"] < HEAD_BLOCKS and pos < end:
             lo, hi = edges[state["block"]], edges[state["block"] + 1]
             if pos < lo:
                 pos = lo
                 continue
             if not state["open"]:
-                total.start_block(warm=True)
+                total.start_block()
                 state["open"] = True
             stop = min(end, hi)
-            total.feed(keys[pos - at : stop - at])
-            pos = stop
-            if total.sc[_H_COUNTED] >= target or pos >= hi:
+            t = t0
+            while pos < stop:
+                a, b = max(pos, int(starts[t])), min(stop, int(starts[t + 1]))
+                if b > a:
+                    if local is not None:
+                        total.feed(t, local[a - at : b - at], int(rows[t]))
+                    else:  # flat keys: below the table's offset wraps, and is refused
+                        assert keys is not None
+                        total.feed(t, keys[a - at : b - at] - offsets[t], int(rows[t]))
+                    pos = b
+                t += 1
+            if total.counted >= target or pos >= hi:
                 total.end_block()
                 state["open"] = False
                 state["block"] += 1
 
     # the total head takes each piece on a thread of its own while the tables' heads take
     # it here (the heads' kernels release the GIL; each head is fed in stream order). It
-    # may lag up to `TOTAL_LAG_PIECES` pieces behind: its blocks (~9 M lookups each at
-    # ~150 ns) come in bursts, which the tables' heads and the generator then run beside
-    # instead of waiting for (meta-2021: 27 s of its 80 s of CPU). What it is sent: every
+    # may lag up to `TOTAL_LAG_PIECES` pieces behind: its blocks (~21 M lookups each,
+    # warm-up included) come in bursts, which the tables' heads and the generator then
+    # run beside instead of waiting for. What it is sent: every
     # piece past its current block's start, as it last said it (a later block starts
     # later, so no piece it needs is left out; one it does not need it passes over).
     with worker_pool(1, "total-head") as side:
@@ -186,17 +411,18 @@ def one_batch_heads(
         for item in pieces_of():
             (t0, t1), piece = item[0], item[1]
             local = item[2] if len(item) > 2 else None
-            keys = np.ascontiguousarray(piece, dtype=np.int64)
+            keys = None if piece is None else np.ascontiguousarray(piece, dtype=np.int64)
             at = int(starts[t0])  # the piece's first lookup in the batch's stream
-            if len(keys) != int(starts[t1]) - at or (local is not None and len(local) != len(keys)):
+            got = [len(x) for x in (keys, local) if x is not None]
+            if not got or any(g != int(starts[t1]) - at for g in got):
                 raise ValueError(
-                    f"piece {t0}-{t1}: {len(keys)} keys, the spec says {starts[t1] - at}"
+                    f"piece {t0}-{t1}: {got or 'no'} lookups, the spec says {starts[t1] - at}"
                 )
             while running and (running[0].done() or len(running) >= TOTAL_LAG_PIECES):
                 running.popleft().result()
             block = state["block"]  # as the total head last said it (it only grows)
-            if block < HEAD_BLOCKS and at + len(keys) > edges[block]:
-                running.append(side.submit(feed_total, keys, at))
+            if block < HEAD_BLOCKS and int(starts[t1]) > edges[block]:
+                running.append(side.submit(feed_total, t0, keys, local, at))
             # a batch's trace order is table-major, so each table's lookups are one slice
             for t in range(t0, t1):
                 a, b = int(starts[t] - at), int(starts[t + 1] - at)
@@ -205,12 +431,14 @@ def one_batch_heads(
                 if local is not None:
                     sub = local[a:b]
                 else:
+                    assert keys is not None  # checked above
                     sub = keys[a:b] - offsets[t]
                     if int(sub.min()) < 0 or int(sub.max()) >= int(rows[t]):
                         raise ValueError(
                             f"table {t}'s lookups are not where the trace order puts them"
                         )
-                _feed_blocks(tables[t], sub, table_blocks(b - a, tables[t].capacity))
+                blocks = table_blocks(b - a, tables[t].capacity)
+                _feed_blocks(tables[t], t, sub, int(rows[t]), blocks)
         while running:
             running.popleft().result()
     total.end_block()

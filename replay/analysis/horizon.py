@@ -70,7 +70,6 @@ from replay.errors import ConfigError, TraceError
 from replay.trace.keys import (
     DEFAULT_CURVE_POINTS,
     curve_batches,
-    flat_keys_of_tables,
     table_of,
     table_offsets,
 )
@@ -536,22 +535,17 @@ def _full_stream_heads(src: Any, resolution: int) -> list[HeadCurve] | None:
             # production scale (`replay.analysis.head_pieces`): one batch, in pieces
             middle = int(src.num_batches) // 2
 
-            looks = compiled.table_lookups
+            def make(piece: tuple[int, int]) -> np.ndarray:
+                # the rows alone (the table ids are runs the spec fixes, and no head
+                # needs flat keys): a head checks each row it reads against its table
+                return compiled.batch_rows(middle, piece)
 
-            def make(piece: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-                # the rows alone (the table ids are runs the spec fixes), then the keys
-                # in one compiled pass: the tables' heads read the rows, the total head
-                # the keys
-                rows = compiled.batch_rows(middle, piece)
-                counts = looks[piece[0] : piece[1]]
-                return flat_keys_of_tables(rows, offsets, counts, piece[0], where="generated"), rows
-
-            def pieces_of() -> Iterator[tuple[tuple[int, int], np.ndarray, np.ndarray]]:
+            def pieces_of() -> Iterator[tuple[tuple[int, int], None, np.ndarray]]:
                 # generated a few pieces ahead on the source's threads (the generator's
                 # kernel releases the GIL) while the heads take the current one
                 threads = int(getattr(src, "threads", 1) or 1)
-                for piece, (keys, rows) in ahead(make, pieces, threads):
-                    yield piece, keys, rows
+                for piece, rows in ahead(make, pieces, threads):
+                    yield piece, None, rows
 
             from replay.analysis.touched_model import expected_touched
 
