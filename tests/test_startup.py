@@ -77,8 +77,9 @@ def test_help_of_a_command_through_the_console_imports_nothing_heavy() -> None:
 
 # what a one-GPU `replay run` of a trace folder on an LRU cache without checkpoints or
 # failures never calls: the other policies and checkpoint strategies (`replay._registry`),
-# the failure model, the on-the-fly generator, `replay inspect`'s reuse bins, and the
-# workload sampler that these three import
+# the failure model, the on-the-fly generator, `replay inspect`'s reuse bins, the
+# workload sampler that these three import, each GPU's memory model, the workload presets
+# and the trace writer
 _UNUSED_BY_A_RUN = {
     *(
         f"replay.policies.{m}"
@@ -95,6 +96,10 @@ _UNUSED_BY_A_RUN = {
     "replay.analysis.batch_reuse",
     "replay.workload.sampler",
     "replay.workload.locality_model",
+    "replay.system.gpu_memory",
+    "replay.workload.presets",
+    "replay.trace.writer",
+    "replay.trace.updates",
 }
 
 

@@ -86,10 +86,8 @@ from replay.system.optimizer import (
     optimizer_bytes_per_row,
     state_in_hbm_beside_uvm,
 )
+from replay.system.spec import COMPUTE_DEFAULTS, PIPELINES
 
-PIPELINES = ("base", "sparse-dist", "prefetch-sparse-dist")
-# ComputeSpec's knobs left out of `SystemSpec.to_dict` at their defaults
-COMPUTE_DEFAULTS: dict[str, object] = {"pipeline": "sparse-dist", "activations_bytes": 0.0}
 KERNELS = ("hbm", "uvm-caching", "uvm", "ssd")
 CACHED_KERNELS = ("uvm-caching", "ssd")
 # per pipeline: (raw batches on the GPU, batches whose distributed ids are on the GPU)

@@ -47,13 +47,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from replay.errors import ConfigError
-from replay.system.gpu_memory import COMPUTE_DEFAULTS, PIPELINES
 from replay.system.optimizer import OPTIMIZERS, optimizer_bytes_per_row
 from replay.system.spec_fields import build_flat as _build
 from replay.system.spec_fields import build_named as _named
 from replay.system.spec_load import apply_overrides, load_system_data, parse_value
 
 LOCATIONS = ("gpu", "host", "near-memory")
+# TorchRec's train pipelines, whose batches in flight size each GPU's memory
+# (`replay.system.gpu_memory`, which a one-GPU run does not import)
+PIPELINES = ("base", "sparse-dist", "prefetch-sparse-dist")
+# ComputeSpec's knobs left out of `SystemSpec.to_dict` at their defaults
+COMPUTE_DEFAULTS: dict[str, object] = {"pipeline": "sparse-dist", "activations_bytes": 0.0}
 INCREMENTS = ("one-shot", "consecutive", "intermittent")
 QUANTIZE_BITS = (0, 2, 3, 4, 8)  # 0: no quantization (Check-N-Run's b in 2, 3, 4, 8)
 CHUNK_EVICTIONS = ("furthest", "lru")

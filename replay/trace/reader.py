@@ -40,7 +40,6 @@ from replay.trace.format import (
     load_manifest,
     safe_member,
 )
-from replay.trace.writer import sha256_file
 
 
 @dataclass(frozen=True)
@@ -659,6 +658,10 @@ def _digest_or_error(member: Path) -> str | OSError:
     found = claim_or_wait(member)  # hashed while the command imported (`replay._prehash`)
     if found is not None:
         return found
+    # the writer's module (and the update sets' kernels it imports) only where a file was
+    # not hashed already: a command that reads a trace writes none
+    from replay.trace.writer import sha256_file
+
     try:
         return sha256_file(member)
     except OSError as exc:
