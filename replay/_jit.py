@@ -77,7 +77,7 @@ _import_metadata_lazily()
 _import_numba_without_yaml()
 
 from numba import njit  # noqa: E402
-from numba.core.caching import FunctionCache  # noqa: E402
+from numba.core.caching import FunctionCache, NullCache  # noqa: E402
 from numba.core.runtime import rtsys  # noqa: E402
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -90,6 +90,51 @@ class _LoadWithoutRefresh(FunctionCache):
         rtsys.initialize(target_context)  # what the skipped refresh does first
         with self._guard_against_spurious_io_errors():
             return self._load_overload(sig, target_context)
+
+
+def _source_key(py_func: Callable[..., Any]) -> tuple[float, int] | None:
+    try:
+        st = os.stat(py_func.__code__.co_filename)
+    except OSError:
+        return None
+    return st.st_mtime, st.st_size
+
+
+class _CacheOnFirstUse:
+    """A kernel's cache object, made when the kernel first loads or compiles.
+
+    Making one finds the kernel's cache folder, checks that it is writable with a
+    temporary file (numba's `_CacheLocator.ensure_cache_path`) and stamps the index with
+    the source file's hash: 0.11 ms of CPU and two system calls per kernel, paid at import
+    for every kernel a module defines, where a command calls a few (a 2-batch `replay run`
+    defines 28 and calls 7). The source file's modification time and size are taken at
+    import, as numba's stamp was: a file changed since (edited while the command ran) would
+    pair the code in memory with the new file's stamp, so that kernel neither loads nor
+    saves cached code. numba asks its dispatcher's cache object for an overload under its
+    compile lock, so the object is made once."""
+
+    __slots__ = ("_cache", "_py_func", "_source")
+
+    def __init__(self, py_func: Callable[..., Any]) -> None:
+        self._py_func = py_func
+        self._source = _source_key(py_func)
+        self._cache: FunctionCache | NullCache | None = None
+
+    def _made(self) -> FunctionCache | NullCache:
+        if self._cache is None:
+            # (no file to stat, such as a zipped package: numba's locators as they are)
+            fresh = self._source is None or _source_key(self._py_func) == self._source
+            self._cache = _LoadWithoutRefresh(self._py_func) if fresh else NullCache()
+        return self._cache
+
+    def load_overload(self, sig: Any, target_context: Any) -> Any:
+        return self._made().load_overload(sig, target_context)
+
+    def save_overload(self, sig: Any, data: Any) -> None:
+        self._made().save_overload(sig, data)
+
+    def __getattr__(self, name: str) -> Any:  # flush, cache_path, ...
+        return getattr(self._made(), name)
 
 
 LOADS_WITHOUT_REFRESH = all(
@@ -124,7 +169,7 @@ def kernel(fn: F | None = None, *, inline: Literal["never", "always"] = "never")
         # refreshes its contexts first (`numba.core.compiler.compile_extra`).
         dispatcher._compilation_chain_init_hook = _no_extensions
         if LOADS_WITHOUT_REFRESH:
-            dispatcher._cache = _LoadWithoutRefresh(dispatcher.py_func)
+            dispatcher._cache = _CacheOnFirstUse(dispatcher.py_func)
         else:
             dispatcher.enable_caching()
         return dispatcher

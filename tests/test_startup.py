@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -182,6 +183,36 @@ def test_numba_leaves_importlib_metadata_unloaded_until_used() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "_LazyModule", "True"]
+
+
+def _import_as(name: str, path: Path) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_kernel_whose_source_changed_since_import_neither_loads_nor_saves(
+    tmp_path: Path,
+) -> None:
+    """A kernel's cache object is made on its first call (`replay._jit`), with the source
+    file's stamp as it was at import: a kernel imported from a file that then changed
+    compiles its own code and leaves numba's cache of the new file alone."""
+    source = tmp_path / "startup_kernel.py"
+    source.write_text("from replay._jit import kernel\n\n\n@kernel\ndef f(a):\n    return a + 1\n")
+    stale = _import_as("startup_kernel_stale", source)  # imported, not called yet
+    first = _import_as("startup_kernel_first", source)
+    assert first.f(1) == 2  # compiled and saved
+    (index,) = (tmp_path / "__pycache__").glob("startup_kernel.f-*.nbi")
+    again = _import_as("startup_kernel_again", source)
+    assert again.f(1) == 2 and sum(again.f.stats.cache_hits.values()) == 1  # loaded
+    saved = index.read_bytes()
+    source.write_text(source.read_text() + "# changed after the import\n")
+    assert stale.f(1) == 2 and not stale.f.stats.cache_hits  # its own code, compiled
+    assert index.read_bytes() == saved  # not saved under the new file's stamp
 
 
 def test_numba_reads_a_numba_config_yaml_where_there_is_one(tmp_path: Path) -> None:
