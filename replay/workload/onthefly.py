@@ -13,7 +13,9 @@ Threads: row groups are made by a pool of `threads` threads (numba kernels that 
 the GIL), in order, up to `threads + AHEAD` row groups ahead of the consumer. For the
 replay stream a task also makes the flat keys, batch bounds, update keys and distinct
 counts (in one pass with a step every batch; else with a per-thread bitmap), so the
-caller's thread only runs the policy.
+caller's thread only runs the policy. A piece of a batch with a step every batch is made
+from its rows alone (`piece_keys`: its tables are runs the spec fixes, so no batch or
+table column is written), into a rows buffer and a bitmap each thread keeps.
 
 Memory: the row groups in flight (about 1 M lookups each, ~40 MB with their keys and
 update rows) plus one bitmap of 1 bit per row per thread; never the number of batches.
