@@ -238,3 +238,41 @@ def test_runs_head_refuses_what_is_not_runs_of_its_tables() -> None:
         head.feed(4, np.zeros(200, dtype=np.int64), 10)
     with pytest.raises(ValueError, match="rows"):
         head.feed(5, np.zeros(2, dtype=np.int64), 11)
+
+
+def test_one_batch_heads_the_same_by_runs_or_by_maps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-batch heads by `RunsHead` and, where the largest table has more rows than
+    its position arrays may hold, by `ExactHead`s: the same counts, from rows or keys."""
+    import replay.analysis.head_pieces as hp
+
+    monkeypatch.setattr(hp, "head_capacity", lambda d, res, rows: min(48, int(rows)))
+    monkeypatch.setattr(hp, "HEAD_MIN_BLOCK_LOOKUPS", 64)
+    monkeypatch.setattr(hp, "HEAD_LOOKUPS", 16 * 300)
+    rng = np.random.default_rng(3)
+    table_rows = np.array([500, 90, 2_000, 40, 700], dtype=np.int64)
+    looks = np.array([3_000, 800, 5_000, 600, 2_600], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(table_rows)])
+    rows = [
+        (rng.zipf(1.3, n) % r).astype(np.uint32) for n, r in zip(looks, table_rows, strict=True)
+    ]
+    pieces = [(0, 2), (2, 3), (3, 5)]
+
+    def pieces_of(with_keys: bool, with_rows: bool) -> hp.Pieces:
+        def gen() -> Iterator[tuple[object, ...]]:
+            for t0, t1 in pieces:
+                local = np.concatenate(rows[t0:t1])
+                keys = np.concatenate([r + offsets[t] for t, r in enumerate(rows)][t0:t1])
+                yield ((t0, t1), keys if with_keys else None, *([local] if with_rows else []))
+
+        return gen
+
+    got = []
+    for limit, with_keys, with_rows in [(1 << 25, False, True), (0, False, True), (0, True, False)]:
+        monkeypatch.setattr(hp, "RUNS_MAX_ROWS", limit)
+        heads = hp.one_batch_heads(
+            pieces_of(with_keys, with_rows), offsets, looks, 1, table_rows / 2
+        )
+        got.append([h.counts.tobytes() for h in heads])
+    assert got[0] == got[1] == got[2]
+    counts = np.frombuffer(got[0][0], dtype=np.int64).reshape(16, -1)
+    assert (counts[:, -1] > 0).all()  # every block of the total head counted

@@ -51,8 +51,10 @@ from replay._intrinsics import PREFETCH_AHEAD, prefetch
 from replay._jit import kernel
 from replay._threads import worker_pool
 from replay.analysis.head import (
+    _H_COUNTED,
     HEAD_BLOCKS,
     HEAD_LOOKUPS,
+    ExactHead,
     HeadCurve,
     head_capacity,
     shared_capacities,
@@ -67,8 +69,12 @@ _ONE = np.uint64(1)
 HEAD_FULL_MAX_LOOKUPS = 1 << 30
 HEAD_MIN_BLOCK_LOOKUPS = 1 << 12  # a table's block: at least this many lookups
 # pieces the total head may hold while it lags behind the tables' heads (meta-2021's are
-# ~1.6 M lookups, 12.5 MB of keys each: at most ~300 MB)
+# ~1.6 M lookups, 6.5 MB of rows each: at most ~160 MB)
 TOTAL_LAG_PIECES = 24
+# `RunsHead` holds a position a row of the largest table, twice (the total head, the
+# tables'): above this many rows (256 MiB each) the heads are `ExactHead`s as before
+# (memory for C_x keys; meta-2021's largest table has 16 M rows)
+RUNS_MAX_ROWS = 1 << 25
 
 
 # -- the total head over runs of tables ----------------------------------------------------
@@ -310,8 +316,44 @@ def spread_blocks(n: int, length: int, blocks: int) -> list[tuple[int, int]]:
             for j in range(blocks)]  # fmt: skip
 
 
+class _MapHead:
+    """`RunsHead`'s calls on an `ExactHead` (its memory: C_x keys, whatever the rows): of
+    the whole key space (`offsets`: a table's rows made keys) or of one table (None)."""
+
+    def __init__(self, head: ExactHead, offsets: np.ndarray | None) -> None:
+        self.head, self.offsets, self.capacity = head, offsets, head.capacity
+
+    @property
+    def counted(self) -> int:
+        return int(self.head.sc[_H_COUNTED])
+
+    def start_block(self) -> None:
+        self.head.start_block(warm=True)
+
+    def end_block(self) -> None:
+        self.head.end_block()
+
+    def feed(self, table: int, rows: np.ndarray, table_rows: int) -> None:
+        keys = np.asarray(rows, dtype=np.int64)
+        if self.offsets is not None:  # below the table's offset, or past its rows: refused
+            bad = (keys < 0) | (keys >= table_rows)
+            if bad.any():
+                raise ValueError(
+                    f"table {table}: row {int(keys[bad][0])} is outside [0, {table_rows})"
+                )
+            keys = keys + self.offsets[table]
+        self.head.feed(keys)
+
+    def block_counts(self) -> np.ndarray:
+        return self.head.block_counts()
+
+
 def _feed_blocks(
-    head: RunsHead, table: int, rows: np.ndarray, table_rows: int, blocks: list[tuple[int, int]]
+    head: RunsHead | _MapHead,
+    table: int,
+    rows: np.ndarray,
+    table_rows: int,
+    blocks: list[tuple[int, int]],
 ) -> None:
     for a, b in blocks:
         head.start_block()
@@ -354,11 +396,19 @@ def one_batch_heads(
     seen = np.rint(np.asarray(distinct, dtype=np.float64)).astype(np.int64)
     # the total head over the batch's runs of tables (`RunsHead`: `ExactHead`'s counts)
     capacity = head_capacity(int(seen.sum()), resolution, space)
-    total = RunsHead(capacity, int(rows.max(initial=1)), int(looks.max(initial=1)))
     wanted = [head_capacity(int(d), resolution, int(r)) for d, r in zip(seen, rows, strict=True)]
-    # the tables' heads too, each block a run (`RunsHead`), fed in turn on this thread
-    first = RunsHead(1, int(rows.max(initial=1)), int(looks.max(initial=1)))
-    tables = [RunsHead(c, 0, 0, share=first) for c in shared_capacities(wanted)]
+    largest, longest = int(rows.max(initial=1)), int(looks.max(initial=1))
+    total: RunsHead | _MapHead
+    tables: list[RunsHead] | list[_MapHead]
+    if largest <= RUNS_MAX_ROWS:
+        total = RunsHead(capacity, largest, longest)
+        # the tables' heads too, each block a run, fed in turn on this thread
+        first = RunsHead(1, largest, longest)
+        tables = [RunsHead(c, 0, 0, share=first) for c in shared_capacities(wanted)]
+    else:
+        total = _MapHead(ExactHead(space, capacity), offsets)
+        tables = [_MapHead(ExactHead(int(r), c), None) for r, c in
+                  zip(rows, shared_capacities(wanted), strict=True)]  # fmt: skip
     # the total head's blocks: block j may read from its start, j x batch / 16, up to the
     # next block's, and ends once it has counted `target` lookups (what `head_blocks`
     # gives a block); its warm-up first fills the stack with C_x distinct keys, which in
