@@ -120,8 +120,8 @@ def _histograms(state: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """hist[t, c]: the rows of table t (flat rows bounds[t]..bounds[t+1]) whose state word
     holds count c (`_count_histograms`). A large state is counted in two halves on two
     threads (the kernel releases the GIL; integer sums, so the result does not depend on
-    the split): criteo-terabyte's 188 MB took 0.07 s on one thread, at the end of a
-    replay when the other core has nothing left to do."""
+    the split): criteo-terabyte's 188 MB take 0.045-0.05 s on one thread, at the end of
+    a replay when the other core has nothing left to do."""
     tables = len(bounds) - 1
     words = state[: len(state) // 8 * 8].view(np.uint64)
 
