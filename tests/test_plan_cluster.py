@@ -15,6 +15,7 @@ import pytest
 from _report_checks import check_report, mixed_units, unscoped_labels
 
 from replay._schema_plan import Cluster
+from replay.cli import main
 from replay.plan.plan import PlanRequest, make_plan
 from replay.plan.write import plan_json, write_plan
 from replay.workload.presets import get_preset
@@ -181,15 +182,19 @@ def test_the_same_inputs_give_the_same_plan_json(planned: dict) -> None:
     )
 
 
-def _cli(
-    tmp_path: Path, *sets: str, flags: tuple[str, ...] = ()
-) -> subprocess.CompletedProcess[str]:
-    argv = [
-        sys.executable, "-m", "replay", "plan", "--workload", "criteo-kaggle",
+def _plan_args(tmp_path: Path, *sets: str, flags: tuple[str, ...] = ()) -> list[str]:
+    return [
+        "plan", "--workload", "criteo-kaggle",
         "--batches", "100", "--batch-size", "128", "--system", "hbm-lru",
         "--cache-budget", "8MiB", "--cluster-mtbf", "6h", "--out", str(tmp_path / "p"),
         *[a for s in (*CLUSTER, *sets) for a in ("--set", s)], *flags,
     ]  # fmt: skip
+
+
+def _cli(
+    tmp_path: Path, *sets: str, flags: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "replay", *_plan_args(tmp_path, *sets, flags=flags)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=600)
 
 
@@ -210,13 +215,17 @@ def _all_tables(rank_of_first: int = 0, extra: str | None = None) -> list[dict]:
         (_all_tables()[1:], "C1"),
     ],
 )
-def test_a_bad_sharding_file_is_a_one_line_error(tmp_path: Path, tables: list, why: str) -> None:
+def test_a_bad_sharding_file_is_a_one_line_error(
+    tmp_path: Path, tables: list, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In this process (the file that is not JSON, below, is refused by a whole one)."""
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"tables": tables}))
-    done = _cli(tmp_path, f"cluster.sharding_file={bad}")
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("replay: error:"), done.stderr
+    code = main(_plan_args(tmp_path, f"cluster.sharding_file={bad}"))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("replay: error:"), err
     assert why in lines[0]
     assert not (tmp_path / "p").exists()
 
