@@ -441,7 +441,10 @@ class GeneratedTrace:
         one piece of a batch with a step every batch: `step_keys` of `lookups(batch,
         batch + 1, tables)`, made from the rows alone (the table of each lookup is a run
         the spec fixes) into buffers the thread keeps; None where the piece's keys span
-        more than a bitmap as large as `step_keys`' set (it then hashes them instead)."""
+        more than a bitmap as large as `step_keys`' set (it then hashes them instead), and
+        where a subclass draws its own lookups (`replay.workload.sampled`)."""
+        if type(self.compiled) is not CompiledWorkload:  # a subclass's own lookups
+            return None
         t0, t1 = tables
         offsets = self._offsets
         counts = self.compiled.table_lookups[t0:t1]
