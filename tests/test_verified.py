@@ -14,7 +14,7 @@ import pytest
 
 from replay import _prehash, _verified
 from replay.errors import TraceError
-from replay.trace import reader as reader_module
+from replay.trace import writer as writer_module
 from replay.trace.reader import open_trace
 from replay.trace.writer import sha256_file, write_trace_from_arrays
 
@@ -39,13 +39,14 @@ def _not_racy(monkeypatch) -> None:
 def _hashes(monkeypatch) -> list[Path]:
     """Record every file the verification hashes itself."""
     seen: list[Path] = []
-    real = reader_module.sha256_file
+    # the reader imports the writer's sha256_file where it hashes (not at its own import)
+    real = writer_module.sha256_file
 
     def counting(path: Path) -> str:
         seen.append(Path(path))
         return real(path)
 
-    monkeypatch.setattr(reader_module, "sha256_file", counting)
+    monkeypatch.setattr(writer_module, "sha256_file", counting)
     return seen
 
 
