@@ -43,7 +43,7 @@ def _range(
 ) -> BatchRange:
     """Batches of random lookups, table by table, each table's count drawn from 0, fewer
     than the samples, as many and more (not a multiple of them); its update rows its
-    distinct rows, table by table."""
+    distinct rows, table by table, in no order within a table."""
     rows = np.diff(offsets)
     keys, ukeys, bounds, ubounds = [], [], [0], [0]
     for _ in range(batches):
@@ -52,7 +52,7 @@ def _range(
                                 batch_size + 1, 3 * batch_size + 5]))  # fmt: skip
             k = offsets[t] + rng.integers(0, r, n)
             keys.append(k)
-            ukeys.append(np.unique(k))
+            ukeys.append(rng.permutation(np.unique(k)))
         bounds.append(sum(len(k) for k in keys))
         ubounds.append(sum(len(k) for k in ukeys))
     return BatchRange(
@@ -92,6 +92,9 @@ def test_whole_tables_count_as_the_router(
         got = whole.count(br, looks, upds, got_traffic)
         np.testing.assert_array_equal(got[0], want[0], err_msg="lookups")
         np.testing.assert_array_equal(got[1], want[1], err_msg="update rows")
+        # the update rows laid out (each row's block recorded) count as counted alone
+        laid = router._route(br, model.buffers(br.batches), True)
+        np.testing.assert_array_equal(laid[2], want[1], err_msg="laid-out update rows")
         np.testing.assert_array_equal(got_traffic[0], want_traffic[0], err_msg="bytes")
         np.testing.assert_array_equal(got_traffic[1], want_traffic[1], err_msg="ids")
         assert want_traffic[0].any() or sharding == "data-parallel"
