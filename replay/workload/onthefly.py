@@ -375,11 +375,11 @@ class GeneratedTrace:
         """The replay stream's `BatchRange`s of [start, stop), one per row group, or per
         piece of a batch with `pieces` (`iter_batch_ranges` says what `updates_from_lookups`
         and `pieces` ask)."""
-        from replay.trace.keys import batch_bounds, key_dtype
+        from replay.trace.keys import batch_bounds
         from replay.trace.stream import BatchRange, build_range, distinct_bitmap
         from replay.trace.updates import step_keys
 
-        offsets = table_offsets(self.table_rows)
+        offsets = self._offsets
         local = threading.local()
         # With a step every batch and no frozen table, batch b's update rows are exactly
         # its distinct (table, row) pairs (`replay.trace.updates`): one kernel makes the
@@ -389,7 +389,7 @@ class GeneratedTrace:
         # row per lookup: 7 ns).
         fused = with_updates and self.steps_every_batch
         no_frozen = np.zeros(len(self.spec.tables), dtype=np.bool_)
-        dtype = key_dtype(int(offsets[-1]))
+        dtype = self._key_dtype
         num_tables = len(self.spec.tables)
 
         def work(g0: int, g1: int, tables: Tables) -> BatchRange:
