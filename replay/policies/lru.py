@@ -218,150 +218,6 @@ def lru_kernel(
 
 
 @kernel
-def lru_batch_kernel(
-    keys: np.ndarray,
-    bounds: np.ndarray,
-    ubounds: np.ndarray,
-    table: np.ndarray,
-    slot_key: np.ndarray,
-    links: np.ndarray,
-    dirty: np.ndarray,
-    meta: np.ndarray,
-    seen: np.ndarray,
-    order: np.ndarray,
-    dkey: np.ndarray,
-    dlast: np.ndarray,
-    dslot: np.ndarray,
-    out: np.ndarray,
-) -> None:
-    """`lru_kernel` in `derived` mode (each batch's update rows are its distinct lookups,
-    their count is ubounds', and a batch's lookups n <= the capacity C), one probe of the
-    big table per distinct row of a batch instead of one per lookup; the same counters
-    and the same list order at each batch's end.
-
-    1. Dedupe the batch in `seen`, a small hash table (a power of two >= 2 x the batch's
-       distinct rows, cache-resident): d(i) = the index of position i's key among the
-       batch's distinct keys in first-occurrence order (`dkey`); `order[i]` = d(i) where i
-       is its key's last position, -1 elsewhere.
-    2. Each distinct key in first-occurrence order probes the big table. A hit unlinks
-       its slot and leaves it off the list; a miss takes a free slot or evicts the list's
-       tail (writeback if dirty). Every touched slot turns dirty.
-    3. The touched slots go to the front in the order of their keys' last positions.
-
-    Why exact: with n <= C, a key looked up in the batch is, until the batch ends, at
-    most at list position (distinct keys touched since) + 1 <= n <= C of the per-lookup
-    LRU, so it is never the evicted tail: every repeat is a hit, and each eviction takes
-    the least recent row of the batch-start list not yet touched, in that list's order,
-    which is the tail of the list with the touched slots off it (step 2). A key's first
-    lookup hits iff its row is still cached then, i.e. was in the batch-start cache and
-    not evicted by an earlier first lookup: the probe in first-occurrence order (evictions
-    remove keys from the table as they go). The per-lookup LRU moves a row to the front at
-    each lookup, so at the batch's end the touched rows lead the list in the order of
-    their last lookups (step 3), followed by the untouched survivors in their old order.
-    Slot numbers and the table's layout may differ from `lru_kernel`'s; no counter
-    depends on them.
-
-    Why faster: a Criteo batch repeats rows (Terabyte: 53,248 lookups, ~14,500 distinct),
-    and every random line of the table and the links (probe, slot, its two neighbours) is
-    now read once per distinct row; the repeats cost a probe of `seen`, which stays in L2.
-    """
-    size = meta[_SIZE]
-    cap = meta[_CAP]
-    slot_bits = meta[_SLOT_BITS]
-    shift = meta[_HASH_SHIFT]
-    dmask = (1 << slot_bits) - 1  # d < distinct <= n <= C: fits a slot's bits
-    for b in range(len(bounds) - 1):
-        lo = bounds[b]
-        n = bounds[b + 1] - lo
-        distinct = ubounds[b + 1] - ubounds[b]
-        log_seen = 4
-        while (1 << log_seen) < 4 * distinct:
-            log_seen += 1
-        seen_mask = (1 << log_seen) - 1
-        seen_shift = 64 - log_seen
-        # 1. dedupe
-        nd = 0
-        for i in range(n):
-            k = keys[ix(lo + i)]
-            want = k + 1
-            h = _home(k, seen_shift)
-            while True:
-                e = seen[ix(h)]
-                if e == 0:
-                    if nd == distinct:
-                        raise ValueError("lru_batch_kernel: more distinct lookups than update rows")
-                    seen[ix(h)] = (want << slot_bits) | nd
-                    dkey[ix(nd)] = k
-                    dlast[ix(nd)] = i
-                    order[ix(i)] = nd
-                    nd += 1
-                    break
-                if (e >> slot_bits) == want:
-                    d = e & dmask
-                    order[ix(dlast[ix(d)])] = -1
-                    dlast[ix(d)] = i
-                    order[ix(i)] = d
-                    break
-                h = (h + 1) & seen_mask
-        seen[: seen_mask + 1] = 0
-        # 2. probe and fill, in first-occurrence order
-        misses = 0
-        writebacks = 0
-        size_before = size
-        for d in range(nd):
-            prefetch(table, _home(dkey[ix(min(d + PREFETCH_AHEAD, nd - 1))], shift))
-            k = dkey[ix(d)]
-            s = _find(table, k, slot_bits, shift)
-            if s >= 0:  # off the list until step 3
-                p = links[ix(2 * s)]
-                q = links[ix(2 * s + 1)]
-                links[ix(2 * p + 1)] = q
-                links[ix(2 * q)] = p
-            else:
-                misses += 1
-                # insert before the evicted key leaves, as `lru_kernel` does
-                if size < cap:
-                    table[ix(-1 - s)] = ((k + 1) << slot_bits) | size
-                    s = size
-                    size += 1
-                else:  # the tail: a batch-start row this batch has not touched yet
-                    v = links[ix(2 * cap)]
-                    table[ix(-1 - s)] = ((k + 1) << slot_bits) | v
-                    s = v
-                    writebacks += dirty[ix(s)]
-                    _remove(table, slot_key[ix(s)], slot_bits, shift)
-                    p = links[ix(2 * s)]
-                    links[ix(2 * p + 1)] = cap
-                    links[ix(2 * cap)] = p
-                    prefetch(table, _home(slot_key[ix(p)], shift))
-                slot_key[ix(s)] = k
-            dirty[ix(s)] = 1
-            dslot[ix(d)] = s
-        # 3. to the front, in the order of the keys' last lookups
-        for i in range(n):
-            d = order[ix(i)]
-            if d >= 0:
-                s = dslot[ix(d)]
-                first = links[ix(2 * cap + 1)]
-                links[ix(2 * s)] = cap
-                links[ix(2 * s + 1)] = first
-                links[ix(2 * first)] = s
-                links[ix(2 * cap + 1)] = s
-        out[b, HITS] = n - misses
-        out[b, MISSES] = misses
-        out[b, BYPASS] = 0
-        out[b, FILLS] = misses
-        out[b, EVICTIONS] = misses - (size - size_before)
-        out[b, WRITEBACKS] = writebacks
-        out[b, UPDATES_FAST] = distinct
-        out[b, UPDATES_BACKING] = 0
-        out[b, RESIDENT] = size
-        out[b, RESIDENT_MAX] = size
-        out[b, NEEDED_ROWS] = misses
-    meta[_SIZE] = size
-
-
-@kernel
 def _dirty_front(links: np.ndarray, dirty: np.ndarray, cap: int, n: int) -> None:
     """Mark the n most recent slots dirty (walking the list from the sentinel)."""
     s = links[ix(2 * cap + 1)]
@@ -400,22 +256,9 @@ class LRUPolicy(Policy):
         self.dirty = state_array(cap, np.uint8, huge=False)
         self.meta = np.array([0, cap, slot_bits, shift], dtype=np.int64)
         self._distinct = 0  # the distinct rows of the batch's pieces so far (`_piece`)
-        # `lru_batch_kernel`'s scratch: grown to the largest batch seen (`_batches`)
-        self._seen = np.zeros(16, dtype=np.int64)
-        self._order = np.empty(0, dtype=np.int64)
-        self._dkey = np.empty(0, dtype=np.int64)
-        self._dlast = np.empty(0, dtype=np.int64)
-        self._dslot = np.empty(0, dtype=np.int64)
 
     def warm_up(self, empty: BatchRange) -> None:
-        out = np.zeros((0, NUM_COUNTERS), dtype=np.int64)
-        self.process(empty, out)
-        # whole batches whose update rows are their lookups take the other kernel
-        lru_batch_kernel(
-            empty.keys, empty.bounds, empty.update_bounds, self.table, self.slot_key,
-            self.links, self.dirty, self.meta, self._seen, self._order, self._dkey,
-            self._dlast, self._dslot, out,
-        )  # fmt: skip
+        self.process(empty, np.zeros((0, NUM_COUNTERS), dtype=np.int64))
 
     def prefault(self) -> None:
         # the table's pages, off the caller's thread and beside its first ranges: right
@@ -428,9 +271,6 @@ class LRUPolicy(Policy):
             self._piece(batch_range, out)
             return
         br = updates_as_keys(batch_range, self.ctx.capacity_units)
-        if br.updates_are_lookups and br.batches:
-            self._batches(br, out)
-            return
         lru_kernel(
             br.keys,
             br.bounds,
@@ -444,26 +284,6 @@ class LRUPolicy(Policy):
             out,
             br.updates_are_lookups,
         )
-
-    def _batches(self, br: BatchRange, out: np.ndarray) -> None:
-        """Whole batches whose update rows are their distinct lookups: `lru_batch_kernel`,
-        with its per-batch scratch arrays grown to the range's largest batch."""
-        most = int(np.diff(br.bounds).max())
-        distinct = int(np.diff(br.update_bounds).max())
-        seen = 1 << max(4, (4 * distinct - 1).bit_length())
-        if len(self._order) < most:
-            self._order = np.empty(most, dtype=np.int64)
-        if len(self._dkey) < distinct:
-            self._dkey = np.empty(distinct, dtype=np.int64)
-            self._dlast = np.empty(distinct, dtype=np.int64)
-            self._dslot = np.empty(distinct, dtype=np.int64)
-        if len(self._seen) < seen:
-            self._seen = np.zeros(seen, dtype=np.int64)
-        lru_batch_kernel(
-            br.keys, br.bounds, br.update_bounds, self.table, self.slot_key, self.links,
-            self.dirty, self.meta, self._seen, self._order, self._dkey, self._dlast,
-            self._dslot, out,
-        )  # fmt: skip
 
     def _piece(self, br: BatchRange, out: np.ndarray) -> None:
         """A piece of one batch whose update rows are its distinct lookups: its lookups
