@@ -154,11 +154,11 @@ def inspect_list_cap(total_rows: int) -> int:
 
 
 def inspect_lists_bytes(total_rows: int, lookups: int) -> int:
-    """The two per-batch lists of first-looked-up rows, at their largest (a batch holds
-    `lookups` at most)."""
+    """The three per-batch lists of first-looked-up rows (`replay.analysis.stats`), at
+    their largest (a batch holds `lookups` at most)."""
     entries = min(max(lookups, 0), inspect_list_cap(total_rows))
     itemsize = 4 if total_rows <= 2**32 else 8
-    return 2 * _ceil(entries * 1.25) * itemsize
+    return 3 * _ceil(entries * 1.25) * itemsize
 
 
 # Above this many rows (1 B of state each), `replay inspect` takes the tables in groups

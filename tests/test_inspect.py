@@ -661,3 +661,39 @@ def test_wrap_folding_sums_events_per_row(folded: dict[int, int], chunks: list[l
     assert inspector.wrapped_counts.tolist() == [want[r] for r in sorted(want)]
     assert inspector.wrapped_rows.dtype == inspector.wrapped_counts.dtype == np.int64
     assert inspector.wraps == [] and inspector.wraps_pending == 0
+
+
+@pytest.mark.parametrize("list_min", [1, 4, 1 << 16])
+def test_pending_tag_clears_across_chunks(list_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows batch b - 2 looked up first lose their tag while batch b runs, one beside
+    each small-table lookup, and what is left when b ends: batches with no, few or many
+    small-table lookups (so the clears finish early, late or at the batch's end), tables
+    interleaved within a batch, rows back after 1-4 batches (where a tag left in place
+    would alias), empty batches, lists that overflow (`list_min`) and chunks that end
+    mid-batch give the reference's statistics."""
+    from replay import _memory
+
+    monkeypatch.setattr(_memory, "INSPECT_LIST_MIN", list_min)
+    monkeypatch.setattr(_memory, "INSPECT_LIST_DIVISOR", 1 << 40)
+    rng = np.random.default_rng(list_min)
+    rows = [5, 300, 40]
+    lookups: list[tuple[int, int, int]] = []
+    for b in range(60):
+        if 30 <= b < 32:
+            continue  # empty batches
+        mine = [(1, int(r)) for r in rng.integers(0, 300, 12)]
+        mine += [(1, 290 + d) for d in (1, 2, 3, 4) if b % d == 0]
+        small = int(rng.choice([0, 1, 3, 40]))
+        mine += [(0, int(r)) for r in rng.integers(0, 5, small)]
+        mine += [(2, int(r)) for r in rng.integers(0, 40, 4)]
+        rng.shuffle(mine)  # tables interleaved: many short runs a batch
+        lookups += [(b, t, r) for t, r in mine]
+    arr = np.array(lookups, dtype=np.int64)
+    args = (arr[:, 0].astype(np.uint32), arr[:, 1].astype(np.uint16), arr[:, 2].astype(np.uint32))
+    num_batches = 62
+    want = inspect_reference(*args, rows, num_batches=num_batches)
+    for chunk in (1, 5, 64, len(arr)):
+        inspector = Inspector(rows, num_batches)
+        for lo in range(0, len(arr), chunk):
+            inspector.feed(*(a[lo : lo + chunk] for a in args))
+        assert_same(inspector.result(), want)

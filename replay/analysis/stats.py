@@ -27,7 +27,7 @@ Means with nothing to average over are 0.0, so an empty trace gives zeros.
 Memory is bounded by per-row state, whatever the trace length: one byte per row of the
 flat row space (a 2-bit tag of the last batch that looked the row up and a 6-bit lookup
 count; `_TAG_SHIFT` tells the layout), plus per-table counters, the rows each of the last
-two batches looked up first (a list each), and the wraps of the rows' counts (events, at
+three batches looked up first (a list each), and the wraps of the rows' counts (events, at
 most lookups / 63, folded into one (row, wraps) pair per row when they pile up). The
 top-k sums
 come from a histogram of the counts per table, the rows whose count wrapped (which
@@ -166,8 +166,8 @@ def _list_cap(total_rows: int) -> int:
     (`inspect_list_cap`, which the estimate counts): above it a batch's tags are cleared
     by a sweep of the state (`_clear_tags`), which reads R bytes in order where the list
     touches one row at random per entry (about as long at R / 512 entries). Keeps the
-    lists of meta-2021's 128 M rows per batch to 2 x 10 M entries (192 MiB with their
-    growth room) instead of 2.4 GiB."""
+    lists of meta-2021's 128 M rows per batch to 3 x 10 M entries (288 MiB with their
+    growth room) instead of 3.6 GiB."""
     return inspect_list_cap(total_rows)
 
 
@@ -219,8 +219,8 @@ class Inspector:
         # huge pages cost 5x as much to fault in right after another process freed its
         # memory (`replay._malloc`)
         self.state = state_array(total, np.uint8, huge=False)
-        # the rows the current and the previous batch looked up first (`_inspect_runs`)
-        self.lists = np.empty((2, 0), dtype=np.uint32 if total <= 2**32 else np.int64)
+        # the rows the current batch and the two before it looked up first (`_inspect_runs`)
+        self.lists = np.empty((3, 0), dtype=np.uint32 if total <= 2**32 else np.int64)
         # small tables count exactly, apart (`_inspect_runs`)
         small = rows <= _DENSE_ROWS
         starts = np.concatenate([[0], np.cumsum(np.where(small, rows, 0))[:-1]])
@@ -307,7 +307,7 @@ class Inspector:
         need = int(max(self.gi[_G_N_CUR], self.gi[_G_N_PREV])) + n
         cap = _list_cap(len(self.state))
         if self.lists.shape[1] < min(need, cap):
-            grown = np.empty((2, min(need + need // 4, cap)), dtype=self.lists.dtype)
+            grown = np.empty((3, min(need + need // 4, cap)), dtype=self.lists.dtype)
             grown[:, : self.lists.shape[1]] = self.lists
             self.lists = grown
         if self._dense_fed + n > _DENSE_FOLD_AT and len(self.dense):
