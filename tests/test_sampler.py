@@ -218,3 +218,32 @@ def test_hot_shares_are_validated() -> None:
     # the first version's key, whose share was on top of the power law: refused, pointed
     with pytest.raises(ConfigError, match="replaced by hot_shares"):
         spec_from_dict({"tables": [{"name": "t", "rows": 10, "hot_share": 0.3}]})
+
+
+def test_a_law_built_again_under_another_seed_is_the_one_built_before() -> None:
+    """`build_sampler_tables` keeps the laws it built lately (`sampler._LAWS_KEPT`): the
+    same laws under another root give the arrays a build from nothing gives, bit for bit,
+    and the kept arrays are read-only; only the seed's parts (round keys, permutations)
+    differ between the roots."""
+    specs = [
+        TableSpec("small", 5_000, alpha=1.1),
+        TableSpec("hot", 2_000_000, alpha=0.9, hot_shares=(0.2, 0.05)),
+        TableSpec("offset", 300_000, alpha=1.3, rank_offset=7.5),
+        TableSpec("flat", 1_000, alpha=0.0),
+    ]
+    sampler._LAWS_KEPT.clear()
+    fresh = sampler.build_sampler_tables(specs, 11, draws=[1 << 21] * len(specs))
+    assert len(sampler._LAWS_KEPT) == 4
+    assert sum(law.guide is not None for law in sampler._LAWS_KEPT.values()) == 2  # tails
+    for law in sampler._LAWS_KEPT.values():
+        assert all(a is None or not a.flags.writeable for a in (law.prob, law.alias, law.guide))
+    kept = dict(sampler._LAWS_KEPT)
+    again = sampler.build_sampler_tables(specs, 12, draws=[1 << 21] * len(specs))
+    assert all(sampler._LAWS_KEPT[key] is law for key, law in kept.items())
+    sampler._LAWS_KEPT.clear()
+    alone = sampler.build_sampler_tables(specs, 12, draws=[1 << 21] * len(specs))
+    for field in ("iparams", "fparams", "round_keys", "alias_prob", "alias_index", "perm", "guide"):
+        np.testing.assert_array_equal(getattr(again, field), getattr(alone, field))
+    for field in ("iparams", "fparams", "alias_prob", "alias_index", "guide"):
+        np.testing.assert_array_equal(getattr(again, field), getattr(fresh, field))
+    assert not np.array_equal(again.round_keys, fresh.round_keys)

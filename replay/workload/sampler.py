@@ -48,6 +48,8 @@ Assumptions and sources of each model:
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -466,6 +468,67 @@ def rare_laws(tables: Sequence[Any], draws: Sequence[int]) -> list[tuple[Any, ..
     return [law for law, d in total.items() if d < GUIDE_MIN_DRAWS]
 
 
+@dataclass(frozen=True)
+class _BuiltLaw:
+    """What a law (`law_of`) builds, whatever its tables' seeds: (p_head, lo, hi, sq),
+    its head's alias table, its tail guide (read-only arrays; None: not built)."""
+
+    constants: tuple[float, float, float, float]
+    prob: np.ndarray | None
+    alias: np.ndarray | None
+    guide: np.ndarray | None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.prob, self.alias, self.guide) if a is not None)
+
+
+# The laws built lately, kept (up to _LAWS_KEPT_BYTES, the oldest dropped first): a
+# workload compiled again under another seed draws its tables from the same laws, and
+# `replay fit` compiles each candidate workload under 4 seeds (its repeats), where the
+# laws' head sums (math.fsum), alias tables and guides were a fifth of its CPU time
+_LAWS_KEPT: OrderedDict[tuple[Any, ...], _BuiltLaw] = OrderedDict()
+_LAWS_KEPT_BYTES = 32 << 20
+_LAWS_LOCK = threading.Lock()
+
+
+def _built_law(law: tuple[Any, ...], head: int, guided: bool) -> _BuiltLaw:
+    """The law's `_BuiltLaw` (`head` ranks in its alias table; a guide if `guided`)."""
+    key = (law, head, guided)
+    with _LAWS_LOCK:
+        found = _LAWS_KEPT.get(key)
+        if found is not None:
+            _LAWS_KEPT.move_to_end(key)
+            return found
+    rows, alpha, q, hot = law
+    p_head, lo, hi, sq = 1.0, 0.0, 0.0, 0.0
+    prob = alias = guide = None
+    if head:
+        weights = head_weights(head, alpha, q)
+        s_tail = tail_sum(head + 1, rows, alpha, q) if head < rows else 0.0
+        if hot:  # the hot ranks' weights (none: the plain law's, bit for bit)
+            weights[: len(hot)] = hot_weights(hot, weights, s_tail)
+        s_head = math.fsum(weights.tolist())
+        prob, alias = build_alias(weights)
+        if head < rows:
+            p_head = s_head / (s_head + s_tail)
+            lo = _h_integral(head + 0.5 + q, alpha)
+            hi = _h_integral(rows + 0.5 + q, alpha)
+            sq = zipf_constants(rows, alpha, q)[2]
+            built_guide = build_tail_guide(alpha, q, lo, hi, GUIDE_BUCKETS if guided else 0)
+            guide = built_guide if len(built_guide) else None
+    for array in (prob, alias, guide):
+        if array is not None:
+            array.flags.writeable = False  # shared by every workload of the law
+    built = _BuiltLaw((p_head, lo, hi, sq), prob, alias, guide)
+    with _LAWS_LOCK:
+        _LAWS_KEPT[key] = built
+        kept = sum(b.nbytes for b in _LAWS_KEPT.values())
+        while kept > _LAWS_KEPT_BYTES and len(_LAWS_KEPT) > 1:
+            kept -= _LAWS_KEPT.popitem(last=False)[1].nbytes
+    return built
+
+
 def build_sampler_tables(
     tables: Sequence[Any], root: int, draws: Sequence[int] | None = None
 ) -> SamplerTables:
@@ -497,28 +560,17 @@ def build_sampler_tables(
         round_keys[t] = keys
         law = law_of(spec)
         if law not in laws:
-            p_head, lo, hi, sq, at, gt = 1.0, 0.0, 0.0, 0.0, alias_off, -1
-            if head:
-                weights = head_weights(head, alpha, q)
-                s_tail = tail_sum(head + 1, rows, alpha, q) if head < rows else 0.0
-                if hot:  # the hot ranks' weights (none: the plain law's, bit for bit)
-                    weights[: len(hot)] = hot_weights(hot, weights, s_tail)
-                s_head = math.fsum(weights.tolist())
-                prob, alias = build_alias(weights)
-                probs.append(prob)
-                aliases.append(alias)
+            at, gt = alias_off, -1
+            built = _built_law(law, head, law not in unguided)
+            p_head, lo, hi, sq = built.constants
+            if built.prob is not None and built.alias is not None:
+                probs.append(built.prob)
+                aliases.append(built.alias)
                 alias_off += head
-                if head < rows:
-                    p_head = s_head / (s_head + s_tail)
-                    lo = _h_integral(head + 0.5 + q, alpha)
-                    hi = _h_integral(rows + 0.5 + q, alpha)
-                    sq = zipf_constants(rows, alpha, q)[2]
-                    guided = law not in unguided
-                    guide = build_tail_guide(alpha, q, lo, hi, GUIDE_BUCKETS if guided else 0)
-                    if len(guide):
-                        guides.append(guide)
-                        gt = guide_off
-                        guide_off += GUIDE_BUCKETS
+            if built.guide is not None:
+                guides.append(built.guide)
+                gt = guide_off
+                guide_off += GUIDE_BUCKETS
             laws[law] = (p_head, lo, hi, sq, at, gt)
         p_head, lo, hi, sq, at, gt = laws[law]
         iparams[t] = (
