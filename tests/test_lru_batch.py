@@ -71,7 +71,8 @@ def _listed(policy: LRUPolicy) -> list[tuple[int, int]]:
     got = []
     s = int(policy.links[2 * cap + 1])
     while s != cap:
-        got.append((int(policy.slot_key[s]), int(policy.dirty[s])))
+        k = int(policy.slot_key[s])  # -1 - key where the row is dirty
+        got.append((k, 0) if k >= 0 else (-1 - k, 1))
         s = int(policy.links[2 * s + 1])
     assert len(got) == int(policy.meta[0])
     return got

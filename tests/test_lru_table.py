@@ -17,7 +17,7 @@ from test_policies import batch_range  # the policy tests' trace-to-range harnes
 from replay.errors import ConfigError
 from replay.policies import POLICIES, PolicyContext
 from replay.policies.base import NUM_COUNTERS
-from replay.policies.lru import _find, _home, _remove, reference_lru, table_shape
+from replay.policies.lru import LRUPolicy, _find, _home, _remove, reference_lru, table_shape
 from replay.system.spec import PolicySpec
 
 
@@ -121,3 +121,41 @@ def test_lru_runs_on_a_row_space_no_per_row_map_would_fit(
     summary = json.loads((out / "summary.json").read_text())
     assert summary["policy"]["misses"] == 95  # 96 lookups, one row looked up twice
     capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("total", "dtype"), [(2**31 - 2, np.int32), (2**31 - 1, np.int64), (2**40, np.int64)]
+)
+@pytest.mark.parametrize("derived", [False, True])
+def test_slot_keys_carry_their_dirty_flags(total: int, dtype: type, derived: bool) -> None:
+    """A slot's key is k when clean and -1 - k when dirty, in 4 bytes while -1 - k of the
+    largest key fits them: the rows at the top of the key space are written back (or
+    not) as the reference says, by the update pass and by the lookups of a batch whose
+    update rows are its distinct lookups."""
+    from dataclasses import replace
+
+    from replay.trace.stream import updates_as_keys
+
+    top = [total - 1, total - 2, total - 3, 0, 1]
+    batches = [[top[0], top[1], top[0]], [top[2], top[3]], [top[4], top[1]], [top[0]]]
+    ctx = PolicyContext(
+        total_keys=total,
+        table_rows=np.array([total], dtype=np.int64),
+        offsets=np.array([0, total], dtype=np.int64),
+        num_batches=len(batches),
+        row_state_bytes=64,
+        capacity_units=3,
+        unit_rows=1,
+    )
+    policy = LRUPolicy(PolicySpec(name="lru"), ctx)
+    assert policy.slot_key.dtype == dtype
+    trace = [(b, sorted(set(b))[:1] if not derived else sorted(set(b))) for b in batches]
+    br = batch_range(trace, 0, len(trace))
+    if derived:  # no update keys, their count per batch
+        br = replace(br, update_keys=br.keys[:0], updates_are_lookups=True)
+        assert updates_as_keys(br, 3).updates_are_lookups  # the kernel's derived mode
+    out = np.zeros((len(batches), NUM_COUNTERS), dtype=np.int64)
+    policy.process(br, out)
+    np.testing.assert_array_equal(out, reference_lru(trace, 3))
+    cached = {int(k) if k >= 0 else -1 - int(k) for k in policy.slot_key}
+    assert cached == {top[0], top[1], top[4]}

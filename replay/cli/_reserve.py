@@ -2,9 +2,9 @@
 
 A one-GPU LRU replay of a trace folder allocates arrays whose size it knows from the
 trace's manifest and the system alone: the policy's key -> slot table (32 MB for a
-1,000,000-row cache, in huge pages), its slots' keys, links and dirty flags (17 MB, faulted
-in here only where the trace's lookups can fill the cache) and the trace statistics' state
-byte per row (188 MB at criteo-terabyte's rows). Faulting them in took the first
+1,000,000-row cache, in huge pages), its slots' keys (with their dirty flags) and links
+(12 MB, faulted in here only where the trace's lookups can fill the cache) and the trace
+statistics' state byte per row (188 MB at criteo-terabyte's rows). Faulting them in took the first
 0.05-0.2 s of the replay (more right after another process freed its memory:
 `replay._malloc`), the table's and the slots' on the caller's thread, whose kernel touches
 the table at random from its first lookups and the slots as the cache fills. Sized here,
@@ -106,9 +106,10 @@ def _lru_bytes(
     slots = max(1, min(capacity, total))
     sizes = [(lru_table_entries(total, slots) * _TABLE_ENTRY_BYTES, True)]
     if int(manifest.get("lookups", 0)) >= slots:  # the trace can fill the cache
-        index = 4 if slots + 1 < 2**31 else 8  # `index_dtype`
-        # each slot's key, its two links (and the sentinel's), its dirty flag
-        sizes += [(8 * slots, False), (index * (2 * slots + 2), False), (slots, False)]
+        key = 4 if total + 1 < 2**31 else 8  # `index_dtype`
+        index = 4 if slots + 1 < 2**31 else 8
+        # each slot's key (and dirty flag), its two links (and the sentinel's)
+        sizes += [(key * slots, False), (index * (2 * slots + 2), False)]
     return sizes
 
 

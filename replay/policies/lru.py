@@ -20,8 +20,14 @@ probes further than the cluster its key's home starts. An entry packs (key + 1) 
 the slot's bits (0 = empty): one 8-byte word per entry, so a probe usually reads one
 cache line. Rows x slots beyond 2^63 (key bits + slot bits > 63) are refused.
 
-Per-key state: none. Per slot: 17 bytes (key 8, links 4 + 4, dirty 1) + 32-64 bytes of
-table.
+A slot's key carries its dirty flag: k when clean, -1 - k (negative) when dirty, so a
+hit marks its row dirty by a store to the slot's key (no load, no separate array of
+flags), and the keys are 4 bytes wherever the rows allow (fewer than 2^31 - 1). Measured
+on criteo-terabyte at 1 M slots (one thread's CPU, 9 passes alternating in one process):
+12.33 against 12.96 ns a lookup (medians) with a byte array of flags and 8-byte keys.
+
+Per-key state: none. Per slot: 12 bytes where the rows allow 4-byte keys (key 4, links
+4 + 4), else 16 + 32-64 bytes of table.
 """
 
 from __future__ import annotations
@@ -120,6 +126,13 @@ def _remove(table: np.ndarray, k: int, slot_bits: int, shift: int) -> None:
     table[ix(i)] = 0
 
 
+@kernel(inline="always")
+def _key_of(x: int) -> np.int64:
+    """The key a slot's entry holds (k clean, -1 - k dirty)."""
+    v = np.int64(x)
+    return v ^ (v >> 63)
+
+
 @kernel
 def lru_kernel(
     keys: np.ndarray,
@@ -129,7 +142,6 @@ def lru_kernel(
     table: np.ndarray,
     slot_key: np.ndarray,
     links: np.ndarray,
-    dirty: np.ndarray,
     meta: np.ndarray,
     out: np.ndarray,
     derived: bool,
@@ -158,13 +170,15 @@ def lru_kernel(
         for i in range(bounds[b], bounds[b + 1]):
             # the last key stands in for those past the end: a prefetch, not a test
             prefetch(table, _home(keys[ix(min(i + PREFETCH_AHEAD, last))], shift))
-            k = keys[ix(i)]
+            k = np.int64(keys[ix(i)])
             s = _find(table, k, slot_bits, shift)
             if s >= 0:  # unlink; the move to the front is below
                 p = links[ix(2 * s)]
                 n = links[ix(2 * s + 1)]
                 links[ix(2 * p + 1)] = n
                 links[ix(2 * n)] = p
+                if derived:
+                    slot_key[ix(s)] = -1 - k
             else:
                 misses += 1
                 # the new key goes where its probe stopped, before the evicted key
@@ -178,17 +192,15 @@ def lru_kernel(
                     v = links[ix(2 * cap)]
                     table[ix(-1 - s)] = ((k + 1) << slot_bits) | v
                     s = v
-                    writebacks += dirty[ix(s)]
-                    _remove(table, slot_key[ix(s)], slot_bits, shift)
+                    old = slot_key[ix(s)]
+                    writebacks += old < 0
+                    _remove(table, _key_of(old), slot_bits, shift)
                     p = links[ix(2 * s)]
                     links[ix(2 * p + 1)] = cap
                     links[ix(2 * cap)] = p
                     # the next eviction removes the new last slot's key: load it now
-                    prefetch(table, _home(slot_key[ix(p)], shift))
-                slot_key[ix(s)] = k
-                dirty[ix(s)] = 0
-            if derived:
-                dirty[ix(s)] = 1
+                    prefetch(table, _home(_key_of(slot_key[ix(p)]), shift))
+                slot_key[ix(s)] = -1 - k if derived else k
             first = links[ix(2 * cap + 1)]
             links[ix(2 * s)] = cap
             links[ix(2 * s + 1)] = first
@@ -197,9 +209,10 @@ def lru_kernel(
         upd_fast = 0
         for j in range(ubounds[b], ubounds[b] if derived else ubounds[b + 1]):
             prefetch(table, _home(ukeys[ix(min(j + PREFETCH_AHEAD, ulast))], shift))
-            s = _find(table, ukeys[ix(j)], slot_bits, shift)
+            u = np.int64(ukeys[ix(j)])
+            s = _find(table, u, slot_bits, shift)
             if s >= 0:
-                dirty[ix(s)] = 1
+                slot_key[ix(s)] = -1 - u
                 upd_fast += 1
         if derived:
             upd_fast = ubounds[b + 1] - ubounds[b]
@@ -218,11 +231,11 @@ def lru_kernel(
 
 
 @kernel
-def _dirty_front(links: np.ndarray, dirty: np.ndarray, cap: int, n: int) -> None:
+def _dirty_front(links: np.ndarray, slot_key: np.ndarray, cap: int, n: int) -> None:
     """Mark the n most recent slots dirty (walking the list from the sentinel)."""
     s = links[ix(2 * cap + 1)]
     for _ in range(n):
-        dirty[ix(s)] = 1
+        slot_key[ix(s)] = -1 - _key_of(slot_key[ix(s)])
         s = links[ix(2 * s + 1)]
 
 
@@ -244,16 +257,15 @@ class LRUPolicy(Policy):
         cap = ctx.slots
         entries, slot_bits, shift = table_shape(ctx.total_keys, cap)
         self.table = state_array(entries, np.int64)
-        # A slot's key, links and dirty flag are written when the slot is first filled and
-        # read only for filled slots: pages of slots never used are never touched (zeros
+        # A slot's key (and dirty flag) and links are written when the slot is first filled
+        # and read only for filled slots: pages of slots never used are never touched (zeros
         # from calloc or a fresh mapping), unless `replay run` faulted them in before its
         # imports, where the trace fills the cache (`replay.cli._reserve`); the sentinel's
         # links start as an empty circle. 4 KiB pages: the links in huge pages measured no
         # faster, and fault in 5x slower right after another process freed its memory.
-        self.slot_key = state_array(cap, np.int64, huge=False)
+        self.slot_key = state_array(cap, index_dtype(ctx.total_keys), huge=False)
         self.links = state_array(2 * cap + 2, index_dtype(cap), huge=False)
         self.links[2 * cap :] = cap
-        self.dirty = state_array(cap, np.uint8, huge=False)
         self.meta = np.array([0, cap, slot_bits, shift], dtype=np.int64)
         self._distinct = 0  # the distinct rows of the batch's pieces so far (`_piece`)
 
@@ -279,7 +291,6 @@ class LRUPolicy(Policy):
             self.table,
             self.slot_key,
             self.links,
-            self.dirty,
             self.meta,
             out,
             br.updates_are_lookups,
@@ -302,7 +313,7 @@ class LRUPolicy(Policy):
         no_updates = np.zeros(2, dtype=np.int64)
         lru_kernel(
             br.keys, br.bounds, br.keys[:0], no_updates, self.table, self.slot_key,
-            self.links, self.dirty, self.meta, part, False,
+            self.links, self.meta, part, False,
         )  # fmt: skip
         row = out[0]
         row[_PIECE_SUMS] += part[0, _PIECE_SUMS]
@@ -311,7 +322,7 @@ class LRUPolicy(Policy):
         if br.ends_batch:
             size = int(self.meta[_SIZE])
             fast = min(size, self._distinct)
-            _dirty_front(self.links, self.dirty, int(self.meta[_CAP]), fast)
+            _dirty_front(self.links, self.slot_key, int(self.meta[_CAP]), fast)
             row[UPDATES_FAST] = fast
             row[UPDATES_BACKING] = self._distinct - fast
             self._distinct = 0
