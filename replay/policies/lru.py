@@ -23,8 +23,10 @@ cache line. Rows x slots beyond 2^63 (key bits + slot bits > 63) are refused.
 A slot's key carries its dirty flag: k when clean, -1 - k (negative) when dirty, so a
 hit marks its row dirty by a store to the slot's key (no load, no separate array of
 flags), and the keys are 4 bytes wherever the rows allow (fewer than 2^31 - 1). Measured
-on criteo-terabyte at 1 M slots (one thread's CPU, 9 passes alternating in one process):
-12.33 against 12.96 ns a lookup (medians) with a byte array of flags and 8-byte keys.
+(one thread's CPU, 9 passes alternating in one process, medians) against a byte array of
+flags and 8-byte keys: 12.97 against 13.18 ns a lookup on criteo-terabyte at 1 M slots,
+10.30 against 10.82 on criteo-kaggle at 150,000. A smaller table (1/3 or 1/2 full, so that
+the state fits this VM's 32 MiB L3) measured 0.6-1.5 ns slower: docs/performance.md.
 
 Per-key state: none. Per slot: 12 bytes where the rows allow 4-byte keys (key 4, links
 4 + 4), else 16 + 32-64 bytes of table.
