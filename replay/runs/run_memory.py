@@ -70,10 +70,12 @@ from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_
 from replay.workload.source import Source, is_generated
 
 # Bytes per cache slot that each policy allocates beside its per-key map (the policies'
-# constructors): lru slot_key 8 + prev 4 + next 4 + dirty 1; lfu slot_key, frequency,
+# constructors): lru slot_key 4-8 (its dirty flag in its sign since 53cd68e) + prev 4 +
+# next 4, still counted as the 17 B it took with a dirty byte (an upper bound, so the
+# estimates stay as they were); lfu slot_key, frequency,
 # time 8 each + heap slot and position 4 each + dirty 1; belady slot_key 8 + heap
 # priority 8 + heap slot and position 4 each + dirty 1; chunk heap priority and slot 8 each
-# lru: 17 B per slot + its hash table, 4-8 entries of 8 B (replay.policies.lru)
+# lru: <= 17 B per slot + its hash table, 4-8 entries of 8 B (replay.policies.lru)
 _SLOT_BYTES = {"lru": 81, "lfu": 33, "belady": 25, "chunk": 16}
 # FBGEMM's TBE (replay.policies.tbe): per way its row (int64) and, for LRU, its time step
 _TBE_WAY_BYTES = {"lru": 16, "lfu": 8}
