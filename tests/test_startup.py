@@ -108,7 +108,7 @@ def test_a_one_gpu_run_imports_only_what_it_uses(tmp_path: Path) -> None:
     """A one-GPU `replay run` (through the console) loads neither the cluster's modules,
     nor PyYAML (numba reads no `.numba_config.yaml` where there is none), nor
     `ctypes.util` (the C library comes from the process's own symbols, without running
-    `ldconfig`), nor the plug-ins and models it does not run (`_UNUSED_BY_A_RUN`), and
+    `ldconfig`), nor numba's array implementation (no kernel it loads makes an array), nor the plug-ins and models it does not run (`_UNUSED_BY_A_RUN`), and
     `importlib.metadata` stays unloaded (`replay._jit`); its results are those of a run
     in this process."""
     from replay.cli import main
@@ -122,6 +122,9 @@ def test_a_one_gpu_run_imports_only_what_it_uses(tmp_path: Path) -> None:
     unwanted = {
         "yaml",
         "ctypes.util",
+        # numba's array implementation (and its sorting, string and hashing modules, ~30
+        # ms): loaded with a cached kernel that makes or slices an array itself
+        "numba.np.arrayobj",
         "replay.engine.patrickstar_run",
         "replay.engine.cluster",
         *_UNUSED_BY_A_RUN,

@@ -78,6 +78,7 @@ from replay.analysis.stats_kernels import (
     _G_TOUCHED,
     _G_WRAPS,
     _GI_WIDTH,
+    _HIST_BLOCK,
     _OK,
     _T_DISTINCT,
     _T_DPB_N,
@@ -116,6 +117,12 @@ _SPLIT_HISTOGRAM_ROWS = 1 << 24  # states this large are counted on two threads
 _DENSE_FOLD_AT = _D_COUNT - 1
 
 
+def _histogram_scratch() -> tuple[np.ndarray, np.ndarray]:
+    """`_count_histograms`' scratch: four interleaved byte histograms and a block's
+    nonzero word indices."""
+    return np.zeros((4, 256), dtype=np.int64), np.empty(_HIST_BLOCK, dtype=np.int64)
+
+
 def _histograms(state: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """hist[t, c]: the rows of table t (flat rows bounds[t]..bounds[t+1]) whose state word
     holds count c (`_count_histograms`). A large state is counted in two halves on two
@@ -127,7 +134,7 @@ def _histograms(state: np.ndarray, bounds: np.ndarray) -> np.ndarray:
 
     def count(edges: np.ndarray) -> np.ndarray:
         hist = np.zeros((tables, 256), dtype=np.int64)
-        _count_histograms(state, words, edges, hist, np.zeros((4, 256), dtype=np.int64))
+        _count_histograms(state, words, edges, hist, *_histogram_scratch())
         return hist
 
     if len(state) < _SPLIT_HISTOGRAM_ROWS:
@@ -437,13 +444,12 @@ class Inspector:
         scratch = (self.ti, self.tf, self.gi, self.gf, self.curve_x, self.curve_val)
         _finish_kernel(*(a.copy() for a in scratch))
         no_tables = np.zeros(1, dtype=np.int64)
-        part = np.zeros((4, 256), dtype=np.int64)
         _count_histograms(
             self.state[:0],
             self.state[:0].view(np.uint64),
             no_tables,
             np.zeros((0, 256), dtype=np.int64),
-            part,
+            *_histogram_scratch(),
         )
 
     def finish(self) -> InspectParts:

@@ -263,22 +263,24 @@ def _inspect_runs(
     current batch looks up first, `lists[(side + 2) % 3]` the previous batch's and
     `lists[(side + 1) % 3]` those of the batch before it whose tags are still to clear
     (`_G_N_CUR`, `_G_N_PREV`, `_G_N_PEND` rows, of the last the first `_G_PEND_AT`
-    cleared already; the caller gives each room for its rows plus every lookup of the chunk, up
-    to a cap: a count above the list's length says it overflowed, and its tags are then
-    cleared by a sweep of the state, `_clear_tags`). When batch b follows batch b - 1,
-    what is left of b - 3's list is cleared, b - 2's becomes the one to clear and the
-    lists turn; the small tables' lookups of batch b clear it, one row a lookup (their
-    words are in cache, so the clears' random reads of the state overlap work that waits
-    on no memory, where alone they waited on nothing else; criteo-terabyte: 3-5% less of
-    the feed's CPU, criteo-kaggle's 34 MB state no change), and what they leave is cleared when b ends. After an empty batch
-    every list loses its tags. So when batch b starts, tag(b - 1) is held by exactly the
-    rows of b - 1, tag(b - 2) only by rows that neither b - 1 nor b will count as theirs,
-    and tag(b) = tag(b - 3) by none.
+    cleared already; the caller gives each room for its rows plus every lookup of the
+    chunk, up to a cap: a count above the list's length says it overflowed, and its tags
+    are then cleared by a sweep of the state, `_clear_tags`). When batch b follows batch
+    b - 1, what is left of b - 3's list is cleared, b - 2's becomes the one to clear and
+    the lists turn; the small tables' lookups of batch b clear it, one row a lookup
+    (their words are in cache, so the clears' random reads of the state overlap work
+    that waits on no memory, where alone they waited on nothing else; criteo-terabyte:
+    3-5% less of the feed's CPU, criteo-kaggle's 34 MB state no change), and what they
+    leave is cleared when b ends. After an empty batch every list loses its tags. So
+    when batch b starts, tag(b - 1) is held by exactly the rows of b - 1, tag(b - 2)
+    only by rows that neither b - 1 nor b will count as theirs, and tag(b) = tag(b - 3)
+    by none.
 
     A run's keys go through a branch-free loop (but for the rare count wrap) that
-    prefetches each row's state `_FEED_AHEAD` lookups ahead. Taking flat keys and precomputed runs
-    rather than the (batch, table, row) columns spares the run scan and the row checks
-    here: `replay run` gets both from its reader, which makes the keys anyway.
+    prefetches each row's state `_FEED_AHEAD` lookups ahead. Taking flat keys and
+    precomputed runs rather than the (batch, table, row) columns spares the run scan and
+    the row checks here: `replay run` gets both from its reader, which makes the keys
+    anyway.
     The per-table counters of the current batch live in the rows of the caller's scratch
     `counters` (4 x num_tables int64; allocated by the caller, see `table_runs`) and go
     back to `ti` at each batch end and at the end of the chunk (a batch may span chunks).
@@ -469,7 +471,12 @@ _HIST_BLOCK = 4096
 
 @kernel
 def _count_histograms(
-    state: np.ndarray, words: np.ndarray, bounds: np.ndarray, hist: np.ndarray, part: np.ndarray
+    state: np.ndarray,
+    words: np.ndarray,
+    bounds: np.ndarray,
+    hist: np.ndarray,
+    part: np.ndarray,
+    nonzero: np.ndarray,
 ) -> None:
     """hist[t, c] += rows of table t (flat rows bounds[t]..bounds[t+1]) whose state word
     holds count c. `words` is `state` read 8 bytes at a time (its first len(state) // 8
@@ -479,10 +486,14 @@ def _count_histograms(
     mispredicted at every nonzero one (criteo-terabyte, 2.5% of its rows looked up: 18%
     of the words): 188 M rows took 0.14 s byte by byte, 64-66 ms with that branch,
     45-51 ms so (one thread, alternating, load 9). Four interleaved histograms (`part`,
-    4 x 256 int64 scratch) for the bytes, which would otherwise chain their increments."""
-    nonzero = np.empty(_HIST_BLOCK, dtype=np.int64)
+    4 x 256 int64 scratch) for the bytes, which would otherwise chain their increments.
+    `nonzero` (>= `_HIST_BLOCK` int64) is scratch too: an array made or sliced here would
+    make the cached kernel refer to numba's array implementation, whose import (with its
+    sorting, string and hashing modules, ~30 ms) every run would then pay on loading it."""
     for t in range(len(bounds) - 1):
-        part[:] = 0
+        for a in range(4):
+            for c in range(256):
+                part[a, c] = 0
         lo = bounds[t]
         hi = bounds[t + 1]
         i = lo
