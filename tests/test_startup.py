@@ -108,7 +108,8 @@ def test_a_one_gpu_run_imports_only_what_it_uses(tmp_path: Path) -> None:
     """A one-GPU `replay run` (through the console) loads neither the cluster's modules,
     nor PyYAML (numba reads no `.numba_config.yaml` where there is none), nor
     `ctypes.util` (the C library comes from the process's own symbols, without running
-    `ldconfig`), nor numba's array implementation (no kernel it loads makes an array), nor the plug-ins and models it does not run (`_UNUSED_BY_A_RUN`), and
+    `ldconfig`), nor numba's array implementation (no kernel it loads makes an array),
+    nor the plug-ins and models it does not run (`_UNUSED_BY_A_RUN`), and
     `importlib.metadata` stays unloaded (`replay._jit`); its results are those of a run
     in this process."""
     from replay.cli import main
