@@ -21,18 +21,22 @@ from replay.policies.lru import LRUPolicy, _find, _home, _remove, reference_lru,
 from replay.system.spec import PolicySpec
 
 
-def run_lru(batches: list[tuple[list[int], list[int]]], capacity: int, total: int) -> np.ndarray:
-    """The lru kernel's counters on a key space of `total` keys, one range."""
-    ctx = PolicyContext(
+def _one_table(total: int, capacity: int, num_batches: int) -> PolicyContext:
+    """One table of `total` rows, a cache of `capacity` rows."""
+    return PolicyContext(
         total_keys=total,
         table_rows=np.array([total], dtype=np.int64),
         offsets=np.array([0, total], dtype=np.int64),
-        num_batches=len(batches),
+        num_batches=num_batches,
         row_state_bytes=64,
         capacity_units=capacity,
         unit_rows=1,
     )
-    policy = POLICIES["lru"](PolicySpec(name="lru"), ctx)
+
+
+def run_lru(batches: list[tuple[list[int], list[int]]], capacity: int, total: int) -> np.ndarray:
+    """The lru kernel's counters on a key space of `total` keys, one range."""
+    policy = POLICIES["lru"](PolicySpec(name="lru"), _one_table(total, capacity, len(batches)))
     out = np.zeros((len(batches), NUM_COUNTERS), dtype=np.int64)
     policy.process(batch_range(batches, 0, len(batches)), out)
     return out
@@ -138,16 +142,7 @@ def test_slot_keys_carry_their_dirty_flags(total: int, dtype: type, derived: boo
 
     top = [total - 1, total - 2, total - 3, 0, 1]
     batches = [[top[0], top[1], top[0]], [top[2], top[3]], [top[4], top[1]], [top[0]]]
-    ctx = PolicyContext(
-        total_keys=total,
-        table_rows=np.array([total], dtype=np.int64),
-        offsets=np.array([0, total], dtype=np.int64),
-        num_batches=len(batches),
-        row_state_bytes=64,
-        capacity_units=3,
-        unit_rows=1,
-    )
-    policy = LRUPolicy(PolicySpec(name="lru"), ctx)
+    policy = LRUPolicy(PolicySpec(name="lru"), _one_table(total, 3, len(batches)))
     assert policy.slot_key.dtype == dtype
     trace = [(b, sorted(set(b))[:1] if not derived else sorted(set(b))) for b in batches]
     br = batch_range(trace, 0, len(trace))
