@@ -14,10 +14,10 @@ import itertools
 
 import numpy as np
 import pytest
+from _lru_helpers import one_table_lru
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.policies import POLICIES, PolicyContext
 from replay.policies.base import (
     EVICTIONS,
     FILLS,
@@ -30,27 +30,11 @@ from replay.policies.base import (
     WRITEBACKS,
 )
 from replay.policies.lru import LRUPolicy, reference_lru
-from replay.system.spec import PolicySpec
 from replay.trace.stream import BatchRange, iter_batch_ranges
 from replay.workload.onthefly import GeneratedTrace
 from replay.workload.presets import get_preset
 
 Batches = list[list[int]]  # each batch's lookups; its update rows are its distinct ones
-
-
-def _policy(total: int, capacity: int) -> LRUPolicy:
-    ctx = PolicyContext(
-        total_keys=total,
-        table_rows=np.array([total], dtype=np.int64),
-        offsets=np.array([0, total], dtype=np.int64),
-        num_batches=1,
-        row_state_bytes=64,
-        capacity_units=capacity,
-        unit_rows=1,
-    )
-    policy = POLICIES["lru"](PolicySpec(name="lru"), ctx)
-    assert isinstance(policy, LRUPolicy)
-    return policy
 
 
 def _derived_range(batches: Batches, lo: int, hi: int, dtype: type = np.int64) -> BatchRange:
@@ -96,10 +80,10 @@ def _reference(batches: Batches, capacity: int) -> tuple[np.ndarray, list[tuple[
     return out, [(k, d) for k, d in reversed(cache.items())]
 
 
-def _run_new(
+def _run_derived(
     batches: Batches, capacity: int, total: int, split: int
 ) -> tuple[np.ndarray, LRUPolicy]:
-    policy = _policy(total, capacity)
+    policy = one_table_lru(total, capacity)
     out = np.zeros((len(batches), NUM_COUNTERS), dtype=np.int64)
     for lo in range(0, len(batches), split):
         hi = min(lo + split, len(batches))
@@ -130,7 +114,7 @@ def test_matches_reference_lru(
     ]
     capacity = batch + spare
     want, listed = _reference(batches, capacity)
-    got, policy = _run_new(batches, capacity, 10 * hot, split)
+    got, policy = _run_derived(batches, capacity, 10 * hot, split)
     np.testing.assert_array_equal(got, want)
     assert _listed(policy) == listed
 
@@ -140,7 +124,7 @@ def test_golden_tiny_case() -> None:
     # dirty. Batch 1: d a d b: d misses and evicts the tail b (written back, dirty) before
     # b's own lookup, which then misses and evicts c (dirty); list b d a.
     batches = [[1, 2, 1, 3], [4, 1, 4, 2]]
-    got, policy = _run_new(batches, 3, 8, 2)
+    got, policy = _run_derived(batches, 3, 8, 2)
     assert got[:, HITS].tolist() == [1, 2]
     assert got[:, MISSES].tolist() == [3, 2]
     assert got[:, FILLS].tolist() == [3, 2]
@@ -156,7 +140,7 @@ def test_golden_tiny_case() -> None:
 def test_a_batch_larger_than_the_cache_takes_the_per_lookup_kernel() -> None:
     # n > capacity: the update rows become keys (`updates_as_keys`), no derived mode
     batches = [[1, 2, 3, 1, 4, 5, 1], [2, 6, 2, 7]]
-    got, _ = _run_new(batches, 3, 8, 2)
+    got, _ = _run_derived(batches, 3, 8, 2)
     np.testing.assert_array_equal(got, _reference(batches, 3)[0])
 
 
@@ -171,15 +155,15 @@ def test_derived_mode_equals_the_update_pass_on_criteo_kaggle(capacity: int) -> 
     keyed = list(iter_batch_ranges(source, with_updates=True, updates_from_lookups=False))
     assert all(br.updates_are_lookups for br in derived)
     assert not any(br.updates_are_lookups for br in keyed)
-    new, old = _policy(total, capacity), _policy(total, capacity)
+    from_counts, from_keys = one_table_lru(total, capacity), one_table_lru(total, capacity)
     got = np.zeros((source.num_batches, NUM_COUNTERS), dtype=np.int64)
     want = np.zeros_like(got)
     for br, kr in zip(derived, keyed, strict=True):
         assert (br.batch_start, br.batch_stop) == (kr.batch_start, kr.batch_stop)
         assert int(np.diff(br.bounds).max()) <= capacity
-        new.process(br, got[br.batch_start : br.batch_stop])
-        old.process(kr, want[kr.batch_start : kr.batch_stop])
-        assert _listed(new) == _listed(old)
+        from_counts.process(br, got[br.batch_start : br.batch_stop])
+        from_keys.process(kr, want[kr.batch_start : kr.batch_stop])
+        assert _listed(from_counts) == _listed(from_keys)
     np.testing.assert_array_equal(got, want)
     assert got[:, HITS].sum() > got[:, MISSES].sum() > 0
     assert got[:, UPDATES_FAST].sum() == source.num_updates
@@ -191,7 +175,7 @@ def test_key_dtypes_and_range_splits_agree() -> None:
     batches = [rng.integers(0, 300, size=int(rng.integers(0, 64))).tolist() for _ in range(30)]
     want, listed = _reference(batches, 100)
     for dtype, split in itertools.product([np.uint32, np.int64], [1, 7, 30]):
-        policy = _policy(300, 100)
+        policy = one_table_lru(300, 100)
         out = np.zeros((len(batches), NUM_COUNTERS), dtype=np.int64)
         for lo in range(0, len(batches), split):
             hi = min(lo + split, len(batches))

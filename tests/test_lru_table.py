@@ -10,33 +10,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _lru_helpers import one_table_lru
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_policies import batch_range  # the policy tests' trace-to-range harness
 
 from replay.errors import ConfigError
-from replay.policies import POLICIES, PolicyContext
 from replay.policies.base import NUM_COUNTERS
-from replay.policies.lru import LRUPolicy, _find, _home, _remove, reference_lru, table_shape
-from replay.system.spec import PolicySpec
-
-
-def _one_table(total: int, capacity: int, num_batches: int) -> PolicyContext:
-    """One table of `total` rows, a cache of `capacity` rows."""
-    return PolicyContext(
-        total_keys=total,
-        table_rows=np.array([total], dtype=np.int64),
-        offsets=np.array([0, total], dtype=np.int64),
-        num_batches=num_batches,
-        row_state_bytes=64,
-        capacity_units=capacity,
-        unit_rows=1,
-    )
+from replay.policies.lru import _find, _home, _remove, reference_lru, table_shape
 
 
 def run_lru(batches: list[tuple[list[int], list[int]]], capacity: int, total: int) -> np.ndarray:
     """The lru kernel's counters on a key space of `total` keys, one range."""
-    policy = POLICIES["lru"](PolicySpec(name="lru"), _one_table(total, capacity, len(batches)))
+    policy = one_table_lru(total, capacity, len(batches))
     out = np.zeros((len(batches), NUM_COUNTERS), dtype=np.int64)
     policy.process(batch_range(batches, 0, len(batches)), out)
     return out
@@ -142,7 +128,7 @@ def test_slot_keys_carry_their_dirty_flags(total: int, dtype: type, derived: boo
 
     top = [total - 1, total - 2, total - 3, 0, 1]
     batches = [[top[0], top[1], top[0]], [top[2], top[3]], [top[4], top[1]], [top[0]]]
-    policy = LRUPolicy(PolicySpec(name="lru"), _one_table(total, 3, len(batches)))
+    policy = one_table_lru(total, 3, len(batches))
     assert policy.slot_key.dtype == dtype
     trace = [(b, sorted(set(b))[:1] if not derived else sorted(set(b))) for b in batches]
     br = batch_range(trace, 0, len(trace))
