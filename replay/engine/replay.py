@@ -10,23 +10,21 @@ counters per batch.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from replay._files import MANIFEST, read_bytes
-from replay._threads import OrderedWorker, wait_for, worker_pool
+from replay._threads import OrderedWorker
 from replay.analysis.stats import Inspector, inspect_trace, trace_inspector, trace_statistics
 from replay.checkpoint import STRATEGIES, CheckpointContext, CheckpointStrategy, Timing
 from replay.checkpoint.summarize import checkpoint_summary, failures_summary
 from replay.engine.account import Shape, account, study_warnings, summarize
-from replay.engine.lru_segments import head_range, replay_segment, segment_count, segment_starts
 from replay.engine.raw import RawState, count_raw
 from replay.errors import ConfigError, TraceError
 from replay.policies import POLICIES
@@ -142,15 +140,12 @@ def replay_trace(
     *,
     inspect: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
-    segments: int | None = None,
 ) -> RunResult:
     """Replay every batch of `trace` on `system`. on_progress(batches_done, batches).
 
     `inspect=True` also computes the trace's statistics (`replay.analysis.stats.inspect_trace`'s
     result, as `RunResult.workload`): for a trace folder in the same pass, fed the chunks
     the replay decodes anyway; for an on-the-fly workload by a second generation pass.
-    `segments`: how many segments of batches an LRU replays on as many threads where it
-    can (`replay.engine.lru_segments`); None: one per core.
     """
     from replay.engine.systems import refuse_cluster
 
@@ -186,32 +181,13 @@ def replay_trace(
     # tables where the policy adds them up (`Policy.takes_pieces`) and nothing else needs
     # whole batches: ranges in flight then hold ~1 M lookups, not 887 M
     pieces = streams_pieces(trace, system)
-    # later segments of batches on other cores, seeded with the state one pass has at
-    # their first batch (`replay.engine.lru_segments`: exact, where this holds)
-    starts = _segment_starts(trace, policy, from_lookups and not pieces, segments)
-    first_stop = starts[0] if starts else nb
     # Threads on numba kernels that release the GIL: the reader decodes ahead and counts
     # distinct rows (1 bit per key), the caller runs the policy. With the trace
     # statistics, a third thread feeds the inspector (whose per-row state counts the
     # distinct rows instead); the OS fits it into the others' waits (measured faster on
     # 2 cores than the statistics in the reader thread). A third thread for the distinct
     # count alone measured slower: it preempts the policy.
-    with (
-        OrderedWorker(name="replay-inspect") as worker,
-        worker_pool(max(len(starts), 1), "replay-segment") as segment_pool,
-    ):
-        tails = [
-            segment_pool.submit(
-                replay_segment,
-                functools.partial(make_policy, system, trace, shape),
-                cast(Trace, trace),
-                start,
-                stop,
-                counters,
-                from_lookups=from_lookups,
-            )
-            for start, stop in zip(starts, [*starts[1:], nb][: len(starts)], strict=True)
-        ]
+    with OrderedWorker(name="replay-inspect") as worker:
         # while the reader decodes the first range, the worker loads the policy's
         # kernels, the reader's and the statistics', and only then faults state in (the
         # policy's not waited for): a kernel loads in maps of memory, which wait while
@@ -246,9 +222,7 @@ def replay_trace(
             if warming is not None:  # never beside `process`: both use the state
                 warming.result()
                 warming = None
-            head = head_range(br, first_stop)  # the rest is a later segment's
-            if head is not None:
-                policy.process(head, counters[head.batch_start : head.batch_stop])
+            policy.process(br, counters[window])
             lookups[window] += np.diff(br.bounds)
             updates[window] += np.diff(br.update_bounds)
             if raw_state is not None and raw is not None:
@@ -269,8 +243,6 @@ def replay_trace(
             if on_progress is not None and br.ends_batch:
                 on_progress(br.batch_stop, nb)
         worker.drain()
-        for tail in tails:
-            wait_for(tail)
     replay_s = time.perf_counter() - replay_start
     workload = None
     if inspector is not None:
@@ -350,25 +322,6 @@ def replay_trace(
         },
     }
     return RunResult(system, columns, checkpointed.log.columns(), summary, meta, workload)
-
-
-def _segment_starts(
-    trace: Source, policy: Policy, whole_derived_ranges: bool, segments: int | None
-) -> list[int]:
-    """The first batch of each segment replayed on another core (`lru_segments`), or []:
-    a trace folder whose update rows are its batches' distinct lookups, read as such in
-    whole batches, a policy seeded from its past, and no oracle's pass before."""
-    if not (
-        whole_derived_ranges
-        and isinstance(trace, Trace)
-        and trace.updates_are_lookups
-        and type(policy).seeds_from_past
-        and not policy.needs_prepare()
-    ):
-        return []
-    nb = trace.num_batches
-    count = segments or segment_count(trace.num_lookups, nb, policy.ctx.slots)
-    return segment_starts(nb, max(1, min(count, nb)))
 
 
 def streams_pieces(trace: Source, system: SystemSpec) -> bool:

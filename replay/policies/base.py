@@ -124,10 +124,6 @@ class Policy(ABC):
     takes_pieces: ClassVar[bool] = False
     #: True: the cache is allocated `ctx.slots` (no more slots than units of its rows)
     sized_to_rows: ClassVar[bool] = False
-    #: True: `seed` builds the state one pass has at a batch boundary from the keys
-    #: before it (where each batch's update rows are its distinct lookups), so the engine
-    #: may replay later segments of batches on other cores (`replay.engine.lru_segments`)
-    seeds_from_past: ClassVar[bool] = False
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         self.spec = spec
@@ -177,11 +173,6 @@ class Policy(ABC):
             f"slots, the {unit} of the tables: it can hold no more, and its counters "
             "are those of the capacity given"
         ]
-
-    def seed(self, keys: np.ndarray) -> bool:
-        """Take `keys` as lookups before every one processed so far, read from the last
-        back (`seeds_from_past`); True once earlier keys can change nothing."""
-        raise NotImplementedError(f"policy {type(self).name} is not seeded from its past")
 
     def store_rows(self) -> np.ndarray | None:
         """Rows per batch moved behind the backing tier, for a policy with a third level

@@ -233,41 +233,6 @@ def lru_kernel(
 
 
 @kernel
-def lru_seed(
-    keys: np.ndarray, table: np.ndarray, slot_key: np.ndarray, links: np.ndarray, meta: np.ndarray
-) -> bool:
-    """Fill the cache with the state an LRU has after `keys`, read from the last one back:
-    each key not yet cached joins at the least recent end, dirty, until the cache is
-    full. Called on earlier and earlier keys (a segment's past, latest range first), it
-    builds the most recent min(capacity, distinct) keys in their recency order, which is
-    all of an LRU's state at a batch boundary where every batch's update rows are its
-    distinct lookups (every cached row was updated after it was filled: see
-    `replay.engine.lru_segments`). True once the cache is full (earlier keys change
-    nothing)."""
-    size = meta[_SIZE]
-    cap = meta[_CAP]
-    slot_bits = meta[_SLOT_BITS]
-    shift = meta[_HASH_SHIFT]
-    for i in range(len(keys) - 1, -1, -1):
-        if size == cap:
-            break
-        prefetch(table, _home(keys[ix(max(i - PREFETCH_AHEAD, 0))], shift))
-        k = np.int64(keys[ix(i)])
-        s = _find(table, k, slot_bits, shift)
-        if s < 0:
-            table[ix(-1 - s)] = ((k + 1) << slot_bits) | size
-            slot_key[ix(size)] = -1 - k
-            older = links[ix(2 * cap)]  # the least recent so far (the sentinel when empty)
-            links[ix(2 * size)] = older
-            links[ix(2 * size + 1)] = cap
-            links[ix(2 * older + 1)] = size
-            links[ix(2 * cap)] = size
-            size += 1
-    meta[_SIZE] = size
-    return size == cap
-
-
-@kernel
 def _dirty_front(links: np.ndarray, slot_key: np.ndarray, cap: int, n: int) -> None:
     """Mark the n most recent slots dirty (walking the list from the sentinel)."""
     s = links[ix(2 * cap + 1)]
@@ -287,7 +252,6 @@ class LRUPolicy(Policy):
     demand_fill = True
     updates_from_lookups = True
     takes_pieces = True
-    seeds_from_past = True
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         super().__init__(spec, ctx)
@@ -333,11 +297,6 @@ class LRUPolicy(Policy):
             out,
             br.updates_are_lookups,
         )
-
-    def seed(self, keys: np.ndarray) -> bool:
-        """Take `keys` as lookups before any processed so far (a segment's past, its
-        latest range first): `lru_seed`. True once the cache is full."""
-        return bool(lru_seed(keys, self.table, self.slot_key, self.links, self.meta))
 
     def _piece(self, br: BatchRange, out: np.ndarray) -> None:
         """A piece of one batch whose update rows are its distinct lookups: its lookups

@@ -105,25 +105,6 @@ def updates_as_keys(batch_range: BatchRange, max_lookups: int) -> BatchRange:
     return replace(br, updates_are_lookups=False)
 
 
-def batch_slice(br: BatchRange, a: int, b: int) -> BatchRange:
-    """Batches [a, b) of `br` (counted from its first) as a range of their own, without
-    the trace statistics' runs (which do not split)."""
-    lo, hi = int(br.bounds[a]), int(br.bounds[b])
-    ulo, uhi = int(br.update_bounds[a]), int(br.update_bounds[b])
-    with_update_keys = len(br.update_keys) == br.update_bounds[-1]
-    return replace(
-        br,
-        batch_start=br.batch_start + a,
-        batch_stop=br.batch_start + b,
-        keys=br.keys[lo:hi],
-        bounds=br.bounds[a : b + 1] - lo,
-        update_keys=br.update_keys[ulo:uhi] if with_update_keys else br.update_keys,
-        update_bounds=br.update_bounds[a : b + 1] - ulo,
-        distinct=None if br.distinct is None else br.distinct[a:b],
-        runs=None,
-    )
-
-
 def split_ranges(ranges: Iterator[BatchRange], batches: int) -> Iterator[BatchRange]:
     """`ranges` in ranges of at most `batches` batches each (a consumer whose state per
     range grows with its batches: the cluster's per-GPU columns). A piece of a batch
@@ -135,8 +116,21 @@ def split_ranges(ranges: Iterator[BatchRange], batches: int) -> Iterator[BatchRa
             continue
         if br.runs is not None:
             raise ValueError("split_ranges: a range with the statistics' runs")
+        with_update_keys = len(br.update_keys) == br.update_bounds[-1]
         for a in range(0, br.batches, most):
-            yield batch_slice(br, a, min(a + most, br.batches))
+            b = min(a + most, br.batches)
+            lo, hi = int(br.bounds[a]), int(br.bounds[b])
+            ulo, uhi = int(br.update_bounds[a]), int(br.update_bounds[b])
+            yield replace(
+                br,
+                batch_start=br.batch_start + a,
+                batch_stop=br.batch_start + b,
+                keys=br.keys[lo:hi],
+                bounds=br.bounds[a : b + 1] - lo,
+                update_keys=br.update_keys[ulo:uhi] if with_update_keys else br.update_keys,
+                update_bounds=br.update_bounds[a : b + 1] - ulo,
+                distinct=None if br.distinct is None else br.distinct[a:b],
+            )
 
 
 def empty_range(total_keys: int) -> BatchRange:
