@@ -8,12 +8,13 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+from _lru_helpers import one_table_ctx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.engine.cluster import make_rank_policy, replay_cluster
 from replay.engine.cluster_lru import DirectLRU, rank_class
-from replay.policies import POLICIES, PolicyContext
+from replay.policies import POLICIES
 from replay.policies.base import NUM_COUNTERS
 from replay.policies.lru import LRUPolicy, reference_lru
 from replay.system.sharding import resolve_plan, table_shapes, uniform_plan
@@ -21,18 +22,6 @@ from replay.system.spec import PolicySpec, apply_overrides, build_system, load_s
 from replay.trace.stream import BatchRange
 from replay.workload.onthefly import GeneratedTrace
 from replay.workload.presets import get_preset
-
-
-def _ctx(total: int, capacity: int, batches: int) -> PolicyContext:
-    return PolicyContext(
-        total_keys=total,
-        table_rows=np.array([total], dtype=np.int64),
-        offsets=np.array([0, total], dtype=np.int64),
-        num_batches=batches,
-        row_state_bytes=64,
-        capacity_units=capacity,
-        unit_rows=1,
-    )
 
 
 def _ranges(
@@ -72,7 +61,7 @@ def test_direct_lru_counts_as_the_lru(
         lookups = rng.integers(0, total, size=int(rng.integers(0, 60))).tolist()
         updates = sorted(set(rng.integers(0, total, size=int(rng.integers(0, 20))).tolist()))
         trace.append((lookups, updates))
-    ctx = _ctx(total, capacity, len(trace))
+    ctx = one_table_ctx(total, capacity, len(trace))
     direct = DirectLRU(PolicySpec(name="lru"), ctx)
     hashed = POLICIES["lru"](PolicySpec(name="lru"), ctx)
     got = np.zeros((len(trace), NUM_COUNTERS), dtype=np.int64)
@@ -87,9 +76,9 @@ def test_direct_lru_counts_as_the_lru(
 
 def test_the_map_only_where_it_is_no_larger_than_the_table() -> None:
     # 100,000 slots: a table of 2^19 entries (4 MiB), a map of 4 B a row
-    assert rank_class(LRUPolicy, _ctx(1 << 20, 100_000, 1)) is DirectLRU
-    assert rank_class(LRUPolicy, _ctx((1 << 20) + 1, 100_000, 1)) is LRUPolicy
-    assert rank_class(POLICIES["lfu"], _ctx(1000, 100, 1)) is POLICIES["lfu"]
+    assert rank_class(LRUPolicy, one_table_ctx(1 << 20, 100_000, 1)) is DirectLRU
+    assert rank_class(LRUPolicy, one_table_ctx((1 << 20) + 1, 100_000, 1)) is LRUPolicy
+    assert rank_class(POLICIES["lfu"], one_table_ctx(1000, 100, 1)) is POLICIES["lfu"]
 
 
 def test_a_cluster_builds_it_where_it_fits() -> None:
