@@ -12,6 +12,7 @@ zero-copy views (`Array.from_buffers`, `np.frombuffer`); strings (checkpoints.pa
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 
 import numpy as np
@@ -67,7 +68,9 @@ def from_numpy(values: np.ndarray | list, type: pa.DataType | None = None) -> pa
     to another integer type only when every value fits (pyarrow's safe cast raises the
     same ArrowInvalid); bools are bit-packed; a masked array's masked entries are nulls;
     anything else goes through `pa.array`."""
-    if isinstance(values, np.ma.MaskedArray):  # masked entries are nulls, as in pa.array
+    # masked entries are nulls, as in pa.array; asking `np.ma` imports numpy.ma (7 ms of
+    # every run), and a masked array cannot exist before it is imported
+    if "numpy.ma" in sys.modules and isinstance(values, np.ma.MaskedArray):
         return _masked(values, type)
     array = np.asarray(values)
     if type is None:

@@ -80,6 +80,40 @@ from numba import njit  # noqa: E402
 from numba.core.caching import FunctionCache, NullCache  # noqa: E402
 from numba.core.runtime import rtsys  # noqa: E402
 
+
+def _type_arrays_without_numpy_ma() -> None:
+    """Type a plain numpy array argument without importing `numpy.ma`.
+
+    A dispatcher types each new kind of array argument (dtype, dimensions, layout) once per
+    process in Python (`numba.core.typing.typeof`), and numba's rule for arrays first asks
+    `isinstance(val, np.ma.MaskedArray)` to refuse masked arrays: numpy imports `numpy.ma`
+    on that first access, 7 ms of every command that calls a kernel (2% of a 2-batch
+    `replay run`), for a check that an array of exactly `np.ndarray` fails whatever the
+    answer. This rule types such an array as numba's does (its dtype, dimensions, layout
+    and writability) and passes every other value (a subclass, masked arrays among them,
+    or a dtype numba refuses, with numba's own message) to numba's rule."""
+    import numpy as np
+    from numba.core import errors, types
+    from numba.core.typing.typeof import typeof_impl
+    from numba.np import numpy_support
+
+    numbas_rule = typeof_impl.dispatch(np.ndarray)
+
+    def typeof_ndarray(val: np.ndarray, c: Any) -> Any:
+        if type(val) is not np.ndarray:
+            return numbas_rule(val, c)
+        try:
+            dtype = numpy_support.from_dtype(val.dtype)
+        except errors.NumbaNotImplementedError:
+            return numbas_rule(val, c)
+        layout = numpy_support.map_layout(val)
+        return types.Array(dtype, val.ndim, layout, readonly=not val.flags.writeable)
+
+    typeof_impl.register(np.ndarray)(typeof_ndarray)
+
+
+_type_arrays_without_numpy_ma()
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

@@ -126,6 +126,9 @@ def test_a_one_gpu_run_imports_only_what_it_uses(tmp_path: Path) -> None:
         # numba's array implementation (and its sorting, string and hashing modules, ~30
         # ms): loaded with a cached kernel that makes or slices an array itself
         "numba.np.arrayobj",
+        # numpy's masked arrays (7 ms): asked for by numba's typing of an array argument
+        # and by `_arrow.from_numpy`, neither of which needs them for a plain array
+        "numpy.ma",
         "replay.engine.patrickstar_run",
         "replay.engine.cluster",
         *_UNUSED_BY_A_RUN,
@@ -217,6 +220,44 @@ def test_a_kernel_whose_source_changed_since_import_neither_loads_nor_saves(
     source.write_text(source.read_text() + "# changed after the import\n")
     assert stale.f(1) == 2 and not stale.f.stats.cache_hits  # its own code, compiled
     assert index.read_bytes() == saved  # not saved under the new file's stamp
+
+
+def test_an_array_argument_is_typed_as_numba_types_it_without_numpy_ma() -> None:
+    """`replay._jit` types a plain array argument without importing `numpy.ma`, as numba's
+    own rule does (dtype, dimensions, layout, writability); a masked array, an array of a
+    dtype numba refuses and a subclass get numba's own answer."""
+    code = (
+        "import sys, numpy as np, replay._jit; "
+        "from numba.core.typing.typeof import typeof_impl, Purpose, typeof; "
+        "a = np.zeros((3, 4), np.int32); r = a[:, ::2]; f = np.asfortranarray(a); "
+        "ro = np.arange(5.0); ro.flags.writeable = False; "
+        "print([str(typeof(x, Purpose.argument)) for x in (a, r, f, ro, a[0])], "
+        "'numpy.ma' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("] ")[1].strip() == "False"
+    stock = (  # numba's rule, in a process without replay._jit
+        code.replace("replay._jit, ", "").replace("'numpy.ma' in sys.modules", "False")
+    )
+    numbas = subprocess.run([sys.executable, "-c", stock], capture_output=True, text=True)
+    assert numbas.returncode == 0, numbas.stderr
+    assert done.stdout == numbas.stdout
+    import numpy as np
+    from numba.core import errors
+    from numba.core.typing.typeof import Purpose, typeof
+
+    import replay._jit  # noqa: F401
+
+    with pytest.raises(errors.NumbaTypeError, match="MaskedArray"):
+        typeof(np.ma.masked_array([1, 2]), Purpose.argument)
+    with pytest.raises(errors.NumbaValueError, match="Unsupported array dtype"):
+        typeof(np.zeros(2, dtype="V3"), Purpose.argument)
+
+    class Sub(np.ndarray):
+        pass
+
+    assert str(typeof(np.zeros(2).view(Sub), Purpose.argument)) == "array(float64, 1d, C)"
 
 
 def test_numba_reads_a_numba_config_yaml_where_there_is_one(tmp_path: Path) -> None:
