@@ -33,6 +33,15 @@ def _console(*args: str) -> tuple[subprocess.CompletedProcess[str], str]:
     return done, done.stderr.strip().splitlines()[-1]
 
 
+def _python_c(code: str, **options: Any) -> subprocess.CompletedProcess[str]:
+    """`python -c code` in a fresh interpreter (`options`: cwd, env), which must exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, **options
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_version_imports_nothing_heavy_and_prints_what_the_option_prints() -> None:
     done, heavy = _console("--version")
     assert done.returncode == 0
@@ -65,8 +74,7 @@ def test_every_help_imports_nothing_heavy() -> None:
             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)}))",
         ]
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    done = _python_c(code)
     assert done.stdout.strip() == "[]"
 
 
@@ -187,8 +195,7 @@ def test_numba_leaves_importlib_metadata_unloaded_until_used() -> None:
         "m = sys.modules['importlib.metadata']; "
         "print(ep._already_initialized, type(m).__name__, m.version('numpy') == np.__version__)"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    done = _python_c(code)
     assert done.stdout.split() == ["False", "_LazyModule", "True"]
 
 
@@ -234,14 +241,12 @@ def test_an_array_argument_is_typed_as_numba_types_it_without_numpy_ma() -> None
         "print([str(typeof(x, Purpose.argument)) for x in (a, r, f, ro, a[0])], "
         "'numpy.ma' in sys.modules)"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    done = _python_c(code)
     assert done.stdout.split("] ")[1].strip() == "False"
     stock = (  # numba's rule, in a process without replay._jit
         code.replace("replay._jit, ", "").replace("'numpy.ma' in sys.modules", "False")
     )
-    numbas = subprocess.run([sys.executable, "-c", stock], capture_output=True, text=True)
-    assert numbas.returncode == 0, numbas.stderr
+    numbas = _python_c(stock)
     assert done.stdout == numbas.stdout
     import numpy as np
     from numba.core import errors
@@ -271,10 +276,7 @@ def test_numba_reads_a_numba_config_yaml_where_there_is_one(tmp_path: Path) -> N
     )
     for cwd, expected in ((tmp_path, "True True"), (tmp_path / "empty", "False False")):
         cwd.mkdir(exist_ok=True)
-        done = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=cwd
-        )
-        assert done.returncode == 0, done.stderr
+        done = _python_c(code, cwd=cwd)
         assert done.stdout.strip() == expected
 
 
@@ -319,10 +321,7 @@ def test_the_console_gives_pyarrow_the_system_allocator() -> None:
         "sys.argv = ['replay', 'presets']; from replay._console import main; main()"
     )
     env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
-    )
-    assert done.returncode == 0, done.stderr
+    done = _python_c(code, env=env)
     assert done.stderr.strip().splitlines()[-1] == "system"
 
 
