@@ -79,6 +79,10 @@ def direct_lru_kernel(
             k = keys[ix(i)]
             s = np.int64(where[ix(k)]) - 1
             if s >= 0:  # unlink; the move to the front is below
+                if s == links[ix(2 * cap + 1)]:  # the most recent slot already
+                    if derived:
+                        dirty[ix(s)] = 1
+                    continue
                 p = links[ix(2 * s)]
                 n = links[ix(2 * s + 1)]
                 links[ix(2 * p + 1)] = n
