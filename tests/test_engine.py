@@ -371,6 +371,38 @@ def test_statistics_in_the_replay_pass_change_nothing(
     assert int(fused.columns["distinct_rows"][7]) == 0
 
 
+@pytest.mark.parametrize("capacity", [200, 1_000, 30_000])
+@pytest.mark.parametrize("inspect", [False, True])
+def test_the_lru_order_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capacity: int, inspect: bool
+) -> None:
+    """The LRU on each batch's distinct lookups in order (`lru_order_kernel`, the ranges'
+    `DistinctOrder` made by the reader) gives the run the per-lookup kernel gives, over
+    40 ranges of a batch each: at 1,000 rows it evicts, at 200 (< 384 lookups a batch)
+    every range takes the per-lookup kernel, at 30,000 (more than the 25,324 rows)
+    nothing is evicted."""
+    import replay
+    import replay.policies.lru as lru
+    import replay.trace.format as trace_format
+
+    monkeypatch.setattr(trace_format, "ROW_GROUP_TARGET_LOOKUPS", 300)
+    path = replay.generate("tiny", tmp_path / "tiny", batches=40)
+    spec = resolve_system("hbm-lru", [f"policy.capacity_rows={capacity}"])
+    calls = []
+    kernel = lru.lru_order_kernel
+    monkeypatch.setattr(lru, "lru_order_kernel", lambda *a: calls.append(1) or kernel(*a))
+    ordered = replay_trace(open_trace(path), spec, inspect=inspect)
+    assert len(calls) == (41 if capacity > 384 else 1)  # the warm-up's call, then ranges
+    monkeypatch.setattr(lru.LRUPolicy, "takes_order", False)
+    plain = replay_trace(open_trace(path), spec, inspect=inspect)
+    assert len(calls) == (41 if capacity > 384 else 1)
+    assert ordered.workload == plain.workload
+    for name, column in plain.columns.items():
+        np.testing.assert_array_equal(column, ordered.columns[name], err_msg=name)
+    assert json.dumps(plain.summary, sort_keys=True) == json.dumps(ordered.summary, sort_keys=True)
+    assert (ordered.summary["policy"]["evictions"] > 0) == (capacity < 30_000)
+
+
 def test_cli_run_workload_json_is_inspect_output(tmp_path: Path, small_trace: Path) -> None:
     from replay.analysis.stats import inspect_trace
 

@@ -4,9 +4,11 @@
 flags) against a replay of the same rules; on a generated criteo-kaggle slice, derived
 mode against the full update pass over the update keys.
 
-Written for a per-batch kernel (one probe of the key -> slot table per distinct row of a
-batch, commit febdac1), which measured slower than the per-lookup kernel and was
-reverted (docs/performance.md); the tests pin what any such kernel has to keep."""
+Every check runs twice: on the lookups (`lru_kernel`) and on each batch's distinct
+lookups in order (`BatchRange.order`, `lru_order_kernel`, as `replay run` streams a trace
+folder). The second is the per-batch kernel the tests were first written for (commit
+febdac1, then slower and reverted: docs/performance.md); its order now comes from the
+reader's thread."""
 
 from __future__ import annotations
 
@@ -30,23 +32,32 @@ from replay.policies.base import (
     WRITEBACKS,
 )
 from replay.policies.lru import LRUPolicy, reference_lru
-from replay.trace.stream import BatchRange, iter_batch_ranges
+from replay.trace.stream import BatchRange, distinct_bitmap, distinct_order, iter_batch_ranges
 from replay.workload.onthefly import GeneratedTrace
 from replay.workload.presets import get_preset
 
 Batches = list[list[int]]  # each batch's lookups; its update rows are its distinct ones
 
 
-def _derived_range(batches: Batches, lo: int, hi: int, dtype: type = np.int64) -> BatchRange:
+def _derived_range(
+    batches: Batches, lo: int, hi: int, dtype: type = np.int64, ordered: bool = False
+) -> BatchRange:
     """Batches [lo, hi) as `replay run` streams them: update rows from the lookups, their
-    count per batch only (no keys)."""
+    count per batch only (no keys); `ordered`: with each batch's `DistinctOrder`."""
     part = batches[lo:hi]
     keys: np.ndarray = np.array([k for lookups in part for k in lookups], dtype=dtype)
     bounds = np.zeros(len(part) + 1, dtype=np.int64)
     np.cumsum([len(lookups) for lookups in part], out=bounds[1:])
     ubounds = np.zeros(len(part) + 1, dtype=np.int64)
     np.cumsum([len(set(lookups)) for lookups in part], out=ubounds[1:])
-    return BatchRange(lo, hi, keys, bounds, keys[:0], ubounds, updates_are_lookups=True)
+    order = None
+    if ordered:
+        seen = distinct_bitmap(int(keys.max(initial=0)) + 1)
+        order = distinct_order(keys, bounds, seen)
+        assert not seen.any()  # left zeroed for the next range
+    return BatchRange(
+        lo, hi, keys, bounds, keys[:0], ubounds, updates_are_lookups=True, order=order
+    )
 
 
 def _listed(policy: LRUPolicy) -> list[tuple[int, int]]:
@@ -81,13 +92,13 @@ def _reference(batches: Batches, capacity: int) -> tuple[np.ndarray, list[tuple[
 
 
 def _run_derived(
-    batches: Batches, capacity: int, total: int, split: int
+    batches: Batches, capacity: int, total: int, split: int, ordered: bool = False
 ) -> tuple[np.ndarray, LRUPolicy]:
     policy = one_table_lru(total, capacity)
     out = np.zeros((len(batches), NUM_COUNTERS), dtype=np.int64)
     for lo in range(0, len(batches), split):
         hi = min(lo + split, len(batches))
-        policy.process(_derived_range(batches, lo, hi), out[lo:hi])
+        policy.process(_derived_range(batches, lo, hi, ordered=ordered), out[lo:hi])
     return out, policy
 
 
@@ -99,9 +110,10 @@ def _run_derived(
     hot=st.integers(1, 120),
     num_batches=st.integers(1, 12),
     split=st.integers(1, 12),
+    ordered=st.booleans(),
 )
 def test_matches_reference_lru(
-    seed: int, batch: int, spare: int, hot: int, num_batches: int, split: int
+    seed: int, batch: int, spare: int, hot: int, num_batches: int, split: int, ordered: bool
 ) -> None:
     # heavy repeats (batches drawn from a small hot set, Zipf-like), capacities from the
     # batch size to a few times it, cold starts that fill up and full caches that evict
@@ -114,17 +126,18 @@ def test_matches_reference_lru(
     ]
     capacity = batch + spare
     want, listed = _reference(batches, capacity)
-    got, policy = _run_derived(batches, capacity, 10 * hot, split)
+    got, policy = _run_derived(batches, capacity, 10 * hot, split, ordered)
     np.testing.assert_array_equal(got, want)
     assert _listed(policy) == listed
 
 
-def test_golden_tiny_case() -> None:
+@pytest.mark.parametrize("ordered", [False, True])
+def test_golden_tiny_case(ordered: bool) -> None:
     # capacity 3. Batch 0: a b a c -> misses a b c, list c a b (most recent first), all
     # dirty. Batch 1: d a d b: d misses and evicts the tail b (written back, dirty) before
     # b's own lookup, which then misses and evicts c (dirty); list b d a.
     batches = [[1, 2, 1, 3], [4, 1, 4, 2]]
-    got, policy = _run_derived(batches, 3, 8, 2)
+    got, policy = _run_derived(batches, 3, 8, 2, ordered)
     assert got[:, HITS].tolist() == [1, 2]
     assert got[:, MISSES].tolist() == [3, 2]
     assert got[:, FILLS].tolist() == [3, 2]
@@ -137,10 +150,12 @@ def test_golden_tiny_case() -> None:
     np.testing.assert_array_equal(got, _reference(batches, 3)[0])
 
 
-def test_a_batch_larger_than_the_cache_takes_the_per_lookup_kernel() -> None:
-    # n > capacity: the update rows become keys (`updates_as_keys`), no derived mode
+@pytest.mark.parametrize("ordered", [False, True])
+def test_a_batch_larger_than_the_cache_takes_the_per_lookup_kernel(ordered: bool) -> None:
+    # n > capacity: the update rows become keys (`updates_as_keys`), no derived mode, and
+    # the order is not used
     batches = [[1, 2, 3, 1, 4, 5, 1], [2, 6, 2, 7]]
-    got, _ = _run_derived(batches, 3, 8, 2)
+    got, _ = _run_derived(batches, 3, 8, 2, ordered)
     np.testing.assert_array_equal(got, _reference(batches, 3)[0])
 
 
@@ -174,11 +189,38 @@ def test_key_dtypes_and_range_splits_agree() -> None:
     rng = np.random.default_rng(7)
     batches = [rng.integers(0, 300, size=int(rng.integers(0, 64))).tolist() for _ in range(30)]
     want, listed = _reference(batches, 100)
-    for dtype, split in itertools.product([np.uint32, np.int64], [1, 7, 30]):
+    for dtype, split, ordered in itertools.product([np.uint32, np.int64], [1, 7, 30], [0, 1]):
         policy = one_table_lru(300, 100)
         out = np.zeros((len(batches), NUM_COUNTERS), dtype=np.int64)
         for lo in range(0, len(batches), split):
             hi = min(lo + split, len(batches))
-            policy.process(_derived_range(batches, lo, hi, dtype), out[lo:hi])
+            policy.process(_derived_range(batches, lo, hi, dtype, bool(ordered)), out[lo:hi])
         np.testing.assert_array_equal(out, want)
         assert _listed(policy) == listed
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    batches=st.lists(st.lists(st.integers(0, 200), max_size=30), min_size=1, max_size=8),
+    cut=st.integers(0, 8),
+)
+def test_distinct_order_against_sets(batches: Batches, cut: int) -> None:
+    """Each batch's distinct keys in the order of their first lookups, and in the reverse
+    order of their last ones; the bitmap left zeroed; a window of batches as its own."""
+    keys = np.array([k for lookups in batches for k in lookups], dtype=np.int64)
+    bounds = np.zeros(len(batches) + 1, dtype=np.int64)
+    np.cumsum([len(lookups) for lookups in batches], out=bounds[1:])
+    seen = distinct_bitmap(201)
+    order = distinct_order(keys, bounds, seen)
+    assert not seen.any()
+    for b, lookups in enumerate(batches):
+        first = list(dict.fromkeys(lookups))
+        last = list(dict.fromkeys(reversed(lookups)))
+        lo, hi = order.bounds[b], order.bounds[b + 1]
+        assert order.first[lo:hi].tolist() == first
+        assert order.last[lo:hi].tolist() == last
+    a = min(cut, len(batches))
+    part = order.window(a, len(batches))
+    again = distinct_order(keys[bounds[a] :], bounds[a:] - bounds[a], seen)
+    for name in ("first", "last", "bounds"):
+        np.testing.assert_array_equal(getattr(part, name), getattr(again, name))

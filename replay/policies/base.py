@@ -122,6 +122,10 @@ class Policy(ABC):
     #: adds the piece's counts to out[0], the batch's row, and closes the batch (what
     #: waits for its end: the update pass) at the piece that `ends_batch`
     takes_pieces: ClassVar[bool] = False
+    #: True: `process` takes ranges with each batch's distinct lookups in order
+    #: (`iter_batch_ranges(with_order=True)`, `BatchRange.order`) where their update rows
+    #: are those rows, and `warm_up` on `empty_range(ordered=True)` loads what they take
+    takes_order: ClassVar[bool] = False
     #: True: the cache is allocated `ctx.slots` (no more slots than units of its rows)
     sized_to_rows: ClassVar[bool] = False
 

@@ -241,6 +241,91 @@ def lru_kernel(
 
 
 @kernel
+def lru_order_kernel(
+    first: np.ndarray,
+    last: np.ndarray,
+    obounds: np.ndarray,
+    bounds: np.ndarray,
+    table: np.ndarray,
+    slot_key: np.ndarray,
+    links: np.ndarray,
+    meta: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """`lru_kernel` with `derived`, on each batch's distinct lookups in order
+    (`replay.trace.stream.DistinctOrder`: `first`, `last`, `obounds`) instead of its
+    lookups (`bounds` count them): the same counters and the same state.
+
+    Why it is exact. While a batch runs, the list is its rows looked up so far (front)
+    before the rest, and no row of the front is evicted: it holds fewer rows than the
+    batch's distinct ones, which the cache holds (the caller checks). So the hits,
+    misses and evictions follow from the first lookups alone, in their order: a later
+    lookup of a row finds it cached and only moves it within the front. The front then
+    leaves the batch in the order of last lookups. The kernel takes the rows out of the
+    list in the order of first lookups (a hit unlinks its slot, a miss fills one,
+    evicting from the rest), and then puts them in front in the order of last lookups.
+    Every row a batch looks up turns dirty, as in `lru_kernel` with `derived`."""
+    size = meta[_SIZE]
+    cap = meta[_CAP]
+    slot_bits = meta[_SLOT_BITS]
+    shift = meta[_HASH_SHIFT]
+    end = len(first) - 1
+    for b in range(len(obounds) - 1):
+        misses = 0
+        writebacks = 0
+        size_before = size
+        for i in range(obounds[b], obounds[b + 1]):
+            prefetch(table, _home(first[ix(min(i + PREFETCH_AHEAD, end))], shift))
+            k = np.int64(first[ix(i)])
+            s = _find(table, k, slot_bits, shift)
+            if s >= 0:
+                p = links[ix(2 * s)]
+                n = links[ix(2 * s + 1)]
+                links[ix(2 * p + 1)] = n
+                links[ix(2 * n)] = p
+            else:
+                misses += 1
+                if size < cap:
+                    table[ix(-1 - s)] = ((k + 1) << slot_bits) | size
+                    s = size
+                    size += 1
+                else:  # the least recent slot is one of the rows the batch has not used
+                    v = links[ix(2 * cap)]
+                    table[ix(-1 - s)] = ((k + 1) << slot_bits) | v
+                    s = v
+                    old = slot_key[ix(s)]
+                    writebacks += old < 0
+                    _remove(table, _key_of(old), slot_bits, shift)
+                    p = links[ix(2 * s)]
+                    links[ix(2 * p + 1)] = cap
+                    links[ix(2 * cap)] = p
+                    prefetch(table, _home(_key_of(slot_key[ix(p)]), shift))
+            slot_key[ix(s)] = -1 - k
+        # `last` holds the last row looked up first: it goes to the front last. Its
+        # slots were found just above, so the search hits lines in cache.
+        for i in range(obounds[b + 1] - 1, obounds[b] - 1, -1):
+            s = _find(table, np.int64(last[ix(i)]), slot_bits, shift)
+            front = links[ix(2 * cap + 1)]
+            links[ix(2 * s)] = cap
+            links[ix(2 * s + 1)] = front
+            links[ix(2 * front)] = s
+            links[ix(2 * cap + 1)] = s
+        distinct = obounds[b + 1] - obounds[b]
+        out[b, HITS] = (bounds[b + 1] - bounds[b]) - misses
+        out[b, MISSES] = misses
+        out[b, BYPASS] = 0
+        out[b, FILLS] = misses
+        out[b, EVICTIONS] = misses - (size - size_before)
+        out[b, WRITEBACKS] = writebacks
+        out[b, UPDATES_FAST] = distinct
+        out[b, UPDATES_BACKING] = 0
+        out[b, RESIDENT] = size
+        out[b, RESIDENT_MAX] = size
+        out[b, NEEDED_ROWS] = misses
+    meta[_SIZE] = size
+
+
+@kernel
 def _dirty_front(links: np.ndarray, slot_key: np.ndarray, cap: int, n: int) -> None:
     """Mark the n most recent slots dirty (walking the list from the sentinel)."""
     s = links[ix(2 * cap + 1)]
@@ -260,6 +345,7 @@ class LRUPolicy(Policy):
     demand_fill = True
     updates_from_lookups = True
     takes_pieces = True
+    takes_order = True
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:
         super().__init__(spec, ctx)
@@ -280,6 +366,8 @@ class LRUPolicy(Policy):
         self._distinct = 0  # the distinct rows of the batch's pieces so far (`_piece`)
 
     def warm_up(self, empty: BatchRange) -> None:
+        # an empty range with an order (`empty_range(ordered=True)`) loads the kernel that
+        # ranges with their order take
         self.process(empty, np.zeros((0, NUM_COUNTERS), dtype=np.int64))
 
     def prefault(self) -> None:
@@ -293,6 +381,13 @@ class LRUPolicy(Policy):
             self._piece(batch_range, out)
             return
         br = updates_as_keys(batch_range, self.ctx.capacity_units)
+        order = br.order
+        if order is not None and br.updates_are_lookups:  # each batch's rows all stay
+            lru_order_kernel(
+                order.first, order.last, order.bounds, br.bounds, self.table,
+                self.slot_key, self.links, self.meta, out,
+            )  # fmt: skip
+            return
         lru_kernel(
             br.keys,
             br.bounds,

@@ -5,7 +5,8 @@ classes that allocate it and the sizes the settings give, before anything is all
 Every setting that sizes a structure is in it:
 
 - **per row** (R, the rows of the tables): the policy's and the checkpoint strategy's
-  `state_bytes_per_key`, the distinct-row bitmaps, the statistics' byte;
+  `state_bytes_per_key`, the distinct-row bitmaps (the LRU's order's one besides the
+  statistics), the statistics' byte;
 - **per cache slot**: a cache is allocated at most one slot per unit of its rows
   (`replay.policies.base.usable_units`: a larger one never evicts, and nor does one of
   exactly those rows), so a capacity beyond the rows costs nothing; its slots at the
@@ -14,7 +15,8 @@ Every setting that sizes a structure is in it:
   sets, so their ways are allocated as many as the capacity gives, 16 B each (a way's
   row and time; LFU: 8, and its 8 B count per row); ssd-tbe's L2 is an LRU of rows,
   at most R of them;
-- **per lookup**: the oracles' next-use arrays;
+- **per lookup**: the oracles' next-use arrays; per lookup in flight, the LRU's two
+  orders of each batch's distinct rows (`replay.trace.stream.DistinctOrder`, a key each);
 - **per batch**: the run's per-batch columns (`RUN_BYTES_PER_BATCH`);
 - **a cluster** (`[cluster]`, one cache per GPU, `replay.engine.cluster`): each GPU's
   cache is sized by the capacity per GPU and the rows on it, and each GPU holds state
@@ -67,6 +69,7 @@ from replay.policies.lru import table_shape
 from replay.system import cachelib
 from replay.system.optimizer import with_workload_rule
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
+from replay.trace.keys import key_dtype
 from replay.workload.source import Source, is_generated
 
 # Bytes per cache slot that each policy allocates beside its per-key map (the policies'
@@ -274,6 +277,12 @@ def run_state(
     if counts_read_after_write(system):
         parts.append(("read-after-write bitmap", 1 / 8))
     cluster = sharded(system)
+    # a policy that takes each batch's distinct lookups in order (`Policy.takes_order`)
+    # gets them from a trace folder's reader: its bitmap (the distinct-row bitmap's,
+    # besides the statistics), and two keys a lookup in flight
+    ordered = cls.takes_order and not generated and not cluster
+    if ordered and inspect:
+        parts.append(("distinct-order bitmap", 1 / 8))
     gpus = system.cluster.world_size if system.cluster is not None else 1
     rows = [total]
     if cluster:
@@ -300,6 +309,10 @@ def run_state(
         extra = sum(int(r) for r in gpu_rows or ()) - total  # replicas and column blocks
         if extra > 0:  # the policy's per-key state of each GPU's copy
             fixed += math.ceil(extra * cls.state_bytes_per_key)
+    if ordered:
+        piece = int(getattr(source, "piece_lookups", 0))
+        held = in_flight_bytes(lookups, source.num_batches, piece) // IN_FLIGHT_BYTES_PER_LOOKUP
+        fixed += held * 2 * key_dtype(total).itemsize
     if how:
         notes.insert(0, how)
     slots, per_slot, per_lookup = 0, 0.0, 0.0

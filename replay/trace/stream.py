@@ -58,6 +58,23 @@ READ_AHEAD = 4
 
 
 @dataclass(frozen=True)
+class DistinctOrder:
+    """Each batch's distinct lookups twice, for a cache that takes a batch's rows at once
+    (`replay.policies.lru`): `first` in the order of their first lookups, `last` in the
+    reverse order of their last lookups (the last row looked up first). Batch i of the
+    range holds [bounds[i], bounds[i + 1]) of each."""
+
+    first: np.ndarray
+    last: np.ndarray
+    bounds: np.ndarray  # int64, len batches + 1
+
+    def window(self, a: int, b: int) -> DistinctOrder:
+        """Batches [a, b) of the range."""
+        lo, hi = int(self.bounds[a]), int(self.bounds[b])
+        return DistinctOrder(self.first[lo:hi], self.last[lo:hi], self.bounds[a : b + 1] - lo)
+
+
+@dataclass(frozen=True)
 class BatchRange:
     """Lookups and update rows of batches [batch_start, batch_stop), as flat keys."""
 
@@ -82,6 +99,9 @@ class BatchRange:
     # what waits for its end, writes its row) at the piece with `ends_batch`.
     tables: tuple[int, int] | None = None
     ends_batch: bool = True  # False: the range's last batch goes on in the next range
+    # each batch's distinct lookups in order (when asked for, `iter_batch_ranges(with_order=
+    # True)`, of a trace folder's whole batches); None: not made
+    order: DistinctOrder | None = None
 
     @property
     def batches(self) -> int:
@@ -130,14 +150,20 @@ def split_ranges(ranges: Iterator[BatchRange], batches: int) -> Iterator[BatchRa
                 update_keys=br.update_keys[ulo:uhi] if with_update_keys else br.update_keys,
                 update_bounds=br.update_bounds[a : b + 1] - ulo,
                 distinct=None if br.distinct is None else br.distinct[a:b],
+                order=None if br.order is None else br.order.window(a, b),
             )
 
 
-def empty_range(total_keys: int) -> BatchRange:
+def empty_range(total_keys: int, *, ordered: bool = False) -> BatchRange:
     """A range of no batches whose arrays have the types of every range the stream makes
-    (so a kernel called on it loads the same compiled version: for warm-ups)."""
+    (so a kernel called on it loads the same compiled version: for warm-ups); `ordered`:
+    as the ranges of `iter_batch_ranges(with_order=True, updates_from_lookups=True)`."""
     keys = np.empty(0, dtype=key_dtype(total_keys))
-    return BatchRange(0, 0, keys, np.zeros(1, np.int64), keys, np.zeros(1, np.int64))
+    bounds = np.zeros(1, np.int64)
+    if not ordered:
+        return BatchRange(0, 0, keys, bounds, keys, bounds)
+    order = DistinctOrder(keys, keys, bounds)
+    return BatchRange(0, 0, keys, bounds, keys, bounds, updates_are_lookups=True, order=order)
 
 
 @kernel
@@ -170,6 +196,57 @@ def distinct_kernel(
 def distinct_bitmap(total_keys: int) -> np.ndarray:
     """The zeroed `seen` bitmap `distinct_kernel` needs (1 bit per key)."""
     return np.zeros((total_keys + 63) // 64, dtype=np.uint64)
+
+
+@kernel
+def order_kernel(
+    keys: np.ndarray,
+    bounds: np.ndarray,
+    seen: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
+    obounds: np.ndarray,
+) -> None:
+    """`DistinctOrder` of the range, on `distinct_kernel`'s bitmap (all zero between
+    calls): a pass forward over each batch keeps the keys whose bit it sets (first
+    lookups), a pass backward those whose bit it clears (last lookups), which leaves the
+    bitmap zero. Branch-free: every key is stored and the count moves on by whether it
+    was kept, since kept keys come at random."""
+    n = 0
+    m = 0
+    for b in range(len(bounds) - 1):
+        lo = bounds[b]
+        hi = bounds[b + 1]
+        obounds[b] = n
+        for i in range(lo, hi):
+            k = keys[ix(i)]
+            word = ix(k >> 6)
+            bit = np.uint64(1) << np.uint64(k & 63)
+            old = seen[word]
+            first[ix(n)] = k
+            n += (old & bit) == 0
+            seen[word] = old | bit
+        # every key's bit is set now: the first backward, its last lookup, clears it
+        for i in range(hi - 1, lo - 1, -1):
+            k = keys[ix(i)]
+            word = ix(k >> 6)
+            bit = np.uint64(1) << np.uint64(k & 63)
+            old = seen[word]
+            last[ix(m)] = k
+            m += (old & bit) != 0
+            seen[word] = old & ~bit
+    obounds[len(bounds) - 1] = n
+
+
+def distinct_order(keys: np.ndarray, bounds: np.ndarray, seen: np.ndarray) -> DistinctOrder:
+    """The `DistinctOrder` of a range's lookups (`seen`: a zeroed `distinct_bitmap`, left
+    zeroed)."""
+    first = np.empty(len(keys), dtype=keys.dtype)
+    last = np.empty(len(keys), dtype=keys.dtype)
+    obounds = np.empty(len(bounds), dtype=np.int64)
+    order_kernel(keys, bounds, seen, first, last, obounds)
+    n = int(obounds[-1])
+    return DistinctOrder(first[:n], last[:n], obounds)
 
 
 def build_range(
@@ -241,9 +318,12 @@ def _range_from_counts(
     return BatchRange(lo, hi, keys, bounds, ukeys, ubounds, distinct, runs)
 
 
-def warm_up_reader(trace: Trace | GeneratedRanges, *, with_distinct: bool = False) -> None:
+def warm_up_reader(
+    trace: Trace | GeneratedRanges, *, with_distinct: bool = False, with_order: bool = False
+) -> None:
     """Load the kernels the stream's reader calls on a trace folder's counted row groups
-    (and `distinct_kernel` where the ranges count distinct rows), on arguments of the
+    (and `distinct_kernel` where the ranges count distinct rows, `order_kernel` where they
+    carry the `DistinctOrder`), on arguments of the
     types the reader passes: for a helper thread, so that the reader's first range does
     not load them. numba loads a cached kernel under its global lock, and while the
     replay's helper thread faulted state in, the reader's `keys_from_counts` took
@@ -257,7 +337,9 @@ def warm_up_reader(trace: Trace | GeneratedRanges, *, with_distinct: bool = Fals
     group = Group(0, 1, np.zeros((1, len(offsets) - 1), dtype=np.int64), {"row": row})
     keys, bounds, _ = _keys_of_group(offsets, group, str(trace.path), with_runs=True)
     _keys_of_group(offsets, group, str(trace.path), with_runs=False)
-    if with_distinct:
+    if with_order:
+        distinct_order(keys, bounds, np.zeros(1, dtype=np.uint64))
+    elif with_distinct:
         distinct_kernel(keys, bounds, np.zeros(1, dtype=np.uint64), np.zeros(1, np.int64))
 
 
@@ -450,9 +532,12 @@ def _ranges(
     with_runs: bool = False,
     updates_from_lookups: bool = False,
     pieces: bool = False,
+    with_order: bool = False,
 ) -> Iterator[BatchRange]:
     offsets = table_offsets(trace.table_rows)
-    seen = distinct_bitmap(int(offsets[-1]) if with_distinct else 0) if with_distinct else None
+    # the order's passes count the distinct rows too, on the same bitmap
+    ordered = distinct_bitmap(int(offsets[-1])) if with_order else None
+    seen = distinct_bitmap(int(offsets[-1])) if with_distinct and not with_order else None
     derived = with_updates and updates_from_lookups and trace.updates_are_lookups
     updates = _UpdateKeys(trace, start, stop, offsets, not derived) if with_updates else None
     where = str(trace.path)
@@ -474,15 +559,21 @@ def _ranges(
                 lo, hi, offsets, cols["batch"], cols["table"], cols["row"], None, None, None,
                 seen, where, with_runs,
             )  # fmt: skip
-        return replace(r, update_keys=ukeys, update_bounds=ubounds, updates_are_lookups=derived)
+        r = replace(r, update_keys=ukeys, update_bounds=ubounds, updates_are_lookups=derived)
+        if ordered is None:
+            return r
+        order = distinct_order(r.keys, r.bounds, ordered)
+        return replace(r, order=order, distinct=np.diff(order.bounds) if with_distinct else None)
 
     def empty_batches(lo: int, hi: int) -> BatchRange:
         ukeys, ubounds = update_keys(lo, hi)
+        zeros = np.zeros(hi - lo + 1, dtype=np.int64)
         return BatchRange(
             lo, hi, empty, np.zeros(hi - lo + 1, dtype=np.int64), ukeys, ubounds,
-            np.zeros(hi - lo, dtype=np.int64) if seen is not None else None,
+            np.zeros(hi - lo, dtype=np.int64) if with_distinct else None,
             np.array([[0, 0, 0]], dtype=np.int64) if with_runs else None,
             derived,
+            order=None if ordered is None else distinct_order(empty, zeros, ordered),
         )  # fmt: skip
 
     def piece(group: Group, first: bool, last: bool) -> BatchRange:
@@ -502,7 +593,9 @@ def _ranges(
             ukeys, ubounds = update_keys(b, b + 1)
         else:
             ukeys, ubounds = empty, np.zeros(2, dtype=np.int64)
-        r = _range_from_counts(b, b + 1, offsets, group, ukeys, ubounds, seen, where, with_runs)
+        # a piece carries no order: its distinct rows are counted on the order's bitmap
+        bits = ordered if ordered is not None and with_distinct else seen
+        r = _range_from_counts(b, b + 1, offsets, group, ukeys, ubounds, bits, where, with_runs)
         return replace(r, updates_are_lookups=derived, tables=tables, ends_batch=last)
 
     cut = pieces and bool(trace.pieces)  # stream cut batches piece by piece
@@ -567,9 +660,14 @@ def iter_batch_ranges(
     with_runs: bool = False,
     updates_from_lookups: bool = False,
     pieces: bool = False,
+    with_order: bool = False,
 ) -> Iterator[BatchRange]:
     """Consecutive `BatchRange`s covering [start, stop), decoded in a background thread
     (for an on-the-fly workload: generated in its own pool of threads).
+
+    `with_order` (trace folders; an on-the-fly source ignores it) adds each whole batch's
+    `DistinctOrder`, made on the reader's thread, beside the caller's kernel: a piece of
+    a batch carries none.
 
     `with_runs` (trace folders only) adds each range's (batch, table) runs, for the trace
     statistics. `updates_from_lookups`: where the source declares that each batch's
@@ -599,7 +697,7 @@ def iter_batch_ranges(
     ranges = _ranges(
         cast(Trace, trace),  # a source without its own ranges is read as a trace folder
         start, stop, min_lookups, with_updates, with_distinct, with_runs,
-        updates_from_lookups, pieces,
+        updates_from_lookups, pieces, with_order,
     )  # fmt: skip
     if read_ahead <= 0:
         yield from ranges
