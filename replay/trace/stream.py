@@ -16,7 +16,7 @@ from typing import Protocol, cast
 
 import numpy as np
 
-from replay._intrinsics import ix
+from replay._intrinsics import ix, prefetch
 from replay._jit import kernel
 from replay._threads import read_ahead as read_ahead_items
 from replay.errors import TraceError
@@ -198,6 +198,9 @@ def distinct_bitmap(total_keys: int) -> np.ndarray:
     return np.zeros((total_keys + 63) // 64, dtype=np.uint64)
 
 
+_ORDER_AHEAD = 64  # lookups
+
+
 @kernel
 def order_kernel(
     keys: np.ndarray,
@@ -211,14 +214,20 @@ def order_kernel(
     calls): a pass forward over each batch keeps the keys whose bit it sets (first
     lookups), a pass backward those whose bit it clears (last lookups), which leaves the
     bitmap zero. Branch-free: every key is stored and the count moves on by whether it
-    was kept, since kept keys come at random."""
+    was kept, since kept keys come at random. The large tables' rows land anywhere in
+    the bitmap (23 MB at criteo-terabyte's 188 M rows): each pass loads the word of the
+    key `_ORDER_AHEAD` lookups on (one thread's CPU, 7 passes alternating, medians:
+    0.465 -> 0.373 s at 64 ahead over criteo-terabyte's 106.5 M lookups, 0.484 -> 0.417
+    at 32, 0.522 -> 0.406 at 128; criteo-kaggle 0.314 -> 0.287 at 64)."""
     n = 0
     m = 0
+    end = len(keys) - 1
     for b in range(len(bounds) - 1):
         lo = bounds[b]
         hi = bounds[b + 1]
         obounds[b] = n
         for i in range(lo, hi):
+            prefetch(seen, keys[ix(min(i + _ORDER_AHEAD, end))] >> 6)
             k = keys[ix(i)]
             word = ix(k >> 6)
             bit = np.uint64(1) << np.uint64(k & 63)
@@ -228,6 +237,7 @@ def order_kernel(
             seen[word] = old | bit
         # every key's bit is set now: the first backward, its last lookup, clears it
         for i in range(hi - 1, lo - 1, -1):
+            prefetch(seen, keys[ix(max(i - _ORDER_AHEAD, 0))] >> 6)
             k = keys[ix(i)]
             word = ix(k >> 6)
             bit = np.uint64(1) << np.uint64(k & 63)
