@@ -76,8 +76,11 @@ _NO_TAG = _TAG_PERIOD + 1  # fits no 2-bit tag: "no batch before"
 # ~7 ns a lookup, so the policies' 16 (`PREFETCH_AHEAD`) covers ~110 ns, less than a
 # random read of its 188 MB in 4 KiB pages (Criteo Terabyte) takes; 32 measured 6-11%
 # less CPU for the feed (CPU time of one thread, alternating builds, 2-core VM at load 5-6:
-# 7.23 and 6.10 against 7.73 and 6.88 ns a lookup), and its outputs are the same.
-_FEED_AHEAD = 32
+# 7.23 and 6.10 against 7.73 and 6.88 ns a lookup), and its outputs are the same; 64
+# another 5-6% (the feed alone over the bench traces, 5 passes alternating, medians:
+# criteo-terabyte 0.438 -> 0.410 and 0.432 -> 0.409 s, criteo-kaggle 0.283 -> 0.266 s;
+# 128: 0.457 -> 0.435 s at Terabyte), the statistics equal.
+_FEED_AHEAD = 64
 # Small tables (`_inspect_runs`' `dense`): one int64 word per row holds its lookup count
 # in the low 40 bits and, above them, the tag of the last batch that looked it up (batch
 # b is tagged b % period + 1; 0 = never looked up), so that a lookup of a small table
