@@ -148,6 +148,66 @@ def _key_of(x: int) -> np.int64:
     return v ^ (v >> 63)
 
 
+@kernel(inline="always")
+def _unlink(links: np.ndarray, s: int) -> None:
+    """Take slot s out of the list (its neighbours point past it)."""
+    p = links[ix(2 * s)]
+    n = links[ix(2 * s + 1)]
+    links[ix(2 * p + 1)] = n
+    links[ix(2 * n)] = p
+
+
+@kernel(inline="always")
+def _to_front(links: np.ndarray, cap: int, s: int) -> None:
+    """Put slot s (out of the list) at its front, after the sentinel `cap`."""
+    first = links[ix(2 * cap + 1)]
+    links[ix(2 * s)] = cap
+    links[ix(2 * s + 1)] = first
+    links[ix(2 * first)] = s
+    links[ix(2 * cap + 1)] = s
+
+
+@kernel(inline="always")
+def _evict(
+    table: np.ndarray, slot_key: np.ndarray, links: np.ndarray, cap: int, slot_bits: int,
+    shift: int, k: int, at: int,
+) -> tuple[int, bool]:  # fmt: skip
+    """Give key k (not in the table; its probe stopped at entry `at`) the least recent
+    slot, out of the list. Returns (the slot, whether the row it held was dirty). The new
+    key goes where its probe stopped before the evicted key leaves: a removal could open a
+    gap before that entry, an insert after it cannot."""
+    s = links[ix(2 * cap)]
+    table[ix(at)] = ((k + 1) << slot_bits) | s
+    old = slot_key[ix(s)]
+    _remove(table, _key_of(old), slot_bits, shift)
+    p = links[ix(2 * s)]
+    links[ix(2 * p + 1)] = cap
+    links[ix(2 * cap)] = p
+    # the next eviction removes the new last slot's key: load it now
+    prefetch(table, _home(_key_of(slot_key[ix(p)]), shift))
+    return s, old < 0
+
+
+@kernel(inline="always")
+def _batch_row(
+    out: np.ndarray, b: int, lookups: int, misses: int, filled: int, writebacks: int,
+    fast: int, backing: int, size: int,
+) -> None:  # fmt: skip
+    """Batch b's counters, from its lookups, misses (each a fill), fills of free slots,
+    writebacks, update rows found cached and not, and the cache's size at its end."""
+    out[b, HITS] = lookups - misses
+    out[b, MISSES] = misses
+    out[b, BYPASS] = 0
+    out[b, FILLS] = misses
+    out[b, EVICTIONS] = misses - filled
+    out[b, WRITEBACKS] = writebacks
+    out[b, UPDATES_FAST] = fast
+    out[b, UPDATES_BACKING] = backing
+    out[b, RESIDENT] = size
+    out[b, RESIDENT_MAX] = size  # size only grows within a batch
+    out[b, NEEDED_ROWS] = misses
+
+
 @kernel
 def lru_kernel(
     keys: np.ndarray,
@@ -194,37 +254,18 @@ def lru_kernel(
                     # the most recent slot already: a small table's row looked up
                     # again (14% of criteo-terabyte's lookups repeat the one before)
                     continue
-                p = links[ix(2 * s)]
-                n = links[ix(2 * s + 1)]
-                links[ix(2 * p + 1)] = n
-                links[ix(2 * n)] = p
+                _unlink(links, s)
             else:
                 misses += 1
-                # the new key goes where its probe stopped, before the evicted key
-                # leaves: a removal could open a gap before that entry, an insert after
-                # it cannot
                 if size < cap:
                     table[ix(-1 - s)] = ((k + 1) << slot_bits) | size
                     s = size
                     size += 1
                 else:  # evict the least recent slot
-                    v = links[ix(2 * cap)]
-                    table[ix(-1 - s)] = ((k + 1) << slot_bits) | v
-                    s = v
-                    old = slot_key[ix(s)]
-                    writebacks += old < 0
-                    _remove(table, _key_of(old), slot_bits, shift)
-                    p = links[ix(2 * s)]
-                    links[ix(2 * p + 1)] = cap
-                    links[ix(2 * cap)] = p
-                    # the next eviction removes the new last slot's key: load it now
-                    prefetch(table, _home(_key_of(slot_key[ix(p)]), shift))
+                    s, dirty = _evict(table, slot_key, links, cap, slot_bits, shift, k, -1 - s)
+                    writebacks += dirty
                 slot_key[ix(s)] = -1 - k if derived else k
-            first = links[ix(2 * cap + 1)]
-            links[ix(2 * s)] = cap
-            links[ix(2 * s + 1)] = first
-            links[ix(2 * first)] = s
-            links[ix(2 * cap + 1)] = s
+            _to_front(links, cap, s)
         upd_fast = 0
         for j in range(ubounds[b], ubounds[b] if derived else ubounds[b + 1]):
             prefetch(table, _home(ukeys[ix(min(j + PREFETCH_AHEAD, ulast))], shift))
@@ -235,17 +276,10 @@ def lru_kernel(
                 upd_fast += 1
         if derived:
             upd_fast = ubounds[b + 1] - ubounds[b]
-        out[b, HITS] = (bounds[b + 1] - bounds[b]) - misses
-        out[b, MISSES] = misses
-        out[b, BYPASS] = 0
-        out[b, FILLS] = misses
-        out[b, EVICTIONS] = misses - (size - size_before)
-        out[b, WRITEBACKS] = writebacks
-        out[b, UPDATES_FAST] = upd_fast
-        out[b, UPDATES_BACKING] = (ubounds[b + 1] - ubounds[b]) - upd_fast
-        out[b, RESIDENT] = size
-        out[b, RESIDENT_MAX] = size  # size only grows within a batch
-        out[b, NEEDED_ROWS] = misses
+        _batch_row(
+            out, b, bounds[b + 1] - bounds[b], misses, size - size_before, writebacks,
+            upd_fast, (ubounds[b + 1] - ubounds[b]) - upd_fast, size,
+        )  # fmt: skip
     meta[_SIZE] = size
 
 
@@ -288,10 +322,7 @@ def lru_order_kernel(
             k = np.int64(first[ix(i)])
             s = _find(table, k, slot_bits, shift)
             if s >= 0:
-                p = links[ix(2 * s)]
-                n = links[ix(2 * s + 1)]
-                links[ix(2 * p + 1)] = n
-                links[ix(2 * n)] = p
+                _unlink(links, s)
             else:
                 misses += 1
                 if size < cap:
@@ -299,38 +330,18 @@ def lru_order_kernel(
                     s = size
                     size += 1
                 else:  # the least recent slot is one of the rows the batch has not used
-                    v = links[ix(2 * cap)]
-                    table[ix(-1 - s)] = ((k + 1) << slot_bits) | v
-                    s = v
-                    old = slot_key[ix(s)]
-                    writebacks += old < 0
-                    _remove(table, _key_of(old), slot_bits, shift)
-                    p = links[ix(2 * s)]
-                    links[ix(2 * p + 1)] = cap
-                    links[ix(2 * cap)] = p
-                    prefetch(table, _home(_key_of(slot_key[ix(p)]), shift))
+                    s, dirty = _evict(table, slot_key, links, cap, slot_bits, shift, k, -1 - s)
+                    writebacks += dirty
             slot_key[ix(s)] = -1 - k
         # `last` holds the last row looked up first: it goes to the front last. Its
         # slots were found just above, so the search hits lines in cache.
         for i in range(obounds[b + 1] - 1, obounds[b] - 1, -1):
-            s = _find(table, np.int64(last[ix(i)]), slot_bits, shift)
-            front = links[ix(2 * cap + 1)]
-            links[ix(2 * s)] = cap
-            links[ix(2 * s + 1)] = front
-            links[ix(2 * front)] = s
-            links[ix(2 * cap + 1)] = s
+            _to_front(links, cap, _find(table, np.int64(last[ix(i)]), slot_bits, shift))
         distinct = obounds[b + 1] - obounds[b]
-        out[b, HITS] = (bounds[b + 1] - bounds[b]) - misses
-        out[b, MISSES] = misses
-        out[b, BYPASS] = 0
-        out[b, FILLS] = misses
-        out[b, EVICTIONS] = misses - (size - size_before)
-        out[b, WRITEBACKS] = writebacks
-        out[b, UPDATES_FAST] = distinct
-        out[b, UPDATES_BACKING] = 0
-        out[b, RESIDENT] = size
-        out[b, RESIDENT_MAX] = size
-        out[b, NEEDED_ROWS] = misses
+        _batch_row(
+            out, b, bounds[b + 1] - bounds[b], misses, size - size_before, writebacks,
+            distinct, 0, size,
+        )  # fmt: skip
     meta[_SIZE] = size
 
 

@@ -76,7 +76,7 @@ from replay.policies.base import (
     register_policy,
     usable_units,
 )
-from replay.policies.lru import _find, _home, _remove, table_shape
+from replay.policies.lru import _find, _home, _remove, _to_front, _unlink, table_shape
 from replay.policies.tbe import TBEPolicy, tbe_sets
 from replay.system import cachelib
 from replay.system.spec import PolicySpec
@@ -227,23 +227,6 @@ _SIZE, _CAP, _SLOT_BITS, _SHIFT = 0, 1, 2, 3
 
 
 @kernel(inline="always")
-def _l2_front(links: np.ndarray, cap: int, s: int) -> None:
-    first = links[ix(2 * cap + 1)]
-    links[ix(2 * s)] = cap
-    links[ix(2 * s + 1)] = first
-    links[ix(2 * first)] = s
-    links[ix(2 * cap + 1)] = s
-
-
-@kernel(inline="always")
-def _l2_unlink(links: np.ndarray, s: int) -> None:
-    p = links[ix(2 * s)]
-    n = links[ix(2 * s + 1)]
-    links[ix(2 * p + 1)] = n
-    links[ix(2 * n)] = p
-
-
-@kernel(inline="always")
 def _l2_put(
     table: np.ndarray,
     slot_key: np.ndarray,
@@ -261,7 +244,7 @@ def _l2_put(
     shift = meta[_SHIFT]
     s = _find(table, k, slot_bits, shift)
     if s >= 0:
-        _l2_unlink(links, s)
+        _unlink(links, s)
         dirty[ix(s)] |= written
     else:
         size = meta[_SIZE]
@@ -277,10 +260,10 @@ def _l2_put(
             row[L2_CLEAN_EVICTIONS] += 1 - dirty[ix(s)]
             row[SSD_WRITES] += 1
             _remove(table, slot_key[ix(s)], slot_bits, shift)
-            _l2_unlink(links, s)
+            _unlink(links, s)
         slot_key[ix(s)] = k
         dirty[ix(s)] = written
-    _l2_front(links, cap, s)
+    _to_front(links, cap, s)
 
 
 @kernel
@@ -320,8 +303,8 @@ def l2_kernel(
             s = _find(table, k, slot_bits, shift)
             if s >= 0:  # CacheLib's find promotes on every read
                 row[L2_HITS] += 1
-                _l2_unlink(links, s)
-                _l2_front(links, cap, s)
+                _unlink(links, s)
+                _to_front(links, cap, s)
             else:
                 missed[ix(nm)] = k
                 nm += 1
