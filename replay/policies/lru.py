@@ -38,8 +38,9 @@ on the other core (one thread's CPU, medians of 5 passes). Its docstring says wh
 is exact.
 
 A hit on the most recent slot moves nothing (the list is already in order): 14% of
-criteo-terabyte's lookups repeat the lookup before (its 3- to 155-row tables), and the
-unlink and relink they skip measured 6-10% of the kernel's time (docs/performance.md).
+criteo-terabyte's lookups repeat the lookup before (55% of those in its 8 tables of at
+most 155 rows), and the unlink and relink they skip measured 5.6-10.5% of the kernel's
+time (docs/performance.md).
 
 Per-key state: none. Per slot: 12 bytes where the rows allow 4-byte keys (key 4, links
 4 + 4), else 16 + 32-64 bytes of table.
@@ -251,8 +252,8 @@ def lru_kernel(
                 if derived:
                     slot_key[ix(s)] = -1 - k
                 if s == links[ix(2 * cap + 1)]:
-                    # the most recent slot already: a small table's row looked up
-                    # again (14% of criteo-terabyte's lookups repeat the one before)
+                    # the most recent slot already: the row looked up just before
+                    # (14% of criteo-terabyte's lookups repeat the one before)
                     continue
                 _unlink(links, s)
             else:
@@ -289,6 +290,7 @@ def lru_order_kernel(
     last: np.ndarray,
     obounds: np.ndarray,
     bounds: np.ndarray,
+    ubounds: np.ndarray,
     table: np.ndarray,
     slot_key: np.ndarray,
     links: np.ndarray,
@@ -297,7 +299,8 @@ def lru_order_kernel(
 ) -> None:
     """`lru_kernel` with `derived`, on each batch's distinct lookups in order
     (`replay.trace.stream.DistinctOrder`: `first`, `last`, `obounds`) instead of its
-    lookups (`bounds` count them): the same counters and the same state.
+    lookups (`bounds` count them, `ubounds` its update rows): the same counters and the
+    same state.
 
     Why it is exact. While a batch runs, the list is its rows looked up so far (front)
     before the rest, and no row of the front is evicted: it holds fewer rows than the
@@ -337,10 +340,9 @@ def lru_order_kernel(
         # slots were found just above, so the search hits lines in cache.
         for i in range(obounds[b + 1] - 1, obounds[b] - 1, -1):
             _to_front(links, cap, _find(table, np.int64(last[ix(i)]), slot_bits, shift))
-        distinct = obounds[b + 1] - obounds[b]
         _batch_row(
             out, b, bounds[b + 1] - bounds[b], misses, size - size_before, writebacks,
-            distinct, 0, size,
+            ubounds[b + 1] - ubounds[b], 0, size,
         )  # fmt: skip
     meta[_SIZE] = size
 
@@ -404,8 +406,8 @@ class LRUPolicy(Policy):
         order = br.order
         if order is not None and br.updates_are_lookups:  # each batch's rows all stay
             lru_order_kernel(
-                order.first, order.last, order.bounds, br.bounds, self.table,
-                self.slot_key, self.links, self.meta, out,
+                order.first, order.last, order.bounds, br.bounds, br.update_bounds,
+                self.table, self.slot_key, self.links, self.meta, out,
             )  # fmt: skip
             return
         lru_kernel(
