@@ -8,17 +8,29 @@ work, never with a `KeyboardInterrupt` traceback.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import os
 import sys
 
-from replay import _signals
+from replay import GC_THRESHOLDS, _signals
 
 
 def main() -> None:
     _signals.install()
     if sys.argv[1:] == ["--version"]:
         _print_version()
+    # the collector's thresholds of the whole command (`replay.cli`) from here: with
+    # Python's own, the imports before `replay.cli` (hashlib, json, dataclasses, ...)
+    # made 13 collections, 2-3 ms
+    gc.set_threshold(*GC_THRESHOLDS)
+    # replay's dataclasses' methods as compiled by an earlier command, written back as
+    # the command ends (`replay.cli.console_main` runs the atexit handlers)
+    from replay import _dataclass_code
+
+    _dataclass_code.install()
+    atexit.register(_dataclass_code.save)
     # OpenBLAS starts a thread per core when numpy loads, and they spin for a while
     # waiting for work: ~0.1 s of the second core in a `replay run` (2.6% of its samples),
     # which uses no multi-threaded BLAS. A user's own setting is kept.
