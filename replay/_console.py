@@ -8,7 +8,6 @@ work, never with a `KeyboardInterrupt` traceback.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import gc
 import os
@@ -21,16 +20,6 @@ def main() -> None:
     _signals.install()
     if sys.argv[1:] == ["--version"]:
         _print_version()
-    # the collector's thresholds of the whole command (`replay.cli`) from here: with
-    # Python's own, the imports before `replay.cli` (hashlib, json, dataclasses, ...)
-    # made 13 collections, 2-3 ms
-    gc.set_threshold(*GC_THRESHOLDS)
-    # replay's dataclasses' methods as compiled by an earlier command, written back as
-    # the command ends (`replay.cli.console_main` runs the atexit handlers)
-    from replay import _dataclass_code
-
-    _dataclass_code.install()
-    atexit.register(_dataclass_code.save)
     # OpenBLAS starts a thread per core when numpy loads, and they spin for a while
     # waiting for work: ~0.1 s of the second core in a `replay run` (2.6% of its samples),
     # which uses no multi-threaded BLAS. A user's own setting is kept.
@@ -51,6 +40,10 @@ def main() -> None:
     # lookups, bytes unchanged. Read when pyarrow loads; a user's own setting is kept.
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     try:
+        # the collector's thresholds of the whole command (`replay.cli`) from here: with
+        # Python's own, the imports before `replay.cli` (hashlib, json, dataclasses, ...)
+        # made 13 collections, 2-3 ms
+        gc.set_threshold(*GC_THRESHOLDS)
         from replay._malloc import retain_freed_memory
 
         # before any thread allocates (the checksums' below): the generator's worker
