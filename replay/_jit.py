@@ -114,6 +114,30 @@ def _type_arrays_without_numpy_ma() -> None:
 
 _type_arrays_without_numpy_ma()
 
+
+def _drop_llvm_lock_events() -> None:
+    """Take numba's event hooks off llvmlite's lock, which every call into LLVM takes.
+
+    numba registers two callbacks on that lock (`numba.core.base`) that broadcast a
+    "numba:llvm_lock" event on each acquire and release, for one use: the time a
+    compilation spent in LLVM, in a dispatcher's `get_metadata()["timers"]`. Loading
+    the 6 cached kernels of a 2-batch `replay run` makes 881 calls into LLVM; under
+    cProfile their 1,786 events took ~5 ms of the 34 ms the loads took. The whole run
+    took 0.98x of its wall and CPU without them (`farm-bench`, 41 pairs, 2-core VM). The
+    lock itself stays; only the LLVM time in a compilation's timers goes (the compiler
+    lock's time stays)."""
+    import llvmlite.binding as ll
+
+    lock = getattr(getattr(ll.ffi, "lib", None), "_lock", None)
+    callbacks = getattr(lock, "_cblist", None)
+    if isinstance(callbacks, list):
+        callbacks[:] = [
+            pair for pair in callbacks if getattr(pair[0], "__module__", "") != "numba.core.base"
+        ]
+
+
+_drop_llvm_lock_events()
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

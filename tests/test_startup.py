@@ -199,6 +199,22 @@ def test_numba_leaves_importlib_metadata_unloaded_until_used() -> None:
     assert done.stdout.split() == ["False", "_LazyModule", "True"]
 
 
+def test_llvm_calls_broadcast_no_numba_events_and_kernels_still_time_the_compiler() -> None:
+    """`replay._jit` takes numba's event hooks off llvmlite's lock (each call into LLVM
+    broadcast two events); the lock stays, and a compilation still records the time it
+    spent under numba's compiler lock."""
+    code = (
+        "import numpy as np, llvmlite.binding as ll, replay._jit as j; "
+        "lock = ll.ffi.lib._lock; "
+        "from numba import njit; f = njit(lambda a: a.sum()); "
+        "assert f(np.arange(4, dtype=np.int64)) == 6; "
+        "timers = f.get_metadata(f.signatures[0])['timers']; "
+        "print(len(lock._cblist), type(lock._lock).__name__, 'compiler_lock' in timers, "
+        "'llvm_lock' in timers)"
+    )
+    assert _python_c(code).stdout.split() == ["0", "RLock", "True", "False"]
+
+
 def _import_as(name: str, path: Path) -> Any:
     import importlib.util
 
