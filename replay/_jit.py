@@ -121,9 +121,9 @@ def _drop_llvm_lock_events() -> None:
     numba registers two callbacks on that lock (`numba.core.base`) that broadcast a
     "numba:llvm_lock" event on each acquire and release, for one use: the time a
     compilation spent in LLVM, in a dispatcher's `get_metadata()["timers"]`. Loading
-    the 6 cached kernels of a 2-batch `replay run` makes 881 calls into LLVM; under
-    cProfile their 1,786 events took ~5 ms of the 34 ms the loads took. The whole run
-    took 0.98x of its wall and CPU without them (`farm-bench`, 41 pairs, 2-core VM). The
+    the 6 cached kernels of a 2-batch `replay run` makes 881 calls into LLVM, and under
+    cProfile the loads took 34 ms with the events, 19 ms without. The whole run took
+    0.98x of its wall and CPU without them (`farm-bench`, 41 pairs, 2-core VM). The
     lock itself stays; only the LLVM time in a compilation's timers goes (the compiler
     lock's time stays)."""
     import llvmlite.binding as ll

@@ -323,7 +323,7 @@ def test_version_and_a_two_batch_run_are_quick(tmp_path: Path) -> None:
     and as `replay bench libcachesim` does before it times (`compile_package`): where
     PYTHONDONTWRITEBYTECODE is set (this project's VMs), the warm-up run cannot write
     replay's .pyc files and every timed process compiled its ~70 modules from source
-    (a fresh clone: 0.426 s against 0.36-0.37 s)."""
+    (a fresh clone: 0.426 s, against 0.352 s compiled in the same minutes)."""
     from replay.runs.bench_lcs import compile_package
     from replay.workload.generator import generate
     from replay.workload.presets import get_preset
