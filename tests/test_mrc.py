@@ -77,6 +77,27 @@ def test_kernel_distances_equal_the_reference(
     assert got.tolist() == _ref(keys)
 
 
+@FAST
+@given(traces, st.integers(0, 6), st.booleans())
+def test_a_state_started_small_grows_to_the_same_distances(
+    case: tuple[int, np.ndarray], log_keys: int, direct: bool
+) -> None:
+    """A state whose key map and histogram start at `initial_keys` (as a plan's many
+    per-shard states do, `replay.plan.torchrec_shards`) grows them and gives the
+    reference's distances."""
+    total, keys = case
+    state = StackDistances(total, direct=direct, min_window=64, initial_keys=1 << log_keys)
+    out = np.empty(len(keys), dtype=np.int64)
+    state.feed(keys, out)
+    assert out.tolist() == _ref(keys)
+
+
+def test_initial_keys_must_be_a_power_of_two() -> None:
+    for bad in (0, 3, 1000):
+        with pytest.raises(ValueError, match="power of two"):
+            StackDistances(10, direct=False, initial_keys=bad)
+
+
 def test_tiny_window_compacts_many_times() -> None:
     rng = np.random.default_rng(7)
     keys = rng.integers(0, 30, 5000)

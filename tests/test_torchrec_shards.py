@@ -294,3 +294,24 @@ def test_plan_torchrec_json_per_shard_and_one_gpu_unchanged(tmp_path: Path) -> N
         mine = [e for e in c["shards"] if e["table"] == name]
         assert sum(e["height"] for e in mine) == table["height"]
         assert sum(e["lookups"] for e in mine) == table["lookups"]
+
+
+def test_many_streams_start_small_states_with_the_same_statistics(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each stream's stack state starts at its share of `STATE_WINDOWS` and `STATE_KEYS`
+    (meta-2021's 109,568 row-wise streams: windows of 153 positions and 16 keys, where
+    the defaults of 2^16 and 1,024 held 10.5 GiB); started at the smallest sizes, the
+    states grow to the same statistics, shard by shard."""
+    import replay.plan.torchrec_shards as shards_module
+
+    assert shards_module._state_sizes(1) == (65_536, 1024)
+    assert shards_module._state_sizes(109_568) == (153, 16)
+    src = _tiny()
+    placement = _placement(src, "row-wise")
+    default = shard_stats(src, placement, rate=1.0, spec=None, budget_rows=BUDGET_ROWS)
+    monkeypatch.setattr(shards_module, "STATE_WINDOWS", 1)
+    monkeypatch.setattr(shards_module, "STATE_KEYS", 1)
+    assert shards_module._state_sizes(8) == (64, 16)
+    small = shard_stats(src, placement, rate=1.0, spec=None, budget_rows=BUDGET_ROWS)
+    assert json.dumps(small, sort_keys=True) == json.dumps(default, sort_keys=True)

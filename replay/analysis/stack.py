@@ -351,16 +351,26 @@ class StackDistances:
     `total_keys`: keys lie in [0, total_keys). With `direct=True` per-key state is an array
     over all keys; otherwise a hash map over the keys seen (what the SHARDS sample uses).
     `min_window` is the smallest position window (tests set it tiny to force many
-    compactions; the window is a multiple of 64 positions).
+    compactions; the window is a multiple of 64 positions). `initial_keys` (a power of
+    two) sizes the key map (without `direct`) and the distance histogram at the start;
+    both grow as keys come, so a caller holding many states that may see few keys
+    starts them small (the distances are the same at any size).
     """
 
     def __init__(
-        self, total_keys: int, *, direct: bool = True, min_window: int = DEFAULT_MIN_WINDOW
+        self,
+        total_keys: int,
+        *,
+        direct: bool = True,
+        min_window: int = DEFAULT_MIN_WINDOW,
+        initial_keys: int = _HIST_MIN,
     ) -> None:
         if total_keys < 0:
             raise ValueError("total_keys must be >= 0")
         if min_window < 1:
             raise ValueError("min_window must be >= 1")
+        if initial_keys < 1 or initial_keys & (initial_keys - 1):
+            raise ValueError("initial_keys must be a power of two")
         self.total_keys = int(total_keys)
         self.direct = direct
         self.min_window = int(min_window)
@@ -372,13 +382,13 @@ class StackDistances:
             self.map_keys = np.empty(0, dtype=np.int64)
             self.map_ids = np.empty(0, dtype=self.index_dtype)
         else:
-            cap = 1024
+            cap = int(initial_keys)
             self.last = np.full(cap, -1, dtype=self.index_dtype)
             self.map_keys = np.full(2 * cap, -1, dtype=np.int64)
             self.map_ids = np.zeros(2 * cap, dtype=self.index_dtype)
         window = _window_size(0, min(self.min_window, 2 * max(self.total_keys, 1)))
         self._allocate(window)
-        self.hist = np.zeros(min(_HIST_MIN, self.total_keys + 1), dtype=np.int64)
+        self.hist = np.zeros(min(int(initial_keys), self.total_keys + 1), dtype=np.int64)
         self.sc = np.zeros(_S_WIDTH, dtype=np.int64)
         if not direct:
             self.sc[_S_SHIFT] = 64 - int(np.log2(len(self.map_keys)))

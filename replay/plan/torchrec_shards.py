@@ -94,7 +94,7 @@ from replay._intrinsics import ix
 from replay._jit import kernel
 from replay._schema_stamp import stamp
 from replay.analysis.shards import SHARDS_MODULUS
-from replay.analysis.stack import StackDistances
+from replay.analysis.stack import DEFAULT_MIN_WINDOW, StackDistances
 from replay.errors import ConfigError
 from replay.plan.cache import curve_sizes, split_budget
 from replay.plan.rank_curves import (
@@ -133,6 +133,23 @@ SPLIT_RULE = (
     "each shard's own curve of its unique ids per batch, the GPU's cache fetches over the "
     "run minimised); load_factor = cache rows / height"
 )
+
+# What the streams' stack states hold at their start, in all: each state's first position
+# window and its key map and histogram are this divided among the streams (within
+# `stack`'s defaults), since every state grows with its keys and the distances are the
+# same at any size. meta-2021's day on 128 GPUs with `sharding = "row-wise"` routes 856
+# tables x 128 blocks = 109,568 streams, whose states at the defaults (2^16 positions,
+# 1,024 keys) took 10.5 GiB before most of them saw a key (the plan peaked at 11.0 GiB).
+STATE_WINDOWS = 1 << 24  # positions (int32: 64 MiB)
+STATE_KEYS = 1 << 20  # map slots and histogram bins
+
+
+def _state_sizes(streams: int) -> tuple[int, int]:
+    """(min_window, initial_keys) of each of `streams` stack states."""
+    n = max(int(streams), 1)
+    window = min(max(STATE_WINDOWS // n, 64), DEFAULT_MIN_WINDOW)
+    keys = min(max(STATE_KEYS // n, 16), 1024)
+    return window, 1 << (keys.bit_length() - 1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -376,7 +393,15 @@ def shard_stats(
     direct = exact and int(streams.height.sum()) <= DIRECT_MAX_ROWS
     read = _pass_read(placement, streams, tables, table_rows, exact=exact, spec=spec)
     # a pass nothing reads needs no states (every shard then takes its table's curve)
-    states = [StackDistances(int(h), direct=direct) for h in streams.height] if read else []
+    window, keys = _state_sizes(len(streams.height))
+    states = (
+        [
+            StackDistances(int(h), direct=direct, min_window=window, initial_keys=keys)
+            for h in streams.height
+        ]
+        if read
+        else []
+    )
     main = _Pass(placement, streams, table_rows, states=states, distinct=exact)
     if read:
         for r in iter_batch_ranges(horizon, with_updates=False):
