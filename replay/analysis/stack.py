@@ -61,7 +61,7 @@ from replay.errors import TraceError
 DEFAULT_MIN_WINDOW = 1 << 16  # smallest position window (positions between compactions)
 # row space per key fed above which per-key state is a map of the keys seen (`dense_rows`)
 SPARSE_ROWS_PER_KEY = 8
-_HIST_MIN = 1024
+_INITIAL_KEYS = 1024  # key map slots and histogram bins a state starts with
 _FIB = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing for the sampled-key map
 
 # int64 scalar state of a kernel, `sc`
@@ -363,7 +363,7 @@ class StackDistances:
         *,
         direct: bool = True,
         min_window: int = DEFAULT_MIN_WINDOW,
-        initial_keys: int = _HIST_MIN,
+        initial_keys: int = _INITIAL_KEYS,
     ) -> None:
         if total_keys < 0:
             raise ValueError("total_keys must be >= 0")

@@ -190,6 +190,22 @@ def _evict(
 
 
 @kernel(inline="always")
+def _fill(
+    table: np.ndarray, slot_key: np.ndarray, links: np.ndarray, cap: int, slot_bits: int,
+    shift: int, size: int, k: int, at: int,
+) -> tuple[int, int, bool]:  # fmt: skip
+    """A slot for key k (not in the table; its probe stopped at entry `at`): a free one
+    while the cache has fewer than `cap` rows, else the least recent slot, out of the list
+    (`_evict`). Returns (the slot, the cache's size after, whether the row it held was
+    dirty)."""
+    if size < cap:
+        table[ix(at)] = ((k + 1) << slot_bits) | size
+        return size, size + 1, False
+    s, dirty = _evict(table, slot_key, links, cap, slot_bits, shift, k, at)
+    return s, size, dirty
+
+
+@kernel(inline="always")
 def _batch_row(
     out: np.ndarray, b: int, lookups: int, misses: int, filled: int, writebacks: int,
     fast: int, backing: int, size: int,
@@ -258,13 +274,10 @@ def lru_kernel(
                 _unlink(links, s)
             else:
                 misses += 1
-                if size < cap:
-                    table[ix(-1 - s)] = ((k + 1) << slot_bits) | size
-                    s = size
-                    size += 1
-                else:  # evict the least recent slot
-                    s, dirty = _evict(table, slot_key, links, cap, slot_bits, shift, k, -1 - s)
-                    writebacks += dirty
+                s, size, dirty = _fill(
+                    table, slot_key, links, cap, slot_bits, shift, size, k, -1 - s
+                )
+                writebacks += dirty
                 slot_key[ix(s)] = -1 - k if derived else k
             _to_front(links, cap, s)
         upd_fast = 0
@@ -328,13 +341,11 @@ def lru_order_kernel(
                 _unlink(links, s)
             else:
                 misses += 1
-                if size < cap:
-                    table[ix(-1 - s)] = ((k + 1) << slot_bits) | size
-                    s = size
-                    size += 1
-                else:  # the least recent slot is one of the rows the batch has not used
-                    s, dirty = _evict(table, slot_key, links, cap, slot_bits, shift, k, -1 - s)
-                    writebacks += dirty
+                # an eviction takes one of the rows the batch has not used
+                s, size, dirty = _fill(
+                    table, slot_key, links, cap, slot_bits, shift, size, k, -1 - s
+                )
+                writebacks += dirty
             slot_key[ix(s)] = -1 - k
         # `last` holds the last row looked up first: it goes to the front last. Its
         # slots were found just above, so the search hits lines in cache.

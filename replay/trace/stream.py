@@ -579,7 +579,7 @@ def _ranges(
         ukeys, ubounds = update_keys(lo, hi)
         zeros = np.zeros(hi - lo + 1, dtype=np.int64)
         return BatchRange(
-            lo, hi, empty, np.zeros(hi - lo + 1, dtype=np.int64), ukeys, ubounds,
+            lo, hi, empty, zeros, ukeys, ubounds,
             np.zeros(hi - lo, dtype=np.int64) if with_distinct else None,
             np.array([[0, 0, 0]], dtype=np.int64) if with_runs else None,
             derived,
