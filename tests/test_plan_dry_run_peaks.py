@@ -98,10 +98,11 @@ def test_reuse_or_drift_takes_one_row_a_lookup() -> None:
 
 
 def test_kaggle_tbe_plan_estimate_is_near_its_measured_peak(tmp_path: Path) -> None:
-    """docs/plan.md's TBE plan peaked at 1.64 GiB (`/usr/bin/time`); the estimate was 2.53
+    """docs/plan.md's TBE plan peaked at 1.75 GiB (`/usr/bin/time`, idle 2-core VM,
+    2026-12-07; 1.64 GiB earlier); the estimate was 2.53
     GiB while every lookup counted as a new row."""
     estimate = _dry_run(KAGGLE, tmp_path / "p")
-    assert abs(estimate - 1.64) <= 0.25 * 1.64, estimate
+    assert abs(estimate - 1.75) <= 0.25 * 1.75, estimate
 
 
 def _peak(argv: list[str], out: Path) -> float:

@@ -317,6 +317,13 @@ class ExactHead:
             return np.zeros((0, self.capacity + 2), dtype=np.int64)
         return np.stack(self.blocks)
 
+    def take_counts(self) -> np.ndarray:
+        """`block_counts`, the finished blocks let go: the stack is a copy, and heads
+        that kept both would hold their counts twice at once."""
+        counts = self.block_counts()
+        self.blocks = []
+        return counts
+
     @staticmethod
     def miss_fractions(counts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """misses(C) / counted for sizes C <= capacity, from one row of `block_counts`
@@ -392,13 +399,20 @@ def shared_capacities(wanted: list[int], budget: int = HEAD_TABLES_MAX_KEYS) -> 
 
 
 def head_bytes(capacities: list[int], blocks: int) -> int:
-    """What heads of these capacities hold, read over `blocks` blocks (an upper bound:
-    the map is sized to a power of two >= 2 C + 1 slots)."""
-    total = 0
+    """What heads of these capacities hold while they read `blocks` blocks (an upper
+    bound: the map is sized to a power of two >= 2 C + 1 slots): each one's map and window,
+    its finished blocks' counts and the block in hand's."""
+    total = head_counts_bytes(capacities, blocks + 1)
     for c in capacities:
         slots, window = _layout(c)
-        total += 16 * slots + 8 * window + window // 4 + 8 * (c + 2) * (blocks + 1)
+        total += 16 * slots + 8 * window + window // 4
     return total
+
+
+def head_counts_bytes(capacities: list[int], blocks: int) -> int:
+    """What heads of these capacities keep once read (`HeadCurve.counts`): int64
+    [blocks, C + 2] each, their maps and windows freed."""
+    return sum(8 * (int(c) + 2) * int(blocks) for c in capacities)
 
 
 def head_blocks(num_batches: int, lookups: int, capacity: int) -> list[tuple[int, int]]:
@@ -579,4 +593,4 @@ def head_curves(
             for t, h in enumerate(tables):
                 if cuts[t + 1] > cuts[t]:
                     h.feed(local[cuts[t] : cuts[t + 1]])
-    return [HeadCurve(h.capacity, h.block_counts(), exact) for h in every]
+    return [HeadCurve(h.capacity, h.take_counts(), exact) for h in every]

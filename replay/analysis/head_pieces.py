@@ -273,6 +273,19 @@ class RunsHead:
             return np.zeros((0, self.capacity + 2), dtype=np.int64)
         return np.stack(self.blocks)
 
+    def take_counts(self) -> np.ndarray:
+        """`block_counts`, the finished blocks let go (as `ExactHead.take_counts`)."""
+        counts = self.block_counts()
+        self.blocks = []
+        return counts
+
+
+def runs_state_bytes(max_rows: int, max_run: int) -> int:
+    """What one `RunsHead`'s own state holds (a head made with `share` holds none): a
+    position a row, and the marks and their tree over the longest run."""
+    words = int(max_run) // 64 + 1
+    return 8 * max(int(max_rows), 1) + 8 * words + 8 * (words + 1) + 8 * _R_WIDTH
+
 
 def one_batch_heads_wanted(num_batches: int, batch_lookups: int, pieces: tuple) -> bool:
     """Whether the heads read one batch in pieces (module docstring): the batch is cut
@@ -346,6 +359,9 @@ class _MapHead:
 
     def block_counts(self) -> np.ndarray:
         return self.head.block_counts()
+
+    def take_counts(self) -> np.ndarray:
+        return self.head.take_counts()
 
 
 def _feed_blocks(
@@ -492,7 +508,7 @@ def one_batch_heads(
         while running:
             running.popleft().result()
     total.end_block()
-    return [HeadCurve(h.capacity, h.block_counts(), False) for h in [total, *tables]]
+    return [HeadCurve(h.capacity, h.take_counts(), False) for h in [total, *tables]]
 
 
 __all__ = [
@@ -500,6 +516,7 @@ __all__ = [
     "ahead",
     "one_batch_heads",
     "one_batch_heads_wanted",
+    "runs_state_bytes",
     "spread_blocks",
     "table_blocks",
 ]

@@ -454,7 +454,7 @@ def _unique_heads(src: Any, spec: WorkloadSpec, resolution: int) -> list[HeadCur
             for t, h in enumerate(heads):
                 if cuts[t + 1] > cuts[t]:
                     h.feed(local[cuts[t] : cuts[t + 1]])
-    return [HeadCurve(h.capacity, h.block_counts(), exact) for h in heads]
+    return [HeadCurve(h.capacity, h.take_counts(), exact) for h in heads]
 
 
 def unique_curves(

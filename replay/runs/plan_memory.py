@@ -7,18 +7,24 @@ what stays for the whole plan plus the largest stage:
 
 - **the process**: the interpreter, numpy, numba's code and the engine (`PROCESS_BYTES`);
 - **kept**: the sampled rows' ids and alias tables (R x rows of them, `SAMPLED_ROW_BYTES`
-  each while they are built) and the exact heads of a sampled curve
+  each while they are built) and the counts of the exact heads of a sampled curve
   (`replay.analysis.head`: the total one and one per table, their capacities from the
-  same functions that make them, so the bound is theirs), kept on the source for the
-  per-table curves and torchrec.json;
+  same functions that make them, so the bound is theirs: int64 [blocks, C + 2] each),
+  kept on the source for the per-table curves and torchrec.json;
 - **the curves** (the largest of): at R = 1 the exact curve's state (a last position per
   row and a window per distinct row, `replay._memory.mrc_estimate`) or the rows-touched
   state (4 B per row up to `DENSE_MAX_ROWS` rows, else a map of the distinct rows); at
   R < 1 the SHARDS state of the sampled rows, the sampled row groups in flight (their
-  counts per batch and table, `replay.workload.sampled.MAX_GROUP_CELLS`), and the
+  counts per batch and table, `replay.workload.sampled.MAX_GROUP_CELLS`), the
   full-stream batches the heads read
   (`HEAD_CHUNK_BYTES_PER_LOOKUP` per lookup: the generated columns, the flat keys and
-  their split by table, one chunk of at least a batch at a time);
+  their split by table, one chunk of at least a batch at a time), and the heads' state
+  while they read (a map and window per head, or at production scale two `RunsHead`
+  states over the largest table's rows) with one head's counts stacked (`_heads`);
+- **TorchRec's statistics per table** (`replay.plan.torchrec_unique`, at R < 1 below
+  production scale): an exact head per table of each batch's unique ids, read as the
+  plan's own heads are, the chunk of full batches it reads and each batch's first
+  occurrences (`_unique_heads_bytes`);
 - **the distinct rows per batch** (`replay.plan.torchrec`, at R < 1): a few full batches
   (`span_batches`), their keys in a map;
 - **touched(k) for small k** (`replay.analysis.touched_plan`, at R < 1): the run's first
@@ -40,7 +46,11 @@ what stays for the whole plan plus the largest stage:
   in hand, `replay.runs.run_memory.cluster_gpu_bytes`), whichever is larger. Measured:
   the 64-GPU Criteo Terabyte plan peaked at 0.62 GiB, its one-GPU stages the largest;
   tiny on 8,192 GPUs at 0.77 GiB, on 1,024 at 0.56 GiB (~29 KB a GPU: the steady
-  replay's state of each GPU over its 200 batches).
+  replay's state of each GPU over its 200 batches);
+- **TorchRec's statistics per shard** (`replay.plan.torchrec_shards`, a cluster plan),
+  after the cluster's stage and on top of it: `SHARD_STATS_BYTES` a shard of the
+  recommended placement (`shard_count`: a sharding type's or file's shards; the sharder's
+  one a table, its splits uncounted).
 
 The per-lookup figures were measured (peak RSS, `/proc/self/status`, 2-core VM) on a
 400-table workload of 2 G rows and batches of 65,536 (26.2 M lookups a batch): the
@@ -90,7 +100,11 @@ stage. Measured again with it (`/usr/bin/time`, load average 13-21): that plan 1
 (estimate 1.74), the 64 GPUs 977 MiB (1.12 GiB: torch counted, no cache, as TorchRec
 keeps every table whole there), the epoch with hbm-lru and dram 630 MiB (684), the SSD
 TBE plan 1.55 GiB (1.79), docs/torchrec.md's 1.01 GiB (966 MiB), tiny 245 MiB (243),
-the TBE plan of docs/plan.md 1.62 GiB (1.59).
+the TBE plan of docs/plan.md 1.62 GiB (1.59). The heads' counts kept and their reading
+state in the curves' stage, and TorchRec's statistics per table and per shard counted
+(`/usr/bin/time`, idle VM; docs/plan.md's table): meta-2021's day 2.33 GiB (2.38; 3.01
+with the heads' state kept), every table row-wise 3.11 GiB (3.00), the 400-table plan
+3.41 GiB (3.98; 3.13 before, its per-table statistics' stage uncounted).
 """
 
 from __future__ import annotations
@@ -129,6 +143,9 @@ TORCH_IMPORT_BYTES = 300 << 20  # torch and torchrec imported: +295 MiB of VmRSS
 # table. Measured when the split was an argsort and its gathers (~56 B); the counting sort
 # since (980dfb3) holds 12 B a key for it, so this figure now leans high
 HEAD_CHUNK_BYTES_PER_LOOKUP = 56
+# the first occurrences of a chunk's keys besides `FirstInBatch`'s slots: their mask
+# (uint8, then bool), its running sum (int64) and the kept keys (int64, at most)
+FIRST_IN_BATCH_BYTES_PER_LOOKUP = 18
 # a replay's per-batch columns over the whole horizon, as the cache answers keep them
 # (criteo-terabyte with hbm-tbe-lru: 2.31 GiB over 300,000 batches, 2.83 GiB over
 # 2,135,484; about 300 B a batch, rounded up)
@@ -165,6 +182,12 @@ ROW_MASS_BYTES_PER_RANK = 24  # top row (int64), its mass and cumulative mass (f
 # over 2,000, 8.44 M sampled rows, 0.40 M and 1.03 M expected distinct sampled keys:
 # ~167 B a key (`mrc_estimate`'s 210) and ~64 B a sampled row
 SHARDS_PASS_BYTES_PER_SAMPLED_ROW = 64
+# a shard of TorchRec's statistics per shard (`replay.plan.torchrec_shards`): its entry,
+# its curve, its histogram's bins as Python numbers and its stream's small stack state.
+# Measured: meta-2021 with every table row-wise on 128 GPUs (109,568 shards), +0.44 GiB
+# of RSS over the cluster stage (4.3 KB a shard); tiny's 377 and 1,324 row-wise shards
+# 6.4 and 4.9 KB a shard at the stage's peak (tracemalloc)
+SHARD_STATS_BYTES = 6 << 10
 # the expected distinct rows (`expected_distinct`) rounded up: a run's count spreads about
 # its expectation by far less than this (`replay.analysis.touched_plan`'s bound)
 DISTINCT_SPARE = 1.02
@@ -208,32 +231,73 @@ def expected_distinct(source: Any, batches: int) -> int:
     return min(bound, math.ceil(expected * DISTINCT_SPARE) + DISTINCT_SPARE_ROWS)
 
 
-def _heads(rows: list[int], per_batch: int, batches: int, rate: float) -> tuple[int, str]:
-    """Bytes of the exact heads a sampled plan keeps (total and per table)."""
-    from replay.analysis.head import (
-        HEAD_BLOCKS,
-        head_blocks,
-        head_bytes,
-        head_capacity,
-        shared_capacities,
-    )
+def _head_capacities(rows: list[int], per_batch: int, rate: float) -> tuple[int, list[int]]:
+    """(the total head's capacity, each table's) as `replay.analysis.head` sizes them, from
+    the first batch's distinct rows at most: its lookups of each table, spread by rows."""
+    from replay.analysis.head import head_capacity, shared_capacities
     from replay.analysis.shards import resolution_rows, shards_threshold
 
     resolution = resolution_rows(shards_threshold(rate))
     total = row_space(rows)
-    # the first batch's distinct rows, at most: its lookups of each table, spread by rows
     share = [r / total for r in rows] if total else [0.0] * len(rows)
     first = [min(r, math.ceil(per_batch * s)) for r, s in zip(rows, share, strict=True)]
     whole = head_capacity(min(total, per_batch), resolution, total)
     tables = shared_capacities(
         [head_capacity(d, resolution, r) for r, d in zip(rows, first, strict=True)]
     )
-    blocks = len(head_blocks(batches, per_batch * batches, max([whole, *tables])))
-    kept = head_bytes([whole], blocks) + head_bytes(tables, blocks)
-    return kept, (
+    return whole, tables
+
+
+def _heads(
+    rows: list[int], per_batch: int, batches: int, rate: float, looks: list[int] | None
+) -> tuple[int, int, str]:
+    """(bytes the exact heads of a sampled plan keep, bytes more while they are read, how)
+    for the total head and one per table. Kept: each head's counts (`HeadCurve.counts`).
+    While read (the curves' stage): each head's state, the block in hand, and the stack of
+    one head's blocks into its counts (`take_counts`: the largest head's). The state is a
+    map and window of C keys per head (`head_bytes`), or where one batch is read in pieces
+    of tables (`looks`: each table's lookups a batch) two `RunsHead` states over the
+    largest table's rows, shared by every table's head (`replay.analysis.head_pieces`)."""
+    from replay.analysis.head import HEAD_BLOCKS, head_blocks, head_bytes, head_counts_bytes
+    from replay.analysis.head_pieces import RUNS_MAX_ROWS, runs_state_bytes
+
+    whole, tables = _head_capacities(rows, per_batch, rate)
+    every = [whole, *tables]
+    blocks = len(head_blocks(batches, per_batch * batches, max(every)))
+    kept = head_counts_bytes(every, blocks)
+    stacked = head_counts_bytes([max(every)], blocks)
+    if looks is not None and max(rows, default=0) <= RUNS_MAX_ROWS:
+        state = 2 * runs_state_bytes(max(rows, default=1), max(looks, default=1))
+        reading = state + head_counts_bytes(every, 1) + stacked
+    else:
+        reading = head_bytes(every, blocks) - kept + stacked
+    how = (
         f"exact heads of {format_count(whole)} + {format_count(sum(tables))} rows over "
         f"{blocks} of {HEAD_BLOCKS} blocks"
     )
+    return kept, reading, how
+
+
+def _unique_heads_bytes(rows: list[int], per_batch: int, batches: int, rate: float) -> int:
+    """TorchRec's statistics per table at R < 1 below production scale
+    (`replay.plan.torchrec_unique._unique_heads`): an exact head per table of each batch's
+    unique ids, read over the full stream's blocks as the plan's own heads are (their
+    capacities at most those, `_head_capacities`), while the plan's heads are kept. Held:
+    the heads' maps, windows and counts (`head_bytes`) and one head's stacked counts, the
+    generated chunk of whole batches (`HEAD_CHUNK_BYTES_PER_LOOKUP` a lookup), and the
+    first occurrences' table (`FirstInBatch`: two int64 slots for each of a power of two
+    >= 2 x a batch's lookups) with its mask, sums and kept keys (18 B a lookup)."""
+    from replay.analysis.head import head_blocks, head_bytes, head_counts_bytes
+
+    _, tables = _head_capacities(rows, per_batch, rate)
+    if not tables:
+        return 0
+    blocks = len(head_blocks(batches, per_batch * batches, max(tables)))
+    heads = head_bytes(tables, blocks) + head_counts_bytes([max(tables)], blocks)
+    chunk = max(1, (1 << 20) // max(per_batch, 1)) * per_batch
+    slots = 1 << max(int(2 * per_batch - 1).bit_length(), 4)
+    per_lookup = HEAD_CHUNK_BYTES_PER_LOOKUP + FIRST_IN_BATCH_BYTES_PER_LOOKUP
+    return heads + chunk * per_lookup + 16 * slots
 
 
 def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Estimate:
@@ -252,13 +316,16 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
     rate = request_sample_rate(request, source) if isinstance(source, WorkloadSpec) else 1.0
     parts: list[tuple[str, int]] = [("process", PROCESS_BYTES)]
     notes: list[str] = []
+    in_pieces = False
     if rate < 1.0:
-        kept, how = _heads(rows, per_batch, batches, rate)
-        parts.append(("exact heads of the sampled curves", kept))
-        notes.append(how)
         chunk = max(1, (1 << 20) // max(per_batch, 1)) * per_batch
         piece = _piece_lookups(source)
-        if piece and one_batch_heads_wanted(batches, per_batch, (piece,)):
+        in_pieces = bool(piece) and one_batch_heads_wanted(batches, per_batch, (piece,))
+        looks = _table_lookups(source) if in_pieces else None
+        kept, reading, how = _heads(rows, per_batch, batches, rate, looks)
+        parts.append(("exact heads of the sampled curves", kept))
+        notes.append(how)
+        if in_pieces:
             # production scale: the heads read one batch piece by piece (`head_pieces`)
             chunk = piece + compiled_bytes(source) // HEAD_CHUNK_BYTES_PER_LOOKUP
             notes.append("production scale: the heads read one batch in pieces of tables")
@@ -274,7 +341,7 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         # a SHARDS pass over the sampled stream (the curves, and again for the TBE
         # comparison's LRU) also grows with the sampled rows of the tables
         passing = math.ceil(total * rate) * SHARDS_PASS_BYTES_PER_SAMPLED_ROW
-        curves = sampled + passing + groups + chunk * HEAD_CHUNK_BYTES_PER_LOOKUP
+        curves = sampled + passing + groups + chunk * HEAD_CHUNK_BYTES_PER_LOOKUP + reading
         notes.append(
             f"full-stream chunks of {format_count(chunk)} lookups x {HEAD_CHUNK_BYTES_PER_LOOKUP} B"
         )
@@ -327,6 +394,10 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
     closed = isinstance(source, WorkloadSpec) and closed_form_wanted(source, SPAN_MAX_LOOKUPS)
     if closed:
         notes.append("production scale: distinct rows per batch and touched(k) in closed form")
+    if isinstance(source, WorkloadSpec) and rate < 1.0 and not in_pieces:
+        stages["TorchRec's statistics per table"] = _unique_heads_bytes(
+            rows, per_batch, batches, rate
+        )
     if isinstance(source, WorkloadSpec) and rate < 1.0 and not closed:
         # torchrec.json's distinct rows per batch: a few full batches, their keys in a map
         span_n = span_batches(source, batches)
@@ -383,6 +454,19 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         )
         if routed:
             notes.append(_routed_pieces_note(source, batches, per_batch, rate))
+        shards = shard_count(systems[0], source, rows)
+        # TorchRec's statistics per shard follow, the cluster's state not yet let go (RSS
+        # stayed at the stage's level, meta-2021 row-wise)
+        stages["cluster: TorchRec's statistics per shard"] = (
+            stages["cluster: per-GPU curves and replay"] + shards * SHARD_STATS_BYTES
+        )
+        from replay.engine.placement import AUTO
+
+        auto = not systems[0].cluster.sharding_file and systems[0].cluster.sharding in AUTO
+        notes.append(
+            f"TorchRec's statistics of {shards:,} shards"
+            + (" (a table each: the sharder's splits uncounted)" if auto else "")
+        )
         beside = 0 if routed else torchrec_beside_bytes(systems[0], rows, source, request)
         if beside and not routed:
             own, _ = offload_cache_bytes(
@@ -528,6 +612,36 @@ def offload_cache_bytes(
     return best, how
 
 
+def shard_count(system: Any, source: Any, rows: list[int]) -> int:
+    """The shards of the cluster plan's recommended placement that hold rows, for TorchRec's
+    statistics per shard: a sharding type's or a sharding file's, counted from the tables'
+    shapes (`replay.system.sharding`); the sharder's (`auto`) one a table, as it places
+    most tables whole (meta-2021's day on 128 GPUs: none split), its splits uncounted."""
+    from replay.engine.placement import AUTO, embedding_dim
+    from replay.system.sharding import resolve_plan, table_shapes, uniform_plan
+    from replay.system.torchrec_plan import read_sharding_file
+
+    cluster = system.cluster
+    if not cluster.sharding_file and cluster.sharding in AUTO:
+        return len(rows)
+    if isinstance(source, WorkloadSpec):
+        names = [str(t.name) for t in source.tables]
+        workload = {"embedding_dim": _dim(source)}
+    else:
+        names = [str(n) for n in source.table_names]
+        workload = dict(getattr(source, "workload", None) or {})
+    shapes = table_shapes(names, rows, embedding_dim(system, workload))
+    nodes, gpn = int(cluster.nodes), int(cluster.gpus_per_node)
+    if cluster.sharding_file:
+        plan = read_sharding_file(cluster.sharding_file)
+        where = cluster.sharding_file
+    else:
+        plan = uniform_plan(cluster.sharding, shapes, nodes=nodes, gpus_per_node=gpn)
+        where = f"cluster.sharding={cluster.sharding}"
+    placement = resolve_plan(plan, shapes, nodes=nodes, gpus_per_node=gpn, where=where)
+    return sum(1 for shard in placement.shards if shard.rows > 0)
+
+
 def _dim(source: Any) -> int:
     """The source's embedding dimension (0: unknown)."""
     if isinstance(source, WorkloadSpec):
@@ -570,13 +684,18 @@ def loads_bytes(spec: WorkloadSpec) -> int:
     )
 
 
+def _table_lookups(spec: WorkloadSpec) -> list[int]:
+    """Each table's lookups a batch."""
+    return [int(spec.batch_size) * int(t.pooling) for t in spec.tables]
+
+
 def _piece_lookups(source: Any) -> int:
     """The largest piece's lookups where a spec's batches are cut into pieces, else 0."""
     if not isinstance(source, WorkloadSpec):
         return 0
     from replay.trace.format import plan_pieces
 
-    looks = [int(source.batch_size) * int(t.pooling) for t in source.tables]
+    looks = _table_lookups(source)
     pieces = plan_pieces(looks, source.update.accumulate_batches)
     return max((sum(looks[a:b]) for a, b in pieces), default=0)
 
