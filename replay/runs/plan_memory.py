@@ -47,10 +47,11 @@ what stays for the whole plan plus the largest stage:
   the 64-GPU Criteo Terabyte plan peaked at 0.62 GiB, its one-GPU stages the largest;
   tiny on 8,192 GPUs at 0.77 GiB, on 1,024 at 0.56 GiB (~29 KB a GPU: the steady
   replay's state of each GPU over its 200 batches);
-- **TorchRec's statistics per shard** (`replay.plan.torchrec_shards`, a cluster plan),
-  after the cluster's stage and on top of it: `SHARD_STATS_BYTES` a shard of the
-  recommended placement (`shard_count`: a sharding type's or file's shards; the sharder's
-  one a table, its splits uncounted).
+- **TorchRec's statistics per shard** (`replay.plan.torchrec_shards`, a cluster plan), on
+  top of the largest stage (its Python objects do not reuse what the stages before left
+  in the heap), kept until the plan is written: `SHARD_STATS_BYTES` a shard of the
+  recommended placement at 100 bins, `SHARD_BIN_BYTES` a bin more (`shard_count`: a
+  sharding type's or file's shards; the sharder's one a table, its splits uncounted).
 
 The per-lookup figures were measured (peak RSS, `/proc/self/status`, 2-core VM) on a
 400-table workload of 2 G rows and batches of 65,536 (26.2 M lookups a batch): the
@@ -96,15 +97,11 @@ TorchRec's default proposer at a 1.5 GiB budget peaked at 1.52 GiB while the est
 said 0.82: its peak is TorchRec's own plan replayed beside ours (six tables cached, LRU
 key tables of 640 MiB, made whole when the replay starts), with torch imported (295 MiB).
 **TorchRec's plan beside ours** (`torchrec_beside_bytes`) now adds both to the cluster's
-stage. Measured again with it (`/usr/bin/time`, load average 13-21): that plan 1.57 GiB
-(estimate 1.74), the 64 GPUs 977 MiB (1.12 GiB: torch counted, no cache, as TorchRec
-keeps every table whole there), the epoch with hbm-lru and dram 630 MiB (684), the SSD
-TBE plan 1.55 GiB (1.79), docs/torchrec.md's 1.01 GiB (966 MiB), tiny 245 MiB (243),
-the TBE plan of docs/plan.md 1.62 GiB (1.59). The heads' counts kept and their reading
-state in the curves' stage, and TorchRec's statistics per table and per shard counted
-(`/usr/bin/time`, idle VM; docs/plan.md's table): meta-2021's day 2.33 GiB (2.38; 3.01
-with the heads' state kept), every table row-wise 3.11 GiB (3.00), the 400-table plan
-3.41 GiB (3.98; 3.13 before, its per-table statistics' stage uncounted).
+stage. The heads' counts kept and their reading state in the curves' stage, and
+TorchRec's statistics per table and per shard counted (`/usr/bin/time`, idle VM,
+2026-12-07; every plan of docs/plan.md's table): meta-2021's day 2.33 GiB (estimate 2.38;
+3.01 with the heads' state kept), every table row-wise 3.11 GiB (3.00), the 400-table
+plan 3.41 GiB (3.98; 3.13 before, its per-table statistics' stage uncounted).
 """
 
 from __future__ import annotations
@@ -186,8 +183,11 @@ SHARDS_PASS_BYTES_PER_SAMPLED_ROW = 64
 # its curve, its histogram's bins as Python numbers and its stream's small stack state.
 # Measured: meta-2021 with every table row-wise on 128 GPUs (109,568 shards), +0.44 GiB
 # of RSS over the cluster stage (4.3 KB a shard); tiny's 377 and 1,324 row-wise shards
-# 6.4 and 4.9 KB a shard at the stage's peak (tracemalloc)
+# 6.4 and 4.9 KB a shard at the stage's peak (tracemalloc); at torchrec.json's default 100
+# bins. A bin more a shard (`--torchrec-bins`): 23 B measured (tiny, 377 row-wise shards,
+# 100 -> 20,000 bins: 563 -> 730 MiB peak RSS)
 SHARD_STATS_BYTES = 6 << 10
+SHARD_BIN_BYTES = 24
 # the expected distinct rows (`expected_distinct`) rounded up: a run's count spreads about
 # its expectation by far less than this (`replay.analysis.touched_plan`'s bound)
 DISTINCT_SPARE = 1.02
@@ -317,6 +317,7 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
     parts: list[tuple[str, int]] = [("process", PROCESS_BYTES)]
     notes: list[str] = []
     in_pieces = False
+    shard_bytes = 0
     if rate < 1.0:
         chunk = max(1, (1 << 20) // max(per_batch, 1)) * per_batch
         piece = _piece_lookups(source)
@@ -454,13 +455,12 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         )
         if routed:
             notes.append(_routed_pieces_note(source, batches, per_batch, rate))
-        shards = shard_count(systems[0], source, rows)
-        # TorchRec's statistics per shard follow, the cluster's state not yet let go (RSS
-        # stayed at the stage's level, meta-2021 row-wise)
-        stages["cluster: TorchRec's statistics per shard"] = (
-            stages["cluster: per-GPU curves and replay"] + shards * SHARD_STATS_BYTES
-        )
         from replay.engine.placement import AUTO
+        from replay.plan.torchrec import DEFAULT_BINS
+
+        shards = shard_count(systems[0], source, rows)
+        bins = max(request.torchrec_bins - DEFAULT_BINS, 0)
+        shard_bytes = shards * (SHARD_STATS_BYTES + bins * SHARD_BIN_BYTES)
 
         auto = not systems[0].cluster.sharding_file and systems[0].cluster.sharding in AUTO
         notes.append(
@@ -483,6 +483,11 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
                 stages["cluster: per-GPU curves and replay"] + beside
             )
             notes.append("TorchRec's plan beside ours: torch imported, its caches replayed")
+    if shard_bytes:
+        # TorchRec's statistics per shard (Python objects, in pymalloc's arenas) come on top
+        # of what the stages before them left in the heap: the RSS stayed at the cluster's
+        # stage (meta-2021 row-wise) or the curves' (tiny on 128 GPUs, row-wise)
+        stages["cluster: TorchRec's statistics per shard"] = shard_bytes + max(stages.values())
     which = max(stages, key=lambda k: stages[k])
     parts.append((f"the largest stage ({which})", stages[which]))
     parts.sort(key=lambda p: -p[1])
