@@ -487,7 +487,8 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         # TorchRec's statistics per shard (Python objects, in pymalloc's arenas) come on top
         # of what the stages before them left in the heap: the RSS stayed at the cluster's
         # stage (meta-2021 row-wise) or the curves' (tiny on 128 GPUs, row-wise)
-        stages["cluster: TorchRec's statistics per shard"] = shard_bytes + max(stages.values())
+        base = max(stages, key=lambda k: stages[k])
+        stages[f"{base}, then TorchRec's statistics per shard"] = shard_bytes + stages[base]
     which = max(stages, key=lambda k: stages[k])
     parts.append((f"the largest stage ({which})", stages[which]))
     parts.sort(key=lambda p: -p[1])
