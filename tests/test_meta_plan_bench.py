@@ -1,6 +1,7 @@
 """Issue 43 item 3's acceptance: one day of `meta-2021` training (856 tables, 887 M lookups
 a batch, 5.16 G rows) on 128 H100s (16 DGX nodes) planned within 5 minutes and 4 GiB of
-peak RSS on the 2-core VM (`pytest -m bench tests/test_meta_plan_bench.py`).
+peak RSS on the 2-core VM (`pytest -m bench tests/test_meta_plan_bench.py`); within 60 s
+since (issue 57), timed as a user runs it.
 
 The step time is given, as a user would give their measured one: 400 ms a global batch of
 65,536 samples (ASSUMPTION: the issue's own command line; no published step time of this
@@ -26,18 +27,23 @@ ARGV = [
     "--set", "cluster.nodes=16", "--node-mtbf", "30d", "--cache-budget", "8GiB",
     "--duration", "1d", "--time-per-batch", "400ms",
 ]  # fmt: skip
-WALL_S = 300.0
+# within 60 s (the goal since issue 43's 5 minutes: 37-41 s measured idle, 2026-12-07)
+WALL_S = 60.0
 PEAK_GIB = 4.0
 
 
 @pytest.mark.bench
-def test_meta_2021_day_on_128_gpus_in_5_min_and_4_gib(tmp_path: Path) -> None:
+def test_meta_2021_day_on_128_gpus_in_60_s_and_4_gib(tmp_path: Path) -> None:
     out = tmp_path / "metaplan"
     argv = [
         "/usr/bin/time", "-f", "peak %M KB wall %e s cpu %U+%S s", sys.executable, "-m",
         "replay", "plan", *ARGV, "--out", str(out),
     ]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
+    # timed as a user runs it: without the suite's schema checks of every output
+    # (conftest's REPLAY_CHECK_SCHEMAS), which validating this plan's documents adds
+    # ~48 s to (86.5 s against 37.0 s, 2026-12-07)
+    env = {k: v for k, v in os.environ.items() if k != "REPLAY_CHECK_SCHEMAS"}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1200, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     found = re.search(r"peak (\d+) KB wall ([\d.]+) s", done.stderr)
     assert found, done.stderr[-3000:]
