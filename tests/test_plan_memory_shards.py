@@ -59,7 +59,7 @@ def test_runs_state_bytes_is_what_a_runs_head_holds() -> None:
 
 
 def test_the_heads_kept_are_their_counts_and_their_reading_is_the_curves_stage() -> None:
-    rows = [10**6] * 4 + [3 * 10**7]  # the largest within RUNS_MAX_ROWS
+    rows = [10**6] * 4 + [3 * 10**7]
     kept, reading, how = _heads(rows, 10**6, 10**4, 2.0**-20, None)
     whole, tables, blocks = (int(x.replace(",", "")) for x in re.findall(r"[\d,]+", how)[:3])
     assert kept == 8 * (whole + 2 + tables + 2 * len(rows)) * blocks
