@@ -259,20 +259,30 @@ def mrc_index_bytes(total_rows: int, min_window: int = 1 << 16) -> int:
     return 4 if 4 * total_rows + min_window + 64 < 2**31 else 8
 
 
-def mrc_estimate(table_rows: Sequence[int], lookups: int, sample_rate: float | None) -> Estimate:
-    """`replay mrc`. Exact: a last position per row (4 or 8 B), and per distinct key its
-    window (>= 4 positions of `index` bytes plus the bitmap and tree: 4.2 x index) and
-    histogram bucket (8 B, grown by doubling: 16). Sampled: a hash map over the sampled
-    keys only (per key: last position, 2 map slots of 8 + index bytes, window, histogram),
-    in the full sample and in its 8 groups (twice the keys in all)."""
+def mrc_estimate(
+    table_rows: Sequence[int], lookups: int, sample_rate: float | None, *, dense: bool = True
+) -> Estimate:
+    """`replay mrc`. Exact: a last position per row (4 or 8 B), or with `dense` False (the
+    caller's `replay.analysis.stack.dense_rows`: a row space large against the lookups) a
+    map of the rows seen (per row up to 2 last positions and 4 slots of a key and an id,
+    each array grown by doubling); and per distinct key its window (>= 4 positions of
+    `index` bytes plus the bitmap and tree: 4.2 x index) and histogram bucket (8 B, grown
+    by doubling: 16). Sampled: a hash map over the sampled keys only (per key: last
+    position, 2 map slots of 8 + index bytes, window, histogram), in the full sample and
+    in its 8 groups (twice the keys in all)."""
     total = row_space(table_rows)
     distinct = min(total, max(int(lookups), 0))
     index = mrc_index_bytes(total)
     per_distinct = 4.2 * index + 16
     if sample_rate is None:
+        rows = (
+            ("row state", total * index)
+            if dense
+            else ("rows seen", distinct * (2 * index + 4 * (8 + index)))
+        )
         return Estimate(
             "replay mrc",
-            (("row state", total * index), ("distinct rows", _ceil(distinct * per_distinct))),
+            (rows, ("distinct rows", _ceil(distinct * per_distinct))),
             _rows_detail(table_rows, index),
         )
     # a rate out of (0, 1] is refused later, by `replay.analysis.mrc.validate_options`

@@ -1,6 +1,7 @@
-"""`replay plan`'s memory estimate of the exact heads and of TorchRec's statistics per shard
-(`replay.runs.plan_memory`): a plan keeps the heads' counts, not the state they were read
-with, and a cluster plan's per-shard statistics grow with its shards.
+"""`replay plan`'s memory estimate of the exact heads, of TorchRec's statistics per shard
+and of exact curves over large row spaces (`replay.runs.plan_memory`): a plan keeps the
+heads' counts, not the state they were read with; a cluster plan's per-shard statistics
+grow with its shards; a short exact stream in a large row space keeps a map.
 
 The estimates against measured peaks are benchmarks (`tests/test_meta_plan_bench.py`,
 `tests/test_plan_dry_run_peaks.py`, `tests/test_big_plan.py`)."""
@@ -18,7 +19,8 @@ import pytest
 from replay.analysis.head import ExactHead, head_counts_bytes
 from replay.analysis.head_pieces import RunsHead, runs_state_bytes
 from replay.cli import main
-from replay.runs.plan_memory import SHARD_STATS_BYTES, _heads, shard_count
+from replay.engine.placement import shard_count
+from replay.runs.plan_memory import SHARD_STATS_BYTES, _heads
 from replay.system.spec import apply_overrides, build_system, load_system_data
 from replay.workload.generator import resolve_workload
 from replay.workload.onthefly import GeneratedTrace
@@ -95,10 +97,11 @@ def test_the_shards_counted_are_the_placements(sharding: str, tmp_path: Path) ->
     system = _system(*sets)
     placed = resolve_placement(system, GeneratedTrace(spec)).placement
     real = sum(1 for s in placed.shards if s.rows > 0)
+    counted = shard_count(system, [t.name for t in spec.tables], rows, int(spec.embedding_dim))
     if sharding == "auto":  # the sharder's splits are its own answer, not the estimate's
-        assert shard_count(system, spec, rows) == len(rows) <= real
+        assert counted == len(rows) <= real
     else:
-        assert shard_count(system, spec, rows) == real
+        assert counted == real
     if sharding in ("row-wise", "data-parallel", "file"):
         assert real > 2 * len(rows)
 
@@ -113,9 +116,9 @@ def test_the_dry_run_counts_torchrecs_statistics_per_shard(
     assert found
     spec = resolve_workload("tiny")
     system = build_system(apply_overrides(load_system_data("hbm-lru")[0], argv[8::2]))
-    assert int(found.group(1).replace(",", "")) == shard_count(
-        system, spec, [int(t.rows) for t in spec.tables]
-    )
+    names, rows = [t.name for t in spec.tables], [int(t.rows) for t in spec.tables]
+    counted = shard_count(system, names, rows, int(spec.embedding_dim))
+    assert int(found.group(1).replace(",", "")) == counted
     assert SHARD_STATS_BYTES >= 4300  # meta-2021's measured 4.3 KB a shard at least
 
 
@@ -134,3 +137,18 @@ def test_more_bins_a_shard_grow_its_stage(
     assert "then TorchRec's statistics per shard)" in said[1]
     mib = [float(re.search(r"about ([\d.]+) MiB", s).group(1)) for s in said]  # type: ignore[union-attr]  # said in MiB
     assert 563 <= mib[0] <= 1.25 * 563 and 730 <= mib[1] <= 1.25 * 730, mib
+
+
+def test_an_exact_curve_over_a_large_row_space_counts_the_rows_seen() -> None:
+    """The exact state is a map of the rows seen where the row space is large against the
+    lookups (`dense_rows`): the estimate counts it so, not 4 B for every row."""
+    from replay._memory import mrc_estimate
+    from replay.analysis.stack import dense_rows
+
+    rows, lookups = [187_767_399], 2_662_400  # docs/torchrec.md's plan
+    assert not dense_rows(rows[0], lookups)
+    dense = mrc_estimate(rows, lookups, None)
+    mapped = mrc_estimate(rows, lookups, None, dense=False)
+    assert dict(dense.parts)["row state"] == 4 * rows[0]
+    assert dict(mapped.parts)["rows seen"] == lookups * (2 * 4 + 4 * (8 + 4))
+    assert mapped.total < dense.total / 2

@@ -614,6 +614,27 @@ def _place(
     return PlacementResult(placement, tuple(loads or ()), basis, choice, budgets)
 
 
+def shard_count(system: SystemSpec, names: list[str], rows: list[int], dim: int) -> int:
+    """The shards holding rows of the placement `resolve_placement` would make, without
+    the loads (`replay plan`'s memory estimate: TorchRec's statistics per shard): a
+    sharding type's or a sharding file's, from the tables' shapes; the sharder's (`AUTO`)
+    one a table, as it places most tables whole (meta-2021's day on 128 GPUs: none
+    split), its splits uncounted."""
+    cluster = system.cluster
+    if cluster is None or (not cluster.sharding_file and cluster.sharding in AUTO):
+        return len(rows)
+    shapes = table_shapes(names, rows, dim)
+    nodes, gpn = int(cluster.nodes), int(cluster.gpus_per_node)
+    if cluster.sharding_file:
+        plan = read_sharding_file(cluster.sharding_file)
+        where = cluster.sharding_file
+    else:
+        plan = uniform_plan(cluster.sharding, shapes, nodes=nodes, gpus_per_node=gpn)
+        where = f"cluster.sharding={cluster.sharding}"
+    placement = resolve_plan(plan, shapes, nodes=nodes, gpus_per_node=gpn, where=where)
+    return sum(1 for shard in placement.shards if shard.rows > 0)
+
+
 __all__ = [
     "AUTO",
     "LOAD_BATCHES",
@@ -624,6 +645,7 @@ __all__ = [
     "resolve_placement",
     "row_state_bytes",
     "seconds_per_lookup",
+    "shard_count",
     "source_batch_size",
     "spec_loads",
     "system_cost_model",

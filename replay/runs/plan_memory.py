@@ -12,8 +12,10 @@ what stays for the whole plan plus the largest stage:
   same functions that make them, so the bound is theirs: int64 [blocks, C + 2] each),
   kept on the source for the per-table curves and torchrec.json;
 - **the curves** (the largest of): at R = 1 the exact curve's state (a last position per
-  row and a window per distinct row, `replay._memory.mrc_estimate`) or the rows-touched
-  state (4 B per row up to `DENSE_MAX_ROWS` rows, else a map of the distinct rows); at
+  row, or a map of the rows seen where the row space is large against the lookups as
+  `replay.analysis.stack.dense_rows` decides, and a window per distinct row,
+  `replay._memory.mrc_estimate`) or the rows-touched state (4 B per row up to
+  `DENSE_MAX_ROWS` rows where the curves take an array, else a map of the distinct rows); at
   R < 1 the SHARDS state of the sampled rows, the sampled row groups in flight (their
   counts per batch and table, `replay.workload.sampled.MAX_GROUP_CELLS`), the
   full-stream batches the heads read
@@ -347,14 +349,22 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
             f"full-stream chunks of {format_count(chunk)} lookups x {HEAD_CHUNK_BYTES_PER_LOOKUP} B"
         )
     else:
+        from replay.analysis.stack import dense_rows
+
         distinct = expected_distinct(source, batches)
+        # a short stream in a large row space keeps its per-key state in a map of the
+        # keys seen, not an array over every row (`dense_rows`, as the curves decide)
+        dense = dense_rows(total, lookups)
         touched = (
             total * TOUCHED_DENSE_BYTES_PER_ROW
-            if total <= DENSE_MAX_ROWS
+            if total <= DENSE_MAX_ROWS and dense
             else distinct * TOUCHED_MAP_BYTES_PER_KEY
         )
-        curves = max(mrc_estimate(rows, distinct, None).total, touched)
-        notes.append(f"exact curves over {format_count(total)} rows")
+        curves = max(mrc_estimate(rows, distinct, None, dense=dense).total, touched)
+        notes.append(
+            f"exact curves over {format_count(total)} rows"
+            + ("" if dense else ", their state in a map of the rows seen")
+        )
     steady = 0
     modelled = isinstance(source, WorkloadSpec) and modelled_wanted(source)
     if modelled:
@@ -455,10 +465,11 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
         )
         if routed:
             notes.append(_routed_pieces_note(source, batches, per_batch, rate))
-        from replay.engine.placement import AUTO
+        from replay.engine.placement import AUTO, embedding_dim, shard_count
         from replay.plan.torchrec import DEFAULT_BINS
 
-        shards = shard_count(systems[0], source, rows)
+        names, workload = _names(source)
+        shards = shard_count(systems[0], names, rows, embedding_dim(systems[0], workload))
         bins = max(request.torchrec_bins - DEFAULT_BINS, 0)
         shard_bytes = shards * (SHARD_STATS_BYTES + bins * SHARD_BIN_BYTES)
 
@@ -618,34 +629,11 @@ def offload_cache_bytes(
     return best, how
 
 
-def shard_count(system: Any, source: Any, rows: list[int]) -> int:
-    """The shards of the cluster plan's recommended placement that hold rows, for TorchRec's
-    statistics per shard: a sharding type's or a sharding file's, counted from the tables'
-    shapes (`replay.system.sharding`); the sharder's (`auto`) one a table, as it places
-    most tables whole (meta-2021's day on 128 GPUs: none split), its splits uncounted."""
-    from replay.engine.placement import AUTO, embedding_dim
-    from replay.system.sharding import resolve_plan, table_shapes, uniform_plan
-    from replay.system.torchrec_plan import read_sharding_file
-
-    cluster = system.cluster
-    if not cluster.sharding_file and cluster.sharding in AUTO:
-        return len(rows)
+def _names(source: Any) -> tuple[list[str], dict[str, Any]]:
+    """(the source's table names, its workload as a trace's manifest gives it)."""
     if isinstance(source, WorkloadSpec):
-        names = [str(t.name) for t in source.tables]
-        workload = {"embedding_dim": _dim(source)}
-    else:
-        names = [str(n) for n in source.table_names]
-        workload = dict(getattr(source, "workload", None) or {})
-    shapes = table_shapes(names, rows, embedding_dim(system, workload))
-    nodes, gpn = int(cluster.nodes), int(cluster.gpus_per_node)
-    if cluster.sharding_file:
-        plan = read_sharding_file(cluster.sharding_file)
-        where = cluster.sharding_file
-    else:
-        plan = uniform_plan(cluster.sharding, shapes, nodes=nodes, gpus_per_node=gpn)
-        where = f"cluster.sharding={cluster.sharding}"
-    placement = resolve_plan(plan, shapes, nodes=nodes, gpus_per_node=gpn, where=where)
-    return sum(1 for shard in placement.shards if shard.rows > 0)
+        return [str(t.name) for t in source.tables], {"embedding_dim": _dim(source)}
+    return [str(n) for n in source.table_names], dict(getattr(source, "workload", None) or {})
 
 
 def _dim(source: Any) -> int:
