@@ -262,14 +262,14 @@ def mrc_index_bytes(total_rows: int, min_window: int = 1 << 16) -> int:
 def mrc_estimate(
     table_rows: Sequence[int], lookups: int, sample_rate: float | None, *, dense: bool = True
 ) -> Estimate:
-    """`replay mrc`. Exact: a last position per row (4 or 8 B), or with `dense` False (the
-    caller's `replay.analysis.stack.dense_rows`: a row space large against the lookups) a
-    map of the rows seen (per row up to 2 last positions and 4 slots of a key and an id,
-    each array grown by doubling); and per distinct key its window (>= 4 positions of
-    `index` bytes plus the bitmap and tree: 4.2 x index) and histogram bucket (8 B, grown
-    by doubling: 16). Sampled: a hash map over the sampled keys only (per key: last
-    position, 2 map slots of 8 + index bytes, window, histogram), in the full sample and
-    in its 8 groups (twice the keys in all)."""
+    """`replay mrc` (and `replay plan`'s curves). Exact: a last position per row (4 or 8 B),
+    or with `dense` False (`replay plan`'s, from `replay.analysis.stack.dense_rows`: a row
+    space large against the lookups) a map of the rows seen (per row up to 2 last
+    positions and 4 slots of a key and an id, each array grown by doubling); and per
+    distinct key its window (>= 4 positions of `index` bytes plus the bitmap and tree:
+    4.2 x index) and histogram bucket (8 B, grown by doubling: 16). Sampled: a hash map
+    over the sampled keys only (per key: last position, 2 map slots of 8 + index bytes,
+    window, histogram), in the full sample and in its 8 groups (twice the keys in all)."""
     total = row_space(table_rows)
     distinct = min(total, max(int(lookups), 0))
     index = mrc_index_bytes(total)

@@ -107,12 +107,7 @@ def mrc_command(
     from replay.workload.source import source_document, source_label
 
     def estimate(rows: Sequence[int], lookups: int, batches: int) -> Estimate:
-        # the exact state's layout as the curve picks it: a map where the rows are many
-        from replay._memory import row_space
-        from replay.analysis.stack import dense_rows
-
-        dense = dense_rows(row_space(rows), lookups)
-        return mrc_estimate(rows, lookups, sample_rate, dense=dense)
+        return mrc_estimate(rows, lookups, sample_rate)
 
     with display("mrc") as progress:
         progress.stage("checking the inputs")
