@@ -123,9 +123,9 @@ def _drop_llvm_lock_events() -> None:
     compilation spent in LLVM, in a dispatcher's `get_metadata()["timers"]`. Loading
     the 6 cached kernels of a 2-batch `replay run` makes 881 calls into LLVM, and under
     cProfile the loads took 34 ms with the events, 19 ms without. The whole run took
-    0.98x of its wall and CPU without them (`farm-bench`, 41 pairs, 2-core VM). The
-    lock itself stays; only the LLVM time in a compilation's timers goes (the compiler
-    lock's time stays)."""
+    0.98x of its wall and CPU without them (whole processes alternating, 41 pairs,
+    2-core VM). The lock itself stays; only the LLVM time in a compilation's timers goes
+    (the compiler lock's time stays)."""
     import llvmlite.binding as ll
 
     lock = getattr(getattr(ll.ffi, "lib", None), "_lock", None)

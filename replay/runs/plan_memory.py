@@ -296,7 +296,7 @@ def _unique_heads_bytes(rows: list[int], per_batch: int, batches: int, rate: flo
         return 0
     blocks = len(head_blocks(batches, per_batch * batches, max(tables)))
     heads = head_bytes(tables, blocks) + head_counts_bytes([max(tables)], blocks)
-    chunk = max(1, (1 << 20) // max(per_batch, 1)) * per_batch
+    chunk = _chunk_lookups(per_batch)
     slots = 1 << max(int(2 * per_batch - 1).bit_length(), 4)
     per_lookup = HEAD_CHUNK_BYTES_PER_LOOKUP + FIRST_IN_BATCH_BYTES_PER_LOOKUP
     return heads + chunk * per_lookup + 16 * slots
@@ -321,7 +321,7 @@ def plan_estimate(request: PlanRequest, source: Any, systems: list[Any]) -> Esti
     in_pieces = False
     shard_bytes = 0
     if rate < 1.0:
-        chunk = max(1, (1 << 20) // max(per_batch, 1)) * per_batch
+        chunk = _chunk_lookups(per_batch)
         piece = _piece_lookups(source)
         in_pieces = bool(piece) and one_batch_heads_wanted(batches, per_batch, (piece,))
         looks = _table_lookups(source) if in_pieces else None
@@ -678,6 +678,14 @@ def loads_bytes(spec: WorkloadSpec) -> int:
     )
 
 
+def _chunk_lookups(per_batch: int) -> int:
+    """The lookups of a chunk of whole batches the curves, heads and routing generate at a
+    time: at least a batch, else whole batches up to `horizon.HEAD_CHUNK_LOOKUPS`."""
+    from replay.analysis.horizon import HEAD_CHUNK_LOOKUPS
+
+    return max(1, HEAD_CHUNK_LOOKUPS // max(per_batch, 1)) * per_batch
+
+
 def _table_lookups(spec: WorkloadSpec) -> list[int]:
     """Each table's lookups a batch."""
     return [int(spec.batch_size) * int(t.pooling) for t in spec.tables]
@@ -725,7 +733,7 @@ def _cluster_stage(
     from replay.policies import POLICIES
 
     total = row_space(rows)
-    chunk = max(1, (1 << 20) // max(per_batch, 1)) * per_batch
+    chunk = _chunk_lookups(per_batch)
     curves = mrc_estimate(rows, distinct, rate if rate < 1.0 else None).total
     curves += math.ceil(chunk * rate) * CLUSTER_ROUTED_BYTES_PER_LOOKUP
     if piece:
