@@ -342,7 +342,7 @@ def test_version_and_a_two_batch_run_are_quick(tmp_path: Path) -> None:
     medians = _medians_alternating(
         {
             "run": [sys.executable, "-m", "replay", *run],
-            # what the run cannot do without: the floor under it on this machine, this hour
+            # the libraries the run cannot do without, timed beside it on this machine
             "imports": [sys.executable, "-c", "import numba, pyarrow.parquet, typer"],
         }
     )
