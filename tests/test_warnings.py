@@ -1,7 +1,8 @@
 """Degenerate studies say so: a cache that holds every row the trace touched (LRU = LFU),
-a checkpoint interval longer than the replayed span (no checkpoint), and a system with no
-cache has no hit ratio (n/a, JSON null), never 1.0. Each warning is one line on stderr,
-is recorded in the run's summary.json and is shown by reports."""
+a checkpoint interval longer than the replayed span (no checkpoint), a failure study at an
+interval far from its Young/Daly interval or on fewer than 3 checkpoints, and a system
+with no cache has no hit ratio (n/a, JSON null), never 1.0. Each warning is one line on
+stderr, is recorded in the run's summary.json and is shown by reports."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from replay._study_bounds import MIN_CHECKPOINTS, YOUNG_DALY_BAND, failure_study_warning
 from replay.cli import main
 
 CACHE = "holds everything the trace touched"
@@ -109,3 +111,71 @@ def test_compare_warns_per_run_and_the_report_shows_it(
     runs = {r["system"]: r["warnings"] for r in _summary(report)["runs"]}
     assert runs["dram"] == [] and len(runs["hbm-lru"]) == 1 and CACHE in runs["hbm-lru"][0]
     assert "| dram |" in text and "| n/a |" in text.split("| dram |")[1].splitlines()[0]
+
+
+def _failure_study(trace: Path, out: Path, interval_batches: int) -> list[str]:
+    sets = [
+        "policy.capacity_rows=200",
+        "checkpoint.strategy=sync-full",
+        f"checkpoint.interval_batches={interval_batches}",
+        "failures.mtbf_s=4h",
+    ]
+    args = ["run", str(trace), "-s", "hbm-lru", "-o", str(out)]
+    assert main([*args, *[x for s in sets for x in ("--set", s)]]) == 0
+    return _summary(out)["warnings"]
+
+
+def test_a_failure_study_far_from_its_young_daly_interval_warns(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """40 tiny batches, a full checkpoint every 2: 20 checkpoints ~0.7 ms apart, against
+    a Young/Daly interval of seconds at a 4-hour MTBF. The goodput measures the interval,
+    as the report's failure table says by leaving it out; the run says it too."""
+    capsys.readouterr()
+    out = tmp_path / "r"
+    recorded = _failure_study(trace, out, 2)
+    (line,) = _warnings(capsys.readouterr().err)
+    assert recorded == [line.removeprefix("replay: warning: ")]
+    summary = _summary(out)
+    used = summary["failures"]["interval_s_used"]
+    optimum = summary["failures"]["young_daly_interval_s"]
+    assert summary["checkpoint"]["count"] >= MIN_CHECKPOINTS
+    assert used / optimum < YOUNG_DALY_BAND[0]
+    assert f"is {used / optimum:.3g}× its Young/Daly interval" in line
+    assert "the goodput measures the interval, not the strategy" in line
+
+
+def test_a_failure_study_on_two_checkpoints_warns(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    out = tmp_path / "r"
+    (recorded,) = _failure_study(trace, out, 15)
+    assert _summary(out)["checkpoint"]["count"] == 2
+    assert recorded.startswith("the failure study rests on 2 checkpoints, fewer than 3")
+    assert _warnings(capsys.readouterr().err) == [f"replay: warning: {recorded}"]
+
+
+def test_the_failure_study_warning_at_the_band() -> None:
+    """Inside YOUNG_DALY_BAND (ends included) a goodput is a result; outside it, or from
+    1-2 checkpoints, it is not; without checkpoints the checkpoint model warns instead."""
+    low, high = YOUNG_DALY_BAND
+    ck = {"strategy": "sync-full", "count": 10}
+
+    def at(ratio: float) -> str | None:
+        failures = {"interval_s_used": ratio * 600.0, "young_daly_interval_s": 600.0}
+        return failure_study_warning(ck, failures)
+
+    for ratio in (low, 1.0, high):
+        assert at(ratio) is None
+    for ratio in (low * 0.99, high * 1.01, 0.001, 50.0):
+        text = at(ratio)
+        assert text is not None and f"is {ratio:.3g}× its Young/Daly interval (10 min)" in text
+    study = {"interval_s_used": 600.0, "young_daly_interval_s": 600.0}
+    assert failure_study_warning({"strategy": "sync-full", "count": 0}, study) is None
+    assert failure_study_warning({"strategy": "none", "count": 0}, study) is None
+    few = failure_study_warning({"strategy": "sync-full", "count": 1}, study)
+    assert few is not None and "rests on 1 checkpoint, fewer than 3" in few
+    # no Young/Daly interval to hold the interval against: no claim either way
+    unknown = {"interval_s_used": 1.0, "young_daly_interval_s": None}
+    assert failure_study_warning(ck, unknown) is None

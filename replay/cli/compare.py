@@ -73,13 +73,13 @@ def compare_command(
     trace: TraceArgument = None,
     *,
     systems: Annotated[
-        str,
+        list[str],
         typer.Option(
             "--systems",
             "-s",
             metavar="SYSTEM,...",
-            help="System presets or TOML files, comma-separated; the first is the baseline "
-            "of speedup and energy saving.",
+            help="System presets or TOML files, comma-separated or the option repeated "
+            "(-s a,b or -s a -s b); the first is the baseline of speedup and energy saving.",
         ),
     ],
     out: OutOption,
@@ -119,7 +119,8 @@ def compare_command(
         alpha=alpha, drift=drift, reuse=reuse, verify=verify,
     )  # fmt: skip
     sets = list(overrides or [])
-    given = split_list(systems, "--systems")
+    # `-s a -s b` as `-s a,b`: a single-valued option would keep only the last one given
+    given = [name for text in systems for name in split_list(text, "--systems")]
     jobs = resolve_systems(given, sets)
     document = compare_document(ref, jobs, given, sets)
     document["checksums_verified"] = checksums_verified(ref, verify)
@@ -322,6 +323,7 @@ def print_table(
     from rich.table import Table
 
     from replay._units import format_hit_ratio
+    from replay.cli._run_text import energy_text, goodput_text, ratio_text, speedup_text
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     table = Table(title=shown(title), title_justify="left")
@@ -342,13 +344,13 @@ def print_table(
         cells = [shown(row[key]) for key, _ in label_columns]
         cells.append(_si(row["time_s"], "s"))
         if speedup:
-            cells.append("-" if row["speedup"] is None else f"{row['speedup']:.3g}x")
-        cells.append(_si(row["energy_j"], "J"))
+            cells.append("-" if row["speedup"] is None else speedup_text(row["speedup"]))
+        cells.append(energy_text(row["energy_j"]))
         cells.append(format_hit_ratio(row["hit_ratio"]))
         if checkpoints:
-            cells.append(f"{100 * row['checkpoint_overhead']:.2f}%")
+            cells.append(ratio_text(row["checkpoint_overhead"]))
         if goodput:
-            cells.append("-" if row["goodput_mean"] is None else f"{row['goodput_mean']:.4f}")
+            cells.append("-" if row["goodput_mean"] is None else goodput_text(row["goodput_mean"]))
         table.add_row(*cells)
     console.print(table)
     console.print(footer, highlight=False, soft_wrap=True)

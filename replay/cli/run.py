@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from replay.cli._progress import Display, display
-from replay.cli.app import app, shown, warn
+from replay.cli.app import app, warn
 from replay.cli.source import (
     AlphaOption,
     BatchesOption,
@@ -18,11 +18,13 @@ from replay.cli.source import (
     ReuseOption,
     SeedOption,
     SetsOption,
+    SystemOption,
     TraceArgument,
     VerifyOption,
     WorkloadOption,
     checksums_verified,
     inspect_default,
+    one_system,
     resolve_source_verified_later,
 )
 
@@ -45,10 +47,7 @@ InspectOption = Annotated[
 def run_command(
     trace: TraceArgument = None,
     *,
-    system: Annotated[
-        str,
-        typer.Option("--system", "-s", metavar="SYSTEM", help="System preset name or TOML file."),
-    ],
+    system: SystemOption,
     out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Run folder to write.")],
     overrides: SetsOption = None,
     force: Annotated[
@@ -76,11 +75,12 @@ def run_command(
 ) -> None:
     """Replay a trace (or a workload generated on the fly) on a system: per-batch hits,
     traffic, time and energy into DIR."""
+    name = one_system(system)
     from replay.cli._reserve import reserve_replay_state
 
     # the policy's table and the statistics' state faulted in while the imports below run
     reserve_replay_state(
-        trace, workload, system, list(overrides or []), inspect=inspect, resume=resume
+        trace, workload, name, list(overrides or []), inspect=inspect, resume=resume
     )
     from replay import _jit
 
@@ -99,7 +99,7 @@ def run_command(
     with display("run") as progress:
         progress.stage("checking the inputs")
         sets = list(overrides or [])
-        spec, origin = resolve_system_with_origin(system, sets)
+        spec, origin = resolve_system_with_origin(name, sets)
         refuse_cluster_checkpoint(spec, origin)
 
         def fits(opened: Source) -> None:
@@ -181,6 +181,8 @@ def run_command(
     if json_output:
         typer.echo(json.dumps(summary, indent=2))
     else:
+        from replay.cli._run_text import print_summary
+
         print_summary(spec.name, summary, meta, out)
     for warning in summary.get("warnings", []):
         warn(warning)
@@ -204,115 +206,3 @@ def _replay(opened: Any, spec: Any, *, inspect: bool, placed: Any = None, progre
         return replay_system(opened, spec, inspect=inspect, on_progress=on_progress, placed=placed)
     finally:
         release_reserved()  # what the replay did not take (`replay.cli._reserve`)
-
-
-# the all-to-all model a cluster run names (`replay.engine.collectives`), in a word
-_A2A = {"torchrec": "TorchRec's collectives", "lower-bound": "lower bound"}
-
-
-def _si(value: float, unit: str) -> str:
-    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
-def print_summary(name: str, summary: dict[str, Any], meta: dict[str, Any], out: Path) -> None:
-    from replay._units import format_hit_ratio
-
-    pol = summary["policy"]
-    t = summary["time"]
-    typer.echo(
-        f"{shown(name, markup=False)}: {summary['lookups']:,} lookups in "
-        f"{summary['batches']:,} batches; "
-        f"policy {pol['name']}: hit ratio {format_hit_ratio(pol['hit_ratio'], 'n/a (no cache)')} "
-        f"({pol['misses']:,} misses, {pol['evictions']:,} evictions, "
-        f"{pol['writebacks']:,} write-backs)"
-    )
-    fb = pol.get("fbgemm_counters")
-    if fb:
-        typer.echo(
-            f"  FBGEMM TBE cache: {pol['sets']:,} sets x {pol['associativity']} ways (load "
-            f"factor {pol['load_factor']:.4g}), {pol['algorithm'].upper()}; per FBGEMM's "
-            f"counters: {fb['unique_misses']:,} unique misses of {fb['unique_indices']:,} unique "
-            f"indices ({fb['requested_indices']:,} requested, {fb['calls']:,} calls), "
-            f"{fb['conflict_unique_misses']:,} conflict unique misses, "
-            f"{fb['conflict_misses']:,} conflict misses"
-        )
-    typer.echo(
-        f"  time {summary['time_s']:.4g} s (compute {t['compute_s']:.4g}, embedding exposed "
-        f"{t['embedding_exposed_s']:.4g}, checkpoint {t['checkpoint_s']:.4g}, "
-        f"other {t['other_s']:.4g}"
-        + "".join(
-            f", {label} {t[key]:.4g}"
-            for key, label in (
-                ("all_to_all_s", "all-to-all"),
-                ("allreduce_s", "all-reduce"),
-                ("patrickstar_comm_s", "PatrickStar's collectives"),
-            )
-            if key in t
-        )
-        + f"); energy {_si(summary['energy_j'], 'J')}"
-    )
-    for name_, tier in summary["tiers"].items():
-        if tier["read_bytes"] or tier["write_bytes"]:
-            typer.echo(
-                f"  tier {shown(name_, markup=False)}: read {_si(tier['read_bytes'], 'B')}, "
-                f"write {_si(tier['write_bytes'], 'B')}"
-            )
-    for name_, link in summary["links"].items():
-        if link["h2d_bytes"] or link["d2h_bytes"]:
-            typer.echo(
-                f"  link {shown(name_, markup=False)}: h2d {_si(link['h2d_bytes'], 'B')}, "
-                f"d2h {_si(link['d2h_bytes'], 'B')}"
-            )
-    ck = summary.get("checkpoint")
-    if ck and ck["strategy"] != "none":
-        typer.echo(
-            f"  checkpoint {ck['strategy']}: {ck['count']:,} written "
-            f"({_si(ck['bytes_written'], 'B')}, at most {_si(ck['max_bytes_retained'], 'B')} "
-            f"kept), stall {ck['stall_s']:.4g} s = {100 * ck['overhead']:.2f}% overhead"
-        )
-    fail = summary.get("failures")
-    if fail:
-        yd = fail["young_daly_interval_s"]
-        used = fail["interval_s_used"]
-        typer.echo(
-            f"  failures: goodput {fail['goodput_mean']:.4f} mean, {fail['goodput_p5']:.4f} p5 "
-            f"over {fail['draws']:,} draws; lost work "
-            f"{fail['lost_work_per_training_failure_s']:.4g} s per failure of training, "
-            f"{fail['failures_during_restore_per_draw_mean']:.4g} failures during restores "
-            f"per draw, restore {fail['restore_s_mean']:.4g} s per failure"
-            + (f"; Young/Daly interval {yd:.4g} s" if yd is not None else "")
-            + (f" (used {used:.4g} s)" if used is not None else "")
-        )
-    cl = summary.get("cluster")
-    ps = summary.get("patrickstar")
-    if cl and ps:
-        typer.echo(
-            f"  PatrickStar on {cl['nodes']} x {cl['gpus_per_node']} GPUs (chunks partitioned, "
-            f"data-parallel): {ps['groups_per_batch']:.4g} chunk groups gathered a batch, "
-            f"{_si(ps['all_gather_bytes_per_step'], 'B')} all-gathered and "
-            f"{_si(ps['reduce_scatter_bytes_per_step'], 'B')} reduce-scattered per GPU a step, "
-            f"{ps['comm_s_per_step'] * 1e3:.4g} ms"
-            + (
-                f"; {ps['vs_data_parallel']:.3g}x the bytes of data parallelism's all-reduce "
-                "of the same chunks"
-                if ps.get("vs_data_parallel") is not None
-                else ""
-            )
-            + f"; step {cl['step_time_s']:.4g} s"
-        )
-    elif cl:
-        typer.echo(
-            f"  cluster {cl['nodes']} x {cl['gpus_per_node']} GPUs, "
-            f"{cl['sharding'].get('sharding', '?')}: step {cl['step_time_s']:.4g} s a batch "
-            f"(slowest GPU's embedding {cl['rank_embedding_s_max_per_batch']:.4g}, "
-            f"all-to-all {cl['all_to_all_s_per_batch']:.4g} for "
-            f"{_si(cl['all_to_all_bytes_per_batch'], 'B')} "
-            f"({_A2A.get(cl.get('all_to_all_model', ''), 'lower bound')}), all-reduce "
-            f"{cl['allreduce_s_per_batch']:.4g}); lookups max/mean per GPU "
-            f"{cl['imbalance_mean']:.3f} mean, {cl['imbalance_max']:.3f} max"
-        )
-    rate = meta["timings"]["lookups_per_s"]
-    typer.echo(f"  replayed at {rate / 1e6:.1f} M lookups/s; wrote {shown(out, markup=False)}")

@@ -78,6 +78,23 @@ ReuseOption = Annotated[
         rich_help_panel=_PANEL,
     ),
 ]
+SystemOption = Annotated[
+    list[str],
+    typer.Option("--system", "-s", metavar="SYSTEM", help="System preset name or TOML file."),
+]
+
+
+def one_system(given: Sequence[str]) -> str:
+    """The `--system` of a command that replays one system. Click keeps the last value of
+    an option given twice, so `-s a -s b` ran b alone without a word; it is refused."""
+    if len(given) != 1:
+        raise ConfigError(
+            f"--system: given {len(given)} times ({', '.join(given)}); this command replays "
+            "one system (`replay compare -s a,b` replays several side by side)"
+        )
+    return given[0]
+
+
 SetsOption = Annotated[
     list[str] | None,
     typer.Option(

@@ -37,10 +37,12 @@ from replay.cli.source import (
     ReuseOption,
     SeedOption,
     SetsOption,
+    SystemOption,
     TraceArgument,
     VerifyOption,
     WorkloadOption,
     checksums_verified,
+    one_system,
     resolve_source,
 )
 
@@ -77,10 +79,7 @@ def _resolve(system: str, parsed: Any, sets: list[str], total: int) -> Any:
 def sweep_command(
     trace: TraceArgument = None,
     *,
-    system: Annotated[
-        str,
-        typer.Option("--system", "-s", metavar="SYSTEM", help="System preset name or TOML file."),
-    ],
+    system: SystemOption,
     grid: Annotated[
         list[str],
         typer.Option(
@@ -118,6 +117,7 @@ def sweep_command(
 ) -> None:
     """Replay one trace (or on-the-fly workload) on a system over a grid of settings: a
     run folder per point."""
+    name = one_system(system)
     from replay._schema_stamp import stamp
     from replay.runs.compare import (
         SWEEP_FILES,
@@ -141,8 +141,8 @@ def sweep_command(
     echo = _echo(json_output)
     if echo is not None and total >= _ANNOUNCE_CHECKING:
         echo(f"sweep: checking {total:,} points")
-    points = _resolve(system, parsed, sets, total)
-    document = sweep_document(ref, system, parsed, points, sets)
+    points = _resolve(name, parsed, sets, total)
+    document = sweep_document(ref, name, parsed, points, sets)
     document["checksums_verified"] = checksums_verified(ref, verify)
 
     def finish(tmp: Path, metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from replay._study_bounds import failure_study_warning
 from replay.policies.base import (
     BYPASS,
     COUNTER_NAMES,
@@ -426,7 +427,9 @@ def study_warnings(summary: dict[str, Any], *, evicts: bool) -> list[str]:
     - a cache that never had to choose: it held every row the trace touched, so it never
       evicted (for a pinned set: it had room to spare), every policy gives the same hit
       ratio and only first touches miss, and the result says nothing about the policy;
-    - the checkpoint model's own (`checkpoint.warnings`: no checkpoint in the span).
+    - the checkpoint model's own (`checkpoint.warnings`: no checkpoint in the span);
+    - a failure study whose goodput measures its interval or its first writes rather than
+      the strategy (`replay._study_bounds`).
     """
     out = []
     pol = summary["policy"]
@@ -453,6 +456,11 @@ def study_warnings(summary: dict[str, Any], *, evicts: bool) -> list[str]:
         )
     checkpoint = summary.get("checkpoint") or {}
     out += [str(w) for w in checkpoint.get("warnings", [])]
+    failures = summary.get("failures")
+    if failures:
+        study = failure_study_warning(checkpoint, failures)
+        if study is not None:
+            out.append(study)
     return out
 
 

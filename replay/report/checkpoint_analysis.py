@@ -25,6 +25,7 @@ from typing import Any, cast
 
 import polars as pl
 
+from replay._study_bounds import MIN_CHECKPOINTS, YOUNG_DALY_BAND
 from replay._units import format_duration
 from replay.report.document import fmt_ratio
 from replay.report.load import Results, RunData
@@ -32,8 +33,6 @@ from replay.report.run_terms import ratio as _ratio
 from replay.report.run_terms import time_terms
 from replay.report.run_terms import unique as _unique
 
-MIN_CHECKPOINTS = 3  # a stall share, a bandwidth or a goodput from fewer is no result
-YOUNG_DALY_BAND = (0.25, 4.0)  # a failure study's interval / its Young/Daly interval
 FASTPERSIST_OVERHEAD = 0.01  # the overhead under which checkpointing counts as negligible
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import polars as pl
 
+from replay._study_bounds import MIN_CHECKPOINTS
 from replay._units import format_bytes
 
 # `figures.save` is looked up when a figure is written, as in figures.py itself, so a
@@ -38,7 +39,6 @@ from replay.report.figures import (
 )
 from replay.report.load import RunData
 
-MIN_CHECKPOINTS = 3  # fewer writes during training say nothing about a steady state
 MAX_BARS = 12
 MAX_NAMED = 4  # runs named in a caption's list
 

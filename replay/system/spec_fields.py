@@ -40,9 +40,25 @@ def check_number(value: Any, where: str, spec: tuple[float, float, bool], intege
         if math.isnan(value) or math.isinf(value):
             raise ConfigError(f"{where}: must be a finite number, got {value}")
     if value < lo or value > hi or (lo_open and value <= lo):
-        low = f"({lo}" if lo_open else f"[{lo}"
-        raise ConfigError(f"{where}: {value} is out of range {low}, {hi:g}]")
+        low = f"({_bound(lo)}" if lo_open else f"[{_bound(lo)}"
+        raise ConfigError(f"{where}: {value} is out of range {low}, {_bound(hi)}]")
     return value
+
+
+def _bound(x: float) -> str:
+    """A range's end as written in the spec: `2^62` and `2^63 - 1` rather than
+    `4.61169e+18`, `1e+18` as `10^18`, other whole numbers with separators (`1,000`)."""
+    if not float(x).is_integer():
+        return f"{x:g}"
+    n = int(x)
+    if n >= 1 << 20:
+        for m, suffix in ((n, ""), (n + 1, " - 1")):
+            if m & (m - 1) == 0:
+                return f"2^{m.bit_length() - 1}{suffix}"
+        text = str(n)
+        if text.rstrip("0") == "1":
+            return f"10^{len(text) - 1}"
+    return f"{n:,}"
 
 
 def with_unit(name: str, value: Any, path: str) -> Any:
