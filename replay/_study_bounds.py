@@ -37,7 +37,7 @@ def failure_study_warning(checkpoint: dict[str, Any], failures: dict[str, Any]) 
         return (
             f"the failure study rests on {count} checkpoint{'s' * (count > 1)}, fewer than "
             f"{MIN_CHECKPOINTS}: its goodput describes the first writes, not the strategy; "
-            "replay a longer trace or use `replay plan` for each strategy's goodput"
+            "replay a longer trace or use replay plan for each strategy's goodput"
         )
     used = failures.get("interval_s_used")
     optimum = failures.get("young_daly_interval_s")
@@ -52,7 +52,7 @@ def failure_study_warning(checkpoint: dict[str, Any], failures: dict[str, Any]) 
         f"the checkpoint interval ({format_duration(float(used))}) is {ratio:.3g}× its "
         f"Young/Daly interval ({format_duration(float(optimum))}): outside {low:g}–{high:g}×, "
         f"the goodput measures the interval, not the strategy; checkpoint every {near}, or "
-        "use `replay plan` for each strategy's goodput at its best interval"
+        "use replay plan for each strategy's goodput at its best interval"
     )
 
 
