@@ -104,15 +104,19 @@ def mrc_command(
     from replay._memory import mrc_estimate
     from replay._schema_stamp import stamp
     from replay.analysis.mrc import mrc_source, validate_options
+    from replay.analysis.stack import dense_rows
     from replay.workload.source import source_document, source_label
 
     def estimate(rows: Sequence[int], lookups: int, batches: int) -> Estimate:
-        return mrc_estimate(rows, lookups, sample_rate)
+        # the exact pass keeps a map of the rows seen where the row space is large against
+        # the lookups (`dense_rows`, as `replay.analysis.mrc` chooses), an array otherwise
+        dense = lookups <= 0 or dense_rows(sum(int(r) for r in rows), lookups)
+        return mrc_estimate(rows, lookups, sample_rate, dense=dense)
 
     with display("mrc") as progress:
         progress.stage("checking the inputs")
         # the memory estimate refuses a row space this machine cannot hold before anything
-        # is read (the exact curve keeps 4-8 B per row)
+        # is read (the exact curve keeps 4-8 B per row, or per row seen in a large space)
         ref = resolve_source(
             trace, workload, batches=batches, batch_size=batch_size, seed=seed,
             alpha=alpha, drift=drift, reuse=reuse, verify=verify, check=memory_check(estimate),
