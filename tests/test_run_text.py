@@ -18,6 +18,7 @@ from replay.cli._run_text import (
     overhead_text,
     rate_text,
     ratio_text,
+    si_text,
     speedup_text,
 )
 
@@ -47,6 +48,7 @@ def test_the_cells() -> None:
         "25.0 M lookups/s", "0.46 M lookups/s", "0.042 M lookups/s", "999 lookups/s",
     ]  # fmt: skip
     assert [energy_text(x) for x in (0.0352, 3610.0, 2.0)] == ["35.2 mJ", "3.61 kJ", "2 J"]
+    assert si_text(100.83e-6, "s", 4) == "100.8 µs"
 
 
 def test_a_run_prints_its_answers_in_units(

@@ -19,15 +19,18 @@ from replay.cli.app import shown
 _A2A = {"torchrec": "TorchRec's collectives", "lower-bound": "lower bound"}
 
 
+def si_text(value: float, unit: str, digits: int = 3) -> str:
+    """`35.2 mJ`, `3.61 kJ`, `100.8 µs`: an SI prefix from tera to nano."""
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""),
+                           (1e-3, "m"), (1e-6, "µ"), (1e-9, "n")):  # fmt: skip
+        if abs(value) >= factor:
+            return f"{value / factor:.{digits}g} {prefix}{unit}"
+    return f"{value:.{digits}g} {unit}"
+
+
 def energy_text(joules: float) -> str:
-    """`35.2 mJ`, `3.61 kJ`: SI prefixes, 3 significant digits."""
-    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")):
-        if abs(joules) >= factor:
-            return f"{joules / factor:.3g} {prefix}J"
-    for factor, prefix in ((1e-3, "m"), (1e-6, "µ"), (1e-9, "n")):
-        if abs(joules) >= factor:
-            return f"{joules / factor:.3g} {prefix}J"
-    return f"{joules:.3g} J"
+    """`35.2 mJ`, `3.61 kJ`: 3 significant digits."""
+    return si_text(joules, "J")
 
 
 def ratio_text(x: float) -> str:
@@ -180,6 +183,7 @@ __all__ = [
     "print_summary",
     "rate_text",
     "ratio_text",
+    "si_text",
     "speedup_text",
     "summary_lines",
 ]

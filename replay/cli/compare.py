@@ -299,16 +299,6 @@ def folders_text(n: int) -> str:
     return f"{n} run folder" if n == 1 else f"{n} run folders"
 
 
-def _si(value: float, unit: str) -> str:
-    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")):
-        if abs(value) >= factor:
-            return f"{value / factor:.4g} {prefix}{unit}"
-    for factor, prefix in ((1e-3, "m"), (1e-6, "µ"), (1e-9, "n")):
-        if abs(value) >= factor:
-            return f"{value / factor:.4g} {prefix}{unit}"
-    return f"{value:.4g} {unit}"
-
-
 def print_table(
     title: str,
     rows: Sequence[dict[str, Any]],
@@ -323,7 +313,13 @@ def print_table(
     from rich.table import Table
 
     from replay._units import format_hit_ratio
-    from replay.cli._run_text import energy_text, goodput_text, ratio_text, speedup_text
+    from replay.cli._run_text import (
+        energy_text,
+        goodput_text,
+        ratio_text,
+        si_text,
+        speedup_text,
+    )
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     table = Table(title=shown(title), title_justify="left")
@@ -342,7 +338,7 @@ def print_table(
         table.add_column("goodput", justify="right")
     for row in rows:
         cells = [shown(row[key]) for key, _ in label_columns]
-        cells.append(_si(row["time_s"], "s"))
+        cells.append(si_text(row["time_s"], "s", 4))
         if speedup:
             cells.append("-" if row["speedup"] is None else speedup_text(row["speedup"]))
         cells.append(energy_text(row["energy_j"]))
