@@ -123,8 +123,17 @@ def format_rate(bytes_per_s: float) -> str:
 
 
 def format_percent(fraction: float) -> str:
-    """`97.3%`, `0.12%`: a fraction as a percentage with 3 significant digits."""
-    return f"{100 * fraction:.3g}%"
+    """`97.3%`, `0.12%`, `0.00003%`: a fraction as a percentage with 3 significant digits,
+    never an exponent (`3e-05%` is no answer to read)."""
+    value = 100 * fraction
+    text = f"{value:.3g}"
+    if "e" in text and math.isfinite(value):
+        if abs(value) >= 1:
+            text = f"{value:.0f}"
+        else:  # 3 significant digits after the leading zeros, trailing zeros dropped
+            decimals = 2 - math.floor(math.log10(abs(value)))
+            text = f"{value:.{decimals}f}".rstrip("0").rstrip(".")
+    return f"{text}%"
 
 
 __all__ = [

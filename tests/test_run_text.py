@@ -1,5 +1,5 @@
 """What `replay run`, `compare` and `sweep` print for a person: durations, bytes, goodput
-and multiples in the user's units (never `6.752e-05 s`, `1318869.60%` or `0.0 M
+and multiples in the user's units (never `6.752e-05 s`, `1318869.60%`, `3e-05%` or `0.0 M
 lookups/s`), and the systems named as given (`compare -s a -s b` runs both; `run -s a
 -s b` is refused, where click alone would run b without a word)."""
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from replay._units import format_percent
 from replay.cli import main
 from replay.cli._run_text import (
     energy_text,
@@ -49,6 +50,10 @@ def test_the_cells() -> None:
     ]  # fmt: skip
     assert [energy_text(x) for x in (0.0352, 3610.0, 2.0)] == ["35.2 mJ", "3.61 kJ", "2 J"]
     assert si_text(100.83e-6, "s", 4) == "100.8 µs"
+    # a plan's chance of a failure in a short run: digits, not `3e-05%`
+    assert [format_percent(x) for x in (0.973, 0.0012, 3e-7, 1.234e-9, 0.0)] == [
+        "97.3%", "0.12%", "0.00003%", "0.000000123%", "0%",
+    ]  # fmt: skip
 
 
 def test_a_run_prints_its_answers_in_units(

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from replay._units import format_duration
 from replay.errors import ConfigError
 from replay.plan.request import PlanRequest, open_horizon, row_sizes, steady_source
 from replay.workload.spec import WorkloadSpec
@@ -472,9 +473,9 @@ def checkpoint_answers(s: Setup, c: Curves, sa: SystemAnswers, say: Say) -> Chec
     ]
     if whole:
         notes.append(
-            f"{', '.join(whole)}: the best interval is the whole run ({horizon_s:.3g} s of "
-            "training): over a run this short one checkpoint costs more than the work it "
-            "saves, so these figures are a run without checkpoints"
+            f"{', '.join(whole)}: the best interval is the whole run "
+            f"({format_duration(horizon_s)} of training): over a run this short one checkpoint "
+            "costs more than the work it saves, so these figures are a run without checkpoints"
         )
     return CheckpointAnswers(
         strategies=strategies, curves=curves, cluster=checkpoints_cluster, notes=tuple(notes)
@@ -510,7 +511,7 @@ def _interpolator(xs: np.ndarray, ys: np.ndarray) -> Callable[[Any], Any]:
 def _outside_papers_method(strategies: list[Any]) -> list[str]:
     """A note for each Check-N-Run mode outside the paper's method that beats the answer
     by goodput: listed in plan.json, not answered (`replay.plan.check_n_run.ranked`)."""
-    from replay._units import format_bytes, format_duration
+    from replay._units import format_bytes
 
     out = []
     for s in strategies:
