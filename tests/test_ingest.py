@@ -152,6 +152,26 @@ def test_golden_max_ind_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert upd.count[(upd.batch == 0) & (upd.table == 1)].tolist() == [2]  # abc, ABC: one row
 
 
+def test_an_ingested_trace_replays_with_the_models_dimension(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Click logs name rows, not their width: a run of an ingested trace says how to give
+    the dimension (one line, exit 2), and runs once it is given."""
+    src = write(tmp_path / "day.tsv", GOLDEN)
+    out = tmp_path / "trace"
+    assert cli(capsys, "ingest", src, "--out", out, "--batch-size", "2",
+               "--max-ind-range", "10")[0] == 0  # fmt: skip
+    run = ["run", out, "-s", "hbm-lru", "--set", "policy.capacity_rows=8", "-o"]
+    code, _, err = cli(capsys, *run, tmp_path / "r1")
+    assert code == 2 and err.count("\n") == 1
+    assert "names no embedding dimension" in err and "--set model.embedding_dim=N" in err
+    assert not (tmp_path / "r1").exists()
+    code, _, _ = cli(capsys, *run, tmp_path / "r2", "--set", "model.embedding_dim=16")
+    assert code == 0
+    summary = json.loads((tmp_path / "r2" / "summary.json").read_text())
+    assert summary["lookups"] == 130
+
+
 def test_golden_dictionary_across_files(tmp_path: Path) -> None:
     a = write(tmp_path / "a.tsv", GOLDEN[:2])
     b = write(tmp_path / "b.tsv.gz", GOLDEN[2:4])

@@ -108,7 +108,12 @@ from replay.system.sharding import (
     table_shapes,
     uniform_plan,
 )
-from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
+from replay.system.spec import (
+    BYTES_PER_VALUE,
+    SystemSpec,
+    embedding_dim,
+    optimizer_bytes_per_row,
+)
 from replay.system.torchrec_plan import read_sharding_file
 from replay.trace.keys import table_offsets
 from replay.workload.row_mass import RowMass, spec_mass
@@ -138,12 +143,6 @@ def row_state_bytes(system: SystemSpec, dim: int) -> int:
     """One row's values and optimizer state (what a shard holds per row)."""
     return BYTES_PER_VALUE * dim + optimizer_bytes_per_row(system.model.optimizer, dim)
 
-
-def embedding_dim(system: SystemSpec, workload: dict[str, Any]) -> int:
-    dim = system.model.embedding_dim or int(workload.get("embedding_dim", 0) or 0)
-    if dim <= 0:
-        raise ConfigError("model.embedding_dim: the trace names no embedding dim; set one")
-    return dim
 
 
 def table_loads(

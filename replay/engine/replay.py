@@ -26,11 +26,16 @@ from replay.checkpoint import STRATEGIES, CheckpointContext, CheckpointStrategy,
 from replay.checkpoint.summarize import checkpoint_summary, failures_summary
 from replay.engine.account import Shape, account, study_warnings, summarize
 from replay.engine.raw import RawState, count_raw
-from replay.errors import ConfigError, TraceError
+from replay.errors import TraceError
 from replay.policies import POLICIES
 from replay.policies.base import NUM_COUNTERS, Policy, PolicyContext
 from replay.system.optimizer import with_workload_rule
-from replay.system.spec import BYTES_PER_VALUE, SystemSpec, optimizer_bytes_per_row
+from replay.system.spec import (
+    BYTES_PER_VALUE,
+    SystemSpec,
+    embedding_dim,
+    optimizer_bytes_per_row,
+)
 from replay.trace.keys import key_dtype, table_offsets
 from replay.trace.reader import Trace
 from replay.trace.stream import empty_range, iter_batch_ranges, warm_up_reader
@@ -87,9 +92,7 @@ def trace_meta(trace: Source, lookups: int) -> dict[str, Any]:
 
 def workload_shape(trace: Source, system: SystemSpec) -> Shape:
     workload = trace.workload
-    dim = system.model.embedding_dim or int(workload.get("embedding_dim", 0))
-    if dim <= 0:
-        raise ConfigError("model.embedding_dim: the trace names no embedding dim; set one")
+    dim = embedding_dim(system, workload)
     return Shape(
         batch_size=int(trace.manifest.get("batch_size", workload.get("batch_size", 0))),
         tables=len(trace.table_names),

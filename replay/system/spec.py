@@ -628,6 +628,19 @@ def _cross_check(spec: SystemSpec, where: str) -> None:
             raise ConfigError(f"{where}.checkpoint.{key}: no tier named {name!r}")
 
 
+def embedding_dim(system: SystemSpec, workload: dict[str, Any]) -> int:
+    """The rows' width: the system's `model.embedding_dim`, else the trace's workload's. A
+    trace ingested from click logs names none, and the message says how to give it."""
+    dim = system.model.embedding_dim or int(workload.get("embedding_dim", 0) or 0)
+    if dim <= 0:
+        raise ConfigError(
+            "model.embedding_dim: the trace names no embedding dimension (an ingested "
+            "trace has none): give it with --set model.embedding_dim=N or in the "
+            "system's [model]"
+        )
+    return dim
+
+
 __all__ = [
     "BYTES_PER_VALUE",
     "CLUSTER_KERNELS",
@@ -649,6 +662,7 @@ __all__ = [
     "build_cluster",
     "build_store",
     "build_system",
+    "embedding_dim",
     "load_system_data",
     "optimizer_bytes_per_row",
     "parse_value",
