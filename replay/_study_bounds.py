@@ -3,10 +3,12 @@
 A replayed trace covers seconds to hours of training. What it says about checkpoints
 holds only where the span held enough of them, at an interval near the one a run would
 use. The engine names a degenerate study in summary.json's `warnings` (`replay run`
-prints them), and the reports leave its figures out. Both read these bounds from here.
+prints them, reports list them), and the reports leave out the figures these bounds
+refuse. Both read them from here.
 
 - `MIN_CHECKPOINTS`: a stall share, a write rate or a goodput from fewer checkpoints
   describes the first writes, not a steady state.
+- a failure study in which no draw saw a failure measured nothing about failures.
 - `YOUNG_DALY_BAND`: a failure study's interval over its Young/Daly interval,
   sqrt(2 × checkpoint cost × MTBF) (Young 1974; Daly, FGCS 2006). Goodput falls off
   slowly near that optimum: at a quarter or four times it, the expected loss is about
@@ -56,4 +58,23 @@ def failure_study_warning(checkpoint: dict[str, Any], failures: dict[str, Any]) 
     )
 
 
-__all__ = ["MIN_CHECKPOINTS", "YOUNG_DALY_BAND", "failure_study_warning"]
+def no_failure_warning(failures: dict[str, Any]) -> str | None:
+    """summary.json's warning for a failure study in which no draw saw a failure: its
+    goodput is the checkpoints' stalls alone, and its lost work and restores are zeros
+    over no failures, not measurements. The usual cause is a horizon of the replayed span
+    (the default) far shorter than the MTBF."""
+    if float(failures.get("failures_per_draw_mean", 0.0)) > 0:
+        return None
+    draws = int(failures.get("draws", 0))
+    horizon = float(failures.get("horizon_s", 0.0))
+    mtbf = float(failures.get("mtbf_s", 0.0))
+    at = f" at an MTBF of {format_duration(mtbf)}" if mtbf > 0 else ""
+    return (
+        f"no failure struck any of the {draws:,} draws over the {format_duration(horizon)} "
+        f"simulated{at}: the goodput is the checkpoints' stalls alone, with no lost work or "
+        "restore to measure; set failures.horizon_s to the training run's length (the "
+        "replayed timeline repeats to fill it)"
+    )
+
+
+__all__ = ["MIN_CHECKPOINTS", "YOUNG_DALY_BAND", "failure_study_warning", "no_failure_warning"]

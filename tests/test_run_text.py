@@ -67,6 +67,7 @@ def test_a_run_prints_its_answers_in_units(
         "checkpoint.strategy=sync-full",
         "checkpoint.interval_batches=2",
         "failures.mtbf_s=4h",
+        "failures.horizon_s=1d",
     ]
     out = tmp_path / "r"
     args = ["run", str(trace), "-s", "hbm-lru", "-o", str(out)]
@@ -82,6 +83,8 @@ def test_a_run_prints_its_answers_in_units(
     assert re.search(stall, lines["checkpoint"])
     assert re.search(r"goodput [\d.]+% mean, [\d.]+% p5 over 1,000 draws", lines["failures"])
     assert re.search(r"Young/Daly interval [\d.]+ s \(used [\d.]+ ms\)$", lines["failures"])
+    assert re.search(r"lost work [\d.]+ m?s per failure of training, ", lines["failures"])
+    assert re.search(r"restore [\d.]+ (s|min) per failure", lines["failures"])
     assert re.search(r"replayed at [\d.]+ M lookups/s; wrote ", text)
 
 

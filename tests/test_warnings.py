@@ -113,12 +113,15 @@ def test_compare_warns_per_run_and_the_report_shows_it(
     assert "| dram |" in text and "| n/a |" in text.split("| dram |")[1].splitlines()[0]
 
 
-def _failure_study(trace: Path, out: Path, interval_batches: int) -> list[str]:
+def _failure_study(
+    trace: Path, out: Path, interval_batches: int, horizon: str = "1d"
+) -> list[str]:
     sets = [
         "policy.capacity_rows=200",
         "checkpoint.strategy=sync-full",
         f"checkpoint.interval_batches={interval_batches}",
         "failures.mtbf_s=4h",
+        f"failures.horizon_s={horizon}",
     ]
     args = ["run", str(trace), "-s", "hbm-lru", "-o", str(out)]
     assert main([*args, *[x for s in sets for x in ("--set", s)]]) == 0
@@ -129,8 +132,9 @@ def test_a_failure_study_far_from_its_young_daly_interval_warns(
     trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """40 tiny batches, a full checkpoint every 2: 20 checkpoints ~0.7 ms apart, against
-    a Young/Daly interval of seconds at a 4-hour MTBF. The goodput measures the interval,
-    as the report's failure table says by leaving it out; the run says it too."""
+    a Young/Daly interval of seconds at a 4-hour MTBF (over a day: failures strike). The
+    goodput measures the interval, as the report's failure table says by leaving it out;
+    the run says it too."""
     capsys.readouterr()
     out = tmp_path / "r"
     recorded = _failure_study(trace, out, 2)
@@ -154,6 +158,28 @@ def test_a_failure_study_on_two_checkpoints_warns(
     assert _summary(out)["checkpoint"]["count"] == 2
     assert recorded.startswith("the failure study rests on 2 checkpoints, fewer than 3")
     assert _warnings(capsys.readouterr().err) == [f"replay: warning: {recorded}"]
+
+
+def test_a_failure_study_that_no_failure_struck_warns(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default horizon is the replayed span, ~15 ms here, against a 4-hour MTBF: no
+    draw sees a failure, so the run shows no lost work or restore (zeros over none) and
+    says why; over a day failures strike and neither the line nor the warning appears."""
+    capsys.readouterr()
+    out = tmp_path / "r"
+    recorded = _failure_study(trace, out, 2, horizon="0")
+    captured = capsys.readouterr()
+    failures = _summary(out)["failures"]
+    assert failures["failures_per_draw_mean"] == 0
+    assert recorded[0].startswith("no failure struck any of the 1,000 draws over the ")
+    assert "at an MTBF of 4 h" in recorded[0] and "set failures.horizon_s" in recorded[0]
+    assert _warnings(captured.err)[0] == f"replay: warning: {recorded[0]}"
+    assert "no failure struck in " in captured.out and "lost work" not in captured.out
+    longer = tmp_path / "day"
+    assert not [w for w in _failure_study(trace, longer, 2) if "no failure" in w]
+    assert _summary(longer)["failures"]["failures_per_draw_mean"] > 0
+    assert "lost work" in capsys.readouterr().out
 
 
 def test_the_failure_study_warning_at_the_band() -> None:

@@ -134,12 +134,17 @@ def summary_lines(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
     if fail:
         yd = fail["young_daly_interval_s"]
         used = fail["interval_s_used"]
+        struck = fail.get("failures_per_draw_mean", 1.0) > 0
         lines.append(
             f"  failures: goodput {goodput_text(fail['goodput_mean'])} mean, "
-            f"{goodput_text(fail['goodput_p5'])} p5 over {fail['draws']:,} draws; lost work "
-            f"{dur(fail['lost_work_per_training_failure_s'])} per failure of training, "
-            f"{fail['failures_during_restore_per_draw_mean']:.3g} failures during restores "
-            f"per draw, restore {dur(fail['restore_s_mean'])} per failure"
+            f"{goodput_text(fail['goodput_p5'])} p5 over {fail['draws']:,} draws; "
+            + (
+                f"lost work {dur(fail['lost_work_per_training_failure_s'])} per failure of "
+                f"training, {fail['failures_during_restore_per_draw_mean']:.3g} failures "
+                f"during restores per draw, restore {dur(fail['restore_s_mean'])} per failure"
+                if struck  # else zeros over no failures (a warning says why)
+                else f"no failure struck in {dur(fail['horizon_s'])} of training"
+            )
             + (f"; Young/Daly interval {dur(yd)}" if yd is not None else "")
             + (f" (used {dur(used)})" if used is not None else "")
         )

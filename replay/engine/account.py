@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from replay._study_bounds import failure_study_warning
+from replay._study_bounds import failure_study_warning, no_failure_warning
 from replay.policies.base import (
     BYPASS,
     COUNTER_NAMES,
@@ -428,8 +428,8 @@ def study_warnings(summary: dict[str, Any], *, evicts: bool) -> list[str]:
       evicted (for a pinned set: it had room to spare), every policy gives the same hit
       ratio and only first touches miss, and the result says nothing about the policy;
     - the checkpoint model's own (`checkpoint.warnings`: no checkpoint in the span);
-    - a failure study whose goodput measures its interval or its first writes rather than
-      the strategy (`replay._study_bounds`).
+    - a failure study in which no failure struck, or whose goodput measures its interval
+      or its first writes rather than the strategy (`replay._study_bounds`).
     """
     out = []
     pol = summary["policy"]
@@ -458,9 +458,9 @@ def study_warnings(summary: dict[str, Any], *, evicts: bool) -> list[str]:
     out += [str(w) for w in checkpoint.get("warnings", [])]
     failures = summary.get("failures")
     if failures:
-        study = failure_study_warning(checkpoint, failures)
-        if study is not None:
-            out.append(study)
+        for warning in (no_failure_warning(failures), failure_study_warning(checkpoint, failures)):
+            if warning is not None:
+                out.append(warning)
     return out
 
 
