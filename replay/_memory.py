@@ -263,8 +263,8 @@ def mrc_estimate(
     table_rows: Sequence[int], lookups: int, sample_rate: float | None, *, dense: bool = True
 ) -> Estimate:
     """`replay mrc` (and `replay plan`'s curves). Exact: a last position per row (4 or 8 B),
-    or with `dense` False (`replay plan`'s, from `replay.analysis.stack.dense_rows`: a row
-    space large against the lookups) a map of the rows seen (per row up to 2 last
+    or with `dense` False (both callers take it from `replay.analysis.stack.dense_rows`: a
+    row space large against the lookups) a map of the rows seen (per row up to 2 last
     positions and 4 slots of a key and an id, each array grown by doubling); and per
     distinct key its window (>= 4 positions of `index` bytes plus the bitmap and tree:
     4.2 x index) and histogram bucket (8 B, grown by doubling: 16). Sampled: a hash map

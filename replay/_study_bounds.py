@@ -52,10 +52,16 @@ def failure_study_warning(checkpoint: dict[str, Any], failures: dict[str, Any]) 
     near = format_duration(float(optimum))
     return (
         f"the checkpoint interval ({format_duration(float(used))}) is {ratio:.3g}× its "
-        f"Young/Daly interval ({format_duration(float(optimum))}): outside {low:g}–{high:g}×, "
+        f"Young/Daly interval ({near}): outside {low:g}–{high:g}×, "
         f"the goodput measures the interval, not the strategy; checkpoint every {near}, or "
         "use replay plan for each strategy's goodput at its best interval"
     )
+
+
+def failures_struck(failures: dict[str, Any]) -> bool:
+    """Whether any draw of a failure study saw a failure (else its lost work and restore
+    figures are zeros over no failures)."""
+    return float(failures.get("failures_per_draw_mean", 0.0)) > 0
 
 
 def no_failure_warning(failures: dict[str, Any]) -> str | None:
@@ -63,7 +69,7 @@ def no_failure_warning(failures: dict[str, Any]) -> str | None:
     goodput is the checkpoints' stalls alone, and its lost work and restores are zeros
     over no failures, not measurements. The usual cause is a horizon of the replayed span
     (the default) far shorter than the MTBF."""
-    if float(failures.get("failures_per_draw_mean", 0.0)) > 0:
+    if failures_struck(failures):
         return None
     draws = int(failures.get("draws", 0))
     horizon = float(failures.get("horizon_s", 0.0))
@@ -77,4 +83,10 @@ def no_failure_warning(failures: dict[str, Any]) -> str | None:
     )
 
 
-__all__ = ["MIN_CHECKPOINTS", "YOUNG_DALY_BAND", "failure_study_warning", "no_failure_warning"]
+__all__ = [
+    "MIN_CHECKPOINTS",
+    "YOUNG_DALY_BAND",
+    "failure_study_warning",
+    "failures_struck",
+    "no_failure_warning",
+]

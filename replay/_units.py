@@ -122,6 +122,15 @@ def format_rate(bytes_per_s: float) -> str:
     return f"{r:.0f} B/s"
 
 
+def format_multiple(x: float | None, digits: int = 3) -> str:
+    """`2.19×`, `26×`, `6,212×` (`n/a` for None or a non-finite value)."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if abs(x) >= 10**digits:
+        return f"{x:,.0f}×"
+    return f"{x:.{digits}g}×"
+
+
 def format_percent(fraction: float) -> str:
     """`97.3%`, `0.12%`, `0.00003%`: a fraction as a percentage with 3 significant digits,
     never an exponent (`3e-05%` is no answer to read)."""
@@ -140,6 +149,7 @@ __all__ = [
     "format_bytes",
     "format_duration",
     "format_hit_ratio",
+    "format_multiple",
     "format_percent",
     "format_rate",
     "parse_bytes",

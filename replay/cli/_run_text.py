@@ -12,7 +12,14 @@ from typing import Any
 
 import typer
 
-from replay._units import format_bytes, format_duration, format_hit_ratio, format_percent
+from replay._study_bounds import failures_struck
+from replay._units import (
+    format_bytes,
+    format_duration,
+    format_hit_ratio,
+    format_multiple,
+    format_percent,
+)
 from replay.cli.app import shown
 
 # the all-to-all model a cluster run names (`replay.engine.collectives`), in a word
@@ -35,9 +42,7 @@ def energy_text(joules: float) -> str:
 
 def ratio_text(x: float) -> str:
     """A share as a percentage up to 100% (`19.1%`), a multiple above (`13,189×`)."""
-    if x > 1:
-        return f"{x:,.0f}×" if x >= 1000 else f"{x:.3g}×"
-    return format_percent(x)
+    return format_multiple(x) if x > 1 else format_percent(x)
 
 
 def overhead_text(overhead: float) -> str:
@@ -59,7 +64,7 @@ def goodput_text(goodput: float) -> str:
 def speedup_text(x: float) -> str:
     """`1.42×`, `0.366×`, and `1/12,870×` for a system thousands of times slower."""
     if x >= 0.001:
-        return f"{x:,.0f}×" if x >= 1000 else f"{x:.3g}×"
+        return format_multiple(x)
     return f"1/{1 / x:,.0f}×" if x > 0 else "0×"
 
 
@@ -134,7 +139,7 @@ def summary_lines(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
     if fail:
         yd = fail["young_daly_interval_s"]
         used = fail["interval_s_used"]
-        struck = fail.get("failures_per_draw_mean", 1.0) > 0
+        struck = failures_struck(fail)
         lines.append(
             f"  failures: goodput {goodput_text(fail['goodput_mean'])} mean, "
             f"{goodput_text(fail['goodput_p5'])} p5 over {fail['draws']:,} draws; "

@@ -101,7 +101,7 @@ def mrc_command(
 ) -> None:
     """LRU miss ratio against cache size in rows and bytes, from one pass over the lookups (exact
     stack distances) or from a SHARDS sample with its expected error."""
-    from replay._memory import mrc_estimate
+    from replay._memory import mrc_estimate, row_space
     from replay._schema_stamp import stamp
     from replay.analysis.mrc import mrc_source, validate_options
     from replay.analysis.stack import dense_rows
@@ -110,7 +110,7 @@ def mrc_command(
     def estimate(rows: Sequence[int], lookups: int, batches: int) -> Estimate:
         # the exact pass keeps a map of the rows seen where the row space is large against
         # the lookups (`dense_rows`, as `replay.analysis.mrc` chooses), an array otherwise
-        dense = lookups <= 0 or dense_rows(sum(int(r) for r in rows), lookups)
+        dense = lookups <= 0 or dense_rows(row_space(rows), lookups)
         return mrc_estimate(rows, lookups, sample_rate, dense=dense)
 
     with display("mrc") as progress:

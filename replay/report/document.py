@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from replay._units import format_multiple as fmt_multiple
+
 # every character that can start or end Markdown markup inside a line: emphasis, code,
 # links and images, raw HTML and entities, table cells, strikethrough, and the math of
 # GitHub and other renderers ($...$)
@@ -268,15 +270,6 @@ def fmt_ratio(x: float | None, digits: int = 3) -> str:
     if "e" in text:  # a tiny share, or too few digits for a whole percentage (80 at 1)
         text = f"{100 * x:.0f}" if abs(100 * x) >= 1 else f"{100 * x:.2e}"
     return f"{text}%"
-
-
-def fmt_multiple(x: float | None, digits: int = 3) -> str:
-    """`2.19×`, `26×`, `6,212×`."""
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    if abs(x) >= 10**digits:
-        return f"{x:,.0f}×"
-    return f"{x:.{digits}g}×"
 
 
 def fmt_saving(x: float | None) -> str:
