@@ -118,5 +118,5 @@ def test_the_worst_node_loses_its_share() -> None:
     assert even["lost_updates_rows_worst_node"] is None  # no per-GPU rows: not claimed
     doc = {"checkpoint": {"store": _cpr(48 * 3600.0, shares)["store"], "strategies": [p]}}
     text = "\n".join(cluster_checkpoint_markdown(doc))
-    assert "(node 3) (2.4x the mean)" in text
+    assert "(node 3) (2.4× the mean)" in text
     assert "which holds 60.0% of the touched rows" in text

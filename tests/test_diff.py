@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from replay.cli import main
 from replay.errors import InputError
-from replay.runs.diff import Row, broken, diff, format_change, parse_threshold
+from replay.runs.diff import Row, broken, diff, format_change, format_value, parse_threshold
 
 PLAN = ["--workload", "tiny", "--batches", "60", "--system", "hbm-lru", "--hit-target", "0.5",
         "--cluster-mtbf", "6h", "--time-per-batch", "200ms", "--draws", "50"]  # fmt: skip
@@ -175,6 +175,28 @@ def test_threshold_forms() -> None:
     assert format_change(seconds) == "-30 s (-50%)"
     with pytest.raises(InputError):
         parse_threshold("s < -10parsecs", (seconds,))
+
+
+def test_multiples_read_as_multiples() -> None:
+    """A factor is `×`; a ratio past 1 (a checkpoint overhead of 16 times the training
+    time) is a multiple, not `1633.56%` changed by points."""
+    assert format_value(1.2345, "x") == "1.234×"
+    assert format_value(0.9, "ratio") == "90.00%"
+    assert format_value(1.0, "ratio") == "100.00%"
+    assert format_value(16.3356, "ratio") == "16.336×"
+    overhead = Row("checkpoint.overhead", "ratio", "", 1.3, 16.3356)
+    assert format_change(overhead) == "+15.036× (+1,157%)"  # never an exponent
+    assert format_change(Row("o", "ratio", "", 0.5, 0.25)) == "-25.00 pt"
+    assert format_change(Row("i", "x", "", 1.2, 1.5)) == "+0.300× (+25%)"
+    # the gate's points still measure a ratio past 1
+    t = parse_threshold("checkpoint.overhead > +100pt", (overhead,))
+    assert broken(t, overhead) == (
+        "checkpoint.overhead > +100pt: changed by +1,504 pt (1.300× to 16.336×)"
+    )
+    big = Row("b", "bytes", "", 1024.0, 100 * 1024.0**2)
+    assert broken(parse_threshold("b > +10%", (big,)), big) == (
+        "b > +10%: changed by +10,239,900% (1 KiB to 100 MiB)"
+    )
 
 
 @given(

@@ -398,7 +398,7 @@ def _summary(
             "text": PAPER_CLAIM,
             "source": PAPER_SOURCE,
             "volume_in_a_dense_model": f"{gathers + 1} (W - 1) / W of the chunk bytes per "
-            f"rank per step against data parallelism's 2 (W - 1) / W: {(gathers + 1) / 2:g}x",
+            f"rank per step against data parallelism's 2 (W - 1) / W: {(gathers + 1) / 2:g}×",
         },
         "lookups": lookups,
         "lookups_per_s": lookups / replay_s if replay_s > 0 else None,

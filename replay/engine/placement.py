@@ -144,7 +144,6 @@ def row_state_bytes(system: SystemSpec, dim: int) -> int:
     return BYTES_PER_VALUE * dim + optimizer_bytes_per_row(system.model.optimizer, dim)
 
 
-
 def table_loads(
     source: Any, system: SystemSpec, *, batches: int = LOAD_BATCHES
 ) -> tuple[TableLoad, ...]:

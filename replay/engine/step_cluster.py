@@ -59,7 +59,7 @@ from replay.engine.step_model import (
 
 BASIS = (
     "per GPU: the steady span's lookups, hits and misses (the cluster replay, means over its "
-    "second half) as TBE work by kernel (TorchRec's estimator's HBM bytes, backward 2x; UVM "
+    "second half) as TBE work by kernel (TorchRec's estimator's HBM bytes, backward 2×; UVM "
     "and cache fills over PCIe; drives), the input copy, TorchRec's collectives by phase, "
     "[compute] and the all-reduce, overlapped as compute.pipeline's TorchRec class runs its "
     "streams (replay.engine.step_model); the step is the slowest GPU's"

@@ -578,9 +578,9 @@ def claims(s: _Setup, plans: list[Any]) -> list[dict[str, Any]]:
             "claim": "FastPersist: checkpoint creation up to 116x faster than torch.save",
             "source": "Wang et al., FastPersist, arXiv 2406.13768 (2024), abstract; DGX-2 "
             "nodes with V100-32GB GPUs, up to 128 GPUs",
-            "model": f"{best:.0f}x at {max(FASTPERSIST_NODES)} DGX-2 nodes "
+            "model": f"{best:.0f}× at {max(FASTPERSIST_NODES)} DGX-2 nodes "
             f"({16 * max(FASTPERSIST_NODES)} GPUs): "
-            + ", ".join(f"{n * 16} GPUs {v:.1f}x" for n, v in by_nodes.items()),
+            + ", ".join(f"{n * 16} GPUs {v:.1f}×" for n, v in by_nodes.items()),
             "value": best,
             "paper_value": FASTPERSIST_CLAIM,
             "by_gpus": {str(n * 16): v for n, v in by_nodes.items()},

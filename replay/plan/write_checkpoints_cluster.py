@@ -22,7 +22,7 @@ def _worst(s: dict[str, Any]) -> str:
     worst, mean = s.get("lost_updates_rows_worst_node"), s.get("lost_updates_rows")
     if worst is None:
         return "-"
-    ratio = f" ({worst / mean:.3g}x the mean)" if mean else ""
+    ratio = f" ({worst / mean:.3g}× the mean)" if mean else ""
     return f"{worst:,.0f} (node {s.get('worst_node')}){ratio}"
 
 

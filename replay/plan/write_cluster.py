@@ -267,9 +267,9 @@ def _sees_text(t: dict[str, Any]) -> str:
     e, s = int(est.argmax()), int(seen.argmax())
     return (
         f"TorchRec's estimates put the most work on GPU {gpus[e]['rank']} "
-        f"({_ms(float(est[e]))}, {est[e] / est.mean():.3g}x the mean rank's); the trace puts the "
+        f"({_ms(float(est[e]))}, {est[e] / est.mean():.3g}× the mean rank's); the trace puts the "
         f"most lookups on GPU {gpus[s]['rank']} ({seen[s]:,.0f} over the run, "
-        f"{seen[s] / seen.mean():.3g}x the mean, from {seen.min():,.0f} to {seen.max():,.0f} per "
+        f"{seen[s] / seen.mean():.3g}× the mean, from {seen.min():,.0f} to {seen.max():,.0f} per "
         f"GPU). What the trace sees that TorchRec's formulas miss: {sees}."
     )
 

@@ -26,7 +26,7 @@ def cpr_interval_text(p: Any) -> str:
         return "cpr's interval: not recorded"
     return (
         f"cpr's interval ({format_duration(d['interval_s'])}) minimises the stall share plus "
-        f"the portion of lost samples priced at {b['lost_sample_cost']:g}x their training time "
+        f"the portion of lost samples priced at {b['lost_sample_cost']:g}× their training time "
         f"(ASSUMPTION), at most the {b['pls_target']:.0%} lost-samples bound (ASSUMPTION): "
         f"optimum {format_duration(b['optimum_s'])}, bound "
         f"{format_duration(max(b['pls_bound_s'], 0.0))}, set by {BINDING[b['binding']]}; "
@@ -46,7 +46,7 @@ def cpr_lost_text(p: Any) -> str:
         text += (
             f"; a failure of node {d['worst_node']}, which holds "
             f"{d['worst_node_share']:.1%} of the touched rows, loses {worst:,.0f} "
-            f"({worst / mean:.3g}x the mean)"
+            f"({worst / mean:.3g}× the mean)"
         )
     return text
 

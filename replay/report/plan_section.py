@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from replay._units import format_bytes, format_duration, format_percent
+from replay._units import format_bytes, format_duration, format_multiple, format_percent
 from replay.report.cpr_text import cpr_interval_text, cpr_lost_text
 from replay.report.document import (
     Block,
@@ -296,7 +296,8 @@ def systems_line(doc: dict[str, Any]) -> str | None:
 
 
 def times_text(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3g}x"
+    """A multiple in the plan's text: `1.23×` (`n/a` for None)."""
+    return format_multiple(x)
 
 
 def size_text(b: float | None) -> str:

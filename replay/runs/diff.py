@@ -422,12 +422,12 @@ def broken(threshold: Threshold, row: Row) -> str | None:
 def _measured(threshold: Threshold, row: Row, measured: float) -> str:
     if threshold.measure == "relative":
         return (
-            f"changed by {100 * measured:+.3g}% ({format_value(row.a, row.unit)} to "
+            f"changed by {signed_hundredths(measured)}% ({format_value(row.a, row.unit)} to "
             f"{format_value(row.b, row.unit)})"
         )
     if threshold.measure == "points":
         return (
-            f"changed by {100 * measured:+.3g} pt ({format_value(row.a, row.unit)} to "
+            f"changed by {signed_hundredths(measured)} pt ({format_value(row.a, row.unit)} to "
             f"{format_value(row.b, row.unit)})"
         )
     if threshold.measure == "change":
@@ -452,6 +452,13 @@ def check(result: Diff, texts: list[str]) -> tuple[list[Threshold], list[str]]:
 # --- the user's units ---------------------------------------------------------------------
 
 
+def signed_hundredths(fraction: float) -> str:
+    """100 x `fraction` with its sign, 3 significant digits, never an exponent (`+25`,
+    `-3.47`, `+1,157`): a change in % or points."""
+    value = 100 * fraction
+    return f"{value:+,.0f}" if math.isfinite(value) and abs(value) >= 1000 else f"{value:+.3g}"
+
+
 def format_value(value: Value, unit: str) -> str:
     from replay._units import format_bytes, format_duration
 
@@ -464,11 +471,12 @@ def format_value(value: Value, unit: str) -> str:
     if unit == "s":
         return format_duration(value)
     if unit == "ratio":
-        return f"{100 * value:.2f}%"
+        # a ratio past 1 (a checkpoint overhead over the training time) reads as a multiple
+        return f"{100 * value:.2f}%" if abs(value) <= 1 else f"{value:.3f}×"
     if unit == "J":
         return f"{value:.4g} J"
     if unit == "x":
-        return f"{value:.3f}x"
+        return f"{value:.3f}×"
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:.4g}"
 
 
@@ -488,15 +496,18 @@ def format_change(row: Row) -> str:
         return "0"
     sign = "+" if change > 0 else "-"
     if row.unit == "ratio":
-        return f"{100 * change:+.2f} pt"
-    if row.unit == "bytes":
+        sides = [abs(float(v)) for v in (row.a, row.b) if isinstance(v, int | float)]
+        if max(sides) <= 1:
+            return f"{100 * change:+.2f} pt"
+        text = f"{sign}{abs(change):.3f}×"  # past 1 the values read as multiples
+    elif row.unit == "bytes":
         text = f"{sign}{format_bytes(abs(change))}"
     elif row.unit == "s":
         text = f"{sign}{format_duration(abs(change))}"
     else:
         text = f"{sign}{format_value(abs(change), row.unit)}"
     relative = row.relative
-    return text if relative is None else f"{text} ({100 * relative:+.3g}%)"
+    return text if relative is None else f"{text} ({signed_hundredths(relative)}%)"
 
 
 def to_json(result: Diff, thresholds: list[Threshold], messages: list[str]) -> dict[str, Any]:
@@ -524,7 +535,22 @@ def to_json(result: Diff, thresholds: list[Threshold], messages: list[str]) -> d
 
 
 __all__ = [
-    "KINDS", "PLAN_ANSWERS", "RUN_ANSWERS", "UNITS", "Answer", "Diff", "Row", "Threshold",
-    "answers", "broken", "check", "diff", "folder_kind", "format_change", "format_value",
-    "parse_threshold", "to_json",
+    "KINDS",
+    "PLAN_ANSWERS",
+    "RUN_ANSWERS",
+    "UNITS",
+    "Answer",
+    "Diff",
+    "Row",
+    "Threshold",
+    "answers",
+    "broken",
+    "check",
+    "diff",
+    "folder_kind",
+    "format_change",
+    "format_value",
+    "parse_threshold",
+    "signed_hundredths",
+    "to_json",
 ]  # fmt: skip
