@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 # A message names an option as its caller gave it: `opt("--force", "force=True")` reads
 # "--force" when the command line raised the error and "force=True" through the Python
@@ -62,6 +62,17 @@ class ReplayError(Exception):
 
 class ConfigError(ReplayError):
     """A workload or system specification is invalid (unknown key, bad unit or range)."""
+
+
+def unknown_key(where: str, key: str, allowed: Iterable[str]) -> ConfigError:
+    """The error for a key a table does not have: the one or two allowed keys nearest it
+    where any is near (`interval`: `interval_s` or `interval_batches`), then every one."""
+    import difflib  # only on this error's path
+
+    names = sorted(allowed)
+    near = difflib.get_close_matches(str(key), names, n=2, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(map(repr, near))}?" if near else ""
+    return ConfigError(f"{where}: unknown key {key!r}{hint} (allowed: {', '.join(names)})")
 
 
 class TraceError(ReplayError):

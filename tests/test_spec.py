@@ -126,3 +126,29 @@ def test_overrides_validate() -> None:
         spec.with_overrides(alpha=float("nan"))
     with pytest.raises(ConfigError):
         spec.with_overrides(batches=0)
+
+
+@pytest.mark.parametrize(
+    ("key", "hint"),
+    [
+        ("alhpa", "; did you mean 'alpha'? (allowed: "),
+        ("interval", None),  # no table key is near it: no hint
+    ],
+)
+def test_an_unknown_key_names_the_nearest(key: str, hint: str | None) -> None:
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict({"tables": [{"name": "a", "rows": 10, key: 1.0}]})
+    message = str(info.value)
+    assert message.startswith(f"spec.tables[0]: unknown key {key!r}")
+    assert (hint in message) if hint else ("did you mean" not in message)
+
+
+def test_a_system_key_typo_names_the_keys_it_may_mean() -> None:
+    from replay.engine.systems import resolve_system
+
+    with pytest.raises(ConfigError) as info:
+        resolve_system("hbm-lru", ["checkpoint.interval=10min"])
+    assert str(info.value).startswith(
+        "preset hbm-lru.checkpoint: unknown key 'interval'; did you mean 'interval_s' or "
+        "'interval_batches'? (allowed: beside_compute, "
+    )

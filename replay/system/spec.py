@@ -46,7 +46,7 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from replay.errors import ConfigError
+from replay.errors import ConfigError, unknown_key
 from replay.system.optimizer import OPTIMIZERS, optimizer_bytes_per_row
 from replay.system.spec_fields import build_flat as _build
 from replay.system.spec_fields import build_named as _named
@@ -497,9 +497,7 @@ def build_system(data: Any, where: str = "system") -> SystemSpec:
         raise ConfigError(f"{where}: expected a table of keys")
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
-        raise ConfigError(
-            f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(_TOP_KEYS))})"
-        )
+        raise unknown_key(where, unknown[0], _TOP_KEYS)
     for key in ("name", "description", "source"):
         if key in data and not isinstance(data[key], str):
             raise ConfigError(f"{where}.{key}: expected a string, got {data[key]!r}")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from replay._units import parse_bytes, parse_duration
-from replay.errors import ConfigError
+from replay.errors import ConfigError, unknown_key
 
 
 def check_number(value: Any, where: str, spec: tuple[float, float, bool], integer: bool) -> Any:
@@ -84,9 +84,7 @@ def build_flat(cls: type, data: Any, where: str, **fixed: Any) -> Any:
     allowed = {f.name for f in fields(cls)} - set(fixed)
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise ConfigError(
-            f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})"
-        )
+        raise unknown_key(where, unknown[0], allowed)
     values: dict[str, Any] = dict(fixed)
     for f in fields(cls):
         if f.name in fixed:

@@ -78,7 +78,7 @@ from typing import Any
 from replay._files import SPEC, read_text
 from replay._memory import MAX_ROW_SPACE
 from replay._toml import parse_toml
-from replay.errors import ConfigError
+from replay.errors import ConfigError, unknown_key
 
 MAPPINGS = ("permuted", "contiguous")
 # the embedding optimizer (FBGEMM's EXACT_SGD, EXACT_ROWWISE_ADAGRAD, ADAM): which rows a
@@ -251,9 +251,7 @@ def _check_keys(data: dict[str, Any], allowed: set[str], where: str) -> None:
         )
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise ConfigError(
-            f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})"
-        )
+        raise unknown_key(where, unknown[0], allowed)
 
 
 def _int(value: Any, where: str, lo: int, hi: int) -> int:
