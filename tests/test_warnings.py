@@ -87,6 +87,31 @@ def test_an_interval_longer_than_the_span_warns(
     assert summary["checkpoint"]["count"] == 0 and summary["warnings"] == [line.split(": ", 2)[2]]
 
 
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("checkpoint.interval_s=90min", "checkpoint.interval_s is 1.5 h"),
+        ("checkpoint.interval_batches=10", "checkpoint.interval_batches is 10"),
+    ],
+)
+def test_an_interval_without_a_strategy_warns(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], given: str, said: str
+) -> None:
+    """hbm-lru checkpoints nothing (`none`): an interval given to it is ignored, and the
+    run says so instead of reporting a checkpoint-free run as if it had checkpointed."""
+    capsys.readouterr()
+    out = tmp_path / "r"
+    args = ["run", str(trace), "-s", "hbm-lru", "-o", str(out), "--set", given]
+    assert main([*args, "--set", "policy.capacity_rows=200"]) == 0
+    (line,) = _warnings(capsys.readouterr().err)
+    assert line == (
+        f"replay: warning: {said}, but checkpoint.strategy is none: no checkpoint was "
+        "written; choose one with --set checkpoint.strategy=NAME (replay presets lists them)"
+    )
+    summary = _summary(out)
+    assert summary["checkpoint"]["count"] == 0 and summary["warnings"] == [line.split(": ", 2)[2]]
+
+
 def test_compare_warns_per_run_and_the_report_shows_it(
     trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

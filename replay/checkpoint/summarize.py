@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from replay._units import format_duration
 from replay.checkpoint.base import CheckpointContext, CheckpointResult, Timing
 
 
@@ -19,6 +20,8 @@ def checkpoint_summary(
     starts = cols["start_s"]
     batches = cols["batch"]
     warnings = []
+    if ctx.spec.strategy == "none" and (ctx.spec.interval_batches or ctx.spec.interval_s):
+        warnings.append(none_with_interval(ctx.spec.interval_batches, ctx.spec.interval_s))
     if ctx.spec.strategy != "none" and not (batches >= 0).any():
         warnings.append(
             "no checkpoint was taken during the replayed batches (the interval is longer than "
@@ -44,6 +47,20 @@ def checkpoint_summary(
         "target": ctx.target().name if ctx.spec.strategy != "none" else None,
         **result.summary,
     }
+
+
+def none_with_interval(interval_batches: int, interval_s: float) -> str:
+    """The warning for an interval given to the `none` strategy, which ignores it (a user
+    who sets an interval expects checkpoints)."""
+    given = (
+        f"checkpoint.interval_batches is {interval_batches:,}"
+        if interval_batches
+        else f"checkpoint.interval_s is {format_duration(interval_s)}"
+    )
+    return (
+        f"{given}, but checkpoint.strategy is none: no checkpoint was written; choose one with "
+        "--set checkpoint.strategy=NAME (replay presets lists them)"
+    )
 
 
 def failures_summary(
