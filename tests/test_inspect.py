@@ -539,6 +539,27 @@ def test_cli_table_output(tiny_trace: Path, capsys: pytest.CaptureFixture[str]) 
         assert text in out, text
 
 
+def test_cli_leaves_out_a_top_share_of_every_row_touched(
+    tiny_trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """t1's hottest 1% is 2 rows, both rows it touched: 100% of its lookups, which says
+    nothing of its skew, so the table shows `-` and says why; t0 (1 of its 4 rows touched)
+    and all (2 of 6) keep their shares."""
+    assert main(["inspect", str(tiny_trace)]) == 0
+    out = capsys.readouterr().out
+    first_table = out.split("└")[0].splitlines()
+    cells = {
+        line.split("│")[1].strip(): line.split("│")[6].strip()
+        for line in first_table
+        if line.startswith("│")
+    }
+    assert cells == {"t0": "33.33%", "t1": "-", "all": "50.00%"}
+    assert "; -: t1, where that many rows are at least all the rows the trace touched" in (
+        " ".join(out.split())
+    )
+    assert inspect_trace(tiny_trace)["tables"][1]["top1pct_share"] == 1.0  # JSON keeps it
+
+
 def test_cli_missing_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope"
     assert main(["inspect", str(missing)]) == 2

@@ -111,6 +111,18 @@ def _pct(value: float) -> str:
     return f"{100.0 * value:.2f}%"
 
 
+def _named(names: list[str]) -> str:
+    """`C3, C4 and all` (the first few, then how many more)."""
+    shown_names = [shown(n) for n in names[:4]]
+    if len(names) > 4:
+        shown_names.append(f"{len(names) - 4:,} more")
+    return (
+        ", ".join(shown_names[:-1]) + " and " + shown_names[-1]
+        if len(names) > 1
+        else shown_names[0]
+    )
+
+
 def print_report(result: dict[str, Any], console: Console | None = None) -> None:
     """The human-readable form: one table (per table and overall) and a few lines."""
     from rich.console import Console
@@ -126,14 +138,20 @@ def print_report(result: dict[str, Any], console: Console | None = None) -> None
     table.add_column("distinct/batch", justify="right")
     table.add_column("reuse n-1", justify="right")
 
+    vacuous = []
+
     def add(name: str, stats: dict[str, Any], *, end: bool = False) -> None:
+        top = _pct(stats["top1pct_share"])
+        if stats["lookups"] and stats.get("top1pct_rows", 0) >= stats["distinct_rows"]:
+            vacuous.append(name)
+            top = "-"
         table.add_row(
             shown(name),
             f"{stats['rows']:,}",
             f"{stats['lookups']:,}",
             f"{stats['distinct_rows']:,}",
             _pct(stats["touched_fraction"]),
-            _pct(stats["top1pct_share"]),
+            top,
             _pct(stats["distinct_per_batch_mean"]),
             _pct(stats["consecutive_reuse_mean"]),
             end_section=end,
@@ -147,7 +165,14 @@ def print_report(result: dict[str, Any], console: Console | None = None) -> None
         f"batches: {result['batches']:,}   lookups: {result['lookups']:,}   "
         f"updates: {result.get('updates', 0):,}"
         + ("   checksums: verified" if result.get("checksums_verified") else ""),
-        "top 1% share: share of lookups taken by the ceil(rows/100) hottest rows",
+        "top 1% share: share of lookups taken by the ceil(rows/100) hottest rows"
+        + (
+            f"; -: {_named(vacuous)}, where that many rows are at least all the rows the "
+            "trace touched: they take every lookup, which says nothing of the skew (replay a "
+            "longer trace, or fit the skew with replay fit)"
+            if vacuous
+            else ""
+        ),
         "distinct/batch: mean of |U_n| / lookups of batch n; reuse n-1: mean of "
         "|U_n ∩ U_n-1| / |U_n| (U_n: distinct rows of batch n)",
     ]

@@ -46,7 +46,8 @@ def is_oracle(run: RunData) -> bool:
 def top1pct_says_something(work: dict[str, Any]) -> bool:
     """Whether the hottest 1% of the rows is fewer than the rows touched: on a short span
     of big tables it holds every row touched, and its share of the lookups says nothing."""
-    return bool(work["rows"] * 0.01 < work.get("distinct_rows", work["rows"]))
+    top = work.get("top1pct_rows", -(-int(work["rows"]) // 100))  # ceil(rows / 100)
+    return bool(top < work.get("distinct_rows", work["rows"]))
 
 
 def _trace_name(results: Results) -> str:
