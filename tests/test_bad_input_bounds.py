@@ -63,6 +63,9 @@ def _manifest_rows(rows: int) -> object:
 BIG = _files(**{"big.toml": _spec(1, ROWS_MAX)})
 E14 = _files(**{"e14.toml": _spec(1, 10**14)})
 W12 = _files(**{"w12.toml": _spec(12, 4 * 10**9)})
+# lookups enough for 2^17 cache slots (a cache holds at most one row per lookup:
+# `PolicyContext.slots`), whose slot numbers no longer pack beside a 47-bit key
+E14_WIDE = _files(**{"e14.toml": _spec(1, 10**14, 1 << 16, 2)})
 # as many lookups as an eighth of the rows: the exact curve's state is an array over the
 # row space (`replay.analysis.stack.dense_rows`), not a map of the rows seen
 E14_LONG = _files(**{"e14.toml": _spec(1, 10**14, 1 << 26, 1 << 21)})
@@ -126,7 +129,7 @@ CASES: list[Case] = [
     # slot in 64 bits) is the limit
     case("bounds-compare-1e14-rows-lru-entry",
          "compare --workload {tmp}/e14.toml --systems hbm-lru,dram --out {out}",
-         "policy", "100,000,000,000,000 rows", "64-bit table entries", setup=E14),
+         "policy", "100,000,000,000,000 rows", "64-bit table entries", setup=E14_WIDE),
     case("bounds-sweep-1e14-rows",
          "sweep --workload {tmp}/e14.toml --system hbm-lfu "
          "--grid policy.capacity_rows=100,1000 --out {out}", "replay sweep", *NEEDS,

@@ -60,8 +60,11 @@ def batch_range(batches: Batches, lo: int, hi: int) -> BatchRange:
     return BatchRange(lo, hi, keys, bounds, ukeys, ubounds)
 
 
-def make_policy(name: str, batches: Batches, capacity: int, **knobs: Any) -> Policy:
-    """A registered policy on a one-table key space [0, max key], prepared if it needs it."""
+def make_policy(
+    name: str, batches: Batches, capacity: int, num_lookups: int = 0, **knobs: Any
+) -> Policy:
+    """A registered policy on a one-table key space [0, max key], prepared if it needs it
+    (`num_lookups`: the lookups it is told it will see; 0, not known)."""
     total = 1 + max((k for lookups, updates in batches for k in (*lookups, *updates)), default=0)
     spec = PolicySpec(name=name, **knobs)
     cls = POLICIES[name]
@@ -73,6 +76,7 @@ def make_policy(name: str, batches: Batches, capacity: int, **knobs: Any) -> Pol
         row_state_bytes=64,
         capacity_units=capacity,
         unit_rows=cls.unit_rows(spec),
+        num_lookups=num_lookups,
     )
     policy = cls(spec, ctx)
     if policy.needs_prepare():
@@ -85,10 +89,15 @@ def make_policy(name: str, batches: Batches, capacity: int, **knobs: Any) -> Pol
 
 
 def run_policy(
-    name: str, batches: Batches, capacity: int, cuts: tuple[int, ...] = (), **knobs: Any
+    name: str,
+    batches: Batches,
+    capacity: int,
+    cuts: tuple[int, ...] = (),
+    num_lookups: int = 0,
+    **knobs: Any,
 ) -> np.ndarray:
     """Counters of `name` on the trace, processed as ranges split at the batches `cuts`."""
-    policy = make_policy(name, batches, capacity, **knobs)
+    policy = make_policy(name, batches, capacity, num_lookups, **knobs)
     out = np.zeros((len(batches), NUM_COUNTERS), dtype=np.int64)
     edges = [0, *sorted(set(cuts)), len(batches)]
     for lo, hi in itertools.pairwise(edges):
@@ -156,6 +165,25 @@ def test_row_policy_kernel_matches_reference(config: str, trace: Batches, capaci
     name, knobs, reference = ROW_POLICIES[config]
     capacity = _row_capacity(config, capacity)
     got = run_policy(name, trace, capacity, **knobs)
+    assert_same(got, reference(trace, capacity), config)
+
+
+@pytest.mark.parametrize("config", ["lru", "lfu", "belady", "belady-demand"])
+@EXAMPLES
+@given(trace=traces(max_keys=40), capacity=st.integers(1, 60))
+def test_a_cache_allocated_for_its_lookups_matches_reference(
+    config: str, trace: Batches, capacity: int
+) -> None:
+    """Told the lookups it will see, a cache allocates no more slots than them (a short
+    trace on a cache of gigabytes) and counts as the reference cache of the capacity
+    given: it can never hold more rows than it was asked for."""
+    name, knobs, reference = ROW_POLICIES[config]
+    lookups = sum(len(keys) for keys, _ in trace)
+    policy = make_policy(name, trace, capacity, lookups, **knobs)
+    rows = policy.ctx.total_keys
+    told = min(capacity, rows, lookups) if lookups else min(capacity, rows)
+    assert policy.ctx.slots == max(1, told)
+    got = run_policy(name, trace, capacity, num_lookups=lookups, **knobs)
     assert_same(got, reference(trace, capacity), config)
 
 

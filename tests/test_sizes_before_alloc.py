@@ -149,6 +149,33 @@ def test_a_cache_of_billions_of_rows_on_a_small_trace(tmp_path: Path, system: st
     ]
 
 
+@pytest.mark.parametrize("system", ["hbm-lru", "hbm-lfu", "hbm-belady"])
+def test_a_cache_larger_than_a_short_traces_lookups(tmp_path: Path, system: str) -> None:
+    """10 batches of tiny's look up 3,840 rows, fewer than its 25,324: a cache can hold
+    no more rows than it was asked for, so it is allocated to the lookups (a 20-batch
+    Criteo Kaggle trace on an 8 GiB cache mapped a 2 GiB hash table), counted as given,
+    with the counters of a cache of every row."""
+    runs = {}
+    for name, capacity in (("short", "capacity_bytes=79e9"), ("same", "capacity_rows=25324")):
+        proc, _ = _replay(
+            tmp_path, "run", "--workload", "tiny", "--batches", "10", "--system", system,
+            "--set", f"policy.{capacity}", "--out", name,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[name] = tmp_path / name
+    summary = _summary(runs["short"])
+    assert summary["policy"]["capacity_units"] == int(79e9 // summary["row_state_bytes"])
+    meta = json.loads((runs["short"] / "meta.json").read_text())
+    assert meta["sizing"] == [
+        f"policy: a cache of {summary['policy']['capacity_units']:,} rows allocated as 3,840 "
+        "slots, the trace's lookups: it can hold no more, and its counters are those of the "
+        "capacity given"
+    ]
+    # the same counters as a cache of every row (which never evicts either)
+    read = (runs["short"] / "batches.parquet").read_bytes()
+    assert read == (runs["same"] / "batches.parquet").read_bytes()
+
+
 # -- what cannot be cut: refused with the estimate --------------------------------------
 
 

@@ -103,9 +103,11 @@ def _lru_bytes(
     if capacity < 1:
         return []
     total = _total_rows(manifest)
-    slots = max(1, min(capacity, total))
+    lookups = int(manifest.get("lookups", 0))
+    # no more slots than rows nor than lookups (`PolicyContext.slots`)
+    slots = max(1, min(capacity, total, lookups) if lookups > 0 else min(capacity, total))
     sizes = [(lru_table_entries(total, slots) * _TABLE_ENTRY_BYTES, True)]
-    if int(manifest.get("lookups", 0)) >= slots:  # the trace can fill the cache
+    if lookups >= slots:  # the trace may fill them (always, where it has lookups)
         key = 4 if total + 1 < 2**31 else 8  # `index_dtype`
         index = 4 if slots + 1 < 2**31 else 8
         # each slot's key (and dirty flag), its two links (and the sentinel's)

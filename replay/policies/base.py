@@ -95,8 +95,11 @@ class PolicyContext:
     @property
     def slots(self) -> int:
         """Cache slots to allocate: `capacity_units`, but no more than the units of the
-        rows (`usable_units`)."""
-        return usable_units(self.capacity_units, self.total_keys, self.unit_rows)
+        rows (`usable_units`) nor, where known, the lookups the policy will see: a cache
+        holds at most one unit per lookup, so one of that many slots never evicts either
+        (a short trace on a cache of gigabytes allocates for its lookups, not for the
+        gigabytes)."""
+        return usable_units(self.capacity_units, self.total_keys, self.unit_rows, self.num_lookups)
 
 
 class Policy(ABC):
@@ -172,9 +175,11 @@ class Policy(ABC):
         if not type(self).sized_to_rows or ctx.slots >= ctx.capacity_units:
             return []
         unit = "chunks" if ctx.unit_rows > 1 else "rows"
+        tables = usable_units(ctx.capacity_units, ctx.total_keys, ctx.unit_rows)
+        bound = f"the {unit} of the tables" if ctx.slots == tables else "the trace's lookups"
         return [
             f"policy: a cache of {ctx.capacity_units:,} {unit} allocated as {ctx.slots:,} "
-            f"slots, the {unit} of the tables: it can hold no more, and its counters "
+            f"slots, {bound}: it can hold no more, and its counters "
             "are those of the capacity given"
         ]
 
@@ -224,14 +229,17 @@ def register_policy(name: str) -> Callable[[type[Policy]], type[Policy]]:
     return deco
 
 
-def usable_units(capacity: int, total_keys: int, unit_rows: int = 1) -> int:
+def usable_units(capacity: int, total_keys: int, unit_rows: int = 1, lookups: int = 0) -> int:
     """The units a cache of `capacity` units over `total_keys` rows can ever hold, at
-    least 1: min(capacity, ceil(rows / unit_rows)). A cache at least that large holds
-    every row it is asked for and never evicts, so slots beyond it would never be filled:
-    caches are allocated to this size and report the capacity they were given (a run's
-    counters are those of the capacity as given; `study_warnings` says when the cache
-    held everything)."""
+    least 1: min(capacity, ceil(rows / unit_rows)), and no more than `lookups` where it
+    is known (> 0: each lookup brings at most one unit in). A cache at least that large
+    holds every row it is asked for and never evicts, so slots beyond it would never be
+    filled: caches are allocated to this size and report the capacity they were given (a
+    run's counters are those of the capacity as given; `study_warnings` says when the
+    cache held everything)."""
     units = -(-max(int(total_keys), 0) // max(int(unit_rows), 1))
+    if int(lookups) > 0:
+        units = min(units, int(lookups))
     return max(1, min(int(capacity), units))
 
 

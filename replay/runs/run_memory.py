@@ -152,11 +152,18 @@ def sharded(system: SystemSpec) -> bool:
 
 
 def cache_bytes(
-    system: SystemSpec, gpu_rows: Sequence[int], row_state: int, lookups: int | None = None
+    system: SystemSpec,
+    gpu_rows: Sequence[int],
+    row_state: int,
+    lookups: int | None = None,
+    *,
+    one_gpu: bool = False,
 ) -> tuple[int, str]:
     """(bytes, how) of the caches of `system`'s policy, one per entry of `gpu_rows` (the
     rows each cache sees: [R] for one GPU), as their constructors allocate them.
-    `lookups`: the source's, which bound the L2 slots ssd-tbe ever fills."""
+    `lookups`: the source's, which bound the L2 slots ssd-tbe ever fills and, for
+    `one_gpu` (a one-GPU replay, whose policy knows its source's lookups), the slots of
+    the other caches (`PolicyContext.slots`)."""
     cls = POLICIES[system.policy.name]
     p = system.policy
     if not cls.cached:
@@ -194,7 +201,8 @@ def cache_bytes(
         return 0, ""  # its selection is per looked-up row (`run_state`)
     if cls.name not in _SLOT_BYTES:
         return 0, ""
-    slots = sum(usable_units(cap, int(r), unit_rows) for r in gpu_rows)
+    seen = int(lookups or 0) if one_gpu else 0
+    slots = sum(usable_units(cap, int(r), unit_rows, seen) for r in gpu_rows)
     unit = "chunk" if unit_rows > 1 else "row"
     what = f"{gpus:,} caches, " if gpus > 1 else ""
     return slots * _SLOT_BYTES[cls.name], (
@@ -293,7 +301,7 @@ def run_state(
     if cluster and caches:
         fixed, how = _mixed_cache_bytes(system, caches, state, lookups)
     else:
-        fixed, how = cache_bytes(system, rows, state, lookups)
+        fixed, how = cache_bytes(system, rows, state, lookups, one_gpu=not cluster)
     per_batch = 0
     notes: list[str] = []
     if cluster:
