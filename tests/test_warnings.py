@@ -138,9 +138,7 @@ def test_compare_warns_per_run_and_the_report_shows_it(
     assert "| dram |" in text and "| n/a |" in text.split("| dram |")[1].splitlines()[0]
 
 
-def _failure_study(
-    trace: Path, out: Path, interval_batches: int, horizon: str = "1d"
-) -> list[str]:
+def _failure_study(trace: Path, out: Path, interval_batches: int, horizon: str = "1d") -> list[str]:
     sets = [
         "policy.capacity_rows=200",
         "checkpoint.strategy=sync-full",
