@@ -5,6 +5,7 @@ lookups/s`), and the systems named as given (`compare -s a -s b` runs both; `run
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -86,6 +87,23 @@ def test_a_run_prints_its_answers_in_units(
     assert re.search(r"lost work [\d.]+ m?s per failure of training, ", lines["failures"])
     assert re.search(r"restore [\d.]+ (s|min) per failure", lines["failures"])
     assert re.search(r"replayed at [\d.]+ M lookups/s; wrote ", text)
+
+
+def test_a_cluster_run_prints_its_imbalance_as_multiples(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    out = tmp_path / "c"
+    args = ["run", str(trace), "-s", "hbm-lru", "-o", str(out), "--set", "cluster.preset=dgx-h100"]
+    assert main(args) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  cluster ")]
+    cl = json.loads((out / "summary.json").read_text())["cluster"]
+    mean, worst = cl["imbalance_mean"], cl["imbalance_max"]
+    assert line.endswith(
+        f"; imbalance (max / mean lookups per GPU) {mean:.3g}× on the mean batch, "
+        f"{worst:.3g}× on the worst"
+    )
+    assert worst > 1.0  # tiny's 4 tables on 8 GPUs: 3 whole, on 3 of the GPUs
 
 
 def test_compare_takes_systems_repeated_or_comma_separated(

@@ -178,8 +178,9 @@ def summary_lines(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
             f"all-to-all {dur(cl['all_to_all_s_per_batch'])} for "
             f"{format_bytes(cl['all_to_all_bytes_per_batch'])} "
             f"({_A2A.get(cl.get('all_to_all_model', ''), 'lower bound')}), all-reduce "
-            f"{dur(cl['allreduce_s_per_batch'])}); lookups max/mean per GPU "
-            f"{cl['imbalance_mean']:.3f} mean, {cl['imbalance_max']:.3f} max"
+            f"{dur(cl['allreduce_s_per_batch'])}); imbalance (max / mean lookups per GPU) "
+            f"{format_multiple(cl['imbalance_mean'])} on the mean batch, "
+            f"{format_multiple(cl['imbalance_max'])} on the worst"
         )
     rate = meta["timings"]["lookups_per_s"]
     lines.append(f"  replayed at {rate_text(rate)}; wrote {shown(out, markup=False)}")
