@@ -63,3 +63,15 @@ def test_unknown_preset(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["presets", "--show", "nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "'nope'" in err and "hbm-lru" in err
+
+
+def test_a_name_without_show_prints_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """`replay presets hbm-lru` is what a user types first: the same TOML as --show."""
+    shown = _show("hbm-lru", capsys)
+    assert main(["presets", "hbm-lru"]) == 0
+    assert capsys.readouterr().out == shown
+    assert main(["presets", "hbm-lru", "--show", "hbm-lru"]) == 0
+    assert capsys.readouterr().out == shown
+    assert main(["presets", "hbm-lru", "--show", "dram"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "replay: error: give one preset: NAME 'hbm-lru' or --show 'dram'"

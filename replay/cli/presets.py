@@ -12,6 +12,14 @@ from replay.cli.app import app
 
 @app.command("presets", short_help="List the built-in workload and system presets.")
 def presets_command(
+    name: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[NAME]",
+            help="A preset to print as TOML: the same as --show NAME.",
+            show_default=False,
+        ),
+    ] = None,
     show: Annotated[
         str | None,
         typer.Option(
@@ -23,7 +31,12 @@ def presets_command(
     ] = None,
 ) -> None:
     """List the built-in workload presets and system presets (with their sources), or
-    print one as TOML (--show NAME)."""
+    print one as TOML (replay presets NAME, or --show NAME)."""
+    if name is not None and show is not None and name != show:
+        from replay.errors import InputError, opt
+
+        raise InputError(f"give one preset: NAME {name!r} or {opt('--show')} {show!r}")
+    show = show if show is not None else name
     if show is not None:
         from replay.cli._presets_show import preset_toml
 
