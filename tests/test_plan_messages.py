@@ -173,6 +173,17 @@ def test_an_mtbf_too_short_to_progress_names_the_option_and_what_plans(
     _refused(*_plan(tmp_path, capsys, *less), "too short")
 
 
+def test_the_refusals_best_goodput_is_a_percentage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was "the best expected goodput is check-n-run's, 2.37e-261": a fraction with an
+    exponent, where every goodput is a percentage."""
+    extra = ("--cluster-mtbf", "100ms", "--time-per-batch", "20ms")
+    message = _refused(*_plan(tmp_path, capsys, *extra), "too short")
+    assert "the best expected goodput is check-n-run's, less than 0.0001%;" in message
+    assert not re.search(r"\de[-+]\d", message), message
+
+
 def test_a_batch_longer_than_any_mtbf_names_the_time_per_batch(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from replay._units import format_duration
+from replay._units import format_duration, format_percent
 from replay.errors import ConfigError, opt
 
 GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
@@ -261,7 +261,9 @@ def mtbf_too_short(
     """The refusal: what was given (the MTBF and the option that sets it), why nothing
     progresses (failures expected, the restart, one batch) and the MTBF that would plan."""
     # far enough down every expected goodput underflows to 0: then none is "best"
-    best_text = f"; the best expected goodput is {best[0]}'s, {best[1]:.3g}" if best[1] else ""
+    # in % as every goodput is; past 6 decimals a figure says nothing more than "none"
+    share = format_percent(best[1]) if best[1] >= 1e-6 else "less than 0.0001%"
+    best_text = f"; the best expected goodput is {best[0]}'s, {share}" if best[1] else ""
     reason = (
         f"too short for {which} to make progress: the run's {_seconds(horizon_s)} of "
         f"training expects {horizon_s / mtbf_s:.3g} failures, a restart alone takes "
