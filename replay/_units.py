@@ -131,16 +131,16 @@ def format_multiple(x: float | None, digits: int = 3) -> str:
     return f"{x:.{digits}g}×"
 
 
-def format_percent(fraction: float) -> str:
-    """`97.3%`, `0.12%`, `0.00003%`: a fraction as a percentage with 3 significant digits,
-    never an exponent (`3e-05%` is no answer to read)."""
+def format_percent(fraction: float, digits: int = 3) -> str:
+    """`97.3%`, `0.12%`, `0.00003%`: a fraction as a percentage with `digits` significant
+    digits, never an exponent (`3e-05%` is no answer to read)."""
     value = 100 * fraction
-    text = f"{value:.3g}"
+    text = f"{value:.{digits}g}"
     if "e" in text and math.isfinite(value):
         if abs(value) >= 1:
             text = f"{value:.0f}"
-        else:  # 3 significant digits after the leading zeros, trailing zeros dropped
-            decimals = 2 - math.floor(math.log10(abs(value)))
+        else:  # the significant digits after the leading zeros, trailing zeros dropped
+            decimals = digits - 1 - math.floor(math.log10(abs(value)))
             text = f"{value:.{decimals}f}".rstrip("0").rstrip(".")
     return f"{text}%"
 

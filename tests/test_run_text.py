@@ -55,6 +55,9 @@ def test_the_cells() -> None:
     assert [format_percent(x) for x in (0.973, 0.0012, 3e-7, 1.234e-9, 0.0)] == [
         "97.3%", "0.12%", "0.00003%", "0.000000123%", "0%",
     ]  # fmt: skip
+    # two digits: a plan's points of goodput between checkpoint modes
+    points = [format_percent(x, 2) for x in (0.000053, 2.6e-7, 0.5)]
+    assert points == ["0.0053%", "0.000026%", "50%"]
 
 
 def test_a_run_prints_its_answers_in_units(

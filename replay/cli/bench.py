@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from replay._units import format_percent
 from replay.cli._progress import display
 from replay.cli.app import app
 
@@ -144,7 +145,7 @@ def bench_checkpoint_command(
         typer.echo(
             f"  {label:<34} {r['checkpoint_s']:7.3f} s of {r['total_s']:6.2f} s "
             f"({100 * r['share']:5.1f}%), {r['checkpoints']:>5} checkpoints, "
-            f"goodput {r['goodput_mean']:.3f}"
+            f"goodput {format_percent(r['goodput_mean'])}"
         )
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from replay._units import format_duration
+from replay._units import format_duration, format_percent
 from replay.errors import ConfigError
 from replay.plan.request import PlanRequest, open_horizon, row_sizes, steady_source
 from replay.workload.spec import WorkloadSpec
@@ -523,8 +523,8 @@ def _outside_papers_method(strategies: list[Any]) -> list[str]:
         m = better[0]  # the best of them
         out.append(
             f"{s.label} is the paper's method (intermittent fulls, quantized increments); "
-            f"{m['label']} would give {(m['goodput'] - s.goodput) * 100:.2g} points more goodput "
-            f"({m['goodput']:.3%} against {s.goodput:.3%}) with "
+            f"{m['label']} would give {format_percent(m['goodput'] - s.goodput, 2)[:-1]} points "
+            f"more goodput ({m['goodput']:.3%} against {s.goodput:.3%}) with "
             f"{format_bytes(m['storage_bytes'])} of storage against "
             f"{format_bytes(s.storage_bytes)} and a {format_duration(m['restore_s'])} restore "
             f"against {format_duration(s.restore_s)}: its chain grows with the run. Every "
