@@ -131,6 +131,17 @@ def format_multiple(x: float | None, digits: int = 3) -> str:
     return f"{x:.{digits}g}×"
 
 
+def format_number(x: float, digits: int = 3) -> str:
+    """`0.102`, `1,360`, `146,000`, `0.0000677`: a plain number (a count, a load factor)
+    to `digits` significant digits with thousands separated, never an exponent."""
+    if not math.isfinite(x) or x == 0:
+        return f"{x:g}"
+    magnitude = math.floor(math.log10(abs(x)))
+    if magnitude >= digits - 1:  # the significant digits are all before the point
+        return f"{round(x, digits - 1 - magnitude):,.0f}"
+    return f"{x:.{digits - 1 - magnitude}f}".rstrip("0").rstrip(".")
+
+
 def format_percent(fraction: float, digits: int = 3) -> str:
     """`97.3%`, `0.12%`, `0.00003%`: a fraction as a percentage with `digits` significant
     digits, never an exponent (`3e-05%` is no answer to read)."""
@@ -150,6 +161,7 @@ __all__ = [
     "format_duration",
     "format_hit_ratio",
     "format_multiple",
+    "format_number",
     "format_percent",
     "format_rate",
     "parse_bytes",

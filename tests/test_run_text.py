@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from replay._units import format_percent
+from replay._units import format_number, format_percent
 from replay.cli import main
 from replay.cli._run_text import (
     energy_text,
@@ -58,6 +58,12 @@ def test_the_cells() -> None:
     # two digits: a plan's points of goodput between checkpoint modes
     points = [format_percent(x, 2) for x in (0.000053, 2.6e-7, 0.5)]
     assert points == ["0.0053%", "0.000026%", "50%"]
+    # counts and load factors: `1.46e+05 failures during restores` read as 146,000
+    numbers = (145_678.0, 1357.6, 0.102, 0.1, 12.0, 6.771e-05, 999.7, 0.0, 2**28)
+    assert [format_number(x) for x in numbers] == [
+        "146,000", "1,360", "0.102", "0.1", "12", "0.0000677", "1,000", "0", "268,000,000",
+    ]  # fmt: skip
+    assert [format_number(x, 4) for x in (0.9527, 6.771e-05, 1.0)] == ["0.9527", "0.00006771", "1"]
 
 
 def test_a_run_prints_its_answers_in_units(

@@ -18,6 +18,7 @@ from replay._units import (
     format_duration,
     format_hit_ratio,
     format_multiple,
+    format_number,
     format_percent,
 )
 from replay.cli.app import shown
@@ -97,7 +98,8 @@ def summary_lines(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
     if fb:
         lines.append(
             f"  FBGEMM TBE cache: {pol['sets']:,} sets x {pol['associativity']} ways (load "
-            f"factor {pol['load_factor']:.4g}), {pol['algorithm'].upper()}; per FBGEMM's "
+            f"factor {format_number(pol['load_factor'], 4)}), {pol['algorithm'].upper()}; per "
+            "FBGEMM's "
             f"counters: {fb['unique_misses']:,} unique misses of {fb['unique_indices']:,} unique "
             f"indices ({fb['requested_indices']:,} requested, {fb['calls']:,} calls), "
             f"{fb['conflict_unique_misses']:,} conflict unique misses, "
@@ -145,8 +147,9 @@ def summary_lines(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
             f"{goodput_text(fail['goodput_p5'])} p5 over {fail['draws']:,} draws; "
             + (
                 f"lost work {dur(fail['lost_work_per_training_failure_s'])} per failure of "
-                f"training, {fail['failures_during_restore_per_draw_mean']:.3g} failures "
-                f"during restores per draw, restore {dur(fail['restore_s_mean'])} per failure"
+                f"training, {format_number(fail['failures_during_restore_per_draw_mean'])} "
+                f"failures during restores per draw, restore {dur(fail['restore_s_mean'])} per "
+                "failure"
                 if struck  # else zeros over no failures (a warning says why)
                 else f"no failure struck in {dur(fail['horizon_s'])} of training"
             )

@@ -84,6 +84,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from replay._units import format_number
 from replay.checkpoint.base import NS, READER_POSITION_BYTES, CheckpointContext, points_from
 from replay.checkpoint.failures import RecoveryPoints
 from replay.checkpoint.quantize import quantization_error, quantized_row_bytes
@@ -440,8 +441,8 @@ def caveat(bits: int, failures_per_run: float) -> str | None:
         f"{bits}-bit rows are lossy: training continues from the restored rows after every "
         "failure, and Check-N-Run picks the bit width from the restores a run expects, "
         "fewer bits tolerating fewer restores within its accuracy budget (8 bits is the "
-        f"fallback). This run expects {failures_per_run:.3g} failures (simulated): check "
-        f"that against the paper's bit-width selection before adopting {bits} bits. "
+        f"fallback). This run expects {format_number(failures_per_run)} failures (simulated): "
+        f"check that against the paper's bit-width selection before adopting {bits} bits. "
         f"Source: {SOURCE}"
     )
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from replay._units import format_duration, format_percent
+from replay._units import format_duration, format_number, format_percent
 from replay.errors import ConfigError, opt
 
 GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
@@ -266,7 +266,7 @@ def mtbf_too_short(
     best_text = f"; the best expected goodput is {best[0]}'s, {share}" if best[1] else ""
     reason = (
         f"too short for {which} to make progress: the run's {_seconds(horizon_s)} of "
-        f"training expects {horizon_s / mtbf_s:.3g} failures, a restart alone takes "
+        f"training expects {format_number(horizon_s / mtbf_s)} failures, a restart alone takes "
         f"{_seconds(restart_s)} ({system}'s failures.restart_s) and one batch {_seconds(tb)}, "
         f"so the run would take more than {max_wall_factor:,.0f} times its training time"
         f"{best_text}"

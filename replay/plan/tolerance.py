@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from replay._units import format_number
+
 if TYPE_CHECKING:
     from replay._schema_plan import PlanDocument
 
@@ -141,8 +143,8 @@ def plan_within(
             if not may_raise
             else "--sample-rate was given"
             if not chosen
-            else f"that samples {sampled:.3g} lookups, more than this plan makes on its own "
-            f"({MAX_SAMPLED_LOOKUPS:.3g})"
+            else f"that samples {format_number(sampled)} lookups, more than this plan makes on "
+            f"its own ({format_number(MAX_SAMPLED_LOOKUPS)})"
             if sampled > MAX_SAMPLED_LOOKUPS
             else "the plan at that rate does not fit this machine's memory"
             if not fits(again)

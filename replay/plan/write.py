@@ -21,7 +21,7 @@ import numpy as np
 
 from replay._output import Owned, atomic_folder
 from replay._schema_stamp import stamp
-from replay._units import format_bytes, format_duration, format_percent
+from replay._units import format_bytes, format_duration, format_number, format_percent
 from replay.plan.torchrec import FEW_SAMPLED_ROWS
 from replay.plan.torchrec_shards import torchrec_document, torchrec_text, without_shards
 from replay.plan.write_checkpoints_cluster import cluster_checkpoint_markdown
@@ -249,7 +249,7 @@ def plan_markdown(document: dict[str, Any]) -> str:
     ]
     for t in document["cache"]["per_table"]:
         out.append(
-            f"| {t['table']} | {format_bytes(t['bytes'])} | {t['load_factor']:.4g} | "
+            f"| {t['table']} | {format_bytes(t['bytes'])} | {format_number(t['load_factor'], 4)} | "
             f"{_pct(t['hit'])} |"
         )
     trec = document.get(TORCHREC_KEY)
@@ -295,7 +295,7 @@ def plan_markdown(document: dict[str, Any]) -> str:
             f"{format_bytes(s['bytes'])} | {format_bytes(s['storage_bytes'])} | "
             f"{format_duration(s['restore_s'])} | "
             f"{format_duration(s['lost_work_per_training_failure_s'])} | "
-            f"{s['failures_during_restore_per_run']:.3g} | {_pct(s['goodput'])} | "
+            f"{format_number(s['failures_during_restore_per_run'])} | {_pct(s['goodput'])} | "
             f"{_pct(s['goodput_p5'])} |"
         )
     out += _modes_table(ck["strategies"])

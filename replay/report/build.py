@@ -24,7 +24,7 @@ from typing import Any
 
 from replay._output import atomic_folder, foreign_entry, listed_names, write_json
 from replay._schema_stamp import stamp
-from replay._units import format_hit_ratio
+from replay._units import format_hit_ratio, format_number
 from replay._version import __version__
 from replay.errors import OutputError
 from replay.report.analysis import (
@@ -413,7 +413,7 @@ def _failure_blocks(
                         _pct(r["goodput_mean"]),
                         _pct(r["goodput_p5"]),
                         _ms(r["lost_work_per_training_failure_s"]),
-                        f"{r['failures_during_restore_per_draw_mean']:.3g}",
+                        format_number(r["failures_during_restore_per_draw_mean"]),
                         _ms(r["young_daly_interval_s"]),
                         _ms(r["interval_s_used"]),
                     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from replay._units import format_bytes, format_duration, format_percent
+from replay._units import format_bytes, format_duration, format_number, format_percent
 from replay.report.blocks import plural
 from replay.report.document import fmt_ratio
 from replay.report.load import PlanData
@@ -167,7 +167,7 @@ def lossy(strategy: dict[str, Any]) -> str:
     n = float(strategy.get("failures_per_run") or 0.0)
     text = (
         f"{bits}-bit rows come back lossy from each of the run's "
-        f"{f'{n:.2g}' if n < 10 else f'{n:,.0f}'} expected restores: "
+        f"{format_number(n, 2) if n < 10 else f'{n:,.0f}'} expected restores: "
         "check the width against Check-N-Run's bit-width selection (caveat in plan.json)"
     )
     fallback = next(
@@ -213,8 +213,8 @@ def goodput_spread(strategy: dict[str, Any], pct: Any = None) -> str:
     # three decimals: a failure's cost is often a fraction of a point
     then = "" if given is None else f", and such a run's goodput is {given:.3%}"
     return (
-        f"the run expects {n:.2g} failures: {format_percent(p)} of runs see one{then}; the "
-        "mean is mostly runs without any"
+        f"the run expects {format_number(n, 2)} failures: {format_percent(p)} of runs see "
+        f"one{then}; the mean is mostly runs without any"
     )
 
 

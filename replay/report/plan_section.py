@@ -17,7 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from replay._units import format_bytes, format_duration, format_multiple, format_percent
+from replay._units import (
+    format_bytes,
+    format_duration,
+    format_multiple,
+    format_number,
+    format_percent,
+)
 from replay.report.cpr_text import cpr_interval_text, cpr_lost_text
 from replay.report.document import (
     Block,
@@ -194,8 +200,9 @@ def split_line(cache: dict[str, Any]) -> str:
     """The budget's split against the shared cache and against one load factor."""
     base = cache.get("baseline")
     uniform = (
-        f"per-table caches at one load factor ({cache['uniform_load_factor']:.3g} of every "
-        f"table's rows) hit {pct_text(cache['uniform_hit'])}"
+        "per-table caches at one load factor "
+        f"({format_number(cache['uniform_load_factor'])} of every table's rows) hit "
+        f"{pct_text(cache['uniform_hit'])}"
     )
     if base is None:  # a plan.json written before the shared-cache baseline
         split = pct_text(cache["split_hit"])
@@ -234,7 +241,7 @@ def cache_line(doc: dict[str, Any]) -> str:
         f"the {budget} budget as {shared} hits {pct_text(base['hit'])} of the run's lookups; "
         f"split per table it hits {pct_text(cache['split_hit'])} "
         f"({split_verdict(base['split_gain_points'])}); per-table caches at one load factor "
-        f"({cache['uniform_load_factor']:.3g}) hit {pct_text(cache['uniform_hit'])}."
+        f"({format_number(cache['uniform_load_factor'])}) hit {pct_text(cache['uniform_hit'])}."
     )
 
 
@@ -521,7 +528,7 @@ def _cache_blocks(plan: PlanData, index: int, images: dict[str, Image]) -> list[
                 (
                     str(t.get("table", "")),
                     format_bytes(t["bytes"]),
-                    f"{t['load_factor']:.4g}",
+                    format_number(t["load_factor"], 4),
                     pct_text(t["hit"]),
                 )
                 for t in cache["per_table"]
@@ -564,7 +571,7 @@ def _checkpoint_blocks(plan: PlanData, index: int, images: dict[str, Image]) -> 
                     format_bytes(s["storage_bytes"]),
                     format_duration(s["restore_s"]),
                     format_duration(s["lost_work_per_training_failure_s"]),
-                    f"{float(s['failures_during_restore_per_run']):.3g}",
+                    format_number(float(s["failures_during_restore_per_run"])),
                     pct_text(s["goodput"]),
                     pct_text(s["goodput_p5"]),
                 )

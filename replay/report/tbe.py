@@ -5,7 +5,7 @@ and FBGEMM's own counters from summary.json (`policy.fbgemm_counters`, see
 
 from __future__ import annotations
 
-from replay._units import format_hit_ratio
+from replay._units import format_hit_ratio, format_number
 from replay.report.blocks import pct
 from replay.report.document import Block, Paragraph, Table
 from replay.report.load import Results
@@ -26,7 +26,7 @@ def tbe_blocks(results: Results) -> list[Block]:
             (
                 run.label,
                 f"{pol['sets']:,} x {pol['associativity']}, {str(pol['algorithm']).upper()}",
-                f"{pol['load_factor']:.4g}",
+                format_number(pol["load_factor"], 4),
                 _share(fb["unique_misses"], fb["unique_indices"]),
                 _share(fb["conflict_unique_misses"], fb["unique_misses"]),
                 _share(fb["conflict_misses"], fb["requested_indices"]),
