@@ -119,6 +119,18 @@ _MADV_POPULATE_WRITE = 23  # Linux >= 5.14
 _POPULATE_CHUNK_BYTES = _HUGE_PAGE_BYTES
 
 
+_SMALL_PAGE_BYTES = 4096
+
+
+def touches_most_pages(nbytes: int, writes: int) -> bool:
+    """Whether `writes` scattered over an array of `nbytes` (4 KiB pages) may touch most
+    of its pages: at least one per two pages. Where not (a short trace of a large row
+    space), faulting the whole array in ahead costs the memory and the time of pages it
+    never uses, and its kernel faults in the few it touches: 26,000 lookups of Criteo
+    1TB over 1.04 G rows (the statistics' byte per row) took 1.3 GiB of peak RSS."""
+    return 2 * int(writes) >= -(-int(nbytes) // _SMALL_PAGE_BYTES)
+
+
 def populate(array: np.ndarray) -> bool:
     """Fault in every page of `array` now (its contents unchanged), so that a kernel that
     touches it later pays no page faults; False where the OS cannot (not Linux, or a

@@ -476,6 +476,41 @@ def test_a_run_reserves_no_more_than_half_the_memory(
     assert reserved == []
 
 
+def test_a_short_trace_of_a_large_row_space_faults_in_no_statistics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """12 lookups over 10^8 rows touch at most 12 of the statistics' 24,415 pages: neither
+    the early reserve nor the replay's helper thread faults the 100 MB in (a short Criteo
+    1TB trace over 1.04 G rows peaked at 1.3 GiB for it), while 3 batches of tiny's, 1,152
+    lookups over 25,324 rows, fault in all of theirs."""
+    import replay._malloc as malloc
+    import replay.analysis.stats as stats
+    from replay._malloc import touches_most_pages
+    from replay.cli import main
+    from replay.cli._reserve import reserve_replay_state
+
+    assert touches_most_pages(10**8, 8) is False and touches_most_pages(25_324, 1_152)
+    assert touches_most_pages(8192, 1) and not touches_most_pages(8193 + 4096, 1)
+    spec = tmp_path / "wide.toml"
+    spec.write_text('name = "wide"\nbatch_size = 4\nbatches = 2\n[[tables]]\nname = "t"\n'
+                    "rows = 100000000\n")  # fmt: skip
+    monkeypatch.setattr(malloc, "_RESERVE_MIN_BYTES", 1)
+    reserved: list[tuple[int, bool]] = []
+    monkeypatch.setattr(malloc, "reserve_state", lambda n, *, huge: reserved.append((n, huge)))
+    populated: list[int] = []
+    monkeypatch.setattr(stats, "populate", lambda a: populated.append(a.nbytes))
+    for name, source, rows in (("wide", str(spec), 10**8), ("tiny", "tiny", 25_324)):
+        trace = tmp_path / name
+        args = ["generate", "--batches", "3", "--out", str(trace)]
+        assert main([*args, *(["--spec", source] if name == "wide" else ["--preset", source])]) == 0
+        reserved.clear()
+        populated.clear()
+        reserve_replay_state(trace, None, "dram", [], inspect=True, resume=False)
+        assert main(["run", str(trace), "-s", "dram", "-o", str(tmp_path / f"r-{name}")]) == 0
+        faulted = name == "tiny"
+        assert ((rows, False) in reserved) is faulted and (rows in populated) is faulted
+
+
 @pytest.mark.parametrize("huge", [True, False])
 def test_a_reserved_area_is_a_state_array_of_zeros(huge: bool) -> None:
     """`reserve_state` maps and faults in the area; the `state_array` of that size takes

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from replay._malloc import populate, state_array
+from replay._malloc import populate, state_array, touches_most_pages
 from replay._memory import (
     INSPECT_SMALL_ROWS,
     INSPECT_WRAPS_HELD,
@@ -431,11 +431,13 @@ class Inspector:
         order = np.argsort(-true, kind="stable")
         return hist, true[order], table_of[order]
 
-    def prefault(self) -> None:
+    def prefault(self, lookups: int) -> None:
         """Fault the per-row state in (`populate`: 0.08 s for criteo-terabyte's 188 MB in
         4 KiB pages on the 2-core VM), before the first feed touches it row by row; on a
-        replay's helper thread, after the kernels are loaded (`warm_up`)."""
-        populate(self.state)
+        replay's helper thread, after the kernels are loaded (`warm_up`). Not where the
+        trace's `lookups` touch few of its pages (`touches_most_pages`)."""
+        if touches_most_pages(self.state.nbytes, lookups):
+            populate(self.state)
 
     def warm_up(self) -> None:
         """Load the kernels `result` calls (from numba's cache, ~10 ms each), so that a

@@ -145,7 +145,7 @@ def reserve_replay_state(
     import)."""
     if trace is None or workload is not None or resume:
         return
-    from replay._malloc import reserve_state
+    from replay._malloc import reserve_state, touches_most_pages
 
     manifest = _manifest(trace)
     room = _room()
@@ -161,8 +161,10 @@ def reserve_replay_state(
                 room -= nbytes
                 reserve_state(nbytes, huge=huge)
 
-    if inspect is not False:
-        reserve([(_total_rows(manifest), False)])
+    rows = _total_rows(manifest)
+    # the statistics' byte per row, where the trace may touch most of its pages
+    if inspect is not False and touches_most_pages(rows, int(manifest.get("lookups", 0))):
+        reserve([(rows, False)])
     reserve(_lru_bytes(manifest, system, overrides))
 
 

@@ -202,7 +202,7 @@ def replay_trace(
             policy.warm_up, empty_range(policy.ctx.total_keys, ordered=ordered)
         )
         worker.submit(_load_kernels, trace, inspector, ordered)
-        worker.submit(_prefault, policy, inspector)
+        worker.submit(_prefault, policy, inspector, int(trace.num_lookups))
         for br in iter_batch_ranges(
             trace,
             with_updates=True,
@@ -356,10 +356,10 @@ def _load_kernels(trace: Source, inspector: Inspector | None, ordered: bool) -> 
         inspector.warm_up()
 
 
-def _prefault(policy: Policy, inspector: Inspector | None) -> None:
+def _prefault(policy: Policy, inspector: Inspector | None, lookups: int) -> None:
     policy.prefault()
     if inspector is not None:
-        inspector.prefault()
+        inspector.prefault(lookups)
 
 
 def counts_read_after_write(system: SystemSpec) -> bool:
