@@ -64,14 +64,20 @@ class ConfigError(ReplayError):
     """A workload or system specification is invalid (unknown key, bad unit or range)."""
 
 
+def did_you_mean(given: str, names: Iterable[str]) -> str:
+    """`; did you mean 'interval_s' or 'interval_batches'?`: the one or two of `names`
+    nearest a name that is none of them, or "" where none is near."""
+    import difflib  # only on an error's path
+
+    near = difflib.get_close_matches(str(given), list(names), n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(map(repr, near))}?" if near else ""
+
+
 def unknown_key(where: str, key: str, allowed: Iterable[str]) -> ConfigError:
     """The error for a key a table does not have: the one or two allowed keys nearest it
     where any is near (`interval`: `interval_s` or `interval_batches`), then every one."""
-    import difflib  # only on this error's path
-
     names = sorted(allowed)
-    near = difflib.get_close_matches(str(key), names, n=2, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(map(repr, near))}?" if near else ""
+    hint = did_you_mean(key, names)
     return ConfigError(f"{where}: unknown key {key!r}{hint} (allowed: {', '.join(names)})")
 
 

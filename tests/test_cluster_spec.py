@@ -185,7 +185,10 @@ def test_the_presets_file_cites_a_source_or_an_assumption_on_every_number() -> N
         (["cluster.gpu_memory_bytes=0"], r"gpu_memory_bytes: 0.0 is out of range"),
         (["cluster.nodes=1.5"], r"cluster\.nodes: expected an integer"),
         (["cluster.intra_node_fabric=infiniband"], r"intra_node_fabric: 'infiniband' is not"),
-        (["cluster.preset=dgx-9"], r"unknown cluster preset 'dgx-9' \(known: dgx-h100"),
+        (
+            ["cluster.preset=dgx-9"],
+            r"unknown cluster preset 'dgx-9'; did you mean 'dgx-2' or 'dgx-h100'\? \(known: ",
+        ),
         (["cluster.nodes=4", "cluster.nics_per_node=0"], r"4 nodes need at least one NIC"),
         (["cluster.nic_bw_bytes_per_s=0"], r"nic_bw_bytes_per_s: must be > 0 with nics"),
         (["cluster.drive_read_bw_bytes_per_s=0"], r"drive_read_bw_bytes_per_s: must be > 0"),

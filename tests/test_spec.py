@@ -152,3 +152,32 @@ def test_a_system_key_typo_names_the_keys_it_may_mean() -> None:
         "preset hbm-lru.checkpoint: unknown key 'interval'; did you mean 'interval_s' or "
         "'interval_batches'? (allowed: beside_compute, "
     )
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda: get_preset("criteo-kagle"), "'criteo-kagle'; did you mean 'criteo-kaggle'? ("),
+        (lambda: _system("hbm_lru", []), "'hbm_lru'; did you mean 'hbm-lru' or 'hbm-lfu'? ("),
+        (lambda: _system("hbm-lru", ["policy.name=lfuu"]), "'lfuu'; did you mean 'lfu'? ("),
+        (
+            lambda: _system("hbm-lru", ["checkpoint.strategy=fastpersit"]),
+            "'fastpersit'; did you mean 'fastpersist'? (",
+        ),
+        (lambda: _system("hbm-lru", ["cluster.preset=dgx-h10"]), "did you mean 'dgx-h100' or"),
+        (lambda: _system("zzz", []), "unknown system 'zzz' (not a preset: "),  # nothing near
+    ],
+    ids=["workload", "system", "policy", "strategy", "cluster", "none-near"],
+)
+def test_an_unknown_name_names_the_nearest(make, said: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        make()
+    assert said in str(info.value)
+
+
+def _system(name: str, sets: list[str]):
+    from replay.engine.systems import check_plugins, resolve_system
+
+    spec = resolve_system(name, sets)
+    check_plugins(spec, f"preset {name}")
+    return spec

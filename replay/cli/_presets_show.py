@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from replay.errors import ConfigError
+from replay.errors import ConfigError, did_you_mean
 from replay.workload.spec import toml_value
 
 _HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?$")
@@ -213,6 +213,8 @@ def preset_toml(name: str) -> str:
     if name in cluster_presets():
         return cluster_toml(name)
     raise ConfigError(
-        f"--show: unknown preset {name!r} (workload: {', '.join(PRESETS)}; system: "
+        f"--show: unknown preset {name!r}"
+        f"{did_you_mean(name, [*PRESETS, *SYSTEM_PRESETS, *cluster_presets()])} (workload: "
+        f"{', '.join(PRESETS)}; system: "
         f"{', '.join(SYSTEM_PRESETS)}; cluster: {', '.join(cluster_presets())})"
     )

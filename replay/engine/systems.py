@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.checkpoint import STRATEGIES
-from replay.errors import ConfigError, opt, shown
+from replay.errors import ConfigError, did_you_mean, opt, shown
 from replay.policies import POLICIES
 from replay.system.presets import SYSTEM_PRESETS
 from replay.system.spec import SystemSpec, apply_overrides, build_system, load_system_data
@@ -34,15 +34,16 @@ def check_plugins(spec: SystemSpec, where: str) -> None:
     policy = spec.policy
     if policy.name not in POLICIES:
         raise ConfigError(
-            f"{where}.policy.name: unknown policy {policy.name!r} "
-            f"(known: {', '.join(sorted(POLICIES))})"
+            f"{where}.policy.name: unknown policy {policy.name!r}"
+            f"{did_you_mean(policy.name, sorted(POLICIES))} (known: {', '.join(sorted(POLICIES))})"
         )
     POLICIES[policy.name].check_spec(spec, {t.name for t in spec.tiers}, f"{where}.policy")
     ck = spec.checkpoint
     if ck.strategy not in STRATEGIES:
         raise ConfigError(
-            f"{where}.checkpoint.strategy: unknown strategy {ck.strategy!r} "
-            f"(known: {', '.join(sorted(STRATEGIES))})"
+            f"{where}.checkpoint.strategy: unknown strategy {ck.strategy!r}"
+            f"{did_you_mean(ck.strategy, sorted(STRATEGIES))} (known: "
+            f"{', '.join(sorted(STRATEGIES))})"
         )
     STRATEGIES[ck.strategy].check_spec(spec, f"{where}.checkpoint")
 

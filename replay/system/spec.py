@@ -46,7 +46,7 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from replay.errors import ConfigError, unknown_key
+from replay.errors import ConfigError, did_you_mean, unknown_key
 from replay.system.optimizer import OPTIMIZERS, optimizer_bytes_per_row
 from replay.system.spec_fields import build_flat as _build
 from replay.system.spec_fields import build_named as _named
@@ -568,8 +568,9 @@ def build_cluster(data: Any, where: str = "cluster") -> ClusterSpec:
     if preset:
         if preset not in cluster_presets():
             raise ConfigError(
-                f"{where}.preset: unknown cluster preset {preset!r} "
-                f"(known: {', '.join(cluster_presets())})"
+                f"{where}.preset: unknown cluster preset {preset!r}"
+                f"{did_you_mean(preset, cluster_presets())} (known: "
+                f"{', '.join(cluster_presets())})"
             )
         data = {**cluster_preset_data(preset), **data}
     c = _build(ClusterSpec, data, where)

@@ -11,7 +11,7 @@ from typing import Any
 
 from replay._files import SPEC, read_text
 from replay._toml import has_too_long_int, parse_toml
-from replay.errors import ConfigError, opt
+from replay.errors import ConfigError, did_you_mean, opt
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -102,8 +102,8 @@ def load_system_data(name_or_file: str | Path) -> tuple[dict[str, Any], str]:
         origin = str(path)
     else:
         raise ConfigError(
-            f"unknown system {text!r}: not a preset ({', '.join(sorted(SYSTEM_PRESETS))}) "
-            "nor a .toml file"
+            f"unknown system {text!r}{did_you_mean(text, sorted(SYSTEM_PRESETS))} (not a "
+            f"preset: {', '.join(sorted(SYSTEM_PRESETS))}; nor a .toml file)"
         )
     data = _resolve_extends(data, origin)
     data.setdefault("name", path.stem if origin == str(path) else text)

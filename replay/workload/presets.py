@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from replay.errors import ConfigError, opt
+from replay.errors import ConfigError, did_you_mean, opt
 from replay.workload.spec import TableSpec, UpdateRule, WorkloadSpec, load_spec
 
 DEFAULT_ALPHA = 1.05  # DESIGN s.4: published generators use 0.9-1.45
@@ -218,7 +218,8 @@ def get_preset(name: str) -> WorkloadSpec:
         return PRESETS[name]
     except KeyError:
         raise ConfigError(
-            f"unknown workload preset {name!r} (known: {', '.join(PRESETS)})"
+            f"unknown workload preset {name!r}{did_you_mean(name, PRESETS)} (known: "
+            f"{', '.join(PRESETS)})"
         ) from None
 
 
