@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from replay._units import format_bytes, format_duration, format_percent, format_rate
+from replay._units import (
+    format_bytes,
+    format_duration,
+    format_number,
+    format_percent,
+    format_rate,
+)
 
 
 def _ssd(document: dict[str, Any]) -> dict[str, Any] | None:
@@ -61,7 +67,7 @@ def ssd_tbe_markdown(document: dict[str, Any]) -> list[str]:
         busy = max(a["ssd_utilization"], w["ssd_utilization"])
         out.append(
             f"| {float(target):g} | {format_bytes(a['l1_bytes'])} (load factor "
-            f"{a['l1_load_factor']:g}) | {format_bytes(a['l2_bytes'])} | "
+            f"{format_number(a['l1_load_factor'], 6)}) | {format_bytes(a['l2_bytes'])} | "
             f"{format_percent(a['hit'])} | {format_percent(a['l1_hit'])} | "
             f"{format_rate(a['ssd_read_bytes_per_s'])} | "
             f"{format_rate(a['ssd_write_bytes_per_s'])} | "
@@ -96,7 +102,7 @@ def ssd_tbe_markdown(document: dict[str, Any]) -> list[str]:
             reach = [b for b, h in zip(c["l2_bytes"], c["hit"], strict=True) if h >= float(t)]
             cells.append(format_bytes(reach[0]) if reach else "out of reach")
         out.append(
-            f"| {c['load_factor']:g} | {format_bytes(c['l1_bytes'])} | "
+            f"| {format_number(c['load_factor'], 6)} | {format_bytes(c['l1_bytes'])} | "
             f"{format_percent(c['l1_hit'])} | {format_percent(c['hit'][0])} | "
             + " | ".join(cells)
             + " |"
