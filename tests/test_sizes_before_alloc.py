@@ -176,6 +176,26 @@ def test_a_cache_larger_than_a_short_traces_lookups(tmp_path: Path, system: str)
     assert read == (runs["same"] / "batches.parquet").read_bytes()
 
 
+def test_an_l2_larger_than_a_short_traces_lookups(tmp_path: Path) -> None:
+    """ssd-tbe's L2 (its preset's 320 GiB of host DRAM) over 10 batches of tiny's: every
+    row it holds was looked up, so it gets 3,840 slots (a 300-batch Criteo Kaggle run
+    allocated 33.8 M slots: 2.4 GiB of peak RSS), never evicts, and holds every row L1
+    sent it, as before."""
+    proc, _ = _replay(
+        tmp_path, "run", "--workload", "tiny", "--batches", "10", "--system", "ssd-tbe",
+        "--out", "short",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    l2 = _summary(tmp_path / "short")["policy"]["l2"]
+    meta = json.loads((tmp_path / "short" / "meta.json").read_text())
+    assert meta["sizing"] == [
+        f"policy: an L2 of {l2['capacity_rows']:,} rows allocated as 3,840 slots, the trace's "
+        "lookups: it can hold no more, and its counters are those of the capacity given"
+    ]
+    assert l2["evictions"] == 0 and l2["clean_evictions"] == 0
+    assert 0 < l2["resident_max"] <= 3840
+
+
 # -- what cannot be cut: refused with the estimate --------------------------------------
 
 

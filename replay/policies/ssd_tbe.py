@@ -330,12 +330,15 @@ class L2Cache:
     """FBGEMM SSD TBE's L2 (CacheLib's LRU of whole rows in host DRAM) and the store's row
     counts, fed with L1's exchange range by range."""
 
-    def __init__(self, total_rows: int, capacity_rows: int) -> None:
+    def __init__(self, total_rows: int, capacity_rows: int, lookups: int = 0) -> None:
         self.capacity_rows = max(0, int(capacity_rows))
         # An L2 of more rows than the tables hold never evicts, and neither does one of
-        # exactly those rows: its slots beyond them would never be filled, so it gets
-        # no more (`usable_units`); the counters are the same, the capacity is as given.
-        cap = usable_units(self.capacity_rows, total_rows) if self.capacity_rows else 0
+        # exactly those rows, nor one of as many rows as the `lookups` (where known: every
+        # row that enters the L2 was looked up): its slots beyond them would never be
+        # filled, so it gets no more (`usable_units`); the counters are the same, the
+        # capacity is as given.
+        self.bound = usable_units(self.capacity_rows, total_rows) if self.capacity_rows else 0
+        cap = usable_units(self.capacity_rows, total_rows, 1, lookups) if self.capacity_rows else 0
         self.slots = cap
         entries, slot_bits, shift = table_shape(total_rows, max(cap, 1))
         self.table = state_array(entries if cap else 16, np.int64)
@@ -398,7 +401,9 @@ class SSDTBEPolicy(L1Recorder):
         # embeddings.cpp: max_D x element size, max_D the row's width incl. the state),
         # a header and the key, in chunks of their slab class (`replay.system.cachelib`)
         self.l2 = L2Cache(
-            ctx.total_keys, cachelib.capacity_rows(spec.l2_capacity_bytes, ctx.row_state_bytes)
+            ctx.total_keys,
+            cachelib.capacity_rows(spec.l2_capacity_bytes, ctx.row_state_bytes),
+            ctx.num_lookups,
         )
         self.store = np.zeros((ctx.num_batches, NUM_STORE), dtype=np.int64)
 
@@ -413,11 +418,11 @@ class SSDTBEPolicy(L1Recorder):
         l2 = self.l2
         if l2.slots >= l2.capacity_rows:
             return super().sizing_notes()
+        bound = "the rows of the tables" if l2.slots == l2.bound else "the trace's lookups"
         return [
             *super().sizing_notes(),
             f"policy: an L2 of {l2.capacity_rows:,} rows allocated as {l2.slots:,} slots, "
-            "the rows of the tables: it can hold no more, and its counters are those of "
-            "the capacity given",
+            f"{bound}: it can hold no more, and its counters are those of the capacity given",
         ]
 
     def summary_extra(self) -> dict[str, object]:

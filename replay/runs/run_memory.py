@@ -162,8 +162,8 @@ def cache_bytes(
     """(bytes, how) of the caches of `system`'s policy, one per entry of `gpu_rows` (the
     rows each cache sees: [R] for one GPU), as their constructors allocate them.
     `lookups`: the source's, which bound the L2 slots ssd-tbe ever fills and, for
-    `one_gpu` (a one-GPU replay, whose policy knows its source's lookups), the slots of
-    the other caches (`PolicyContext.slots`)."""
+    `one_gpu` (a one-GPU replay, whose policy knows its source's lookups), the slots
+    every cache allocates (`PolicyContext.slots`)."""
     cls = POLICIES[system.policy.name]
     p = system.policy
     if not cls.cached:
@@ -172,6 +172,7 @@ def cache_bytes(
     total = sum(int(r) for r in gpu_rows)
     cap = cls.capacity(system, unit_rows, row_state, max(total, 1))
     gpus = len(gpu_rows)
+    seen = int(lookups or 0) if one_gpu else 0
     if cls.name in ("tbe", "ssd-tbe"):
         # whole sets, as the capacity gives them on each GPU (a set is a hash modulo them)
         per_way = _TBE_WAY_BYTES.get(p.cache_algorithm, 16)
@@ -182,14 +183,16 @@ def cache_bytes(
         size, how = ways * per_way, f"{format_count(ways)} cache ways x {per_way} B"
         if cls.name == "ssd-tbe":
             l2 = cachelib.capacity_rows(p.l2_capacity_bytes, row_state)
-            slots = sum(usable_units(l2, int(r)) for r in gpu_rows) if l2 else 0
+            slots = sum(usable_units(l2, int(r), 1, seen) for r in gpu_rows) if l2 else 0
             if lookups is None:
                 size += slots * _SLOT_BYTES["lru"]
                 how += f", L2 {format_count(slots)} rows x {_SLOT_BYTES['lru']} B"
             elif slots:
                 # its key -> slot table (huge pages, touched throughout), and its slots'
                 # arrays, filled in order: at most a slot per lookup is ever touched
-                table = sum(8 * table_shape(int(r), usable_units(l2, int(r)))[0] for r in gpu_rows)
+                table = sum(
+                    8 * table_shape(int(r), usable_units(l2, int(r), 1, seen))[0] for r in gpu_rows
+                )
                 filled = min(slots, max(int(lookups), 0))
                 size += table + filled * _L2_SLOT_BYTES
                 how += (
@@ -201,7 +204,6 @@ def cache_bytes(
         return 0, ""  # its selection is per looked-up row (`run_state`)
     if cls.name not in _SLOT_BYTES:
         return 0, ""
-    seen = int(lookups or 0) if one_gpu else 0
     slots = sum(usable_units(cap, int(r), unit_rows, seen) for r in gpu_rows)
     unit = "chunk" if unit_rows > 1 else "row"
     what = f"{gpus:,} caches, " if gpus > 1 else ""
