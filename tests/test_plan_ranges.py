@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replay.analysis.horizon import horizon_mrc
 from replay.analysis.shards import resolution_rows, shards_threshold
@@ -287,3 +289,24 @@ def test_criteo_terabyte_eight_gpus_twenty_seeds() -> None:
         assert inside >= 19, (target, inside, ratios)
         assert float(np.median(ratios)) <= 1.5, (target, ratios)
         assert each >= 0.95 * pairs, (target, each, pairs)
+
+
+@given(
+    exponents=st.lists(st.floats(-60.0, 0.0, allow_nan=False), min_size=1, max_size=300),
+    repeats=st.integers(1, 3),
+)
+@settings(max_examples=100, deadline=None)
+def test_the_che_correction_groups_as_a_sort_would(exponents: list[float], repeats: int) -> None:
+    """`_buckets` counts the probability groups in one pass: the same groups, counts and
+    float sums (each group summed in the rows' order) as np.unique's sort and np.bincount,
+    which it replaced; a probability of 0 takes the sort."""
+    from replay.analysis.shards_model import BUCKET_LOG_WIDTH, _buckets
+
+    pi = np.repeat(np.exp(np.array(exponents)), repeats)
+    for rows in (pi, np.append(pi, 0.0)):
+        with np.errstate(divide="ignore"):
+            counts, sums = _buckets(rows)
+            bucket = np.floor(np.log(rows) / BUCKET_LOG_WIDTH)
+        _, which, want = np.unique(bucket, return_inverse=True, return_counts=True)
+        assert counts.tolist() == want.tolist()
+        assert sums.tobytes() == np.bincount(which, weights=rows).tobytes()

@@ -95,6 +95,30 @@ def sampled_population(source: Any) -> tuple[np.ndarray, np.ndarray]:
 BUCKET_LOG_WIDTH = 1e-3  # rows whose probabilities agree within 0.1% solve as one group
 
 
+# bins of the counting pass, at most: 16,777 in log, more than float64's probabilities
+# span (about 1,490), so only a probability of 0 (log -inf) takes the sort
+_BUCKET_SPAN = 1 << 24
+
+
+def _buckets(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, sum of their probabilities) per group of `pi` within `BUCKET_LOG_WIDTH` in
+    log, the groups in ascending order: np.unique's groups and np.bincount's sums, each
+    group summed in the rows' order, so the same floats; counted in one pass over integer
+    buckets (np.unique's sort of a plan's millions of sampled rows took 4.3 of a
+    Criteo 1TB plan's 17 s)."""
+    bucket = np.floor(np.log(pi) / BUCKET_LOG_WIDTH)
+    if np.isfinite(bucket).all():
+        lo = float(bucket.min())
+        if float(bucket.max()) - lo < _BUCKET_SPAN:
+            index = (bucket - lo).astype(np.int64)
+            counts = np.bincount(index)
+            sums = np.bincount(index, weights=pi)
+            used = counts > 0
+            return counts[used], sums[used]
+    _, which, counts = np.unique(bucket, return_inverse=True, return_counts=True)
+    return counts, np.bincount(which, weights=pi)
+
+
 def _sample_curve(pi: np.ndarray, sizes: np.ndarray, rate: float, lookups: float) -> np.ndarray:
     """m_sample(C) (module docstring) for the rows of probabilities `pi` at rate `rate`.
     Rows are grouped by probability within 0.1% (count and mean: Che's own bucketing,
@@ -102,9 +126,8 @@ def _sample_curve(pi: np.ndarray, sizes: np.ndarray, rate: float, lookups: float
     s = float(pi.sum())
     if s <= 0.0 or not len(pi):
         return np.zeros(len(sizes))
-    bucket = np.floor(np.log(pi) / BUCKET_LOG_WIDTH)
-    _, which, counts = np.unique(bucket, return_inverse=True, return_counts=True)
-    q = np.bincount(which, weights=pi) / counts / s
+    counts, sums = _buckets(pi)
+    q = sums / counts / s
     m = counts.astype(np.float64)
     _, times = che_hit_ratios(m, q, sizes.astype(np.float64) * rate)
     hits = finite_horizon_hits(m, q, times, lookups * s)
