@@ -231,14 +231,15 @@ def register_policy(name: str) -> Callable[[type[Policy]], type[Policy]]:
 
 def usable_units(capacity: int, total_keys: int, unit_rows: int = 1, lookups: int = 0) -> int:
     """The units a cache of `capacity` units over `total_keys` rows can ever hold, at
-    least 1: min(capacity, ceil(rows / unit_rows)), and no more than `lookups` where it
-    is known (> 0: each lookup brings at most one unit in). A cache at least that large
-    holds every row it is asked for and never evicts, so slots beyond it would never be
-    filled: caches are allocated to this size and report the capacity they were given (a
-    run's counters are those of the capacity as given; `study_warnings` says when the
-    cache held everything)."""
+    least 1: min(capacity, ceil(rows / unit_rows)), and for a cache of rows no more than
+    `lookups` where it is known (> 0: only a lookup's miss brings a row in; a chunk also
+    enters for a backward request, and `chunk` sizes its heap by its budgets). A cache at
+    least that large holds every row it is asked for and never evicts, so slots beyond it
+    would never be filled: caches are allocated to this size and report the capacity they
+    were given (a run's counters are those of the capacity as given; `study_warnings`
+    says when the cache held everything)."""
     units = -(-max(int(total_keys), 0) // max(int(unit_rows), 1))
-    if int(lookups) > 0:
+    if int(lookups) > 0 and int(unit_rows) == 1:
         units = min(units, int(lookups))
     return max(1, min(int(capacity), units))
 
