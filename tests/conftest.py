@@ -68,3 +68,15 @@ def _the_quickstarts_plan_once(tmp_path_factory: pytest.TempPathFactory) -> Any:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(plan_module, "make_plan", make_plan)
         yield
+
+
+@pytest.fixture(scope="session")
+def tiny_trace_40(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """40 batches of the `tiny` preset, generated once per worker (read, never changed:
+    the runs write their own folders)."""
+    from replay.cli import main
+
+    path = tmp_path_factory.mktemp("tiny40") / "t"
+    args = ["generate", "--preset", "tiny", "--batches", "40", "-j", "1", "-o", str(path)]
+    assert main(args) == 0
+    return path

@@ -25,12 +25,9 @@ from replay.cli._run_text import (
 )
 
 
-@pytest.fixture(scope="module")
-def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("text") / "t"
-    args = ["generate", "--preset", "tiny", "--batches", "40", "-j", "1", "-o", str(path)]
-    assert main(args) == 0
-    return path
+@pytest.fixture
+def trace(tiny_trace_40: Path) -> Path:
+    return tiny_trace_40
 
 
 def test_the_cells() -> None:

@@ -19,12 +19,9 @@ CACHE = "holds everything the trace touched"
 NO_CHECKPOINT = "no checkpoint was taken during the replayed batches"
 
 
-@pytest.fixture(scope="module")
-def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("warn") / "t"
-    args = ["generate", "--preset", "tiny", "--batches", "40", "-j", "1", "-o", str(path)]
-    assert main(args) == 0
-    return path
+@pytest.fixture
+def trace(tiny_trace_40: Path) -> Path:
+    return tiny_trace_40
 
 
 def _summary(folder: Path) -> dict:
