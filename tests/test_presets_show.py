@@ -48,6 +48,23 @@ def test_comments_and_hot_values(capsys: pytest.CaptureFixture[str]) -> None:
     assert "hot_shares = [0.472, 0.461]" in text and "# dataset_samples = 4373472329" in text
 
 
+def test_a_child_preset_shows_its_own_comments(capsys: pytest.CaptureFixture[str]) -> None:
+    """A preset that extends another opens with its own description, and a key it sets
+    carries its own comment or none: cxl-d's static policy has no cache, so hbm-lru's
+    note on a 256 MiB cache budget does not stand above its capacity of 0."""
+    text = _show("cxl-d", capsys)
+    head = text.split("\nname = ")[0]
+    assert "TrainingCXL's ladder, step 3" in head and "A row cache in GPU HBM" not in head
+    policy = text.split("[policy]")[1].split("\n[")[0]
+    assert 'name = "static"' in policy and "capacity_bytes = 0.0" in policy
+    assert "256 MiB" not in policy
+    text = _show("ssd", capsys)
+    assert "e.g. --set checkpoint.strategy" not in text  # hbm-lru's hint beside "none"
+    text = _show("hbm-lru", capsys)  # the base keeps its own
+    assert "A row cache in GPU HBM" in text.split("\nname = ")[0]
+    assert "e.g. --set checkpoint.strategy" in text
+
+
 @pytest.mark.parametrize("name", cluster_presets())
 def test_cluster_presets_paste_into_a_system(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

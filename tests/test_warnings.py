@@ -109,6 +109,28 @@ def test_an_interval_without_a_strategy_warns(
     assert summary["checkpoint"]["count"] == 0 and summary["warnings"] == [line.split(": ", 2)[2]]
 
 
+def test_a_cache_size_on_a_system_without_a_cache_warns(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """dram keeps every table in host DRAM (`static`): a cache size given to it replays
+    the same bytes as none, and the run says so instead of passing for that cache's."""
+    capsys.readouterr()
+    plain, sized = tmp_path / "plain", tmp_path / "sized"
+    assert main(["run", str(trace), "-s", "dram", "-o", str(plain)]) == 0
+    assert _warnings(capsys.readouterr().err) == [] and _summary(plain)["warnings"] == []
+    args = ["run", str(trace), "-s", "dram", "-o", str(sized)]
+    assert main([*args, "--set", "policy.capacity_bytes=8GiB"]) == 0
+    (line,) = _warnings(capsys.readouterr().err)
+    assert line == (
+        "replay: warning: policy.capacity_bytes (8 GiB) changes nothing here: policy "
+        "'static' keeps every table in tier 'dram' and caches nothing; a system with a cache "
+        "(hbm-lru, hbm-tbe-lru, ssd-tbe, ...) sizes one"
+    )
+    a, b = _summary(plain), _summary(sized)
+    assert b["warnings"] == [line.split(": ", 2)[2]]
+    assert (a["time_s"], a["tiers"], a["links"]) == (b["time_s"], b["tiers"], b["links"])
+
+
 def test_compare_warns_per_run_and_the_report_shows_it(
     trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -111,6 +111,17 @@ def _preset_chain(name: str) -> list[str]:
         chain.append(parent)
 
 
+def _keys_set(data: dict[str, Any], where: str = "") -> list[tuple[str, str]]:
+    """(table path, key) of every value a preset file sets, as `Comments` keys them."""
+    out: list[tuple[str, str]] = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.extend(_keys_set(value, f"{where}.{key}" if where else key))
+        else:
+            out.append((where, key))
+    return out
+
+
 def system_toml(name: str) -> str:
     """A system preset as TOML that `--system FILE.toml` reads back as the same spec."""
     from replay.engine.systems import resolve_system
@@ -121,9 +132,16 @@ def system_toml(name: str) -> str:
     comments: Comments = {}
     for preset in _preset_chain(name):
         raw = preset_data(preset)
+        # a key this file sets replaces the one it extends, and so does its comment: the
+        # base's "a 256 MiB cache budget" does not stand above a child's capacity of 0
+        for key in _keys_set(raw):
+            comments.pop(key, None)
         for kind in ("tiers", "links"):
             for part, entry in (raw.get(kind) or {}).items():
                 if isinstance(entry, dict) and isinstance(entry.get("device"), str):
+                    # another device: none of the old device's comments stand
+                    for key in [k for k in comments if k[0] == f"{kind}.{part}"]:
+                        del comments[key]
                     rename = {f"{kind}.{entry['device']}": f"{kind}.{part}"}
                     comments.update(
                         {k: v for k, v in file_comments(devices_file, rename).items()
@@ -132,7 +150,11 @@ def system_toml(name: str) -> str:
         cluster = raw.get("cluster")
         if isinstance(cluster, dict) and isinstance(cluster.get("preset"), str):
             comments.update(_cluster_comments(cluster["preset"], CLUSTERS_FILE))
-        comments.update(file_comments(PRESET_DIR / f"{preset}.toml"))
+        own = file_comments(PRESET_DIR / f"{preset}.toml")
+        if ("", "extends") in own and ("", "name") not in own:
+            # the file's header stands above `extends`, which the resolved spec drops
+            own[("", "name")] = own.pop(("", "extends"))
+        comments.update(own)
     failures = data.get("failures", {})
     if failures.get("mtbf_s") == 0.0:  # 0 is off: the file leaves the key out
         del failures["mtbf_s"]

@@ -27,6 +27,7 @@ from replay.cli.source import (
     AlphaOption,
     BatchesOption,
     BatchSizeOption,
+    CacheBudgetOption,
     DriftOption,
     ReuseOption,
     SeedOption,
@@ -37,6 +38,7 @@ from replay.cli.source import (
     checksums_verified,
     inspect_default,
     resolve_source,
+    with_cache_budget,
 )
 
 if TYPE_CHECKING:
@@ -84,6 +86,7 @@ def compare_command(
     ],
     out: OutOption,
     overrides: SetsOption = None,
+    cache_budget: CacheBudgetOption = None,
     workers: WorkersOption = None,
     force: ForceOption = False,
     json_output: Annotated[
@@ -118,7 +121,7 @@ def compare_command(
         trace, workload, batches=batches, batch_size=batch_size, seed=seed,
         alpha=alpha, drift=drift, reuse=reuse, verify=verify,
     )  # fmt: skip
-    sets = list(overrides or [])
+    sets = with_cache_budget(cache_budget, overrides)
     # `-s a -s b` as `-s a,b`: a single-valued option would keep only the last one given
     given = [name for text in systems for name in split_list(text, "--systems")]
     jobs = resolve_systems(given, sets)

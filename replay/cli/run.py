@@ -14,6 +14,7 @@ from replay.cli.source import (
     AlphaOption,
     BatchesOption,
     BatchSizeOption,
+    CacheBudgetOption,
     DriftOption,
     ReuseOption,
     SeedOption,
@@ -26,6 +27,7 @@ from replay.cli.source import (
     inspect_default,
     one_system,
     resolve_source_verified_later,
+    with_cache_budget,
 )
 
 if TYPE_CHECKING:
@@ -50,6 +52,7 @@ def run_command(
     system: SystemOption,
     out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Run folder to write.")],
     overrides: SetsOption = None,
+    cache_budget: CacheBudgetOption = None,
     force: Annotated[
         bool, typer.Option("--force", help="Replace an existing run folder (or a leftover one).")
     ] = False,
@@ -76,6 +79,7 @@ def run_command(
     """Replay a trace (or a workload generated on the fly) on a system: per-batch hits,
     traffic, time and energy into DIR."""
     name = one_system(system)
+    overrides = with_cache_budget(cache_budget, overrides)
     from replay.cli._reserve import reserve_replay_state
 
     # the policy's table and the statistics' state faulted in while the imports below run

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from replay.errors import ConfigError
+from replay.errors import ConfigError, shown
 
 if TYPE_CHECKING:  # loaded by the command that opens one: `--help` reads no trace
     from replay.workload.source import Source, SourceRef
@@ -84,6 +84,25 @@ SystemOption = Annotated[
 ]
 
 
+def with_cache_budget(budget: str | None, overrides: Sequence[str] | None) -> list[str]:
+    """The `--set` overrides with `--cache-budget` as the first: the cache's bytes
+    (refused in one line when they are no size, or when a --set also sizes the cache)."""
+    sets = list(overrides or [])
+    if budget is None:
+        return sets
+    from replay._units import parse_bytes
+
+    if parse_bytes(budget, "--cache-budget") <= 0:
+        raise ConfigError(f"--cache-budget: {budget!r} must be more than 0 bytes")
+    for given in sets:
+        if given.partition("=")[0].strip() in ("policy.capacity_bytes", "policy.capacity_rows"):
+            raise ConfigError(
+                f"--cache-budget {shown(budget)} and --set {shown(given)} both size the "
+                "cache: give one"
+            )
+    return [f"policy.capacity_bytes={budget}", *sets]
+
+
 def one_system(given: Sequence[str]) -> str:
     """The `--system` of a command that replays one system. Click keeps the last value of
     an option given twice, so `-s a -s b` ran b alone without a word; it is refused."""
@@ -103,6 +122,16 @@ SetsOption = Annotated[
         help="Override a system field by dotted path, e.g. policy.capacity_bytes=8GiB or "
         "checkpoint.interval_s=30min (repeatable; applies to every run; default: the "
         "system as given).",
+    ),
+]
+CacheBudgetOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cache-budget",
+        metavar="SIZE",
+        help="Cache bytes, e.g. 8GiB or 512MiB (per GPU with a [cluster]), as `replay plan` "
+        "takes them: the same as --set policy.capacity_bytes=SIZE (default: the "
+        "system's own cache).",
     ),
 ]
 VerifyOption = Annotated[

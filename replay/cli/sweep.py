@@ -33,6 +33,7 @@ from replay.cli.source import (
     AlphaOption,
     BatchesOption,
     BatchSizeOption,
+    CacheBudgetOption,
     DriftOption,
     ReuseOption,
     SeedOption,
@@ -44,6 +45,7 @@ from replay.cli.source import (
     checksums_verified,
     one_system,
     resolve_source,
+    with_cache_budget,
 )
 
 # Runs a sweep does without --max-runs: each run replays the whole trace (0.5 s for a
@@ -91,6 +93,7 @@ def sweep_command(
     ],
     out: OutOption,
     overrides: SetsOption = None,
+    cache_budget: CacheBudgetOption = None,
     workers: WorkersOption = None,
     force: ForceOption = False,
     json_output: Annotated[
@@ -134,10 +137,18 @@ def sweep_command(
         trace, workload, batches=batches, batch_size=batch_size, seed=seed,
         alpha=alpha, drift=drift, reuse=reuse, verify=verify,
     )  # fmt: skip
-    sets = list(overrides or [])
+    sets = with_cache_budget(cache_budget, overrides)
     # counted before a value is parsed or a point listed: an absurd grid is refused at once
     total = check_grid_size(grid, max_runs)
     parsed = parse_grid(grid)
+    from replay.errors import ConfigError, shown
+
+    sized = [key for key in parsed if key in ("policy.capacity_bytes", "policy.capacity_rows")]
+    if cache_budget is not None and sized:
+        raise ConfigError(
+            f"--cache-budget {shown(cache_budget)} and --grid {sized[0]} both size the cache: "
+            "give one"
+        )
     echo = _echo(json_output)
     if echo is not None and total >= _ANNOUNCE_CHECKING:
         echo(f"sweep: checking {total:,} points")
@@ -167,10 +178,10 @@ def sweep_command(
     if json_output:
         typer.echo(json.dumps(rows, indent=2))
     else:
-        shown = [{**row, "#": row["point"].partition("-")[0]} for row in rows]
+        numbered = [{**row, "#": row["point"].partition("-")[0]} for row in rows]
         print_table(
             f"sweep of {points[0].job.system.name}",
-            shown,
+            numbered,
             [("#", "#"), *((key, key) for key in parsed)],
             speedup=False,
             footer=f"wrote {out}/: sweep.parquet, sweep.json and {folders_text(len(rows))}",

@@ -464,4 +464,27 @@ def study_warnings(summary: dict[str, Any], *, evicts: bool) -> list[str]:
     return out
 
 
-__all__ = ["Shape", "account", "study_warnings", "summarize"]
+def idle_cache_warnings(system: SystemSpec, *, cached: bool) -> list[str]:
+    """A cache size given to a policy that caches nothing (`static`: every table in one
+    tier) changes no figure of the run: say so, rather than let a user read the run as
+    that cache's (`--set policy.capacity_bytes=8GiB` on cxl-d replays the same bytes)."""
+    p = system.policy
+    if cached:
+        return []
+    given = []
+    if p.capacity_bytes > 0:
+        from replay._units import format_bytes
+
+        given.append(f"policy.capacity_bytes ({format_bytes(p.capacity_bytes)})")
+    if p.capacity_rows > 0:
+        given.append(f"policy.capacity_rows ({p.capacity_rows:,} rows)")
+    if not given:
+        return []
+    return [
+        f"{' and '.join(given)} {'change' if len(given) > 1 else 'changes'} nothing here: "
+        f"policy {p.name!r} keeps every table in tier {p.tier!r} and caches nothing; a "
+        "system with a cache (hbm-lru, hbm-tbe-lru, ssd-tbe, ...) sizes one"
+    ]
+
+
+__all__ = ["Shape", "account", "idle_cache_warnings", "study_warnings", "summarize"]

@@ -45,7 +45,7 @@ import numpy as np
 
 from replay.checkpoint import Timing
 from replay.checkpoint.summarize import checkpoint_summary, failures_summary
-from replay.engine.account import study_warnings, summarize
+from replay.engine.account import idle_cache_warnings, study_warnings, summarize
 from replay.engine.replay import (
     ClusterRunResult,
     RunResult,
@@ -207,7 +207,9 @@ def replay_cluster_run(
     )
     summary["time"]["all_to_all_s"] = float(columns["all_to_all_s"].sum())
     summary["time"]["allreduce_s"] = float(columns["allreduce_s"].sum())
-    summary["warnings"] = study_warnings(summary, evicts=cls.evicts)
+    summary["warnings"] = study_warnings(summary, evicts=cls.evicts) + idle_cache_warnings(
+        system, cached=cls.cached
+    )
     dim = shape.embedding_dim
     summary["row_bytes"] = BYTES_PER_VALUE * dim
     summary["row_state_bytes"] = row_state_bytes(system, dim)

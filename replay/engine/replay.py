@@ -24,7 +24,7 @@ from replay._threads import OrderedWorker
 from replay.analysis.stats import Inspector, inspect_trace, trace_inspector, trace_statistics
 from replay.checkpoint import STRATEGIES, CheckpointContext, CheckpointStrategy, Timing
 from replay.checkpoint.summarize import checkpoint_summary, failures_summary
-from replay.engine.account import Shape, account, study_warnings, summarize
+from replay.engine.account import Shape, account, idle_cache_warnings, study_warnings, summarize
 from replay.engine.raw import RawState, count_raw
 from replay.errors import TraceError
 from replay.policies import POLICIES
@@ -303,7 +303,10 @@ def replay_trace(
     summary["failures"] = failures_summary(
         strategy.ctx, timing, checkpointed, summary["checkpoint"]
     )
-    summary["warnings"] = study_warnings(summary, evicts=POLICIES[system.policy.name].evicts)
+    plugin = POLICIES[system.policy.name]
+    summary["warnings"] = study_warnings(summary, evicts=plugin.evicts) + idle_cache_warnings(
+        system, cached=plugin.cached
+    )
     checkpoint_s = time.perf_counter() - checkpoint_start
     summary["row_bytes"] = BYTES_PER_VALUE * shape.embedding_dim
     summary["row_state_bytes"] = ctx.row_state_bytes

@@ -80,6 +80,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 child = node[part] = dict(child)
             node = child
         node[parts[-1]] = parse_value(raw.strip())
+        if key == "policy.capacity_bytes" and node.get("capacity_rows"):
+            # rows take precedence over bytes: a file's capacity_rows would otherwise keep
+            # the cache this override resizes, silently; the later size given wins
+            node["capacity_rows"] = 0
     return out
 
 
