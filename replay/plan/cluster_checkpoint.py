@@ -75,6 +75,7 @@ from replay.checkpoint.failures import (
 from replay.checkpoint.partial import evaluate_partial
 from replay.checkpoint.store import StoreModel, node_bytes, store_of
 from replay.errors import ConfigError
+from replay.plan.checkpoint import NONE_SIMULATED_MAX
 from replay.plan.daly import best_interval, daly_goodput, daly_interval_s, young_interval_s
 from replay.report.cpr_text import cpr_interval_text, cpr_lost_text
 from replay.system.spec import BYTES_PER_VALUE, SystemSpec
@@ -325,11 +326,40 @@ def _whole_job(s: _Setup, name: str, draws: int, seed: int) -> ClusterStrategyPl
     )
 
 
-def _none(s: _Setup) -> ClusterStrategyPlan:
-    """`none`: no checkpoint, every failure restarts the run (Daly's form with τ = the run,
-    as `replay.plan.checkpoint` answers a run much longer than the MTBF; not simulated)."""
+def _none(s: _Setup, draws: int, seed: int) -> ClusterStrategyPlan:
+    """`none`: no checkpoint, every failure restarts the run. As `replay.plan.checkpoint`
+    answers it, so one GPU and a cluster agree on the same run: the failure simulator's
+    draws up to horizon / MTBF = `NONE_SIMULATED_MAX` (its mean and 5th percentile are
+    of runs, most of them without a failure where failures are rare), Daly's form with
+    τ = the run beyond (the simulator would spend ~1,000 × horizon / MTBF failures per
+    draw reaching its cap)."""
     h, m, r = s.horizon_s, s.mtbf_s, s.restart_s
     g = float(daly_goodput(h, 0.0, r, m))
+    if h / m <= NONE_SIMULATED_MAX:
+        points = RecoveryPoints.empty()
+        kw: dict[str, Any] = dict(
+            scratch_restore_s=r, horizon_s=h, mtbf_s=m, draws=draws, seed=seed
+        )  # fmt: skip
+        stats = evaluate_failures(h, h, points, **kw)
+        p_any = p_any_failure(h, m)
+        given = goodput_given_failure(
+            stats.goodput_mean, 1.0, p_any,
+            lambda: evaluate_failures(h, h, points, given_failure=True, **kw).goodput_mean,
+        )  # fmt: skip
+        return ClusterStrategyPlan(
+            strategy="none", label="none", interval_s=h, interval_batches=h / s.tb, cost_s=0.0,
+            write_s=0.0, bytes=0.0, bytes_per_node=0.0, bytes_per_node_mean=0.0,
+            replica_bytes=0.0, storage_bytes=0.0, restore_s=r, restore_node_failure_s=r,
+            durable_lag_s=0.0, rollback_lag_s=0.0, mtbf_s=m, horizon_s=h,
+            goodput=stats.goodput_mean, goodput_p5=stats.goodput_p5, goodput_model=g,
+            lost_work_per_training_failure_s=stats.lost_work_per_training_failure_s,
+            restore_per_failure_s=stats.restore_s_mean,
+            failures_per_run=stats.failures_per_draw_mean,
+            failures_during_restore_per_run=stats.failures_during_restore_per_draw_mean,
+            young_daly_interval_s=0.0, daly_interval_s=0.0, draws=stats.draws,
+            draws_capped=stats.draws_capped, simulated=True, recovery="scratch",
+            p_any_failure=p_any, goodput_given_failure=given,
+        )  # fmt: skip
     x = h / m
     training = math.expm1(x) if x < 709.0 else math.inf
     during = training * (math.expm1(r / m) if r / m < 709.0 else math.inf)
@@ -483,7 +513,7 @@ def plan_cluster_checkpoints(
         )
     s = _setup(system, cluster_doc, mtbf_s, **common)
     notes: list[str] = []
-    plans: list[Any] = [_none(s) if none_plan is None else none_plan]
+    plans: list[Any] = [_none(s, draws, seed) if none_plan is None else none_plan]
     curves: dict[str, Any] = {}
     for name in CLUSTER_STRATEGIES:
         if name == "checkfreq" and s.ctx is None:

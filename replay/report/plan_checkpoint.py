@@ -212,6 +212,8 @@ def goodput_spread(strategy: dict[str, Any], pct: Any = None) -> str:
         return "no failure is expected over the run"
     # three decimals: a failure's cost is often a fraction of a point
     then = "" if given is None else f", and such a run's goodput is {given:.3%}"
+    if n <= 0.0:  # the draws saw none (a run that rarely fails): the chance's expectation
+        n = -math.log1p(-p)
     return (
         f"the run expects {format_number(n, 2)} failures: {format_percent(p)} of runs see "
         f"one{then}; the mean is mostly runs without any"
