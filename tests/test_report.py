@@ -759,7 +759,8 @@ def test_force_replaces_an_earlier_report(
     assert main(args) == 2
     assert "already holds files" in _stderr_line(capsys)
     assert main([*args, "--force"]) == 0
-    assert f"wrote {out}/" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"wrote {out}/" in printed and printed.rstrip().endswith("figures from 1 run")
     assert _files(out) == _files(report)  # the stale figure is gone, the rest identical
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
     # an empty folder is no earlier output, but may be written into without --force

@@ -35,7 +35,11 @@ def report_command(
         # no count: loading, the figures and the document are one call
         progress.stage(f"writing {shown(out, markup=False)}")
         summary = build_report(list(results), out, force=force)
+    from replay.report.blocks import plural
+
+    what = [plural(len(summary[key]), noun) for key, noun in (("runs", "run"), ("plans", "plan"))]
+    sources = " and ".join(w for w in what if not w.startswith("0 ")) or "no result"
     typer.echo(
         f"wrote {out}/: report.md, report.html, summary.json and "
-        f"{len(summary['figures'])} figures from {len(summary['runs'])} runs"
+        f"{plural(len(summary['figures']), 'figure')} from {sources}"
     )

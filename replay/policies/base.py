@@ -26,6 +26,7 @@ import numpy as np
 
 from replay._malloc import state_array
 from replay._registry import Registry
+from replay._units import format_bytes
 from replay.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -264,8 +265,8 @@ def capacity_units(system: SystemSpec, unit_rows: int, row_state_bytes: int) -> 
     fast = system.tier(p.fast_tier)
     if budget > fast.capacity_bytes:
         raise ConfigError(
-            f"policy: a cache of {budget:.4g} bytes does not fit tier {fast.name!r} "
-            f"({fast.capacity_bytes:.4g} bytes)"
+            f"policy: a cache of {format_bytes(budget)} does not fit tier {fast.name!r} "
+            f"({format_bytes(fast.capacity_bytes)})"
         )
     if units < 1:
         raise ConfigError(

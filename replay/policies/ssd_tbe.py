@@ -68,6 +68,7 @@ import numpy as np
 from replay._intrinsics import PREFETCH_AHEAD, ix, prefetch
 from replay._jit import kernel
 from replay._malloc import state_array
+from replay._units import format_bytes
 from replay.errors import ConfigError
 from replay.policies.base import (
     NUM_COUNTERS,
@@ -389,8 +390,8 @@ class SSDTBEPolicy(L1Recorder):
         back = system.tier(p.backing_tier)
         if p.l2_capacity_bytes > back.capacity_bytes:
             raise ConfigError(
-                f"{where}.l2_capacity_bytes: {p.l2_capacity_bytes:.4g} bytes do not fit tier "
-                f"{back.name!r} ({back.capacity_bytes:.4g} bytes)"
+                f"{where}.l2_capacity_bytes: {format_bytes(p.l2_capacity_bytes)} do not fit tier "
+                f"{back.name!r} ({format_bytes(back.capacity_bytes)})"
             )
 
     def __init__(self, spec: PolicySpec, ctx: PolicyContext) -> None:

@@ -73,6 +73,7 @@ import numpy as np
 from replay._intrinsics import ix
 from replay._jit import kernel
 from replay._malloc import state_array
+from replay._units import format_bytes
 from replay.errors import ConfigError
 from replay.policies.base import (
     BYPASS,
@@ -442,7 +443,7 @@ class TBEPolicy(Policy):
             sets = int(budget // (row_state_bytes * assoc))
             if sets < 1:
                 raise ConfigError(
-                    f"policy: a budget of {budget:.4g} bytes holds no set of {assoc} rows "
+                    f"policy: a budget of {format_bytes(budget)} holds no set of {assoc} rows "
                     f"({row_state_bytes} bytes each)"
                 )
         if p.cache_algorithm == "lfu" and sets >= _LFU_MAX_SETS:
@@ -451,8 +452,8 @@ class TBEPolicy(Policy):
         fast = system.tier(p.fast_tier)
         if nbytes > fast.capacity_bytes:
             raise ConfigError(
-                f"policy: a cache of {sets:,} sets x {assoc} ways ({nbytes:.4g} bytes) does "
-                f"not fit tier {fast.name!r} ({fast.capacity_bytes:.4g} bytes)"
+                f"policy: a cache of {sets:,} sets x {assoc} ways ({format_bytes(nbytes)}) does "
+                f"not fit tier {fast.name!r} ({format_bytes(fast.capacity_bytes)})"
             )
         return sets * assoc
 
