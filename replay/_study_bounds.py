@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replay._units import format_duration
+from replay._units import format_duration, format_multiple
 
 MIN_CHECKPOINTS = 3  # a stall share, a bandwidth or a goodput from fewer is no result
 YOUNG_DALY_BAND = (0.25, 4.0)  # a failure study's interval / its Young/Daly interval
@@ -51,7 +51,7 @@ def failure_study_warning(checkpoint: dict[str, Any], failures: dict[str, Any]) 
         return None
     near = format_duration(float(optimum))
     return (
-        f"the checkpoint interval ({format_duration(float(used))}) is {ratio:.3g}× its "
+        f"the checkpoint interval ({format_duration(float(used))}) is {format_multiple(ratio)} its "
         f"Young/Daly interval ({near}): outside {low:g}–{high:g}×, "
         f"the goodput measures the interval, not the strategy; checkpoint every {near}, or "
         "use replay plan for each strategy's goodput at its best interval"

@@ -145,5 +145,6 @@ def test_ratio_formatting() -> None:
     assert fmt_ratio(0.973) == "97.3%"
     assert fmt_ratio(6211.674) == "6,212×"
     assert fmt_ratio(1.5) == "1.5×"
+    assert fmt_ratio(3e-7) == "0.00003%" and fmt_ratio(0.8, 1) == "80%"  # never an exponent
     assert percents_over_100("a 621,167% b 99.5% c 100%") == ["621,167%"]
     assert as_multiples("from 77,648% to 50%") == "from 776× to 50%"

@@ -166,8 +166,8 @@ def summary_lines(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
             f"{format_bytes(ps['reduce_scatter_bytes_per_step'])} reduce-scattered per GPU a "
             f"step, {dur(ps['comm_s_per_step'])}"
             + (
-                f"; {ps['vs_data_parallel']:.3g}× the bytes of data parallelism's all-reduce "
-                "of the same chunks"
+                f"; {format_multiple(ps['vs_data_parallel'])} the bytes of data parallelism's "
+                "all-reduce of the same chunks"
                 if ps.get("vs_data_parallel") is not None
                 else ""
             )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replay._units import format_bytes, format_duration, format_percent
+from replay._units import format_bytes, format_duration, format_multiple, format_percent
 
 
 def _dur(x: float | None) -> str:
@@ -22,7 +22,7 @@ def _worst(s: dict[str, Any]) -> str:
     worst, mean = s.get("lost_updates_rows_worst_node"), s.get("lost_updates_rows")
     if worst is None:
         return "-"
-    ratio = f" ({worst / mean:.3g}× the mean)" if mean else ""
+    ratio = f" ({format_multiple(worst / mean)} the mean)" if mean else ""
     return f"{worst:,.0f} (node {s.get('worst_node')}){ratio}"
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from replay._schema_stamp import stamp
-from replay._units import format_bytes, format_duration
+from replay._units import format_bytes, format_duration, format_multiple
 from replay.plan.cluster_spread import spread_markdown
 from replay.report.labels import SCALING_COLUMNS
 from replay.report.plan_section import (
@@ -267,10 +267,10 @@ def _sees_text(t: dict[str, Any]) -> str:
     e, s = int(est.argmax()), int(seen.argmax())
     return (
         f"TorchRec's estimates put the most work on GPU {gpus[e]['rank']} "
-        f"({_ms(float(est[e]))}, {est[e] / est.mean():.3g}× the mean rank's); the trace puts the "
-        f"most lookups on GPU {gpus[s]['rank']} ({seen[s]:,.0f} over the run, "
-        f"{seen[s] / seen.mean():.3g}× the mean, from {seen.min():,.0f} to {seen.max():,.0f} per "
-        f"GPU). What the trace sees that TorchRec's formulas miss: {sees}."
+        f"({_ms(float(est[e]))}, {format_multiple(est[e] / est.mean())} the mean rank's); the "
+        f"trace puts the most lookups on GPU {gpus[s]['rank']} ({seen[s]:,.0f} over the run, "
+        f"{format_multiple(seen[s] / seen.mean())} the mean, from {seen.min():,.0f} to "
+        f"{seen.max():,.0f} per GPU). What the trace sees that TorchRec's formulas miss: {sees}."
     )
 
 

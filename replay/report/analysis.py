@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from replay._units import format_number
 from replay.report.blocks import rate_text
 from replay.report.checkpoint_analysis import (
     FASTPERSIST_OVERHEAD,
@@ -377,7 +378,8 @@ def claims(results: Results, sections: dict[str, Any]) -> list[dict[str, str]]:
         lo, hi = cnr["bandwidth_reduction_range"]
         clo, chi = cnr["capacity_reduction_range"]
         model = (
-            f"{lo:.3g}–{hi:.3g}× less write bandwidth and {clo:.3g}–{chi:.3g}× less capacity "
+            f"{format_number(lo)}–{fmt_multiple(hi)} less write bandwidth and "
+            f"{format_number(clo)}–{fmt_multiple(chi)} less capacity "
             f"over {cnr['shown']} increment modes and bit widths, {check_n_run_basis(cnr)}"
         )
         hidden = len(cnr["runs"]) - cnr["shown"]

@@ -26,7 +26,7 @@ from typing import Any, cast
 import polars as pl
 
 from replay._study_bounds import MIN_CHECKPOINTS, YOUNG_DALY_BAND
-from replay._units import format_duration
+from replay._units import format_duration, format_multiple
 from replay.report.document import fmt_ratio
 from replay.report.load import Results, RunData
 from replay.report.run_terms import ratio as _ratio
@@ -344,7 +344,7 @@ def failures(results: Results) -> list[dict[str, Any]]:
             if ratio is None or not low <= ratio <= high:
                 needs = (
                     f"its interval, {duration_text(used)}, is "
-                    + ("not comparable to" if ratio is None else f"{ratio:.3g}×")
+                    + ("not comparable to" if ratio is None else format_multiple(ratio))
                     + f" its Young/Daly interval ({duration_text(yd)}): needs an interval within "
                     f"{low:g}–{high:g}× that ({duration_text(low * yd if yd else None)} to "
                     f"{duration_text(high * yd if yd else None)}), or see the plan section"

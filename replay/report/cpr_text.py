@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replay._units import format_duration
+from replay._units import format_duration, format_multiple
 
 BINDING = {
     "optimum": "the objective's optimum",
@@ -46,7 +46,7 @@ def cpr_lost_text(p: Any) -> str:
         text += (
             f"; a failure of node {d['worst_node']}, which holds "
             f"{d['worst_node_share']:.1%} of the touched rows, loses {worst:,.0f} "
-            f"({worst / mean:.3g}× the mean)"
+            f"({format_multiple(worst / mean)} the mean)"
         )
     return text
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from replay._units import format_multiple as fmt_multiple
+from replay._units import format_percent
 
 # every character that can start or end Markdown markup inside a line: emphasis, code,
 # links and images, raw HTML and entities, table cells, strikethrough, and the math of
@@ -266,10 +267,7 @@ def fmt_ratio(x: float | None, digits: int = 3) -> str:
         return "n/a"
     if abs(x) > 1:
         return fmt_multiple(x, digits)
-    text = f"{100 * x:.{digits}g}"
-    if "e" in text:  # a tiny share, or too few digits for a whole percentage (80 at 1)
-        text = f"{100 * x:.0f}" if abs(100 * x) >= 1 else f"{100 * x:.2e}"
-    return f"{text}%"
+    return format_percent(x, digits)  # a tiny share as 0.00003%, never 3.00e-05%
 
 
 def fmt_saving(x: float | None) -> str:

@@ -31,7 +31,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
-from replay._units import format_duration
+from replay._units import format_duration, format_multiple
 
 # `figures.save` is looked up when a figure is written, as in figures.py itself, so a
 # patched `figures.save` (tests/test_untrusted.py records the texts drawn) sees it too
@@ -267,7 +267,7 @@ def _caption(
         hi = max(range(len(runs)), key=lambda i: totals[i])
         if totals[lo] > 0 and hi != lo:
             text += (
-                f" {runs[lo].label} needs {totals[hi] / totals[lo]:.3g}× less than "
+                f" {runs[lo].label} needs {format_multiple(totals[hi] / totals[lo])} less than "
                 f"{runs[hi].label}."
             )
     return text

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from replay._units import format_duration, format_rate
+from replay._units import format_duration, format_multiple, format_number, format_rate
 from replay.report.analysis import PAPER, TERMS, check_n_run_basis
 from replay.report.figures import TIME_PARTS, FigureOut, new_figure, save
 
@@ -113,8 +113,8 @@ def _ladder_gain(lad: dict[str, Any], out_dir: Path) -> FigureOut | None:
     return FigureOut(
         "ladder_gain.png",
         "TrainingCXL ladder: speedup and energy saving over pmem-host",
-        f"cxl runs {speed[-1]:.3g}× faster than pmem-host and saves {saving[-1]:.0f}% of "
-        "the energy per batch in steady state (paper: 5.2× and 76%).",
+        f"cxl runs {format_multiple(speed[-1])} faster than pmem-host and saves "
+        f"{saving[-1]:.0f}% of the energy per batch in steady state (paper: 5.2× and 76%).",
         "ladder",
     )
 
@@ -167,7 +167,7 @@ def _fastpersist(fp: dict[str, Any], out_dir: Path) -> FigureOut:
     return FigureOut(
         "fastpersist.png",
         "FastPersist: write speedup and per-batch write time",
-        f"Up to {fp['max_speedup']:.3g}× faster writes than torch-save ({fp['best']}); "
+        f"Up to {format_multiple(fp['max_speedup'])} faster writes than torch-save ({fp['best']}); "
         f"per-batch checkpointing {free}: {format_duration(fp['per_batch_write_s'])} to write "
         f"against {format_duration(fp['compute_s'])} of forward + backward.",
         "checkpoints",
@@ -213,7 +213,8 @@ def _checknrun(cnr: dict[str, Any], out_dir: Path) -> FigureOut:
     return FigureOut(
         "checknrun.png",
         "Check-N-Run: bandwidth and capacity reductions",
-        f"{lo:.3g}–{hi:.3g}× less write bandwidth and {clo:.3g}–{chi:.3g}× less capacity "
+        f"{format_number(lo)}–{format_multiple(hi)} less write bandwidth and "
+        f"{format_number(clo)}–{format_multiple(chi)} less capacity "
         f"than full synchronous checkpoints at the same interval, {check_n_run_basis(cnr)} "
         "(paper: 6–17× and 2.5–8×).",
         "checkpoints",
@@ -264,7 +265,7 @@ def _sensitivity(study: dict[str, Any], index: int, out_dir: Path) -> FigureOut 
         name,
         f"Sensitivity of {study['system']} over {study['baseline']} to {key}",
         f"Over {key} from {min(xs):g} to {max(xs):g}, the speedup ranges "
-        f"{min(speeds):.3g}–{max(speeds):.3g}×.",
+        f"{format_number(min(speeds))}–{format_multiple(max(speeds))}.",
         "sensitivity",
     )
 
