@@ -41,6 +41,7 @@ from replay.report.plan_section import (
     every,
     goodput_spread,
     lossy,
+    mrc_table_points,
     split_line,
     strategy_label,
     systems_basis,
@@ -234,12 +235,13 @@ def plan_markdown(document: dict[str, Any]) -> str:
         "|---|---|---|" + ("---|" if document["mrc"]["analytic_miss_ratio"] else ""),
     ]
     m = document["mrc"]
-    idx = np.unique(np.linspace(0, len(m["rows"]) - 1, min(12, len(m["rows"]))).astype(int))
+    idx, beyond = mrc_table_points(document)
     for i in idx:
         row = f"| {format_bytes(m['bytes'][i])} | {m['rows'][i]:,} | {m['miss_ratio'][i]:.4f} |"
         if m["analytic_miss_ratio"]:
             row += f" {m['analytic_miss_ratio'][i]:.4f} |"
         out.append(row)
+    out += ["", beyond] if beyond else []
     out += [
         "",
         "Per-table split of the budget (load factor = cache rows / table rows):",

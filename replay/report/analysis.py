@@ -249,15 +249,22 @@ def _fmt_x(x: float | None) -> str:
     return fmt_multiple(x)
 
 
-def _spec_value(runs: Sequence[RunData], system: str, *path: str) -> str:
-    """A field of `system`'s spec as text (`%g`), or "n/a" when that run is missing."""
+_US = (1e3, " µs")  # of a field in ns
+_TFLOPS = (1e12, " TFLOP/s")  # of a field in FLOP/s
+
+
+def _spec_value(
+    runs: Sequence[RunData], system: str, *path: str, unit: tuple[float, str] = (1.0, "")
+) -> str:
+    """A field of `system`'s spec as text, in `unit` (a divisor and its name: the field's
+    own unit by default), or "n/a" when that run is missing."""
     for run in runs:
         if run.system == system:
             value: Any = run.spec
             for key in path:
                 value = value.get(key, {}) if isinstance(value, dict) else {}
             if isinstance(value, int | float) and not isinstance(value, bool):
-                return f"{value:g}"
+                return f"{format_number(value / unit[0], 4)}{unit[1]}"
             return "n/a" if value in ({}, None) else str(value)
     return "n/a"
 
@@ -300,10 +307,10 @@ def claims(results: Results, sections: dict[str, Any]) -> list[dict[str, str]]:
                 runs,
                 ("pmem-host", "cxl"),
                 "host copy + synchronization "
-                f"{_spec_value(runs, 'pmem-host', 'links', 'pcie', 'transfer_cost_ns')} ns "
+                f"{_spec_value(runs, 'pmem-host', 'links', 'pcie', 'transfer_cost_ns', unit=_US)} "
                 "per table and direction; persistent memory latency/bandwidth from the "
                 "paper's DRAM ratios; dense compute at "
-                f"{_spec_value(runs, 'cxl', 'compute', 'flops_per_s')} FLOP/s; "
+                f"{_spec_value(runs, 'cxl', 'compute', 'flops_per_s', unit=_TFLOPS)}; "
                 "device power figures are ours (devices.toml)",
             ),
         }

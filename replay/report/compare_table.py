@@ -4,7 +4,7 @@ steady state (`replay.report.run_terms`: the second half of the batches)."""
 
 from __future__ import annotations
 
-from replay._units import format_hit_ratio
+from replay._units import format_hit_ratio, format_number
 from replay.report.analysis import MIN_CHECKPOINTS, energy_per_batch, needs_checkpoints, time_terms
 from replay.report.blocks import ms as _ms
 from replay.report.blocks import pct as _pct
@@ -36,7 +36,7 @@ def compare_table(runs: tuple[RunData, ...]) -> Table:
                 run.label,
                 _ms(terms["total"]),
                 _x(base / terms["total"] if terms["total"] > 0 else None),
-                f"{energy_per_batch(run):.4g} J",
+                f"{format_number(energy_per_batch(run), 4)} J",
                 format_hit_ratio(s["policy"]["hit_ratio"]),
                 strategy,
                 overhead,

@@ -288,13 +288,13 @@ def systems_line(doc: dict[str, Any]) -> str | None:
     )
     text = (
         f"Systems ({systems_basis(doc)}): {fast['name']} is fastest at "
-        f"{format_duration(fast['time_per_batch_s'])} and {fast['energy_per_batch_j']:.4g} J "
-        "per batch"
+        f"{format_duration(fast['time_per_batch_s'])} and "
+        f"{format_number(fast['energy_per_batch_j'], 4)} J per batch"
     )
     if frugal["name"] != fast["name"]:
         text += (
             f"; {frugal['name']} is the most energy-efficient at "
-            f"{frugal['energy_per_batch_j']:.4g} J and "
+            f"{format_number(frugal['energy_per_batch_j'], 4)} J and "
             f"{format_duration(frugal['time_per_batch_s'])} per batch"
         )
     else:
@@ -484,6 +484,34 @@ def plan_blocks(plan: PlanData, index: int, figures: list[FigureOut]) -> list[Bl
     return blocks
 
 
+MRC_TABLE_POINTS = 12  # sizes a plan's miss-ratio table shows
+
+
+def mrc_table_points(doc: dict[str, Any]) -> tuple[list[int], str]:
+    """The points of a plan's miss-ratio curve that its table shows, and what to say
+    under it. Up to `MRC_TABLE_POINTS` spread over the sizes up to the first that holds
+    every row the run touches: the curve is flat beyond it (the miss ratio there is the
+    cold misses), so larger sizes are no answer and are left out, and the sentence says
+    where the flat part starts ("" when the curve ends before it)."""
+    m = doc["mrc"]
+    rows = [int(r) for r in m["rows"]]
+    if not rows:
+        return [], ""
+    distinct = int(doc.get("distinct_rows") or 0)
+    held = [i for i, r in enumerate(rows) if distinct > 0 and r >= distinct]
+    last = held[0] if held else len(rows) - 1
+    spread = np.linspace(0, last, min(MRC_TABLE_POINTS, last + 1)).astype(int)
+    idx = [int(i) for i in np.unique(spread)]
+    if not held:
+        return idx, ""
+    per_row = float(m["bytes"][last]) / rows[last] if rows[last] else 0.0
+    return idx, (
+        f"From {distinct:,} rows ({format_bytes(distinct * per_row)}) a cache holds every row "
+        "the run touches: its miss ratio is the cold misses (each row's first lookup), and a "
+        "larger cache buys nothing, so the table ends there."
+    )
+
+
 def _cache_blocks(plan: PlanData, index: int, images: dict[str, Image]) -> list[Block]:
     doc = plan.document
     m, cache = doc["mrc"], doc["cache"]
@@ -499,20 +527,21 @@ def _cache_blocks(plan: PlanData, index: int, images: dict[str, Image]) -> list[
     analytic = m.get("analytic_miss_ratio") or []
     headers = ("cache", "rows", "miss ratio") + (("analytic (Che)",) if analytic else ())
     rows = []
-    n = len(m["rows"])
-    if n:
-        for i in np.unique(np.linspace(0, n - 1, min(12, n)).astype(int)):
-            row: tuple[str, ...] = (
-                format_bytes(m["bytes"][i]),
-                f"{int(m['rows'][i]):,}",
-                f"{m['miss_ratio'][i]:.4f}",
-            )
-            if analytic and i < len(analytic):
-                row += (f"{float(analytic[i]):.4f}",)
-            elif analytic:
-                row += ("n/a",)
-            rows.append(row)
+    points, beyond = mrc_table_points(doc)
+    for i in points:
+        row: tuple[str, ...] = (
+            format_bytes(m["bytes"][i]),
+            f"{int(m['rows'][i]):,}",
+            f"{m['miss_ratio'][i]:.4f}",
+        )
+        if analytic and i < len(analytic):
+            row += (f"{float(analytic[i]):.4f}",)
+        elif analytic:
+            row += ("n/a",)
+        rows.append(row)
     blocks.append(Table(headers, tuple(rows)))
+    if beyond:
+        blocks.append(Paragraph(beyond))
     name = f"plan_mrc{suffix(index)}.png"
     if name in images:
         blocks.append(Paragraph(f"Figure {name}: the curve with the budget and the targets."))
@@ -619,7 +648,7 @@ def _systems_blocks(plan: PlanData, index: int) -> list[Block]:
                     if s.get("cache_rows")
                     else "-",
                     format_duration(s["time_per_batch_s"]),
-                    f"{s['energy_per_batch_j']:.4g} J",
+                    f"{format_number(s['energy_per_batch_j'], 4)} J",
                     pct_text(s.get("hit_ratio")),
                     "yes" if s.get("pareto") else "",
                 )
@@ -631,6 +660,7 @@ def _systems_blocks(plan: PlanData, index: int) -> list[Block]:
 
 # the checkpoint answer in words lives in plan_checkpoint; its names are kept here too
 __all__ = [
+    "MRC_TABLE_POINTS",
     "RARE_FAILURES_P",
     "SECTION",
     "capped_at_span",
@@ -646,6 +676,7 @@ __all__ = [
     "heading",
     "lossy",
     "minutes",
+    "mrc_table_points",
     "pct_text",
     "plan_basis",
     "plan_blocks",

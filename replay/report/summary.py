@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from replay._units import format_duration
+from replay._units import format_duration, format_number
 from replay.report.analysis import energy_per_batch, time_terms
 from replay.report.blocks import ms as _ms
 from replay.report.blocks import pct as _pct
@@ -146,12 +146,13 @@ def _run_lines(
         answers.append({"quantity": "fastest", "value": fast[2], "text": fast[2], "basis": basis})
         if fast[4] in timed:  # its time is the plan's line's (one time per system)
             parts.append(
-                f"{fast[2]} is the fastest run, at {fast[1]:.4g} J per batch (its time per "
-                f"batch is given once: {timed[fast[4]]})"
+                f"{fast[2]} is the fastest run, at {format_number(fast[1], 4)} J per batch (its "
+                f"time per batch is given once: {timed[fast[4]]})"
             )
         else:
             parts.append(
-                f"{fast[2]} is the fastest run at {_ms(fast[0])} and {fast[1]:.4g} J per batch"
+                f"{fast[2]} is the fastest run at {_ms(fast[0])} and "
+                f"{format_number(fast[1], 4)} J per batch"
             )
             answers.append(
                 {"quantity": "time_per_batch", "value": fast[0], "text": _ms(fast[0]),

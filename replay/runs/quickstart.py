@@ -192,7 +192,8 @@ def studies(trace: Path, cache_rows: int = DEFAULT_CACHE_ROWS) -> list[Study]:
             trace,
             "fastpersist",
             ["checkpoint.drives=1,4,8", "checkpoint.writers=1,2,8"],
-            [f"checkpoint.writer_bw_bytes_per_s={WRITER_BW_BYTES_PER_S:g}", rows],
+            # as a user writes it (2GB/s), not 2e+09
+            [f"checkpoint.writer_bw_bytes_per_s={WRITER_BW_BYTES_PER_S / 1e9:g}GB/s", rows],
         ),
         _compare("caches", trace, ["hbm-lru", "hbm-belady", "chunk"], [rows]),
         _sweep(
