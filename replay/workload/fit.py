@@ -721,8 +721,8 @@ def _fit_trace(
                 note = "too flat to fit: the 95% interval reaches 0 (uniform)"
             elif misfits[t] > MAX_MISFIT:
                 note = (
-                    f"not converged: the statistics stay {misfits[t]:.0f} noise units"
-                    " (squared) from the sample's"
+                    f"not converged: the fitted law's statistics stay {misfits[t]:,.0f} "
+                    "squared noise units from the sample's statistics"
                 )
             elif alpha >= ALPHA_MAX - 0.01:
                 note = f"at the fit's upper bound {ALPHA_MAX} (nearly all lookups on a few rows)"
