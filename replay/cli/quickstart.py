@@ -71,7 +71,7 @@ def quickstart_command(
     def step(message: str) -> None:
         typer.echo(f"[{time.perf_counter() - start:5.1f} s] {message}")
 
-    step(f"generating {DEFAULT_WORKLOAD}: {batches} batches of {batch_size} into {trace}")
+    step(f"generating {DEFAULT_WORKLOAD}: {batches:,} batches of {batch_size:,} into {trace}")
     try:
         replay.generate(
             DEFAULT_WORKLOAD, trace, batches=batches, batch_size=batch_size, seed=seed,

@@ -226,14 +226,15 @@ def get_preset(name: str) -> WorkloadSpec:
 def preset_summary(spec: WorkloadSpec) -> str:
     """One line describing a preset for `replay presets`."""
     pooling = sum(t.pooling for t in spec.tables)
-    hot = "1 per table" if pooling == len(spec.tables) else f"multi-hot, {pooling} lookups/sample"
+    hot = "1 per table" if pooling == len(spec.tables) else f"multi-hot, {pooling:,} lookups/sample"
     shape = ", ".join(
         f"{what} {_span([getattr(t, what) for t in spec.tables])}"
         for what in ("alpha", "drift", "reuse")
     )
     return (
         f"{len(spec.tables)} tables, {spec.total_rows:,} rows, dim {spec.embedding_dim}, "
-        f"{spec.batches:,} batches of {spec.batch_size}, {hot}, seed {spec.seed}, {shape}"
+        f"{spec.batches:,} batch{'es' if spec.batches != 1 else ''} of {spec.batch_size:,}, "
+        f"{hot}, seed {spec.seed}, {shape}"
         f" — {spec.source}"
     )
 
