@@ -83,6 +83,12 @@ def parse_duration(text: str | int | float, what: str = "duration") -> float:
     return value * _DURATION_UNITS[unit]
 
 
+def plural(count: int, noun: str) -> str:
+    """`1 table`, `26 tables`, `1 batch`, `1,000 batches`."""
+    es = "es" if noun.endswith(("s", "sh", "ch", "x")) else "s"
+    return f"{count:,} {noun}{es * (count != 1)}"
+
+
 def format_bytes(n: float) -> str:
     """`96 GiB`, `23.5 GiB`, `512 MiB`: binary units, 3 significant digits."""
     n = float(n)
@@ -166,6 +172,7 @@ __all__ = [
     "format_rate",
     "parse_bytes",
     "parse_duration",
+    "plural",
 ]
 
 

@@ -62,6 +62,7 @@ from replay._memory import (
     inspect_table_major,
 )
 from replay._threads import read_ahead
+from replay._units import plural
 from replay.analysis.stats_kernels import (
     _BAD_ROW,
     _BAD_TABLE,
@@ -369,7 +370,7 @@ class Inspector:
             before = int(batch[i - 1]) if i > 0 else int(self.gi[_G_CUR])
             msg = f"{at}: lookups are not sorted by batch (batch {before} came first)"
         else:
-            msg = f"{at}: batch {b} is beyond the manifest's {self.num_batches} batches"
+            msg = f"{at}: batch {b} is beyond the manifest's {plural(self.num_batches, 'batch')}"
         raise TraceError(f"{self.where}: {msg}")
 
     def _fold_dense(self) -> None:

@@ -20,6 +20,7 @@ from replay._units import (
     format_multiple,
     format_number,
     format_percent,
+    plural,
 )
 from replay.cli.app import shown
 
@@ -89,7 +90,7 @@ def summary_lines(name: str, summary: dict[str, Any], meta: dict[str, Any], out:
     dur = format_duration
     lines = [
         f"{shown(name, markup=False)}: {summary['lookups']:,} lookups in "
-        f"{summary['batches']:,} batches; "
+        f"{plural(summary['batches'], 'batch')}; "
         f"policy {pol['name']}: hit ratio {format_hit_ratio(pol['hit_ratio'], 'n/a (no cache)')} "
         f"({pol['misses']:,} misses, {pol['evictions']:,} evictions, "
         f"{pol['writebacks']:,} write-backs)"

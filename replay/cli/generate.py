@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from replay._units import plural
 from replay.cli._progress import Display, display
 from replay.cli.app import SCHEDULER_HELP, app, default_workers
 from replay.cli.source import (
@@ -84,7 +85,7 @@ def generate_command(
             client = stack.enter_context(dask_client(scheduler, workers))
         path, elapsed = _generate(resolved, out, workers, force, resume, client, progress)
     typer.echo(
-        f"wrote {path}: {resolved.batches:,} batches, {resolved.lookups:,} lookups "
+        f"wrote {path}: {plural(resolved.batches, 'batch')}, {resolved.lookups:,} lookups "
         f"in {elapsed:.1f} s ({resolved.lookups / max(elapsed, 1e-9):,.0f} lookups/s)"
     )
 

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from replay._units import plural
 from replay.cli._progress import display
 from replay.cli.app import app
 from replay.errors import ConfigError
@@ -123,7 +124,7 @@ def ingest_command(
     if result.first_bad_line is not None:
         skipped += f" (first at {result.first_bad_line})"
     typer.echo(
-        f"ingested {result.samples:,} samples: {result.batches:,} batches, "
+        f"ingested {plural(result.samples, 'sample')}: {plural(result.batches, 'batch')}, "
         f"{result.lookups:,} lookups, {skipped} -> {result.path}"
     )
 
@@ -142,7 +143,7 @@ def _ingest_fbgemm(files: list[Path], out: Path, table_rows: str | None, force: 
         )
     rows = "rows given" if result.rows_rule == ROWS_GIVEN else "rows = largest id + 1"
     typer.echo(
-        f"ingested {result.files:,} files: {result.batches:,} batches of "
-        f"{result.batch_size:,} samples, {result.lookups:,} lookups, {result.tables:,} "
-        f"tables ({rows}) -> {result.path}"
+        f"ingested {plural(result.files, 'file')}: {plural(result.batches, 'batch')} of "
+        f"{result.batch_size:,} samples, {result.lookups:,} lookups, "
+        f"{plural(result.tables, 'table')} ({rows}) -> {result.path}"
     )

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from replay._units import plural
 from replay.cli.app import app, shown
 
 record_app = typer.Typer(
@@ -46,7 +47,7 @@ def record_merge_command(
 
     trace = open_trace(path)
     typer.echo(
-        f"wrote {shown(path, markup=False)}: {trace.num_batches:,} batches of "
-        f"{trace.manifest['batch_size']:,} samples from {len(rank_dirs)} ranks, "
+        f"wrote {shown(path, markup=False)}: {plural(trace.num_batches, 'batch')} of "
+        f"{trace.manifest['batch_size']:,} samples from {plural(len(rank_dirs), 'rank')}, "
         f"{trace.num_lookups:,} lookups, {trace.num_updates:,} updated rows"
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from replay._units import format_bytes, format_duration, format_rate
+from replay._units import format_bytes, format_duration, format_rate, plural
 from replay.report.document import Block, Bullets, Image, Paragraph, fmt_multiple, fmt_ratio
 from replay.report.figures import FigureOut
 
@@ -33,12 +33,6 @@ def rate_text(bytes_per_s: float | None) -> str:
     """A write or transfer rate in decimal units (`1.16 GB/s`), as drives are rated."""
     ok = bytes_per_s is not None and math.isfinite(bytes_per_s)
     return format_rate(bytes_per_s) if ok and bytes_per_s is not None else "n/a"
-
-
-def plural(count: int, noun: str) -> str:
-    """`1 table`, `26 tables`, `1,000 batches`."""
-    es = "es" if noun.endswith(("s", "sh", "ch", "x")) else "s"
-    return f"{count:,} {noun}{es * (count != 1)}"
 
 
 def images(figures: list[FigureOut], section: str) -> list[Block]:
