@@ -170,10 +170,17 @@ __all__ = [
     "format_number",
     "format_percent",
     "format_rate",
+    "format_target",
     "parse_bytes",
     "parse_duration",
     "plural",
 ]
+
+
+def format_target(target: float | str) -> str:
+    """A hit-ratio target as people say it: `90%`, `99.9%`, `99.99%` (the fraction as the
+    user gave it, at %g's six digits: not rounded to three, where 0.9999 would read 100%)."""
+    return f"{100 * float(target):g}%"
 
 
 def format_hit_ratio(value: float | None, missing: str = "n/a") -> str:

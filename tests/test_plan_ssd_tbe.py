@@ -259,7 +259,7 @@ def test_plan_json_and_plan_md(planned: tuple[dict, dict, GeneratedTrace], tmp_p
         a = written["cache"]["ssd_tbe"]["targets"][f"{target:g}"]
         assert {"l1_bytes", "l2_bytes"} <= set(a)
     md = (tmp_path / "plan" / "plan.md").read_text()
-    assert "- SSD TBE (ssd-tbe): hit ratio 0.75 needs L1" in md
+    assert "- SSD TBE (ssd-tbe): hit ratio 75% needs L1" in md
     assert "FBGEMM's SSD TBE on ssd-tbe" in md and "KeyValueParams(l2_cache_size=" in md
     without = {**document, "cache": {k: v for k, v in document["cache"].items() if k != "ssd_tbe"}}
     assert "SSD TBE" not in plan_markdown(without)
@@ -300,6 +300,6 @@ def test_a_target_beyond_the_cold_misses_is_out_of_reach() -> None:
     cold = document["distinct_rows"] / document["horizon"]["lookups"]
     assert s["targets"]["0.99"] is None
     assert max(max(c["hit"]) for c in s["candidates"]) == pytest.approx(1 - cold)
-    assert any("0.99 is out of reach" in n for n in s["notes"])
+    assert any("99% is out of reach" in n for n in s["notes"])
     assert s["targets"]["0.4"]["hit"] >= 0.4
-    assert "0.99 is out of reach" in plan_markdown(document)
+    assert "99% is out of reach" in plan_markdown(document)

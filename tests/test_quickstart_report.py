@@ -115,7 +115,7 @@ def test_one_time_per_batch_per_system(quick: Quick) -> None:
 def test_byte_answers_carry_their_range_and_checkpoint_its_terms(quick: Quick) -> None:
     summary, _, _ = _load(quick)
     cache = next(line for line in summary["summary"] if line.startswith("Cache ("))
-    needs = re.findall(r"hit 0\.9?5? needs ([^,;]+?\([^)]*\))", cache)
+    needs = re.findall(r"hit 9[05]% needs ([^,;]+?\([^)]*\))", cache)
     assert len(needs) == 2, cache
     for text in needs:
         # `788 MiB (271 MiB – 4.87 GiB)`, or a bound at the curve's first point

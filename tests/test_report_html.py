@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from replay._units import format_bytes, format_duration, format_percent
+from replay._units import format_bytes, format_duration, format_percent, format_target
 from replay.cli import main
 from replay.report.build import as_multiples, percents_over_100
 from replay.report.document import fmt_ratio
@@ -59,7 +59,7 @@ def test_the_summary_comes_first_with_the_plans_numbers(report: tuple[Path, dict
     assert f"hits {format_percent(cache['baseline']['hit'])}" in text
     assert cache["baseline"]["hit"] == cache["hit_at_budget"]["lru"]
     for target, size in cache["bytes_for_hit"]["lru"].items():
-        want = f"hit {float(target):g} needs {format_bytes(size)}" if size else "out of reach"
+        want = f"hit {format_target(target)} needs {format_bytes(size)}" if size else "out of reach"
         assert want in text
     assert f"split per table it hits {format_percent(cache['split_hit'])}" in text
     assert (

@@ -59,7 +59,7 @@ def test_the_ssd_tbe_answer_is_in_the_summary_and_a_section(report: Path) -> Non
     for target in TARGETS:
         a = plan["cache"]["ssd_tbe"]["targets"][f"{target:g}"]
         if a is not None:
-            assert f"hit {target:g} needs L1 " in line, line
+            assert f"hit {100 * target:g}% needs L1 " in line, line
     assert "### Plan 1 (ssd): SSD TBE" not in (report / "report.md").read_text()
     assert "### Plan: SSD TBE" in (report / "report.md").read_text()
     assert "SSD TBE" not in (report / "report.md").read_text().split("## Plan 2 (lru)")[1]

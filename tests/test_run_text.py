@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from replay._units import format_number, format_percent
+from replay._units import format_number, format_percent, format_target, plural
 from replay.cli import main
 from replay.cli._run_text import (
     energy_text,
@@ -61,6 +61,13 @@ def test_the_cells() -> None:
         "146,000", "1,360", "0.102", "0.1", "12", "0.0000677", "1,000", "0", "268,000,000",
     ]  # fmt: skip
     assert [format_number(x, 4) for x in (0.9527, 6.771e-05, 1.0)] == ["0.9527", "0.00006771", "1"]
+    # a hit target as the user gave it, in %: 0.9999 is not rounded up to 100%
+    assert [format_target(t) for t in (0.9, "0.95", 0.999, 0.9999, 0.07)] == [
+        "90%", "95%", "99.9%", "99.99%", "7%",
+    ]  # fmt: skip
+    assert [plural(n, w) for n, w in ((1, "batch"), (2, "batch"), (1_000, "run"))] == [
+        "1 batch", "2 batches", "1,000 runs",
+    ]  # fmt: skip
 
 
 def test_a_run_prints_its_answers_in_units(

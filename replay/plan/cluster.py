@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from replay._units import format_bytes
+from replay._units import format_bytes, format_target
 from replay.errors import ConfigError
 from replay.plan.cluster_scaling import (
     ROUTED_BATCHES,
@@ -351,7 +351,7 @@ def plan_cluster(
             fits[key] = None
             if missing:
                 notes.append(
-                    f"a hit ratio of {key} is out of reach over this run on GPU"
+                    f"a hit ratio of {format_target(key)} is out of reach over this run on GPU"
                     f"{'s' if len(missing) > 1 else ''} {_ranks_text(missing)} (their curves "
                     "end below it: the rows' first lookups always miss): no budget reaches it "
                     "on every GPU"
@@ -364,8 +364,8 @@ def plan_cluster(
         fits[key] = bool(worst_bytes <= cluster.gpu_memory_bytes)
         if not fits[key]:
             notes.append(
-                f"a hit ratio of {key} on every GPU needs {format_bytes(worst_bytes)} of cache "
-                "on the "
+                f"a hit ratio of {format_target(key)} on every GPU needs "
+                f"{format_bytes(worst_bytes)} of cache on the "
                 f"worst GPU, more than a GPU's {format_bytes(cluster.gpu_memory_bytes)} "
                 "(cluster.gpu_memory_bytes)"
             )
@@ -450,7 +450,8 @@ def plan_cluster(
                 low.setdefault(t, []).append(r)
     for label, ranks in low.items():
         notes.append(
-            f"hit {label}: {len(ranks)} of {world} GPUs reach it at the sample's resolution "
+            f"hit {format_target(label)}: {len(ranks)} of {world} GPUs reach it at the sample's "
+            "resolution "
             f"({format_bytes(floor_rows * row_bytes)}, {floor_rows:,} rows at R = {rate:g}): "
             "their bytes "
             "are upper bounds, and so is the mean"

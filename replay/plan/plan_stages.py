@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from replay._units import format_duration, format_percent
+from replay._units import format_duration, format_percent, format_target
 from replay.errors import ConfigError
 from replay.plan.request import PlanRequest, open_horizon, row_sizes, steady_source
 from replay.workload.spec import WorkloadSpec
@@ -300,8 +300,9 @@ def cache_answers(s: Setup, c: Curves, say: Say) -> CacheAnswers:
         ]
         if rows is None:
             notes.append(
-                f"a hit ratio of {target:g} is out of reach over this run: the curve ends at "
-                f"{hits[-1]:.4f} (the rows' first lookups always miss)"
+                f"a hit ratio of {format_target(target)} is out of reach over this run: the "
+                f"curve ends at {format_percent(float(hits[-1]), 4)} (the rows' first lookups "
+                "always miss)"
             )
     policy_hits: dict[str, float] = {"lru": hit_at(sizes, hits, c.budget_rows)}
     policy_bytes: dict[str, dict[str, float | None]] = {"lru": bytes_for_hit}

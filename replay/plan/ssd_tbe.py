@@ -75,6 +75,7 @@ from typing import Any
 
 import numpy as np
 
+from replay._units import format_percent, format_target
 from replay.engine.systems import resolve_system
 from replay.plan.cache import SIZE_RATIO, curve_sizes
 from replay.plan.ssd_tbe_l2 import L2Counts, L2Curve
@@ -344,8 +345,9 @@ def plan_ssd_tbe(
     for label, answer in answers.items():
         if answer is None and best is not None:
             notes.append(
-                f"a hit ratio of {label} is out of reach over this run: the best L1 and L2 "
-                f"within the limits hit {best:.4f} (the rows' first lookups read the SSD)"
+                f"a hit ratio of {format_target(label)} is out of reach over this run: the best L1 "
+                f"and L2 within the limits hit {format_percent(best, 4)} (the rows' first lookups "
+                "read the SSD)"
             )
     method = (
         "L1 replayed per load factor; L2 by exact stack distances over L1's miss stream"

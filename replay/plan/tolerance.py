@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from replay._units import format_number
+from replay._units import format_number, format_target
 
 if TYPE_CHECKING:
     from replay._schema_plan import PlanDocument
@@ -73,7 +73,7 @@ def headline_ranges(document: Mapping[str, Any]) -> list[tuple[str, float, float
     for t, b in (cache["bytes_for_hit"].get("lru") or {}).items():
         w = _width(b, ranges.get(t))
         if w is not None:
-            out.append((f"hit {t}", float(b), w))
+            out.append((f"hit {format_target(t)}", float(b), w))
     c = document.get("cluster")
     if c:
         worst = c["bytes_for_hit"]["worst_gpu"]
@@ -81,7 +81,7 @@ def headline_ranges(document: Mapping[str, Any]) -> list[tuple[str, float, float
         for t, b in worst.items():
             w = _width(b, span.get(t))
             if w is not None:
-                out.append((f"hit {t} on every GPU", float(b), w))
+                out.append((f"hit {format_target(t)} on every GPU", float(b), w))
     return out
 
 

@@ -21,7 +21,13 @@ import numpy as np
 
 from replay._output import Owned, atomic_folder
 from replay._schema_stamp import stamp
-from replay._units import format_bytes, format_duration, format_number, format_percent
+from replay._units import (
+    format_bytes,
+    format_duration,
+    format_number,
+    format_percent,
+    format_target,
+)
 from replay.plan.torchrec import FEW_SAMPLED_ROWS
 from replay.plan.torchrec_shards import torchrec_document, torchrec_text, without_shards
 from replay.plan.write_checkpoints_cluster import cluster_checkpoint_markdown
@@ -123,9 +129,9 @@ def answers(document: dict[str, Any]) -> list[str]:
         if policy == "lru":
             continue
         need = ", ".join(
-            f"{float(t):g} needs {format_bytes(b)}"
+            f"{format_target(t)} needs {format_bytes(b)}"
             if b is not None
-            else f"{float(t):g} is out of reach"
+            else f"{format_target(t)} is out of reach"
             for t, b in cache["bytes_for_hit"][policy].items()
         )
         versus = ""
@@ -391,8 +397,8 @@ def _mrc_figure(document: dict[str, Any], path: Path) -> None:
     for target, b in document["cache"]["bytes_for_hit"]["lru"].items():
         if b is not None:
             ax.plot([b], [1 - float(target)], "o", color="#2ca02c")
-            ax.annotate(f"hit {target}", (b, 1 - float(target)), fontsize=8, xytext=(4, 4),
-                        textcoords="offset points")  # fmt: skip
+            ax.annotate(f"hit {format_target(target)}", (b, 1 - float(target)), fontsize=8,
+                        xytext=(4, 4), textcoords="offset points")  # fmt: skip
     ax.set_xscale("log")
     ax.set_xlabel("cache size (bytes of embedding rows)")
     ax.set_ylabel("miss ratio over the run")

@@ -11,6 +11,7 @@ from replay._units import (
     format_number,
     format_percent,
     format_rate,
+    format_target,
 )
 
 
@@ -26,11 +27,11 @@ def ssd_tbe_answer_lines(document: dict[str, Any]) -> list[str]:
     parts = []
     for target, a in s["targets"].items():
         if a is None:
-            parts.append(f"{float(target):g} is out of reach")
+            parts.append(f"{format_target(target)} is out of reach")
             continue
         keeps = "keeps up" if a["ssd_keeps_up"] else "does NOT keep up"
         parts.append(
-            f"{float(target):g} needs L1 {format_bytes(a['l1_bytes'])} + "
+            f"{format_target(target)} needs L1 {format_bytes(a['l1_bytes'])} + "
             + (f"L2 {format_bytes(a['l2_bytes'])}" if a["l2_bytes"] else "no L2")
             + f" (SSD reads {format_rate(a['ssd_read_bytes_per_s'])}, "
             f"writes {format_rate(a['ssd_write_bytes_per_s'])}: the {s['ssd']['tier']} {keeps})"

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
-from replay._units import format_bytes, format_percent
+from replay._units import format_bytes, format_percent, format_target
 from replay.report import figures
 
 BAND_COLOR = "tab:blue"
@@ -73,7 +73,7 @@ def draw_plan_mrc(doc: dict[str, Any], path: Path, title: str) -> bool:
             "o",
             color=color,
             ms=6,
-            label=f"hit {float(target):g} needs {format_bytes(b)}",
+            label=f"hit {format_target(target)} needs {format_bytes(b)}",
         )
     # binary sizes: ticks at powers of 8 (512 B, 4 KiB, 32 KiB, ...), never 9.77 KiB
     ax.set_xscale("log", base=2)

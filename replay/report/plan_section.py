@@ -23,6 +23,7 @@ from replay._units import (
     format_multiple,
     format_number,
     format_percent,
+    format_target,
 )
 from replay.report.cpr_text import cpr_interval_text, cpr_lost_text
 from replay.report.document import (
@@ -71,9 +72,9 @@ def heading(plan: PlanData, index: int, part: str = "") -> str:
 
 def _targets(needs: dict[str, Any]) -> str:
     return ", ".join(
-        f"hit {float(t):g} needs {format_bytes(b)}"
+        f"hit {format_target(t)} needs {format_bytes(b)}"
         if b is not None
-        else f"hit {float(t):g} is out of reach"
+        else f"hit {format_target(t)} is out of reach"
         for t, b in needs.items()
     )
 
@@ -175,9 +176,9 @@ def targets_with_range(doc: dict[str, Any]) -> str:
     for t in lru:
         r = stated_range(lru[t], ranges.get(t)) or target_range(mrc, float(t))
         if r["bytes"] is None or lru[t] is None:
-            parts.append(f"hit {float(t):g} is out of reach over the run")
+            parts.append(f"hit {format_target(t)} is out of reach over the run")
         else:
-            parts.append(f"hit {float(t):g} needs {range_text(r)}")
+            parts.append(f"hit {format_target(t)} needs {range_text(r)}")
     bound = float(mrc.get("error_bound") or 0.0)
     if ranges and (mrc.get("method") or "exact") != "exact":
         how = "; the curve with Che's as a control variate" if mrc.get("error_method") else ""
@@ -326,14 +327,18 @@ def cluster_lines(c: dict[str, Any]) -> list[str]:
     parts = []
     for t, b in worst.items():
         if b is None:
-            parts.append(f"hit {t} on every GPU is out of reach over this run (Read this first)")
+            parts.append(
+                f"hit {format_target(t)} on every GPU is out of reach over this run "
+                "(Read this first)"
+            )
             continue
         where = "within" if c["fits_gpu_memory"].get(t) else "MORE than"
         spans = c.get("bytes_for_hit_range") or {}
         r = stated_range(b, (spans.get("worst_gpu") or {}).get(t))
         m = stated_range(mean[t], (spans.get("mean") or {}).get(t))
         parts.append(
-            f"hit {t} on every GPU needs {range_text(r) if r else format_bytes(b)} of cache per "
+            f"hit {format_target(t)} on every GPU needs {range_text(r) if r else format_bytes(b)} "
+            "of cache per "
             f"GPU (the worst GPU; mean {range_text(m) if m else size_text(mean[t])}), {where} a "
             f"GPU's {format_bytes(c['gpu_memory_bytes'])}"
         )

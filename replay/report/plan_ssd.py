@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replay._units import format_bytes, format_duration, format_percent, format_rate
+from replay._units import format_bytes, format_duration, format_percent, format_rate, format_target
 from replay.report.document import Block, Heading, Paragraph, Table
 
 HEADERS = ("hit target", "L1 (HBM)", "L2 (host DRAM)", "hit", "L1 hit", "SSD read", "SSD write",
@@ -23,7 +23,7 @@ def _ssd(doc: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def ssd_line(doc: dict[str, Any], basis: str) -> str | None:
-    """`SSD TBE (plan: ..., ssd-tbe, per GPU): hit 0.8 needs L1 7.25 MiB in HBM + L2 534
+    """`SSD TBE (plan: ..., ssd-tbe, per GPU): hit 80% needs L1 7.25 MiB in HBM + L2 534
     KiB of host DRAM (SSD reads 109 MB/s, writes 876 MB/s: the nvme keeps up); ...`."""
     s = _ssd(doc)
     if s is None:
@@ -31,12 +31,12 @@ def ssd_line(doc: dict[str, Any], basis: str) -> str | None:
     parts = []
     for target, a in s["targets"].items():
         if a is None:
-            parts.append(f"hit {float(target):g} is out of reach within the L1 and L2 tried")
+            parts.append(f"hit {format_target(target)} is out of reach within the L1 and L2 tried")
             continue
         keeps = "keeps up" if a["ssd_keeps_up"] else "does NOT keep up"
         l2 = f"L2 {format_bytes(a['l2_bytes'])} of host DRAM" if a["l2_bytes"] else "no L2"
         parts.append(
-            f"hit {float(target):g} needs L1 {format_bytes(a['l1_bytes'])} in HBM + {l2} "
+            f"hit {format_target(target)} needs L1 {format_bytes(a['l1_bytes'])} in HBM + {l2} "
             f"(SSD reads {format_rate(a['ssd_read_bytes_per_s'])} and writes "
             f"{format_rate(a['ssd_write_bytes_per_s'])}, the run's mean: the "
             f"{(s.get('ssd') or {}).get('tier', 'drive')} {keeps})"

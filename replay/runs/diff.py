@@ -33,6 +33,7 @@ from typing import Any
 from replay._files import RESULT_JSON, check_regular, read_json
 from replay._schema import check_version
 from replay._schema_stamp import stamp
+from replay._units import format_target
 from replay.errors import InputError
 
 Value = float | str | None
@@ -143,7 +144,7 @@ def _plan_cache(doc: dict[str, Any]) -> Iterator[Answer]:
         for target, size in sorted((_get(sizes, base) or {}).items()):
             yield Answer(
                 f"cache.bytes_for_hit[{target}]", "bytes", _num(size),
-                f"bytes for a hit ratio of {target} ({base})",
+                f"bytes for a hit ratio of {format_target(target)} ({base})",
             )  # fmt: skip
     for policy, hit in sorted((hits or {}).items()):
         yield Answer(
@@ -153,7 +154,7 @@ def _plan_cache(doc: dict[str, Any]) -> Iterator[Answer]:
         for target, size in sorted((targets or {}).items()):
             yield Answer(
                 f"cache.bytes_for_hit[{policy}][{target}]", "bytes", _num(size),
-                f"bytes for a hit ratio of {target}",
+                f"bytes for a hit ratio of {format_target(target)}",
             )  # fmt: skip
     yield Answer(
         "cache.split_hit", "ratio", _num(_get(cache, "split_hit")), "per-table split's hit"
@@ -236,7 +237,7 @@ def _plan_cluster(doc: dict[str, Any]) -> Iterator[Answer]:
     for target, size in sorted((_get(cluster, "bytes_for_hit", "worst_gpu") or {}).items()):
         yield Answer(
             f"cluster.bytes_for_hit[{target}]", "bytes", _num(size),
-            f"bytes per GPU for a hit ratio of {target} (worst GPU)",
+            f"bytes per GPU for a hit ratio of {format_target(target)} (worst GPU)",
         )  # fmt: skip
     for g in _dicts(cluster.get("per_gpu")):
         rank = g.get("rank")
