@@ -805,6 +805,12 @@ CASES: list[Case] = [
          "--out {out}", "--cluster-mtbf", "'soon'"),
     case("plan-hit-target-above-one", f"{PLAN} --cache-budget 1MiB --cluster-mtbf 6h "
          "--hit-target 1.5 --out {out}", "--hit-target", "1.5"),
+    case("plan-hit-target-a-percentage-without-%", f"{PLAN} --cache-budget 1MiB "
+         "--cluster-mtbf 6h --hit-target 90 --out {out}", "--hit-target", "did you mean 90%?"),
+    case("plan-hit-target-not-a-number", f"{PLAN} --cache-budget 1MiB --cluster-mtbf 6h "
+         "--hit-target most --out {out}", "--hit-target", "'most'", "0.9 or 90%"),
+    case("plan-hit-target-100%", f"{PLAN} --cache-budget 1MiB --cluster-mtbf 6h "
+         "--hit-target 100% --out {out}", "--hit-target", "100%"),
     case("plan-sample-rate-on-a-trace", "plan {trace} --system hbm-lru --cache-budget 1MiB "
          "--cluster-mtbf 6h --sample-rate 0.5 --out {out}", "--sample-rate", "workload"),
     case("plan-sampled-reuse", "plan --workload tiny --batches 20 --reuse 0.2 --system hbm-lru "

@@ -152,6 +152,25 @@ def test_cli_writes_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert (out / "plan.md").read_text().startswith("# Plan: 60 batches")
 
 
+def test_a_hit_target_as_a_percentage_is_the_fraction(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--hit-target 99.9%` plans what `--hit-target 0.999` plans, to the byte (read as
+    the decimal: 99.9 / 100 in floats is 0.9990000000000001), and both print `hit 99.9%`."""
+    args = ["plan", "--workload", "tiny", "--batches", "40", "--system", "hbm-lru",
+            "--cache-budget", "64KiB", "--cluster-mtbf", "1d", "--time-per-batch", "50ms",
+            "--draws", "50", "--hit-target", "0.5"]  # fmt: skip
+    out = {}
+    for given in ("0.999", "99.9%"):
+        out[given] = tmp_path / given.replace("%", "pct")
+        assert main([*args, "--hit-target", given, "--out", str(out[given])]) == 0
+        assert "hit 99.9% " in capsys.readouterr().out
+    for name in ("plan.json", "torchrec.json", "plan.md"):
+        assert (out["0.999"] / name).read_bytes() == (out["99.9%"] / name).read_bytes()
+    doc = json.loads((out["99.9%"] / "plan.json").read_text())
+    assert set(doc["cache"]["bytes_for_hit"]["lru"]) == {"0.5", "0.999"}
+
+
 def test_other_policies_by_replay_reach_their_targets() -> None:
     """At R = 1 the miniature simulation is the engine itself: the size found for a
     target reaches it, and the size one step (5%) smaller does not."""

@@ -32,6 +32,25 @@ if TYPE_CHECKING:
     from replay.plan.daly import MtbfTooShort
 
 
+def hit_target(text: str) -> float:
+    """`--hit-target`: a hit ratio strictly between 0 and 1, as a fraction (0.9) or a
+    percentage (90%, read as the decimal 0.9 is: 99.9% is 0.999 to the last bit)."""
+    from decimal import Decimal, InvalidOperation
+
+    given = text.strip()
+    percent = given.endswith("%")
+    try:
+        value = float(Decimal(given[:-1]) / 100) if percent else float(given)
+    except (InvalidOperation, ValueError):
+        raise ConfigError(f"--hit-target: {text!r} is no hit ratio (give 0.9 or 90%)") from None
+    if not 0 < value < 1:
+        hint = f"; did you mean {given}%?" if not percent and 10 <= value < 100 else ""
+        raise ConfigError(
+            f"--hit-target: {given} must be between 0 and 1 (exclusive), or 0% and 100%{hint}"
+        )
+    return value
+
+
 @app.command("plan", short_help="Plan a training run: cache bytes, checkpoints, goodput.")
 def plan_command(
     trace: TraceArgument = None,
@@ -56,11 +75,11 @@ def plan_command(
     ],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Plan folder to write.")],
     hit_targets: Annotated[
-        list[float] | None,
+        list[str] | None,
         typer.Option(
             "--hit-target",
             metavar="H",
-            help="Hit ratio to size a cache for (repeatable; default: 0.9).",
+            help="Hit ratio to size a cache for, as 0.9 or 90% (repeatable; default: 0.9).",
         ),
     ] = None,
     cluster_mtbf: Annotated[
@@ -215,10 +234,7 @@ def plan_command(
     budget = parse_bytes(cache_budget, "--cache-budget")
     if budget <= 0:
         raise ConfigError(f"--cache-budget: {cache_budget!r} must be more than 0 bytes")
-    targets = tuple(hit_targets or (0.9,))
-    for h in targets:
-        if not 0 < h < 1:
-            raise ConfigError(f"--hit-target: {h:g} must be between 0 and 1 (exclusive)")
+    targets = tuple(hit_target(h) for h in hit_targets) if hit_targets else (0.9,)
     if cluster_mtbf is not None and (nodes is not None or node_mtbf is not None):
         raise ConfigError("give --cluster-mtbf, or --nodes with --node-mtbf, not both")
     # a cluster's nodes (`--set cluster.nodes=N`) are --nodes unless given (issue 42)
