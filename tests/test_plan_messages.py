@@ -116,6 +116,11 @@ def test_a_run_that_never_fails_needs_no_checkpoint(
     for name in ("checkfreq", "sync-full"):  # searched: the whole run is the interval
         assert strategies[name]["interval_s"] == pytest.approx(run, rel=1e-9)
         assert math.isfinite(strategies[name]["young_daly_interval_s"])
+    # its only checkpoint is the run's last batch, whose stall it pays: what the note says
+    sync = strategies["sync-full"]
+    assert sync["cost_s"] > 0 and sync["goodput"] == pytest.approx(run / (run + sync["cost_s"]))
+    (note,) = [n for n in doc["notes"] if "the best interval is the whole run" in n]
+    assert "their only checkpoint is the run's last batch" in note and "stall" in note
 
 
 def test_a_run_of_milliseconds_at_an_mtbf_shorter_than_the_restart_is_planned(

@@ -476,7 +476,9 @@ def checkpoint_answers(s: Setup, c: Curves, sa: SystemAnswers, say: Say) -> Chec
         notes.append(
             f"{', '.join(whole)}: the best interval is the whole run "
             f"({format_duration(horizon_s)} of training): over a run this short one checkpoint "
-            "costs more than the work it saves, so these figures are a run without checkpoints"
+            "costs more than the work it saves, so their only checkpoint is the run's last "
+            "batch: a failure restarts from scratch, as without checkpoints, and their goodput "
+            "also pays that last write's stall"
         )
     return CheckpointAnswers(
         strategies=strategies, curves=curves, cluster=checkpoints_cluster, notes=tuple(notes)
