@@ -312,6 +312,8 @@ def _gpus_figure(c: dict[str, Any], path: Path) -> None:
 
 
 def _scaling_figure(c: dict[str, Any], path: Path) -> None:
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
     from replay.report.figures import new_figure, save
 
     fig = new_figure(7.5, 4.5)
@@ -323,8 +325,12 @@ def _scaling_figure(c: dict[str, Any], path: Path) -> None:
                 label="all-to-all per step (the job's)")  # fmt: skip
         ax.plot(x, [p["step_time_s"] * 1e3 for p in points], marker="s", lw=1, ls="--",
                 label="step time (the slowest GPU's)")  # fmt: skip
-        ax.axvline(c["world"], color="#d62728", lw=1)
+        ax.axvline(c["world"], color="#d62728", lw=1, label=f"this plan's {c['world']:,} GPUs")
         ax.set_xscale("log", base=2)
+        # the GPU counts planned, as counts (64, not 2^6)
+        ax.set_xticks(x)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.legend(loc="upper left", fontsize=8)
     else:
         ax.text(0.5, 0.5, "no GPU count fits the tables", ha="center", va="center",
