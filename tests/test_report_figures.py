@@ -397,3 +397,23 @@ def test_captions_name_each_series_by_its_own_run(small: Path, tmp_path: Path) -
     boxes = [*fig.legends, fig.axes[0].get_legend()]
     legend = [t.get_text() for box in boxes if box is not None for t in box.get_texts()]
     assert legend == ["hbm-lru (lru-alone) (+1 identical)", "hbm-belady", "chunk"]
+
+
+def test_log_axes_are_labelled_in_plain_numbers(tmp_path: Path) -> None:
+    """Every log axis `save` writes reads 0.01, 1,000, 10 k (or 4, 8, 16 in base 2), not
+    matplotlib's powers (10^-2, 10^3, 2^4)."""
+    assert [figures_module.plain_number(x) for x in (2e-5, 0.01, 0.5, 3.0, 1000.0, 1e4, 2.5e6)] == [
+        "0.00002", "0.01", "0.5", "3", "1,000", "10 k", "2.5 M",
+    ]  # fmt: skip
+    fig = figures_module.new_figure()
+    tens, twos = fig.subplots(1, 2)
+    tens.plot([0.01, 1000.0], [1, 2])
+    tens.set_xscale("log")
+    twos.plot([4, 32], [1, 2])
+    twos.set_xscale("log", base=2)
+    figures_module.save(fig, tmp_path / "f.png")
+    labels = [
+        [t.get_text() for t in a.xaxis.get_ticklabels() if t.get_text()] for a in (tens, twos)
+    ]
+    assert {"0.01", "1", "1,000"} <= set(labels[0]) and {"4", "8", "16", "32"} <= set(labels[1])
+    assert not any("$" in text for text in labels[0] + labels[1])

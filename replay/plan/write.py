@@ -419,6 +419,26 @@ def _same_curve(x0: np.ndarray, y0: np.ndarray, xs: np.ndarray, ys: np.ndarray) 
     return bool(inside.any() and np.all(np.abs(along - ys[inside]) <= SAME_CURVE_POINTS))
 
 
+# interval ticks people read as durations: 1 s, 10 s, 1 min, 10 min, 1 h, 6 h, 1 d, ...
+_DURATION_TICKS_S = (1e-3, 1e-2, 0.1, 1.0, 10.0, 60.0, 600.0, 3600.0, 6 * 3600.0, 86400.0,
+                     7 * 86400.0, 30 * 86400.0)  # fmt: skip
+
+
+def _duration_ticks(ax: Any, xs: list[float]) -> None:
+    """A log axis of seconds labelled as durations (`10 min`, not `10^3`)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    shown = [x for x in xs if x > 0 and np.isfinite(x)]
+    if not shown:
+        return
+    lo, hi = min(shown), max(shown)
+    ticks = [t for t in _DURATION_TICKS_S if lo <= t <= hi]
+    if len(ticks) >= 2:
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: format_duration(v)))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def _goodput_figure(document: dict[str, Any], curves: dict[str, Any], path: Path) -> None:
     from replay.report.figures import new_figure, save
 
@@ -449,7 +469,8 @@ def _goodput_figure(document: dict[str, Any], curves: dict[str, Any], path: Path
             color=line.get_color(), markersize=max(9 - 1.5 * i, 4),
         )  # fmt: skip
     ax.set_xscale("log")
-    ax.set_xlabel("checkpoint interval (s of training)")
+    _duration_ticks(ax, [x for _, xs, _ in drawn for x in xs.tolist()])
+    ax.set_xlabel("checkpoint interval (of training)")
     ax.set_ylabel("expected goodput (%)")
     ax.legend(loc="lower right", fontsize=8)
     save(fig, path)

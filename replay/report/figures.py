@@ -68,8 +68,15 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties, findfont
 from matplotlib.ft2font import FT2Font
 from matplotlib.text import Text
-from matplotlib.ticker import Formatter, FuncFormatter, LogFormatter, ScalarFormatter
+from matplotlib.ticker import (
+    Formatter,
+    FuncFormatter,
+    LogFormatter,
+    LogFormatterMathtext,
+    ScalarFormatter,
+)
 
+from replay._units import format_number
 from replay.report.load import Results, RunData, SweepData
 
 if TYPE_CHECKING:
@@ -217,14 +224,49 @@ def new_figure(width: float = WIDTH, height: float = HEIGHT) -> Figure:
     return fig
 
 
+class PlainLogFormatter(LogFormatter):
+    """A log axis's labels as numbers people write (`0.01`, `100`, `1,000`, `10 k`,
+    `1 M`), not matplotlib's `10^-2`, `10^3` or `2^5`: the same ticks labelled
+    (`LogFormatter` decides which), each written by `plain_number`."""
+
+    def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+        return plain_number(x)
+
+
+def plain_number(x: float) -> str:
+    """`0.00002`, `0.5`, `3`, `1,000`, `10 k`, `2.5 M`: a tick's number, no exponent."""
+    x = float(x)
+    if abs(x) >= 1e4:
+        return _count(x)
+    if abs(x) >= 1 and x == int(x):
+        return f"{x:,.0f}"
+    return format_number(x)
+
+
+def _plain_log_axes(fig: Figure) -> None:
+    """matplotlib's default labels of every log axis (`LogFormatterSciNotation`, which
+    writes powers) as `PlainLogFormatter`'s; a figure's own formatter stays."""
+    for axis in fig.findobj(Axis):
+        if axis.get_scale() != "log":
+            continue
+        base = float(getattr(axis.get_transform(), "base", 10.0))
+        major, minor = axis.get_major_formatter(), axis.get_minor_formatter()
+        if isinstance(major, LogFormatterMathtext):
+            axis.set_major_formatter(PlainLogFormatter(base, labelOnlyBase=major.labelOnlyBase))
+        if isinstance(minor, LogFormatterMathtext):
+            axis.set_minor_formatter(PlainLogFormatter(base, labelOnlyBase=minor.labelOnlyBase))
+
+
 def save(fig: Figure, path: Path) -> None:
     """Write `fig` as a PNG: the one place the PNG settings live (110 dpi, no
     "Software" text, so the bytes do not depend on the matplotlib version string), and
     where every text is made to draw as written (`_as_written`; tick labels made while
-    drawing take `DRAW_RC`)."""
+    drawing take `DRAW_RC`) and every log axis is labelled in plain numbers
+    (`_plain_log_axes`)."""
     if not isinstance(fig.canvas, FigureCanvasAgg):
         FigureCanvasAgg(fig)
     with rc_context(DRAW_RC):
+        _plain_log_axes(fig)
         _as_written(fig)
         fig.savefig(Path(path), dpi=DPI, format="png", metadata={"Software": None})
 
