@@ -84,6 +84,10 @@ SystemOption = Annotated[
 ]
 
 
+# the keys that size a system's cache, which --cache-budget gives
+CACHE_SIZE_KEYS = ("policy.capacity_bytes", "policy.capacity_rows")
+
+
 def with_cache_budget(budget: str | None, overrides: Sequence[str] | None) -> list[str]:
     """The `--set` overrides with `--cache-budget` as the first: the cache's bytes
     (refused in one line when they are no size, or when a --set also sizes the cache)."""
@@ -95,7 +99,7 @@ def with_cache_budget(budget: str | None, overrides: Sequence[str] | None) -> li
     if parse_bytes(budget, "--cache-budget") <= 0:
         raise ConfigError(f"--cache-budget: {budget!r} must be more than 0 bytes")
     for given in sets:
-        if given.partition("=")[0].strip() in ("policy.capacity_bytes", "policy.capacity_rows"):
+        if given.partition("=")[0].strip() in CACHE_SIZE_KEYS:
             raise ConfigError(
                 f"--cache-budget {shown(budget)} and --set {shown(given)} both size the "
                 "cache: give one"

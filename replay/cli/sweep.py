@@ -30,6 +30,7 @@ from replay.cli.compare import (
 )
 from replay.cli.run import InspectOption
 from replay.cli.source import (
+    CACHE_SIZE_KEYS,
     AlphaOption,
     BatchesOption,
     BatchSizeOption,
@@ -47,6 +48,7 @@ from replay.cli.source import (
     resolve_source,
     with_cache_budget,
 )
+from replay.errors import ConfigError, shown
 
 # Runs a sweep does without --max-runs: each run replays the whole trace (0.5 s for a
 # tiny one, minutes for a large one), so more is a typo in a grid, not a plan; listing
@@ -141,9 +143,7 @@ def sweep_command(
     # counted before a value is parsed or a point listed: an absurd grid is refused at once
     total = check_grid_size(grid, max_runs)
     parsed = parse_grid(grid)
-    from replay.errors import ConfigError, shown
-
-    sized = [key for key in parsed if key in ("policy.capacity_bytes", "policy.capacity_rows")]
+    sized = [key for key in parsed if key in CACHE_SIZE_KEYS]
     if cache_budget is not None and sized:
         raise ConfigError(
             f"--cache-budget {shown(cache_budget)} and --grid {sized[0]} both size the cache: "
