@@ -100,9 +100,15 @@ def format_bytes(n: float) -> str:
 
 
 def _sig3(value: float) -> str:
-    """3 significant digits, never an exponent: 999.6 is `1000`, not `1e+03`."""
+    """3 significant digits, never an exponent: 999.6 is `1000`, not `1e+03`, and
+    0.0000123 is `0.0000123`, not `0` (a duration of 12 ps in ms)."""
     text = f"{value:.3g}"
-    return f"{value:.0f}" if "e" in text else text
+    if "e" not in text or not math.isfinite(value):
+        return text
+    if abs(value) >= 1:
+        return f"{value:.0f}"
+    decimals = 2 - math.floor(math.log10(abs(value)))
+    return f"{value:.{decimals}f}".rstrip("0").rstrip(".")
 
 
 def format_duration(seconds: float) -> str:

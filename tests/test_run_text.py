@@ -12,7 +12,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from replay._units import format_number, format_percent, format_target, plural
+from replay._units import (
+    format_duration,
+    format_number,
+    format_percent,
+    format_target,
+    plural,
+)
 from replay.cli import main
 from replay.cli._run_text import (
     energy_text,
@@ -61,6 +67,10 @@ def test_the_cells() -> None:
         "146,000", "1,360", "0.102", "0.1", "12", "0.0000677", "1,000", "0", "268,000,000",
     ]  # fmt: skip
     assert [format_number(x, 4) for x in (0.9527, 6.771e-05, 1.0)] == ["0.9527", "0.00006771", "1"]
+    # a duration far below a millisecond keeps its digits: 20 ps is not `0 ms`
+    assert [format_duration(x) for x in (2e-8, 3.77e-5, 0.0, 90.0)] == [
+        "0.00002 ms", "0.0377 ms", "0 ms", "1.5 min",
+    ]  # fmt: skip
     # a hit target as the user gave it, in %: 0.9999 is not rounded up to 100%
     assert [format_target(t) for t in (0.9, "0.95", 0.999, 0.9999, 0.07)] == [
         "90%", "95%", "99.9%", "99.99%", "7%",

@@ -250,7 +250,7 @@ def test_spread_and_tradeoff_goldens() -> None:
     assert rw["shard_bytes_over_recommended"] == pytest.approx(0.25)
     text = "\n".join(spread_markdown({"spread": sp, "tradeoff": rows}))
     assert "row-wise: worst GPU hit 95% (+18.0 points)" in text
-    assert "30 us (3× the recommended)" in text and "| shard bytes per GPU |" in text
+    assert "30 µs (3× the recommended)" in text and "| shard bytes per GPU |" in text
 
 
 # -- the property ---------------------------------------------------------------------------

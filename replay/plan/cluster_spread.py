@@ -143,14 +143,9 @@ def same_run(steady: tuple[Any, Any, Any], system: Any, placement: Any) -> bool:
     )
 
 
-def _us(seconds: float) -> str:
-    """Microseconds, 3 significant digits (a GPU's embedding work per step is us)."""
-    return f"{seconds * 1e6:.3g} us"
-
-
 def spread_markdown(c: dict[str, Any]) -> list[str]:
     """plan.md's lines for `cluster.spread` and `cluster.tradeoff` (empty without them)."""
-    from replay._units import format_bytes
+    from replay._units import format_bytes, format_number
     from replay.report.plan_section import pct_text, times_text
 
     sp = c.get("spread")
@@ -213,7 +208,7 @@ def spread_markdown(c: dict[str, Any]) -> list[str]:
                 parts.append(f"worst GPU hit {pct_text(r['worst_hit'])} ({d:+.1f} points)")
             if "step_over_recommended" in r:
                 parts.append(
-                    f"modeled busiest-GPU step {_us(r['step_s_modeled'])} "
+                    f"modeled busiest-GPU step {format_number(r['step_s_modeled'] * 1e6)} µs "
                     f"({times_text(r['step_over_recommended'])} the recommended)"
                 )
             if "shard_bytes_over_recommended" in r:
