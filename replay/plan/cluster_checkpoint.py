@@ -335,49 +335,54 @@ def _none(s: _Setup, draws: int, seed: int) -> ClusterStrategyPlan:
     draw reaching its cap)."""
     h, m, r = s.horizon_s, s.mtbf_s, s.restart_s
     g = float(daly_goodput(h, 0.0, r, m))
-    if h / m <= NONE_SIMULATED_MAX:
-        points = RecoveryPoints.empty()
-        kw: dict[str, Any] = dict(
-            scratch_restore_s=r, horizon_s=h, mtbf_s=m, draws=draws, seed=seed
-        )  # fmt: skip
-        stats = evaluate_failures(h, h, points, **kw)
-        p_any = p_any_failure(h, m)
-        given = goodput_given_failure(
-            stats.goodput_mean, 1.0, p_any,
-            lambda: evaluate_failures(h, h, points, given_failure=True, **kw).goodput_mean,
-        )  # fmt: skip
-        return ClusterStrategyPlan(
-            strategy="none", label="none", interval_s=h, interval_batches=h / s.tb, cost_s=0.0,
-            write_s=0.0, bytes=0.0, bytes_per_node=0.0, bytes_per_node_mean=0.0,
-            replica_bytes=0.0, storage_bytes=0.0, restore_s=r, restore_node_failure_s=r,
-            durable_lag_s=0.0, rollback_lag_s=0.0, mtbf_s=m, horizon_s=h,
-            goodput=stats.goodput_mean, goodput_p5=stats.goodput_p5, goodput_model=g,
-            lost_work_per_training_failure_s=stats.lost_work_per_training_failure_s,
-            restore_per_failure_s=stats.restore_s_mean,
-            failures_per_run=stats.failures_per_draw_mean,
-            failures_during_restore_per_run=stats.failures_during_restore_per_draw_mean,
-            young_daly_interval_s=0.0, daly_interval_s=0.0, draws=stats.draws,
-            draws_capped=stats.draws_capped, simulated=True, recovery="scratch",
-            p_any_failure=p_any, goodput_given_failure=given,
-        )  # fmt: skip
-    x = h / m
-    training = math.expm1(x) if x < 709.0 else math.inf
-    during = training * (math.expm1(r / m) if r / m < 709.0 else math.inf)
+    p_any = p_any_failure(h, m)
+    answer = _none_simulated(h, m, r, draws, seed, p_any) if h / m <= NONE_SIMULATED_MAX else (
+        _none_daly(h, m, r, g, p_any)
+    )  # fmt: skip
     return ClusterStrategyPlan(
         strategy="none", label="none", interval_s=h, interval_batches=h / s.tb, cost_s=0.0,
         write_s=0.0, bytes=0.0, bytes_per_node=0.0, bytes_per_node_mean=0.0, replica_bytes=0.0,
         storage_bytes=0.0, restore_s=r, restore_node_failure_s=r, durable_lag_s=0.0,
-        rollback_lag_s=0.0, mtbf_s=m, horizon_s=h, goodput=g, goodput_p5=g, goodput_model=g,
+        rollback_lag_s=0.0, mtbf_s=m, horizon_s=h, goodput_model=g, young_daly_interval_s=0.0,
+        daly_interval_s=0.0, recovery="scratch", p_any_failure=p_any, **answer,
+    )  # fmt: skip
+
+
+def _none_simulated(
+    h: float, m: float, r: float, draws: int, seed: int, p_any: float
+) -> dict[str, Any]:
+    """`none`'s goodput and failures from the failure simulator's draws of the run."""
+    points = RecoveryPoints.empty()
+    kw: dict[str, Any] = dict(scratch_restore_s=r, horizon_s=h, mtbf_s=m, draws=draws, seed=seed)
+    stats = evaluate_failures(h, h, points, **kw)
+    return dict(
+        goodput=stats.goodput_mean, goodput_p5=stats.goodput_p5,
+        lost_work_per_training_failure_s=stats.lost_work_per_training_failure_s,
+        restore_per_failure_s=stats.restore_s_mean, failures_per_run=stats.failures_per_draw_mean,
+        failures_during_restore_per_run=stats.failures_during_restore_per_draw_mean,
+        draws=stats.draws, draws_capped=stats.draws_capped, simulated=True,
+        goodput_given_failure=goodput_given_failure(
+            stats.goodput_mean, 1.0, p_any,
+            lambda: evaluate_failures(h, h, points, given_failure=True, **kw).goodput_mean,
+        ),
+    )  # fmt: skip
+
+
+def _none_daly(h: float, m: float, r: float, g: float, p_any: float) -> dict[str, Any]:
+    """`none`'s goodput (Daly's form with τ = the run) and expected failures: attempts
+    fail e^(H/M) − 1 times before one lasts H, each restart is struck e^(R/M) − 1 times."""
+    x = h / m
+    training = math.expm1(x) if x < 709.0 else math.inf
+    during = training * (math.expm1(r / m) if r / m < 709.0 else math.inf)
+    return dict(
+        goodput=g, goodput_p5=g,
         lost_work_per_training_failure_s=m - h / training if training > 0 else 0.0,
         restore_per_failure_s=r, failures_per_run=training + during,
-        failures_during_restore_per_run=during, young_daly_interval_s=0.0,
-        daly_interval_s=0.0, draws=0, draws_capped=0, simulated=False, recovery="scratch",
-        p_any_failure=p_any_failure(h, m),
+        failures_during_restore_per_run=during, draws=0, draws_capped=0, simulated=False,
         # Daly's form is the expected wall time H / g; of the runs with a failure it is
         # (H / g - (1 - p) H) / p, and their goodput H over that
         goodput_given_failure=(
-            p_any_failure(h, m) / (1.0 / g - (1.0 - p_any_failure(h, m))) if g > 0 and h < 709 * m
-            else None
+            p_any / (1.0 / g - (1.0 - p_any)) if g > 0 and h < 709 * m else None
         ),
     )  # fmt: skip
 
