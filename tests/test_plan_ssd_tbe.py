@@ -259,7 +259,7 @@ def test_plan_json_and_plan_md(planned: tuple[dict, dict, GeneratedTrace], tmp_p
         a = written["cache"]["ssd_tbe"]["targets"][f"{target:g}"]
         assert {"l1_bytes", "l2_bytes"} <= set(a)
     md = (tmp_path / "plan" / "plan.md").read_text()
-    assert "- SSD TBE (ssd-tbe): hit ratio 75% needs L1" in md
+    assert "- SSD TBE (ssd-tbe): hit 75% needs L1" in md
     assert "FBGEMM's SSD TBE on ssd-tbe" in md and "KeyValueParams(l2_cache_size=" in md
     without = {**document, "cache": {k: v for k, v in document["cache"].items() if k != "ssd_tbe"}}
     assert "SSD TBE" not in plan_markdown(without)

@@ -129,9 +129,9 @@ def answers(document: dict[str, Any]) -> list[str]:
         if policy == "lru":
             continue
         need = ", ".join(
-            f"{format_target(t)} needs {format_bytes(b)}"
+            f"hit {format_target(t)} needs {format_bytes(b)}"
             if b is not None
-            else f"{format_target(t)} is out of reach"
+            else f"hit {format_target(t)} is out of reach"
             for t, b in cache["bytes_for_hit"][policy].items()
         )
         versus = ""
@@ -140,8 +140,7 @@ def answers(document: dict[str, Any]) -> list[str]:
                 f" against {_pct(hit)} for an ideal LRU of the same bytes ({_points(other - hit)})"
             )
         lines.append(
-            f"Cache, {policy_title(policy)}: the budget hits {_pct(other)}{versus}; "
-            f"hit ratio {need}."
+            f"Cache, {policy_title(policy)}: the budget hits {_pct(other)}{versus}; {need}."
         )
     lines.append(split_line(cache))
     lines += ssd_tbe_answer_lines(document)

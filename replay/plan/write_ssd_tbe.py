@@ -27,16 +27,16 @@ def ssd_tbe_answer_lines(document: dict[str, Any]) -> list[str]:
     parts = []
     for target, a in s["targets"].items():
         if a is None:
-            parts.append(f"{format_target(target)} is out of reach")
+            parts.append(f"hit {format_target(target)} is out of reach")
             continue
         keeps = "keeps up" if a["ssd_keeps_up"] else "does NOT keep up"
         parts.append(
-            f"{format_target(target)} needs L1 {format_bytes(a['l1_bytes'])} + "
+            f"hit {format_target(target)} needs L1 {format_bytes(a['l1_bytes'])} + "
             + (f"L2 {format_bytes(a['l2_bytes'])}" if a["l2_bytes"] else "no L2")
             + f" (SSD reads {format_rate(a['ssd_read_bytes_per_s'])}, "
             f"writes {format_rate(a['ssd_write_bytes_per_s'])}: the {s['ssd']['tier']} {keeps})"
         )
-    return [f"SSD TBE ({s['system']}): hit ratio " + "; ".join(parts) + "."]
+    return [f"SSD TBE ({s['system']}): " + "; ".join(parts) + "."]
 
 
 def ssd_tbe_markdown(document: dict[str, Any]) -> list[str]:
