@@ -35,7 +35,7 @@ def report_command(
         # no count: loading, the figures and the document are one call
         progress.stage(f"writing {shown(out, markup=False)}")
         summary = build_report(list(results), out, force=force)
-    from replay.report.blocks import plural
+    from replay._units import plural
 
     what = [plural(len(summary[key]), noun) for key, noun in (("runs", "run"), ("plans", "plan"))]
     sources = " and ".join(w for w in what if not w.startswith("0 ")) or "no result"

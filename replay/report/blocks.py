@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from replay._units import format_bytes, format_duration, format_rate, plural
+from replay._units import format_bytes, format_duration, format_rate
 from replay.report.document import Block, Bullets, Image, Paragraph, fmt_multiple, fmt_ratio
 from replay.report.figures import FigureOut
 
@@ -58,4 +58,4 @@ def not_shown(items: list[tuple[str, str]]) -> list[Block]:
     ]
 
 
-__all__ = ["bytes_text", "images", "ms", "not_shown", "pct", "plural", "rate_text", "x"]
+__all__ = ["bytes_text", "images", "ms", "not_shown", "pct", "rate_text", "x"]

@@ -24,7 +24,7 @@ from typing import Any
 
 from replay._output import atomic_folder, foreign_entry, listed_names, write_json
 from replay._schema_stamp import stamp
-from replay._units import format_hit_ratio, format_number
+from replay._units import format_hit_ratio, format_number, plural
 from replay._version import __version__
 from replay.errors import OutputError
 from replay.report.analysis import (
@@ -40,7 +40,6 @@ from replay.report.blocks import images as _images
 from replay.report.blocks import ms as _ms
 from replay.report.blocks import not_shown as _not_shown
 from replay.report.blocks import pct as _pct
-from replay.report.blocks import plural
 from replay.report.blocks import rate_text as _rate
 from replay.report.blocks import x as _x
 from replay.report.caveats import run_warnings, warning_blocks

@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from replay._units import format_bytes, format_duration, format_number, format_percent
-from replay.report.blocks import plural
+from replay._units import format_bytes, format_duration, format_number, format_percent, plural
 from replay.report.document import fmt_ratio
 from replay.report.load import PlanData
 

@@ -16,11 +16,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from replay._units import format_duration, format_number
+from replay._units import format_duration, format_number, plural
 from replay.report.analysis import energy_per_batch, time_terms
 from replay.report.blocks import ms as _ms
 from replay.report.blocks import pct as _pct
-from replay.report.blocks import plural
 from replay.report.caveats import WARNINGS, warning_line
 from replay.report.document import Code, Link, Text
 from replay.report.figures import steady_span
